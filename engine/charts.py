@@ -1,0 +1,57 @@
+"""Terminal charts of results with plotext: one line per framework against devices, the
+ideal-scaling line for speedup and efficiency, and noisy points marked. Returns text so the
+CLI prints it and the TUI renders it alike."""
+from __future__ import annotations
+
+from typing import Any
+
+import plotext as plt
+
+METRICS = {
+    "speedup": ("speedup", "speedup (vs best 1-device run)"),
+    "efficiency": ("efficiency", "scaling efficiency"),
+    "throughput": ("throughput", "throughput (images/s)"),
+    "tta": ("time_to_accuracy_s", "time-to-accuracy (s)"),
+}
+
+
+def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | None = None,
+          width: int = 80, height: int = 22, color: bool = False) -> str:
+    key, ylabel = METRICS[metric]
+    rows = [r for r in results if r.get(key) is not None and (model is None or r["model"] == model)]
+    models = sorted({r["model"] for r in rows})
+    title_model = model or (models[0] if len(models) == 1 else "all models")
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    if not color:
+        plt.theme("clear")
+    if not rows:
+        plt.title(f"{ylabel}: no completed results yet")
+        return plt.build()
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        name = r["framework"] if len(models) <= 1 else f"{r['framework']} {r['model']}"
+        if len({x["precision"] for x in rows}) > 1:
+            name += f" {r['precision']}"
+        series.setdefault(name, []).append(r)
+    all_devices = sorted({r["ranks"] for r in rows})
+    for name, pts in sorted(series.items()):
+        pts.sort(key=lambda r: r["ranks"])
+        xs = [r["ranks"] for r in pts]
+        ys = [r[key] for r in pts]
+        plt.plot(xs, ys, label=name, marker="hd")
+        noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy")]
+        if noisy:
+            plt.scatter([x for x, _ in noisy], [y for _, y in noisy], marker="x",
+                        label="noisy (CV > 5%)")
+    if metric in ("speedup", "efficiency"):
+        ideal = [float(d) if metric == "speedup" else 1.0 for d in all_devices]
+        plt.plot(all_devices, ideal, label="ideal", marker="dot")
+    plt.xticks(all_devices)
+    plt.xlabel("devices (ranks)")
+    plt.ylabel(ylabel)
+    baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
+    base = f"; baseline {', '.join(baselines)}" if metric in ("speedup", "efficiency") and \
+        baselines else ""
+    plt.title(f"{ylabel} - {title_model}{base}")
+    return plt.build()

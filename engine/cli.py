@@ -1,0 +1,284 @@
+"""`dlscale`: the command line over the engine. Bad input exits 2 with one clear message per
+problem; failures of the world exit 1; neither prints a traceback."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import analysis, charts, study, tables
+from .errors import DlscaleError, SpecError
+from .estimate import estimate
+from .logs import follow, tail_lines
+from .monitor import sync, wait_until_done
+from .plan import plan as make_plan
+from .spec import load_spec
+from .store import ACTIVE, TERMINAL, Store
+
+# Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+
+def _store(ctx: click.Context) -> Store:
+    return Store(ctx.obj["home"])
+
+
+def _refresh(store: Store) -> bool:
+    """Bring the store up to date with every backend that has live jobs; False if one of
+    them did not answer (what the store holds is then shown as last seen)."""
+    ok = True
+    for backend in study.backends_in_use(store):
+        ok &= sync(store, study.make_scheduler(backend, store)).reachable
+    return ok
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(file_okay=False),
+              help="where the store and run folders live (default ~/.dlscale)")
+@click.version_option(package_name="dlscale")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """Measure how deep-learning training scales: frameworks x models x scales."""
+    ctx.obj = {"home": home}
+
+
+@cli.command("plan")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--backend", default="local", show_default=True, type=click.Choice(study.BACKENDS))
+@click.pass_context
+def plan_cmd(ctx: click.Context, spec: str, backend: str) -> None:
+    """Dry run: list the runs a spec makes, their count and the device-hours."""
+    loaded = load_spec(spec)
+    p = make_plan(loaded)
+    study.check_plan(loaded, p, backend)
+    store = _store(ctx)
+    est = estimate(store, p.runs)
+    t = tables.Table(title=f"Plan of {loaded.spec.experiment.name} ({loaded.path})",
+                     title_justify="left")
+    for col in ("run", "framework", "model", "dataset", "scale", "devices", "batch/dev",
+                "precision", "rep", "state", "est. minutes"):
+        t.add_column(col)
+    known = {r["run_id"]: r["state"] for r in store.runs(loaded.spec.experiment.name)}
+    for run in p.runs:
+        secs = est.per_run.get(run.run_id)
+        t.add_row(run.run_id, run.framework, run.model, run.dataset, run.scale,
+                  str(run.devices), str(run.per_device_batch), run.precision,
+                  str(run.repetition), known.get(run.run_id, "new"),
+                  tables.fmt(secs / 60 if secs else None, 1))
+    out.print(t)
+    for model, dataset in p.skipped_pairs:
+        out.print(f"skipped: {model} x {dataset} (the model does not take that data)")
+    todo = [r for r in p.runs if known.get(r.run_id) != "COMPLETED"]
+    out.print(f"{len(p.runs)} runs, {len(todo)} still to run, "
+              f"{sum(r.devices for r in todo)} device-runs; {est.text(todo)}")
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--backend", default="local", show_default=True, type=click.Choice(study.BACKENDS))
+@click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
+              "print the results table and speedup chart")
+@click.pass_context
+def run(ctx: click.Context, spec: str, backend: str, wait: bool) -> None:
+    """Submit the runs of SPEC that have not completed yet."""
+    loaded = load_spec(spec)
+    store = _store(ctx)
+    report = study.submit(store, loaded, backend)
+    name = loaded.spec.experiment.name
+    out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
+              f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
+              f"earlier (skipped), {len(report.active)} already queued or running "
+              f"[backend: {backend}]")
+    for r, why in report.failed_to_submit:
+        err.print(f"dlscale: not submitted: {r.label()}: {why}")
+    if not wait:
+        out.print("follow them with `dlscale status`; results with `dlscale results`")
+        sys.exit(1 if report.failed_to_submit else 0)
+    run_ids = [r.run_id for r in report.all_runs]
+    scheduler = study.make_scheduler(backend, store)
+    try:
+        _wait_with_progress(store, scheduler, run_ids)
+    except KeyboardInterrupt:
+        live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
+        err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
+                  f"{backend} backend (they go on). Rerun the same command to wait again, "
+                  "`dlscale cancel --experiment " + name + "` to stop them.")
+        sys.exit(130)
+    rows = analysis.results(store, name)
+    out.print(tables.results_table(rows))
+    out.print(tables.baselines_note(rows))
+    out.print(charts.chart(rows, "speedup", width=min(out.width, 100)))
+    failed = [rid for rid in run_ids if store.run(rid)["state"] != "COMPLETED"]
+    if failed:
+        err.print(f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
+                  "`dlscale status` shows why")
+        sys.exit(1)
+
+
+def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=err,
+                  transient=False) as progress:
+        task = progress.add_task("runs", total=len(run_ids), now="")
+
+        def on_tick(tick) -> None:
+            rows = [store.run(rid) for rid in run_ids]
+            done = sum(r["state"] in TERMINAL for r in rows)
+            running = [r for r in rows if r["state"] == "RUNNING"]
+            now = ""
+            if running:
+                r = running[0]
+                last = store.last_records("interval", [r["run_id"]]).get(r["run_id"])
+                now = (f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
+                       f"#{r['repetition']}" + (f": step {last['step']}, "
+                                                f"{last['images_per_s']:.0f} images/s"
+                                                if last else ": starting"))
+            if not tick.reachable:
+                now = "scheduler not answering; retrying"
+            progress.update(task, completed=done, now=now)
+        wait_until_done(store, scheduler, run_ids, on_tick)
+
+
+@cli.command()
+@click.option("--experiment", "-e", default=None)
+@click.option("--all", "show_all", is_flag=True, help="include completed runs")
+@click.pass_context
+def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
+    """Runs, their jobs and states (live ones first asked of the scheduler)."""
+    store = _store(ctx)
+    reachable = _refresh(store)
+    runs = store.runs(experiment)
+    if not show_all:
+        runs = [r for r in runs if r["state"] != "COMPLETED"] or runs
+    jobs = {}
+    for backend in {r["backend"] for r in runs if r["backend"]}:
+        for j in store.jobs(backend):
+            jobs[(backend, j["job_id"])] = j
+    ids = [r["run_id"] for r in runs]
+    progress = store.last_records("interval", ids)
+    progress.update(store.last_records("summary", ids))
+    out.print(tables.status_table(runs, jobs, progress))
+    counts: dict[str, int] = {}
+    for r in store.runs(experiment):
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
+    if not reachable:
+        err.print("dlscale: a scheduler did not answer; states shown as last seen")
+
+
+@cli.command()
+@click.option("--experiment", "-e", default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.pass_context
+def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
+    """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
+    store = _store(ctx)
+    _refresh(store)
+    rows = analysis.results(store, experiment)
+    if fmt == "json":
+        click.echo(tables.results_json(rows))
+    elif fmt == "csv":
+        click.echo(tables.results_csv(rows), nl=False)
+    else:
+        out.print(tables.results_table(rows))
+        out.print(tables.baselines_note(rows))
+
+
+@cli.command()
+@click.option("--experiment", "-e", default=None)
+@click.option("--metric", type=click.Choice(list(charts.METRICS)), default="speedup",
+              show_default=True)
+@click.option("--model", default=None, help="only this model")
+@click.option("--width", type=int, default=None)
+@click.option("--height", type=int, default=22)
+@click.pass_context
+def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | None,
+          width: int | None, height: int) -> None:
+    """A terminal chart of a metric against devices, with the ideal line."""
+    store = _store(ctx)
+    _refresh(store)
+    rows = analysis.results(store, experiment)
+    click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--follow", "-f", "follow_log", is_flag=True,
+              help="keep printing new lines until the run ends")
+@click.option("--lines", "-n", default=40, show_default=True)
+@click.pass_context
+def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
+    """The log of a run (unique id prefixes work)."""
+    store = _store(ctx)
+    row = store.run(run_id)
+    path = Path(row["run_dir"]) / "run.log"
+    if not follow_log:
+        if not path.exists():
+            raise DlscaleError(f"run {row['run_id']} has no log yet ({path}); state {row['state']}")
+        for line in tail_lines(path, lines):
+            click.echo(line)
+        return
+    scheduler = study.make_scheduler(row["backend"] or "local", store)
+    last_check = [0.0]
+
+    def finished() -> bool:
+        if time.time() - last_check[0] < 2:
+            return False
+        last_check[0] = time.time()
+        sync(store, scheduler)
+        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED",)
+    try:
+        for line in follow(path, lines, stop=finished):
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass
+
+
+@cli.command()
+@click.argument("run_ids", nargs=-1)
+@click.option("--experiment", "-e", default=None, help="every live run of this experiment")
+@click.pass_context
+def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None) -> None:
+    """Cancel queued or running runs."""
+    store = _store(ctx)
+    ids = list(run_ids)
+    if experiment:
+        ids += [r["run_id"] for r in store.runs(experiment, states=ACTIVE)]
+    if not ids:
+        raise click.UsageError("name runs to cancel, or --experiment")
+    done = study.cancel(store, ids)
+    out.print(f"cancelled {len(done)} run(s)" + (f": {' '.join(done)}" if done else ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="dlscale", standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except SpecError as exc:
+        for problem in exc.problems:
+            err.print(f"dlscale: error: {problem}", markup=False)
+        sys.exit(exc.exit_code)
+    except DlscaleError as exc:
+        for line in str(exc).splitlines():
+            err.print(f"dlscale: error: {line}", markup=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
+        if os.environ.get("DLSCALE_DEBUG"):
+            raise
+        err.print(f"dlscale: internal error: {type(exc).__name__}: {exc} "
+                  "(set DLSCALE_DEBUG=1 for the traceback)", markup=False)
+        sys.exit(1)

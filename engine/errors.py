@@ -1,0 +1,47 @@
+"""Errors the engine raises. The CLI and TUI show their message; none needs a traceback.
+
+`UserError`s are bad input (exit status 2): the message names the file, the field and what
+is allowed. Other `DlscaleError`s are failures of the world (exit status 1).
+"""
+from __future__ import annotations
+
+
+class DlscaleError(Exception):
+    exit_code = 1
+
+
+class UserError(DlscaleError):
+    exit_code = 2
+
+
+class SpecError(UserError):
+    """A spec or profile that does not validate. `problems` holds one line per problem."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class PlanError(UserError):
+    """A valid spec that cannot run on the chosen backend (too many ranks for the cores...)."""
+
+
+class NotFoundError(UserError):
+    """A run, job or experiment the user named that the store does not know."""
+
+
+class SchedulerError(DlscaleError):
+    """The scheduler refused or failed a request."""
+
+
+class SubmitError(SchedulerError):
+    """A job was not accepted; the message is the scheduler's own."""
+
+
+class ControllerUnreachable(SchedulerError):
+    """The scheduler did not answer (e.g. slurmctld down); jobs are not lost, just unseen."""
+
+
+class StoreError(DlscaleError):
+    """The results store cannot be opened or written."""

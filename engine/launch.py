@@ -1,0 +1,59 @@
+"""Launch recipes: the trainer's command line for a run, and how each launcher starts it.
+
+Everything is built as argv lists; nothing here is pasted into a shell line.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .frameworks import FRAMEWORKS
+from .plan import Run
+
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "run.log"
+
+
+def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
+    """The flags every trainer takes (trainers/common/args.py), for this run."""
+    t = run.training
+    args = ["--model", run.model, "--dataset", run.dataset,
+            "--per-device-batch", str(run.per_device_batch),
+            "--warmup-steps", str(t["warmup_steps"]),
+            "--lr", repr(float(t["lr"])), "--lr-base-batch", str(t["lr_base_batch"]),
+            "--lr-scaling", t["lr_scaling"], "--lr-warmup-epochs", repr(float(t["lr_warmup_epochs"])),
+            "--lr-schedule", t["lr_schedule"], "--momentum", repr(float(t["momentum"])),
+            "--weight-decay", repr(float(t["weight_decay"])),
+            "--precision", run.precision, "--memory-format", t["memory_format"],
+            "--loader", run.loader, "--loader-workers", str(t["loader_workers"]),
+            "--threads", str(t["threads_per_rank"]), "--eval-every", str(t["eval_every"]),
+            "--log-every", str(t["log_every"]), "--seed", str(t["seed"]),
+            "--run-id", run.run_id,
+            "--output", str(run_dir / METRICS_FILE) if run_dir else METRICS_FILE]
+    args += ["--steps", str(t["steps"])] if t["steps"] else ["--epochs", str(t["epochs"])]
+    if t["target_accuracy"] is not None:
+        args += ["--target-accuracy", repr(float(t["target_accuracy"]))]
+    if t["data_dir"]:
+        args += ["--data-dir", t["data_dir"]]
+    if t["compile"]:
+        args.append("--compile")
+    if t["inject_fault"]:
+        args += ["--inject-fault", t["inject_fault"]]
+    return args
+
+
+def local_command(run: Run, run_dir: Path, python: str = sys.executable) -> list[str]:
+    """argv to run `run` on this machine: torchrun's standalone rendezvous on a free port."""
+    fw = FRAMEWORKS[run.framework]
+    if fw.launcher != "torchrun" or fw.trainer_module is None:
+        raise NotImplementedError(f"no local launch recipe for {run.framework}")
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc-per-node={run.ranks_per_node}", "-m", fw.trainer_module,
+            *trainer_args(run, run_dir)]
+
+
+def local_env(run: Run) -> dict[str, str]:
+    threads = str(run.training["threads_per_rank"])
+    # Libraries that size their own thread pools would otherwise take every core per rank.
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "PYTHONUNBUFFERED": "1"}

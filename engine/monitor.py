@@ -1,0 +1,103 @@
+"""Following jobs: one scheduler query per tick for every live job, metrics ingested as
+they are written, run states settled when jobs end."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ControllerUnreachable
+from .launch import LOG_FILE, METRICS_FILE
+from .logs import failure_reason
+from .schedulers.base import Scheduler
+from .store import ACTIVE, TERMINAL, Store
+
+
+def finalize_run(store: Store, run_id: str, job_state: str) -> str:
+    """Settle a run whose job ended: ingest the rest of its records and decide its state.
+    A job that exited 0 without a summary record did not measure anything: FAILED."""
+    row = store.run(run_id)
+    run_dir = Path(row["run_dir"])
+    store.ingest(run_id, run_dir / METRICS_FILE)
+    state, reason = job_state, None
+    if state == "COMPLETED" and not store.records(run_id, "summary"):
+        state = "FAILED"
+        reason = ("the job ended without a summary record\n"
+                  + failure_reason(run_dir / LOG_FILE).split("\n", 1)[-1])
+    elif state in ("FAILED", "TIMEOUT", "NODE_FAIL"):
+        reason = failure_reason(run_dir / LOG_FILE)
+    elif state == "CANCELLED":
+        reason = "cancelled"
+    store.update_run(run_id, state=state, reason=reason)
+    return state
+
+
+@dataclass
+class Tick:
+    """What one sync saw: counts by state, and whether the scheduler answered."""
+
+    states: dict[str, int]
+    reachable: bool = True
+    new_records: int = 0
+
+
+def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> Tick:
+    """One tick: ask the scheduler about every live job at once, ingest, settle."""
+    live = [r for r in store.runs(experiment, states=ACTIVE)
+            if r["backend"] == scheduler.name and r["job_id"]]
+    reachable, new = True, 0
+    if live:
+        try:
+            statuses = scheduler.poll([r["job_id"] for r in live])
+        except ControllerUnreachable:
+            statuses, reachable = {}, False
+        for r in live:
+            st = statuses.get(r["job_id"])
+            if st is None:
+                continue
+            if st.state in ("RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                            "CANCELLED"):
+                new += store.ingest(r["run_id"], Path(r["run_dir"]) / METRICS_FILE)
+            if st.state in TERMINAL:
+                # The local worker settles its own runs; this covers the gap in between and
+                # every other backend.
+                if store.run(r["run_id"])["state"] in ACTIVE:
+                    finalize_run(store, r["run_id"], st.state)
+            elif st.state != r["state"]:
+                store.update_run(r["run_id"], state=st.state, reason=st.reason)
+    counts: dict[str, int] = {}
+    for r in store.runs(experiment):
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    return Tick(counts, reachable, new)
+
+
+class Backoff:
+    """Poll fast right after a submission, slower while nothing changes, capped."""
+
+    def __init__(self, first: float = 0.5, factor: float = 1.5, cap: float = 10.0) -> None:
+        self.first, self.factor, self.cap = first, factor, cap
+        self.delay = first
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(self.cap, self.delay * self.factor)
+        return d
+
+
+def wait_until_done(store: Store, scheduler: Scheduler, run_ids: list[str],
+                    on_tick=lambda tick: None, cap_s: float = 5.0) -> Tick:
+    backoff = Backoff(cap=cap_s)
+    last = None
+    while True:
+        tick = sync(store, scheduler)
+        on_tick(tick)
+        pending = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
+        if not pending:
+            return tick
+        if tick.states != last or tick.new_records:
+            backoff.reset()
+        last = tick.states
+        time.sleep(backoff.next())

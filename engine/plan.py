@@ -1,0 +1,85 @@
+"""Expand a spec into runs, each with a stable id hashed from what determines its result."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .spec import LoadedSpec, model_fits_dataset
+
+
+@dataclass(frozen=True)
+class Run:
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    nodes: int
+    ranks_per_node: int
+    per_device_batch: int
+    global_batch: int
+    scaling: str
+    precision: str
+    loader: str
+    repetition: int
+    training: dict[str, Any] = field(hash=False, compare=False)
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def scale(self) -> str:
+        return f"{self.nodes}x{self.ranks_per_node}"
+
+    def identity(self, with_repetition: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_repetition:
+            d.pop("repetition")
+        return d
+
+    @property
+    def run_id(self) -> str:
+        """Same parameters, same id: re-running a spec finds its finished runs."""
+        return _digest(self.identity())
+
+    @property
+    def point_id(self) -> str:
+        """The measurement point this run repeats (all repetitions share it)."""
+        return _digest(self.identity(with_repetition=False))
+
+    def label(self) -> str:
+        return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
+                f"b{self.per_device_batch} {self.precision} #{self.repetition}")
+
+
+def _digest(d: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Plan:
+    runs: list[Run]
+    skipped_pairs: list[tuple[str, str]]  # (model, dataset) combinations that do not fit
+
+
+def plan(loaded: LoadedSpec) -> Plan:
+    exp, training = loaded.spec.experiment, loaded.spec.training
+    recipe = training.model_dump()
+    runs: list[Run] = []
+    skipped: list[tuple[str, str]] = []
+    batches = exp.per_device_batch if exp.scaling == "weak" else exp.global_batch
+    for model, dataset in itertools.product(exp.models, exp.datasets):
+        if not model_fits_dataset(model, dataset):
+            skipped.append((model, dataset))
+            continue
+        for fw, scale, batch, prec, loader in itertools.product(
+                exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders):
+            per_device = batch if exp.scaling == "weak" else batch // scale.devices
+            for rep in range(exp.repetitions):
+                runs.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
+                                per_device, per_device * scale.devices, exp.scaling, prec,
+                                loader, rep, recipe))
+    return Plan(runs, skipped)

@@ -1,0 +1,131 @@
+"""The local backend: this machine as a one-node cluster.
+
+Jobs queue in the store; one detached worker process (local_worker.py) runs them one after
+another, so a measurement never shares cores with another measurement, and runs go on when
+the CLI or TUI that submitted them exits, as they would under Slurm.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import PlanError
+from ..store import Store
+from .base import JobRequest, JobStatus, Scheduler
+
+LOCK_NAME = "local-worker.lock"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_fits(nodes: int, ranks_per_node: int, threads_per_rank: int, what: str) -> None:
+    """Refuse a run the local backend cannot run without oversubscribing cores."""
+    if nodes != 1:
+        raise PlanError(f"{what}: scale {nodes}x{ranks_per_node} needs {nodes} nodes; the local "
+                        "backend is one node (use --backend slurm, or scales of 1xN)")
+    cores = usable_cores()
+    if ranks_per_node * threads_per_rank > cores:
+        raise PlanError(f"{what}: {ranks_per_node} ranks x {threads_per_rank} thread(s) need "
+                        f"{ranks_per_node * threads_per_rank} cores; this machine has {cores} "
+                        "(oversubscribed cores would measure contention, not scaling)")
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalScheduler(Scheduler):
+    name = "local"
+
+    def __init__(self, store: Store, start_worker: bool = True) -> None:
+        self.store = store
+        self.start_worker = start_worker
+
+    # A worker holds an exclusive lock on this file for as long as it lives.
+    @property
+    def lock_path(self) -> Path:
+        return self.store.home / LOCK_NAME
+
+    def worker_alive(self) -> bool:
+        with open(self.lock_path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+    def ensure_worker(self) -> None:
+        if not self.start_worker or self.worker_alive():
+            return
+        log = open(self.store.home / "local-worker.log", "ab")
+        subprocess.Popen([sys.executable, "-m", "dlscale.engine.schedulers.local_worker",
+                          str(self.store.home)], stdin=subprocess.DEVNULL, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        log.close()
+
+    def submit(self, request: JobRequest) -> str:
+        check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
+                   request.name)
+        job_id = f"local-{self.store.next_counter('local_job')}"
+        self.store.add_job(self.name, job_id, request.run_id, "PENDING", {
+            "argv": request.argv, "env": request.env, "run_dir": str(request.run_dir),
+            "log": str(request.log_path)})
+        self.ensure_worker()
+        return job_id
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        rows = self.store.jobs(self.name, job_ids)
+        active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
+        if active and not self.worker_alive():
+            # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
+            for r in active:
+                if r["state"] == "RUNNING":
+                    if _alive(r["pid"]):
+                        os.killpg(r["pid"], signal.SIGKILL)
+                    self.store.update_job(self.name, r["job_id"], state="FAILED",
+                                          ended=time.time(), reason="the local worker stopped "
+                                          "while this job ran")
+            self.ensure_worker()
+            rows = self.store.jobs(self.name, job_ids)
+        now = time.time()
+        out = {}
+        for r in rows:
+            elapsed = ((r["ended"] or now) - r["started"]) if r["started"] else None
+            out[r["job_id"]] = JobStatus(r["job_id"], r["state"], r["reason"],
+                                         "localhost" if r["started"] else None, elapsed,
+                                         r["exit_code"])
+        return out
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for r in self.store.jobs(self.name, job_ids, states=("PENDING", "RUNNING")):
+            self.store.update_job(self.name, r["job_id"], state="CANCELLED", ended=time.time(),
+                                  reason="cancelled by the user")
+            if r["state"] == "RUNNING" and _alive(r["pid"]):
+                try:
+                    os.killpg(r["pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def payload(self, job_id: str) -> dict:
+        row = self.store.job(self.name, job_id)
+        return json.loads(row["payload"]) if row else {}

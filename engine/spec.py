@@ -1,0 +1,291 @@
+"""Experiment specs: TOML files validated by pydantic, errors reported as file:line: field.
+
+A spec names the matrix (frameworks x models x datasets x scales x batches x precisions x
+loaders) and the training recipe shared by every run. Types are strict: TOML has types, so
+`per_device_batch = "64"` is a mistake worth reporting, not something to coerce.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
+                      StrictStr, ValidationError, field_validator, model_validator)
+
+from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
+                                    LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
+from ..trainers.common.data import SHAPES, SYNTHETIC
+from .errors import SpecError
+from .frameworks import FRAMEWORKS, available
+
+Number = StrictFloat | StrictInt
+
+
+def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def model_fits_dataset(model: str, dataset: str) -> bool:
+    """CIFAR ResNets take 32x32 images; ImageNet ResNets take 224x224."""
+    size = SHAPES[dataset].size
+    return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Scale(_Strict):
+    nodes: StrictInt = Field(ge=1, le=100_000)
+    ranks_per_node: StrictInt = Field(ge=1, le=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        # "2x4" reads as 2 nodes x 4 ranks (GPUs or CPU ranks) per node.
+        if isinstance(value, str):
+            m = re.fullmatch(r"\s*(\d+)\s*[x×]\s*(\d+)\s*", value)
+            if not m:
+                raise ValueError(f"scale {value!r} is not NODESxRANKS, e.g. \"1x2\"")
+            return {"nodes": int(m[1]), "ranks_per_node": int(m[2])}
+        return value
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.ranks_per_node}"
+
+
+class Training(_Strict):
+    steps: StrictInt | None = Field(default=None, ge=1)
+    epochs: StrictInt | None = Field(default=None, ge=1)
+    warmup_steps: StrictInt = Field(default=5, ge=0)
+    lr: Number = Field(default=0.1, gt=0)
+    lr_base_batch: StrictInt = Field(default=128, ge=1)
+    lr_scaling: Literal[LR_SCALING] = "linear"  # type: ignore[valid-type]
+    lr_warmup_epochs: Number = Field(default=0.0, ge=0)
+    lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
+    momentum: Number = Field(default=0.9, ge=0, lt=1)
+    weight_decay: Number = Field(default=5e-4, ge=0)
+    target_accuracy: Number | None = Field(default=None, gt=0, le=1)
+    eval_every: StrictInt = Field(default=1, ge=1)
+    log_every: StrictInt = Field(default=10, ge=1)
+    threads_per_rank: StrictInt = Field(default=1, ge=1)
+    seed: StrictInt = 0
+    compile: StrictBool = False
+    memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"
+    loader_workers: StrictInt = Field(default=0, ge=0)
+    data_dir: StrictStr | None = None
+    inject_fault: StrictStr | None = Field(default=None, pattern=r"^crash@step\d+$")
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "Training":
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
+        return self
+
+
+class Experiment(_Strict):
+    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    description: StrictStr = ""
+    frameworks: list[StrictStr] = Field(min_length=1)
+    models: list[StrictStr] = Field(min_length=1)
+    datasets: list[StrictStr] = Field(min_length=1)
+    scales: list[Scale] = Field(min_length=1)
+    per_device_batch: list[StrictInt] | None = Field(default=None, min_length=1)
+    global_batch: list[StrictInt] | None = Field(default=None, min_length=1)
+    scaling: Literal["weak", "strong"] = "weak"
+    precisions: list[Literal[PRECISIONS]] = ["auto"]  # type: ignore[valid-type]
+    loaders: list[Literal[LOADERS]] = ["native"]  # type: ignore[valid-type]
+    repetitions: StrictInt = Field(default=3, ge=1, le=100)
+
+    @field_validator("frameworks")
+    @classmethod
+    def _frameworks(cls, values: list[str]) -> list[str]:
+        for v in values:
+            _one_of("framework", v, list(FRAMEWORKS))
+            if not FRAMEWORKS[v].available:
+                raise ValueError(f"framework {v!r} cannot run yet: {FRAMEWORKS[v].note}; "
+                                 f"available now: {', '.join(available())}")
+        return values
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, values: list[str]) -> list[str]:
+        return [_one_of("model", v, MODELS) for v in values]
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, values: list[str]) -> list[str]:
+        return [_one_of("dataset", v, DATASETS) for v in values]
+
+    @field_validator("per_device_batch", "global_batch", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("per_device_batch", "global_batch")
+    @classmethod
+    def _positive(cls, values: list[int] | None) -> list[int] | None:
+        for v in values or []:
+            if v < 1:
+                raise ValueError(f"batch {v} is not a positive integer")
+        return values
+
+    @field_validator("scales", mode="before")
+    @classmethod
+    def _scale_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict)) else value
+
+    @model_validator(mode="after")
+    def _batches(self) -> "Experiment":
+        if self.scaling == "weak":
+            if self.per_device_batch is None or self.global_batch is not None:
+                raise ValueError("weak scaling takes per_device_batch (and no global_batch)")
+        else:
+            if self.global_batch is None or self.per_device_batch is not None:
+                raise ValueError("strong scaling takes global_batch (and no per_device_batch)")
+            for g in self.global_batch:
+                for s in self.scales:
+                    if g % s.devices:
+                        raise ValueError(f"global_batch {g} does not split evenly over scale "
+                                         f"{s} ({s.devices} devices)")
+        for model in self.models:
+            if not any(model_fits_dataset(model, d) for d in self.datasets):
+                raise ValueError(f"model {model} fits none of the datasets "
+                                 f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
+                                 "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
+                                 "synthetic-imagenet)")
+        return self
+
+
+class Spec(_Strict):
+    experiment: Experiment
+    training: Training
+
+    @model_validator(mode="after")
+    def _recipe_fits_data(self) -> "Spec":
+        t = self.training
+        real = [d for d in self.experiment.datasets if d not in SYNTHETIC]
+        synthetic = [d for d in self.experiment.datasets if d in SYNTHETIC]
+        if synthetic and t.epochs is not None:
+            raise ValueError(f"{', '.join(synthetic)} has no epochs; use training.steps")
+        if t.target_accuracy is not None and not real:
+            raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10)")
+        if "cifar10" in self.experiment.datasets and not t.data_dir:
+            raise ValueError("dataset cifar10 needs training.data_dir (the extracted "
+                             "cifar-10-batches-py folder)")
+        return self
+
+
+class LoadedSpec(BaseModel):
+    """A validated spec plus where it came from (the text is kept with every run)."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    text: str
+    spec: Spec
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+
+# --- error reporting -------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\s*(#.*)?$")
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of a field in the TOML text, from pydantic's location tuple."""
+    names = [str(p) for p in loc if isinstance(p, str)]
+    if not names:
+        return None
+    table, key = (names[0], names[1]) if len(names) > 1 else (None, names[0])
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            current = header[1].strip().strip('"\'')
+            if table is None and current == key:
+                return number
+            continue
+        if current == table and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            return number
+    return None
+
+
+def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
+    kind, msg = err["type"], err["msg"]
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        parent: Any = model
+        for part in loc[:-1]:
+            if isinstance(part, str) and isinstance(parent, type) and issubclass(parent, BaseModel):
+                ann = parent.model_fields[part].annotation
+                parent = ann if isinstance(ann, type) else parent
+        allowed = list(parent.model_fields) if isinstance(parent, type) and issubclass(
+            parent, BaseModel) else []
+        return f"unknown key; allowed keys here: {', '.join(allowed)}"
+    if kind == "missing":
+        return "required, but missing"
+    msg = msg.removeprefix("Value error, ")
+    if "input" in err and kind not in ("model_type",) and not isinstance(err["input"], dict):
+        msg += f" (got {err['input']!r})"
+    return msg
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith("function-") or part in ("str", "dict[str,any]"):
+            continue
+        else:
+            out += ("." if out else "") + part
+    return out or "(file)"
+
+
+def problems_from(path: str, text: str, exc: ValidationError, model: type[BaseModel]) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        line = _line_of(text, loc)
+        where = f"{path}:{line}" if line else path
+        out.append(f"{where}: {_field(loc)}: {_describe(err, model)}")
+    return out
+
+
+def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """Read a TOML file; SpecError (file, line, column) when it is missing or malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(p), [f"{p}: no such file"]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise SpecError(str(p), [f"{p}: cannot read ({exc.__class__.__name__}: {exc})"]) from None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{p}:{m[1]}:{m[2]}" if m else str(p)
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise SpecError(str(p), [f"{where}: invalid TOML: {reason}"]) from None
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    text, data = parse_toml(path)
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(str(path), problems_from(str(path), text, exc, Spec)) from None
+    return LoadedSpec(path=str(path), text=text, spec=spec)

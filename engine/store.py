@@ -1,0 +1,252 @@
+"""The study's memory: experiments, runs, jobs and the metric records, in SQLite (WAL).
+
+Several processes use it at once (the CLI, the TUI, the local worker), so every write is a
+short explicit transaction and readers never block writers. Ingest is idempotent: a record
+is keyed by (run, line number), and the byte offset read so far moves in the same
+transaction as the records, so a crash mid-ingest neither loses nor doubles a record.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..trainers.common.records import RecordError, parse_record
+from .errors import NotFoundError, StoreError
+from .plan import Run
+
+ACTIVE = ("PENDING", "RUNNING")
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiments (
+    name TEXT PRIMARY KEY, spec_path TEXT, spec_text TEXT, spec_digest TEXT, updated REAL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, point_id TEXT NOT NULL, experiment TEXT NOT NULL,
+    framework TEXT, model TEXT, dataset TEXT, nodes INTEGER, ranks_per_node INTEGER,
+    devices INTEGER, per_device_batch INTEGER, global_batch INTEGER, scaling TEXT,
+    precision TEXT, loader TEXT, repetition INTEGER, training TEXT,
+    state TEXT NOT NULL DEFAULT 'PLANNED', reason TEXT, backend TEXT, job_id TEXT,
+    run_dir TEXT, attempts INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL,
+    ingest_offset INTEGER NOT NULL DEFAULT 0, ingest_lines INTEGER NOT NULL DEFAULT 0,
+    bad_records INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment);
+CREATE TABLE IF NOT EXISTS jobs (
+    backend TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL,
+    reason TEXT, nodes TEXT, submitted REAL, started REAL, ended REAL, exit_code INTEGER,
+    pid INTEGER, payload TEXT, PRIMARY KEY (backend, job_id));
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(backend, state);
+CREATE TABLE IF NOT EXISTS records (
+    run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (run_id, line));
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
+
+
+class Store:
+    def __init__(self, home: str | Path | None = None) -> None:
+        self.home = Path(home) if home else default_home()
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(self.home / "dlscale.db", timeout=30,
+                                        isolation_level=None, check_same_thread=False)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE: take the write lock up front so read-then-write is atomic."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # --- experiments and runs ------------------------------------------------------------
+
+    def save_experiment(self, name: str, path: str, text: str, digest: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT INTO experiments VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
+                      "SET spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
+                      "spec_digest=excluded.spec_digest, updated=excluded.updated",
+                      (name, path, text, digest, time.time()))
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM experiments ORDER BY updated")]
+
+    def add_run(self, run: Run) -> dict[str, Any]:
+        """Insert the run if new; return its row either way."""
+        now = time.time()
+        run_dir = self.runs_dir / run.run_id
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO runs (run_id, point_id, experiment, framework, model, "
+                "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
+                "scaling, precision, loader, repetition, training, state, run_dir, created, "
+                "updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'PLANNED',?,?,?)",
+                (run.run_id, run.point_id, run.experiment, run.framework, run.model,
+                 run.dataset, run.nodes, run.ranks_per_node, run.devices, run.per_device_batch,
+                 run.global_batch, run.scaling, run.precision, run.loader, run.repetition,
+                 json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
+        return self.run(run.run_id)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            matches = self.conn.execute("SELECT * FROM runs WHERE run_id LIKE ?",
+                                        (run_id + "%",)).fetchall()
+            if len(matches) == 1:
+                return dict(matches[0])
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})"
+                                if not matches else f"run id {run_id!r} is ambiguous")
+        return dict(row)
+
+    def runs(self, experiment: str | None = None,
+             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM runs WHERE 1=1", []
+        if experiment:
+            sql += " AND experiment=?"
+            args.append(experiment)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        fields["updated"] = time.time()
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.transaction() as c:
+            c.execute(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
+
+    def start_attempt(self, run_id: str) -> dict[str, Any]:
+        """A run is (re)submitted: older records belong to an earlier attempt and move aside
+        with its files, so the new attempt's numbers are not mixed with them."""
+        row = self.run(run_id)
+        run_dir = Path(row["run_dir"])
+        if row["attempts"] and run_dir.exists():
+            old = run_dir / "attempts" / str(row["attempts"])
+            old.mkdir(parents=True, exist_ok=True)
+            for p in run_dir.iterdir():
+                if p.is_file():
+                    p.rename(old / p.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with self.transaction() as c:
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
+                      "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
+                      (time.time(), run_id))
+        return self.run(run_id)
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def next_counter(self, name: str) -> int:
+        with self.transaction() as c:
+            c.execute("INSERT INTO counters VALUES (?, 1) ON CONFLICT(name) DO UPDATE "
+                      "SET value=value+1", (name,))
+            return c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
+
+    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
+                payload: dict[str, Any] | None = None) -> None:
+        now = time.time()
+        with self.transaction() as c:
+            c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
+                      "VALUES (?,?,?,?,?,?)",
+                      (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, updated=? "
+                      "WHERE run_id=?", (state, backend, job_id, now, run_id))
+
+    def job(self, backend: str, job_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT * FROM jobs WHERE backend=? AND job_id=?",
+                                (backend, job_id)).fetchone()
+        return dict(row) if row else None
+
+    def jobs(self, backend: str, job_ids: list[str] | None = None,
+             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM jobs WHERE backend=?", [backend]
+        if job_ids is not None:
+            sql += f" AND job_id IN ({','.join('?' * len(job_ids))})"
+            args.extend(job_ids)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+
+    def update_job(self, backend: str, job_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.transaction() as c:
+            c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
+                      (*fields.values(), backend, job_id))
+
+    # --- records -------------------------------------------------------------------------
+
+    def ingest(self, run_id: str, path: str | Path) -> int:
+        """Read the records written since the last ingest; return how many were new.
+        Only whole lines are taken: a line still being written waits for the next call."""
+        row = self.run(run_id)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(row["ingest_offset"])
+                chunk = fh.read()
+        except FileNotFoundError:
+            return 0
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return 0
+        lines = chunk[:end + 1].splitlines()
+        new, bad = [], 0
+        for i, raw in enumerate(lines):
+            try:
+                rec = parse_record(raw.decode("utf-8", errors="replace"))
+            except RecordError:
+                bad += 1
+                continue
+            new.append((run_id, row["ingest_lines"] + i, rec["kind"], json.dumps(rec)))
+        with self.transaction() as c:
+            # Re-check the offset under the write lock: another process may have ingested
+            # the same bytes meanwhile; then this call adds nothing.
+            now_offset = c.execute("SELECT ingest_offset FROM runs WHERE run_id=?",
+                                   (run_id,)).fetchone()[0]
+            if now_offset != row["ingest_offset"]:
+                return 0
+            cur = c.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", new)
+            c.execute("UPDATE runs SET ingest_offset=?, ingest_lines=?, "
+                      "bad_records=bad_records+? WHERE run_id=?",
+                      (row["ingest_offset"] + end + 1, row["ingest_lines"] + len(lines), bad,
+                       run_id))
+            return cur.rowcount if cur.rowcount >= 0 else len(new)
+
+    def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
+        if kind:
+            sql += " AND kind=?"
+            args.append(kind)
+        return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
+
+    def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
+        """The latest record of `kind` per run, in one query (used for whole tables)."""
+        sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
+               "FROM records WHERE kind=? GROUP BY run_id) m ON r.run_id=m.run_id "
+               "AND r.line=m.line")
+        out = {rid: json.loads(body) for rid, body in self.conn.execute(sql, (kind,))}
+        return out if run_ids is None else {k: v for k, v in out.items() if k in run_ids}

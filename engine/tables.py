@@ -1,0 +1,97 @@
+"""Text renderings of runs and results, shared by the CLI (rich) and exports (csv, json)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from typing import Any
+
+from rich.table import Table
+
+
+def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def throughput_text(r: dict[str, Any]) -> str:
+    if r["throughput"] is None:
+        return "-"
+    ci = f" ± {r['throughput_ci95']:,.1f}" if r["throughput_ci95"] is not None else ""
+    return f"{r['throughput']:,.1f}{ci}{' *' if r['noisy'] else ''}"
+
+
+def results_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Results (weak scaling unless noted; * = noisy, CV > 5%)", title_justify="left")
+    for col, just in (("experiment", "left"), ("model", "left"), ("framework", "left"),
+                      ("scale", "right"), ("devices", "right"), ("batch/dev", "right"),
+                      ("precision", "left"), ("n", "right"), ("images/s ± CI95", "right"),
+                      ("speedup", "right"), ("efficiency", "right"), ("baseline", "left"),
+                      ("TTA s", "right"), ("state", "left")):
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for r in rows:
+        base = r["baseline"] or "-"
+        t.add_row(r["experiment"], r["model"], r["framework"],
+                  f"{r['nodes']}x{r['ranks_per_node']}", str(r["ranks"]),
+                  str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
+                  r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
+                  fmt(r["speedup"]), fmt(r["efficiency"], unit=""), base,
+                  fmt(r["time_to_accuracy_s"], 1), r["state"])
+    return t
+
+
+def baselines_note(rows: list[dict[str, Any]]) -> str:
+    """Which run each speedup is measured against (kept out of the table to keep it narrow)."""
+    seen = {}
+    for r in rows:
+        if r["baseline"]:
+            seen[(r["experiment"], r["model"], r["baseline"])] = r["baseline_run_id"]
+    return "\n".join(f"baseline of {exp} {model}: best 1-device point {label}, run {rid}"
+                     for (exp, model, label), rid in sorted(seen.items()))
+
+
+def results_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    if not rows:
+        return ""
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: " ".join(v) if isinstance(v, list) else v for k, v in r.items()})
+    return out.getvalue()
+
+
+def results_json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, indent=2)
+
+
+def elapsed_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def status_table(runs: list[dict[str, Any]], jobs: dict[tuple[str, str], dict[str, Any]],
+                 progress: dict[str, dict[str, Any]]) -> Table:
+    t = Table(title="Runs", title_justify="left")
+    for col in ("run", "experiment", "framework", "model", "scale", "batch", "rep", "job",
+                "state", "elapsed", "images/s", "reason"):
+        t.add_column(col)
+    now = time.time()
+    for r in runs:
+        job = jobs.get((r["backend"], r["job_id"])) or {}
+        elapsed = None
+        if job.get("started"):
+            elapsed = (job.get("ended") or now) - job["started"]
+        last = progress.get(r["run_id"]) or {}
+        ips = last.get("throughput") or last.get("images_per_s")
+        reason = (r["reason"] or job.get("reason") or "").split("\n", 1)[0]
+        t.add_row(r["run_id"], r["experiment"], r["framework"], r["model"],
+                  f"{r['nodes']}x{r['ranks_per_node']}", str(r["per_device_batch"]),
+                  str(r["repetition"]), r["job_id"] or "-", r["state"], elapsed_text(elapsed),
+                  fmt(ips, 1), reason[:80])
+    return t

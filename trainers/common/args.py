@@ -1,0 +1,86 @@
+"""The one command line every trainer takes, so the engine launches all frameworks alike."""
+from __future__ import annotations
+
+import argparse
+
+CIFAR_MODELS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
+IMAGENET_MODELS = ("resnet50", "resnet101", "resnet152")
+MODELS = CIFAR_MODELS + IMAGENET_MODELS
+DATASETS = ("synthetic-cifar", "synthetic-imagenet", "cifar10", "digits")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+LR_SCALING = ("linear", "sqrt", "none")
+LR_SCHEDULES = ("constant", "cosine")
+LOADERS = ("native",)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2 (no usage wall)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = _OneLineParser(prog=prog, description="dlscale trainer (one per framework, same flags)")
+    p.add_argument("--model", required=True, choices=MODELS)
+    p.add_argument("--dataset", required=True, choices=DATASETS)
+    p.add_argument("--data-dir", default=None, help="folder of the dataset's files (cifar10)")
+    p.add_argument("--per-device-batch", type=_positive_int, required=True)
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument("--steps", type=_positive_int, help="timed steps after warm-up")
+    length.add_argument("--epochs", type=_positive_int, help="passes over the training data")
+    p.add_argument("--warmup-steps", type=_non_negative_int, default=5,
+                   help="first steps excluded from throughput (compilation, autotuning)")
+    p.add_argument("--lr", type=float, default=0.1, help="learning rate at --lr-base-batch")
+    p.add_argument("--lr-base-batch", type=_positive_int, default=128)
+    p.add_argument("--lr-scaling", choices=LR_SCALING, default="linear",
+                   help="how lr grows with the global batch")
+    p.add_argument("--lr-warmup-epochs", type=float, default=0.0,
+                   help="linear lr ramp from lr/world to the scaled lr (Goyal et al.)")
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="auto: bf16 on GPU, fp32 on CPU")
+    p.add_argument("--memory-format", choices=("auto", "channels_last", "contiguous"),
+                   default="auto", help="auto: channels_last on GPU")
+    p.add_argument("--compile", action="store_true", help="torch.compile / XLA where offered")
+    p.add_argument("--loader", choices=LOADERS, default="native")
+    p.add_argument("--loader-workers", type=_non_negative_int, default=0)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--threads", type=_positive_int, default=1,
+                   help="compute threads per rank on CPU (one by default: ranks own cores)")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="top-1 at which time-to-accuracy is taken")
+    p.add_argument("--eval-every", type=_positive_int, default=1, help="epochs between evals")
+    p.add_argument("--log-every", type=_positive_int, default=10, help="steps per interval record")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-id", default=None, help="recorded in the params record")
+    p.add_argument("--output", default="metrics.jsonl", help="metric records (rank 0 writes)")
+    p.add_argument("--inject-fault", default=None, metavar="crash@stepN",
+                   help="for testing failure handling: raise at step N")
+    return p
+
+
+def fault_step(spec: str | None) -> int | None:
+    """`crash@step7` -> 7. Used by tests to make a real trainer fail mid-run."""
+    if not spec:
+        return None
+    kind, _, where = spec.partition("@step")
+    if kind != "crash" or not where.isdigit():
+        raise ValueError(f"--inject-fault must look like crash@step7, got {spec!r}")
+    return int(where)

@@ -1,0 +1,103 @@
+"""Datasets every trainer shares, as numpy arrays (each framework wraps them its own way).
+
+- synthetic-cifar / synthetic-imagenet: shapes only; frameworks generate the tensors on the
+  device once, so throughput measures compute and communication, not I/O.
+- cifar10: the published "CIFAR-10 python version" (pickled dicts data_batch_1..5, test_batch).
+- digits: scikit-learn's bundled 8x8 handwritten digits (1,797 images, ships offline),
+  upscaled to 32x32x3 so CIFAR ResNets train on real data for time-to-accuracy runs.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Shape:
+    channels: int
+    size: int
+    classes: int
+
+
+SHAPES = {
+    "synthetic-cifar": Shape(3, 32, 10),
+    "cifar10": Shape(3, 32, 10),
+    "digits": Shape(3, 32, 10),
+    "synthetic-imagenet": Shape(3, 224, 1000),
+}
+SYNTHETIC = ("synthetic-cifar", "synthetic-imagenet")
+
+# Per-channel mean/std in 0..1 units, for normalising uint8 images.
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+
+
+class DataError(RuntimeError):
+    """A dataset that cannot be read: the message names the file and what is wrong."""
+
+
+@dataclass
+class Split:
+    images: np.ndarray  # uint8, N x C x H x W
+    labels: np.ndarray  # int64, N
+
+
+def read_cifar10(data_dir: str) -> tuple[Split, Split]:
+    """Read CIFAR-10's python pickles from `data_dir` (the extracted cifar-10-batches-py)."""
+    def load(name: str) -> Split:
+        path = os.path.join(data_dir, name)
+        try:
+            with open(path, "rb") as fh:
+                batch = pickle.load(fh, encoding="bytes")
+        except FileNotFoundError:
+            raise DataError(f"{path}: missing (expected CIFAR-10 python batches "
+                            "data_batch_1..5 and test_batch)") from None
+        except (pickle.UnpicklingError, EOFError) as exc:
+            raise DataError(f"{path}: not a CIFAR-10 pickle ({exc})") from None
+        if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+            raise DataError(f"{path}: not a CIFAR-10 batch (needs b'data' and b'labels')")
+        data = np.asarray(batch[b"data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+            raise DataError(f"{path}: data has shape {data.shape}, expected N x 3072")
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+        if len(labels) != len(data):
+            raise DataError(f"{path}: {len(data)} images but {len(labels)} labels")
+        return Split(data.reshape(-1, 3, 32, 32), labels)
+
+    train = [load(f"data_batch_{i}") for i in range(1, 6)]
+    return (Split(np.concatenate([s.images for s in train]),
+                  np.concatenate([s.labels for s in train])),
+            load("test_batch"))
+
+
+def load_digits(seed: int = 0, test_fraction: float = 0.2) -> tuple[Split, Split]:
+    """scikit-learn's digits, 8x8 grey levels 0..16, as 32x32 RGB uint8, split per class."""
+    try:
+        from sklearn.datasets import load_digits as sk_digits
+    except ImportError:
+        raise DataError("dataset 'digits' needs scikit-learn in the trainer's environment "
+                        "(pip install scikit-learn)") from None
+    bunch = sk_digits()
+    images = (bunch.images * (255.0 / 16.0)).round().astype(np.uint8)
+    images = np.kron(images, np.ones((4, 4), dtype=np.uint8))  # 8x8 -> 32x32, nearest
+    images = np.repeat(images[:, None], 3, axis=1)
+    labels = bunch.target.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    test_mask = np.zeros(len(labels), dtype=bool)
+    for cls in np.unique(labels):  # stratified so every class is in both splits
+        idx = rng.permutation(np.flatnonzero(labels == cls))
+        test_mask[idx[: int(round(len(idx) * test_fraction))]] = True
+    return Split(images[~test_mask], labels[~test_mask]), Split(images[test_mask], labels[test_mask])
+
+
+def load_real(dataset: str, data_dir: str | None, seed: int = 0) -> tuple[Split, Split]:
+    if dataset == "cifar10":
+        if not data_dir:
+            raise DataError("dataset 'cifar10' needs --data-dir (the cifar-10-batches-py folder)")
+        return read_cifar10(data_dir)
+    if dataset == "digits":
+        return load_digits(seed)
+    raise DataError(f"{dataset!r} is not a real dataset; real ones: cifar10, digits")

@@ -1,0 +1,364 @@
+"""PyTorch DistributedDataParallel trainer.
+
+Runs under torchrun or plain srun (see common.launch_env), gloo on CPU and NCCL on GPU, and
+writes the common metric records. Throughput counts timed steps only: warm-up steps are run
+first and excluded, and timing brackets are closed by a device synchronisation and a barrier,
+so the slowest rank sets the time.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from ..common import data as common_data
+from ..common.args import build_parser, fault_step
+from ..common.launch_env import LaunchEnv, cpu_model, detect, node_name
+from ..common.records import RecordWriter
+from ..common.schedule import LRPlan, scaled_lr, step_time_stats
+from .models import build, parameter_count
+
+PROG = "dlscale-torch-ddp"
+FRAMEWORK = "pytorch-ddp"
+
+
+class TrainerError(RuntimeError):
+    """A failure with a reason the user can act on."""
+
+
+def _dlscale_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dlscale")
+    except Exception:  # trainers may run in an environment without dlscale installed
+        return os.environ.get("DLSCALE_VERSION", "unknown")
+
+
+def _gather(obj: Any, launch: LaunchEnv) -> list[Any]:
+    if not launch.distributed:
+        return [obj]
+    out: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _weights_digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class _Timer:
+    """Per-step times without stalling the GPU: CUDA events there, perf_counter on CPU.
+    Each timed step is bracketed on its own, so evaluations between steps add no gap."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pairs: list[list[Any]] = []
+
+    def _now(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def begin(self) -> None:
+        self.pairs.append([self._now()])
+
+    def end(self) -> None:
+        self.pairs[-1].append(self._now())
+
+    def step_times(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) / 1000.0 for a, b in self.pairs]
+        return [b - a for a, b in self.pairs]
+
+
+def _sync(device: torch.device, launch: LaunchEnv) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    if launch.distributed:
+        dist.barrier()
+
+
+def train(argv: list[str] | None = None) -> int:
+    args = build_parser(PROG).parse_args(argv)
+    launch = detect()
+    crash_at = fault_step(args.inject_fault)
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise TrainerError("--device cuda but no CUDA device is visible")
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", launch.local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    # Each rank owns its cores; more threads than cores makes ranks fight and hides scaling.
+    torch.set_num_threads(args.threads)
+
+    precision = args.precision if args.precision != "auto" else ("bf16" if use_cuda else "fp32")
+    if precision == "fp16" and not use_cuda:
+        raise TrainerError("precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+    channels_last = args.memory_format == "channels_last" or (
+        args.memory_format == "auto" and use_cuda)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if args.dataset in common_data.SYNTHETIC and args.epochs:
+        raise TrainerError(f"{args.dataset} has no epochs; give --steps")
+
+    if launch.distributed:
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo", rank=launch.rank,
+            world_size=launch.world_size, timeout=datetime.timedelta(minutes=10),
+            **({"device_id": device} if use_cuda else {}))
+    writer = RecordWriter(args.output, enabled=launch.rank == 0)
+    try:
+        return _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, writer)
+    finally:
+        writer.close()
+        if launch.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, writer) -> int:
+    world = launch.world_size
+    shape = common_data.SHAPES[args.dataset]
+    torch.manual_seed(args.seed)
+    model = build(args.model, shape.classes).to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    n_params = parameter_count(model)
+    global_batch = args.per_device_batch * world
+
+    # Data: synthetic tensors live on the device; real data goes through the native loader.
+    loader = sampler = test = None
+    if args.dataset in common_data.SYNTHETIC:
+        gen = torch.Generator(device="cpu").manual_seed(args.seed + launch.rank)
+        x_syn = torch.randn(args.per_device_batch, shape.channels, shape.size, shape.size,
+                            generator=gen).to(device)
+        if channels_last:
+            x_syn = x_syn.contiguous(memory_format=torch.channels_last)
+        y_syn = torch.randint(0, shape.classes, (args.per_device_batch,), generator=gen).to(device)
+        steps_per_epoch = None
+        total_steps = args.warmup_steps + args.steps
+    else:
+        train_split, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
+        ds = torch.utils.data.TensorDataset(torch.from_numpy(train_split.images),
+                                            torch.from_numpy(train_split.labels))
+        sampler = torch.utils.data.DistributedSampler(
+            ds, num_replicas=world, rank=launch.rank, shuffle=True, seed=args.seed,
+            drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=args.per_device_batch, sampler=sampler, drop_last=True,
+            num_workers=args.loader_workers, pin_memory=device.type == "cuda",
+            persistent_workers=args.loader_workers > 0)
+        steps_per_epoch = len(loader)
+        if steps_per_epoch == 0:
+            raise TrainerError(f"{len(ds)} training images are fewer than one global batch "
+                               f"({global_batch}); lower the per-device batch")
+        total_steps = (steps_per_epoch * args.epochs if args.epochs
+                       else args.warmup_steps + args.steps)
+    mean = torch.tensor(common_data.CIFAR_MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(common_data.CIFAR_STD, device=device).view(1, 3, 1, 1) * 255
+
+    lr_peak = scaled_lr(args.lr, args.lr_base_batch, global_batch, args.lr_scaling)
+    warm_lr_steps = int(args.lr_warmup_epochs * (steps_per_epoch or 0))
+    plan = LRPlan(args.lr, lr_peak, warm_lr_steps, total_steps, args.lr_schedule)
+
+    ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                   else None) if launch.distributed else model)
+    net = torch.compile(ddp) if args.compile else ddp
+    opt = torch.optim.SGD(model.parameters(), lr=plan.lr(0), momentum=args.momentum,
+                          weight_decay=args.weight_decay)
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+
+    writer.write("params", framework=FRAMEWORK, model=args.model, dataset=args.dataset,
+                 per_device_batch=args.per_device_batch, world_size=world,
+                 global_batch=global_batch, parameters=n_params, precision=precision,
+                 channels_last=channels_last, compile=args.compile, loader=args.loader,
+                 loader_workers=args.loader_workers, steps=args.steps, epochs=args.epochs,
+                 warmup_steps=args.warmup_steps, total_steps=total_steps,
+                 steps_per_epoch=steps_per_epoch, lr=args.lr, lr_base_batch=args.lr_base_batch,
+                 lr_scaling=args.lr_scaling, lr_scaled=lr_peak,
+                 lr_warmup_epochs=args.lr_warmup_epochs, lr_schedule=args.lr_schedule,
+                 momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+                 threads=args.threads, target_accuracy=args.target_accuracy,
+                 run_id=args.run_id, device=device.type)
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0],
+                "numpy": np.__version__, "cuda": torch.version.cuda,
+                "cudnn": (torch.backends.cudnn.version() if device.type == "cuda" else None),
+                "nccl": (".".join(map(str, torch.cuda.nccl.version()))
+                         if device.type == "cuda" else None)}
+    devices = _gather(torch.cuda.get_device_name(device) if device.type == "cuda"
+                      else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
+    hosts = _gather(node_name(), launch)
+    writer.write("env", framework_versions=versions, hostnames=hosts, devices=devices,
+                 world_size=world, dlscale_version=_dlscale_version(), launcher=launch.launcher,
+                 backend=("nccl" if device.type == "cuda" else "gloo") if launch.distributed
+                 else None, job_id=os.environ.get("SLURM_JOB_ID"),
+                 nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+
+    def prepare(x: torch.Tensor, augment: bool) -> torch.Tensor:
+        x = x.to(device, non_blocking=True).float()
+        if augment:  # CIFAR's standard flip + 4-pixel-padded random crop
+            flip = torch.rand(x.shape[0], device=device) < 0.5
+            x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+            padded = F.pad(x, (4, 4, 4, 4))
+            ox, oy = np.random.randint(0, 9, size=2)
+            x = padded[:, :, oy:oy + 32, ox:ox + 32]
+        x = (x - mean) / std
+        return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+    def evaluate() -> float:
+        model.eval()
+        part = slice(launch.rank, None, world)
+        images = torch.from_numpy(test.images[part])
+        labels = torch.from_numpy(test.labels[part]).to(device)
+        correct = torch.zeros(2, device=device)
+        with torch.no_grad(), torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
+            for i in range(0, len(images), 256):
+                logits = model(prepare(images[i:i + 256], augment=False))
+                correct[0] += (logits.argmax(1) == labels[i:i + 256]).sum()
+        correct[1] = len(labels)
+        if launch.distributed:
+            dist.all_reduce(correct)
+        model.train()
+        return float(correct[0] / correct[1])
+
+    def batches():
+        if loader is None:
+            while True:
+                yield x_syn, y_syn
+        epoch = 0
+        while True:
+            sampler.set_epoch(epoch)
+            for xb, yb in loader:
+                yield prepare(xb, augment=args.dataset == "cifar10"), yb.to(device, non_blocking=True)
+            epoch += 1
+            yield None  # end of epoch marker
+
+    model.train()
+    timer = _Timer(device)
+    step = 0
+    train_time = 0.0  # timed (post-warm-up) training seconds, evaluations excluded
+    tta = None
+    best_top1 = None
+    interval_images = 0
+    loss_value = float("nan")
+    _sync(device, launch)
+    start_wall = time.perf_counter()
+    seg_start = None  # start of the current timed segment
+    interval_start = start_wall
+    stream = batches()
+    epoch = 0
+    stop = False
+    while not stop and not (args.steps and step >= total_steps):
+        item = next(stream)
+        if item is None:  # an epoch ended
+            epoch += 1
+            if test is not None and epoch % args.eval_every == 0:
+                _sync(device, launch)
+                timing = seg_start is not None
+                if timing:
+                    train_time += time.perf_counter() - seg_start
+                top1 = evaluate()
+                elapsed = time.perf_counter() - start_wall
+                best_top1 = top1 if best_top1 is None else max(best_top1, top1)
+                if (tta is None and args.target_accuracy is not None
+                        and top1 >= args.target_accuracy):
+                    tta = elapsed
+                    stop = True  # the run's question is answered: MLPerf stops here too
+                writer.write("eval", step=step, epoch=epoch, top1=top1, elapsed_s=elapsed)
+                _sync(device, launch)
+                seg_start = time.perf_counter() if timing and not stop else None
+                interval_start, interval_images = time.perf_counter(), 0
+            if args.epochs and epoch >= args.epochs:
+                break
+            continue
+        xb, yb = item
+        if step == args.warmup_steps:
+            _sync(device, launch)
+            seg_start = time.perf_counter()
+        if seg_start is not None:
+            timer.begin()
+        if crash_at is not None and step + 1 == crash_at:
+            raise TrainerError(f"injected fault at step {crash_at}")
+        for group in opt.param_groups:
+            group["lr"] = plan.lr(step)
+        with torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(net(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        step += 1
+        if seg_start is not None:
+            timer.end()
+        interval_images += args.per_device_batch * world
+        if step % args.log_every == 0 or step == total_steps:
+            loss_value = float(loss.detach())  # synchronises: only at interval boundaries
+            if not np.isfinite(loss_value):
+                raise TrainerError(f"loss became {loss_value} at step {step}; "
+                                   "lower the lr or use fp32")
+            now = time.perf_counter()
+            writer.write("interval", step=step, epoch=epoch, images_per_s=interval_images /
+                         (now - interval_start), loss=loss_value, lr=plan.lr(step - 1),
+                         includes_warmup=step - args.log_every < args.warmup_steps)
+            interval_start, interval_images = now, 0
+
+    _sync(device, launch)
+    if seg_start is not None:
+        train_time += time.perf_counter() - seg_start
+    total_wall = time.perf_counter() - start_wall
+    timed_steps = max(0, step - args.warmup_steps)
+    times = timer.step_times()
+    digests = _gather(_weights_digest(model), launch)
+    throughput = (timed_steps * args.per_device_batch * world / train_time) if train_time else 0.0
+    writer.write("summary", status="completed", throughput=throughput,
+                 throughput_per_device=throughput / world, timed_steps=timed_steps,
+                 warmup_steps=min(step, args.warmup_steps), elapsed_s=train_time,
+                 total_wall_s=total_wall, steps=step, epochs_done=epoch,
+                 images_timed=timed_steps * args.per_device_batch * world,
+                 final_loss=loss_value if np.isfinite(loss_value) else None,
+                 best_top1=best_top1, target_accuracy=args.target_accuracy,
+                 time_to_accuracy_s=tta, reached_target=tta is not None,
+                 weights_digest_per_rank=digests, **step_time_stats(times))
+    if launch.rank == 0:
+        print(f"{PROG}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
+              f"timed steps" + (f", top-1 {best_top1:.3f}" if best_top1 is not None else "")
+              + (f", time-to-accuracy {tta:.1f} s" if tta is not None else ""), flush=True)
+    if launch.distributed:
+        dist.barrier()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return train(argv)
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Exception as exc:  # the engine reads this one line as the run's failure reason
+        if os.environ.get("DLSCALE_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
+        print(f"{PROG}: error: rank {rank}: {type(exc).__name__}: {reason}", file=sys.stderr,
+              flush=True)
+        return 1
