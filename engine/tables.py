@@ -79,19 +79,20 @@ def status_table(runs: list[dict[str, Any]], jobs: dict[tuple[str, str], dict[st
                  progress: dict[str, dict[str, Any]]) -> Table:
     t = Table(title="Runs", title_justify="left")
     for col in ("run", "experiment", "framework", "model", "scale", "batch", "rep", "job",
-                "state", "elapsed", "images/s", "reason"):
+                "state", "nodes", "elapsed", "images/s", "reason"):
         t.add_column(col)
     now = time.time()
     for r in runs:
         job = jobs.get((r["backend"], r["job_id"])) or {}
-        elapsed = None
-        if job.get("started"):
+        elapsed = job.get("elapsed")
+        if elapsed is None and job.get("started"):
             elapsed = (job.get("ended") or now) - job["started"]
         last = progress.get(r["run_id"]) or {}
         ips = last.get("throughput") or last.get("images_per_s")
         reason = (r["reason"] or job.get("reason") or "").split("\n", 1)[0]
         t.add_row(r["run_id"], r["experiment"], r["framework"], r["model"],
                   f"{r['nodes']}x{r['ranks_per_node']}", str(r["per_device_batch"]),
-                  str(r["repetition"]), r["job_id"] or "-", r["state"], elapsed_text(elapsed),
+                  str(r["repetition"]), r["job_id"] or "-", r["state"], job.get("nodes") or "-",
+                  elapsed_text(elapsed),
                   fmt(ips, 1), reason[:80])
     return t

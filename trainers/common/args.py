@@ -64,6 +64,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="compute threads per rank on CPU (one by default: ranks own cores)")
+    p.add_argument("--cpu-bind", choices=("auto", "none"), default="auto",
+                   help="auto: pin each rank to its own cores on CPU when they fit")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="top-1 at which time-to-accuracy is taken")
     p.add_argument("--eval-every", type=_positive_int, default=1, help="epochs between evals")

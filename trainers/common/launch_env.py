@@ -79,3 +79,30 @@ def cpu_model() -> str:
         pass
     import platform
     return platform.processor() or platform.machine()
+
+
+def local_world_size(env: Mapping[str, str] | None = None) -> int:
+    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE, or Slurm's tasks on this node."""
+    env = os.environ if env is None else env
+    if "LOCAL_WORLD_SIZE" in env:
+        return int(env["LOCAL_WORLD_SIZE"])
+    if "SLURM_NTASKS_PER_NODE" in env:
+        return int(env["SLURM_NTASKS_PER_NODE"])
+    if "SLURM_TASKS_PER_NODE" in env:  # "2(x3)" or "2,1"
+        return int(env["SLURM_TASKS_PER_NODE"].split("(")[0].split(",")[0])
+    return 1
+
+
+def bind_cpus(local_rank: int, local_world: int, threads: int) -> list[int] | None:
+    """Pin this rank to its own `threads` cores of the ones the process may use, when several
+    ranks share the node and they fit; an unpinned rank can be moved onto its neighbour's
+    core and measure that instead.
+    Returns the cores, or None when the set was left alone (too few cores, or not Linux)."""
+    if not hasattr(os, "sched_getaffinity") or local_world < 2:
+        return None  # a lone rank collides with no one; the OS may move it off busy cores
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < local_world * threads or len(allowed) == threads:
+        return None  # already bound by the launcher (Slurm's task plugin), or no room
+    mine = allowed[local_rank * threads:(local_rank + 1) * threads]
+    os.sched_setaffinity(0, mine)
+    return mine

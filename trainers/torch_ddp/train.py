@@ -7,6 +7,7 @@ so the slowest rank sets the time.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import os
@@ -22,7 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..common import data as common_data
 from ..common.args import build_parser, fault_step
-from ..common.launch_env import LaunchEnv, cpu_model, detect, node_name
+from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
+                                 node_name)
 from ..common.records import RecordWriter
 from ..common.schedule import LRPlan, scaled_lr, step_time_stats
 from .models import build, parameter_count
@@ -52,8 +54,11 @@ def _gather(obj: Any, launch: LaunchEnv) -> list[Any]:
 
 
 def _weights_digest(model: torch.nn.Module) -> str:
+    """Hash of the trainable weights. BatchNorm running statistics are left out on purpose:
+    each rank updates them from its own data, and DDP re-broadcasts them only at the next
+    forward pass, so they legitimately differ after the last step."""
     h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
+    for name, p in sorted(model.named_parameters()):
         h.update(name.encode())
         h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
@@ -106,6 +111,11 @@ def train(argv: list[str] | None = None) -> int:
     if use_cuda:
         torch.cuda.set_device(device)
     # Each rank owns its cores; more threads than cores makes ranks fight and hides scaling.
+    cores = None
+    # Inside a Slurm job binding is Slurm's (--cpu-bind, task/affinity): it knows the
+    # allocation, while a rank only knows its own node's view.
+    if not use_cuda and args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
+        cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
     torch.set_num_threads(args.threads)
 
     precision = args.precision if args.precision != "auto" else ("bf16" if use_cuda else "fp32")
@@ -117,6 +127,11 @@ def train(argv: list[str] | None = None) -> int:
     if args.dataset in common_data.SYNTHETIC and args.epochs:
         raise TrainerError(f"{args.dataset} has no epochs; give --steps")
 
+    # One rank needs no process group and no DDP: gradients are the same without them, and
+    # the single-device baseline every speedup divides by should be the strongest one.
+    launched_by = launch.launcher
+    if launch.world_size == 1:
+        launch = dataclasses.replace(launch, launcher="single")
     if launch.distributed:
         dist.init_process_group(
             backend="nccl" if use_cuda else "gloo", rank=launch.rank,
@@ -124,14 +139,16 @@ def train(argv: list[str] | None = None) -> int:
             **({"device_id": device} if use_cuda else {}))
     writer = RecordWriter(args.output, enabled=launch.rank == 0)
     try:
-        return _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, writer)
+        return _run(args, launch, launched_by, cores, device, precision, amp_dtype,
+                    channels_last, crash_at, writer)
     finally:
         writer.close()
         if launch.distributed and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, writer) -> int:
+def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channels_last,
+         crash_at, writer) -> int:
     world = launch.world_size
     shape = common_data.SHAPES[args.dataset]
     torch.manual_seed(args.seed)
@@ -194,7 +211,7 @@ def _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, wr
                  lr_warmup_epochs=args.lr_warmup_epochs, lr_schedule=args.lr_schedule,
                  momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
                  threads=args.threads, target_accuracy=args.target_accuracy,
-                 run_id=args.run_id, device=device.type)
+                 run_id=args.run_id, device=device.type, ddp=launch.distributed)
     versions = {"torch": torch.__version__, "python": sys.version.split()[0],
                 "numpy": np.__version__, "cuda": torch.version.cuda,
                 "cudnn": (torch.backends.cudnn.version() if device.type == "cuda" else None),
@@ -204,10 +221,11 @@ def _run(args, launch, device, precision, amp_dtype, channels_last, crash_at, wr
                       else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
     hosts = _gather(node_name(), launch)
     writer.write("env", framework_versions=versions, hostnames=hosts, devices=devices,
-                 world_size=world, dlscale_version=_dlscale_version(), launcher=launch.launcher,
+                 world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
                  backend=("nccl" if device.type == "cuda" else "gloo") if launch.distributed
                  else None, job_id=os.environ.get("SLURM_JOB_ID"),
-                 nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+                 nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                 cpu_affinity=_gather(cores, launch))
 
     def prepare(x: torch.Tensor, augment: bool) -> torch.Tensor:
         x = x.to(device, non_blocking=True).float()

@@ -1,0 +1,87 @@
+"""Shared fixtures: a private DLSCALE_HOME per test, the real `dlscale` command, and a
+clean-up that stops any local worker a test left behind."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("DLSCALE_HOME", str(h))
+    yield h
+    _stop_workers(h)
+
+
+def _stop_workers(h: Path) -> None:
+    """Kill local workers and their jobs that belong to this test's store."""
+    out = subprocess.run(["pgrep", "-f", f"local_worker {h}"], capture_output=True, text=True)
+    for pid in out.stdout.split():
+        try:
+            os.killpg(int(pid), signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def dlscale(*args: str, home: Path | None = None, timeout: float = 600,
+            check: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    if home is not None:
+        env["DLSCALE_HOME"] = str(home)
+    env.pop("DLSCALE_DEBUG", None)
+    proc = subprocess.run([str(BIN / "dlscale"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def write_spec(path: Path, experiment: str = "", training: str = "", name: str = "t") -> Path:
+    """A small valid spec; `experiment`/`training` lines are appended to their tables."""
+    path.write_text(textwrap.dedent(f"""\
+        [experiment]
+        name = "{name}"
+        frameworks = ["pytorch-ddp"]
+        models = ["resnet20"]
+        datasets = ["synthetic-cifar"]
+        scales = ["1x1", "1x2"]
+        per_device_batch = [8]
+        precisions = ["fp32"]
+        repetitions = 1
+        {experiment}
+        [training]
+        steps = 4
+        warmup_steps = 1
+        log_every = 2
+        {training}
+        """))
+    return path
+
+
+CLUSTER = REPO / "tests" / "slurm" / "cluster"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The real two-node test cluster (tests/slurm/cluster), started if it is not up."""
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster starts daemons and needs root")
+    proc = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    conf = proc.stdout.strip().split("=", 1)[1]
+    os.environ["SLURM_CONF"] = conf
+    return conf
+
+
+def cluster(*args: str) -> None:
+    subprocess.run([str(CLUSTER), *args], check=True, capture_output=True, timeout=300)

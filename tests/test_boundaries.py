@@ -1,0 +1,56 @@
+"""The design's boundaries, checked in fresh interpreters and in the source."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FORBIDDEN_IN_TRAINERS = ("dlscale.engine", "dlscale.tui", "textual", "rich", "jinja2", "click",
+                         "pydantic")
+
+
+def imported_modules(folder: Path) -> set[tuple[str, str]]:
+    found = set()
+    for path in folder.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {(str(path), a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against the package path
+                    pkg = path.relative_to(REPO).parent.parts
+                    pkg = ("dlscale",) + pkg
+                    base = ".".join(pkg[:len(pkg) - node.level + 1] + ((base,) if base else ()))
+                found.add((str(path), base))
+    return found
+
+
+def test_trainers_import_no_engine_tui_or_ui_libraries():
+    bad = [(f, m) for f, m in imported_modules(REPO / "trainers")
+           if m.startswith(FORBIDDEN_IN_TRAINERS) or m.startswith("dlscale.jobscripts")]
+    assert bad == []
+
+
+def test_engine_never_imports_textual():
+    assert [(f, m) for f, m in imported_modules(REPO / "engine") if m.startswith(
+        ("textual", "dlscale.tui"))] == []
+
+
+def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
+    code = ("import sys, dlscale.engine.cli, dlscale.engine.monitor;"
+            "assert 'textual' not in sys.modules, 'textual'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = ("import sys, dlscale.trainers.torch_ddp.train;"
+            "bad = [m for m in sys.modules if m.startswith(('dlscale.engine', 'rich', 'textual',"
+            " 'jinja2', 'pydantic', 'click'))]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_generic_top_level_packages_installed(tmp_path):
+    """From a neutral folder only `dlscale.*` is importable, not `engine` or `tui`."""
+    code = ("import importlib.util as u;"
+            "print([n for n in ('engine', 'trainers', 'tui', 'jobscripts') if u.find_spec(n)])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,44 @@
+from conftest import write_spec
+from dlscale.engine.plan import plan
+from dlscale.engine.spec import load_spec
+
+
+def test_matrix_expands_and_ids_are_stable(tmp_path):
+    path = write_spec(tmp_path / "a.toml", "repetitions = 3", "")
+    path.write_text(path.read_text().replace("repetitions = 1\n", ""))
+    runs = plan(load_spec(path)).runs
+    assert len(runs) == 2 * 3  # scales x repetitions
+    assert len({r.run_id for r in runs}) == 6
+    assert len({r.point_id for r in runs}) == 2
+    again = plan(load_spec(path)).runs
+    assert [r.run_id for r in runs] == [r.run_id for r in again]
+
+
+def test_ids_follow_what_determines_the_result(tmp_path):
+    base = {r.run_id for r in plan(load_spec(write_spec(tmp_path / "a.toml"))).runs}
+    # a description is not a parameter
+    desc = write_spec(tmp_path / "b.toml", 'description = "same runs, other words"')
+    assert {r.run_id for r in plan(load_spec(desc)).runs} == base
+    # the number of steps is
+    steps = write_spec(tmp_path / "c.toml")
+    steps.write_text(steps.read_text().replace("steps = 4", "steps = 5"))
+    assert not {r.run_id for r in plan(load_spec(steps)).runs} & base
+
+
+def test_strong_scaling_splits_the_global_batch(tmp_path):
+    path = write_spec(tmp_path / "s.toml", 'scaling = "strong"\nglobal_batch = [16]')
+    path.write_text(path.read_text().replace("per_device_batch = [8]\n", ""))
+    runs = plan(load_spec(path)).runs
+    assert [(r.devices, r.per_device_batch, r.global_batch) for r in runs] == [(1, 16, 16), (2, 8, 16)]
+
+
+def test_models_pair_only_with_fitting_data(tmp_path):
+    path = write_spec(tmp_path / "m.toml")
+    path.write_text(path.read_text()
+                    .replace('["resnet20"]', '["resnet20", "resnet50"]')
+                    .replace('["synthetic-cifar"]', '["synthetic-cifar", "synthetic-imagenet"]'))
+    p = plan(load_spec(path))
+    assert {(r.model, r.dataset) for r in p.runs} == {("resnet20", "synthetic-cifar"),
+                                                      ("resnet50", "synthetic-imagenet")}
+    assert sorted(p.skipped_pairs) == [("resnet20", "synthetic-imagenet"),
+                                       ("resnet50", "synthetic-cifar")]

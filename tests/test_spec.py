@@ -1,0 +1,75 @@
+"""Every kind of bad spec: named file, line, field and what is allowed; exit 2; no traceback."""
+import pytest
+
+from conftest import REPO, dlscale, write_spec
+from dlscale.engine.errors import SpecError
+from dlscale.engine.spec import load_spec
+
+BAD = [
+    # (what to change, expected fragments of the message, line)
+    ({"experiment": "bogus = 1"}, ["experiment.bogus", "unknown key", "allowed keys here: name"], 10),
+    ({"training": "lr = \"fast\""}, ["training.lr", "valid number"], 15),
+    ({"training": "steps_per_epoch = 3"}, ["training.steps_per_epoch", "unknown key"], 15),
+    ({"replace": ('"pytorch-ddp"', '"pytorch-dpp"')}, ["experiment.frameworks",
+      "unknown framework 'pytorch-dpp'", "allowed: pytorch-ddp"], 3),
+    ({"replace": ('"pytorch-ddp"', '"mxnet"')}, ["framework 'mxnet' cannot run yet"], 3),
+    ({"replace": ('"resnet20"', '"resnet21"')}, ["experiment.models", "unknown model",
+      "resnet44"], 4),
+    ({"replace": ('"synthetic-cifar"', '"imagenet"')}, ["unknown dataset", "digits"], 5),
+    ({"replace": ('"1x1", "1x2"', '"0x1"')}, ["experiment.scales[0].nodes",
+      "greater than or equal to 1", "got 0"], 6),
+    ({"replace": ('"1x1", "1x2"', '{nodes = 1, ranks_per_node = 0}')},
+     ["experiment.scales[0].ranks_per_node", "greater than or equal to 1"], 6),
+    ({"replace": ('"1x1", "1x2"', '"two"')}, ["not NODESxRANKS"], 6),
+    ({"replace": ("[8]", "[0]")}, ["experiment.per_device_batch", "not a positive integer"], 7),
+    ({"replace": ("[8]", "[-4]")}, ["not a positive integer"], 7),
+    ({"replace": ("[8]", "[8.5]")}, ["experiment.per_device_batch[0]", "valid integer", "8.5"], 7),
+    ({"replace": ("[8]", '["8"]')}, ["experiment.per_device_batch[0]", "valid integer"], 7),
+    ({"replace": ("repetitions = 1", "repetitions = 0")}, ["experiment.repetitions"], 9),
+    ({"replace": ("steps = 4", "epochs = 4")}, ["synthetic-cifar has no epochs"], None),
+    ({"training": "epochs = 2"}, ["exactly one of steps"], 11),
+    ({"training": "target_accuracy = 0.9"}, ["target_accuracy needs a real dataset"], None),
+    ({"training": "target_accuracy = 1.5"}, ["training.target_accuracy", "less than or equal to 1"], 15),
+]
+
+
+def _make(tmp_path, change):
+    path = write_spec(tmp_path / "spec.toml", change.get("experiment", ""), change.get("training", ""))
+    if "replace" in change:
+        old, new = change["replace"]
+        path.write_text(path.read_text().replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("change,fragments,line", BAD)
+def test_bad_spec_is_reported_with_file_line_and_field(tmp_path, change, fragments, line):
+    path = _make(tmp_path, change)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message
+    assert message.startswith(f"{path}:{line}:" if line else str(path))
+
+
+def test_invalid_toml_names_line_and_column(tmp_path):
+    path = write_spec(tmp_path / "spec.toml")
+    path.write_text(path.read_text().replace("[training]", "[training"))
+    with pytest.raises(SpecError, match=r"spec.toml:11:\d+: invalid TOML"):
+        load_spec(path)
+
+
+def test_cli_exit_2_without_traceback(tmp_path, home):
+    path = _make(tmp_path, {"replace": ("[8]", "[0]")})
+    for cmd in (["plan", str(path)], ["run", str(path)]):
+        proc = dlscale(*cmd, check=2)
+        assert "Traceback" not in proc.stderr + proc.stdout
+        assert f"dlscale: error: {path}:7: experiment.per_device_batch" in proc.stderr
+    proc = dlscale("run", str(tmp_path / "nope.toml"), check=2)
+    assert f"{tmp_path / 'nope.toml'}: no such file" in proc.stderr
+    assert not (home / "runs").exists()  # nothing was submitted
+
+
+def test_shipped_examples_validate():
+    for path in sorted((REPO / "examples").glob("*.toml")):
+        load_spec(path)
