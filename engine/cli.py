@@ -17,6 +17,7 @@ from .estimate import estimate
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
 from .plan import plan as make_plan
+from .profile import load_profile
 from .spec import load_spec
 from .store import ACTIVE, TERMINAL, Store
 
@@ -48,15 +49,26 @@ def cli(ctx: click.Context, home: str | None) -> None:
     ctx.obj = {"home": home}
 
 
+def _backend_options(f):
+    f = click.option("--partition", default=None, help="partition of the profile "
+                     "(default: the profile's default partition)")(f)
+    f = click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+                     help="cluster profile TOML (needed with --backend slurm)")(f)
+    return click.option("--backend", default="local", show_default=True,
+                        type=click.Choice(study.BACKENDS))(f)
+
+
 @cli.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--backend", default="local", show_default=True, type=click.Choice(study.BACKENDS))
+@_backend_options
 @click.pass_context
-def plan_cmd(ctx: click.Context, spec: str, backend: str) -> None:
+def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+             partition: str | None) -> None:
     """Dry run: list the runs a spec makes, their count and the device-hours."""
     loaded = load_spec(spec)
+    profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
-    study.check_plan(loaded, p, backend)
+    study.check_plan(loaded, p, backend, profile, partition)
     store = _store(ctx)
     est = estimate(store, p.runs)
     t = tables.Table(title=f"Plan of {loaded.spec.experiment.name} ({loaded.path})",
@@ -81,27 +93,33 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str) -> None:
 
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--backend", default="local", show_default=True, type=click.Choice(study.BACKENDS))
+@_backend_options
 @click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
               "print the results table and speedup chart")
 @click.pass_context
-def run(ctx: click.Context, spec: str, backend: str, wait: bool) -> None:
+def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+        partition: str | None, wait: bool) -> None:
     """Submit the runs of SPEC that have not completed yet."""
     loaded = load_spec(spec)
+    profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
-    report = study.submit(store, loaded, backend)
+    scheduler = study.make_scheduler(backend, store)
+    report = study.submit(store, loaded, backend, profile, partition, scheduler)
     name = loaded.spec.experiment.name
+    where = backend if backend == "local" else (
+        f"{backend} via its commands, cluster {profile.profile.name}" if profile else backend)
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
               f"earlier (skipped), {len(report.active)} already queued or running "
-              f"[backend: {backend}]")
+              f"[backend: {where}]")
+    if backend == "slurm":
+        out.print(study.pyslurm_status())
     for r, why in report.failed_to_submit:
         err.print(f"dlscale: not submitted: {r.label()}: {why}")
     if not wait:
         out.print("follow them with `dlscale status`; results with `dlscale results`")
         sys.exit(1 if report.failed_to_submit else 0)
     run_ids = [r.run_id for r in report.all_runs]
-    scheduler = study.make_scheduler(backend, store)
     try:
         _wait_with_progress(store, scheduler, run_ids)
     except KeyboardInterrupt:
@@ -217,7 +235,7 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
 def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     """The log of a run (unique id prefixes work)."""
     store = _store(ctx)
-    row = store.run(run_id)
+    row = study.find_run(store, run_id)
     path = Path(row["run_dir"]) / "run.log"
     if not follow_log:
         if not path.exists():
@@ -242,7 +260,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
 
 
 @cli.command()
-@click.argument("run_ids", nargs=-1)
+@click.argument("run_ids", nargs=-1, metavar="RUN|JOB...")
 @click.option("--experiment", "-e", default=None, help="every live run of this experiment")
 @click.pass_context
 def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None) -> None:
@@ -257,6 +275,16 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     out.print(f"cancelled {len(done)} run(s)" + (f": {' '.join(done)}" if done else ""))
 
 
+@cli.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@click.pass_context
+def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
+    """Submit finished, failed or cancelled runs again, with the same job script."""
+    store = _store(ctx)
+    for rid, job_id in study.resubmit(store, [study.find_run(store, r)["run_id"] for r in run_ids]):
+        out.print(f"run {rid}: job {job_id}")
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="dlscale", standalone_mode=False)
@@ -268,11 +296,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except SpecError as exc:
         for problem in exc.problems:
-            err.print(f"dlscale: error: {problem}", markup=False)
+            err.print(f"dlscale: error: {problem}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except DlscaleError as exc:
         for line in str(exc).splitlines():
-            err.print(f"dlscale: error: {line}", markup=False)
+            err.print(f"dlscale: error: {line}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 class Framework:
     name: str
     trainer_module: str | None  # python -m target; None while the trainer does not exist yet
-    launcher: str  # "torchrun": one launcher task per node that spawns the ranks
+    launcher: str  # local backend: "torchrun" (one launcher process that spawns the ranks)
     note: str = ""
+    # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
+    # per node. A profile's environment may choose another that the trainer supports.
+    slurm_launchers: tuple[str, ...] = ("srun", "torchrun")
 
     @property
     def available(self) -> bool:

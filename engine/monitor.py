@@ -55,6 +55,9 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
             st = statuses.get(r["job_id"])
             if st is None:
                 continue
+            if scheduler.name != "local":  # the local worker keeps its own job rows
+                store.update_job(scheduler.name, r["job_id"], state=st.state, reason=st.reason,
+                                 nodes=st.nodes, elapsed=st.elapsed_s, exit_code=st.exit_code)
             if st.state in ("RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL",
                             "CANCELLED"):
                 new += store.ingest(r["run_id"], Path(r["run_dir"]) / METRICS_FILE)

@@ -200,25 +200,46 @@ class LoadedSpec(BaseModel):
 
 # --- error reporting -------------------------------------------------------------------
 
-_HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\s*(#.*)?$")
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of a field in the TOML text, from pydantic's location tuple."""
-    names = [str(p) for p in loc if isinstance(p, str)]
-    if not names:
-        return None
-    table, key = (names[0], names[1]) if len(names) > 1 else (None, names[0])
-    current = None
-    for number, line in enumerate(text.splitlines(), 1):
-        header = _HEADER.match(line)
-        if header:
-            current = header[1].strip().strip('"\'')
-            if table is None and current == key:
-                return number
+    """The 1-based line of a field in the TOML text, from pydantic's location tuple.
+
+    Handles tables (`[training]`), dotted tables (`[environments.pytorch-ddp]`) and arrays
+    of tables (`[[partitions]]`, the n-th one for an index), else returns None."""
+    parts = [p for p in loc if isinstance(p, int) or not (
+        p.startswith("function-") or p in ("str", "dict[str,any]", "list[str]"))]
+    lines = text.splitlines()
+    for split in range(len(parts), -1, -1):
+        head, rest = parts[:split], parts[split:]
+        occurrence = None
+        if head and isinstance(head[-1], int):
+            occurrence, head = head[-1], head[:-1]
+        if any(isinstance(h, int) for h in head):
             continue
-        if current == table and re.match(rf"^\s*{re.escape(key)}\s*=", line):
-            return number
+        table = ".".join(head)
+        key = next((r for r in rest if isinstance(r, str)), None)
+        if not table:
+            for number, line in enumerate(lines, 1):
+                if _HEADER.match(line):
+                    break
+                if key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+                    return number
+            continue
+        current, seen = "", -1
+        for number, line in enumerate(lines, 1):
+            header = _HEADER.match(line)
+            if header:
+                current = ".".join(x.strip().strip('"\'') for x in header[1].split("."))
+                if current == table:
+                    seen += 1
+                    if key is None and occurrence in (None, seen):
+                        return number
+                continue
+            if (key and current == table and occurrence in (None, seen)
+                    and re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", line)):
+                return number
     return None
 
 

@@ -38,7 +38,7 @@ CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment);
 CREATE TABLE IF NOT EXISTS jobs (
     backend TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL,
     reason TEXT, nodes TEXT, submitted REAL, started REAL, ended REAL, exit_code INTEGER,
-    pid INTEGER, payload TEXT, PRIMARY KEY (backend, job_id));
+    pid INTEGER, payload TEXT, elapsed REAL, PRIMARY KEY (backend, job_id));
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(backend, state);
 CREATE TABLE IF NOT EXISTS records (
     run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,

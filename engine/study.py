@@ -7,37 +7,65 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PlanError, SubmitError, UserError
+import json
+import shutil
+import subprocess
+
+from . import jobscript
+from .errors import ControllerUnreachable, PlanError, SubmitError, UserError
 from .launch import local_command, local_env
 from .plan import Plan, Run, plan
+from .profile import LoadedProfile
 from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
+from .schedulers.slurm import SlurmCLI
 from .spec import LoadedSpec
 from .store import ACTIVE, Store
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "slurm")
+
+
+def pyslurm_status() -> str:
+    """Why the pyslurm backend is or is not used (PyPI's pyslurm targets Slurm 25.11)."""
+    try:
+        import pyslurm  # type: ignore[import-not-found]  # noqa: F401
+    except Exception as exc:  # ImportError, or a build for another Slurm failing to load
+        return f"pyslurm not usable here ({type(exc).__name__}); using Slurm's commands"
+    return ("pyslurm imports, but dlscale's pyslurm backend is not written yet; "
+            "using Slurm's commands")
 
 
 def make_scheduler(backend: str, store: Store) -> Scheduler:
     if backend == "local":
         return LocalScheduler(store)
-    raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)} "
-                    "(slurm arrives with issue 3)")
+    if backend == "slurm":
+        return SlurmCLI()
+    raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
 
 
-def check_plan(loaded: LoadedSpec, p: Plan, backend: str) -> None:
+def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
+               profile: LoadedProfile | None = None, partition: str | None = None) -> None:
     """Everything that can be refused is refused before anything is submitted."""
     problems = []
     seen = set()
+    if backend == "slurm" and profile is None:
+        raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
     for run in p.runs:
         key = (run.nodes, run.ranks_per_node)
-        if backend == "local" and key not in seen:
-            seen.add(key)
-            try:
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            if backend == "local":
                 check_fits(run.nodes, run.ranks_per_node, run.training["threads_per_rank"],
                            f"{loaded.path}: experiment.scales {run.scale}")
-            except PlanError as exc:
-                problems.append(str(exc))
+            else:
+                assert profile is not None
+                jobscript.check_fits(run, profile.profile.partition(partition), profile.path)
+                jobscript.launcher_for(run, profile.profile.environments.get(
+                    run.framework, jobscript.Environment()))
+        except PlanError as exc:
+            problems.append(str(exc))
     data_dir = loaded.spec.training.data_dir
     if backend == "local" and data_dir and not Path(data_dir).is_dir():
         problems.append(f"{loaded.path}: training.data_dir: {data_dir} is not a folder here")
@@ -59,10 +87,29 @@ class SubmitReport:
             r for r, _ in self.failed_to_submit]
 
 
-def submit(store: Store, loaded: LoadedSpec, backend: str) -> SubmitReport:
+def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedProfile,
+                   partition: str | None) -> JobRequest:
+    """Render job.sh into the run folder, with the spec and profile beside it, and check
+    that bash can parse it before Slurm sees it."""
+    script = run_dir / "job.sh"
+    script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition))
+    (run_dir / "spec.toml").write_text(loaded.text)
+    (run_dir / "profile.toml").write_text(profile.text)
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise PlanError(f"{script}: the rendered job script does not parse: "
+                        f"{check.stderr.strip()}")
+    return JobRequest(run.run_id, run_dir, ["sbatch", str(script)], {}, run.nodes,
+                      run.ranks_per_node, run.training["threads_per_rank"],
+                      f"{run.experiment}:{run.label()}")
+
+
+def submit(store: Store, loaded: LoadedSpec, backend: str,
+           profile: LoadedProfile | None = None, partition: str | None = None,
+           scheduler: Scheduler | None = None) -> SubmitReport:
     p = plan(loaded)
-    check_plan(loaded, p, backend)
-    scheduler = make_scheduler(backend, store)
+    check_plan(loaded, p, backend, profile, partition)
+    scheduler = scheduler or make_scheduler(backend, store)
     store.save_experiment(loaded.spec.experiment.name, loaded.path, loaded.text, loaded.digest)
     report = SubmitReport()
     for run in p.runs:
@@ -76,26 +123,81 @@ def submit(store: Store, loaded: LoadedSpec, backend: str) -> SubmitReport:
         again = row["state"] != "PLANNED"
         row = store.start_attempt(run.run_id)
         run_dir = Path(row["run_dir"])
-        request = JobRequest(run.run_id, run_dir, local_command(run, run_dir), local_env(run),
-                             run.nodes, run.ranks_per_node, run.training["threads_per_rank"],
-                             f"{run.experiment}:{run.label()}")
+        if backend == "slurm":
+            assert profile is not None
+            request = _slurm_request(run, run_dir, loaded, profile, partition)
+        else:
+            request = JobRequest(run.run_id, run_dir, local_command(run, run_dir),
+                                 local_env(run), run.nodes, run.ranks_per_node,
+                                 run.training["threads_per_rank"],
+                                 f"{run.experiment}:{run.label()}")
         try:
-            scheduler.submit(request)
+            job_id = scheduler.submit(request)
+        except ControllerUnreachable as exc:
+            # Nothing more can be submitted now; what was submitted stays tracked.
+            store.update_run(run.run_id, state="PLANNED", reason=f"not submitted: {exc}")
+            report.failed_to_submit.append((run, str(exc)))
+            break
         except SubmitError as exc:
             # One refused job does not stop the others, and nothing already queued is lost.
             store.update_run(run.run_id, state="FAILED", reason=f"not submitted: {exc}")
             report.failed_to_submit.append((run, str(exc)))
             continue
+        if backend != "local":  # the local scheduler records its own queue entry
+            store.add_job(backend, job_id, run.run_id, "PENDING", {"script": str(run_dir / "job.sh")})
         (report.resubmitted if again else report.submitted).append(run)
     return report
 
 
+def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple[str, str]]:
+    """Submit runs again exactly as before (the same job script or command); finished
+    attempts move to attempts/N. Returns (run id, new job id) pairs."""
+    out = []
+    for rid in run_ids:
+        row = store.run(rid)
+        if row["state"] in ACTIVE:
+            raise UserError(f"run {row['run_id']} is {row['state']}; cancel it first")
+        if not row["job_id"]:
+            raise UserError(f"run {row['run_id']} was never submitted; use `dlscale run SPEC`")
+        backend = row["backend"]
+        last = store.job(backend, row["job_id"]) or {}
+        payload = json.loads(last.get("payload") or "{}")
+        row = store.start_attempt(row["run_id"])
+        run_dir = Path(row["run_dir"])
+        scheduler = (scheduler_for or make_scheduler)(backend, store)
+        if backend == "slurm":
+            previous = run_dir / "attempts" / str(row["attempts"] - 1)
+            for name in ("job.sh", "spec.toml", "profile.toml"):
+                if (previous / name).exists():
+                    shutil.copy2(previous / name, run_dir / name)
+            request = JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
+        else:
+            request = JobRequest(row["run_id"], run_dir, payload["argv"], payload["env"],
+                                 row["nodes"], row["ranks_per_node"],
+                                 json.loads(row["training"])["threads_per_rank"])
+        job_id = scheduler.submit(request)
+        if backend != "local":
+            store.add_job(backend, job_id, row["run_id"], "PENDING",
+                          {"script": str(run_dir / "job.sh")})
+        out.append((row["run_id"], job_id))
+    return out
+
+
+def find_run(store: Store, ident: str) -> dict:
+    """A run by id (or unique prefix), or by the id of one of its jobs."""
+    for backend in BACKENDS:
+        job = store.job(backend, ident)
+        if job:
+            return store.run(job["run_id"])
+    return store.run(ident)
+
+
 def cancel(store: Store, run_ids: list[str]) -> list[str]:
-    """Cancel runs' live jobs; returns the ids of the runs that had one."""
+    """Cancel runs' live jobs (runs named by run or job id); returns the runs that had one."""
     by_backend: dict[str, list[str]] = {}
     done = []
     for rid in run_ids:
-        row = store.run(rid)
+        row = find_run(store, rid)
         if row["state"] in ACTIVE and row["job_id"]:
             by_backend.setdefault(row["backend"], []).append(row["job_id"])
             done.append(row["run_id"])

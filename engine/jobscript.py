@@ -1,0 +1,95 @@
+"""Render a run's Slurm batch script from the templates in dlscale.jobscripts.
+
+Templates are chosen by launcher: `srun` (one task per device) and `torchrun` (one task per
+node). Later launchers (Horovod, TensorFlow, MXNet roles, DeepSpeed) extend base.sh.j2 and
+fill its blocks: tasks, environment, rendezvous, launch.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from .errors import PlanError
+from .frameworks import FRAMEWORKS
+from .launch import LOG_FILE, local_env, trainer_args
+from .plan import Run
+from .profile import Environment, LoadedProfile, Partition
+
+# #SBATCH lines are read by sbatch, not by a shell: quoting does not apply there, so every
+# value that goes into one must be made of harmless characters only.
+_SAFE_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./,:=@+-]+$")
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("dlscale.jobscripts", "."),
+    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+_env.filters["q"] = lambda v: shlex.quote(str(v))
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dlscale")
+    except Exception:
+        return "unknown"
+
+
+def launcher_for(run: Run, env: Environment) -> str:
+    allowed = FRAMEWORKS[run.framework].slurm_launchers
+    if env.launcher and env.launcher not in allowed:
+        raise PlanError(f"{run.framework} cannot be launched by {env.launcher}; it can by "
+                        f"{', '.join(allowed)}")
+    return env.launcher or allowed[0]
+
+
+def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
+    """Refuse, before anything is submitted, a run the partition cannot hold."""
+    threads = run.training["threads_per_rank"]
+    where = f"{profile_path}: partition {partition.name}"
+    if run.nodes > partition.nodes:
+        raise PlanError(f"{where} has {partition.nodes} node(s); scale {run.scale} asks for "
+                        f"{run.nodes}")
+    if partition.gpus_per_node:
+        if run.ranks_per_node > partition.gpus_per_node:
+            raise PlanError(f"{where} has {partition.gpus_per_node} GPU(s) per node; scale "
+                            f"{run.scale} asks for {run.ranks_per_node}")
+    elif run.ranks_per_node * threads > partition.cpus_per_node:
+        raise PlanError(f"{where} has {partition.cpus_per_node} CPU(s) per node; scale "
+                        f"{run.scale} x {threads} thread(s) asks for "
+                        f"{run.ranks_per_node * threads}")
+
+
+def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
+           partition_name: str | None = None) -> str:
+    profile = loaded.profile
+    partition = profile.partition(partition_name)
+    check_fits(run, partition, loaded.path)
+    env = profile.environments.get(run.framework, Environment())
+    fw = FRAMEWORKS[run.framework]
+    if fw.trainer_module is None:
+        raise PlanError(f"{run.framework}: {fw.note}")
+    log_path = run_dir / LOG_FILE
+    if not _SAFE_SBATCH_VALUE.match(str(log_path)):
+        raise PlanError(f"run folder {run_dir} has characters a #SBATCH line cannot carry; "
+                        "set DLSCALE_HOME to a path of letters, digits and ./_-")
+    python = profile.python
+    if env.venv:
+        python = str(Path(env.venv) / "bin" / "python")
+    prefix = ""
+    if env.container:
+        c = env.container
+        words = [c.runtime, "exec"] + (["--nv"] if c.nv else []) + sum(
+            (["-B", b] for b in c.binds), []) + [c.image]
+        prefix = " ".join(shlex.quote(w) for w in words) + " "
+    launcher = launcher_for(run, env)
+    template = _env.get_template(f"{launcher}.sh.j2")
+    return template.render(
+        run=run, label=f"{run.experiment}: {run.label()}", version=_version(),
+        spec_path=spec_path, profile_path=loaded.path, profile=profile, partition=partition,
+        env=env, job_env=local_env(run), run_dir=str(run_dir), log_path=str(log_path),
+        job_name=f"dlscale-{run.experiment}-{run.run_id[:8]}",
+        time_limit=profile.time_limit, threads=run.training["threads_per_rank"],
+        python=python, container_prefix=prefix, trainer_module=fw.trainer_module,
+        trainer_args=trainer_args(run, run_dir))

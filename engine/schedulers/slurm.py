@@ -1,0 +1,188 @@
+"""Slurm through its commands: the default backend, because it works at every site.
+
+Spares the controller: one `sacct` call per poll for all live jobs (slurmdbd answers it,
+not slurmctld), `squeue` only every few polls for pending reasons, terminal states cached
+and never asked again, and a few failed polls tolerated before the controller is reported
+unreachable. Every command goes through one injectable runner.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from ..errors import ControllerUnreachable, SchedulerError, SubmitError
+from .base import JobRequest, JobStatus, Scheduler
+from .slurm_parse import (SACCT_FIELDS, SQUEUE_FORMAT, ParseError, SlurmJob, parse_sacct,
+                          parse_sbatch, parse_squeue)
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+# Messages of a controller or database that is busy or restarting: worth a retry.
+TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
+             "Resource temporarily unavailable", "Slurm backup controller in standby mode",
+             "Zero Bytes were transmitted or received", "Connection reset")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Runner(Protocol):
+    def __call__(self, argv: list[str], env: dict[str, str] | None = None,
+                 timeout: float = 60) -> CommandResult: ...
+
+
+def run_command(argv: list[str], env: dict[str, str] | None = None,
+                timeout: float = 60) -> CommandResult:
+    """The real runner: argv only, never a shell."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return CommandResult(argv, 124, "", f"{argv[0]}: no answer in {timeout:.0f} s "
+                             "(Socket timed out)")
+    return CommandResult(argv, p.returncode, p.stdout, p.stderr)
+
+
+def clean_env() -> dict[str, str]:
+    """The environment for sbatch: SBATCH_* variables (from a user's shell or an enclosing
+    job) would silently override the script's own #SBATCH lines."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+@dataclass
+class SlurmCLI(Scheduler):
+    runner: Runner = run_command
+    squeue_every: int = 3          # polls between squeue calls (pending reasons, liveness)
+    max_failures: int = 3          # failed polls in a row before "unreachable"
+    retries: int = 3               # sbatch/scancel attempts on transient errors
+    sleep: Callable[[float], None] = time.sleep
+    name: str = "slurm"
+    _cache: dict[str, SlurmJob] = field(default_factory=dict)  # last known, terminal kept
+    _polls: int = 0
+    _failures: int = 0
+    _need_squeue: bool = True
+    controller_ok: bool = True
+    last_error: str | None = None
+
+    def _retrying(self, argv: list[str], env: dict[str, str] | None = None) -> CommandResult:
+        delay = 1.0
+        for attempt in range(self.retries):
+            res = self.runner(argv, env=env)
+            if res.returncode == 0 or not any(t in res.stderr for t in TRANSIENT):
+                return res
+            if attempt < self.retries - 1:
+                self.sleep(delay)
+                delay *= 2
+        return res
+
+    def submit(self, request: JobRequest) -> str:
+        script = request.run_dir / "job.sh"
+        res = self._retrying(["sbatch", "--parsable", str(script)], env=clean_env())
+        if res.returncode != 0:
+            message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
+            if any(t in res.stderr for t in TRANSIENT):
+                raise ControllerUnreachable(f"sbatch: {message}")
+            raise SubmitError(message)
+        try:
+            job_id = parse_sbatch(res.stdout)
+        except ParseError as exc:
+            raise SubmitError(str(exc)) from None
+        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+        self._need_squeue = True  # a fresh job: learn its pending reason soon
+        return job_id
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """One sacct call for every job not known to be finished; squeue every few polls."""
+        self._polls += 1
+        live = [j for j in job_ids if not (j in self._cache and
+                                           self._cache[j].state in TERMINAL)]
+        ok = True
+        if live:
+            res = self.runner(["sacct", "--parsable2", "--noheader", "--jobs", ",".join(live),
+                               f"--format={SACCT_FIELDS}"])
+            if res.returncode == 0:
+                try:
+                    found = parse_sacct(res.stdout)
+                except ParseError as exc:
+                    found, ok = {}, False
+                    self.last_error = str(exc)
+                for jid, job in found.items():
+                    if jid in live:
+                        old = self._cache.get(jid)
+                        # sacct keeps no pending reason; squeue's stays until the state moves
+                        if old and old.reason and not job.reason and old.state == job.state:
+                            job = SlurmJob(jid, job.state, job.slurm_state, job.exit_code,
+                                           job.signal, job.elapsed_s, job.nodes, old.reason)
+                        self._cache[jid] = job
+            else:
+                ok = False
+                self.last_error = f"sacct: {_first_line(res.stderr) or res.returncode}"
+            still_live = [j for j in live if self._cache.get(j) is None
+                          or self._cache[j].state not in TERMINAL]
+            if still_live and (self._need_squeue or self._polls % self.squeue_every == 0
+                               or not self.controller_ok):
+                ok &= self._squeue(still_live)
+        if ok:
+            self._failures = 0
+        else:
+            self._failures += 1
+            if self._failures >= self.max_failures:
+                raise ControllerUnreachable(
+                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}")
+        out = {}
+        for j in job_ids:
+            job = self._cache.get(j)
+            if job is not None:
+                out[j] = JobStatus(j, job.state, job.reason, job.nodes,
+                                   float(job.elapsed_s) if job.elapsed_s is not None else None,
+                                   job.exit_code)
+        return out
+
+    def _squeue(self, job_ids: list[str]) -> bool:
+        # By user, not by id list: squeue fails the whole call if one id is already purged.
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
+        res = self.runner(["squeue", "--noheader", "--states=all", "--user", user,
+                           f"--format={SQUEUE_FORMAT}"])
+        if res.returncode != 0:
+            self.controller_ok = False
+            self.last_error = f"squeue: {_first_line(res.stderr) or res.returncode}"
+            return False
+        self.controller_ok, self._need_squeue = True, False
+        try:
+            found = parse_squeue(res.stdout)
+        except ParseError as exc:
+            self.last_error = str(exc)
+            return False
+        for jid in job_ids:
+            q = found.get(jid)
+            if q is None:
+                continue
+            old = self._cache.get(jid)
+            if old is None or old.state not in TERMINAL:
+                # sacct lags the controller by seconds; squeue's state and reason are fresher
+                self._cache[jid] = SlurmJob(jid, q.state, q.slurm_state,
+                                            old.exit_code if old else None, None,
+                                            q.elapsed_s, q.nodes or (old.nodes if old else None),
+                                            q.reason)
+        return True
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if not job_ids:
+            return
+        res = self._retrying(["scancel", *job_ids])
+        if res.returncode != 0:
+            raise SchedulerError(f"scancel: {' '.join(res.stderr.split())}")
+        self._need_squeue = True

@@ -1,0 +1,191 @@
+"""Parsers of Slurm's command output (sbatch, sacct text and JSON, squeue), Slurm 22.05+.
+
+Pure functions of text, tested against recorded output, so the watcher's logic does not
+depend on a live controller.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+# Slurm's job states, mapped onto the ones dlscale shows. Unknown states read as UNKNOWN
+# rather than being guessed.
+STATE_MAP = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING",
+    "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "RESIZING": "RUNNING",
+    "SUSPENDED": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
+    "STOPPED": "RUNNING",
+    "COMPLETED": "COMPLETED",
+    "FAILED": "FAILED", "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "FAILED",
+    "SPECIAL_EXIT": "FAILED", "PREEMPTED": "FAILED", "REVOKED": "FAILED",
+    "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "TIMEOUT": "TIMEOUT",
+    "NODE_FAIL": "NODE_FAIL",
+}
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
+SACCT_FIELDS = "JobIDRaw,JobID,State,ExitCode,ElapsedRaw,NodeList,Reason"
+
+
+class ParseError(ValueError):
+    """Output that does not have the shape expected of the command."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str          # as dlscale tracks it: "123", or "123_4" for an array task
+    state: str           # dlscale's state (STATE_MAP)
+    slurm_state: str     # Slurm's own word, e.g. "CANCELLED by 0"
+    exit_code: int | None = None
+    signal: int | None = None
+    elapsed_s: int | None = None
+    nodes: str | None = None
+    reason: str | None = None
+
+
+def map_state(raw: str) -> str:
+    word = raw.strip().split(" ")[0].rstrip("+").upper()
+    return STATE_MAP.get(word, "UNKNOWN")
+
+
+def parse_sbatch(stdout: str) -> str:
+    """`sbatch --parsable` prints `jobid` or `jobid;cluster`."""
+    for line in stdout.strip().splitlines()[::-1]:
+        m = re.fullmatch(r"(\d+)(?:;\S+)?", line.strip())
+        if m:
+            return m[1]
+    raise ParseError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
+
+
+def expand_array(job_id: str) -> list[str]:
+    """`123_[1-3,7]` -> 123_1, 123_2, 123_3, 123_7 (a pending array's compressed form).
+    A `%4` throttle suffix is dropped."""
+    m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
+    if not m:
+        return [job_id]
+    out = []
+    for part in m[2].split("%")[0].split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            step = 1
+            if ":" in hi:
+                hi, s = hi.split(":", 1)
+                step = int(s)
+            out += [f"{m[1]}_{i}" for i in range(int(lo), int(hi) + 1, step)]
+        elif part:
+            out.append(f"{m[1]}_{part}")
+    return out
+
+
+def _nodes(text) -> str | None:
+    text = (text or "").strip()
+    return None if not text or text in ("None assigned", "(null)") else text
+
+
+def _exit(code: str) -> tuple[int | None, int | None]:
+    m = re.fullmatch(r"(\d+):(\d+)", code.strip())
+    return (int(m[1]), int(m[2])) if m else (None, None)
+
+
+def parse_sacct(stdout: str, fields: str = SACCT_FIELDS) -> dict[str, SlurmJob]:
+    """`sacct --parsable2 --noheader --format=FIELDS`: one row per job, array task and step.
+    Step rows (`123.batch`, `123.0`, `123.extern`) are skipped: the job row carries the
+    state. Rows of a requeued job repeat; the last one wins."""
+    names = fields.split(",")
+    out: dict[str, SlurmJob] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) < len(names):
+            raise ParseError(f"sacct row has {len(cols)} fields, expected {len(names)}: "
+                             f"{line[:200]!r}")
+        row = dict(zip(names, cols))
+        job = row.get("JobID", row.get("JobIDRaw", ""))
+        if "." in job:
+            continue
+        exit_code, sig = _exit(row.get("ExitCode", ""))
+        elapsed = row.get("ElapsedRaw", "")
+        reason = row.get("Reason", "").strip()
+        for jid in expand_array(job):
+            out[jid] = SlurmJob(
+                jid, map_state(row["State"]), row["State"].strip(), exit_code, sig,
+                int(elapsed) if elapsed.isdigit() else None, _nodes(row.get("NodeList")),
+                reason if reason and reason != "None" else None)
+    return out
+
+
+def _current_state(state) -> str:
+    # 22.05: {"current": "COMPLETED"}; 23.02+: {"current": ["COMPLETED"], "reason": ...};
+    # some builds print a bare string.
+    if isinstance(state, dict):
+        state = state.get("current", "UNKNOWN")
+    if isinstance(state, list):
+        state = state[0] if state else "UNKNOWN"
+    return str(state)
+
+
+def _number(v) -> int | None:
+    # 23.02+ wraps numbers: {"set": true, "infinite": false, "number": 0}
+    if isinstance(v, dict):
+        return v.get("number") if v.get("set", True) else None
+    return v if isinstance(v, int) else None
+
+
+def parse_sacct_json(stdout: str) -> dict[str, SlurmJob]:
+    """`sacct --json` (Slurm 21.08+; shapes of 22.05 and of 23.02+ alike)."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"sacct --json printed invalid JSON: {exc.msg}") from None
+    out: dict[str, SlurmJob] = {}
+    for job in doc.get("jobs", []):
+        array = job.get("array") or {}
+        task = _number(array.get("task_id"))
+        array_job = _number(array.get("job_id"))
+        if array_job and task is not None:
+            jids = [f"{array_job}_{task}"]
+        elif array_job and isinstance(array.get("task"), str) and array["task"].startswith("0x"):
+            # a pending array's tasks as a hex bitmap: 0x3E = tasks 1-5
+            bits = int(array["task"], 16)
+            jids = [f"{array_job}_{i}" for i in range(bits.bit_length()) if bits >> i & 1]
+        else:
+            jids = [str(job["job_id"])]
+        raw = _current_state(job.get("state"))
+        ec = job.get("exit_code") or {}
+        rc = _number(ec.get("return_code"))
+        sig = _number((ec.get("signal") or {}).get("id") if isinstance(ec.get("signal"), dict)
+                      else ec.get("signal"))
+        reason = (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) \
+            else None
+        for jid in jids:
+            out[jid] = SlurmJob(jid, map_state(raw), raw, rc, sig,
+                                _number((job.get("time") or {}).get("elapsed")),
+                                _nodes(job.get("nodes")),
+                                reason if reason and reason != "None" else None)
+    return out
+
+
+def parse_squeue(stdout: str) -> dict[str, SlurmJob]:
+    """`squeue --noheader --format='%i|%T|%r|%N|%M'`: job id, state, reason, nodes, time."""
+    out: dict[str, SlurmJob] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) < 5:
+            raise ParseError(f"squeue row has {len(cols)} fields, expected 5: {line[:200]!r}")
+        jid, state, reason, nodes, elapsed = (c.strip() for c in cols[:5])
+        for j in expand_array(jid):
+            out[j] = SlurmJob(j, map_state(state), state, None, None, _clock(elapsed),
+                              _nodes(nodes), reason if reason and reason != "None" else None)
+    return out
+
+
+def _clock(text: str) -> int | None:
+    """squeue's %M: [D-]HH:MM:SS or MM:SS."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text)
+    if not m:
+        return None
+    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s

@@ -1,0 +1,230 @@
+"""Against the real Slurm test cluster: submission, watching, results and every fault the
+issue names. Slow: each test waits for real jobs."""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, cluster, dlscale, write_spec
+from dlscale.engine import study
+from dlscale.engine.errors import ControllerUnreachable
+from dlscale.engine.monitor import sync
+from dlscale.engine.profile import load_profile
+from dlscale.engine.schedulers.slurm import SlurmCLI
+from dlscale.engine.spec import load_spec
+from dlscale.engine.store import Store
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+
+
+def profile_copy(tmp_path, extra="", replace=None):
+    text = PROFILE.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
+    if replace:
+        text = text.replace(*replace)
+    path = tmp_path / "cluster.toml"
+    path.write_text(text + extra)
+    return path
+
+
+def wait_for(predicate, timeout=180, every=1.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
+    proc = dlscale("run", str(REPO / "examples" / "quickstart-slurm.toml"), "--profile",
+                   str(PROFILE), "--backend", "slurm", "--wait", check=0)
+    assert "2 submitted" in proc.stdout and "via its commands" in proc.stdout
+    store = Store(home)
+    runs = {r["nodes"]: r for r in store.runs("quickstart-slurm")}
+    assert {r["state"] for r in runs.values()} == {"COMPLETED"}
+    env = store.records(runs[2]["run_id"], "env")[0]
+    assert env["hostnames"] == ["node1", "node2"] and env["launcher"] == "srun"
+    assert env["job_id"] == runs[2]["job_id"]
+    run_dir = Path(runs[2]["run_dir"])
+    for name in ("job.sh", "run.log", "metrics.jsonl", "spec.toml", "profile.toml"):
+        assert (run_dir / name).exists(), name
+    rows = json.loads(dlscale("results", "-e", "quickstart-slurm", "--format", "json",
+                              check=0).stdout)
+    assert [r["ranks"] for r in rows] == [1, 2] and rows[1]["speedup"] is not None
+    # state lives in the store: a fresh process still knows every job
+    status = dlscale("status", "--all", check=0).stdout
+    assert runs[1]["job_id"] in status and runs[2]["job_id"] in status
+    sacct = subprocess.run(["sacct", "-P", "-n", "-X", "-j", runs[2]["job_id"], "-o", "State,NNodes"],
+                           capture_output=True, text=True).stdout
+    assert sacct.strip() == "COMPLETED|2"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, home, launcher):
+    from dlscale.engine import jobscript
+    from dlscale.engine.plan import plan
+    spec = write_spec(tmp_path / "s.toml")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x2"'))
+    prof = load_profile(profile_copy(tmp_path, f'launcher = "{launcher}"\n'))
+    run = plan(load_spec(spec)).runs[0]
+    script = tmp_path / "job.sh"
+    script.write_text(jobscript.render(run, prof, tmp_path, str(spec)))
+    proc = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
+
+
+def test_torchrun_launcher_trains_across_two_nodes(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="torchrun2")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"'))
+    prof = profile_copy(tmp_path, 'launcher = "torchrun"\n')
+    dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
+    run = Store(home).runs("torchrun2")[0]
+    env = Store(home).records(run["run_id"], "env")[0]
+    assert env["launcher"] == "torchrun" and env["world_size"] == 2
+    assert sorted(env["hostnames"]) == ["node1", "node2"]
+
+
+@pytest.mark.parametrize("scale,replace,message", [
+    ('"3x1"', None, "partition debug has 2 node(s); scale 3x1 asks for 3"),
+    ('"1x1"', ('name = "debug"', 'name = "gpu"'), None),
+    ('"1x1"', ('time_limit = "00:10:00"', 'time_limit = "10 min"'), "time_limit"),
+])
+def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, scale, replace,
+                                              message):
+    spec = write_spec(tmp_path / "s.toml", name="refused")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', scale))
+    prof = profile_copy(tmp_path, replace=replace)
+    args = ["run", str(spec), "--profile", str(prof), "--backend", "slurm"]
+    if replace and "gpu" in replace[1]:
+        args += ["--partition", "debug"]
+        message = "unknown partition 'debug'; it has gpu, short"
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    proc = dlscale(*args, check=2)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert Store(home).runs() == []
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    assert after == before
+
+
+def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_cluster, tmp_path, home):
+    good = write_spec(tmp_path / "g.toml", name="kept")
+    good.write_text(good.read_text().replace('"1x1", "1x2"', '"1x1"'))
+    dlscale("run", str(good), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
+            "--wait", check=0)
+    bad_prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"',
+                            'time_limit = "00:10:00"\nsbatch_extra = ["--gres=gpu:1"]'))
+    bad = write_spec(tmp_path / "b.toml", name="refused-by-sbatch")
+    proc = dlscale("run", str(bad), "--profile", str(bad_prof), "--backend", "slurm", check=1)
+    assert "Invalid generic resource (gres) specification" in proc.stderr
+    store = Store(home)
+    assert {r["state"] for r in store.runs("refused-by-sbatch")} == {"FAILED"}
+    assert all("not submitted: sbatch: error" in r["reason"] for r in store.runs("refused-by-sbatch"))
+    kept = store.runs("kept")[0]
+    assert kept["state"] == "COMPLETED" and store.records(kept["run_id"], "summary")
+
+
+def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="crash", training='inject_fault = "crash@step2"')
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"'))
+    proc = dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
+                   "slurm", "--wait", check=1)
+    assert "1 of 1 runs did not complete" in proc.stderr
+    run = Store(home).runs("crash")[0]
+    assert run["state"] == "FAILED"
+    assert "injected fault at step 2" in run["reason"] and "  | " in run["reason"]
+
+
+def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="timeout")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"').replace(
+        "steps = 4", "steps = 1000000"))
+    prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"', 'time_limit = "1"'))
+    dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--partition",
+            "short", "--wait", check=1, timeout=400)
+    store = Store(home)
+    run = store.runs("timeout")[0]
+    assert run["state"] == "TIMEOUT"
+    assert store.records(run["run_id"], "interval")  # partial results were kept
+
+
+def test_node_lost_mid_run_is_node_fail(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="nodefail")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"').replace(
+        "steps = 4", "steps = 1000000"))
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
+            check=0)
+    store = Store(home)
+    scheduler = SlurmCLI(squeue_every=1)
+    assert wait_for(lambda: sync(store, scheduler) and store.runs("nodefail")[0]["state"] == "RUNNING")
+    try:
+        cluster("stop-node", "node2")
+        assert wait_for(lambda: sync(store, scheduler) and
+                        store.runs("nodefail")[0]["state"] not in ("RUNNING", "PENDING"),
+                        timeout=240, every=2)
+    finally:
+        cluster("start-node", "node2")
+    run = store.runs("nodefail")[0]
+    assert run["state"] == "NODE_FAIL", run
+    status = dlscale("status", "-e", "nodefail", check=0).stdout
+    assert "NODE_FAIL" in status
+
+
+def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="ctld")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"').replace(
+        "steps = 4", "steps = 1000000"))
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
+            check=0)
+    store = Store(home)
+    scheduler = SlurmCLI(squeue_every=1, max_failures=2)
+    run_id = store.runs("ctld")[0]["run_id"]
+    assert wait_for(lambda: sync(store, scheduler).reachable and
+                    store.run(run_id)["state"] == "RUNNING")
+    try:
+        cluster("stop-ctld")
+        ticks = [sync(store, scheduler) for _ in range(3)]
+        assert not ticks[-1].reachable
+        assert "did not answer" in dlscale("status", check=0).stderr
+        assert store.run(run_id)["state"] == "RUNNING"  # nothing was lost or guessed
+    finally:
+        cluster("start-ctld")
+    assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
+    study.cancel(store, [run_id])
+    assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
+
+
+def test_cancel_by_job_id_and_resubmit(slurm_cluster, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="resub")
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"'))
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
+            "--wait", check=0)
+    store = Store(home)
+    first = store.runs("resub")[0]
+    out = dlscale("resubmit", first["run_id"], check=0).stdout
+    job = out.split("job ")[-1].strip()
+    assert job != first["job_id"]
+    assert "cancelled 1 run(s)" in dlscale("cancel", job, check=0).stdout
+    scheduler = SlurmCLI()
+    assert wait_for(lambda: sync(store, scheduler) and
+                    store.run(first["run_id"])["state"] == "CANCELLED")
+    run_dir = Path(first["run_dir"])
+    assert (run_dir / "attempts" / "1" / "metrics.jsonl").exists()
+    assert (run_dir / "job.sh").read_text() == (run_dir / "attempts" / "1" / "job.sh").read_text()
+
+
+def test_metacharacters_in_options_are_never_executed(slurm_cluster, tmp_path, home):
+    marker = Path("/tmp/dlscale-pwned")
+    marker.unlink(missing_ok=True)
+    hostile = "a'; touch /tmp/dlscale-pwned; echo '$(touch /tmp/dlscale-pwned)`touch /tmp/dlscale-pwned`"
+    prof = profile_copy(tmp_path, replace=(
+        'time_limit = "00:10:00"', f'time_limit = "00:10:00"\n[env]\nDLSCALE_NOTE = "{hostile}\\nline2"'))
+    spec = write_spec(tmp_path / "s.toml", name="meta",
+                      training=f'data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"')
+    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"'))
+    dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
+    assert Store(home).runs("meta")[0]["state"] == "COMPLETED"
+    assert not marker.exists()
