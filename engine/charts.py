@@ -3,9 +3,12 @@ ideal-scaling line for speedup and efficiency, and noisy points marked. Returns 
 CLI prints it and the TUI renders it alike."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import plotext as plt
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 METRICS = {
     "speedup": ("speedup", "speedup (vs best 1-device run)"),
@@ -27,7 +30,7 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
         plt.theme("clear")
     if not rows:
         plt.title(f"{ylabel}: no completed results yet")
-        return plt.build()
+        return _ANSI.sub("", plt.build())
     series: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         name = r["framework"] if len(models) <= 1 else f"{r['framework']} {r['model']}"
@@ -54,4 +57,6 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
     base = f"; baseline {', '.join(baselines)}" if metric in ("speedup", "efficiency") and \
         baselines else ""
     plt.title(f"{ylabel} - {title_model}{base}")
-    return plt.build()
+    text = plt.build()
+    # plotext emits colour resets even with the "clear" theme; pipes and files get plain text
+    return text if color else _ANSI.sub("", text)

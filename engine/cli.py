@@ -22,21 +22,23 @@ from .spec import load_spec
 from .store import ACTIVE, TERMINAL, Store
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 160)
 
 
 def _store(ctx: click.Context) -> Store:
     return Store(ctx.obj["home"])
 
 
-def _refresh(store: Store) -> bool:
-    """Bring the store up to date with every backend that has live jobs; False if one of
-    them did not answer (what the store holds is then shown as last seen)."""
-    ok = True
+def _refresh(store: Store) -> list[str]:
+    """Bring the store up to date with every backend that has live jobs; returns what went
+    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
+    problems = []
     for backend in study.backends_in_use(store):
-        ok &= sync(store, study.make_scheduler(backend, store)).reachable
-    return ok
+        tick = sync(store, study.make_scheduler(backend, store))
+        if tick.warning or not tick.reachable:
+            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
+    return problems
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,7 +113,7 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
               f"earlier (skipped), {len(report.active)} already queued or running "
-              f"[backend: {where}]")
+              f"[backend: {where}]", soft_wrap=True)
     if backend == "slurm":
         out.print(study.pyslurm_status())
     for r, why in report.failed_to_submit:
@@ -131,7 +133,7 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
     rows = analysis.results(store, name)
     out.print(tables.results_table(rows))
     out.print(tables.baselines_note(rows))
-    out.print(charts.chart(rows, "speedup", width=min(out.width, 100)))
+    click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
     failed = [rid for rid in run_ids if store.run(rid)["state"] != "COMPLETED"]
     if failed:
         err.print(f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
@@ -158,7 +160,7 @@ def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                                                 f"{last['images_per_s']:.0f} images/s"
                                                 if last else ": starting"))
             if not tick.reachable:
-                now = "scheduler not answering; retrying"
+                now = f"controller unreachable, retrying: {tick.warning}"
             progress.update(task, completed=done, now=now)
         wait_until_done(store, scheduler, run_ids, on_tick)
 
@@ -170,7 +172,7 @@ def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
-    reachable = _refresh(store)
+    problems = _refresh(store)
     runs = store.runs(experiment)
     if not show_all:
         runs = [r for r in runs if r["state"] != "COMPLETED"] or runs
@@ -186,8 +188,9 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     for r in store.runs(experiment):
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
-    if not reachable:
-        err.print("dlscale: a scheduler did not answer; states shown as last seen")
+    for problem in problems:
+        err.print(f"dlscale: controller unreachable or not answering ({problem}); "
+                  "states shown as last seen", soft_wrap=True)
 
 
 @cli.command()
@@ -223,7 +226,8 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
     store = _store(ctx)
     _refresh(store)
     rows = analysis.results(store, experiment)
-    click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height))
+    click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height,
+                            color=out.is_terminal))
 
 
 @cli.command()

@@ -37,8 +37,9 @@ class Tick:
     """What one sync saw: counts by state, and whether the scheduler answered."""
 
     states: dict[str, int]
-    reachable: bool = True
+    reachable: bool = True        # False once the scheduler's tolerance for failures is spent
     new_records: int = 0
+    warning: str | None = None    # the last poll failed (still tolerated): why
 
 
 def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> Tick:
@@ -71,7 +72,12 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
     counts: dict[str, int] = {}
     for r in store.runs(experiment):
         counts[r["state"]] = counts.get(r["state"], 0) + 1
-    return Tick(counts, reachable, new)
+    warning = None
+    if live and not getattr(scheduler, "last_poll_ok", True):
+        warning = getattr(scheduler, "last_error", None) or "the scheduler did not answer"
+    if not reachable:
+        warning = warning or getattr(scheduler, "last_error", None) or "unreachable"
+    return Tick(counts, reachable, new, warning)
 
 
 class Backoff:

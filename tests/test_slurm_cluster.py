@@ -188,7 +188,7 @@ def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, hom
         cluster("stop-ctld")
         ticks = [sync(store, scheduler) for _ in range(3)]
         assert not ticks[-1].reachable
-        assert "did not answer" in dlscale("status", check=0).stderr
+        assert "controller unreachable" in dlscale("status", check=0).stderr
         assert store.run(run_id)["state"] == "RUNNING"  # nothing was lost or guessed
     finally:
         cluster("start-ctld")

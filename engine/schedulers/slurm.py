@@ -75,6 +75,7 @@ class SlurmCLI(Scheduler):
     _failures: int = 0
     _need_squeue: bool = True
     controller_ok: bool = True
+    last_poll_ok: bool = True      # False while failures are still being tolerated
     last_error: str | None = None
 
     def _retrying(self, argv: list[str], env: dict[str, str] | None = None) -> CommandResult:
@@ -135,6 +136,7 @@ class SlurmCLI(Scheduler):
             if still_live and (self._need_squeue or self._polls % self.squeue_every == 0
                                or not self.controller_ok):
                 ok &= self._squeue(still_live)
+        self.last_poll_ok = ok
         if ok:
             self._failures = 0
         else:
