@@ -43,15 +43,21 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
 def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
            stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
     """Yield the last lines, then new lines as they are written. Survives the file
-    appearing late and being truncated or replaced (it starts again from the top)."""
+    appearing late, and being truncated, rewritten or replaced (it starts again from the
+    top): the last bytes read are kept as a fingerprint, so a file truncated and rewritten
+    past the old offset is noticed too, which a size check alone misses."""
     path = Path(path)
     for line in tail_lines(path, from_end_lines):
         yield line
+    offset, inode, mark = 0, None, b""
     try:
         st = path.stat()
         offset, inode = st.st_size, st.st_ino
+        with open(path, "rb") as fh:
+            fh.seek(max(0, offset - _MARK))
+            mark = fh.read(_MARK)
     except FileNotFoundError:
-        offset, inode = 0, None
+        pass
     pending = b""
     while not stop():
         try:
@@ -59,16 +65,24 @@ def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
         except FileNotFoundError:
             time.sleep(interval)
             continue
-        if st.st_ino != inode or st.st_size < offset:  # rotated or truncated
-            offset, inode, pending = 0, st.st_ino, b""
+        if st.st_ino != inode or st.st_size < offset:  # replaced or truncated
+            offset, inode, mark, pending = 0, st.st_ino, b"", b""
         if st.st_size > offset:
             with open(path, "rb") as fh:
+                if mark:
+                    fh.seek(offset - len(mark))
+                    if fh.read(len(mark)) != mark:  # rewritten under us: start over
+                        offset, mark, pending = 0, b"", b""
                 fh.seek(offset)
                 chunk = fh.read(1 << 20)
             offset += len(chunk)
+            mark = (mark + chunk)[-_MARK:]
             pending += chunk
             *complete, pending = pending.split(b"\n")
             for raw in complete:
                 yield raw.decode("utf-8", errors="replace")
             continue
         time.sleep(interval)
+
+
+_MARK = 64

@@ -136,3 +136,11 @@ def test_sbatch_refusal_carries_slurms_message_and_transients_are_retried(tmp_pa
                     CommandResult([], 0, "77\n", "")])
     s = SlurmCLI(runner=lambda argv, env=None, timeout=60: next(answers), sleep=lambda s: None)
     assert s.submit(JobRequest("r", tmp_path, [])) == "77"
+
+
+def test_backoff_grows_while_idle_is_capped_and_resets():
+    from dlscale.engine.monitor import Backoff
+    b = Backoff(first=0.5, factor=2, cap=3)
+    assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
+    b.reset()
+    assert b.next() == 0.5
