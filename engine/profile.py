@@ -12,7 +12,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 
 from .errors import PlanError, SpecError
 from .frameworks import FRAMEWORKS
-from .spec import parse_toml, problems_from
+from .spec import StrictModel, parse_toml, problems_from
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
 _TIME = re.compile(r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
@@ -44,30 +44,30 @@ def _check_time(value: str | None) -> str | None:
     return value
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+# Names that end up in #SBATCH lines, where no shell quoting protects them.
+SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
 
 
-class Partition(_Strict):
-    name: StrictStr = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+class Partition(StrictModel):
+    name: StrictStr = Field(pattern=SAFE_NAME)
     nodes: StrictInt = Field(ge=1)
     cpus_per_node: StrictInt = Field(ge=1)
     gpus_per_node: StrictInt = Field(default=0, ge=0)
-    gpu_type: StrictStr | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
     max_time: StrictStr | None = None
     default: StrictBool = False
 
     _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
 
 
-class Container(_Strict):
+class Container(StrictModel):
     image: StrictStr
     runtime: Literal["apptainer", "singularity"] = "apptainer"
     nv: StrictBool = False  # --nv: bind the host's NVIDIA driver into the container
     binds: list[StrictStr] = []
 
 
-class Environment(_Strict):
+class Environment(StrictModel):
     """How a framework's software is found inside a job: a venv, modules, or a container."""
 
     venv: StrictStr | None = None
@@ -82,12 +82,12 @@ class Environment(_Strict):
         return self
 
 
-class Profile(_Strict):
-    name: StrictStr = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+class Profile(StrictModel):
+    name: StrictStr = Field(pattern=SAFE_NAME)
     description: StrictStr = ""
     partitions: list[Partition] = Field(min_length=1)
-    account: StrictStr | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
-    qos: StrictStr | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    account: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    qos: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
     time_limit: StrictStr = "00:30:00"
     exclusive: StrictBool = False
     singleton: StrictBool = False  # --dependency=singleton: one benchmark job at a time

@@ -36,11 +36,13 @@ def model_fits_dataset(model: str, dataset: str) -> bool:
     return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """TOML has types, so values are taken as typed; unknown keys are errors."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Scale(_Strict):
+class Scale(StrictModel):
     nodes: StrictInt = Field(ge=1, le=100_000)
     ranks_per_node: StrictInt = Field(ge=1, le=1024)
 
@@ -63,7 +65,7 @@ class Scale(_Strict):
         return f"{self.nodes}x{self.ranks_per_node}"
 
 
-class Training(_Strict):
+class Training(StrictModel):
     steps: StrictInt | None = Field(default=None, ge=1)
     epochs: StrictInt | None = Field(default=None, ge=1)
     warmup_steps: StrictInt = Field(default=5, ge=0)
@@ -92,7 +94,7 @@ class Training(_Strict):
         return self
 
 
-class Experiment(_Strict):
+class Experiment(StrictModel):
     name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     description: StrictStr = ""
     frameworks: list[StrictStr] = Field(min_length=1)
@@ -166,7 +168,7 @@ class Experiment(_Strict):
         return self
 
 
-class Spec(_Strict):
+class Spec(StrictModel):
     experiment: Experiment
     training: Training
 
