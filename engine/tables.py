@@ -24,21 +24,28 @@ def throughput_text(r: dict[str, Any]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="Results (weak scaling unless noted; * = noisy, CV > 5%)", title_justify="left")
-    for col, just in (("experiment", "left"), ("model", "left"), ("framework", "left"),
-                      ("scale", "right"), ("devices", "right"), ("batch/dev", "right"),
-                      ("precision", "left"), ("n", "right"), ("images/s ± CI95", "right"),
-                      ("speedup", "right"), ("efficiency", "right"), ("baseline", "left"),
-                      ("TTA s", "right"), ("state", "left")):
+    experiments = sorted({r["experiment"] for r in rows})
+    one = len(experiments) == 1  # then its name goes in the title, and the table narrows
+    title = (f"Results of {experiments[0]}" if one else "Results") + \
+        " (weak scaling unless noted; * = noisy, CV > 5%)"
+    t = Table(title=title, title_justify="left")
+    columns = [("model", "left"), ("framework", "left"), ("scale", "right"),
+               ("devices", "right"), ("batch/dev", "right"), ("precision", "left"),
+               ("n", "right"), ("images/s ± CI95", "right"), ("speedup", "right"),
+               ("efficiency", "right"), ("baseline", "left"), ("TTA s", "right"),
+               ("state", "left")]
+    if not one:
+        columns.insert(0, ("experiment", "left"))
+    for col, just in columns:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
-        base = r["baseline"] or "-"
-        t.add_row(r["experiment"], r["model"], r["framework"],
-                  f"{r['nodes']}x{r['ranks_per_node']}", str(r["ranks"]),
-                  str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
-                  r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
-                  fmt(r["speedup"]), fmt(r["efficiency"], unit=""), base,
-                  fmt(r["time_to_accuracy_s"], 1), r["state"])
+        cells = [r["model"], r["framework"], f"{r['nodes']}x{r['ranks_per_node']}",
+                 str(r["ranks"]),
+                 str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
+                 r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
+                 fmt(r["speedup"]), fmt(r["efficiency"]), r["baseline"] or "-",
+                 fmt(r["time_to_accuracy_s"], 1), r["state"]]
+        t.add_row(*([] if one else [r["experiment"]]), *cells)
     return t
 
 
