@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
-                      ValidationError, field_validator, model_validator)
+                      field_validator, model_validator)
 
-from .errors import PlanError, SpecError
+from .errors import PlanError
 from .frameworks import FRAMEWORKS
-from .spec import StrictModel, parse_toml, problems_from
+from .spec import StrictModel, load_toml_model
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
 _TIME = re.compile(r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
@@ -153,11 +153,7 @@ class LoadedProfile(BaseModel):
 
 
 def load_profile(path: str | Path) -> LoadedProfile:
-    text, data = parse_toml(path)
-    try:
-        profile = Profile.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(str(path), problems_from(str(path), text, exc, Profile)) from None
+    text, profile = load_toml_model(path, Profile)
     # venv paths: `~` expanded, relative ones taken from the profile's own folder
     base = Path(path).resolve().parent
     envs = {}

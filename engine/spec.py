@@ -10,7 +10,7 @@ import hashlib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
                       StrictStr, ValidationError, field_validator, model_validator)
@@ -305,10 +305,18 @@ def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise SpecError(str(p), [f"{where}: invalid TOML: {reason}"]) from None
 
 
-def load_spec(path: str | Path) -> LoadedSpec:
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_toml_model(path: str | Path, model: type[M]) -> tuple[str, M]:
+    """Read and validate a TOML file; SpecError with file:line: field for every problem."""
     text, data = parse_toml(path)
     try:
-        spec = Spec.model_validate(data)
+        return text, model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(str(path), problems_from(str(path), text, exc, Spec)) from None
+        raise SpecError(str(path), problems_from(str(path), text, exc, model)) from None
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    text, spec = load_toml_model(path, Spec)
     return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -1,7 +1,6 @@
 """Against the real Slurm test cluster: submission, watching, results and every fault the
 issue names. Slow: each test waits for real jobs."""
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -10,7 +9,6 @@ import pytest
 
 from conftest import REPO, cluster, dlscale, write_spec
 from dlscale.engine import study
-from dlscale.engine.errors import ControllerUnreachable
 from dlscale.engine.monitor import sync
 from dlscale.engine.profile import load_profile
 from dlscale.engine.schedulers.slurm import SlurmCLI
@@ -223,7 +221,7 @@ def test_metacharacters_in_options_are_never_executed(slurm_cluster, tmp_path, h
     prof = profile_copy(tmp_path, replace=(
         'time_limit = "00:10:00"', f'time_limit = "00:10:00"\n[env]\nDLSCALE_NOTE = "{hostile}\\nline2"'))
     spec = write_spec(tmp_path / "s.toml", name="meta",
-                      training=f'data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"')
+                      training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"')
     spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"'))
     dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
     assert Store(home).runs("meta")[0]["state"] == "COMPLETED"

@@ -50,6 +50,3 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
-
-    def log_path(self, run_dir: Path) -> Path:
-        return run_dir / "run.log"

@@ -7,7 +7,6 @@ the CLI or TUI that submitted them exits, as they would under Slurm.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -125,7 +124,3 @@ class LocalScheduler(Scheduler):
                     os.killpg(r["pid"], signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-
-    def payload(self, job_id: str) -> dict:
-        row = self.store.job(self.name, job_id)
-        return json.loads(row["payload"]) if row else {}
