@@ -54,7 +54,9 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
             statuses, reachable = {}, False
         for r in live:
             st = statuses.get(r["job_id"])
-            if st is None:
+            if st is None or (st.state == "PENDING" and r["state"] == "RUNNING"):
+                # sacct (slurmdbd) can lag the controller by seconds: a job seen running is
+                # not sent back to pending by a stale answer (our scripts never requeue).
                 continue
             if scheduler.name != "local":  # the local worker keeps its own job rows
                 store.update_job(scheduler.name, r["job_id"], state=st.state, reason=st.reason,

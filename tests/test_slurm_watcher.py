@@ -144,3 +144,30 @@ def test_backoff_grows_while_idle_is_capped_and_resets():
     assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
     b.reset()
     assert b.next() == 0.5
+
+
+def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):
+    """slurmdbd can answer PENDING for a job the controller already started."""
+    from dlscale.engine.monitor import sync
+    from dlscale.engine.schedulers.base import JobStatus
+    from dlscale.engine.store import Store
+    from test_store import make_run
+
+    class Lagging:
+        name = "slurm"
+
+        def __init__(self, state):
+            self.state = state
+
+        def poll(self, ids):
+            return {i: JobStatus(i, self.state) for i in ids}
+
+    store = Store(tmp_path)
+    run = make_run()
+    store.add_run(run)
+    store.add_job("slurm", "5", run.run_id, "PENDING")
+    sync(store, Lagging("RUNNING"))
+    assert store.run(run.run_id)["state"] == "RUNNING"
+    sync(store, Lagging("PENDING"))
+    assert store.run(run.run_id)["state"] == "RUNNING"
+    assert store.job("slurm", "5")["state"] == "RUNNING"
