@@ -56,9 +56,10 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
     # state lives in the store: a fresh process still knows every job
     status = dlscale("status", "--all", check=0).stdout
     assert runs[1]["job_id"] in status and runs[2]["job_id"] in status
-    sacct = subprocess.run(["sacct", "-P", "-n", "-X", "-j", runs[2]["job_id"], "-o", "State,NNodes"],
-                           capture_output=True, text=True).stdout
-    assert sacct.strip() == "COMPLETED|2"
+    # accounting agrees (slurmdbd may lag the controller by a few seconds)
+    assert wait_for(lambda: subprocess.run(
+        ["sacct", "-P", "-n", "-X", "-j", runs[2]["job_id"], "-o", "State,NNodes"],
+        capture_output=True, text=True).stdout.strip() == "COMPLETED|2", timeout=30)
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
