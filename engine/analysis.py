@@ -133,7 +133,7 @@ _POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_
 
 def points(store: Store, experiment: str | None = None) -> list[Point]:
     runs = store.runs(experiment)
-    summaries = store.last_records("summary")
+    summaries = store.last_records("summary", [r["run_id"] for r in runs] if experiment else None)
     by_point: dict[str, Point] = {}
     for r in runs:
         p = by_point.get(r["point_id"])

@@ -147,8 +147,7 @@ def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                   transient=False) as progress:
         task = progress.add_task("runs", total=len(run_ids), now="")
 
-        def on_tick(tick) -> None:
-            rows = [store.run(rid) for rid in run_ids]
+        def on_tick(tick, rows) -> None:
             done = sum(r["state"] in TERMINAL for r in rows)
             running = [r for r in rows if r["state"] == "RUNNING"]
             now = ""

@@ -61,8 +61,7 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
             if scheduler.name != "local":  # the local worker keeps its own job rows
                 store.update_job(scheduler.name, r["job_id"], state=st.state, reason=st.reason,
                                  nodes=st.nodes, elapsed=st.elapsed_s, exit_code=st.exit_code)
-            if st.state in ("RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL",
-                            "CANCELLED"):
+            if st.state == "RUNNING" or st.state in TERMINAL:
                 new += store.ingest(r["run_id"], Path(r["run_dir"]) / METRICS_FILE)
             if st.state in TERMINAL:
                 # The local worker settles its own runs; this covers the gap in between and
@@ -99,14 +98,16 @@ class Backoff:
 
 
 def wait_until_done(store: Store, scheduler: Scheduler, run_ids: list[str],
-                    on_tick=lambda tick: None, cap_s: float = 5.0) -> Tick:
+                    on_tick=lambda tick, rows: None, cap_s: float = 5.0) -> Tick:
+    """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
+    runs' rows as that tick left them."""
     backoff = Backoff(cap=cap_s)
     last = None
     while True:
         tick = sync(store, scheduler)
-        on_tick(tick)
-        pending = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
-        if not pending:
+        rows = [store.run(rid) for rid in run_ids]
+        on_tick(tick, rows)
+        if not any(r["state"] in ACTIVE for r in rows):
             return tick
         if tick.states != last or tick.new_records:
             backoff.reset()

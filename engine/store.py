@@ -244,9 +244,13 @@ class Store:
         return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
 
     def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
-        """The latest record of `kind` per run, in one query (used for whole tables)."""
+        """The latest record of `kind` per run, in one query; only the runs asked for are
+        read (the wait loop asks every tick for one run, in a store of any size)."""
+        where, args = "kind=?", [kind]
+        if run_ids is not None:
+            where += f" AND run_id IN ({','.join('?' * len(run_ids))})"
+            args.extend(run_ids)
         sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
-               "FROM records WHERE kind=? GROUP BY run_id) m ON r.run_id=m.run_id "
+               f"FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
                "AND r.line=m.line")
-        out = {rid: json.loads(body) for rid, body in self.conn.execute(sql, (kind,))}
-        return out if run_ids is None else {k: v for k, v in out.items() if k in run_ids}
+        return {rid: json.loads(body) for rid, body in self.conn.execute(sql, args)}

@@ -46,21 +46,23 @@ def dlscale(*args: str, home: Path | None = None, timeout: float = 600,
     return proc
 
 
-def write_spec(path: Path, experiment: str = "", training: str = "", name: str = "t") -> Path:
-    """A small valid spec; `experiment`/`training` lines are appended to their tables."""
+def write_spec(path: Path, experiment: str = "", training: str = "", name: str = "t",
+               scales: str = '"1x1", "1x2"', steps: int = 4) -> Path:
+    """A small valid spec; `experiment`/`training` lines are appended to their tables,
+    `scales` is the TOML text inside `scales = [...]`."""
     path.write_text(textwrap.dedent(f"""\
         [experiment]
         name = "{name}"
         frameworks = ["pytorch-ddp"]
         models = ["resnet20"]
         datasets = ["synthetic-cifar"]
-        scales = ["1x1", "1x2"]
+        scales = [{scales}]
         per_device_batch = [8]
         precisions = ["fp32"]
         repetitions = 1
         {experiment}
         [training]
-        steps = 4
+        steps = {steps}
         warmup_steps = 1
         log_every = 2
         {training}

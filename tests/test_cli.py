@@ -69,8 +69,7 @@ def test_a_crashing_run_fails_alone_with_its_log_tail(tmp_path, home):
 
 @pytest.mark.slow
 def test_interrupting_wait_keeps_the_store_and_rerun_resumes(tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", training="steps = 30" if False else "")
-    spec.write_text(spec.read_text().replace("steps = 4", "steps = 20"))
+    spec = write_spec(tmp_path / "s.toml", steps=20)
     env = {**os.environ, "DLSCALE_HOME": str(home)}
     proc = subprocess.Popen([str(BIN / "dlscale"), "run", str(spec), "--wait"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,8 +90,7 @@ def test_interrupting_wait_keeps_the_store_and_rerun_resumes(tmp_path, home):
 
 @pytest.mark.slow
 def test_cancel_stops_a_running_run(tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml")
-    spec.write_text(spec.read_text().replace("steps = 4", "steps = 100000"))
+    spec = write_spec(tmp_path / "s.toml", steps=100000)
     dlscale("run", str(spec), check=0)
     store = Store(home)
     deadline = time.time() + 120
@@ -113,8 +111,7 @@ def test_exit_codes(tmp_path, home):
     assert dlscale("results", "--format", "xml").returncode == 2
     proc = dlscale("logs", "nosuchrun", check=2)
     assert "no run 'nosuchrun'" in proc.stderr
-    spec = write_spec(tmp_path / "s.toml")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x512"'))
+    spec = write_spec(tmp_path / "s.toml", scales='"1x512"')
     proc = dlscale("run", str(spec), check=2)
     assert "512 ranks x 1 thread(s) need 512 cores" in proc.stderr
     spec.write_text(spec.read_text().replace('"1x512"', '"2x1"'))

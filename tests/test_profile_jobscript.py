@@ -55,8 +55,7 @@ def test_unsafe_sbatch_options_are_refused(tmp_path):
 
 
 def _runs(tmp_path, scales='"1x1", "2x1"', training=""):
-    spec = write_spec(tmp_path / "s.toml", training=training)
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', scales))
+    spec = write_spec(tmp_path / "s.toml", training=training, scales=scales)
     return load_spec(spec), plan(load_spec(spec)).runs
 
 

@@ -66,8 +66,7 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
 def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, home, launcher):
     from dlscale.engine import jobscript
     from dlscale.engine.plan import plan
-    spec = write_spec(tmp_path / "s.toml")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x2"'))
+    spec = write_spec(tmp_path / "s.toml", scales='"2x2"')
     prof = load_profile(profile_copy(tmp_path, f'launcher = "{launcher}"\n'))
     run = plan(load_spec(spec)).runs[0]
     script = tmp_path / "job.sh"
@@ -77,8 +76,7 @@ def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, 
 
 
 def test_torchrun_launcher_trains_across_two_nodes(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="torchrun2")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"'))
+    spec = write_spec(tmp_path / "s.toml", name="torchrun2", scales='"2x1"')
     prof = profile_copy(tmp_path, 'launcher = "torchrun"\n')
     dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
     run = Store(home).runs("torchrun2")[0]
@@ -94,8 +92,7 @@ def test_torchrun_launcher_trains_across_two_nodes(slurm_cluster, tmp_path, home
 ])
 def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, scale, replace,
                                               message):
-    spec = write_spec(tmp_path / "s.toml", name="refused")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', scale))
+    spec = write_spec(tmp_path / "s.toml", name="refused", scales=scale)
     prof = profile_copy(tmp_path, replace=replace)
     args = ["run", str(spec), "--profile", str(prof), "--backend", "slurm"]
     if replace and "gpu" in replace[1]:
@@ -110,8 +107,7 @@ def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, sca
 
 
 def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_cluster, tmp_path, home):
-    good = write_spec(tmp_path / "g.toml", name="kept")
-    good.write_text(good.read_text().replace('"1x1", "1x2"', '"1x1"'))
+    good = write_spec(tmp_path / "g.toml", name="kept", scales='"1x1"')
     dlscale("run", str(good), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
             "--wait", check=0)
     bad_prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"',
@@ -127,8 +123,8 @@ def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_cluster, tmp_pat
 
 
 def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="crash", training='inject_fault = "crash@step2"')
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"'))
+    spec = write_spec(tmp_path / "s.toml", name="crash", training='inject_fault = "crash@step2"',
+                      scales='"2x1"')
     proc = dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
                    "slurm", "--wait", check=1)
     assert "1 of 1 runs did not complete" in proc.stderr
@@ -138,9 +134,7 @@ def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home
 
 
 def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="timeout")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"').replace(
-        "steps = 4", "steps = 1000000"))
+    spec = write_spec(tmp_path / "s.toml", name="timeout", scales='"1x1"', steps=1000000)
     prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"', 'time_limit = "1"'))
     dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--partition",
             "short", "--wait", check=1, timeout=400)
@@ -151,9 +145,7 @@ def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
 
 
 def test_node_lost_mid_run_is_node_fail(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="nodefail")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"2x1"').replace(
-        "steps = 4", "steps = 1000000"))
+    spec = write_spec(tmp_path / "s.toml", name="nodefail", scales='"2x1"', steps=1000000)
     dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
             check=0)
     store = Store(home)
@@ -173,9 +165,7 @@ def test_node_lost_mid_run_is_node_fail(slurm_cluster, tmp_path, home):
 
 
 def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="ctld")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"').replace(
-        "steps = 4", "steps = 1000000"))
+    spec = write_spec(tmp_path / "s.toml", name="ctld", scales='"1x1"', steps=1000000)
     dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
             check=0)
     store = Store(home)
@@ -197,8 +187,7 @@ def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, hom
 
 
 def test_cancel_by_job_id_and_resubmit(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="resub")
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"'))
+    spec = write_spec(tmp_path / "s.toml", name="resub", scales='"1x1"')
     dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
             "--wait", check=0)
     store = Store(home)
@@ -222,8 +211,8 @@ def test_metacharacters_in_options_are_never_executed(slurm_cluster, tmp_path, h
     prof = profile_copy(tmp_path, replace=(
         'time_limit = "00:10:00"', f'time_limit = "00:10:00"\n[env]\nDLSCALE_NOTE = "{hostile}\\nline2"'))
     spec = write_spec(tmp_path / "s.toml", name="meta",
-                      training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"')
-    spec.write_text(spec.read_text().replace('"1x1", "1x2"', '"1x1"'))
+                      training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"',
+                      scales='"1x1"')
     dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
     assert Store(home).runs("meta")[0]["state"] == "COMPLETED"
     assert not marker.exists()

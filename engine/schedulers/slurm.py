@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
+from ..store import TERMINAL
 from .base import JobRequest, JobStatus, Scheduler
 from .slurm_parse import (SACCT_FIELDS, SQUEUE_FORMAT, ParseError, SlurmJob, parse_sacct,
                           parse_sbatch, parse_squeue)
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 # Messages of a controller or database that is busy or restarting: worth a retry.
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
              "Resource temporarily unavailable", "Slurm backup controller in standby mode",
