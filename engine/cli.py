@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import analysis, charts, study, tables
+from . import analysis, charts, queue, study, tables
 from .errors import DlscaleError, SpecError
 from .estimate import estimate
 from .logs import follow, tail_lines
@@ -172,20 +172,10 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
     problems = _refresh(store)
-    runs = store.runs(experiment)
-    if not show_all:
-        runs = [r for r in runs if r["state"] != "COMPLETED"] or runs
-    jobs = {}
-    for backend in {r["backend"] for r in runs if r["backend"]}:
-        for j in store.jobs(backend):
-            jobs[(backend, j["job_id"])] = j
-    ids = [r["run_id"] for r in runs]
-    progress = store.last_records("interval", ids)
-    progress.update(store.last_records("summary", ids))
-    out.print(tables.status_table(runs, jobs, progress))
-    counts: dict[str, int] = {}
-    for r in store.runs(experiment):
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    every = queue.rows(store, experiment)
+    rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
+    out.print(tables.status_table(rows))
+    counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
     for problem in problems:
         err.print(f"dlscale: controller unreachable or not answering ({problem}); "

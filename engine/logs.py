@@ -42,13 +42,22 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
 
 def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
            stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
-    """Yield the last lines, then new lines as they are written. Survives the file
-    appearing late, and being truncated, rewritten or replaced (it starts again from the
-    top): the last bytes read are kept as a fingerprint, so a file truncated and rewritten
-    past the old offset is noticed too, which a size check alone misses."""
+    """Yield the last lines, then new lines as they are written (see follow_chunks)."""
+    for chunk in follow_chunks(path, from_end_lines, interval, stop):
+        yield from chunk
+
+
+def follow_chunks(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
+                  stop: Callable[[], bool] = lambda: False) -> Iterator[list[str]]:
+    """The last lines as one list, then each read's new lines as a list, and an empty list
+    whenever a poll found nothing (so a viewer can flush and check for cancellation).
+
+    Survives the file appearing late, and being truncated, rewritten or replaced (it
+    starts again from the top): the last bytes read are kept as a fingerprint, so a file
+    truncated and rewritten past the old offset is noticed too, which a size check alone
+    misses."""
     path = Path(path)
-    for line in tail_lines(path, from_end_lines):
-        yield line
+    yield tail_lines(path, from_end_lines)
     offset, inode, mark = 0, None, b""
     try:
         st = path.stat()
@@ -63,6 +72,7 @@ def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
         try:
             st = path.stat()
         except FileNotFoundError:
+            yield []
             time.sleep(interval)
             continue
         if st.st_ino != inode or st.st_size < offset:  # replaced or truncated
@@ -79,9 +89,9 @@ def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
             mark = (mark + chunk)[-_MARK:]
             pending += chunk
             *complete, pending = pending.split(b"\n")
-            for raw in complete:
-                yield raw.decode("utf-8", errors="replace")
+            yield [raw.decode("utf-8", errors="replace") for raw in complete]
             continue
+        yield []
         time.sleep(interval)
 
 

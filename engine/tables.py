@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from typing import Any
 
 from rich.table import Table
@@ -82,24 +81,12 @@ def elapsed_text(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def status_table(runs: list[dict[str, Any]], jobs: dict[tuple[str, str], dict[str, Any]],
-                 progress: dict[str, dict[str, Any]]) -> Table:
+def status_table(queue: list) -> Table:
+    """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment."""
+    from .queue import QUEUE_COLUMNS
     t = Table(title="Runs", title_justify="left")
-    for col in ("run", "experiment", "framework", "model", "scale", "batch", "rep", "job",
-                "state", "nodes", "elapsed", "images/s", "reason"):
+    for col in ("run", "experiment", *QUEUE_COLUMNS):
         t.add_column(col)
-    now = time.time()
-    for r in runs:
-        job = jobs.get((r["backend"], r["job_id"])) or {}
-        elapsed = job.get("elapsed")
-        if elapsed is None and job.get("started"):
-            elapsed = (job.get("ended") or now) - job["started"]
-        last = progress.get(r["run_id"]) or {}
-        ips = last.get("throughput") or last.get("images_per_s")
-        reason = (r["reason"] or job.get("reason") or "").split("\n", 1)[0]
-        t.add_row(r["run_id"], r["experiment"], r["framework"], r["model"],
-                  f"{r['nodes']}x{r['ranks_per_node']}", str(r["per_device_batch"]),
-                  str(r["repetition"]), r["job_id"] or "-", r["state"], job.get("nodes") or "-",
-                  elapsed_text(elapsed),
-                  fmt(ips, 1), reason[:80])
+    for q in queue:
+        t.add_row(q.run_id, q.experiment, *q.cells())
     return t

@@ -1,8 +1,171 @@
-"""Placeholder for the Textual app (issue 4)."""
+"""`dlscale-tui`: wires the three screens (build, queue, results) to one engine Session and
+runs the watcher that keeps the queue fresh. Screens render; the engine is called only from
+worker threads, whose news comes back as messages."""
+from __future__ import annotations
+
 import sys
+from pathlib import Path
+
+import click
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.worker import get_current_worker
+
+from ..engine.errors import DlscaleError
+from ..engine.monitor import Backoff
+from ..engine.session import Session, Snapshot
+from .build import BuildScreen
+from .dialogs import HelpScreen
+from .errors import describe
+from .messages import EngineFailed, QueueRefreshed
+from .queue import QueueScreen
+from .results import ResultsScreen
 
 
-def main() -> None:
-    print("dlscale-tui: the terminal app arrives with issue 4; use the `dlscale` CLI meanwhile.",
-          file=sys.stderr)
-    sys.exit(1)
+class DlscaleApp(App):
+    CSS_PATH = "dlscale.tcss"
+    TITLE = "dlscale"
+    # Every action has a key and the footer names it; the palette would only take room.
+    ENABLE_COMMAND_PALETTE = False
+    MODES = {"build": BuildScreen, "queue": QueueScreen, "results": ResultsScreen}
+    # F-keys work while typing in a field; the digits and letters work everywhere else.
+    BINDINGS = [
+        Binding("f1", "help", "Help", priority=True),
+        Binding("f2", "show('build')", "Build", priority=True),
+        Binding("f3", "show('queue')", "Queue", priority=True),
+        Binding("f4", "show('results')", "Results", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("1", "show('build')", "Build", show=False),
+        Binding("2", "show('queue')", "Queue", show=False),
+        Binding("3", "show('results')", "Results", show=False),
+        Binding("q", "quit", "Quit", show=False),
+    ]
+
+    warning: reactive[str | None] = reactive(None)      # controller unreachable: why
+    experiment: reactive[str | None] = reactive(None)   # the study the screens show
+
+    def __init__(self, session: Session, spec_path: str | None = None,
+                 watch: bool = True) -> None:
+        super().__init__()
+        self.session = session
+        self.spec_path = spec_path
+        self.snapshot: Snapshot | None = None
+        self.views: dict[str, object] = {}   # screens register themselves when mounted
+        self._watch = watch
+        self._backoff = Backoff(first=0.5, cap=5.0)
+        self._poll_timer = None
+
+    def on_mount(self) -> None:
+        self.sub_title = self.session.where
+        known = self.session.experiments()
+        if not self.spec_path and known:
+            self.experiment = known[0]
+            self.switch_mode("queue")
+        else:
+            self.switch_mode("build")
+        if self._watch:
+            self.poll_now()
+
+    def watch_experiment(self, experiment: str | None) -> None:
+        self.title = f"dlscale: {experiment}" if experiment else "dlscale"
+        self.poll_now()
+
+    # --- navigation ----------------------------------------------------------------------
+
+    def action_show(self, mode: str) -> None:
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    # --- the watcher ---------------------------------------------------------------------
+
+    def poll_now(self) -> None:
+        """Refresh at once (after a submission, a cancel, a change of experiment)."""
+        if not self._watch:
+            return
+        self._backoff.reset()
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+            self._poll_timer = None
+        self._refresh_queue(self.experiment)
+
+    @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
+    def _refresh_queue(self, experiment: str | None) -> None:
+        try:
+            snap = self.session.refresh(experiment)
+        except Exception as exc:  # shown in the banner; the next tick tries again
+            if not get_current_worker().is_cancelled:
+                self.post_message(EngineFailed("refresh", describe(exc)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(QueueRefreshed(snap))
+
+    def on_queue_refreshed(self, message: QueueRefreshed) -> None:
+        snap, before = message.snapshot, self.snapshot
+        if snap.experiment != self.experiment:
+            return  # an answer for the study the user just left
+        self.snapshot = snap
+        if snap.reachable and not snap.warning:
+            self.warning = None
+        elif not snap.reachable:
+            self.warning = (f"controller unreachable: {snap.warning}; states shown as last "
+                            "seen, retrying")
+        else:
+            self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
+        self.sub_title = f"{self.session.where} | {counts or 'no runs yet'}"
+        for view in self.views.values():
+            show = getattr(view, "show_snapshot", None)
+            if show:
+                show(snap)
+        if before is None or before.counts != snap.counts or snap.new_records:
+            self._backoff.reset()
+        self._rearm()
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        if message.what == "refresh":
+            self.warning = f"cannot refresh the queue: {message.message}; retrying"
+            self._rearm()
+        else:
+            self.notify(message.message, title=f"{message.what} failed", severity="error",
+                        timeout=10)
+
+    def _rearm(self) -> None:
+        # One timer re-armed per finished poll, never stacked intervals.
+        if self._watch:
+            self._poll_timer = self.set_timer(self._backoff.next(),
+                                              lambda: self._refresh_queue(self.experiment))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("spec", required=False, type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="cluster profile TOML (examples/clusters/)")
+@click.option("--backend", type=click.Choice(["local", "slurm"]), default=None,
+              help="default: slurm with --profile, else local")
+@click.option("--partition", default=None, help="partition of the profile")
+@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(file_okay=False), default=None,
+              help="where the store and run folders live (default ~/.dlscale)")
+def main(spec: str | None, profile_path: str | None, backend: str | None,
+         partition: str | None, home: str | None) -> None:
+    """The dlscale terminal app: build a scaling study, watch its jobs, read its results."""
+    backend = backend or ("slurm" if profile_path else "local")
+    try:
+        session = Session(home, backend, profile_path, partition)
+    except DlscaleError as exc:
+        click.echo(f"dlscale-tui: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    if spec and not Path(spec).exists():
+        click.echo(f"dlscale-tui: {spec}: no such file", err=True)
+        sys.exit(2)
+    DlscaleApp(session, spec).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""One front end's view of the study: the store, the backend and cluster it submits to, and
+the one scheduler client it polls with. The TUI holds a Session and calls it from worker
+threads; every method is safe to call from any thread.
+
+Raises only DlscaleError subclasses (UserError for bad input, SchedulerError/StoreError for
+failures of the world), which the caller shows as a message.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import analysis, charts, queue, specfile, study
+from .errors import PlanError, UserError
+from .estimate import estimate
+from .frameworks import FRAMEWORKS
+from .launch import LOG_FILE
+from .monitor import Tick, sync
+from .plan import plan
+from .profile import LoadedProfile, load_profile, time_to_seconds
+from .schedulers.base import Scheduler
+from .spec import LoadedSpec
+from .store import ACTIVE, Store, default_home
+
+
+@dataclass(frozen=True)
+class FrameworkChoice:
+    name: str
+    usable: bool
+    why: str  # empty when usable
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What submitting the form would do, shown before the user commits to it."""
+
+    runs: int = 0
+    to_run: int = 0             # not completed in the store already
+    device_runs: int = 0        # sum of devices over the runs still to run
+    estimate: str = ""          # from measured twins in the store, or says it is unknown
+    limit_hours: float | None = None  # device-hours if every job used its time limit
+    problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
+    loaded: LoadedSpec | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.loaded is not None and not self.problems
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One refresh of the queue: the experiment's rows and whether the scheduler answered."""
+
+    experiment: str | None
+    rows: list[queue.QueueRow]
+    counts: dict[str, int]
+    reachable: bool = True
+    warning: str | None = None
+    new_records: int = 0
+    experiments: list[str] = field(default_factory=list)
+
+    @property
+    def live(self) -> int:
+        return sum(self.counts.get(s, 0) for s in ACTIVE)
+
+
+class Session:
+    def __init__(self, home: str | Path | None = None, backend: str = "local",
+                 profile_path: str | None = None, partition: str | None = None) -> None:
+        if backend not in study.BACKENDS:
+            raise UserError(f"--backend {backend!r}: unknown; allowed: "
+                            f"{', '.join(study.BACKENDS)}")
+        self.backend = backend
+        self.partition = partition
+        self.profile: LoadedProfile | None = load_profile(profile_path) if profile_path else None
+        if backend == "slurm" and self.profile is None:
+            raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
+        self._local = threading.local()
+        self.home = Path(home) if home else default_home()
+        self.store  # open it now: a store that cannot open is an error at start, not later
+        self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
+        self._schedulers: dict[str, Scheduler] = {}
+
+    # SQLite connections are not shared between threads: each thread gets its own.
+    @property
+    def store(self) -> Store:
+        s = getattr(self._local, "store", None)
+        if s is None:
+            s = self._local.store = Store(self.home)
+        return s
+
+    def _scheduler(self, backend: str) -> Scheduler:
+        if backend == "local":  # holds a store, so one per thread
+            return study.make_scheduler("local", self.store)
+        if backend not in self._schedulers:
+            self._schedulers[backend] = study.make_scheduler(backend, self.store)
+        return self._schedulers[backend]
+
+    @property
+    def where(self) -> str:
+        """The header's words: backend, and cluster:partition for Slurm."""
+        if self.backend == "local":
+            return "local"
+        assert self.profile is not None
+        part = self.profile.profile.partition(self.partition).name
+        return f"slurm {self.profile.profile.name}:{part}"
+
+    # --- build ---------------------------------------------------------------------------
+
+    def framework_choices(self) -> list[FrameworkChoice]:
+        return [FrameworkChoice(f.name, f.available, "" if f.available else f.note)
+                for f in FRAMEWORKS.values()]
+
+    def preview(self, data: dict[str, Any], path: str = "<unsaved spec>") -> Preview:
+        loaded, problems = specfile.check(data, path)
+        if loaded is None:
+            return Preview(problems=tuple(problems))
+        p = plan(loaded)
+        refusals: list[specfile.Problem] = []
+        try:
+            study.check_plan(loaded, p, self.backend, self.profile, self.partition)
+        except PlanError as exc:
+            refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
+        done = {r["run_id"] for r in self.store.runs(loaded.spec.experiment.name,
+                                                      states=("COMPLETED",))}
+        todo = [r for r in p.runs if r.run_id not in done]
+        limit = None
+        if self.profile is not None and self.backend == "slurm":
+            part = self.profile.profile.partition(self.partition)
+            limits = [time_to_seconds(t) for t in (self.profile.profile.time_limit,
+                                                   part.max_time) if t]
+            secs = min((s for s in limits if s), default=None)
+            if secs:
+                limit = sum(r.devices for r in todo) * secs / 3600
+        return Preview(len(p.runs), len(todo), sum(r.devices for r in todo),
+                       estimate(self.store, todo).text(todo), limit, tuple(refusals), loaded)
+
+    def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
+        with self._lock:
+            return study.submit(self.store, loaded, self.backend, self.profile, self.partition,
+                                self._scheduler(self.backend))
+
+    # --- queue ---------------------------------------------------------------------------
+
+    def experiments(self) -> list[str]:
+        """Most recently touched first."""
+        return [e["name"] for e in sorted(self.store.experiments(),
+                                          key=lambda e: e["updated"] or 0, reverse=True)]
+
+    def refresh(self, experiment: str | None) -> Snapshot:
+        """Ask each backend with live jobs about all of them at once, ingest, read rows."""
+        reachable, warning, new = True, None, 0
+        with self._lock:
+            for backend in study.backends_in_use(self.store):
+                tick: Tick = sync(self.store, self._scheduler(backend))
+                reachable = reachable and tick.reachable
+                warning = warning or tick.warning
+                new += tick.new_records
+        rows = queue.rows(self.store, experiment)
+        return Snapshot(experiment, rows, queue.counts(rows), reachable, warning, new,
+                        self.experiments())
+
+    def cancel(self, run_ids: list[str]) -> list[str]:
+        with self._lock:
+            return study.cancel(self.store, run_ids)
+
+    def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
+        with self._lock:
+            return study.resubmit(self.store, run_ids,
+                                  scheduler_for=lambda b, _s: self._scheduler(b))
+
+    def log_path(self, run_id: str) -> Path:
+        return Path(self.store.run(run_id)["run_dir"]) / LOG_FILE
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self.store.run(run_id)
+
+    # --- results -------------------------------------------------------------------------
+
+    def results(self, experiment: str | None) -> list[dict[str, Any]]:
+        return analysis.results(self.store, experiment)
+
+    @staticmethod
+    def chart(results: list[dict[str, Any]], metric: str, model: str | None, width: int,
+              height: int) -> str:
+        return charts.chart(results, metric, model, width, height, color=True)

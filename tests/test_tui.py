@@ -1,0 +1,350 @@
+"""dlscale-tui driven by Textual's Pilot: the form refuses bad values at the field, a study
+built in the form is submitted, its jobs appear, a log tail follows, and results and a chart
+appear: against the local backend (real trainer runs) and the real Slurm test cluster."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Button, DataTable, Input, Log, SelectionList, Static
+
+from conftest import REPO, write_spec
+from dlscale.engine.session import Session
+from dlscale.engine.store import Store
+from dlscale.tui.app import DlscaleApp
+from dlscale.tui.dialogs import ConfirmScreen, HelpScreen
+from dlscale.tui.logtail import TAIL_LINES, LogTail
+from tui_text import recorded_study, screen_text
+
+pytestmark = pytest.mark.timeout(600)
+
+
+async def until(pilot, condition, timeout: float = 120, what: str = "") -> None:
+    """Let the app run until `condition()` holds (real jobs take real seconds)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what or condition}:\n"
+                                 + screen_text(pilot.app))
+        await pilot.pause(0.2)
+
+
+async def type_into(pilot, wid: str, text: str) -> None:
+    """Replace a field's text with keystrokes, as a user would: home, kill to end, type."""
+    pilot.app.screen.query_one(f"#{wid}", Input).focus()
+    await pilot.press("home", "ctrl+k", *text)
+
+
+def field(app, wid: str):
+    return app.screen.query_one(f"#{wid}")
+
+
+# --- the build form ----------------------------------------------------------------------
+
+async def test_build_form_refuses_bad_values_at_the_field(home):
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query("#preview") and "runs" in str(
+            field(app, "preview").render()), 20, "the first preview")
+        await type_into(pilot, "scales", "1x1, 2y2")
+        await type_into(pilot, "batch", "64, lots")
+        await type_into(pilot, "repetitions", "0")
+        await until(pilot, lambda: field(app, "repetitions").has_class("invalid"), 10)
+        assert field(app, "scales").has_class("invalid")
+        assert "'2y2' is not NODESxRANKS" in field(app, "scales").border_subtitle
+        assert "not a whole number" in field(app, "batch").border_subtitle
+        assert "greater than or equal to 1" in field(app, "repetitions").border_subtitle
+        assert not field(app, "name").has_class("invalid")
+        assert field(app, "submit").disabled
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.5)
+        assert Store(home).runs() == []  # nothing submitted
+        # Fixing the fields clears the marks and enables submission.
+        await type_into(pilot, "scales", "1x1, 1x2")
+        await type_into(pilot, "batch", "8")
+        await type_into(pilot, "repetitions", "2")
+        await until(pilot, lambda: not field(app, "submit").disabled, 10, "submit enabled")
+        assert not any(field(app, w).has_class("invalid") for w in ("scales", "batch"))
+        assert "4 runs" in str(field(app, "preview").render())
+
+
+async def test_plan_refusal_is_shown_before_submitting(home):
+    """A valid spec the backend cannot run (more ranks than cores) is refused in the panel."""
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await type_into(pilot, "scales", "1x64")
+        await until(pilot, lambda: "Cannot submit" in str(field(app, "preview").render()), 20)
+        assert "64 ranks" in str(field(app, "preview").render())
+        assert field(app, "submit").disabled
+
+
+async def test_a_spec_that_fails_validation_opens_with_the_error(home, tmp_path):
+    spec = write_spec(tmp_path / "bad.toml", training="lr = -1")
+    app = DlscaleApp(Session(home, "local"), str(spec))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: "does not validate" in str(field(app, "preview").render()),
+                    20, "the file's error")
+        text = str(field(app, "preview").render())
+        assert f"{spec}:" in text and "training.lr" in text
+        # The rest of the file was loaded into the form.
+        assert field(app, "scales").value == "1x1, 1x2"
+        assert field(app, "submit").disabled
+
+
+async def test_unusable_frameworks_say_why_and_cannot_be_chosen(home):
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause(0.5)
+        fw = field(app, "frameworks")
+        choices = {c.name: c for c in app.session.framework_choices()}
+        for i in range(fw.option_count):
+            opt = fw.get_option_at_index(i)
+            assert opt.disabled == (not choices[opt.value].usable)
+            if opt.disabled:
+                assert choices[opt.value].why in str(opt.prompt)
+
+
+async def test_save_and_load_round_trip(home, tmp_path):
+    target = tmp_path / "saved.toml"
+    app = DlscaleApp(Session(home, "local"), str(REPO / "examples" / "quickstart.toml"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: not field(app, "submit").disabled, 20)
+        await type_into(pilot, "scales", "1x2")
+        await type_into(pilot, "path", str(target))
+        await pilot.press("ctrl+s")
+        await until(pilot, target.exists, 10, "the saved file")
+    from dlscale.engine.spec import load_spec
+    saved = load_spec(target).spec
+    assert [str(s) for s in saved.experiment.scales] == ["1x2"]
+    # Keys the form does not show survive: the quickstart's warm-up and threads.
+    assert saved.training.warmup_steps == 5 and saved.training.threads_per_rank == 1
+    assert saved.experiment.precisions == ["fp32"]
+
+
+# --- queue, log, results from a recorded study -------------------------------------------
+
+async def test_reopening_shows_the_study_from_the_store(home):
+    name = recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.current_mode == "queue" and
+                    app.screen.query_one("#jobs", DataTable).row_count == 6, 20)
+        assert app.experiment == name
+        assert "6 completed" in str(field(app, "queue-summary").render())
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.query_one("#results", DataTable).row_count == 2,
+                    20, "results rows")
+        text = screen_text(app)
+        assert "speedup (vs best 1-device run)" in text and "ideal" in text
+        assert "baseline of quickstart resnet20: best 1-device point pytorch-ddp 1x1" in text
+        await pilot.press("m")
+        await pilot.pause(0.3)
+        assert "scaling efficiency" in screen_text(app)
+        await pilot.press("m", "m")
+        await pilot.pause(0.3)
+        assert "time-to-accuracy (s): no completed results yet" in screen_text(app)
+
+
+async def test_log_tail_follows_pauses_and_searches(home):
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.current_mode == "queue" and
+                    app.screen.query_one("#jobs", DataTable).row_count == 6, 20)
+        app.screen.query_one("#jobs", DataTable).focus()
+        await pilot.press("enter")
+        tail = app.screen.query_one(LogTail)
+        await until(pilot, lambda: tail.query_one(Log).line_count > 0, 10, "log lines")
+        path = tail.path
+        with open(path, "a") as fh:
+            fh.write("a new line written while the tail is open\n")
+        await until(pilot, lambda: "a new line written" in tail.query_one(Log).lines[-1], 10,
+                    "the followed line")
+        await pilot.press("p")
+        with open(path, "a") as fh:
+            fh.write("held while paused\n")
+        await until(pilot, lambda: tail.held, 10, "a held line")
+        assert "held while paused" not in "\n".join(tail.query_one(Log).lines)
+        await pilot.press("p")
+        assert "held while paused" in tail.query_one(Log).lines[-1]
+        await pilot.press("slash", *"images_per_s", "enter")
+        await pilot.pause(0.3)
+        status = str(tail.query_one("#log-status", Static).render())
+        assert status.startswith("match 1/") or "not found" in status
+        await pilot.press("slash", *"no such text anywhere", "enter")
+        await pilot.pause(0.3)
+        assert "not found" in str(tail.query_one("#log-status", Static).render())
+
+
+@contextlib.asynccontextmanager
+async def log_tail_of_recorded_study(home):
+    """The queue screen of the recorded study, with its log panel shown."""
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.current_mode == "queue" and app.screen.query(LogTail), 20)
+        tail = app.screen.query_one(LogTail)
+        tail.display = True
+        yield pilot, tail
+
+
+async def test_missing_log_is_shown_and_picked_up_when_it_appears(home, tmp_path):
+    async with log_tail_of_recorded_study(home) as (pilot, tail):
+        late = tmp_path / "late.log"
+        tail.open(late, "a job not started")
+        await until(pilot, lambda: "no log yet" in str(tail.query_one("#log-status",
+                                                                       Static).render()), 10)
+        late.write_text("first line\n")
+        await until(pilot, lambda: tail.query_one(Log).lines == ["first line"], 10)
+
+
+async def test_huge_log_opens_at_its_tail(home, tmp_path):
+    big = tmp_path / "big.log"
+    with open(big, "wb") as fh:  # 64 MB of lines, then a last line to look for
+        block = b"".join(b"step %08d images_per_s 123.4\n" % i for i in range(20_000))
+        for _ in range(64 * 2 ** 20 // len(block)):
+            fh.write(block)
+        fh.write(b"the very last line\n")
+    async with log_tail_of_recorded_study(home) as (pilot, tail):
+        tail.open(big, "big")  # benchmarks/tui.py measures how long this takes at 1 GB
+        await until(pilot, lambda: tail.query_one(Log).line_count > 0, 10)
+        assert tail.query_one(Log).lines[-1] == "the very last line"
+        assert tail.query_one(Log).line_count == TAIL_LINES
+
+
+async def test_controller_unreachable_shows_a_banner(home):
+    """A Slurm backend whose commands fail: the queue says so in a banner, no traceback."""
+    from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
+
+    recorded_study(home)
+    store = Store(home)
+    run = store.runs()[0]
+    store.update_run(run["run_id"], state="RUNNING", backend="slurm", job_id="4242")
+    store.add_job("slurm", "4242", run["run_id"], "RUNNING")
+    session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
+
+    def down(argv, env=None, timeout=30):
+        return CommandResult(argv, 1, "", "slurm_load_jobs error: Unable to contact slurm "
+                             "controller (connect failure)")
+    session._schedulers["slurm"] = SlurmCLI(runner=down, max_failures=1)
+    app = DlscaleApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.warning and "unreachable" in app.warning, 30,
+                    "the banner")
+        banner = app.screen.query_one("#banner", Static)
+        assert banner.has_class("shown")
+        assert "Unable to contact slurm controller" in str(banner.render())
+        # The last known state is still shown.
+        assert any("RUNNING" in str(c) for c in app.screen.query_one(
+            "#jobs", DataTable).get_row(run["run_id"]))
+
+
+async def test_help_screen_and_keyboard_navigation(home):
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        assert app.current_mode == "build"
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("f3")
+        assert app.current_mode == "queue"
+        await pilot.press("f4")
+        assert app.current_mode == "results"
+        await pilot.press("2")
+        assert app.current_mode == "queue"
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+# --- the whole path, with real jobs ------------------------------------------------------
+
+def _no_follow_threads() -> bool:
+    return not [t for t in threading.enumerate() if "_follow" in t.name or
+                "_refresh_queue" in t.name]
+
+
+async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str) -> None:
+    await until(pilot, lambda: "runs" in str(field(app, "preview").render()), 20)
+    await type_into(pilot, "name", "tui-study")
+    await type_into(pilot, "scales", scales)
+    await type_into(pilot, "batch", "8")
+    await type_into(pilot, "repetitions", "1")
+    await type_into(pilot, "steps", "4")
+    await until(pilot, lambda: not field(app, "submit").disabled, 20, "a submittable form")
+    assert "2 runs" in str(field(app, "preview").render())
+    await pilot.press("ctrl+r")
+    await until(pilot, lambda: app.current_mode == "queue", 60, "the queue after submitting")
+    table = app.screen.query_one("#jobs", DataTable)
+    await until(pilot, lambda: table.row_count == 2, 30, "two jobs in the queue")
+    table.focus()
+    await pilot.press("enter")
+    tail = app.screen.query_one(LogTail)
+    await until(pilot, lambda: tail.query_one(Log).line_count > 0, 120, "the log tail")
+    await until(pilot, lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 2,
+                420, "both runs completed")
+    assert any("summary" in line or "images/s" in line or "images_per_s" in line
+               for line in tail.query_one(Log).lines) or tail.query_one(Log).line_count > 1
+    assert nodes_expected in screen_text(app), screen_text(app)
+    await pilot.press("f4")
+    results = app.screen.query_one("#results", DataTable)
+    await until(pilot, lambda: results.row_count == 2, 30, "results rows")
+    text = screen_text(app)
+    assert "speedup (vs best 1-device run)" in text
+    rows = app.session.results("tui-study")
+    assert all(r["throughput"] for r in rows)
+    assert f"{rows[1]['speedup']:.2f}" in text
+
+
+@pytest.mark.slow
+async def test_build_submit_follow_results_on_the_local_backend(home):
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _build_submit_watch(pilot, app, home, "1x1, 1x2", "localhost")
+    await asyncio.sleep(1.0)
+    assert _no_follow_threads()
+    # Reopening shows the same study.
+    app2 = DlscaleApp(Session(home, "local"))
+    async with app2.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app2.snapshot is not None, 20)
+        assert app2.experiment == "tui-study"
+        assert app2.snapshot.counts == {"COMPLETED": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+async def test_build_submit_follow_results_on_the_slurm_cluster(home, slurm_cluster):
+    session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
+    app = DlscaleApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert "slurm test-cluster:debug" in app.sub_title
+        await _build_submit_watch(pilot, app, home, "1x1, 2x1", "node[1-2]")
+    jobs = Store(home).jobs("slurm")
+    assert len(jobs) == 2 and all(j["state"] == "COMPLETED" for j in jobs)
+
+
+@pytest.mark.slow
+async def test_cancel_asks_first(home, tmp_path):
+    spec = write_spec(tmp_path / "long.toml", name="long", scales='"1x1"', steps=100000)
+    app = DlscaleApp(Session(home, "local"), str(spec))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: not field(app, "submit").disabled, 20)
+        await type_into(pilot, "repetitions", "1")
+        await until(pilot, lambda: "1 runs" in str(field(app, "preview").render()), 20)
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: app.current_mode == "queue" and app.snapshot and
+                    app.snapshot.rows, 60)
+        app.screen.query_one("#jobs", DataTable).focus()
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        assert Store(home).runs()[0]["state"] in ("PENDING", "RUNNING")
+        await pilot.press("c")
+        await pilot.press("y")
+        await until(pilot, lambda: Store(home).runs()[0]["state"] == "CANCELLED", 30)
+        await until(pilot, lambda: app.snapshot.counts == {"CANCELLED": 1}, 30)

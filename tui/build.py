@@ -1,0 +1,350 @@
+"""The build screen: choose frameworks, models, datasets, scales and the rest, see the run
+count and device-hours before submitting, load and save the choices as a spec file.
+
+The form keeps the spec as a dict (what was loaded, with the form's fields on top), so keys
+the form does not show (warm-up, threads, target accuracy) survive a load-edit-save."""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header, Input, SelectionList, Static
+from textual.widgets.selection_list import Selection
+from textual.worker import get_current_worker
+
+from ..engine import specfile
+from ..engine.session import Preview
+from .dialogs import PathScreen
+from .errors import describe
+from .messages import EngineFailed, PreviewReady
+from .widgets import Banner
+
+DEFAULTS: dict[str, Any] = {
+    "experiment": {"name": "my-study", "frameworks": ["pytorch-ddp"], "models": ["resnet20"],
+                   "datasets": ["synthetic-cifar"], "scales": ["1x1", "1x2"],
+                   "per_device_batch": [64], "precisions": ["auto"], "loaders": ["native"],
+                   "repetitions": 3},
+    "training": {"steps": 30, "warmup_steps": 5},
+}
+
+# form widget id -> the spec field it edits (problems are reported against these)
+FIELDS = {
+    "name": "experiment.name", "frameworks": "experiment.frameworks",
+    "models": "experiment.models", "datasets": "experiment.datasets",
+    "scales": "experiment.scales", "batch": "experiment.per_device_batch",
+    "precisions": "experiment.precisions", "loaders": "experiment.loaders",
+    "repetitions": "experiment.repetitions", "steps": "training.steps",
+}
+LISTS = ("frameworks", "models", "datasets", "precisions", "loaders")
+TITLES = {
+    "name": "Experiment name", "frameworks": "Frameworks", "models": "Models",
+    "datasets": "Datasets", "scales": "Scales (nodes x ranks per node)",
+    "batch": "Batch per device", "precisions": "Precision", "loaders": "Data loader",
+    "repetitions": "Repetitions", "steps": "Timed steps per run", "path": "Spec file",
+}
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[,\s]+", text.strip()) if w]
+
+
+class BuildScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+r", "submit", "Submit", priority=True),
+        Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+o", "open", "Open", priority=True),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: dict[str, Any] = copy.deepcopy(DEFAULTS)
+        self.loaded_from: str | None = None    # the file the form was filled from, unchanged
+        self.loaded_data: dict[str, Any] | None = None
+        self.preview: Preview | None = None
+        self.file_problems: list[str] = []     # the opened file's own errors (file:line)
+        self._serial = 0
+        self._filling = False
+        self._bad: dict[str, str] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Banner(id="banner")
+        with Horizontal(id="build"):
+            with VerticalScroll(id="form"):
+                yield self._input("name")
+                yield SelectionList[str](id="frameworks")
+                yield SelectionList[str](id="models")
+                yield SelectionList[str](id="datasets")
+                yield self._input("scales", "1x1, 1x2, 2x2")
+                yield self._input("batch", "64, 128")
+                yield SelectionList[str](id="precisions")
+                yield SelectionList[str](id="loaders")
+                yield self._input("repetitions", "3")
+                yield self._input("steps", "30")
+                yield self._input("path", "where ctrl+s saves, e.g. my-study.toml")
+            with Vertical(id="preview-pane"):
+                yield Static("", id="preview", markup=False)
+                yield Button("Submit (ctrl+r)", id="submit", variant="primary")
+        yield Footer(compact=True)
+
+    @staticmethod
+    def _input(wid: str, placeholder: str = "") -> Input:
+        w = Input(placeholder=placeholder, id=wid)
+        w.border_title = TITLES[wid]
+        return w
+
+    def on_mount(self) -> None:
+        self.app.views["build"] = self
+        for wid in LISTS:
+            self.query_one(f"#{wid}").border_title = TITLES[wid]
+        fw = self.query_one("#frameworks", SelectionList)
+        for choice in self.app.session.framework_choices():
+            label = choice.name if choice.usable else f"{choice.name} ({choice.why})"
+            fw.add_option(Selection(label, choice.name, False, disabled=not choice.usable))
+        for wid in LISTS[1:]:
+            self.query_one(f"#{wid}", SelectionList).add_options(
+                [Selection(v, v, False) for v in specfile.CHOICES[wid]])
+        if self.app.spec_path:
+            self.load(self.app.spec_path)
+        else:
+            self.fill(self.data)
+
+    # --- form <-> data -------------------------------------------------------------------
+
+    def fill(self, data: dict[str, Any]) -> None:
+        self._filling = True
+        exp, training = data.get("experiment", {}), data.get("training", {})
+        batch = exp.get("per_device_batch", exp.get("global_batch", []))
+        texts = {
+            "name": exp.get("name", ""),
+            "scales": ", ".join(str(s) if not isinstance(s, dict) else
+                                f"{s.get('nodes')}x{s.get('ranks_per_node')}"
+                                for s in _as_list(exp.get("scales", []))),
+            "batch": ", ".join(str(b) for b in _as_list(batch)),
+            "repetitions": str(exp.get("repetitions", 3)),
+            "steps": str(training.get("steps", "")),
+            "path": self.loaded_from or "",
+        }
+        for wid, text in texts.items():
+            self.query_one(f"#{wid}", Input).value = text
+        for wid in LISTS:
+            sl = self.query_one(f"#{wid}", SelectionList)
+            sl.deselect_all()
+            for v in _as_list(exp.get(wid, DEFAULTS["experiment"].get(wid, []))):
+                if isinstance(v, str) and v in specfile.CHOICES[wid]:
+                    sl.select(v)
+        self.batch_title()
+        self._filling = False
+        self.changed()
+
+    def batch_title(self) -> None:
+        strong = self.data.get("experiment", {}).get("scaling") == "strong"
+        self.query_one("#batch").border_title = ("Global batch (strong scaling)" if strong
+                                                 else TITLES["batch"])
+
+    def read_form(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The spec dict the form shows, and the fields that do not even parse."""
+        data = copy.deepcopy(self.data)
+        exp = data.setdefault("experiment", {})
+        training = data.setdefault("training", {})
+        bad: dict[str, str] = {}
+        exp["name"] = self.query_one("#name", Input).value.strip()
+        for wid in LISTS:
+            exp[wid] = list(self.query_one(f"#{wid}", SelectionList).selected)
+        exp["scales"] = _words(self.query_one("#scales", Input).value)
+        batch_key = "global_batch" if exp.get("scaling") == "strong" else "per_device_batch"
+        for wid, (table, key) in {"batch": (exp, batch_key), "repetitions": (exp, "repetitions"),
+                                  "steps": (training, "steps")}.items():
+            words = _words(self.query_one(f"#{wid}", Input).value)
+            try:
+                values = [int(w) for w in words]
+            except ValueError:
+                bad[wid] = f"{' '.join(words)!r} is not a whole number"
+                continue
+            if wid == "batch":
+                table[key] = values
+            elif len(values) != 1:
+                bad[wid] = "give one whole number"
+            else:
+                table[key] = values[0]
+        if "steps" in training and training.get("steps") is not None:
+            training.pop("epochs", None)  # the form sets steps; a spec gives one of the two
+        return data, bad
+
+    def changed(self) -> None:
+        if self._filling or not self.is_mounted:
+            return
+        data, bad = self.read_form()
+        self._serial += 1
+        self._bad = bad
+        self._run_preview(data, self._serial)
+
+    @work(thread=True, exclusive=True, group="preview", exit_on_error=False)
+    def _run_preview(self, data: dict[str, Any], serial: int) -> None:
+        try:
+            preview = self.app.session.preview(data, self._spec_name(data))
+        except Exception as exc:
+            self.post_message(EngineFailed("preview", describe(exc)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(PreviewReady(preview, serial))
+
+    def on_preview_ready(self, message: PreviewReady) -> None:
+        if message.serial != self._serial:
+            return  # the form changed since; a newer preview is coming
+        self.preview = p = message.preview
+        by_field: dict[str, list[str]] = {}
+        general: list[str] = []
+        for pr in p.problems:
+            wid = next((w for w, f in FIELDS.items()
+                        if pr.field == f or (w == "batch" and pr.field ==
+                                             "experiment.global_batch")), None)
+            (by_field.setdefault(wid, []) if wid else general).append(
+                pr.message if wid else str(pr))
+        for wid, msg in self._bad.items():
+            by_field[wid] = [msg]
+        for wid in FIELDS:
+            w = self.query_one(f"#{wid}")
+            msgs = by_field.get(wid)
+            w.set_class(bool(msgs), "invalid")
+            w.border_subtitle = "; ".join(msgs)[:200] if msgs else None
+        lines: list[str] = []
+        if self.file_problems:
+            lines += ["The spec file does not validate:", *self.file_problems, ""]
+        if p.ok and not self._bad:
+            lines += [f"{p.runs} runs ({p.to_run} to run, {p.runs - p.to_run} completed "
+                      f"earlier)", f"{p.device_runs} device-runs", p.estimate]
+            if p.limit_hours is not None:
+                lines.append(f"at most {p.limit_hours:.2f} device-hours at the time limit")
+            lines += ["", "ctrl+r submits"]
+        else:
+            lines += ["Cannot submit yet:"] + [f"- {g}" for g in general]
+            if by_field:
+                lines.append(f"- {len(by_field)} field(s) marked in red")
+        self.query_one("#preview", Static).update("\n".join(lines))
+        self.query_one("#submit", Button).disabled = not (p.ok and not self._bad)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "path":
+            self.changed()
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        self.changed()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "submit":
+            self.action_submit()
+
+    # --- files ---------------------------------------------------------------------------
+
+    def load(self, path: str) -> None:
+        data, problems = specfile.read(path)
+        self.file_problems = problems
+        if problems:
+            self.notify("\n".join(problems[:5]), title=f"{path} does not validate",
+                        severity="error", timeout=15)
+        self.loaded_from = path
+        self.data = {"experiment": dict(data.get("experiment") or {}),
+                     "training": dict(data.get("training") or {})} if data else \
+            copy.deepcopy(DEFAULTS)
+        self.loaded_data = copy.deepcopy(self.data) if not problems else None
+        self.fill(self.data)
+
+    def action_open(self) -> None:
+        def opened(path: str | None) -> None:
+            if path:
+                if not Path(path).is_file():
+                    self.notify(f"{path}: no such file", severity="error")
+                    return
+                self.load(path)
+        self.app.push_screen(PathScreen("Open a spec file", self.loaded_from or ""), opened)
+
+    def action_save(self) -> None:
+        path = self.query_one("#path", Input).value.strip()
+        if not path:
+            self.notify("give the spec file's path in the 'Spec file' field first",
+                        severity="warning")
+            self.query_one("#path", Input).focus()
+            return
+        data, bad = self.read_form()
+        if bad:
+            self.notify("fix the fields marked in red first", severity="error")
+            return
+        try:
+            specfile.save(data, path)
+        except Exception as exc:
+            self.notify(describe(exc), title="not saved", severity="error", timeout=10)
+            return
+        self.loaded_from, self.loaded_data, self.file_problems = path, data, []
+        self.notify(f"saved {path}")
+
+    def _spec_name(self, data: dict[str, Any]) -> str:
+        if self.loaded_from and data == self.loaded_data:
+            return self.loaded_from
+        name = data.get("experiment", {}).get("name") or "study"
+        return str(self.app.session.home / "specs" / f"{name}.toml")
+
+    # --- submit --------------------------------------------------------------------------
+
+    def action_submit(self) -> None:
+        data, bad = self.read_form()
+        p = self.preview
+        if bad or p is None or not p.ok or self.preview_stale(data):
+            self.notify("the study cannot be submitted yet: see the fields in red and the "
+                        "panel on the right", severity="error")
+            return
+        self.query_one("#submit", Button).disabled = True
+        self._submit(data)
+
+    def preview_stale(self, data: dict[str, Any]) -> bool:
+        return self.preview is None or self.preview.loaded is None or \
+            self.preview.loaded.spec.model_dump() != _spec_dump(data)
+
+    @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
+    def _submit(self, data: dict[str, Any]) -> None:
+        session = self.app.session
+        try:
+            path = self._spec_name(data)
+            if path != self.loaded_from:  # unsaved choices: keep them beside the store
+                specfile.save(data, path)
+            from ..engine.spec import load_spec
+            report = session.submit(load_spec(path))
+        except Exception as exc:
+            self.app.call_from_thread(self._submit_failed, describe(exc))
+            return
+        self.app.call_from_thread(self._submitted, report, path)
+
+    def _submit_failed(self, message: str) -> None:
+        self.query_one("#submit", Button).disabled = False
+        self.notify(message, title="not submitted", severity="error", timeout=15)
+
+    def _submitted(self, report, path: str) -> None:
+        self.query_one("#submit", Button).disabled = False
+        name = (report.all_runs[0].experiment if report.all_runs else None)
+        text = (f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "
+                f"{len(report.completed)} completed earlier, {len(report.active)} already "
+                f"queued (spec: {path})")
+        for run, why in report.failed_to_submit:
+            text += f"\nnot submitted: {run.label()}: {why}"
+        self.notify(text, title="submitted", severity="error" if report.failed_to_submit
+                    else "information", timeout=10)
+        if name:
+            self.app.experiment = name
+        self.app.poll_now()
+        self.app.action_show("queue")
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v] if v not in (None, "") else []
+
+
+def _spec_dump(data: dict[str, Any]) -> dict[str, Any] | None:
+    loaded, _ = specfile.check(data)
+    return loaded.spec.model_dump() if loaded else None

@@ -1,0 +1,96 @@
+"""Modal screens: help, a yes/no confirmation, and a file-path prompt."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+HELP = """\
+dlscale-tui: build a scaling study, watch its jobs, read its results.
+
+Anywhere
+  F1 or ?      this help              F2 or 1   Build screen
+  F3 or 2      Queue screen           F4 or 3   Results screen
+  e            next experiment        ctrl+q, q quit (jobs keep running)
+
+Build (F-keys and ctrl-keys also work while typing in a field)
+  tab/shift+tab  move between fields   space     tick a choice in a list
+  ctrl+r         submit the study      ctrl+s    save the choices as a spec file
+  ctrl+o         open a spec file
+
+Queue
+  enter          open the selected job's log (it follows new lines)
+  c              cancel the selected run (asks first)
+  s              resubmit the selected run (asks first)
+  p              pause / resume following the log
+  /              search the log; n next match, N previous
+  escape         close the search or the log
+
+Results
+  m              next metric: speedup, efficiency, throughput, time-to-accuracy
+  o              next model (or all)
+  r              reload
+
+States and numbers come from the store (~/.dlscale or --home); the queue is refreshed by
+one scheduler query per tick for all live jobs. Quitting leaves submitted jobs running;
+reopening dlscale-tui shows the same study.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(HELP, markup=False)
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm", classes="dialog"):
+            yield Label(self.question, markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class PathScreen(ModalScreen[str | None]):
+    """Ask for a file path; returns it, or None when the user backs out."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, value: str = "") -> None:
+        super().__init__()
+        self.title_text, self.value = title, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="path-dialog", classes="dialog"):
+            yield Label(self.title_text, markup=False)
+            yield Input(self.value, placeholder="path/to/spec.toml", id="path-input")
+            yield Label("enter: ok   escape: cancel", classes="hint")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,129 @@
+"""The results screen: the study's table (throughput with CI95, speedup, efficiency,
+time-to-accuracy, the baseline named) and a plotext chart, metric and model switched by keys.
+Numbers come from engine.analysis; the chart text from engine.charts, as in the CLI."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from ..engine import charts, tables
+from ..engine.session import Snapshot
+from .errors import describe
+from .messages import EngineFailed, ResultsLoaded
+from .widgets import Banner
+
+COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
+           "eff.", "TTA s", "state")
+
+
+class ResultsScreen(Screen):
+    BINDINGS = [
+        Binding("m", "next_metric", "Metric"),
+        Binding("o", "next_model", "Model"),
+        Binding("r", "reload", "Reload"),
+        Binding("e", "next_experiment", "Next exp."),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[dict[str, Any]] = []
+        self.metric = "speedup"
+        self.model: str | None = None
+        self._completed: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Banner(id="banner")
+        yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="baselines", markup=False)
+        yield Static("", id="chart")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.app.views["results"] = self
+        table = self.query_one("#results", DataTable)
+        for col in COLUMNS:
+            table.add_column(col, key=col)
+        self.action_reload()
+
+    def on_screen_resume(self) -> None:
+        self.action_reload()
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        """Reload when runs finish (new numbers), not on every tick."""
+        done = sum(snap.counts.get(s, 0) for s in ("COMPLETED", "FAILED", "TIMEOUT"))
+        if done != self._completed:
+            self._completed = done
+            self.action_reload()
+
+    def action_reload(self) -> None:
+        self._load(self.app.experiment)
+
+    @work(thread=True, exclusive=True, group="results", exit_on_error=False)
+    def _load(self, experiment: str | None) -> None:
+        try:
+            results = self.app.session.results(experiment)
+        except Exception as exc:
+            self.post_message(EngineFailed("results", describe(exc)))
+            return
+        self.post_message(ResultsLoaded(experiment, results))
+
+    def on_results_loaded(self, message: ResultsLoaded) -> None:
+        if message.experiment != self.app.experiment:
+            return
+        self.results = message.results
+        models = self.models()
+        if self.model not in models:
+            self.model = None
+        table = self.query_one("#results", DataTable)
+        table.clear()
+        for r in self.results:
+            table.add_row(
+                r["model"], r["framework"], f"{r['nodes']}x{r['ranks_per_node']}",
+                str(r["ranks"]), str(r["per_device_batch"]), f"{r['n']}/{r['repetitions']}",
+                Text(tables.throughput_text(r), style="yellow" if r["noisy"] else ""),
+                tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]),
+                tables.fmt(r["time_to_accuracy_s"], 1), r["state"])
+        note = tables.baselines_note(self.results)
+        self.query_one("#baselines", Static).update(
+            (note + "\n" if note else "") + "* = noisy (CV > 5%)   m: metric   o: model"
+            if self.results else f"no results for {message.experiment or 'this store'} yet: "
+            "runs appear here as they complete")
+        self.draw_chart()
+
+    def models(self) -> list[str]:
+        return sorted({r["model"] for r in self.results})
+
+    def draw_chart(self) -> None:
+        widget = self.query_one("#chart", Static)
+        width, height = widget.size.width or 80, widget.size.height or 16
+        text = charts.chart(self.results, self.metric, self.model, max(width, 30),
+                            max(height, 8), color=True)
+        widget.update(Text.from_ansi(text))
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.draw_chart)
+
+    def action_next_metric(self) -> None:
+        names = list(charts.METRICS)
+        self.metric = names[(names.index(self.metric) + 1) % len(names)]
+        self.draw_chart()
+
+    def action_next_model(self) -> None:
+        choices: list[str | None] = [None, *self.models()]
+        self.model = choices[(choices.index(self.model) + 1) % len(choices)]
+        self.draw_chart()
+
+    def action_next_experiment(self) -> None:
+        snap = self.app.snapshot
+        names = snap.experiments if snap else []
+        if len(names) > 1:
+            at = names.index(self.app.experiment) if self.app.experiment in names else -1
+            self.app.experiment = names[(at + 1) % len(names)]
+            self.action_reload()
