@@ -334,7 +334,7 @@ async def test_cancel_asks_first(home, tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: not field(app, "submit").disabled, 20)
         await type_into(pilot, "repetitions", "1")
-        await until(pilot, lambda: "1 runs" in str(field(app, "preview").render()), 20)
+        await until(pilot, lambda: "1 run " in str(field(app, "preview").render()), 20)
         await pilot.press("ctrl+r")
         await until(pilot, lambda: app.current_mode == "queue" and app.snapshot and
                     app.snapshot.rows, 60)

@@ -72,6 +72,7 @@ class BuildScreen(Screen):
         self._serial = 0
         self._filling = False
         self._bad: dict[str, str] = {}
+        self._file_had_data = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -115,6 +116,7 @@ class BuildScreen(Screen):
             self.load(self.app.spec_path)
         else:
             self.fill(self.data)
+        self.query_one("#name", Input).focus()
 
     # --- form <-> data -------------------------------------------------------------------
 
@@ -217,10 +219,15 @@ class BuildScreen(Screen):
             w.border_subtitle = "; ".join(msgs)[:200] if msgs else None
         lines: list[str] = []
         if self.file_problems:
-            lines += ["The spec file does not validate:", *self.file_problems, ""]
+            lines += ["The spec file does not validate:", *self.file_problems]
+            if self.loaded_data is None and not self._file_had_data:
+                lines.append("(the form shows defaults; ctrl+s saves a valid spec)")
+            lines.append("")
         if p.ok and not self._bad:
-            lines += [f"{p.runs} runs ({p.to_run} to run, {p.runs - p.to_run} completed "
-                      f"earlier)", f"{p.device_runs} device-runs", p.estimate]
+            lines += [f"{_n(p.runs, 'run')} ({p.to_run} to run, {p.runs - p.to_run} "
+                      "completed earlier)", f"{_n(p.device_runs, 'device-run')}",
+                      p.estimate if p.to_run else "nothing to run: every run completed "
+                      "earlier (results: F4)"]
             if p.limit_hours is not None:
                 lines.append(f"at most {p.limit_hours:.2f} device-hours at the time limit")
             lines += ["", "ctrl+r submits"]
@@ -251,11 +258,15 @@ class BuildScreen(Screen):
             self.notify("\n".join(problems[:5]), title=f"{path} does not validate",
                         severity="error", timeout=15)
         self.loaded_from = path
+        self._file_had_data = bool(data)
         self.data = {"experiment": dict(data.get("experiment") or {}),
                      "training": dict(data.get("training") or {})} if data else \
             copy.deepcopy(DEFAULTS)
         self.loaded_data = copy.deepcopy(self.data) if not problems else None
         self.fill(self.data)
+        name = self.data["experiment"].get("name")
+        if isinstance(name, str) and name:
+            self.app.experiment = name  # the queue and results screens show this study
 
     def action_open(self) -> None:
         def opened(path: str | None) -> None:
@@ -339,6 +350,10 @@ class BuildScreen(Screen):
             self.app.experiment = name
         self.app.poll_now()
         self.app.action_show("queue")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _as_list(v: Any) -> list[Any]:

@@ -42,7 +42,7 @@ class LogTail(Vertical):
         log = self.query_one(Log)
         log.clear()
         log.auto_scroll = True
-        self._status(f"{title}: {path}")
+        self._status(f"{title}: {_short(path)}")
         self._follow(path, self._serial)
 
     def close(self) -> None:
@@ -60,7 +60,8 @@ class LogTail(Vertical):
                 return
             note = None
             if first and not chunk and not path.exists():
-                note = f"{self.title}: no log yet at {path} (the job has not started); waiting"
+                note = (f"{self.title}: no log yet at {_short(path)} (the job has not "
+                        "started); waiting")
             first = False
             if chunk or note:
                 self.post_message(LogLines(serial, chunk, note))
@@ -74,7 +75,7 @@ class LogTail(Vertical):
             self._status(message.note)
         elif self.waiting and message.lines:
             self.waiting = False
-            self._status(f"{self.title}: {self.path}")
+            self._status(f"{self.title}: {_short(self.path)}")
         if self.paused:
             self.held.extend(message.lines)
             self._status(f"{self.title}: paused, {len(self.held)} new line(s) held (p resumes)")
@@ -92,7 +93,7 @@ class LogTail(Vertical):
                 log.write_lines(self.held)
                 self.held = []
             log.scroll_end(animate=False)
-            self._status(f"{self.title}: following {self.path}")
+            self._status(f"{self.title}: following {_short(self.path)}")
 
     # --- search --------------------------------------------------------------------------
 
@@ -142,3 +143,13 @@ class LogTail(Vertical):
 
     def _status(self, text: str) -> None:
         self.query_one("#log-status", Static).update(text)
+
+
+def _short(path: Path | None) -> str:
+    """The path as a user types it: ~ for their home folder."""
+    if path is None:
+        return ""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)

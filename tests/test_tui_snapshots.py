@@ -1,0 +1,71 @@
+"""Snapshots of every screen at 80x24 (an SSH terminal's default) and 120x40, from a study
+recorded from real runs (tests/fixtures/tui-quickstart). Update after a deliberate change of
+look with `scripts/test tests/test_tui_snapshots.py --snapshot-update`, and review the SVGs."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from dlscale.engine.session import Session
+from dlscale.tui.app import DlscaleApp
+from tui_text import recorded_study
+
+SIZES = [(80, 24), (120, 40)]
+
+
+@pytest.fixture(autouse=True)
+def fixed_home_folder(monkeypatch, tmp_path):
+    # Paths on screen are shown from ~, so every run of a snapshot shows the same text.
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+async def settle(pilot, condition, timeout: float = 20) -> None:
+    """Wait for the workers' answers (not a fixed sleep: the machine may be busy)."""
+    import time
+    end = time.monotonic() + timeout
+    while not condition() and time.monotonic() < end:
+        await pilot.pause(0.1)
+    await pilot.pause(0.3)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_build_screen(snap_compare, home, size):
+    app = DlscaleApp(Session(home, "local"), str(REPO / "examples" / "quickstart.toml"),
+                     watch=False)
+
+    async def preview(pilot):
+        await settle(pilot, lambda: app.screen.query("#preview") and "runs" in str(
+            app.screen.query_one("#preview").render()))
+    assert snap_compare(app, terminal_size=size, run_before=preview)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_queue_screen_with_log(snap_compare, home, size):
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+
+    async def open_log(pilot):
+        await settle(pilot, lambda: app.screen.query("#jobs") and
+                     app.screen.query_one("#jobs").row_count == 6)
+        app.screen.query_one("#jobs").focus()
+        await pilot.press("down", "enter")
+        await settle(pilot, lambda: app.screen.query_one("#log-lines").line_count > 3)
+    assert snap_compare(app, terminal_size=size, run_before=open_log)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_results_screen(snap_compare, home, size):
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+
+    async def results(pilot):
+        await settle(pilot, lambda: app.snapshot is not None)
+        await pilot.press("f4")
+        await settle(pilot, lambda: app.screen.query("#results") and
+                     app.screen.query_one("#results").row_count == 2)
+    assert snap_compare(app, terminal_size=size, run_before=results)
+
+
+def test_help_screen(snap_compare, home):
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    assert snap_compare(app, terminal_size=(80, 24), press=["f1"])
