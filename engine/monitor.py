@@ -32,6 +32,9 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     return state
 
 
+VANISHED = "the scheduler no longer knows this job (not in its queue or accounting)"
+
+
 @dataclass
 class Tick:
     """What one sync saw: counts by state, and whether the scheduler answered."""
@@ -52,8 +55,15 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
             statuses = scheduler.poll([r["job_id"] for r in live])
         except ControllerUnreachable:
             statuses, reachable = {}, False
+        answered = reachable and getattr(scheduler, "last_poll_ok", True)
         for r in live:
             st = statuses.get(r["job_id"])
+            if st is None and answered and r["reason"] != VANISHED:
+                # Neither the queue nor accounting knows the job (purged, or a controller
+                # that lost its state): say so on the run, keep its last known state.
+                store.update_run(r["run_id"], reason=VANISHED)
+            elif st is not None and r["reason"] == VANISHED:
+                store.update_run(r["run_id"], reason=st.reason)
             if st is None or (st.state == "PENDING" and r["state"] == "RUNNING"):
                 # sacct (slurmdbd) can lag the controller by seconds: a job seen running is
                 # not sent back to pending by a stale answer (our scripts never requeue).

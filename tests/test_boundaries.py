@@ -23,6 +23,8 @@ def imported_modules(folder: Path) -> set[tuple[str, str]]:
                     pkg = ("dlscale",) + pkg
                     base = ".".join(pkg[:len(pkg) - node.level + 1] + ((base,) if base else ()))
                 found.add((str(path), base))
+                # `from ..engine import specfile` uses the module dlscale.engine.specfile
+                found |= {(str(path), f"{base}.{a.name}") for a in node.names}
     return found
 
 
@@ -54,3 +56,18 @@ def test_no_generic_top_level_packages_installed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# The TUI renders and calls the engine through its front-end modules; Slurm commands,
+# scheduler backends, the store's SQL and record parsing stay behind them.
+TUI_MAY_USE = ("dlscale.engine.session", "dlscale.engine.queue", "dlscale.engine.specfile",
+               "dlscale.engine.errors", "dlscale.engine.logs", "dlscale.engine.charts",
+               "dlscale.engine.tables", "dlscale.engine.monitor", "dlscale.engine.spec")
+
+
+def test_tui_uses_only_the_engines_front_end_modules():
+    engine = [(Path(f).name, m) for f, m in imported_modules(REPO / "tui")
+              if m.startswith("dlscale.engine.") and m.count(".") == 2]
+    assert engine and [(f, m) for f, m in engine if not m.startswith(TUI_MAY_USE)] == []
+    assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
+        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.schedulers"))]

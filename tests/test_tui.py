@@ -243,6 +243,29 @@ async def test_controller_unreachable_shows_a_banner(home):
             "#jobs", DataTable).get_row(run["run_id"]))
 
 
+async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
+    """Slurm answers, but knows nothing of the job (recorded empty answers): the row says so
+    and keeps the last known state."""
+    from dlscale.engine.monitor import VANISHED
+    from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
+
+    recorded_study(home)
+    store = Store(home)
+    run = store.runs()[0]
+    store.add_job("slurm", "777", run["run_id"], "PENDING")
+    session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
+    session._schedulers["slurm"] = SlurmCLI(runner=lambda argv, env=None, timeout=30:
+                                            CommandResult(argv, 0, "", ""))
+    app = DlscaleApp(session)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await until(pilot, lambda: app.snapshot and any(
+            r.reason == VANISHED for r in app.snapshot.rows), 30, "the vanished reason")
+        await pilot.pause(0.3)
+        assert "the scheduler no longer knows this job" in screen_text(app), screen_text(app)
+        assert app.snapshot.counts.get("PENDING") == 1
+        assert not app.warning
+
+
 async def test_help_screen_and_keyboard_navigation(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:

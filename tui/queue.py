@@ -2,12 +2,14 @@
 cancel / resubmit with confirmation. Rows come from the app's watcher (engine.session)."""
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets.data_table import ColumnKey
 
 from ..engine.queue import QUEUE_COLUMNS, QueueRow
 from ..engine.session import Snapshot
@@ -21,11 +23,24 @@ STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green"
                "CANCELLED": "magenta", "PLANNED": "dim"}
 
 
-def row_cells(row: QueueRow) -> tuple[str | Text, ...]:
-    cells: list[str | Text] = list(row.cells())
+def row_cells(row: QueueRow) -> tuple[str, ...]:
+    # Markup strings, escaped: DataTable reads a str as markup, and a pending reason may
+    # hold brackets. Not rich Text objects: DataTable crops a Text cell in place when it
+    # renders it narrower, and the cropped text then stays after the column widens.
+    cells = [escape(c) for c in row.cells()]
     state = QUEUE_COLUMNS.index("state")
-    cells[state] = Text(row.state, style=STATE_STYLE.get(row.state, ""))
+    style = STATE_STYLE.get(row.state)
+    if style:
+        cells[state] = f"[{style}]{cells[state]}[/]"
     return tuple(cells)
+
+
+def cell_len(markup: str) -> int:
+    return Text.from_markup(markup).cell_len
+
+
+def _plain(markup: str) -> str:
+    return Text.from_markup(markup).plain
 
 
 class JobTable(DataTable):
@@ -52,8 +67,22 @@ class JobTable(DataTable):
             elif old != cells:
                 for col, new, was in zip(QUEUE_COLUMNS, cells, old):
                     if new != was:
-                        self.update_cell(r.run_id, col, new, update_width=True)
+                        # Only a wider value resizes its column: Textual re-measures the
+                        # whole column when a cell narrows, O(jobs) per cell (seconds at
+                        # 1,000 jobs). Columns grow and never shrink.
+                        wider = cell_len(new) > self.columns[ColumnKey(col)].content_width
+                        self.update_cell(r.run_id, col, new, update_width=wider)
             self.shown[r.run_id] = cells
+
+    async def _on_idle(self, event) -> None:
+        # Textual 8.2.8 widens columns on idle but keeps row renders cached from before, so a
+        # row drawn in between stays cropped to the old widths. Drop those renders whenever
+        # the idle pass may have changed a width (rare: new rows or a wider value).
+        resized = bool(self._updated_cells) or self._require_update_dimensions
+        await super()._on_idle(event)
+        if resized:
+            self._clear_caches()
+            self.refresh()
 
     def selected_run(self) -> str | None:
         if not self.row_count:
@@ -175,8 +204,8 @@ class QueueScreen(Screen):
         if run_id is None:
             return
         cells = table.shown[run_id]
-        label = " ".join(str(c) for c in cells[1:6])
-        question = (f"Cancel run {run_id} ({label}, job {cells[0]})?" if what == "cancel" else
+        label = " ".join(_plain(c) for c in cells[1:6])
+        question = (f"Cancel run {run_id} ({label}, job {_plain(cells[0])})?" if what == "cancel" else
                     f"Resubmit run {run_id} ({label}) with the same job script?")
 
         def answered(yes: bool | None) -> None:

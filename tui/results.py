@@ -10,6 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ..engine import charts, tables
@@ -20,6 +21,24 @@ from .widgets import Banner
 
 COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
            "eff.", "TTA s", "state")
+
+
+class Chart(Widget):
+    """A plotext chart drawn at whatever size the widget has, redrawn when that changes."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.results: list[dict[str, Any]] = []
+        self.metric, self.model = "speedup", None
+
+    def show(self, results: list[dict[str, Any]], metric: str, model: str | None) -> None:
+        self.results, self.metric, self.model = results, metric, model
+        self.refresh()
+
+    def render(self) -> Text:
+        width, height = self.size
+        return Text.from_ansi(charts.chart(self.results, self.metric, self.model,
+                                           max(width, 30), max(height, 8), color=True))
 
 
 class ResultsScreen(Screen):
@@ -42,7 +61,7 @@ class ResultsScreen(Screen):
         yield Banner(id="banner")
         yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield Static("", id="baselines", markup=False)
-        yield Static("", id="chart")
+        yield Chart(id="chart")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -101,14 +120,7 @@ class ResultsScreen(Screen):
         return sorted({r["model"] for r in self.results})
 
     def draw_chart(self) -> None:
-        widget = self.query_one("#chart", Static)
-        width, height = widget.size.width or 80, widget.size.height or 16
-        text = charts.chart(self.results, self.metric, self.model, max(width, 30),
-                            max(height, 8), color=True)
-        widget.update(Text.from_ansi(text))
-
-    def on_resize(self) -> None:
-        self.call_after_refresh(self.draw_chart)
+        self.query_one(Chart).show(self.results, self.metric, self.model)
 
     def action_next_metric(self) -> None:
         names = list(charts.METRICS)
