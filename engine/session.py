@@ -83,6 +83,19 @@ class Session:
         self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
         self._schedulers: dict[str, Scheduler] = {}
 
+    def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
+        """Submit to this cluster profile from now on (Slurm), or to this machine (None).
+        Raises SpecError (file:line: field) for a profile that does not validate and
+        PlanError for an unknown partition; the current choice is kept then."""
+        if not profile_path:
+            with self._lock:
+                self.backend, self.profile, self.partition = "local", None, None
+            return
+        profile = load_profile(profile_path)
+        profile.profile.partition(partition)  # raises PlanError when unknown
+        with self._lock:
+            self.backend, self.profile, self.partition = "slurm", profile, partition
+
     # SQLite connections are not shared between threads: each thread gets its own.
     @property
     def store(self) -> Store:

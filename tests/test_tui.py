@@ -82,6 +82,26 @@ async def test_plan_refusal_is_shown_before_submitting(home):
         assert field(app, "submit").disabled
 
 
+async def test_choosing_a_cluster_profile_in_the_form(home, tmp_path):
+    """2 nodes cannot run here, but can on the test cluster: the profile field decides, and a
+    profile that does not validate is refused at the field."""
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await type_into(pilot, "scales", "2x1")
+        await until(pilot, lambda: "needs 2 nodes" in str(field(app, "preview").render()), 20)
+        bad = tmp_path / "bad-cluster.toml"
+        bad.write_text('name = "x"\n[[partitions]]\nname = "p"\nnodes = "two"\n')
+        await type_into(pilot, "profile", str(bad))
+        await until(pilot, lambda: field(app, "profile").has_class("invalid"), 20)
+        assert "partitions[0].nodes" in field(app, "profile").border_subtitle
+        assert field(app, "submit").disabled
+        await type_into(pilot, "profile", str(REPO / "examples/clusters/test-cluster.toml"))
+        await until(pilot, lambda: not field(app, "submit").disabled, 20, "the cluster chosen")
+        assert "slurm test-cluster:debug" in app.sub_title
+        assert app.session.backend == "slurm"
+        assert "at most" in str(field(app, "preview").render())  # device-hours at the limit
+
+
 async def test_a_spec_that_fails_validation_opens_with_the_error(home, tmp_path):
     spec = write_spec(tmp_path / "bad.toml", training="lr = -1")
     app = DlscaleApp(Session(home, "local"), str(spec))
@@ -351,7 +371,7 @@ async def test_build_submit_follow_results_on_the_slurm_cluster(home, slurm_clus
 
 
 @pytest.mark.slow
-async def test_cancel_asks_first(home, tmp_path):
+async def test_cancel_and_resubmit_ask_first(home, tmp_path):
     spec = write_spec(tmp_path / "long.toml", name="long", scales='"1x1"', steps=100000)
     app = DlscaleApp(Session(home, "local"), str(spec))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -371,3 +391,12 @@ async def test_cancel_asks_first(home, tmp_path):
         await pilot.press("y")
         await until(pilot, lambda: Store(home).runs()[0]["state"] == "CANCELLED", 30)
         await until(pilot, lambda: app.snapshot.counts == {"CANCELLED": 1}, 30)
+        # Resubmit the cancelled run: it asks, then the same run goes back in the queue.
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await until(pilot, lambda: Store(home).runs()[0]["state"] in ("PENDING", "RUNNING"),
+                    30, "the resubmitted run")
+        assert Store(home).runs()[0]["attempts"] == 2
+        await pilot.press("c", "y")
+        await until(pilot, lambda: Store(home).runs()[0]["state"] == "CANCELLED", 30)

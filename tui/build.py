@@ -48,6 +48,7 @@ TITLES = {
     "datasets": "Datasets", "scales": "Scales (nodes x ranks per node)",
     "batch": "Batch per device", "precisions": "Precision", "loaders": "Data loader",
     "repetitions": "Repetitions", "steps": "Timed steps per run", "path": "Spec file",
+    "profile": "Cluster profile (Slurm)",
 }
 
 
@@ -90,6 +91,7 @@ class BuildScreen(Screen):
                 yield self._input("repetitions", "3")
                 yield self._input("steps", "30")
                 yield self._input("path", "where ctrl+s saves, e.g. my-study.toml")
+                yield self._input("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
                 yield Static("", id="preview", markup=False)
                 yield Button("Submit (ctrl+r)", id="submit", variant="primary")
@@ -112,6 +114,8 @@ class BuildScreen(Screen):
         for wid in LISTS[1:]:
             self.query_one(f"#{wid}", SelectionList).add_options(
                 [Selection(v, v, False) for v in specfile.CHOICES[wid]])
+        profile = self.app.session.profile
+        self.query_one("#profile", Input).value = profile.path if profile else ""
         if self.app.spec_path:
             self.load(self.app.spec_path)
         else:
@@ -236,11 +240,40 @@ class BuildScreen(Screen):
             if by_field:
                 lines.append(f"- {len(by_field)} field(s) marked in red")
         self.query_one("#preview", Static).update("\n".join(lines))
-        self.query_one("#submit", Button).disabled = not (p.ok and not self._bad)
+        self.query_one("#submit", Button).disabled = not (p.ok and not self._bad) or \
+            self.query_one("#profile", Input).has_class("invalid")
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id != "path":
+        if event.input.id == "profile":
+            self._use_cluster(event.value.strip())
+        elif event.input.id != "path":
             self.changed()
+
+    @work(thread=True, exclusive=True, group="cluster", exit_on_error=False)
+    def _use_cluster(self, path: str) -> None:
+        session = self.app.session
+        current = session.profile.path if session.profile else ""
+        if path == current:
+            return
+        try:
+            session.use_cluster(path or None)
+        except Exception as exc:
+            self.app.call_from_thread(self._cluster_problem, describe(exc))
+            return
+        self.app.call_from_thread(self._cluster_chosen)
+
+    def _cluster_problem(self, message: str) -> None:
+        w = self.query_one("#profile", Input)
+        w.add_class("invalid")
+        w.border_subtitle = message.splitlines()[0][:200]
+        self.query_one("#submit", Button).disabled = True
+
+    def _cluster_chosen(self) -> None:
+        w = self.query_one("#profile", Input)
+        w.remove_class("invalid")
+        w.border_subtitle = None
+        self.app.sub_title = self.app.session.where
+        self.changed()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         self.changed()
@@ -307,7 +340,8 @@ class BuildScreen(Screen):
     def action_submit(self) -> None:
         data, bad = self.read_form()
         p = self.preview
-        if bad or p is None or not p.ok or self.preview_stale(data):
+        if bad or p is None or not p.ok or self.preview_stale(data) or \
+                self.query_one("#profile", Input).has_class("invalid"):
             self.notify("the study cannot be submitted yet: see the fields in red and the "
                         "panel on the right", severity="error")
             return
