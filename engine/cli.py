@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import analysis, charts, study, tables
+from . import analysis, charts, mllog, report as reporting, study, tables
 from .errors import DlscaleError, SpecError
 from .estimate import estimate
 from .logs import follow, tail_lines
@@ -286,6 +286,62 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     store = _store(ctx)
     for rid, job_id in study.resubmit(store, [study.find_run(store, r)["run_id"] for r in run_ids]):
         out.print(f"run {rid}: job {job_id}")
+
+
+@cli.command()
+@click.option("--experiment", "-e", default=None,
+              help="which experiment (needed when the store holds more than one)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="folder for the report, its figures and exports (default report-NAME)")
+@click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
+              show_default=True, help="md: Markdown with PNG files; html: one self-contained page")
+@click.option("--reference", type=click.Path(dir_okay=False), default=None,
+              help="published numbers to set beside yours (default: reference.toml next to "
+              "the experiment's spec, when there is one)")
+@click.pass_context
+def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt: str,
+           reference: str | None) -> None:
+    """Write up an experiment: set-up, tables, figures, MLLOG exports."""
+    store = _store(ctx)
+    _refresh(store)
+    name = reporting.pick_experiment(store, experiment)["name"]
+    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference)
+    out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
+              f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)", soft_wrap=True)
+
+
+@cli.group()
+def export() -> None:
+    """Stored runs in other formats."""
+
+
+@export.command("mllog")
+@click.argument("run_ids", nargs=-1, metavar="[RUN...]")
+@click.option("--experiment", "-e", default=None, help="every completed run of it")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write RUN.mllog files here (default: print one run to stdout)")
+@click.pass_context
+def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None,
+                 out_dir: str | None) -> None:
+    """A run's records as MLPerf-style `:::MLLOG {json}` lines."""
+    store = _store(ctx)
+    ids = [study.find_run(store, r)["run_id"] for r in run_ids]
+    if experiment:
+        ids += [r["run_id"] for r in store.runs(reporting.pick_experiment(
+            store, experiment)["name"], states=("COMPLETED",))]
+    if not ids:
+        raise click.UsageError("name runs to export, or --experiment")
+    if out_dir is None:
+        if len(ids) > 1:
+            raise click.UsageError(f"{len(ids)} runs: give --out DIR to write one file each")
+        lines = mllog.lines(store, ids[0])
+        if not lines:
+            raise DlscaleError(f"run {ids[0]} has no records yet")
+        click.echo("\n".join(lines))
+        return
+    written = mllog.write(store, ids, Path(out_dir))
+    out.print(f"wrote {len(written)} MLLOG file(s) to {out_dir}" + (
+        f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
 
 
 def main(argv: list[str] | None = None) -> None:

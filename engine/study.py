@@ -110,7 +110,10 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
     p = plan(loaded)
     check_plan(loaded, p, backend, profile, partition)
     scheduler = scheduler or make_scheduler(backend, store)
-    store.save_experiment(loaded.spec.experiment.name, loaded.path, loaded.text, loaded.digest)
+    # The absolute path, so files kept beside the spec (a study's reference.toml) are found
+    # from wherever `dlscale report` runs.
+    store.save_experiment(loaded.spec.experiment.name, str(Path(loaded.path).resolve()),
+                          loaded.text, loaded.digest)
     report = SubmitReport()
     for run in p.runs:
         row = store.add_run(run)
