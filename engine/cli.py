@@ -289,6 +289,36 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 
 
 @cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--wait/--no-wait", default=False,
+              help="follow the new run to its end, then compare it with the original")
+@click.pass_context
+def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
+    """Repeat a finished run exactly, from its record, as a new run to compare with it."""
+    store = _store(ctx)
+    original = study.find_run(store, run_id)
+    new_id, job_id = study.rerun(store, original["run_id"])
+    out.print(f"run {new_id} repeats run {original['run_id']}: job {job_id} "
+              f"[backend: {original['backend']}]")
+    if not wait:
+        out.print("follow it with `dlscale status`; compare with `dlscale report`")
+        return
+    scheduler = study.make_scheduler(original["backend"], store)
+    try:
+        _wait_with_progress(store, scheduler, [new_id])
+    except KeyboardInterrupt:
+        err.print(f"\nstopped waiting; run {new_id} goes on")
+        sys.exit(130)
+    row = next(r for r in analysis.reruns(store, original["experiment"]) if r["run_id"] == new_id)
+    out.print(f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
+              f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
+              f"rerun / original {tables.fmt(row['ratio'], 3)}")
+    if row["state"] != "COMPLETED":
+        err.print(f"dlscale: the rerun ended {row['state']}; `dlscale status` shows why")
+        sys.exit(1)
+
+
+@cli.command()
 @click.option("--experiment", "-e", default=None,
               help="which experiment (needed when the store holds more than one)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
