@@ -9,10 +9,11 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
-from . import analysis, charts, mllog, report as reporting, study, tables
-from .errors import DlscaleError, SpecError
+from . import analysis, charts, datasets, mllog, report as reporting, study, tables
+from .errors import DlscaleError, SpecError, UserError
 from .estimate import estimate
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
@@ -372,6 +373,50 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
     written = mllog.write(store, ids, Path(out_dir))
     out.print(f"wrote {len(written)} MLLOG file(s) to {out_dir}" + (
         f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
+
+
+@cli.group()
+def data() -> None:
+    """Real datasets: fetch CIFAR-10, check an ImageNet folder."""
+
+
+@data.command("fetch")
+@click.argument("dataset", type=click.Choice(sorted(datasets.SOURCES)))
+@click.option("--dir", "dest", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="where the dataset's folder goes")
+@click.option("--url", envvar="DLSCALE_CIFAR10_URL", default=None,
+              help="download from here instead of the official address (a mirror)")
+@click.option("--md5", envvar="DLSCALE_CIFAR10_MD5", default=None,
+              help="expected MD5 of the archive at --url (default: the published one)")
+def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> None:
+    """Download, verify (MD5) and unpack a dataset; prints the folder for training.data_dir."""
+    source = datasets.SOURCES[dataset]
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                  transient=not err.is_terminal) as progress:
+        task = progress.add_task(f"{dataset}", total=None)
+
+        def on_progress(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+        folder = datasets.fetch(source, dest, url, md5, on_progress)
+    out.print(f"{dataset}: {folder}\nuse it as  training.data_dir = \"{folder.resolve()}\"",
+              soft_wrap=True)
+
+
+@data.command("check")
+@click.argument("dataset", type=click.Choice(["imagenet"]))
+@click.argument("root", type=click.Path())
+@click.option("--classes", default=1000, show_default=True, help="class folders expected")
+def data_check(dataset: str, root: str, classes: int) -> None:
+    """Check a dataset folder's layout (ImageNet: train/ and val/ of class folders of JPEGs)."""
+    check = datasets.check_imagenet(root, classes)
+    for split in ("train", "val"):
+        if split in check.classes:
+            out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
+    if check.problems:
+        raise UserError(f"{check.root} is not a usable ImageNet folder:\n" + "\n".join(
+            f"  {p}" for p in check.problems))
+    out.print(f"{check.root}: layout OK")
 
 
 def main(argv: list[str] | None = None) -> None:
