@@ -201,22 +201,15 @@ def check_imagenet(root: str | Path, expect_classes: int = 1000) -> LayoutCheck:
                 if fh.read(3) != JPEG_MAGIC:
                     not_jpeg.append(f"{d.name}/{images[0].name}")
         check.images[split] = count
-        if empty:
-            check.problems.append(f"{base}: {len(empty)} class folder(s) hold no JPEG: "
-                                  f"{_examples(empty)}")
-        if not_images:
-            check.problems.append(f"{base}: {len(not_images)} file(s) are not .JPEG/.jpg: "
-                                  f"{_examples(not_images)}")
-        if not_jpeg:
-            check.problems.append(f"{base}: file(s) named .JPEG but not JPEG data: "
-                                  f"{_examples(not_jpeg)}")
-    if "train" in per_split and "val" in per_split and per_split["train"] != per_split["val"]:
-        only_train = sorted(per_split["train"] - per_split["val"])
-        only_val = sorted(per_split["val"] - per_split["train"])
-        if only_train:
-            check.problems.append(f"{root / 'val'}: lacks {len(only_train)} class(es) that "
-                                  f"train/ has: {_examples(only_train)}")
-        if only_val:
-            check.problems.append(f"{root / 'train'}: lacks {len(only_val)} class(es) that "
-                                  f"val/ has: {_examples(only_val)}")
+        for names_, what in ((empty, "class folder(s) hold no JPEG"),
+                             (not_images, "file(s) are not .JPEG/.jpg"),
+                             (not_jpeg, "file(s) named .JPEG but not JPEG data")):
+            if names_:
+                check.problems.append(f"{base}: {len(names_)} {what}: {_examples(names_)}")
+    if "train" in per_split and "val" in per_split:
+        for has, lacks in (("train", "val"), ("val", "train")):
+            missing = sorted(per_split[has] - per_split[lacks])
+            if missing:
+                check.problems.append(f"{root / lacks}: lacks {len(missing)} class(es) that "
+                                      f"{has}/ has: {_examples(missing)}")
     return check

@@ -174,7 +174,7 @@ def test_imagenet_problems_are_each_named(tmp_path, home):
     assert "val: 1 image(s) lie directly in val/" in err
     assert f"{root / 'train'}: 4 class folders, expected 3" in err
     assert "n04" in err and "hold no JPEG" in err
-    assert "not JPEG data: n02/n02_0.JPEG" in err
+    assert "1 file(s) named .JPEG but not JPEG data: n02/n02_0.JPEG" in err
     assert "not .JPEG/.jpg: n01/notes.txt" in err
     assert f"{root / 'val'}: lacks 1 class(es) that train/ has: n04" in err
 
