@@ -64,11 +64,13 @@ def _backend_options(f):
 @cli.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @_backend_options
+@click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
+              "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
 @click.pass_context
 def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
-             partition: str | None) -> None:
+             partition: str | None, include_planned: bool) -> None:
     """Dry run: list the runs a spec makes, their count and the device-hours."""
-    loaded = load_spec(spec)
+    loaded = load_spec(spec, planning=include_planned)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
     study.check_plan(loaded, p, backend, profile, partition)

@@ -155,6 +155,7 @@ def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str) -> list
         _against_devices(rows, "throughput", out_dir,
                          f"{experiment}: throughput (mean, 95% CI)"),
         _against_devices(rows, "tta", out_dir, f"{experiment}: time-to-accuracy"),
-        _framework_bars(rows, out_dir, f"{experiment}: throughput per framework"),
+        _framework_bars(rows, out_dir, f"{experiment}: throughput per framework\n"
+                        "(its best configuration at each scale)"),
     ]
     return [f for f in made if f is not None]

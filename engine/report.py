@@ -229,17 +229,21 @@ def _reference_table(ref: LoadedReference, rows: list[dict[str, Any]]) -> Table:
     p = ref.reference.paper
     body = []
     for c in compare(ref.reference, rows):
-        paper = {"=": "", "<": "< ", ">": "> "}[c["bound"]] + tables.fmt(c["paper_value"])
-        yours = tables.fmt(c["yours"]) if c["yours"] is not None else "not measured"
-        where = (f"{c['your_devices']} devices" + ("" if c["same_scale"] else
-                                                   " (not the paper's scale)")
-                 if c["your_devices"] else "-")
+        digits = 1 if c["metric"].endswith("_s") else 2
+        paper = {"=": "", "<": "< ", ">": "> "}[c["bound"]] + tables.fmt(c["paper_value"], digits)
+        yours = tables.fmt(c["yours"], digits) if c["yours"] is not None else "not measured"
+        where = "-"
+        if c["your_devices"]:
+            differs = [what for what, same in (("scale", c["same_scale"]),
+                                               ("loader", c["same_loader"])) if not same]
+            where = f"{c['your_devices']} devices, {c['your_loader']} loader" + (
+                f" (not the paper's {' or '.join(differs)})" if differs else "")
         body.append([c["metric"], c["unit"], c["framework"], c["model"],
                      f"{c['paper_devices']} x {c['hardware']}", paper, yours, where,
                      c["note"] or "-"])
     return Table(f"Against the paper: {p.authors}, {p.venue}",
                  ["metric", "unit", "framework", "model", "paper's scale", "paper", "yours",
-                  "your scale", "note"], body,
+                  "your point", "note"], body,
                  [f"{p.title}" + (f" ({p.url})" if p.url else ""),
                   f"published numbers from {ref.path}"], {5, 6})
 
