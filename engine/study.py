@@ -230,7 +230,9 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
         return (text.replace(str(old_dir), str(new_dir)).replace(old_id, new_id)
                 .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
     if row["backend"] == "slurm":
-        (new_dir / "job.sh").write_text(moved((old_dir / "job.sh").read_text()))
+        shebang, _, rest = moved((old_dir / "job.sh").read_text()).partition("\n")
+        (new_dir / "job.sh").write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its job "
+                                        f"script, with the run id and folder moved\n{rest}")
         for name in ("spec.toml", "profile.toml"):
             if (old_dir / name).exists():
                 shutil.copy2(old_dir / name, new_dir / name)

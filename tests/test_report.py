@@ -136,6 +136,25 @@ def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_
     assert all(base64.b64decode(u)[:8] == PNG for u in uris)
     assert tables.fmt(rows[0]["throughput"], 1) in page and "10.11" in page
 
+    # a Slurm rerun: the same job script with only the run id and folder moved
+    one = next(r for r in store.runs("ccgrid2020-cpu") if r["nodes"] == 2)
+    dlscale("rerun", one["run_id"], "--wait", check=0, timeout=600)
+    (new,) = store.reruns(one["run_id"])
+    assert new["state"] == "COMPLETED" and new["backend"] == "slurm"
+    assert new["job_id"] != one["job_id"]
+    old_script = (Path(one["run_dir"]) / "job.sh").read_text().splitlines()
+    new_script = (Path(new["run_dir"]) / "job.sh").read_text().splitlines()
+    assert new_script[1] == f"# dlscale rerun of run {one['run_id']}: its job script, with " \
+                            "the run id and folder moved"
+    del new_script[1]
+    assert len(old_script) == len(new_script)
+    for a, b in zip(old_script, new_script):
+        assert a.replace(one["run_dir"], new["run_dir"]).replace(one["run_id"], new["run_id"]) \
+            .replace(one["run_id"][:8], new["run_id"][:8]) == b
+    env = store.records(new["run_id"], "env")[0]
+    assert env["job_id"] == new["job_id"] and sorted(env["nodes"]) == ["node1", "node2"]
+    assert (Path(new["run_dir"]) / "spec.toml").read_text() == spec.read_text()
+
 
 TTA_SPEC = """
 [experiment]
