@@ -85,6 +85,14 @@ def _profile_of(runs: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _shown(path: str | Path) -> str:
+    """A path as a reader of the report wants it: relative when it lies under the folder
+    the report is made in (a checkout), absolute otherwise."""
+    p = Path(path)
+    return str(p.relative_to(Path.cwd()) if p.is_absolute() and p.is_relative_to(Path.cwd())
+               else p)
+
+
 def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     envs = store.last_records("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
@@ -105,7 +113,7 @@ def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list
     backends = sorted({r["backend"] for r in runs if r["backend"]})
     states = Counter(r["state"] for r in runs)
     out = [("experiment", exp["name"]),
-           ("spec", f"{exp['spec_path']} (sha256 {exp['spec_digest']})"),
+           ("spec", f"{_shown(exp['spec_path'] or '-')} (sha256 {exp['spec_digest']})"),
            ("backend", ", ".join(backends) or "-")]
     profile = _profile_of(runs)
     if profile:
@@ -245,7 +253,7 @@ def _reference_table(ref: LoadedReference, rows: list[dict[str, Any]]) -> Table:
                  ["metric", "unit", "framework", "model", "paper's scale", "paper", "yours",
                   "your point", "note"], body,
                  [f"{p.title}" + (f" ({p.url})" if p.url else ""),
-                  f"published numbers from {ref.path}"], {5, 6})
+                  f"published numbers from {_shown(Path(ref.path).resolve())}"], {5, 6})
 
 
 # --- the page ----------------------------------------------------------------------------
