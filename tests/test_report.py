@@ -250,3 +250,19 @@ def test_bad_report_export_and_rerun_input(tmp_path, home):
     assert "name runs to export" in dlscale("export", "mllog", check=2).stderr
     assert "no run 'nosuch'" in dlscale("export", "mllog", "nosuch", check=2).stderr
     assert "no run 'nosuch'" in dlscale("rerun", "nosuch", check=2).stderr
+
+
+def _point(loader, devices, throughput):
+    return {"model": "resnet50", "framework": "pytorch-ddp", "nodes": devices // 4,
+            "ranks_per_node": 4, "per_device_batch": 64, "precision": "bf16", "loader": loader,
+            "throughput": throughput, "throughput_ci95": 1.0, "noisy": False}
+
+
+def test_the_loader_table_sets_each_loader_against_native():
+    rows = [_point("native", 4, 100.0), _point("dali", 4, 150.0), _point("native", 8, 180.0)]
+    t = reporting._loader_table(rows)
+    assert t.headers[-3:] == ["native images/s", "dali images/s", "dali / native"]
+    assert t.rows == [["resnet50", "pytorch-ddp", "1x4", "64", "bf16", "100.0 ± 1.0",
+                       "150.0 ± 1.0", "1.50"],
+                      ["resnet50", "pytorch-ddp", "2x4", "64", "bf16", "180.0 ± 1.0", "-", "-"]]
+    assert reporting._loader_table(rows[:1]) is None  # one loader: no comparison
