@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from . import analysis, figures, mllog, tables
 from .errors import NotFoundError, UserError
@@ -31,6 +33,9 @@ _templates = jinja2.Environment(
     autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True)
 # A Markdown table cell: a pipe would end the cell, a newline the row.
 _templates.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
+# Notes are written with Markdown `code`; HTML gets <code> (the text escaped first).
+_templates.filters["code"] = lambda v: markupsafe.Markup(re.sub(
+    r"`([^`]+)`", r"<code>\1</code>", str(markupsafe.escape(v))))
 
 
 @dataclass
