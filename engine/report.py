@@ -3,13 +3,15 @@ files beside it) or as one self-contained HTML page (figures inlined as data URI
 
 Every number comes from analysis.results / analysis.reruns, the one source of truth that
 `dlscale results` prints too; this module only chooses, formats and lays them out. Next to
-the page go the figures, results.csv and results.json (the same rows, unformatted) and one
+the page go the figures, results.csv and results.json (the same rows, unformatted; reruns.json
+and reference.json for those tables) and one
 MLPerf-style log per run (mllog/), so a reader can check any number against its run.
 """
 from __future__ import annotations
 
 import base64
 import datetime
+import json
 import re
 import tomllib
 from collections import Counter
@@ -285,12 +287,19 @@ def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = 
     figs = figures.draw_all(rows, out / "figures", name)
     (out / "results.csv").write_text(tables.results_csv(rows))
     (out / "results.json").write_text(tables.results_json(rows) + "\n")
+    reruns = analysis.reruns(store, name)
+    extra = {"reruns.json": reruns}
+    if ref:
+        extra["reference.json"] = compare(ref.reference, rows)
+    for file, data in extra.items():
+        if data:
+            (out / file).write_text(json.dumps(data, indent=2) + "\n")
     logs = mllog.write(store, [r["run_id"] for r in runs if r["state"] == "COMPLETED"],
                        out / "mllog")
 
     made = {"results": _results_table(rows), "tta": _tta_table(rows),
             "loaders": _loader_table(rows), "noisy": _noisy_table(rows),
-            "reruns": _rerun_table(analysis.reruns(store, name)),
+            "reruns": _rerun_table(reruns),
             "reference": _reference_table(ref, rows) if ref else None}
     sections = {k: t for k, t in made.items() if t is not None}
 
@@ -303,7 +312,8 @@ def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = 
         name=name, description=_description(exp), generated=datetime.datetime.now(
             datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         setup=setup(store, exp, runs), spec_text=exp["spec_text"], tables=sections,
-        figures=[(f, image(f)) for f in figs], mllog_count=len(logs))
+        figures=[(f, image(f)) for f in figs], mllog_count=len(logs),
+        data_files=["results.json", "results.csv"] + [f for f, d in extra.items() if d])
     path = out / f"report.{fmt}"
     path.write_text(page if page.endswith("\n") else page + "\n")
     return Report(name, path, sections, figs, rows, logs, ref)

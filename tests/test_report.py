@@ -226,6 +226,9 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
     dlscale("report", "--out", str(tmp_path / "rep"), check=0)
     page = (tmp_path / "rep" / "report.md").read_text()
     check_results_table(page, rows)
+    assert json.loads((tmp_path / "rep" / "reruns.json").read_text()) == json.loads(
+        json.dumps(analysis.reruns(store, "tta")))
+    assert not (tmp_path / "rep" / "reference.json").exists()  # no paper for this spec
     (rerun_row,) = md_table(page, "Reruns (original against its exact repeat)")
     assert rerun_row["rerun"] == new["run_id"] and rerun_row["rerun / original"] == \
         f"{t1 / t0:.3f}"
