@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from . import jobscript
-from .errors import ControllerUnreachable, PlanError, SubmitError, UserError
+from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
 from .launch import local_command, local_env
 from .plan import Plan, Run, plan
 from .plan import digest as plan_digest
@@ -241,7 +241,7 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
     try:
         job_id = _submit_again(store, {**new, "backend": row["backend"]}, argv,
                                payload.get("env"), scheduler_for)
-    except SubmitError as exc:
+    except DlscaleError as exc:  # refused (or no longer fits here): the rerun says why
         store.update_run(new_id, state="FAILED", reason=f"not submitted: {exc}")
         raise
     return new_id, job_id
