@@ -34,6 +34,7 @@ class Figure:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     legend: list[str] = field(default_factory=list)
     colors: dict[str, str] = field(default_factory=dict)  # label -> hex colour as drawn
+    xscale: str = "linear"
 
     @property
     def file(self) -> str:
@@ -42,7 +43,8 @@ class Figure:
 
 def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
     """What the axes hold, taken from the artists themselves rather than from our inputs."""
-    out = Figure(name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel())
+    out = Figure(name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(),
+                 xscale=ax.get_xscale())
     for line in ax.get_lines():
         label = line.get_label()
         if label.startswith("_"):  # matplotlib's unlabelled helpers (error-bar caps...)

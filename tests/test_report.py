@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine import analysis, charts, mllog, report as reporting, tables
+from dlscale.engine import analysis, charts, figures, mllog, report as reporting, tables
 from dlscale.engine.store import Store
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -269,3 +269,28 @@ def test_the_loader_table_sets_each_loader_against_native():
                        "150.0 ± 1.0", "1.50"],
                       ["resnet50", "pytorch-ddp", "2x4", "64", "bf16", "180.0 ± 1.0", "-", "-"]]
     assert reporting._loader_table(rows[:1]) is None  # one loader: no comparison
+
+
+def test_figures_of_a_large_matrix_use_a_log_axis_and_name_each_series(tmp_path):
+    """The shape of the J. Big Data study: 3 frameworks, 2 loaders, 4 to 1,024 GPUs."""
+    rows = []
+    for i, fw in enumerate(["deepspeed", "horovod-pytorch", "pytorch-ddp"]):
+        for loader in ("native", "dali"):
+            for d in (4, 16, 64, 256, 1024):
+                tput = 1000.0 * d * (0.9 - 0.05 * i) * (1.5 if loader == "dali" else 1.0)
+                rows.append({**_point(loader, d, tput), "framework": fw, "ranks": d,
+                             "speedup": tput / 1000.0 / 4, "efficiency": tput / 1000.0 / d,
+                             "noisy": d == 16, "baseline": "pytorch-ddp 1x4",
+                             "time_to_accuracy_s": None, "time_to_accuracy_ci95": None})
+    made = {f.name: f for f in figures.draw_all(rows, tmp_path, "big")}
+    assert set(made) == {"speedup", "efficiency", "throughput", "frameworks"}  # no TTA
+    speed = made["speedup"]
+    assert speed.xscale == "log"  # 4 to 1,024 devices spread evenly
+    assert {"deepspeed dali", "pytorch-ddp native", "ideal", "noisy (CV > 5%)"} <= set(speed.legend)
+    assert len(speed.series["noisy (CV > 5%)"]) == 6  # every series' 16-GPU point
+    image = check_png(speed.path)
+    assert all(pixels_of(image, c) > 20 for c in speed.colors.values())
+    bars = made["frameworks"].series
+    assert sorted(bars) == ["deepspeed", "horovod-pytorch", "pytorch-ddp"]
+    assert [y for _, y in bars["pytorch-ddp"]] == pytest.approx(
+        [1000.0 * d * 0.8 * 1.5 for d in (4, 16, 64, 256, 1024)])  # its best loader
