@@ -7,6 +7,7 @@ loaders) and the training recipe shared by every run. Types are strict: TOML has
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -110,6 +111,13 @@ class Training(StrictModel):
     loader_workers: StrictInt = Field(default=0, ge=0)
     data_dir: StrictStr | None = None
     inject_fault: StrictStr | None = Field(default=None, pattern=r"^crash@step\d+$")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        # `~` is the submitting user's home: expanded here, because the trainer gets the
+        # path as one quoted argument that no shell expands.
+        return os.path.expanduser(value) if value else value
 
     @model_validator(mode="after")
     def _one_length(self) -> "Training":

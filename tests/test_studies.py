@@ -97,3 +97,8 @@ def test_plan_include_planned_on_the_command_line(home):
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
     assert "framework 'horovod-pytorch' cannot run yet" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_data_dir_under_home_is_expanded_for_the_trainer():
+    loaded = load_spec(STUDIES / "ccgrid2020/gpu.toml", planning=True)
+    assert loaded.spec.training.data_dir == str(Path.home() / "data/cifar-10-batches-py")
