@@ -284,6 +284,11 @@ def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = 
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--out {out}: cannot make that folder ({exc.strerror})") from None
+    # A report made again into the same folder must not keep an earlier one's leftovers
+    # (a figure or a rerun that no longer applies); only files a report writes are removed.
+    for stale in [*out.glob("figures/*.png"), *out.glob("mllog/*.mllog"),
+                  out / "reruns.json", out / "reference.json"]:
+        stale.unlink(missing_ok=True)
     figs = figures.draw_all(rows, out / "figures", name)
     (out / "results.csv").write_text(tables.results_csv(rows))
     (out / "results.json").write_text(tables.results_json(rows) + "\n")
