@@ -74,6 +74,7 @@ class Point:
     states: list[str] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)
     ttas: list[float] = field(default_factory=list)
+    runtimes: list[float] = field(default_factory=list)  # whole run: warm-up and evals too
     best_top1: list[float] = field(default_factory=list)
     completed_run_ids: list[str] = field(default_factory=list)
     throughput: Spread = field(default_factory=lambda: spread([]))
@@ -121,6 +122,7 @@ class Point:
             "baseline": (self.baseline.label() if self.baseline else None),
             "speedup_own": own, "efficiency_own": efficiency(own, self.devices),
             "time_to_accuracy_s": tta.mean, "time_to_accuracy_ci95": tta.ci95,
+            "runtime_s": spread(self.runtimes).mean,
             # "2/3": repetitions that reached the target of those that evaluated
             "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
             "best_top1": max(self.best_top1) if self.best_top1 else None,
@@ -132,7 +134,9 @@ _POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_
 
 
 def points(store: Store, experiment: str | None = None) -> list[Point]:
-    runs = store.runs(experiment)
+    # Reruns (`dlscale rerun`) are compared with their original in `reruns`, not pooled
+    # into its point: a rerun asks "does it measure the same again?", not "one more sample".
+    runs = [r for r in store.runs(experiment) if not r.get("rerun_of")]
     summaries = store.last_records("summary", [r["run_id"] for r in runs] if experiment else None)
     by_point: dict[str, Point] = {}
     for r in runs:
@@ -145,6 +149,8 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         if r["state"] == "COMPLETED" and s:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(float(s["throughput"]))
+            if s.get("total_wall_s") is not None:
+                p.runtimes.append(float(s["total_wall_s"]))
             if s.get("time_to_accuracy_s") is not None:
                 p.ttas.append(float(s["time_to_accuracy_s"]))
             if s.get("best_top1") is not None:
@@ -169,3 +175,30 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
 
 def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     return [p.as_dict() for p in points(store, experiment)]
+
+
+def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
+    """Each rerun next to the run it repeats: both throughputs and their ratio (rerun /
+    original), so a reader sees how well a measurement repeats."""
+    runs = store.runs(experiment)
+    again = [r for r in runs if r.get("rerun_of")]
+    if not again:
+        return []
+    ids = [r["run_id"] for r in runs] + [r["rerun_of"] for r in again]
+    summaries = store.last_records("summary", ids)
+    out = []
+    for r in again:
+        orig = store.run(r["rerun_of"])
+        t0 = (summaries.get(orig["run_id"]) or {}).get("throughput")
+        t1 = (summaries.get(r["run_id"]) or {}).get("throughput")
+        ok = orig["state"] == r["state"] == "COMPLETED" and t0 and t1 is not None
+        out.append({
+            "run_id": r["run_id"], "rerun_of": orig["run_id"], "experiment": r["experiment"],
+            "framework": r["framework"], "model": r["model"], "nodes": r["nodes"],
+            "ranks_per_node": r["ranks_per_node"], "ranks": r["devices"],
+            "state": r["state"], "original_state": orig["state"],
+            "original_throughput": t0 if orig["state"] == "COMPLETED" else None,
+            "rerun_throughput": t1 if r["state"] == "COMPLETED" else None,
+            "ratio": (t1 / t0) if ok else None,
+        })
+    return out

@@ -18,6 +18,20 @@ METRICS = {
 }
 
 
+def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Result rows as lines against devices: one per framework, and per model, precision,
+    batch or loader where the rows hold more than one, each sorted by devices. Terminal
+    charts and report figures draw the same lines under the same names."""
+    varying = [k for k in ("model", "precision", "per_device_batch", "loader")
+               if len({r[k] for r in rows}) > 1]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        name = " ".join([r["framework"]] + [
+            f"b{r[k]}" if k == "per_device_batch" else str(r[k]) for k in varying])
+        out.setdefault(name, []).append(r)
+    return {name: sorted(pts, key=lambda r: r["ranks"]) for name, pts in sorted(out.items())}
+
+
 def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | None = None,
           width: int = 80, height: int = 22, color: bool = False) -> str:
     key, ylabel = METRICS[metric]
@@ -31,15 +45,8 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
     if not rows:
         plt.title(f"{ylabel}: no completed results yet")
         return _ANSI.sub("", plt.build())
-    series: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        name = r["framework"] if len(models) <= 1 else f"{r['framework']} {r['model']}"
-        if len({x["precision"] for x in rows}) > 1:
-            name += f" {r['precision']}"
-        series.setdefault(name, []).append(r)
     all_devices = sorted({r["ranks"] for r in rows})
-    for name, pts in sorted(series.items()):
-        pts.sort(key=lambda r: r["ranks"])
+    for name, pts in series(rows).items():
         xs = [r["ranks"] for r in pts]
         ys = [r[key] for r in pts]
         plt.plot(xs, ys, label=name, marker="hd")

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
-from . import analysis, charts, queue, study, tables
-from .errors import DlscaleError, SpecError
+from . import analysis, charts, datasets, mllog, queue, report as reporting, study, tables
+from .errors import DlscaleError, SpecError, UserError
 from .estimate import estimate
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
@@ -63,11 +64,13 @@ def _backend_options(f):
 @cli.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @_backend_options
+@click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
+              "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
 @click.pass_context
 def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
-             partition: str | None) -> None:
+             partition: str | None, include_planned: bool) -> None:
     """Dry run: list the runs a spec makes, their count and the device-hours."""
-    loaded = load_spec(spec)
+    loaded = load_spec(spec, planning=include_planned)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
     study.check_plan(loaded, p, backend, profile, partition)
@@ -276,6 +279,136 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     store = _store(ctx)
     for rid, job_id in study.resubmit(store, [study.find_run(store, r)["run_id"] for r in run_ids]):
         out.print(f"run {rid}: job {job_id}")
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--wait/--no-wait", default=False,
+              help="follow the new run to its end, then compare it with the original")
+@click.pass_context
+def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
+    """Repeat a finished run exactly, from its record, as a new run to compare with it."""
+    store = _store(ctx)
+    original = study.find_run(store, run_id)
+    new_id, job_id = study.rerun(store, original["run_id"])
+    out.print(f"run {new_id} repeats run {original['run_id']}: job {job_id} "
+              f"[backend: {original['backend']}]")
+    if not wait:
+        out.print("follow it with `dlscale status`; compare with `dlscale report`")
+        return
+    scheduler = study.make_scheduler(original["backend"], store)
+    try:
+        _wait_with_progress(store, scheduler, [new_id])
+    except KeyboardInterrupt:
+        err.print(f"\nstopped waiting; run {new_id} goes on")
+        sys.exit(130)
+    row = next(r for r in analysis.reruns(store, original["experiment"]) if r["run_id"] == new_id)
+    out.print(f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
+              f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
+              f"rerun / original {tables.fmt(row['ratio'], 3)}")
+    if row["state"] != "COMPLETED":
+        err.print(f"dlscale: the rerun ended {row['state']}; `dlscale status` shows why")
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--experiment", "-e", default=None,
+              help="which experiment (needed when the store holds more than one)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="folder for the report, its figures and exports (default report-NAME)")
+@click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
+              show_default=True, help="md: Markdown with PNG files; html: one self-contained page")
+@click.option("--reference", type=click.Path(dir_okay=False), default=None,
+              help="published numbers to set beside yours (default: reference.toml next to "
+              "the experiment's spec, when there is one)")
+@click.pass_context
+def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt: str,
+           reference: str | None) -> None:
+    """Write up an experiment: set-up, tables, figures, MLLOG exports."""
+    store = _store(ctx)
+    _refresh(store)
+    name = reporting.pick_experiment(store, experiment)["name"]
+    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference)
+    out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
+              f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)", soft_wrap=True)
+
+
+@cli.group()
+def export() -> None:
+    """Stored runs in other formats."""
+
+
+@export.command("mllog")
+@click.argument("run_ids", nargs=-1, metavar="[RUN...]")
+@click.option("--experiment", "-e", default=None, help="every completed run of it")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write RUN.mllog files here (default: print one run to stdout)")
+@click.pass_context
+def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None,
+                 out_dir: str | None) -> None:
+    """A run's records as MLPerf-style `:::MLLOG {json}` lines."""
+    store = _store(ctx)
+    ids = [study.find_run(store, r)["run_id"] for r in run_ids]
+    if experiment:
+        ids += [r["run_id"] for r in store.runs(reporting.pick_experiment(
+            store, experiment)["name"], states=("COMPLETED",))]
+    if not ids:
+        raise click.UsageError("name runs to export, or --experiment")
+    if out_dir is None:
+        if len(ids) > 1:
+            raise click.UsageError(f"{len(ids)} runs: give --out DIR to write one file each")
+        lines = mllog.lines(store, ids[0])
+        if not lines:
+            raise DlscaleError(f"run {ids[0]} has no records yet")
+        click.echo("\n".join(lines))
+        return
+    written = mllog.write(store, ids, Path(out_dir))
+    out.print(f"wrote {len(written)} MLLOG file(s) to {out_dir}" + (
+        f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
+
+
+@cli.group()
+def data() -> None:
+    """Real datasets: fetch CIFAR-10, check an ImageNet folder."""
+
+
+@data.command("fetch")
+@click.argument("dataset", type=click.Choice(sorted(datasets.SOURCES)))
+@click.option("--dir", "dest", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="where the dataset's folder goes")
+@click.option("--url", envvar="DLSCALE_CIFAR10_URL", default=None,
+              help="download from here instead of the official address (a mirror)")
+@click.option("--md5", envvar="DLSCALE_CIFAR10_MD5", default=None,
+              help="expected MD5 of the archive at --url (default: the published one)")
+def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> None:
+    """Download, verify (MD5) and unpack a dataset; prints the folder for training.data_dir."""
+    source = datasets.SOURCES[dataset]
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                  transient=not err.is_terminal) as progress:
+        task = progress.add_task(f"{dataset}", total=None)
+
+        def on_progress(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+        folder = datasets.fetch(source, dest, url, md5, on_progress)
+    out.print(f"{dataset}: {folder}\nuse it as  training.data_dir = \"{folder.resolve()}\"",
+              soft_wrap=True)
+
+
+@data.command("check")
+@click.argument("dataset", type=click.Choice(["imagenet"]))
+@click.argument("root", type=click.Path())
+@click.option("--classes", default=1000, show_default=True, help="class folders expected")
+def data_check(dataset: str, root: str, classes: int) -> None:
+    """Check a dataset folder's layout (ImageNet: train/ and val/ of class folders of JPEGs)."""
+    check = datasets.check_imagenet(root, classes)
+    for split in ("train", "val"):
+        if split in check.classes:
+            out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
+    if check.problems:
+        raise UserError(f"{check.root} is not a usable ImageNet folder:\n" + "\n".join(
+            f"  {p}" for p in check.problems))
+    out.print(f"{check.root}: layout OK")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -43,19 +43,19 @@ class Run:
     @property
     def run_id(self) -> str:
         """Same parameters, same id: re-running a spec finds its finished runs."""
-        return _digest(self.identity())
+        return digest(self.identity())
 
     @property
     def point_id(self) -> str:
         """The measurement point this run repeats (all repetitions share it)."""
-        return _digest(self.identity(with_repetition=False))
+        return digest(self.identity(with_repetition=False))
 
     def label(self) -> str:
         return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
                 f"b{self.per_device_batch} {self.precision} #{self.repetition}")
 
 
-def _digest(d: dict[str, Any]) -> str:
+def digest(d: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

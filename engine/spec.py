@@ -7,13 +7,15 @@ loaders) and the training recipe shared by every run. Types are strict: TOML has
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
-                      StrictStr, ValidationError, field_validator, model_validator)
+                      StrictStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
                                     LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
@@ -30,9 +32,32 @@ def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
     return value
 
 
+# Named by the studies (examples/studies/), not runnable yet. A spec naming one loads only
+# for planning (load_spec(..., planning=True)): it parses and expands into runs, so a study's
+# whole matrix can be seen, but it is never submitted. Frameworks say the same through
+# FRAMEWORKS[...].available.
+PLANNED_DATASETS = {"imagenet": "ImageNet as train/ and val/ class folders (check one with "
+                                "`dlscale data check imagenet DIR`): no trainer reads it yet"}
+PLANNED_LOADERS = {"dali": "the NVIDIA DALI loader is not written yet"}
+_IMAGE_SIZE = {**{name: shape.size for name, shape in SHAPES.items()}, "imagenet": 224}
+
+
+def _runnable(kind: str, value: str, runnable: list[str] | tuple[str, ...],
+              planned: dict[str, str], info: ValidationInfo) -> str:
+    """A value dlscale can run; or, while planning, one it will run once written."""
+    if value in runnable:
+        return value
+    if value in planned:
+        if (info.context or {}).get("planning"):
+            return value
+        raise ValueError(f"{kind} {value!r} cannot run yet: {planned[value]}; available "
+                         f"now: {', '.join(runnable)}")
+    raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join([*runnable, *planned])}")
+
+
 def model_fits_dataset(model: str, dataset: str) -> bool:
     """CIFAR ResNets take 32x32 images; ImageNet ResNets take 224x224."""
-    size = SHAPES[dataset].size
+    size = _IMAGE_SIZE[dataset]
     return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
 
 
@@ -87,6 +112,13 @@ class Training(StrictModel):
     data_dir: StrictStr | None = None
     inject_fault: StrictStr | None = Field(default=None, pattern=r"^crash@step\d+$")
 
+    @field_validator("data_dir")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        # `~` is the submitting user's home: expanded here, because the trainer gets the
+        # path as one quoted argument that no shell expands.
+        return os.path.expanduser(value) if value else value
+
     @model_validator(mode="after")
     def _one_length(self) -> "Training":
         if (self.steps is None) == (self.epochs is None):
@@ -105,18 +137,19 @@ class Experiment(StrictModel):
     global_batch: list[StrictInt] | None = Field(default=None, min_length=1)
     scaling: Literal["weak", "strong"] = "weak"
     precisions: list[Literal[PRECISIONS]] = ["auto"]  # type: ignore[valid-type]
-    loaders: list[Literal[LOADERS]] = ["native"]  # type: ignore[valid-type]
+    loaders: list[StrictStr] = Field(default=["native"], min_length=1)
     repetitions: StrictInt = Field(default=3, ge=1, le=100)
 
     @field_validator("frameworks")
     @classmethod
-    def _frameworks(cls, values: list[str]) -> list[str]:
-        for v in values:
-            _one_of("framework", v, list(FRAMEWORKS))
-            if not FRAMEWORKS[v].available:
-                raise ValueError(f"framework {v!r} cannot run yet: {FRAMEWORKS[v].note}; "
-                                 f"available now: {', '.join(available())}")
-        return values
+    def _frameworks(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        planned = {f.name: f.note for f in FRAMEWORKS.values() if not f.available}
+        return [_runnable("framework", v, available(), planned, info) for v in values]
+
+    @field_validator("loaders")
+    @classmethod
+    def _loaders(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        return [_runnable("loader", v, LOADERS, PLANNED_LOADERS, info) for v in values]
 
     @field_validator("models")
     @classmethod
@@ -125,8 +158,8 @@ class Experiment(StrictModel):
 
     @field_validator("datasets")
     @classmethod
-    def _datasets(cls, values: list[str]) -> list[str]:
-        return [_one_of("dataset", v, DATASETS) for v in values]
+    def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        return [_runnable("dataset", v, DATASETS, PLANNED_DATASETS, info) for v in values]
 
     @field_validator("per_device_batch", "global_batch", mode="before")
     @classmethod
@@ -183,7 +216,10 @@ class Spec(StrictModel):
             raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10)")
         if "cifar10" in self.experiment.datasets and not t.data_dir:
             raise ValueError("dataset cifar10 needs training.data_dir (the extracted "
-                             "cifar-10-batches-py folder)")
+                             "cifar-10-batches-py folder: `dlscale data fetch cifar10`)")
+        if "imagenet" in self.experiment.datasets and not t.data_dir:
+            raise ValueError("dataset imagenet needs training.data_dir (the folder holding "
+                             "train/ and val/)")
         return self
 
 
@@ -308,15 +344,18 @@ def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_toml_model(path: str | Path, model: type[M]) -> tuple[str, M]:
+def load_toml_model(path: str | Path, model: type[M],
+                    context: dict[str, Any] | None = None) -> tuple[str, M]:
     """Read and validate a TOML file; SpecError with file:line: field for every problem."""
     text, data = parse_toml(path)
     try:
-        return text, model.model_validate(data)
+        return text, model.model_validate(data, context=context)
     except ValidationError as exc:
         raise SpecError(str(path), problems_from(str(path), text, exc, model)) from None
 
 
-def load_spec(path: str | Path) -> LoadedSpec:
-    text, spec = load_toml_model(path, Spec)
+def load_spec(path: str | Path, planning: bool = False) -> LoadedSpec:
+    """planning=True also takes frameworks, datasets and loaders that cannot run yet
+    (PLANNED_*): for seeing a study's whole matrix, never for submitting it."""
+    text, spec = load_toml_model(path, Spec, {"planning": True} if planning else None)
     return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS runs (
     state TEXT NOT NULL DEFAULT 'PLANNED', reason TEXT, backend TEXT, job_id TEXT,
     run_dir TEXT, attempts INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL,
     ingest_offset INTEGER NOT NULL DEFAULT 0, ingest_lines INTEGER NOT NULL DEFAULT 0,
-    bad_records INTEGER NOT NULL DEFAULT 0);
+    bad_records INTEGER NOT NULL DEFAULT 0, rerun_of TEXT);
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment);
 CREATE TABLE IF NOT EXISTS jobs (
     backend TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL,
@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS records (
     PRIMARY KEY (run_id, line));
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+
+# Added after the first release; _migrate adds them to older stores.
+_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT"}
 
 
 def default_home() -> Path:
@@ -62,8 +65,17 @@ class Store:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
+            self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
+
+    def _migrate(self) -> None:
+        """Columns added after a store was first made: stores from earlier versions gain
+        them (NULL), so an upgrade keeps every run measured before it."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        for column, decl in _ADDED_RUN_COLUMNS.items():
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
 
     @property
     def runs_dir(self) -> Path:
@@ -110,6 +122,25 @@ class Store:
                  run.global_batch, run.scaling, run.precision, run.loader, run.repetition,
                  json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
         return self.run(run.run_id)
+
+    def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
+        """A new run that repeats `original` exactly: the same point and parameters, its own
+        id and folder, and `rerun_of` naming the run it repeats."""
+        now = time.time()
+        skip = {"run_id", "state", "reason", "backend", "job_id", "run_dir", "attempts",
+                "created", "updated", "ingest_offset", "ingest_lines", "bad_records",
+                "rerun_of"}
+        copied = {k: v for k, v in original.items() if k not in skip}
+        row = {**copied, "run_id": run_id, "state": "PLANNED", "rerun_of": original["run_id"],
+               "run_dir": str(self.runs_dir / run_id), "created": now, "updated": now}
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+        return self.run(run_id)
+
+    def reruns(self, run_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,))]
 
     def run(self, run_id: str) -> dict[str, Any]:
         row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()

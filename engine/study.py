@@ -10,11 +10,13 @@ from pathlib import Path
 import json
 import shutil
 import subprocess
+import time
 
 from . import jobscript
-from .errors import ControllerUnreachable, PlanError, SubmitError, UserError
+from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
 from .launch import local_command, local_env
 from .plan import Plan, Run, plan
+from .plan import digest as plan_digest
 from .profile import LoadedProfile
 from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
@@ -110,7 +112,10 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
     p = plan(loaded)
     check_plan(loaded, p, backend, profile, partition)
     scheduler = scheduler or make_scheduler(backend, store)
-    store.save_experiment(loaded.spec.experiment.name, loaded.path, loaded.text, loaded.digest)
+    # The absolute path, so files kept beside the spec (a study's reference.toml) are found
+    # from wherever `dlscale report` runs.
+    store.save_experiment(loaded.spec.experiment.name, str(Path(loaded.path).resolve()),
+                          loaded.text, loaded.digest)
     report = SubmitReport()
     for run in p.runs:
         row = store.add_run(run)
@@ -164,23 +169,82 @@ def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple
         payload = json.loads(last.get("payload") or "{}")
         row = store.start_attempt(row["run_id"])
         run_dir = Path(row["run_dir"])
-        scheduler = (scheduler_for or make_scheduler)(backend, store)
         if backend == "slurm":
             previous = run_dir / "attempts" / str(row["attempts"] - 1)
             for name in ("job.sh", "spec.toml", "profile.toml"):
                 if (previous / name).exists():
                     shutil.copy2(previous / name, run_dir / name)
-            request = JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
-        else:
-            request = JobRequest(row["run_id"], run_dir, payload["argv"], payload["env"],
-                                 row["nodes"], row["ranks_per_node"],
-                                 json.loads(row["training"])["threads_per_rank"])
-        job_id = scheduler.submit(request)
-        if backend != "local":
-            store.add_job(backend, job_id, row["run_id"], "PENDING",
-                          {"script": str(run_dir / "job.sh")})
-        out.append((row["run_id"], job_id))
+        out.append((row["run_id"], _submit_again(store, row, payload.get("argv"),
+                                                 payload.get("env"), scheduler_for)))
     return out
+
+
+def _submit_again(store: Store, row: dict, argv: list[str] | None, env: dict | None,
+                  scheduler_for=None) -> str:
+    """Submit a run whose folder already holds what it needs: job.sh for Slurm, or the
+    local command line `argv` with its environment."""
+    backend, run_dir = row["backend"], Path(row["run_dir"])
+    scheduler = (scheduler_for or make_scheduler)(backend, store)
+    if backend == "slurm":
+        request = JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
+    else:
+        assert argv is not None
+        request = JobRequest(row["run_id"], run_dir, argv, env or {}, row["nodes"],
+                             row["ranks_per_node"],
+                             json.loads(row["training"])["threads_per_rank"])
+    job_id = scheduler.submit(request)
+    if backend != "local":  # the local scheduler records its own queue entry
+        store.add_job(backend, job_id, row["run_id"], "PENDING",
+                      {"script": str(run_dir / "job.sh")})
+    return job_id
+
+
+def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
+    """Repeat a finished run exactly, from its record, as a new run that names it in
+    `rerun_of`: the same job script (Slurm) or command line and environment (local), with
+    only its run id and folder changed. The original and its result stay as they are.
+    Returns (new run id, job id)."""
+    row = find_run(store, ident)
+    old_id = row["run_id"]
+    if row["state"] in ACTIVE + ("PLANNED",):
+        raise UserError(f"run {old_id} is {row['state']}; a rerun repeats a finished run "
+                        "(wait for it, or cancel it)")
+    if not row["job_id"]:
+        raise UserError(f"run {old_id} was never submitted; use `dlscale run SPEC`")
+    old_dir = Path(row["run_dir"])
+    payload = json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
+    if row["backend"] == "slurm" and not (old_dir / "job.sh").is_file():
+        raise UserError(f"run {old_id}: its job script {old_dir / 'job.sh'} is gone; "
+                        "it cannot be repeated exactly")
+    if row["backend"] != "slurm" and "argv" not in payload:
+        raise UserError(f"run {old_id}: its command line is not in the store; "
+                        "it cannot be repeated exactly")
+    new_id = plan_digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1,
+                          "at": time.time()})
+    new = store.add_rerun(row, new_id)
+    new_dir = Path(new["run_dir"])
+    new_dir.mkdir(parents=True, exist_ok=True)
+
+    def moved(text: str) -> str:
+        # The run folder and id are the only things that differ between the two runs.
+        return (text.replace(str(old_dir), str(new_dir)).replace(old_id, new_id)
+                .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
+    if row["backend"] == "slurm":
+        shebang, _, rest = moved((old_dir / "job.sh").read_text()).partition("\n")
+        (new_dir / "job.sh").write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its job "
+                                        f"script, with the run id and folder moved\n{rest}")
+        for name in ("spec.toml", "profile.toml"):
+            if (old_dir / name).exists():
+                shutil.copy2(old_dir / name, new_dir / name)
+    (new_dir / "rerun_of").write_text(old_id + "\n")
+    argv = [moved(a) for a in payload.get("argv", [])] or None
+    try:
+        job_id = _submit_again(store, {**new, "backend": row["backend"]}, argv,
+                               payload.get("env"), scheduler_for)
+    except DlscaleError as exc:  # refused (or no longer fits here): the rerun says why
+        store.update_run(new_id, state="FAILED", reason=f"not submitted: {exc}")
+        raise
+    return new_id, job_id
 
 
 def find_run(store: Store, ident: str) -> dict:

@@ -50,12 +50,22 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
 
 def baselines_note(rows: list[dict[str, Any]]) -> str:
     """Which run each speedup is measured against (kept out of the table to keep it narrow)."""
+    # Each model, dataset, precision and batch (per device for weak scaling, global for
+    # strong: analysis.Point.baseline_key) has its own baseline; those that vary in the rows
+    # are named, so two baselines with the same label are told apart.
+    def batch(r: dict[str, Any]) -> str:
+        return (f"batch {r['per_device_batch']}/device" if r["scaling"] == "weak"
+                else f"global batch {r['global_batch']}")
+    parts = {"dataset": lambda r: r["dataset"], "precision": lambda r: r["precision"],
+             "batch": batch}
+    varying = [f for f in parts.values() if len({f(r) for r in rows}) > 1]
     seen = {}
     for r in rows:
         if r["baseline"]:
-            seen[(r["experiment"], r["model"], r["baseline"])] = r["baseline_run_id"]
-    return "\n".join(f"baseline of {exp} {model}: best 1-device point {label}, run {rid}"
-                     for (exp, model, label), rid in sorted(seen.items()))
+            what = " ".join([r["model"]] + [f(r) for f in varying])
+            seen[(r["experiment"], what, r["baseline"])] = r["baseline_run_id"]
+    return "\n".join(f"baseline of {exp} {what}: best 1-device point {label}, run {rid}"
+                     for (exp, what, label), rid in sorted(seen.items()))
 
 
 def results_csv(rows: list[dict[str, Any]]) -> str:

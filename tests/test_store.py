@@ -82,3 +82,22 @@ def test_add_run_is_idempotent(tmp_path):
     store.update_run(run.run_id, state="COMPLETED")
     assert store.add_run(run)["state"] == "COMPLETED"
     assert len(store.runs()) == 1
+
+
+def test_a_store_from_before_reruns_gains_the_column_and_keeps_its_runs(tmp_path):
+    import sqlite3
+    store = Store(tmp_path)
+    store.add_run(make_run())
+    store.close()
+    # the runs table as the first release made it: no rerun_of column
+    conn = sqlite3.connect(tmp_path / "dlscale.db")
+    conn.execute("ALTER TABLE runs DROP COLUMN rerun_of")
+    conn.commit()
+    conn.close()
+    store = Store(tmp_path)
+    (row,) = store.runs()
+    assert row["run_id"] == make_run().run_id and row["rerun_of"] is None
+    again = store.add_rerun(row, "feedfacecafe")
+    assert again["rerun_of"] == row["run_id"] and again["state"] == "PLANNED"
+    assert again["point_id"] == row["point_id"] and again["run_dir"].endswith("feedfacecafe")
+    assert [r["run_id"] for r in store.reruns(row["run_id"])] == ["feedfacecafe"]
