@@ -118,7 +118,7 @@ async def test_a_spec_that_fails_validation_opens_with_the_error(home, tmp_path)
 async def test_unusable_frameworks_say_why_and_cannot_be_chosen(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause(0.5)
+        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
         fw = field(app, "frameworks")
         choices = {c.name: c for c in app.session.framework_choices()}
         for i in range(fw.option_count):
@@ -312,7 +312,7 @@ def _no_follow_threads() -> bool:
 
 
 async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str) -> None:
-    await until(pilot, lambda: "runs" in str(field(app, "preview").render()), 20)
+    await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
     await type_into(pilot, "name", "tui-study")
     await type_into(pilot, "scales", scales)
     await type_into(pilot, "batch", "8")

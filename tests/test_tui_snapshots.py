@@ -35,7 +35,7 @@ def test_build_screen(snap_compare, home, size):
 
     async def preview(pilot):
         await settle(pilot, lambda: app.screen.query("#preview") and "runs" in str(
-            app.screen.query_one("#preview").render()))
+            app.screen.query_one("#preview").render()) and app.screen.frameworks_checked)
     assert snap_compare(app, terminal_size=size, run_before=preview)
 
 

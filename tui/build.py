@@ -74,6 +74,7 @@ class BuildScreen(Screen):
         self._filling = False
         self._bad: dict[str, str] = {}
         self._file_had_data = False
+        self.frameworks_checked = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -107,10 +108,12 @@ class BuildScreen(Screen):
         self.app.views["build"] = self
         for wid in LISTS:
             self.query_one(f"#{wid}").border_title = TITLES[wid]
-        fw = self.query_one("#frameworks", SelectionList)
-        for choice in self.app.session.framework_choices():
-            label = choice.name if choice.usable else f"{choice.name} ({choice.why})"
-            fw.add_option(Selection(label, choice.name, False, disabled=not choice.usable))
+        # Whether a framework's environment works is asked of its python (a subprocess per
+        # framework): in a worker, with the list filled in when the answers come.
+        self.query_one("#frameworks", SelectionList).add_options(
+            [Selection(f"{name} (checking its environment...)", name, False, disabled=True)
+             for name in specfile.CHOICES["frameworks"]])
+        self._check_frameworks()
         for wid in LISTS[1:]:
             self.query_one(f"#{wid}", SelectionList).add_options(
                 [Selection(v, v, False) for v in specfile.CHOICES[wid]])
@@ -121,6 +124,27 @@ class BuildScreen(Screen):
         else:
             self.fill(self.data)
         self.query_one("#name", Input).focus()
+
+    @work(thread=True, exclusive=True, group="frameworks", exit_on_error=False)
+    def _check_frameworks(self) -> None:
+        try:
+            choices = self.app.session.framework_choices()
+        except Exception as exc:
+            self.post_message(EngineFailed("checking the frameworks", describe(exc)))
+            return
+        self.app.call_from_thread(self._frameworks_checked, choices)
+
+    def _frameworks_checked(self, choices) -> None:
+        fw = self.query_one("#frameworks", SelectionList)
+        wanted = set(_as_list(self.data.get("experiment", {}).get("frameworks")))
+        wanted |= set(fw.selected)
+        self._filling = True
+        fw.clear_options()
+        fw.add_options([Selection(c.name if c.usable else f"{c.name} ({c.why})", c.name,
+                                  c.name in wanted, disabled=not c.usable) for c in choices])
+        self._filling = False
+        self.frameworks_checked = True
+        self.changed()
 
     # --- form <-> data -------------------------------------------------------------------
 
