@@ -195,6 +195,12 @@ class Session:
     def results(self, experiment: str | None) -> list[dict[str, Any]]:
         return analysis.results(self.store, experiment)
 
+    def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
+        """`dlscale report` for this experiment, into the current folder's report-NAME/."""
+        from . import report as reporting  # matplotlib: loaded only when a report is asked
+        name = reporting.pick_experiment(self.store, experiment)["name"]
+        return Path(reporting.build(self.store, name, f"report-{name}", fmt).path)
+
     @staticmethod
     def chart(results: list[dict[str, Any]], metric: str, model: str | None, width: int,
               height: int) -> str:

@@ -147,7 +147,7 @@ async def test_save_and_load_round_trip(home, tmp_path):
 
 # --- queue, log, results from a recorded study -------------------------------------------
 
-async def test_reopening_shows_the_study_from_the_store(home):
+async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
     name = recorded_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -167,6 +167,12 @@ async def test_reopening_shows_the_study_from_the_store(home):
         await pilot.press("m", "m")
         await pilot.pause(0.3)
         assert "time-to-accuracy (s): no completed results yet" in screen_text(app)
+        # w writes the report of the study shown, as `dlscale report` would.
+        monkeypatch.chdir(home)
+        await pilot.press("w")
+        page = home / f"report-{name}" / "report.html"
+        await until(pilot, page.exists, 120, "the report")
+        assert "<img" in page.read_text()
 
 
 async def test_log_tail_follows_pauses_and_searches(home):

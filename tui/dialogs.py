@@ -32,6 +32,7 @@ Results
   m              next metric: speedup, efficiency, throughput, time-to-accuracy
   o              next model (or all)
   r              reload
+  w              write the report (HTML, figures, MLLOG files) to ./report-NAME/
 
 States and numbers come from the store (~/.dlscale or --home); the queue is refreshed by
 one scheduler query per tick for all live jobs. Quitting leaves submitted jobs running;

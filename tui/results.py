@@ -46,6 +46,7 @@ class ResultsScreen(Screen):
         Binding("m", "next_metric", "Metric"),
         Binding("o", "next_model", "Model"),
         Binding("r", "reload", "Reload"),
+        Binding("w", "write_report", "Report"),
         Binding("e", "next_experiment", "Next exp."),
     ]
 
@@ -131,6 +132,20 @@ class ResultsScreen(Screen):
         choices: list[str | None] = [None, *self.models()]
         self.model = choices[(choices.index(self.model) + 1) % len(choices)]
         self.draw_chart()
+
+    def action_write_report(self) -> None:
+        self.notify("writing the report (tables, figures, MLLOG files)...")
+        self._write_report(self.app.experiment)
+
+    @work(thread=True, exclusive=True, group="report", exit_on_error=False)
+    def _write_report(self, experiment: str | None) -> None:
+        try:
+            path = self.app.session.write_report(experiment)
+        except Exception as exc:
+            self.post_message(EngineFailed("report", describe(exc)))
+            return
+        self.app.call_from_thread(self.notify, f"report written: {path.resolve()}",
+                                  title="report", timeout=15)
 
     def action_next_experiment(self) -> None:
         snap = self.app.snapshot
