@@ -406,3 +406,17 @@ async def test_cancel_and_resubmit_ask_first(home, tmp_path):
         assert Store(home).runs()[0]["attempts"] == 2
         await pilot.press("c", "y")
         await until(pilot, lambda: Store(home).runs()[0]["state"] == "CANCELLED", 30)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "slurm"], "--backend slurm needs --profile"),
+    (["no-such-spec.toml"], "no-such-spec.toml: no such file"),
+    (["--profile", "README.md"], "README.md:3:1: invalid TOML"),
+])
+def test_bad_command_line_exits_2_with_one_line(home, args, message):
+    import subprocess
+    from conftest import BIN
+    proc = subprocess.run([str(BIN / "dlscale-tui"), *args], capture_output=True, text=True,
+                          cwd=REPO, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
