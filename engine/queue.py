@@ -34,7 +34,7 @@ class QueueRow:
         return (self.job_id or "-", self.framework, self.model, self.scale,
                 str(self.per_device_batch), str(self.repetition), self.state,
                 self.nodes or "-", elapsed_text(self.elapsed_s), fmt(self.images_per_s, 1),
-                self.reason[:60])
+                self.reason[:80])
 
 
 QUEUE_COLUMNS = ("job", "framework", "model", "scale", "batch", "rep", "state", "nodes",
