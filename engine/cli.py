@@ -11,15 +11,16 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import analysis, charts, study, tables
+from . import analysis, charts, envs, study, tables
 from .errors import DlscaleError, SpecError
 from .estimate import estimate
+from .frameworks import FRAMEWORKS
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, TERMINAL, Store
+from .store import ACTIVE, TERMINAL, Store, default_home
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -70,8 +71,8 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
-    study.check_plan(loaded, p, backend, profile, partition)
     store = _store(ctx)
+    study.check_plan(loaded, p, backend, profile, partition, store.home)
     est = estimate(store, p.runs)
     t = tables.Table(title=f"Plan of {loaded.spec.experiment.name} ({loaded.path})",
                      title_justify="left")
@@ -286,6 +287,87 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     store = _store(ctx)
     for rid, job_id in study.resubmit(store, [study.find_run(store, r)["run_id"] for r in run_ids]):
         out.print(f"run {rid}: job {job_id}")
+
+
+def _home(ctx: click.Context) -> Path:
+    return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
+
+
+@cli.group()
+def env() -> None:
+    """Per-framework software environments (their pins conflict, so each has its own)."""
+
+
+@env.command("create")
+@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
+@click.option("--prefix", type=click.Path(file_okay=False), default=None,
+              help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
+              "then envs/FRAMEWORK-RECIPE)")
+@click.pass_context
+def env_create(ctx: click.Context, framework: str, prefix: str | None) -> None:
+    """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
+    envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
+                say=lambda line: err.print(line, soft_wrap=True))
+
+
+@env.command("list")
+@click.pass_context
+def env_list(ctx: click.Context) -> None:
+    """Where each framework's trainer would run now (no imports: quick)."""
+    home = _home(ctx)
+    t = tables.Table(title="Framework environments", title_justify="left")
+    for col in ("framework", "source", "python", "state"):
+        t.add_column(col)
+    for fw in FRAMEWORKS:
+        st = envs.resolve(fw, home)
+        t.add_row(fw, st.source, st.python or "-", "ok" if st.ok else st.problem or "")
+    out.print(t)
+
+
+@env.command("remove")
+@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
+@click.pass_context
+def env_remove(ctx: click.Context, framework: str) -> None:
+    """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
+    prefix = envs.remove(framework, _home(ctx))
+    out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
+
+
+@cli.command()
+@click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
+              "steps in each working environment (tens of seconds each)")
+@click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
+@click.pass_context
+def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
+    """Per framework: does its environment import, which versions, and (--smoke) does a
+    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
+    home = _home(ctx)
+    t = tables.Table(title="dlscale doctor", title_justify="left")
+    for col in ("framework", "environment", "imports", "versions") + (("smoke run",) if smoke else ()):
+        t.add_column(col)
+    broken = 0
+    for fw in frameworks or tuple(FRAMEWORKS):
+        if FRAMEWORKS[fw].trainer_module is None:
+            t.add_row(fw, "-", FRAMEWORKS[fw].note, "", *(("",) if smoke else ()))
+            continue
+        st = envs.resolve(fw, home, check=False)
+        where = f"{st.source}: {st.prefix or st.python}" if st.python else "missing"
+        if st.python is None:
+            problem, versions = st.problem, {}
+        else:
+            problem, versions = envs.probe(st.python, envs.RECIPES[fw], full_import=True)
+            if problem:
+                problem += f"; rebuild with `{envs.create_command(fw, home)}`"
+        cells = [fw, where, "ok" if not problem else f"NO: {problem}",
+                 ", ".join(f"{k} {v}" for k, v in versions.items() if v)]
+        if smoke:
+            cells.append(envs.smoke(fw, home, st)[1] if not problem else "-")
+            broken += bool(problem) or not cells[-1].startswith("2 ranks") or "DIFFER" in cells[-1]
+        else:
+            broken += bool(problem)
+        t.add_row(*cells)
+    out.print(t)
+    sys.exit(1 if broken else 0)
 
 
 def main(argv: list[str] | None = None) -> None:
