@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
-from .errors import DlscaleError, PlanError, UserError
+from .errors import DlscaleError, UserError
 from .frameworks import FRAMEWORKS
 
 REGISTRY = "envs.json"
@@ -103,6 +103,11 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
             ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_TENSORFLOW", "1"),
             ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")), cxx_std="c++17")),
         ("torch", "horovod.torch"), ("horovod", "torch", "numpy")),
+    # tf_keras beside TensorFlow without its dependencies (they are TensorFlow's own): Keras
+    # 3's model code fails under MultiWorkerMirroredStrategy (keras#20585).
+    Recipe("tensorflow", (Step(("tensorflow-cpu==2.21.0", *_DATA)),
+                          Step(("tf_keras==2.21.0",), ("--no-deps",))),
+           ("tensorflow", "tf_keras"), ("tensorflow-cpu", "tf_keras", "numpy")),
 )}
 
 
@@ -203,7 +208,7 @@ def probe(python: str, recipe: Recipe, full_import: bool, timeout: float = 300) 
     return out["failed"], versions
 
 
-def _own_interpreter_has(recipe: Recipe) -> bool:
+def own_interpreter_has(recipe: Recipe) -> bool:
     # find_spec locates a module without importing it: the engine stays framework-free.
     return all(find_spec(m) is not None for m in recipe.imports)
 
@@ -228,7 +233,7 @@ def resolve(framework: str, home: Path, check: bool = True) -> EnvStatus:
                 status.problem = (f"{framework}: its environment {prefix} is broken ({problem}); "
                                   f"rebuild it with `{fix}`")
         return status
-    if _own_interpreter_has(recipe):
+    if own_interpreter_has(recipe):
         prefix = sys.prefix if sys.prefix != sys.base_prefix else None
         return EnvStatus(framework, sys.executable, "dlscale's own", prefix)
     return EnvStatus(framework, None, "missing", problem=(

@@ -29,7 +29,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               ("srun",)),
     Framework("horovod-tensorflow", None, "horovodrun", "trainer not written yet (issue 5)",
               ("srun",)),
-    Framework("tensorflow", None, "ranks", "trainer not written yet (issue 5)", ("srun",)),
+    # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
+    # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
+    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",)),
     Framework("mxnet", None, "ranks", "trainer not written yet (issue 5)", ("srun",)),
     # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
     # pdsh/ssh launcher of DeepSpeed's own.

@@ -6,6 +6,7 @@ Environments are built once per machine into DLSCALE_ENV_CACHE (scripts/test set
 /var/cache/dlscale), so only a machine's first run pays for the installs."""
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,20 @@ PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "8",
          "--steps", "4", "--warmup-steps", "1", "--log-every", "2"]
 TORCH_RESNET20_PARAMETERS = 269_722  # the reference: trainers/torch_ddp/models.py
+
+
+def free_port_pair():
+    """A port whose successor is free too (Horovod's rendezvous takes MASTER_PORT + 1)."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two adjacent free ports")
 
 
 def records(path):
@@ -127,6 +142,27 @@ def test_env_create_refuses_what_it_cannot_build(home, tmp_path):
     assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
 
 
+def local_and_two_slurm_nodes(framework, env_home, tmp_path):
+    """The framework from the command line at 1 and 2 local ranks and on 2 Slurm nodes;
+    returns the Slurm run after checking both experiments completed."""
+    name = framework.replace("-", "")
+    spec = spec_for(tmp_path, framework, name=f"{name}-local")
+    dlscale("run", str(spec), "--wait", home=env_home, check=0)
+    text = PROFILE.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
+    (tmp_path / "cluster.toml").write_text(text)
+    spec = spec_for(tmp_path, framework, scales='"2x1"', name=f"{name}-slurm")
+    dlscale("run", str(spec), "--profile", str(tmp_path / "cluster.toml"), "--backend", "slurm",
+            "--wait", home=env_home, check=0)
+    store = Store(env_home)
+    local = store.runs(f"{name}-local")
+    assert {r["state"] for r in local} == {"COMPLETED"} and len(local) == 2
+    run = store.runs(f"{name}-slurm")[0]
+    env = store.records(run["run_id"], "env")[0]
+    assert sorted(env["hostnames"]) == ["node1", "node2"] and env["launcher"] == "srun"
+    assert len(set(store.records(run["run_id"], "summary")[0]["weights_digest_per_rank"])) == 1
+    return run
+
+
 # --- DeepSpeed --------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -163,16 +199,8 @@ def test_deepspeed_two_ranks_end_with_identical_weights(deepspeed_env, env_home,
 
 
 @pytest.mark.slow
-def test_deepspeed_from_the_command_line_at_one_and_two_ranks(deepspeed_env, env_home, tmp_path):
-    home = env_home  # the store that knows the environment
-    spec = spec_for(tmp_path, "deepspeed", name="ds-local")
-    dlscale("run", str(spec), "--wait", home=home, check=0)
-    rows = json.loads(dlscale("results", "-e", "ds-local", "--format", "json", home=home,
-                              check=0).stdout)
-    assert [(r["framework"], r["ranks"], r["state"]) for r in rows] == [
-        ("deepspeed", 1, "COMPLETED"), ("deepspeed", 2, "COMPLETED")]
-    assert rows[1]["speedup"] is not None
-    doctor = dlscale("doctor", "deepspeed", "--smoke", home=home, timeout=600)
+def test_doctor_smoke_runs_deepspeed_on_two_ranks(deepspeed_env, env_home):
+    doctor = dlscale("doctor", "deepspeed", "--smoke", home=env_home, timeout=600)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "deepspeed 0.19.8" in doctor.stdout and "identical on every rank" in doctor.stdout
 
@@ -180,16 +208,143 @@ def test_deepspeed_from_the_command_line_at_one_and_two_ranks(deepspeed_env, env
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_deepspeed_on_two_slurm_nodes(slurm_cluster, deepspeed_env, env_home, tmp_path):
-    text = PROFILE.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
-    (tmp_path / "cluster.toml").write_text(text)
-    spec = spec_for(tmp_path, "deepspeed", scales='"2x1"', name="ds-slurm")
-    dlscale("run", str(spec), "--profile", str(tmp_path / "cluster.toml"), "--backend", "slurm",
-            "--wait", home=env_home, check=0)
-    store = Store(env_home)
-    run = store.runs("ds-slurm")[0]
+    run = local_and_two_slurm_nodes("deepspeed", env_home, tmp_path)
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {deepspeed_env.prefix}/bin/activate" in script
-    env = store.records(run["run_id"], "env")[0]
-    assert sorted(env["hostnames"]) == ["node1", "node2"] and env["launcher"] == "srun"
-    summary = store.records(run["run_id"], "summary")[0]
-    assert len(set(summary["weights_digest_per_rank"])) == 1
+
+# --- Horovod + PyTorch ------------------------------------------------------------------
+
+def test_horovod_variables_follow_slurms_block_layout():
+    from dlscale.trainers.common.horovod_rendezvous import horovod_variables
+    from dlscale.trainers.common.launch_env import LaunchEnv, LaunchError
+    slurm = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_NTASKS_PER_NODE": "2"}
+    v = horovod_variables(LaunchEnv(3, 4, 1, "10.0.0.1", 21000, "srun"), slurm)
+    assert (v["HOROVOD_RANK"], v["HOROVOD_LOCAL_RANK"], v["HOROVOD_CROSS_RANK"],
+            v["HOROVOD_CROSS_SIZE"], v["HOROVOD_LOCAL_SIZE"]) == ("3", "1", "1", "2", "2")
+    assert v["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.1"
+    assert v["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "21001"  # beside the job's MASTER_PORT
+    with pytest.raises(LaunchError, match="block distribution"):  # cyclic: rank 1 on node 1
+        horovod_variables(LaunchEnv(1, 4, 0, "10.0.0.1", 21000, "srun"), slurm)
+    with pytest.raises(LaunchError, match="same number of ranks on every node"):
+        horovod_variables(LaunchEnv(0, 3, 0, "h", 1, "srun"), {**slurm, "SLURM_NODEID": "0"})
+
+
+@pytest.fixture(scope="session")
+def horovod_env(env_home):
+    return framework_env(env_home, "horovod-pytorch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fp16", [False, True])
+def test_horovod_two_ranks_under_horovodrun_end_with_identical_weights(
+        horovod_env, env_home, tmp_path, fp16):
+    proc, out = run_trainer(horovod_env, env_home, "horovod-pytorch", tmp_path, *SMALL,
+                            *(["--fp16-allreduce"] if fp16 else []))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    recs = records(out)
+    params, env, summary = recs[0], recs[1], recs[-1]
+    assert params["framework"] == "horovod-pytorch" and params["fp16_allreduce"] is fp16
+    assert params["parameters"] == TORCH_RESNET20_PARAMETERS
+    assert env["world_size"] == 2 and env["launcher"] == "horovodrun"
+    assert env["framework_versions"]["horovod"] == "0.28.1"
+    digests = summary["weights_digest_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    assert summary["timed_steps"] == 4
+
+
+@pytest.mark.slow
+def test_horovod_under_srun_variables_runs_its_own_rendezvous(horovod_env, env_home, tmp_path):
+    """What srun gives each task, and nothing of horovodrun's: rank 0 serves the gloo
+    rendezvous itself and both ranks train together."""
+    out = tmp_path / "metrics.jsonl"
+    port = free_port_pair()
+    extra = envs.launch_env(horovod_env, env_home)
+    procs = []
+    for rank in range(2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "RANK"))}
+        env.update(extra, OMP_NUM_THREADS="1", SLURM_PROCID=str(rank), SLURM_NTASKS="2",
+                   SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_NNODES="1",
+                   SLURM_NTASKS_PER_NODE="2", SLURMD_NODENAME="node1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [horovod_env.python, "-m", "dlscale.trainers.horovod_torch", *SMALL,
+             "--output", str(out)], env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
+    recs = records(out)
+    env = recs[1]
+    assert env["launcher"] == "srun" and env["world_size"] == 2
+    digests = recs[-1]["weights_digest_per_rank"]
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_horovod_from_the_command_line_and_on_two_slurm_nodes(
+        slurm_cluster, horovod_env, env_home, tmp_path):
+    run = local_and_two_slurm_nodes("horovod-pytorch", env_home, tmp_path)
+    assert f"source {horovod_env.prefix}/bin/activate" in (
+        Path(run["run_dir"]) / "job.sh").read_text()
+
+# --- TensorFlow (MultiWorkerMirroredStrategy + tf_keras) ---------------------------------
+
+def test_tf_config_from_slurm_variables_and_on_one_machine():
+    from dlscale.trainers.common.launch_env import LaunchEnv, LaunchError
+    from dlscale.trainers.common.tf_cluster import tf_config
+    env = {"DLSCALE_NODE_ADDRS": "10.0.0.1 10.0.0.2", "SLURM_NTASKS_PER_NODE": "2"}
+    cfg = tf_config(LaunchEnv(2, 4, 0, "10.0.0.1", 21000, "srun"), env)
+    assert cfg == {"cluster": {"worker": ["10.0.0.1:21002", "10.0.0.1:21003", "10.0.0.2:21002",
+                                          "10.0.0.2:21003"]},
+                   "task": {"type": "worker", "index": 2}}
+    one = tf_config(LaunchEnv(1, 2, 1, "127.0.0.1", 3000, "spawn"), {})
+    assert one["cluster"]["worker"] == ["127.0.0.1:3002", "127.0.0.1:3003"]
+    with pytest.raises(LaunchError, match="DLSCALE_NODE_ADDRS names 1 node"):
+        tf_config(LaunchEnv(0, 4, 0, "h", 1, "srun"), {**env, "DLSCALE_NODE_ADDRS": "h"})
+
+
+def test_spawn_stops_every_rank_when_one_fails(tmp_path):
+    code = ("import os, sys, time; r = int(os.environ['RANK']);"
+            "sys.exit(3) if r == 1 else time.sleep(60)")
+    start = __import__("time").monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.common.spawn", "--ranks", "2",
+                           "--", sys.executable, "-c", code], timeout=30)
+    assert proc.returncode == 3 and __import__("time").monotonic() - start < 20
+
+
+@pytest.fixture(scope="session")
+def tf_env(env_home):
+    return framework_env(env_home, "tensorflow")
+
+
+@pytest.mark.slow
+def test_tensorflow_model_has_the_torch_parameter_count(tf_env, env_home):
+    code = ("from dlscale.trainers.tf_keras.models import build, parameter_count;"
+            "print(parameter_count(build('resnet20', 10)), parameter_count(build('resnet50', 1000)))")
+    proc = subprocess.run([tf_env.python, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **envs.launch_env(tf_env, env_home)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from dlscale.trainers.torch_ddp.models import build, parameter_count
+    assert proc.stdout.split() == [str(TORCH_RESNET20_PARAMETERS),
+                                   str(parameter_count(build("resnet50", 1000)))]
+
+
+@pytest.mark.slow
+def test_tensorflow_two_ranks_end_with_identical_weights(tf_env, env_home, tmp_path):
+    proc, out = run_trainer(tf_env, env_home, "tensorflow", tmp_path, *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    params, env, summary = recs[0], recs[1], recs[-1]
+    assert params["framework"] == "tensorflow" and params["world_size"] == 2
+    assert params["parameters"] == TORCH_RESNET20_PARAMETERS
+    assert params["strategy"] == "MultiWorkerMirroredStrategy"
+    assert env["launcher"] == "spawn" and env["framework_versions"]["tensorflow"] == "2.21.0"
+    digests = summary["weights_digest_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    assert summary["timed_steps"] == 4 and summary["throughput"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_tensorflow_from_the_command_line_and_on_two_slurm_nodes(
+        slurm_cluster, tf_env, env_home, tmp_path):
+    local_and_two_slurm_nodes("tensorflow", env_home, tmp_path)

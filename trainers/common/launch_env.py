@@ -44,7 +44,7 @@ def _int(env: Mapping[str, str], name: str) -> int:
 def detect(env: Mapping[str, str] | None = None) -> LaunchEnv:
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
-        launcher = "torchrun"
+        launcher = env.get("DLSCALE_LAUNCHER", "torchrun")  # or common.spawn
         rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
         local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
     elif "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:

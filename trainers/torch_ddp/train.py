@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..common import data as common_data
-from ..common.args import build_parser, fault_step
+from ..common.args import build_parser, fault_step, recipe_fields
+from ..common.entry import run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
 from ..common.records import RecordWriter
@@ -266,18 +267,11 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
     net = torch.compile(wrapped) if args.compile else wrapped
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
-    writer.write("params", framework=strategy.framework, model=args.model, dataset=args.dataset,
-                 per_device_batch=args.per_device_batch, world_size=world,
+    writer.write("params", framework=strategy.framework, world_size=world,
                  global_batch=global_batch, parameters=n_params, precision=precision,
-                 channels_last=channels_last, compile=args.compile, loader=args.loader,
-                 loader_workers=args.loader_workers, steps=args.steps, epochs=args.epochs,
-                 warmup_steps=args.warmup_steps, total_steps=total_steps,
-                 steps_per_epoch=steps_per_epoch, lr=args.lr, lr_base_batch=args.lr_base_batch,
-                 lr_scaling=args.lr_scaling, lr_scaled=lr_peak,
-                 lr_warmup_epochs=args.lr_warmup_epochs, lr_schedule=args.lr_schedule,
-                 momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                 threads=args.threads, target_accuracy=args.target_accuracy,
-                 run_id=args.run_id, device=device.type, distributed=launch.distributed,
+                 channels_last=channels_last, total_steps=total_steps,
+                 steps_per_epoch=steps_per_epoch, lr_scaled=lr_peak, device=device.type,
+                 distributed=launch.distributed, **recipe_fields(args),
                  **strategy.record(args, launch))
     versions = {"torch": torch.__version__, "python": sys.version.split()[0],
                 "numpy": np.__version__, "cuda": torch.version.cuda,
@@ -285,11 +279,12 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                 "nccl": (".".join(map(str, torch.cuda.nccl.version()))
                          if device.type == "cuda" else None), **strategy.versions()}
     devices = strategy.gather(torch.cuda.get_device_name(device) if device.type == "cuda"
-                      else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
+                              else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
     hosts = strategy.gather(node_name(), launch)
     writer.write("env", framework_versions=versions, hostnames=hosts, devices=devices,
                  world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
-                 backend=strategy.comm_backend(device) if launch.distributed else None, job_id=os.environ.get("SLURM_JOB_ID"),
+                 backend=strategy.comm_backend(device) if launch.distributed else None,
+                 job_id=os.environ.get("SLURM_JOB_ID"),
                  nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
                  cpu_affinity=strategy.gather(cores, launch))
 
@@ -422,18 +417,4 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
 
 
 def main(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
-    prog = strategy.prog if strategy else PROG
-    try:
-        return train(argv, strategy)
-    except KeyboardInterrupt:
-        print(f"{prog}: error: interrupted", file=sys.stderr, flush=True)
-        return 130
-    except Exception as exc:  # the engine reads this one line as the run's failure reason
-        if os.environ.get("DLSCALE_DEBUG"):
-            import traceback
-            traceback.print_exc()
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
-        print(f"{prog}: error: rank {rank}: {type(exc).__name__}: {reason}", file=sys.stderr,
-              flush=True)
-        return 1
+    return run_main(strategy.prog if strategy else PROG, lambda: train(argv, strategy))
