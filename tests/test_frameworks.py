@@ -293,8 +293,8 @@ def test_tf_config_from_slurm_variables_and_on_one_machine():
     from dlscale.trainers.common.tf_cluster import tf_config
     env = {"DLSCALE_NODE_ADDRS": "10.0.0.1 10.0.0.2", "SLURM_NTASKS_PER_NODE": "2"}
     cfg = tf_config(LaunchEnv(2, 4, 0, "10.0.0.1", 21000, "srun"), env)
-    assert cfg == {"cluster": {"worker": ["10.0.0.1:21002", "10.0.0.1:21003", "10.0.0.2:21002",
-                                          "10.0.0.2:21003"]},
+    assert cfg == {"cluster": {"worker": ["10.0.0.1:21002", "10.0.0.1:21003", "10.0.0.2:21004",
+                                          "10.0.0.2:21005"]},
                    "task": {"type": "worker", "index": 2}}
     one = tf_config(LaunchEnv(1, 2, 1, "127.0.0.1", 3000, "spawn"), {})
     assert one["cluster"]["worker"] == ["127.0.0.1:3002", "127.0.0.1:3003"]

@@ -3,7 +3,8 @@ by our own code: TF's SlurmClusterResolver runs nvidia-smi and fails on CPU-only
 
 Every rank is a worker listening on its own port. Under srun the job script exports
 DLSCALE_NODE_ADDRS (each node's address, in Slurm's node order); ranks are laid out by block
-(rank = node x ranks per node + local rank), so worker r listens on node r // per_node.
+(rank = node x ranks per node + local rank), so worker r listens on node r // per_node,
+on port MASTER_PORT + 2 + r.
 On one machine (common.spawn) every worker is on MASTER_ADDR.
 """
 from __future__ import annotations
@@ -26,7 +27,9 @@ def tf_config(launch: LaunchEnv, env: Mapping[str, str]) -> dict[str, Any]:
             raise LaunchError(f"DLSCALE_NODE_ADDRS names {len(addrs)} node(s) with {per_node} "
                               f"rank(s) each, but the job has {world} ranks (the job script "
                               "exports it; the same number of ranks on every node)")
-        workers = [f"{addrs[r // per_node]}:{base + r % per_node}" for r in range(world)]
+        # A port per rank, not per local rank: nodes may share an address (several slurmd
+        # on one host, as on the test cluster), and ports are plentiful.
+        workers = [f"{addrs[r // per_node]}:{base + r}" for r in range(world)]
     else:
         workers = [f"{launch.master_addr}:{base + r}" for r in range(world)]
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": launch.rank}}
