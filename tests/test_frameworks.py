@@ -123,6 +123,21 @@ def test_a_profile_that_sets_up_the_framework_is_trusted_on_slurm(tmp_path, home
     assert "-m dlscale.trainers.deepspeed_zero" in script
 
 
+def test_a_recorded_environment_is_activated_inside_the_job(tmp_path, home):
+    home.mkdir(parents=True, exist_ok=True)
+    prefix = tmp_path / "envs" / "deepspeed env"  # a space: everything must stay quoted
+    (home / "envs.json").write_text(json.dumps({"deepspeed": {"prefix": str(prefix)}}))
+    loaded = load_spec(spec_for(tmp_path, "deepspeed", scales='"2x1"'))
+    run = plan(loaded).runs[0]
+    script = jobscript.render(run, load_profile(PROFILE), tmp_path / "r", "s.toml", home=home)
+    assert f"source '{prefix}/bin/activate'" in script
+    assert f"'{prefix}/bin/python' -m dlscale.trainers.deepspeed_zero" in script
+    assert f"export PYTHONPATH={home}/pythonpath" in script
+    # the trainers that folder exposes are this installation's own
+    assert (home / "pythonpath" / "dlscale" / "trainers" / "deepspeed_zero" / "train.py").exists()
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
 def test_build_failures_show_their_key_lines_not_a_wall():
     wall = "\n".join([f"-- building object {i}" for i in range(400)] + [
         "/tmp/x/horovod/common/ops.cc:42:10: error: 'optional' in namespace 'std' does not "
