@@ -342,31 +342,28 @@ def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None
     """Per framework: does its environment import, which versions, and (--smoke) does a
     2-rank run train. Exits 1 when a framework with a trainer cannot run."""
     home = _home(ctx)
-    t = tables.Table(title="dlscale doctor", title_justify="left")
-    for col in ("framework", "environment", "imports", "versions") + (("smoke run",) if smoke else ()):
-        t.add_column(col)
     broken = 0
+    # One plain line per framework: long paths and version lists stay whole and greppable.
     for fw in frameworks or tuple(FRAMEWORKS):
         if FRAMEWORKS[fw].trainer_module is None:
-            t.add_row(fw, "-", FRAMEWORKS[fw].note, "", *(("",) if smoke else ()))
+            out.print(f"{fw}: -- {FRAMEWORKS[fw].note}", soft_wrap=True)
             continue
         st = envs.resolve(fw, home, check=False)
-        where = f"{st.source}: {st.prefix or st.python}" if st.python else "missing"
         if st.python is None:
             problem, versions = st.problem, {}
         else:
             problem, versions = envs.probe(st.python, envs.RECIPES[fw], full_import=True)
             if problem:
                 problem += f"; rebuild with `{envs.create_command(fw, home)}`"
-        cells = [fw, where, "ok" if not problem else f"NO: {problem}",
-                 ", ".join(f"{k} {v}" for k, v in versions.items() if v)]
-        if smoke:
-            cells.append(envs.smoke(fw, home, st)[1] if not problem else "-")
-            broken += bool(problem) or not cells[-1].startswith("2 ranks") or "DIFFER" in cells[-1]
-        else:
-            broken += bool(problem)
-        t.add_row(*cells)
-    out.print(t)
+        line = f"{fw}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
+                            + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+                            if not problem else f"NO: {problem}")
+        if smoke and not problem:
+            ok, said = envs.smoke(fw, home, st)
+            line += f"; smoke: {said}"
+            problem = None if ok else said
+        broken += problem is not None
+        out.print(line, soft_wrap=True)
     sys.exit(1 if broken else 0)
 
 

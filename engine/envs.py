@@ -108,6 +108,10 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("tensorflow", (Step(("tensorflow-cpu==2.21.0", *_DATA)),
                           Step(("tf_keras==2.21.0",), ("--no-deps",))),
            ("tensorflow", "tf_keras"), ("tensorflow-cpu", "tf_keras", "numpy")),
+    # MXNet 1.9.1's wheel is py3-none (a ctypes library), so it installs on Python 3.11; it
+    # needs numpy<1.24 (np.bool and friends), and a scikit-learn that still takes that numpy.
+    Recipe("mxnet", (Step(("mxnet==1.9.1", "numpy==1.23.5", "scikit-learn==1.5.2")),),
+           ("mxnet",), ("mxnet", "numpy")),
 )}
 
 

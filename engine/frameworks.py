@@ -32,7 +32,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
     # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
     Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",)),
-    Framework("mxnet", None, "ranks", "trainer not written yet (issue 5)", ("srun",)),
+    # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
+    # Python 3.11).
+    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",)),
     # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
     # pdsh/ssh launcher of DeepSpeed's own.
     Framework("deepspeed", "dlscale.trainers.deepspeed_zero", "torchrun"),

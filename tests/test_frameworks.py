@@ -98,11 +98,11 @@ def test_a_broken_environment_is_refused_and_named(tmp_path, home):
 
 
 def test_a_framework_without_a_trainer_is_refused_at_planning_not_validation(tmp_path, home):
-    spec = spec_for(tmp_path, "mxnet")
+    spec = spec_for(tmp_path, "horovod-tensorflow")
     loaded = load_spec(spec)  # a valid spec: some other installation may run it
     proc = dlscale("run", str(spec), check=2)
-    assert "experiment.frameworks: mxnet: trainer not written yet" in proc.stderr
-    assert loaded.spec.experiment.frameworks == ["mxnet"]
+    assert "experiment.frameworks: horovod-tensorflow: trainer not written yet" in proc.stderr
+    assert loaded.spec.experiment.frameworks == ["horovod-tensorflow"]
 
 
 def test_the_fix_command_names_a_home_that_is_not_implied(tmp_path, monkeypatch):
@@ -148,8 +148,8 @@ def test_build_failures_show_their_key_lines_not_a_wall():
 
 
 def test_env_create_refuses_what_it_cannot_build(home, tmp_path):
-    proc = dlscale("env", "create", "mxnet", check=2)
-    assert "mxnet: no environment recipe yet" in proc.stderr
+    proc = dlscale("env", "create", "horovod-tensorflow", check=2)
+    assert "horovod-tensorflow: no environment recipe yet" in proc.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "precious.txt").write_text("keep me")
     proc = dlscale("env", "create", "deepspeed", "--prefix", str(tmp_path / "full"), check=2)
@@ -363,3 +363,34 @@ def test_tensorflow_two_ranks_end_with_identical_weights(tf_env, env_home, tmp_p
 def test_tensorflow_from_the_command_line_and_on_two_slurm_nodes(
         slurm_cluster, tf_env, env_home, tmp_path):
     local_and_two_slurm_nodes("tensorflow", env_home, tmp_path)
+
+
+# --- MXNet Gluon (dist_sync kvstore) -----------------------------------------------------
+
+@pytest.fixture(scope="session")
+def mxnet_env(env_home):
+    return framework_env(env_home, "mxnet")
+
+
+@pytest.mark.slow
+def test_mxnet_two_workers_with_their_own_scheduler_and_server(mxnet_env, env_home, tmp_path):
+    proc, out = run_trainer(mxnet_env, env_home, "mxnet", tmp_path, *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    params, env, summary = recs[0], recs[1], recs[-1]
+    assert params["framework"] == "mxnet" and params["kvstore"] == "dist_sync"
+    assert params["parameters"] == TORCH_RESNET20_PARAMETERS  # the same model again
+    assert env["world_size"] == 2 and env["framework_versions"]["mxnet"] == "1.9.1"
+    digests = summary["weights_digest_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    # the scheduler and server it started are gone with it
+    left = subprocess.run(["pgrep", "-f", f"{mxnet_env.prefix}/bin/python -c import mxnet"],
+                          capture_output=True, text=True).stdout
+    assert left == ""
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_mxnet_from_the_command_line_and_on_two_slurm_nodes(
+        slurm_cluster, mxnet_env, env_home, tmp_path):
+    local_and_two_slurm_nodes("mxnet", env_home, tmp_path)
