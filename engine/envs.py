@@ -214,7 +214,10 @@ def probe(python: str, recipe: Recipe, full_import: bool, timeout: float = 300) 
 
 def own_interpreter_has(recipe: Recipe) -> bool:
     # find_spec locates a module without importing it: the engine stays framework-free.
-    return all(find_spec(m) is not None for m in recipe.imports)
+    try:
+        return all(find_spec(m) is not None for m in recipe.imports)
+    except ModuleNotFoundError:  # find_spec("horovod.torch") imports "horovod" to look
+        return False
 
 
 def resolve(framework: str, home: Path, check: bool = True) -> EnvStatus:

@@ -86,6 +86,17 @@ def test_planning_refuses_a_missing_environment_with_the_command_that_builds_it(
     assert "dlscale env create deepspeed" in dlscale("plan", str(spec), check=2).stderr
 
 
+def test_every_framework_without_an_environment_is_refused_in_one_plan(tmp_path, home):
+    """Dotted imports (horovod.torch) whose package is missing are a missing environment,
+    not a crash; every problem is listed at once."""
+    spec = spec_for(tmp_path, "horovod-pytorch")
+    spec.write_text(spec.read_text().replace('"horovod-pytorch"', '"horovod-pytorch", "mxnet"'))
+    proc = dlscale("plan", str(spec), check=2)
+    assert "horovod-pytorch: no environment with torch, horovod.torch was found; create one " \
+           "with `dlscale env create horovod-pytorch`" in proc.stderr
+    assert "`dlscale env create mxnet`" in proc.stderr and "internal error" not in proc.stderr
+
+
 def test_a_broken_environment_is_refused_and_named(tmp_path, home):
     home.mkdir(parents=True, exist_ok=True)
     (home / "envs.json").write_text(json.dumps({"deepspeed": {"prefix": str(tmp_path / "gone")}}))
