@@ -12,15 +12,16 @@ from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
-from . import analysis, charts, datasets, mllog, queue, report as reporting, study, tables
-from .errors import DlscaleError, SpecError, UserError
+from . import analysis, charts, datasets, envs, mllog, queue, report as reporting, study, tables
+from .errors import DlscaleError, PlanError, SpecError, UserError
 from .estimate import estimate
+from .frameworks import FRAMEWORKS
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, TERMINAL, Store
+from .store import ACTIVE, TERMINAL, Store, default_home
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -73,8 +74,14 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
     loaded = load_spec(spec, planning=include_planned)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
-    study.check_plan(loaded, p, backend, profile, partition)
     store = _store(ctx)
+    refusals = ""
+    try:
+        study.check_plan(loaded, p, backend, profile, partition, store.home)
+    except PlanError as exc:
+        if not include_planned:
+            raise
+        refusals = str(exc)  # the whole matrix is still shown; `run` would refuse these
     est = estimate(store, p.runs)
     t = tables.Table(title=f"Plan of {loaded.spec.experiment.name} ({loaded.path})",
                      title_justify="left")
@@ -94,6 +101,9 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
     todo = [r for r in p.runs if known.get(r.run_id) != "COMPLETED"]
     out.print(f"{len(p.runs)} runs, {len(todo)} still to run, "
               f"{sum(r.devices for r in todo)} device-runs; {est.text(todo)}")
+    if refusals:
+        err.print("not runnable here yet (`dlscale run` refuses these):\n" + refusals,
+                  soft_wrap=True)
 
 
 @cli.command()
@@ -409,6 +419,84 @@ def data_check(dataset: str, root: str, classes: int) -> None:
         raise UserError(f"{check.root} is not a usable ImageNet folder:\n" + "\n".join(
             f"  {p}" for p in check.problems))
     out.print(f"{check.root}: layout OK")
+
+
+def _home(ctx: click.Context) -> Path:
+    return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
+
+
+@cli.group()
+def env() -> None:
+    """Per-framework software environments (their pins conflict, so each has its own)."""
+
+
+@env.command("create")
+@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
+@click.option("--prefix", type=click.Path(file_okay=False), default=None,
+              help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
+              "then envs/FRAMEWORK-RECIPE)")
+@click.pass_context
+def env_create(ctx: click.Context, framework: str, prefix: str | None) -> None:
+    """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
+    envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
+                say=lambda line: err.print(line, soft_wrap=True))
+
+
+@env.command("list")
+@click.pass_context
+def env_list(ctx: click.Context) -> None:
+    """Where each framework's trainer would run now (no imports: quick)."""
+    home = _home(ctx)
+    t = tables.Table(title="Framework environments", title_justify="left")
+    for col in ("framework", "source", "python", "state"):
+        t.add_column(col)
+    for fw in FRAMEWORKS:
+        st = envs.resolve(fw, home)
+        t.add_row(fw, st.source, st.python or "-", "ok" if st.ok else st.problem or "")
+    out.print(t)
+
+
+@env.command("remove")
+@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
+@click.pass_context
+def env_remove(ctx: click.Context, framework: str) -> None:
+    """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
+    prefix = envs.remove(framework, _home(ctx))
+    out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
+
+
+@cli.command()
+@click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
+              "steps in each working environment (tens of seconds each)")
+@click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
+@click.pass_context
+def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
+    """Per framework: does its environment import, which versions, and (--smoke) does a
+    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
+    home = _home(ctx)
+    broken = 0
+    # One plain line per framework: long paths and version lists stay whole and greppable.
+    for fw in frameworks or tuple(FRAMEWORKS):
+        if FRAMEWORKS[fw].trainer_module is None:
+            out.print(f"{fw}: -- {FRAMEWORKS[fw].note}", soft_wrap=True)
+            continue
+        st = envs.resolve(fw, home, check=False)
+        if st.python is None:
+            problem, versions = st.problem, {}
+        else:
+            problem, versions = envs.probe(st.python, envs.RECIPES[fw], full_import=True)
+            if problem:
+                problem += f"; rebuild with `{envs.create_command(fw, home)}`"
+        line = f"{fw}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
+                            + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+                            if not problem else f"NO: {problem}")
+        if smoke and not problem:
+            ok, said = envs.smoke(fw, home, st)
+            line += f"; smoke: {said}"
+            problem = None if ok else said
+        broken += problem is not None
+        out.print(line, soft_wrap=True)
+    sys.exit(1 if broken else 0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 class Framework:
     name: str
     trainer_module: str | None  # python -m target; None while the trainer does not exist yet
-    launcher: str  # local backend: "torchrun" (one launcher process that spawns the ranks)
+    # Local backend: "torchrun" (one launcher process spawns the ranks), "horovodrun"
+    # (Horovod's own, over gloo), "ranks" (dlscale.trainers.common.spawn: Slurm-style
+    # variables per rank, for frameworks whose roles are set up by the trainer itself).
+    launcher: str
     note: str = ""
     # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
     # per node. A profile's environment may choose another that the trainer supports.
@@ -21,11 +24,20 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
-    Framework("horovod-pytorch", None, "srun", "trainer not written yet (issue 5)"),
-    Framework("horovod-tensorflow", None, "srun", "trainer not written yet (issue 5)"),
-    Framework("tensorflow", None, "srun", "trainer not written yet (issue 5)"),
-    Framework("mxnet", None, "srun", "trainer not written yet (issue 5)"),
-    Framework("deepspeed", None, "torchrun", "trainer not written yet (issue 5)"),
+    # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
+    Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun", "",
+              ("srun",)),
+    Framework("horovod-tensorflow", None, "horovodrun", "trainer not written yet (issue 5)",
+              ("srun",)),
+    # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
+    # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
+    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",)),
+    # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
+    # Python 3.11).
+    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",)),
+    # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
+    # pdsh/ssh launcher of DeepSpeed's own.
+    Framework("deepspeed", "dlscale.trainers.deepspeed_zero", "torchrun"),
 )}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jinja2
 
+from .envs import slurm_environment
 from .errors import PlanError
 from .frameworks import FRAMEWORKS
 from .launch import LOG_FILE, local_env, trainer_args
@@ -62,11 +63,14 @@ def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
 
 
 def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
-           partition_name: str | None = None) -> str:
+           partition_name: str | None = None, home: Path | None = None) -> str:
+    """The job script; with `home`, a framework the profile does not set up runs in the
+    environment `dlscale env create` recorded there."""
     profile = loaded.profile
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
-    env = profile.environments.get(run.framework, Environment())
+    env, env_vars = (slurm_environment(run.framework, profile, home) if home is not None
+                     else (profile.environments.get(run.framework, Environment()), {}))
     fw = FRAMEWORKS[run.framework]
     if fw.trainer_module is None:
         raise PlanError(f"{run.framework}: {fw.note}")
@@ -88,7 +92,7 @@ def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
     return template.render(
         run=run, label=f"{run.experiment}: {run.label()}", version=_version(),
         spec_path=spec_path, profile_path=loaded.path, profile=profile, partition=partition,
-        env=env, job_env=local_env(run), run_dir=str(run_dir), log_path=str(log_path),
+        env=env, job_env={**local_env(run), **env_vars}, run_dir=str(run_dir), log_path=str(log_path),
         job_name=f"dlscale-{run.experiment}-{run.run_id[:8]}",
         time_limit=profile.time_limit, threads=run.training["threads_per_rank"],
         python=python, container_prefix=prefix, trainer_module=fw.trainer_module,

@@ -4,9 +4,9 @@ Everything is built as argv lists; nothing here is pasted into a shell line.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from .envs import EnvStatus, launch_env
 from .frameworks import FRAMEWORKS
 from .plan import Run
 
@@ -42,14 +42,33 @@ def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
     return args
 
 
-def local_command(run: Run, run_dir: Path, python: str = sys.executable) -> list[str]:
-    """argv to run `run` on this machine: torchrun's standalone rendezvous on a free port."""
-    fw = FRAMEWORKS[run.framework]
-    if fw.launcher != "torchrun" or fw.trainer_module is None:
-        raise NotImplementedError(f"no local launch recipe for {run.framework}")
-    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc-per-node={run.ranks_per_node}", "-m", fw.trainer_module,
-            *trainer_args(run, run_dir)]
+def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
+                      run_dir: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """argv and extra variables to start `ranks` ranks of a framework's trainer on this
+    machine, with the python of the framework's own environment."""
+    fw = FRAMEWORKS[framework]
+    if fw.trainer_module is None or env.python is None:
+        raise NotImplementedError(f"no local launch recipe for {framework}")
+    python = env.python
+    extra = launch_env(env, home)
+    if fw.launcher == "torchrun":  # its standalone rendezvous picks a free port
+        return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                f"--nproc-per-node={ranks}", "-m", fw.trainer_module, *args], extra
+    if fw.launcher == "horovodrun":
+        horovodrun = str(Path(python).parent / "horovodrun")
+        return [python, horovodrun, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}",
+                python, "-m", fw.trainer_module, *args], extra
+    if fw.launcher == "ranks":  # the trainers' own spawner: Slurm-style variables per rank
+        return [python, "-m", "dlscale.trainers.common.spawn", "--ranks", str(ranks), "--",
+                python, "-m", fw.trainer_module, *args], extra
+    raise NotImplementedError(f"{framework}: unknown local launcher {fw.launcher}")
+
+
+def local_command(run: Run, run_dir: Path, env: EnvStatus, home: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment to run `run` on this machine."""
+    argv, extra = local_command_for(run.framework, run.ranks_per_node, env, home, run_dir,
+                                    trainer_args(run, run_dir))
+    return argv, {**local_env(run), **extra}
 
 
 def local_env(run: Run) -> dict[str, str]:

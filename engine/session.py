@@ -7,12 +7,13 @@ failures of the world), which the caller shows as a message.
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import analysis, charts, queue, specfile, study
+from . import analysis, charts, envs, queue, specfile, study
 from .errors import PlanError, UserError
 from .estimate import estimate
 from .frameworks import FRAMEWORKS
@@ -123,8 +124,19 @@ class Session:
     # --- build ---------------------------------------------------------------------------
 
     def framework_choices(self) -> list[FrameworkChoice]:
-        return [FrameworkChoice(f.name, f.available, "" if f.available else f.note)
-                for f in FRAMEWORKS.values()]
+        """Each framework, and why it cannot be chosen here: no trainer yet, or no working
+        environment on this machine (the fix, `dlscale env create ...`, is in the reason).
+        On Slurm, a framework the profile gives an environment is the site's word."""
+        profile = self.profile if self.backend == "slurm" else None
+        out = []
+        for f in FRAMEWORKS.values():
+            problems = envs.check_frameworks([f.name], self.home, profile)
+            why = problems[0].removeprefix(f"{f.name}: ") if problems else ""
+            fix = re.search(r"`(dlscale [^`]*env create[^`]*)`", why)
+            if fix:  # a list row has room for the fix, not the whole story
+                why = f"{'broken' if 'broken' in why else 'no'} environment: {fix[1]}"
+            out.append(FrameworkChoice(f.name, not problems, why))
+        return out
 
     def preview(self, data: dict[str, Any], path: str = "<unsaved spec>") -> Preview:
         loaded, problems = specfile.check(data, path)
@@ -133,7 +145,7 @@ class Session:
         p = plan(loaded)
         refusals: list[specfile.Problem] = []
         try:
-            study.check_plan(loaded, p, self.backend, self.profile, self.partition)
+            study.check_plan(loaded, p, self.backend, self.profile, self.partition, self.home)
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
         done = {r["run_id"] for r in self.store.runs(loaded.spec.experiment.name,

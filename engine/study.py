@@ -12,9 +12,9 @@ import shutil
 import subprocess
 import time
 
-from . import jobscript
+from . import envs, jobscript
 from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
-from .launch import local_command, local_env
+from .launch import local_command
 from .plan import Plan, Run, plan
 from .plan import digest as plan_digest
 from .profile import LoadedProfile
@@ -22,7 +22,7 @@ from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
 from .schedulers.slurm import SlurmCLI
 from .spec import LoadedSpec
-from .store import ACTIVE, Store
+from .store import ACTIVE, Store, default_home
 
 BACKENDS = ("local", "slurm")
 
@@ -46,9 +46,14 @@ def make_scheduler(backend: str, store: Store) -> Scheduler:
 
 
 def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
-               profile: LoadedProfile | None = None, partition: str | None = None) -> None:
-    """Everything that can be refused is refused before anything is submitted."""
-    problems = []
+               profile: LoadedProfile | None = None, partition: str | None = None,
+               home: Path | None = None) -> None:
+    """Everything that can be refused is refused before anything is submitted: a
+    framework without a working environment too, with the command that builds it."""
+    home = Path(home) if home else default_home()
+    problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
+                envs.check_frameworks([r.framework for r in p.runs], home,
+                                      profile if backend == "slurm" else None)]
     seen = set()
     if backend == "slurm" and profile is None:
         raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
@@ -90,11 +95,12 @@ class SubmitReport:
 
 
 def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedProfile,
-                   partition: str | None) -> JobRequest:
+                   partition: str | None, home: Path) -> JobRequest:
     """Render job.sh into the run folder, with the spec and profile beside it, and check
     that bash can parse it before Slurm sees it."""
     script = run_dir / "job.sh"
-    script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition))
+    script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition,
+                                       home=home))
     (run_dir / "spec.toml").write_text(loaded.text)
     (run_dir / "profile.toml").write_text(profile.text)
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
@@ -110,7 +116,9 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
            profile: LoadedProfile | None = None, partition: str | None = None,
            scheduler: Scheduler | None = None) -> SubmitReport:
     p = plan(loaded)
-    check_plan(loaded, p, backend, profile, partition)
+    check_plan(loaded, p, backend, profile, partition, store.home)
+    environments = {fw: envs.resolve(fw, store.home, check=False)
+                    for fw in {r.framework for r in p.runs}} if backend == "local" else {}
     scheduler = scheduler or make_scheduler(backend, store)
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.
@@ -130,10 +138,10 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
         run_dir = Path(row["run_dir"])
         if backend == "slurm":
             assert profile is not None
-            request = _slurm_request(run, run_dir, loaded, profile, partition)
+            request = _slurm_request(run, run_dir, loaded, profile, partition, store.home)
         else:
-            request = JobRequest(run.run_id, run_dir, local_command(run, run_dir),
-                                 local_env(run), run.nodes, run.ranks_per_node,
+            argv, env = local_command(run, run_dir, environments[run.framework], store.home)
+            request = JobRequest(run.run_id, run_dir, argv, env, run.nodes, run.ranks_per_node,
                                  run.training["threads_per_rank"],
                                  f"{run.experiment}:{run.label()}")
         try:

@@ -12,7 +12,6 @@ BAD = [
     ({"training": "steps_per_epoch = 3"}, ["training.steps_per_epoch", "unknown key"], 15),
     ({"replace": ('"pytorch-ddp"', '"pytorch-dpp"')}, ["experiment.frameworks",
       "unknown framework 'pytorch-dpp'", "allowed: pytorch-ddp"], 3),
-    ({"replace": ('"pytorch-ddp"', '"mxnet"')}, ["framework 'mxnet' cannot run yet"], 3),
     ({"replace": ('"resnet20"', '"resnet21"')}, ["experiment.models", "unknown model",
       "resnet44"], 4),
     ({"replace": ('"synthetic-cifar"', '"mnist"')}, ["unknown dataset", "digits", "imagenet"], 5),

@@ -95,7 +95,7 @@ def test_plan_include_planned_on_the_command_line(home):
                   "--include-planned", check=0).stdout
     assert "225 runs, 225 still to run" in out
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert "framework 'horovod-pytorch' cannot run yet" in proc.stderr
+    assert "framework 'horovod-tensorflow' cannot run yet" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -86,3 +86,13 @@ def fault_step(spec: str | None) -> int | None:
     if kind != "crash" or not where.isdigit():
         raise ValueError(f"--inject-fault must look like crash@step7, got {spec!r}")
     return int(where)
+
+
+def recipe_fields(args: argparse.Namespace) -> dict:
+    """The params record's fields that come straight from this command line, alike in every
+    trainer (each adds what it derives: world size, parameters, the scaled lr...)."""
+    names = ("model", "dataset", "per_device_batch", "compile", "loader", "loader_workers",
+             "steps", "epochs", "warmup_steps", "lr", "lr_base_batch", "lr_scaling",
+             "lr_warmup_epochs", "lr_schedule", "momentum", "weight_decay", "seed", "threads",
+             "target_accuracy", "run_id")
+    return {n: getattr(args, n) for n in names}

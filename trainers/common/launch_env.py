@@ -4,7 +4,8 @@ Two launch styles are supported alike, so the same trainer runs under torchrun (
 node that spawns ranks) and under plain `srun` (one task per device):
 - torchrun / torch.distributed.run: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
 - srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with MASTER_ADDR/MASTER_PORT exported by
-  the job script (from the first host of the allocation, never the login node).
+  the job script (from the first host of the allocation, never the login node);
+- horovodrun: HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK (its own rendezvous).
 With neither, the trainer is a single process.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ class LaunchEnv:
     local_rank: int
     master_addr: str | None
     master_port: int | None
-    launcher: str  # "torchrun", "srun" or "single"
+    launcher: str  # "torchrun", "srun", "horovodrun" or "single"
 
     @property
     def distributed(self) -> bool:
@@ -43,9 +44,16 @@ def _int(env: Mapping[str, str], name: str) -> int:
 def detect(env: Mapping[str, str] | None = None) -> LaunchEnv:
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
-        launcher = "torchrun"
+        launcher = env.get("DLSCALE_LAUNCHER", "torchrun")  # or common.spawn
         rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
         local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
+    elif "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun: its rendezvous server is already up and told every rank where
+        rank, world = _int(env, "HOROVOD_RANK"), _int(env, "HOROVOD_SIZE")
+        local = _int(env, "HOROVOD_LOCAL_RANK") if "HOROVOD_LOCAL_RANK" in env else 0
+        if not 0 <= rank < world:
+            raise LaunchError(f"rank {rank} is outside world size {world}")
+        return LaunchEnv(rank, world, local, None, None, "horovodrun")
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         launcher = "srun"
         rank, world = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
@@ -86,6 +94,8 @@ def local_world_size(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     if "LOCAL_WORLD_SIZE" in env:
         return int(env["LOCAL_WORLD_SIZE"])
+    if "HOROVOD_LOCAL_SIZE" in env:
+        return int(env["HOROVOD_LOCAL_SIZE"])
     if "SLURM_NTASKS_PER_NODE" in env:
         return int(env["SLURM_NTASKS_PER_NODE"])
     if "SLURM_TASKS_PER_NODE" in env:  # "2(x3)" or "2,1"

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..common import data as common_data
-from ..common.args import build_parser, fault_step
+from ..common.args import build_parser, fault_step, recipe_fields
+from ..common.entry import run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
 from ..common.records import RecordWriter
@@ -92,15 +93,87 @@ class _Timer:
         return [b - a for a, b in self.pairs]
 
 
-def _sync(device: torch.device, launch: LaunchEnv) -> None:
+class Distribution:
+    """How ranks cooperate. This one is PyTorch DDP over torch.distributed; the DeepSpeed and
+    Horovod trainers subclass it and reuse everything else (model, data, timing, records),
+    so the frameworks differ in exactly these methods."""
+
+    framework = FRAMEWORK
+    prog = PROG
+
+    def add_args(self, parser) -> None:
+        """Flags of this framework alone (the shared ones are in common.args)."""
+
+    def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
+        if launch.distributed:
+            dist.init_process_group(
+                backend="nccl" if device.type == "cuda" else "gloo", rank=launch.rank,
+                world_size=launch.world_size, timeout=datetime.timedelta(minutes=10),
+                **({"device_id": device} if device.type == "cuda" else {}))
+            if dist.get_world_size() != launch.world_size:
+                raise TrainerError(f"the process group has {dist.get_world_size()} ranks; "
+                                   f"the launcher started {launch.world_size}")
+
+    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device):
+        """(the module that runs forward, the optimizer to step)."""
+        if not launch.distributed:
+            return model, opt
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                       else None), opt
+
+    def step(self, net, opt, loss, scaler) -> None:
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+    def set_lr(self, opt, lr: float) -> None:
+        for group in opt.param_groups:
+            group["lr"] = lr
+
+    # Collectives the shared loop needs, in this framework's own terms.
+    def gather(self, obj: Any, launch: LaunchEnv) -> list[Any]:
+        return _gather(obj, launch)
+
+    def barrier(self, launch: LaunchEnv) -> None:
+        if launch.distributed:
+            dist.barrier()
+
+    def all_reduce(self, t: torch.Tensor, launch: LaunchEnv) -> torch.Tensor:
+        if launch.distributed:
+            dist.all_reduce(t)
+        return t
+
+    def versions(self) -> dict[str, Any]:
+        return {}
+
+    def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
+        """Extra fields for the params record (this framework's own settings)."""
+        return {"ddp": launch.distributed}
+
+    def comm_backend(self, device: torch.device) -> str:
+        return "nccl" if device.type == "cuda" else "gloo"
+
+    def finish(self, launch: LaunchEnv) -> None:
+        if launch.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _sync(device: torch.device, launch: LaunchEnv, strategy: Distribution) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    if launch.distributed:
-        dist.barrier()
+    strategy.barrier(launch)
 
 
-def train(argv: list[str] | None = None) -> int:
-    args = build_parser(PROG).parse_args(argv)
+def train(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
+    strategy = strategy or Distribution()
+    parser = build_parser(strategy.prog)
+    strategy.add_args(parser)
+    args = parser.parse_args(argv)
     launch = detect()
     crash_at = fault_step(args.inject_fault)
 
@@ -132,23 +205,18 @@ def train(argv: list[str] | None = None) -> int:
     launched_by = launch.launcher
     if launch.world_size == 1:
         launch = dataclasses.replace(launch, launcher="single")
-    if launch.distributed:
-        dist.init_process_group(
-            backend="nccl" if use_cuda else "gloo", rank=launch.rank,
-            world_size=launch.world_size, timeout=datetime.timedelta(minutes=10),
-            **({"device_id": device} if use_cuda else {}))
+    strategy.init(args, launch, device)
     writer = RecordWriter(args.output, enabled=launch.rank == 0)
     try:
         return _run(args, launch, launched_by, cores, device, precision, amp_dtype,
-                    channels_last, crash_at, writer)
+                    channels_last, crash_at, writer, strategy)
     finally:
         writer.close()
-        if launch.distributed and dist.is_initialized():
-            dist.destroy_process_group()
+        strategy.finish(launch)
 
 
 def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channels_last,
-         crash_at, writer) -> int:
+         crash_at, writer, strategy: Distribution) -> int:
     world = launch.world_size
     shape = common_data.SHAPES[args.dataset]
     torch.manual_seed(args.seed)
@@ -193,39 +261,32 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
     warm_lr_steps = int(args.lr_warmup_epochs * (steps_per_epoch or 0))
     plan = LRPlan(args.lr, lr_peak, warm_lr_steps, total_steps, args.lr_schedule)
 
-    ddp = (DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                   else None) if launch.distributed else model)
-    net = torch.compile(ddp) if args.compile else ddp
     opt = torch.optim.SGD(model.parameters(), lr=plan.lr(0), momentum=args.momentum,
                           weight_decay=args.weight_decay)
+    wrapped, opt = strategy.wrap(model, opt, args, launch, device)
+    net = torch.compile(wrapped) if args.compile else wrapped
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
-    writer.write("params", framework=FRAMEWORK, model=args.model, dataset=args.dataset,
-                 per_device_batch=args.per_device_batch, world_size=world,
+    writer.write("params", framework=strategy.framework, world_size=world,
                  global_batch=global_batch, parameters=n_params, precision=precision,
-                 channels_last=channels_last, compile=args.compile, loader=args.loader,
-                 loader_workers=args.loader_workers, steps=args.steps, epochs=args.epochs,
-                 warmup_steps=args.warmup_steps, total_steps=total_steps,
-                 steps_per_epoch=steps_per_epoch, lr=args.lr, lr_base_batch=args.lr_base_batch,
-                 lr_scaling=args.lr_scaling, lr_scaled=lr_peak,
-                 lr_warmup_epochs=args.lr_warmup_epochs, lr_schedule=args.lr_schedule,
-                 momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                 threads=args.threads, target_accuracy=args.target_accuracy,
-                 run_id=args.run_id, device=device.type, ddp=launch.distributed)
+                 channels_last=channels_last, total_steps=total_steps,
+                 steps_per_epoch=steps_per_epoch, lr_scaled=lr_peak, device=device.type,
+                 distributed=launch.distributed, **recipe_fields(args),
+                 **strategy.record(args, launch))
     versions = {"torch": torch.__version__, "python": sys.version.split()[0],
                 "numpy": np.__version__, "cuda": torch.version.cuda,
                 "cudnn": (torch.backends.cudnn.version() if device.type == "cuda" else None),
                 "nccl": (".".join(map(str, torch.cuda.nccl.version()))
-                         if device.type == "cuda" else None)}
-    devices = _gather(torch.cuda.get_device_name(device) if device.type == "cuda"
-                      else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
-    hosts = _gather(node_name(), launch)
+                         if device.type == "cuda" else None), **strategy.versions()}
+    devices = strategy.gather(torch.cuda.get_device_name(device) if device.type == "cuda"
+                              else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
+    hosts = strategy.gather(node_name(), launch)
     writer.write("env", framework_versions=versions, hostnames=hosts, devices=devices,
                  world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
-                 backend=("nccl" if device.type == "cuda" else "gloo") if launch.distributed
-                 else None, job_id=os.environ.get("SLURM_JOB_ID"),
+                 backend=strategy.comm_backend(device) if launch.distributed else None,
+                 job_id=os.environ.get("SLURM_JOB_ID"),
                  nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
-                 cpu_affinity=_gather(cores, launch))
+                 cpu_affinity=strategy.gather(cores, launch))
 
     def prepare(x: torch.Tensor, augment: bool) -> torch.Tensor:
         x = x.to(device, non_blocking=True).float()
@@ -249,8 +310,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                 logits = model(prepare(images[i:i + 256], augment=False))
                 correct[0] += (logits.argmax(1) == labels[i:i + 256]).sum()
         correct[1] = len(labels)
-        if launch.distributed:
-            dist.all_reduce(correct)
+        strategy.all_reduce(correct, launch)
         model.train()
         return float(correct[0] / correct[1])
 
@@ -274,7 +334,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
     best_top1 = None
     interval_images = 0
     loss_value = float("nan")
-    _sync(device, launch)
+    _sync(device, launch, strategy)
     start_wall = time.perf_counter()
     seg_start = None  # start of the current timed segment
     interval_start = start_wall
@@ -286,7 +346,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
         if item is None:  # an epoch ended
             epoch += 1
             if test is not None and epoch % args.eval_every == 0:
-                _sync(device, launch)
+                _sync(device, launch, strategy)
                 timing = seg_start is not None
                 if timing:
                     train_time += time.perf_counter() - seg_start
@@ -298,7 +358,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                     tta = elapsed
                     stop = True  # the run's question is answered: MLPerf stops here too
                 writer.write("eval", step=step, epoch=epoch, top1=top1, elapsed_s=elapsed)
-                _sync(device, launch)
+                _sync(device, launch, strategy)
                 seg_start = time.perf_counter() if timing and not stop else None
                 interval_start, interval_images = time.perf_counter(), 0
             if args.epochs and epoch >= args.epochs:
@@ -306,24 +366,16 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
             continue
         xb, yb = item
         if step == args.warmup_steps:
-            _sync(device, launch)
+            _sync(device, launch, strategy)
             seg_start = time.perf_counter()
         if seg_start is not None:
             timer.begin()
         if crash_at is not None and step + 1 == crash_at:
             raise TrainerError(f"injected fault at step {crash_at}")
-        for group in opt.param_groups:
-            group["lr"] = plan.lr(step)
+        strategy.set_lr(opt, plan.lr(step))
         with torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
             loss = F.cross_entropy(net(xb), yb)
-        opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        strategy.step(net, opt, loss, scaler)
         step += 1
         if seg_start is not None:
             timer.end()
@@ -339,13 +391,13 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                          includes_warmup=step - args.log_every < args.warmup_steps)
             interval_start, interval_images = now, 0
 
-    _sync(device, launch)
+    _sync(device, launch, strategy)
     if seg_start is not None:
         train_time += time.perf_counter() - seg_start
     total_wall = time.perf_counter() - start_wall
     timed_steps = max(0, step - args.warmup_steps)
     times = timer.step_times()
-    digests = _gather(_weights_digest(model), launch)
+    digests = strategy.gather(_weights_digest(model), launch)
     throughput = (timed_steps * args.per_device_batch * world / train_time) if train_time else 0.0
     writer.write("summary", status="completed", throughput=throughput,
                  throughput_per_device=throughput / world, timed_steps=timed_steps,
@@ -357,26 +409,12 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                  time_to_accuracy_s=tta, reached_target=tta is not None,
                  weights_digest_per_rank=digests, **step_time_stats(times))
     if launch.rank == 0:
-        print(f"{PROG}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
+        print(f"{strategy.prog}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
               f"timed steps" + (f", top-1 {best_top1:.3f}" if best_top1 is not None else "")
               + (f", time-to-accuracy {tta:.1f} s" if tta is not None else ""), flush=True)
-    if launch.distributed:
-        dist.barrier()
+    strategy.barrier(launch)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        return train(argv)
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr, flush=True)
-        return 130
-    except Exception as exc:  # the engine reads this one line as the run's failure reason
-        if os.environ.get("DLSCALE_DEBUG"):
-            import traceback
-            traceback.print_exc()
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
-        print(f"{PROG}: error: rank {rank}: {type(exc).__name__}: {reason}", file=sys.stderr,
-              flush=True)
-        return 1
+def main(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
+    return run_main(strategy.prog if strategy else PROG, lambda: train(argv, strategy))

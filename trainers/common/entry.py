@@ -1,0 +1,25 @@
+"""Every trainer's entry point: its exit status, and on failure one line the engine reads as
+the run's reason (`PROG: error: rank R: Type: message`), never a traceback wall."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+
+def run_main(prog: str, train: Callable[[], int]) -> int:
+    try:
+        return train()
+    except KeyboardInterrupt:
+        print(f"{prog}: error: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Exception as exc:  # the engine reads this one line as the run's failure reason
+        if os.environ.get("DLSCALE_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        rank = (os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
+                or os.environ.get("HOROVOD_RANK") or "0")
+        print(f"{prog}: error: rank {rank}: {type(exc).__name__}: {reason}", file=sys.stderr,
+              flush=True)
+        return 1

@@ -1,0 +1,60 @@
+"""Start N ranks of a trainer on this machine, for frameworks without a launcher of their own
+that works here (TensorFlow's MultiWorkerMirroredStrategy, MXNet's roles).
+
+`python -m dlscale.trainers.common.spawn --ranks N -- CMD...` sets torchrun's variables
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus
+DLSCALE_LAUNCHER=spawn for each copy, waits for all, and stops the others as soon as one
+fails, so a dead rank never leaves the rest hanging at a collective. Its exit status is the
+first failure's, else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dlscale-spawn")
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.ranks < 1 or not command:
+        p.error("give --ranks N (N >= 1) and a command after --")
+    port = str(_free_port())
+    procs = []
+    for rank in range(args.ranks):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks),
+               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(args.ranks),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "DLSCALE_LAUNCHER": "spawn"}
+        procs.append(subprocess.Popen(command, env=env))
+    status = 0
+
+    def stop_all(*_: object) -> None:
+        for q in procs:
+            if q.poll() is None:
+                q.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop_all)
+    while [q.poll() for q in procs].count(None):  # poll every one: any() would stop early
+        failed = [q.returncode for q in procs if q.returncode not in (None, 0)]
+        if failed and not status:
+            status = failed[0]
+            stop_all()
+        time.sleep(0.1)
+    return status or next((q.returncode for q in procs if q.returncode), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""DeepSpeed trainer: ZeRO stages 0-2 over torch.distributed (gloo on CPU, NCCL on GPU).
+
+Everything but the distribution is the PyTorch DDP trainer's (same model from
+torch_ddp.models, hyperparameters, timing and records): only the engine that wraps the
+model and steps the optimizer differs. Started by srun or torchrun, never by DeepSpeed's
+pdsh/ssh launcher: the launcher's variables are read by common.launch_env like every trainer.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from typing import Any
+
+# Before deepspeed is imported: no CUDA extension is built or loaded on a CPU node, and the
+# accelerator is not guessed from whatever libraries happen to be installed.
+os.environ.setdefault("DS_BUILD_OPS", "0")
+# Ops DeepSpeed builds just in time (the CPU shared-memory allreduce) live in the
+# environment, where `dlscale env create` built them: minutes a run would otherwise spend.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from ..common.launch_env import LaunchEnv  # noqa: E402
+from ..torch_ddp.train import Distribution, TrainerError, main as _main  # noqa: E402
+
+FRAMEWORK = "deepspeed"
+PROG = "dlscale-deepspeed"
+
+
+class DeepSpeedZeRO(Distribution):
+    framework = FRAMEWORK
+    prog = PROG
+
+    def add_args(self, parser) -> None:
+        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2), default=1,
+                            help="ZeRO stage: 0 plain data parallel, 1 optimizer state "
+                                 "partitioned, 2 gradients too")
+
+    def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
+        if device.type == "cpu":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed  # noqa: PLC0415  (after the variables above)
+        self.ds = deepspeed
+        self.zero_stage = args.zero_stage
+        # DeepSpeed's engine needs a process group even for one rank; its init reads the
+        # same RANK/WORLD_SIZE/MASTER_* variables the launchers set (srun: set here).
+        os.environ.update(RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size),
+                          LOCAL_RANK=str(launch.local_rank),
+                          MASTER_ADDR=launch.master_addr or "127.0.0.1",
+                          MASTER_PORT=str(launch.master_port or _free_port()))
+        deepspeed.init_distributed(dist_backend=self.comm_backend(device), auto_mpi_discovery=False,
+                                   timeout=datetime.timedelta(minutes=10),
+                                   rank=launch.rank, world_size=launch.world_size)
+        if dist.get_world_size() != launch.world_size:
+            raise TrainerError(f"DeepSpeed sees {dist.get_world_size()} ranks; the launcher "
+                               f"started {launch.world_size}")
+
+    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device):
+        config = {
+            "train_micro_batch_size_per_gpu": args.per_device_batch,
+            "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": args.zero_stage},
+            # Our SGD (the same optimizer as every framework) is not one DeepSpeed tested
+            # ZeRO with; it works, and parity of the recipe matters more here.
+            "zero_allow_untested_optimizer": True,
+            "bf16": {"enabled": args.precision == "bf16"},
+            "fp16": {"enabled": args.precision == "fp16"},
+            "steps_per_print": 10 ** 9,  # our records report progress, not DeepSpeed's log
+            "wall_clock_breakdown": False,
+        }
+        engine, optimizer, _, _ = self.ds.initialize(model=model, optimizer=opt, config=config,
+                                                     dist_init_required=False)
+        return engine, optimizer
+
+    def step(self, net, opt, loss, scaler) -> None:
+        net.backward(loss)  # the engine reduces (and with ZeRO partitions) the gradients
+        net.step()          # and zeroes them
+
+    def versions(self) -> dict[str, Any]:
+        return {"deepspeed": self.ds.__version__}
+
+    def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
+        return {"zero_stage": args.zero_stage}
+
+    def finish(self, launch: LaunchEnv) -> None:
+        # A barrier before tearing down: a rank that destroys the group while another is
+        # still in DeepSpeed's last collective made runs abort at exit.
+        if dist.is_initialized():
+            if launch.distributed:
+                dist.barrier()
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    rc = _main(argv, DeepSpeedZeRO())
+    # Even after barrier + destroy_process_group, some runs here aborted at interpreter exit
+    # ("terminate called without an active exception": a C++ thread of DeepSpeed's CPU comm
+    # op still joinable at static destruction). Records are written and closed by now, so
+    # leave without running destructors: the exit status is then the run's own.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

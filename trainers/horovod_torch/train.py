@@ -1,0 +1,97 @@
+"""Horovod + PyTorch trainer: hvd.DistributedOptimizer over gloo, initial parameters and
+optimizer state broadcast from rank 0, optional fp16 compression of the allreduce.
+
+Everything but the distribution is the PyTorch DDP trainer's (model, data, timing, records).
+Locally horovodrun --gloo starts the ranks; under Slurm srun does, and the trainer sets up
+Horovod's gloo rendezvous itself (common.horovod_rendezvous): no ssh, no MPI.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..common.horovod_rendezvous import join_under_srun
+from ..common.launch_env import LaunchEnv
+from ..torch_ddp.train import Distribution, TrainerError, main as _main
+
+FRAMEWORK = "horovod-pytorch"
+PROG = "dlscale-horovod-pytorch"
+
+
+class HorovodTorch(Distribution):
+    framework = FRAMEWORK
+    prog = PROG
+    server = hvd = None
+
+    def add_args(self, parser) -> None:
+        parser.add_argument("--fp16-allreduce", action="store_true",
+                            help="compress gradients to fp16 for the allreduce")
+
+    def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
+        self.server = join_under_srun(launch) if launch.launcher == "srun" else None
+        import horovod.torch as hvd  # noqa: PLC0415  (after the rendezvous variables)
+        self.hvd = hvd
+        hvd.init()
+        if hvd.size() != launch.world_size or hvd.rank() != launch.rank:
+            raise TrainerError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}; the launcher "
+                               f"started rank {launch.rank} of {launch.world_size}")
+        if device.type == "cuda":
+            torch.cuda.set_device(hvd.local_rank())
+
+    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device):
+        if not launch.distributed:
+            return model, opt
+        hvd = self.hvd
+        # Every rank starts from rank 0's weights and optimizer state, as DDP does.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       compression=compression)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        return model, opt
+
+    def step(self, net, opt, loss, scaler) -> None:
+        opt.zero_grad()  # Horovod's optimizer takes no set_to_none
+        if scaler is None:
+            loss.backward()
+            opt.step()  # waits for the gradients' allreduce, then steps
+            return
+        # fp16 on GPU: the allreduce must finish before the scaler unscales the gradients.
+        scaler.scale(loss).backward()
+        opt.synchronize()
+        with opt.skip_synchronize():
+            scaler.step(opt)
+        scaler.update()
+
+    def gather(self, obj: Any, launch: LaunchEnv) -> list[Any]:
+        return self.hvd.allgather_object(obj) if launch.distributed else [obj]
+
+    def barrier(self, launch: LaunchEnv) -> None:
+        if launch.distributed:
+            self.hvd.barrier()
+
+    def all_reduce(self, t: torch.Tensor, launch: LaunchEnv) -> torch.Tensor:
+        if launch.distributed:
+            t.copy_(self.hvd.allreduce(t, op=self.hvd.Sum))
+        return t
+
+    def versions(self) -> dict[str, Any]:
+        import horovod  # noqa: PLC0415
+        return {"horovod": horovod.__version__}
+
+    def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
+        return {"fp16_allreduce": args.fp16_allreduce}
+
+    def comm_backend(self, device: torch.device) -> str:
+        return "horovod-gloo" if device.type == "cpu" else "horovod-nccl"
+
+    def finish(self, launch: LaunchEnv) -> None:
+        if self.hvd is not None:
+            self.hvd.shutdown()
+        if self.server is not None:
+            self.server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _main(argv, HorovodTorch())

@@ -1,0 +1,315 @@
+"""TensorFlow trainer: MultiWorkerMirroredStrategy (ring all-reduce), Keras models from
+tf_keras, one intra-op and one inter-op thread per rank on CPU.
+
+The same model (tf_keras/models.py mirrors torch_ddp/models.py), the same recipe (SGD with
+momentum and PyTorch-style coupled weight decay, the shared lr plan), the same timing rules
+and metric records as the PyTorch trainers. A custom step under strategy.run rather than
+model.fit: timing per step and the lr plan must match the other frameworks exactly.
+TF_CONFIG is built by common.tf_cluster before TensorFlow is imported.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from ..common import data as common_data
+from ..common.args import build_parser, fault_step, recipe_fields
+from ..common.entry import run_main
+from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
+                                 node_name)
+from ..common.records import RecordWriter
+from ..common.schedule import LRPlan, scaled_lr, step_time_stats
+from ..common.tf_cluster import tf_config
+
+PROG = "dlscale-tensorflow"
+FRAMEWORK = "tensorflow"
+GATHER_BYTES = 1024
+
+
+class TrainerError(RuntimeError):
+    """A failure with a reason the user can act on."""
+
+
+def _dlscale_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dlscale")
+    except Exception:
+        return os.environ.get("DLSCALE_VERSION", "unknown")
+
+
+def train(argv: list[str] | None = None) -> int:
+    args = build_parser(PROG).parse_args(argv)
+    launch = detect()
+    crash_at = fault_step(args.inject_fault)
+    launched_by = launch.launcher
+    if launch.world_size == 1:
+        launch = dataclasses.replace(launch, launcher="single")
+    if launch.distributed:
+        os.environ["TF_CONFIG"] = json.dumps(tf_config(
+            dataclasses.replace(launch, launcher=launched_by), os.environ))
+    else:
+        os.environ.pop("TF_CONFIG", None)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cores = None
+    if args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
+        cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
+    if args.device == "cuda":
+        raise TrainerError("the TensorFlow environment is tensorflow-cpu; no GPU here")
+    precision = "fp32" if args.precision == "auto" else args.precision
+    if precision != "fp32":
+        raise TrainerError(f"precision {precision}: the TensorFlow trainer runs fp32 on CPU")
+    if args.compile:
+        raise TrainerError("--compile: the TensorFlow trainer always runs a tf.function step")
+    if args.dataset in common_data.SYNTHETIC and args.epochs:
+        raise TrainerError(f"{args.dataset} has no epochs; give --steps")
+
+    import tensorflow as tf  # after TF_CONFIG and the thread settings' variables
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if launch.distributed:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    else:
+        strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync != launch.world_size:
+        raise TrainerError(f"TensorFlow sees {strategy.num_replicas_in_sync} replicas; the "
+                           f"launcher started {launch.world_size} ranks")
+    writer = RecordWriter(args.output, enabled=launch.rank == 0)
+    try:
+        return _run(tf, strategy, args, launch, launched_by, cores, crash_at, writer)
+    finally:
+        writer.close()
+
+
+def _run(tf, strategy, args, launch: LaunchEnv, launched_by: str, cores, crash_at,
+         writer: RecordWriter) -> int:
+    import tf_keras as keras
+    from .models import build, parameter_count
+
+    world = launch.world_size
+    shape = common_data.SHAPES[args.dataset]
+    global_batch = args.per_device_batch * world
+    keras.utils.set_random_seed(args.seed)  # the same initial weights on every rank
+
+    def one_value(fn):
+        """Run fn on this rank's replica; its per-replica result."""
+        return strategy.run(fn) if launch.distributed else fn()
+
+    def gather(obj: Any) -> list[Any]:
+        if not launch.distributed:
+            return [obj]
+        raw = json.dumps(obj).encode()
+        if len(raw) > GATHER_BYTES:
+            raise TrainerError(f"a gathered value is over {GATHER_BYTES} bytes")
+        t = tf.constant([list(raw.ljust(GATHER_BYTES, b" "))], dtype=tf.int32)
+        rows = strategy.gather(one_value(lambda: tf.identity(t)), axis=0).numpy()
+        return [json.loads(bytes(r.astype(np.uint8)).decode()) for r in rows]
+
+    def all_sum(values: np.ndarray) -> np.ndarray:
+        if not launch.distributed:
+            return values
+        t = tf.constant(values, dtype=tf.float64)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, one_value(lambda: tf.identity(t)),
+                               axis=None).numpy()
+
+    def barrier() -> None:
+        all_sum(np.zeros(1))
+
+    # Data: synthetic tensors made once per rank; real data sharded by rank.
+    test = train_split = None
+    if args.dataset in common_data.SYNTHETIC:
+        rng = np.random.default_rng(args.seed + launch.rank)
+        x_syn = tf.constant(rng.standard_normal(
+            (args.per_device_batch, shape.size, shape.size, shape.channels), dtype=np.float32))
+        y_syn = tf.constant(rng.integers(0, shape.classes, args.per_device_batch), dtype=tf.int64)
+        steps_per_epoch = None
+        total_steps = args.warmup_steps + args.steps
+    else:
+        train_split, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
+        steps_per_epoch = len(train_split.labels) // global_batch
+        if steps_per_epoch == 0:
+            raise TrainerError(f"{len(train_split.labels)} training images are fewer than one "
+                               f"global batch ({global_batch}); lower the per-device batch")
+        total_steps = (steps_per_epoch * args.epochs if args.epochs
+                       else args.warmup_steps + args.steps)
+    mean = np.array(common_data.CIFAR_MEAN, np.float32).reshape(1, 1, 1, 3) * 255
+    std = np.array(common_data.CIFAR_STD, np.float32).reshape(1, 1, 1, 3) * 255
+
+    def prepare(images: np.ndarray, augment: bool, rng: np.random.Generator) -> np.ndarray:
+        x = images.transpose(0, 2, 3, 1).astype(np.float32)  # NCHW uint8 -> NHWC float
+        if augment:  # the PyTorch trainers' flip + 4-pixel-padded random crop
+            flip = rng.random(len(x)) < 0.5
+            x[flip] = x[flip, :, ::-1]
+            padded = np.pad(x, ((0, 0), (4, 4), (4, 4), (0, 0)))
+            ox, oy = rng.integers(0, 9, size=2)
+            x = padded[:, oy:oy + 32, ox:ox + 32]
+        return (x - mean) / std
+
+    lr_peak = scaled_lr(args.lr, args.lr_base_batch, global_batch, args.lr_scaling)
+    plan = LRPlan(args.lr, lr_peak, int(args.lr_warmup_epochs * (steps_per_epoch or 0)),
+                  total_steps, args.lr_schedule)
+    with strategy.scope():
+        model = build(args.model, shape.classes)
+        lr_var = tf.Variable(plan.lr(0), trainable=False, dtype=tf.float32)
+        opt = keras.optimizers.SGD(learning_rate=lambda: lr_var, momentum=args.momentum)
+    n_params = parameter_count(model)
+    params = model.trainable_variables
+    # PyTorch's SGD adds weight_decay x w to the averaged gradient; here each replica's
+    # gradient is its share of the mean, summed by the all-reduce, so each adds 1/world.
+    decay = args.weight_decay / world
+
+    @tf.function
+    def train_step(x, y):
+        def step_fn(x, y):
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                per_example = keras.losses.sparse_categorical_crossentropy(
+                    y, logits, from_logits=True)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            grads = tape.gradient(loss, params)
+            opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, params)])
+            return loss
+        if launch.distributed:
+            per_replica = strategy.run(step_fn, args=(x, y))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return step_fn(x, y)
+
+    writer.write("params", framework=FRAMEWORK, world_size=world, global_batch=global_batch,
+                 parameters=n_params, precision="fp32", channels_last=True,
+                 total_steps=total_steps, steps_per_epoch=steps_per_epoch, lr_scaled=lr_peak,
+                 device="cpu", distributed=launch.distributed, **recipe_fields(args),
+                 strategy="MultiWorkerMirroredStrategy" if launch.distributed else "default")
+    import tf_keras
+    versions = {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
+                "python": sys.version.split()[0], "numpy": np.__version__}
+    hosts = gather(node_name())
+    writer.write("env", framework_versions=versions, hostnames=hosts,
+                 devices=gather(f"cpu: {cpu_model()} ({args.threads} thread(s))"),
+                 world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
+                 backend="tf-ring" if launch.distributed else None,
+                 job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
+                 omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                 cpu_affinity=gather(cores))
+
+    def evaluate() -> float:
+        part = slice(launch.rank, None, world)
+        images, labels = test.images[part], test.labels[part]
+        correct = 0
+        for i in range(0, len(images), 256):
+            logits = model(prepare(images[i:i + 256], False, None), training=False)
+            correct += int(np.sum(np.argmax(logits.numpy(), 1) == labels[i:i + 256]))
+        total = all_sum(np.array([correct, len(labels)], np.float64))
+        return float(total[0] / total[1])
+
+    def batches():
+        if train_split is None:
+            while True:
+                yield x_syn, y_syn
+        epoch = 0
+        while True:
+            rng = np.random.default_rng(args.seed + epoch)  # the same order on every rank
+            order = rng.permutation(len(train_split.labels))[:steps_per_epoch * global_batch]
+            mine = order.reshape(steps_per_epoch, world, args.per_device_batch)[:, launch.rank]
+            aug = np.random.default_rng(args.seed + 1000 * epoch + launch.rank)
+            for idx in mine:
+                yield (tf.constant(prepare(train_split.images[idx], args.dataset == "cifar10", aug)),
+                       tf.constant(train_split.labels[idx]))
+            epoch += 1
+            yield None
+
+    times: list[float] = []
+    step = 0
+    train_time = 0.0
+    tta = best_top1 = None
+    interval_images = 0
+    loss_value = float("nan")
+    barrier()
+    start_wall = time.perf_counter()
+    seg_start = None
+    interval_start = start_wall
+    stream = batches()
+    epoch = 0
+    stop = False
+    while not stop and not (args.steps and step >= total_steps):
+        item = next(stream)
+        if item is None:
+            epoch += 1
+            if test is not None and epoch % args.eval_every == 0:
+                barrier()
+                timing = seg_start is not None
+                if timing:
+                    train_time += time.perf_counter() - seg_start
+                top1 = evaluate()
+                elapsed = time.perf_counter() - start_wall
+                best_top1 = top1 if best_top1 is None else max(best_top1, top1)
+                if tta is None and args.target_accuracy is not None and top1 >= args.target_accuracy:
+                    tta, stop = elapsed, True
+                writer.write("eval", step=step, epoch=epoch, top1=top1, elapsed_s=elapsed)
+                barrier()
+                seg_start = time.perf_counter() if timing and not stop else None
+                interval_start, interval_images = time.perf_counter(), 0
+            if args.epochs and epoch >= args.epochs:
+                break
+            continue
+        xb, yb = item
+        if step == args.warmup_steps:
+            barrier()
+            seg_start = time.perf_counter()
+        if crash_at is not None and step + 1 == crash_at:
+            raise TrainerError(f"injected fault at step {crash_at}")
+        lr_var.assign(plan.lr(step))
+        t0 = time.perf_counter()
+        loss = train_step(xb, yb)  # on CPU the call returns when the step is done
+        if seg_start is not None:
+            times.append(time.perf_counter() - t0)
+        step += 1
+        interval_images += global_batch
+        if step % args.log_every == 0 or step == total_steps:
+            loss_value = float(loss)
+            if not np.isfinite(loss_value):
+                raise TrainerError(f"loss became {loss_value} at step {step}; lower the lr")
+            now = time.perf_counter()
+            writer.write("interval", step=step, epoch=epoch, images_per_s=interval_images /
+                         (now - interval_start), loss=loss_value, lr=plan.lr(step - 1),
+                         includes_warmup=step - args.log_every < args.warmup_steps)
+            interval_start, interval_images = now, 0
+
+    barrier()
+    if seg_start is not None:
+        train_time += time.perf_counter() - seg_start
+    total_wall = time.perf_counter() - start_wall
+    timed_steps = max(0, step - args.warmup_steps)
+    digest = hashlib.sha256()
+    for v in sorted(params, key=lambda v: v.name):
+        digest.update(v.name.encode())
+        digest.update(np.asarray(v.numpy(), np.float32).tobytes())
+    digests = gather(digest.hexdigest()[:16])
+    throughput = (timed_steps * global_batch / train_time) if train_time else 0.0
+    writer.write("summary", status="completed", throughput=throughput,
+                 throughput_per_device=throughput / world, timed_steps=timed_steps,
+                 warmup_steps=min(step, args.warmup_steps), elapsed_s=train_time,
+                 total_wall_s=total_wall, steps=step, epochs_done=epoch,
+                 images_timed=timed_steps * global_batch,
+                 final_loss=loss_value if np.isfinite(loss_value) else None,
+                 best_top1=best_top1, target_accuracy=args.target_accuracy,
+                 time_to_accuracy_s=tta, reached_target=tta is not None,
+                 weights_digest_per_rank=digests, **step_time_stats(times))
+    if launch.rank == 0:
+        print(f"{PROG}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
+              f"timed steps" + (f", top-1 {best_top1:.3f}" if best_top1 is not None else ""),
+              flush=True)
+    barrier()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, lambda: train(argv))
