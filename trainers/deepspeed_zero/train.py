@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from ..common.launch_env import LaunchEnv  # noqa: E402
+from ..common.entry import leave  # noqa: E402
 from ..torch_ddp.train import Distribution, TrainerError, main as _main  # noqa: E402
 
 FRAMEWORK = "deepspeed"
@@ -101,11 +102,4 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    rc = _main(argv, DeepSpeedZeRO())
-    # Even after barrier + destroy_process_group, some runs here aborted at interpreter exit
-    # ("terminate called without an active exception": a C++ thread of DeepSpeed's CPU comm
-    # op still joinable at static destruction). Records are written and closed by now, so
-    # leave without running destructors: the exit status is then the run's own.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    leave(_main(argv, DeepSpeedZeRO()))  # see leave(): aborts at exit otherwise

@@ -1,5 +1,4 @@
-import sys
-
+from ..common.entry import leave
 from .train import main
 
-sys.exit(main())
+leave(main())
