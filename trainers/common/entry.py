@@ -7,6 +7,18 @@ import sys
 from typing import Callable
 
 
+class TrainerError(RuntimeError):
+    """A failure with a reason the user can act on (every trainer raises this one)."""
+
+
+def dlscale_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dlscale")
+    except Exception:  # trainers may run in an environment without dlscale installed
+        return os.environ.get("DLSCALE_VERSION", "unknown")
+
+
 def run_main(prog: str, train: Callable[[], int]) -> int:
     try:
         return train()

@@ -16,35 +16,23 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 from ..common import data as common_data
 from ..common.args import build_parser, fault_step, recipe_fields
-from ..common.entry import run_main
+from ..common.entry import TrainerError, dlscale_version, run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
+from ..common import loop as training_loop
 from ..common.records import RecordWriter
-from ..common.schedule import LRPlan, scaled_lr, step_time_stats
+from ..common.schedule import LRPlan, scaled_lr
 
 PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"
 GATHER_BYTES = 512
 ROLE_PORT_OFFSET = 3  # MASTER_PORT +1 Horovod's, +2.. TensorFlow's: none run beside MXNet
-
-
-class TrainerError(RuntimeError):
-    """A failure with a reason the user can act on."""
-
-
-def _dlscale_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("dlscale")
-    except Exception:
-        return os.environ.get("DLSCALE_VERSION", "unknown")
 
 
 def _die_with_parent() -> None:
@@ -209,7 +197,7 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
     writer.write("env", framework_versions={"mxnet": mx.__version__, "numpy": np.__version__,
                                             "python": sys.version.split()[0]},
                  hostnames=hosts, devices=gather(f"cpu: {cpu_model()} ({args.threads} thread(s))"),
-                 world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
+                 world_size=world, dlscale_version=dlscale_version(), launcher=launched_by,
                  backend="ps-lite" if kv is not None else None,
                  job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
                  omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_affinity=gather(cores))
@@ -240,88 +228,28 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
             epoch += 1
             yield None
 
-    times: list[float] = []
-    step = epoch = 0
-    train_time = 0.0
-    tta = best_top1 = None
-    interval_images = 0
-    loss_value = float("nan")
-    barrier()
-    start_wall = time.perf_counter()
-    seg_start = None
-    interval_start = start_wall
-    stream = batches()
-    stop = False
-    while not stop and not (args.steps and step >= total_steps):
-        item = next(stream)
-        if item is None:
-            epoch += 1
-            if test is not None and epoch % args.eval_every == 0:
-                barrier()
-                timing = seg_start is not None
-                if timing:
-                    train_time += time.perf_counter() - seg_start
-                top1 = evaluate()
-                elapsed = time.perf_counter() - start_wall
-                best_top1 = top1 if best_top1 is None else max(best_top1, top1)
-                if tta is None and args.target_accuracy is not None and top1 >= args.target_accuracy:
-                    tta, stop = elapsed, True
-                writer.write("eval", step=step, epoch=epoch, top1=top1, elapsed_s=elapsed)
-                barrier()
-                seg_start = time.perf_counter() if timing and not stop else None
-                interval_start, interval_images = time.perf_counter(), 0
-            if args.epochs and epoch >= args.epochs:
-                break
-            continue
-        xb, yb = item
-        if step == args.warmup_steps:
-            barrier()
-            seg_start = time.perf_counter()
-        if crash_at is not None and step + 1 == crash_at:
-            raise TrainerError(f"injected fault at step {crash_at}")
-        trainer.set_learning_rate(plan.lr(step))
-        t0 = time.perf_counter()
+    def step_fn(xb, yb):
         with autograd.record():
             loss = loss_fn(net(xb), yb)
         loss.backward()
         trainer.step(global_batch)  # gradients summed over all workers, mean over the batch
         loss_nd = loss.mean()
         mx.nd.waitall()  # MXNet is asynchronous: the step is done only here
-        if seg_start is not None:
-            times.append(time.perf_counter() - t0)
-        step += 1
-        interval_images += global_batch
-        if step % args.log_every == 0 or step == total_steps:
-            loss_value = float(loss_nd.asscalar())
-            if not np.isfinite(loss_value):
-                raise TrainerError(f"loss became {loss_value} at step {step}; lower the lr")
-            now = time.perf_counter()
-            writer.write("interval", step=step, epoch=epoch, images_per_s=interval_images /
-                         (now - interval_start), loss=loss_value, lr=plan.lr(step - 1),
-                         includes_warmup=step - args.log_every < args.warmup_steps)
-            interval_start, interval_images = now, 0
+        return loss_nd
 
-    barrier()
-    if seg_start is not None:
-        train_time += time.perf_counter() - seg_start
-    total_wall = time.perf_counter() - start_wall
-    timed_steps = max(0, step - args.warmup_steps)
+    loop = training_loop.run(
+        args, writer, batches(), total_steps=total_steps, global_batch=global_batch, plan=plan,
+        crash_at=crash_at, barrier=barrier, evaluate=evaluate if test is not None else None,
+        set_lr=trainer.set_learning_rate, step_fn=step_fn,
+        loss_of=lambda loss_nd: float(loss_nd.asscalar()))
     digest = hashlib.sha256()
     for name, p in sorted(net.collect_params().items()):
         if p.grad_req != "null":
             digest.update(name.encode())
             digest.update(p.data().asnumpy().astype(np.float32).tobytes())
     digests = gather(digest.hexdigest()[:16])
-    throughput = (timed_steps * global_batch / train_time) if train_time else 0.0
-    writer.write("summary", status="completed", throughput=throughput,
-                 throughput_per_device=throughput / world, timed_steps=timed_steps,
-                 warmup_steps=min(step, args.warmup_steps), elapsed_s=train_time,
-                 total_wall_s=total_wall, steps=step, epochs_done=epoch,
-                 images_timed=timed_steps * global_batch,
-                 final_loss=loss_value if np.isfinite(loss_value) else None,
-                 best_top1=best_top1, target_accuracy=args.target_accuracy,
-                 time_to_accuracy_s=tta, reached_target=tta is not None,
-                 weights_digest_per_rank=digests, **step_time_stats(times))
+    throughput = training_loop.write_summary(writer, args, loop, global_batch, world, digests)
+    timed_steps = loop.timed_steps(args.warmup_steps)
     if launch.rank == 0:
         print(f"{PROG}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
               f"timed steps", flush=True)

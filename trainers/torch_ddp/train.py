@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..common import data as common_data
 from ..common.args import build_parser, fault_step, recipe_fields
-from ..common.entry import run_main
+from ..common.entry import TrainerError, dlscale_version, run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
 from ..common.records import RecordWriter
@@ -32,18 +32,6 @@ from .models import build, parameter_count
 
 PROG = "dlscale-torch-ddp"
 FRAMEWORK = "pytorch-ddp"
-
-
-class TrainerError(RuntimeError):
-    """A failure with a reason the user can act on."""
-
-
-def _dlscale_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("dlscale")
-    except Exception:  # trainers may run in an environment without dlscale installed
-        return os.environ.get("DLSCALE_VERSION", "unknown")
 
 
 def _gather(obj: Any, launch: LaunchEnv) -> list[Any]:
@@ -282,7 +270,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                               else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
     hosts = strategy.gather(node_name(), launch)
     writer.write("env", framework_versions=versions, hostnames=hosts, devices=devices,
-                 world_size=world, dlscale_version=_dlscale_version(), launcher=launched_by,
+                 world_size=world, dlscale_version=dlscale_version(), launcher=launched_by,
                  backend=strategy.comm_backend(device) if launch.distributed else None,
                  job_id=os.environ.get("SLURM_JOB_ID"),
                  nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
