@@ -13,6 +13,7 @@ Planning refuses a framework none of these provides, naming the command that fix
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -333,9 +335,30 @@ def cache_dir(home: Path) -> Path:
     return Path(os.environ.get("DLSCALE_ENV_CACHE") or home)
 
 
+@contextmanager
+def _exclusive(path: Path, what: str, say):
+    """Hold an exclusive lock on `path` (a file beside what it guards), waiting for whoever
+    holds it: two `env create` of one environment (CI building them in the background while
+    a test asks for one, two users of a shared cache) must not build into the same folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another build of {what} to finish")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's closing, even if the process is killed
+
+
 def _built_wheel(build: WheelBuild, env_python: Path, home: Path, log, say) -> Path:
     """The cached wheel for `build`, compiled first if the cache has none (minutes)."""
     folder = cache_dir(home) / "wheels" / build.key
+    with _exclusive(folder.with_name(build.key + ".lock"), build.requirement, say):
+        return _cached_or_built_wheel(build, folder, env_python, log, say)
+
+
+def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, log,
+                           say) -> Path:
     found = sorted(folder.glob("*.whl"))
     if found:
         say(f"using the cached wheel {found[-1]}")
@@ -389,7 +412,12 @@ def create(framework: str, home: Path, prefix: Path | None = None,
         have = ", ".join(RECIPES)
         raise UserError(f"{framework}: no environment recipe yet (dlscale can build: {have})")
     prefix = Path(prefix).expanduser().resolve() if prefix else default_prefix(framework, home)
-    python = python or sys.executable
+    with _exclusive(prefix.with_name(prefix.name + ".lock"), str(prefix), say):
+        return _create(framework, recipe, prefix, home, python or sys.executable, say)
+
+
+def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str,
+            say) -> EnvStatus:
     stamp = prefix / STAMP
     env_python = prefix / "bin" / "python"
     built = False

@@ -15,6 +15,13 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that need a framework's own environment (the `env_home` fixture) run last:
+    scripts/test builds those environments in the background meanwhile, and `env create`
+    waits for a build in progress rather than starting a second one."""
+    items.sort(key=lambda item: "env_home" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     h = tmp_path / "home"

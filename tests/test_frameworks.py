@@ -406,3 +406,23 @@ def test_mxnet_two_workers_with_their_own_scheduler_and_server(mxnet_env, env_ho
 def test_mxnet_from_the_command_line_and_on_two_slurm_nodes(
         slurm_cluster, mxnet_env, env_home, tmp_path):
     local_and_two_slurm_nodes("mxnet", env_home, tmp_path)
+
+
+def test_env_create_waits_for_a_build_of_the_same_environment_in_progress(mxnet_env, env_home):
+    """scripts/test builds the environments in the background while tests ask for them: a
+    second `env create` must wait for the first, never build into the same folder."""
+    import fcntl  # noqa: PLC0415
+    prefix = Path(mxnet_env.prefix)
+    with open(prefix.with_name(prefix.name + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a build in progress holds it
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "dlscale"), "env", "create",
+                                 "mxnet"], env={**os.environ, "DLSCALE_HOME": str(env_home)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        first = proc.stdout.readline()
+        assert "waiting for another build of" in first and str(prefix) in first
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # still waiting while the lock is held
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "already holds recipe" in out and "ready:" in out  # found, not built again
