@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .envs import EnvStatus, launch_env
-from .frameworks import FRAMEWORKS
+from .frameworks import FRAMEWORKS, option_flags
 from .plan import Run
 
 METRICS_FILE = "metrics.jsonl"
@@ -39,7 +39,7 @@ def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
         args.append("--compile")
     if t["inject_fault"]:
         args += ["--inject-fault", t["inject_fault"]]
-    return args
+    return args + option_flags(run.framework, t.get("options") or {})
 
 
 def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,

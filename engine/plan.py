@@ -78,8 +78,12 @@ def plan(loaded: LoadedSpec) -> Plan:
         for fw, scale, batch, prec, loader in itertools.product(
                 exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders):
             per_device = batch if exp.scaling == "weak" else batch // scale.devices
+            # Only a framework's options that differ from its defaults join its recipe, so
+            # specs without options keep the run ids they always had.
+            options = loaded.spec.options_for(fw)
+            fw_recipe = {**recipe, "options": options} if options else recipe
             for rep in range(exp.repetitions):
                 runs.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
                                 per_device, per_device * scale.devices, exp.scaling, prec,
-                                loader, rep, recipe))
+                                loader, rep, fw_recipe))
     return Plan(runs, skipped)

@@ -11,17 +11,17 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
-                      StrictStr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
+                      StrictStr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
 from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
                                     LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
 from ..trainers.common.data import SHAPES, SYNTHETIC
 from .errors import SpecError
-from .frameworks import FRAMEWORKS, available
+from .frameworks import FRAMEWORKS, Option, available
 
 Number = StrictFloat | StrictInt
 
@@ -201,9 +201,39 @@ class Experiment(StrictModel):
         return self
 
 
+def _option_type(opt: Option) -> Any:
+    if isinstance(opt.default, bool):
+        return StrictBool
+
+    def allowed(value: int) -> int:
+        if opt.allowed and value not in opt.allowed:
+            raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
+        return value
+    # StrictInt first: a Literal[0, 1, 2] would take `true` as 1.
+    return Annotated[StrictInt, AfterValidator(allowed)]
+
+
+# `[options.FRAMEWORK]` tables, one model per framework with knobs of its own, built from
+# the frameworks table so a new option needs no change here; unknown frameworks and keys
+# are reported with what is allowed, at their line.
+Options = create_model("Options", __base__=StrictModel, **{
+    fw.name: (create_model(f"Options_{fw.name}", __base__=StrictModel, **{
+        opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
+        for opt in fw.options}), Field(default=None))
+    for fw in FRAMEWORKS.values() if fw.options})
+
+
 class Spec(StrictModel):
     experiment: Experiment
     training: Training
+    options: Options = Field(default_factory=Options)  # type: ignore[valid-type]
+
+    def options_for(self, framework: str) -> dict[str, bool | int]:
+        """The options the spec sets for a framework, defaults left out: a run's id
+        changes only when an option really changes what the run does."""
+        table = getattr(self.options, "model_dump")().get(framework) or {}
+        defaults = {o.name: o.default for o in FRAMEWORKS[framework].options}
+        return {k: v for k, v in table.items() if v != defaults.get(k)}
 
     @model_validator(mode="after")
     def _recipe_fits_data(self) -> "Spec":

@@ -169,15 +169,18 @@ def test_env_create_refuses_what_it_cannot_build(home, tmp_path):
     assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
 
 
-def local_and_two_slurm_nodes(framework, env_home, tmp_path):
-    """The framework from the command line at 1 and 2 local ranks and on 2 Slurm nodes;
-    returns the Slurm run after checking both experiments completed."""
+def local_and_two_slurm_nodes(framework, env_home, tmp_path, options=""):
+    """The framework from the command line at 1 and 2 local ranks and on 2 Slurm nodes,
+    with the spec's `options` tables; returns the Slurm run after checking both experiments
+    completed."""
     name = framework.replace("-", "")
     spec = spec_for(tmp_path, framework, name=f"{name}-local")
+    spec.write_text(spec.read_text() + options)
     dlscale("run", str(spec), "--wait", home=env_home, check=0)
     text = PROFILE.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
     (tmp_path / "cluster.toml").write_text(text)
     spec = spec_for(tmp_path, framework, scales='"2x1"', name=f"{name}-slurm")
+    spec.write_text(spec.read_text() + options)
     dlscale("run", str(spec), "--profile", str(tmp_path / "cluster.toml"), "--backend", "slurm",
             "--wait", home=env_home, check=0)
     store = Store(env_home)
@@ -235,9 +238,14 @@ def test_doctor_smoke_runs_deepspeed_on_two_ranks(deepspeed_env, env_home):
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_deepspeed_on_two_slurm_nodes(slurm_cluster, deepspeed_env, env_home, tmp_path):
-    run = local_and_two_slurm_nodes("deepspeed", env_home, tmp_path)
+    run = local_and_two_slurm_nodes("deepspeed", env_home, tmp_path,
+                                    "\n[options.deepspeed]\nzero_stage = 2\n")
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {deepspeed_env.prefix}/bin/activate" in script
+    assert "--zero-stage 2" in script
+    store = Store(env_home)
+    for r in store.runs("deepspeed-local") + [run]:  # the spec's stage, not the default 1
+        assert store.records(r["run_id"], "params")[0]["zero_stage"] == 2
 
 # --- Horovod + PyTorch ------------------------------------------------------------------
 
@@ -309,9 +317,14 @@ def test_horovod_under_srun_variables_runs_its_own_rendezvous(horovod_env, env_h
 @pytest.mark.slurm
 def test_horovod_from_the_command_line_and_on_two_slurm_nodes(
         slurm_cluster, horovod_env, env_home, tmp_path):
-    run = local_and_two_slurm_nodes("horovod-pytorch", env_home, tmp_path)
-    assert f"source {horovod_env.prefix}/bin/activate" in (
-        Path(run["run_dir"]) / "job.sh").read_text()
+    run = local_and_two_slurm_nodes("horovod-pytorch", env_home, tmp_path,
+                                    "\n[options.horovod-pytorch]\nfp16_allreduce = true\n")
+    script = (Path(run["run_dir"]) / "job.sh").read_text()
+    assert f"source {horovod_env.prefix}/bin/activate" in script
+    assert "--fp16-allreduce" in script
+    store = Store(env_home)
+    for r in store.runs("horovodpytorch-local") + [run]:
+        assert store.records(r["run_id"], "params")[0]["fp16_allreduce"] is True
 
 # --- TensorFlow (MultiWorkerMirroredStrategy + tf_keras) ---------------------------------
 

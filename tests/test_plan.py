@@ -41,3 +41,29 @@ def test_models_pair_only_with_fitting_data(tmp_path):
                                                       ("resnet50", "synthetic-imagenet")}
     assert sorted(p.skipped_pairs) == [("resnet20", "synthetic-imagenet"),
                                        ("resnet50", "synthetic-cifar")]
+
+
+def test_framework_options_reach_only_their_frameworks_runs_and_trainer(tmp_path):
+    from dlscale.engine.launch import trainer_args
+    path = write_spec(tmp_path / "s.toml")
+    path.write_text(path.read_text().replace('"pytorch-ddp"', '"pytorch-ddp", "deepspeed", '
+                                             '"horovod-pytorch"'))
+    before = {r.run_id: r for r in plan(load_spec(path)).runs}
+    # Spelling out a default changes nothing: the same runs, found again by their ids.
+    path.write_text(path.read_text() + "\n[options.deepspeed]\nzero_stage = 1\n")
+    assert {r.run_id for r in plan(load_spec(path)).runs} == set(before)
+    path.write_text(path.read_text().replace("zero_stage = 1", "zero_stage = 2")
+                    + "[options.horovod-pytorch]\nfp16_allreduce = true\n")
+    after = plan(load_spec(path)).runs
+    for run in after:
+        args = trainer_args(run)
+        if run.framework == "pytorch-ddp":
+            assert run.run_id in before  # untouched
+            assert "--zero-stage" not in args and "--fp16-allreduce" not in args
+        else:
+            assert run.run_id not in before  # a different run: it trains differently
+        if run.framework == "deepspeed":
+            assert args[args.index("--zero-stage") + 1] == "2"
+            assert "--fp16-allreduce" not in args
+        if run.framework == "horovod-pytorch":
+            assert "--fp16-allreduce" in args and "--zero-stage" not in args

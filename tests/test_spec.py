@@ -74,3 +74,30 @@ def test_cli_exit_2_without_traceback(tmp_path, home):
 def test_shipped_examples_validate():
     for path in sorted((REPO / "examples").glob("*.toml")):
         load_spec(path)
+
+
+OPTION_ERRORS = [
+    ("[options.deepspeed]\nzero_stage = 3", "zero_stage", ["options.deepspeed.zero_stage",
+                                                          "allowed: 0, 1, 2", "got 3"]),
+    ("[options.deepspeed]\nzero_stage = true", "zero_stage", ["valid integer"]),
+    ("[options.horovod-pytorch]\nfp16 = true", "fp16",
+     ["options.horovod-pytorch.fp16", "unknown key", "allowed keys here: fp16_allreduce"]),
+    ("[options.horovod-pytorch]\nfp16_allreduce = 1", "fp16_allreduce", ["valid boolean"]),
+    ("[options.pytorch-ddp]\nbucket_mb = 25", "[options.pytorch-ddp]",
+     ["options.pytorch-ddp", "unknown key", "deepspeed", "horovod-pytorch"]),
+]
+
+
+@pytest.mark.parametrize("table,at,fragments", OPTION_ERRORS)
+def test_bad_framework_options_are_reported_at_their_line(tmp_path, table, at, fragments):
+    path = write_spec(tmp_path / "spec.toml")
+    path.write_text(path.read_text() + "\n" + table + "\n")
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
+                if text.startswith(at))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    proc = dlscale("plan", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -130,7 +130,10 @@ async def test_unusable_frameworks_say_why_and_cannot_be_chosen(home):
 
 async def test_save_and_load_round_trip(home, tmp_path):
     target = tmp_path / "saved.toml"
-    app = DlscaleApp(Session(home, "local"), str(REPO / "examples" / "quickstart.toml"))
+    source = tmp_path / "with-options.toml"  # a table the form has no field for
+    source.write_text((REPO / "examples" / "quickstart.toml").read_text()
+                      + "\n[options.deepspeed]\nzero_stage = 2\n")
+    app = DlscaleApp(Session(home, "local"), str(source))
     async with app.run_test(size=(100, 40)) as pilot:
         await until(pilot, lambda: not field(app, "submit").disabled, 20)
         await type_into(pilot, "scales", "1x2")
@@ -143,6 +146,7 @@ async def test_save_and_load_round_trip(home, tmp_path):
     # Keys the form does not show survive: the quickstart's warm-up and threads.
     assert saved.training.warmup_steps == 5 and saved.training.threads_per_rank == 1
     assert saved.experiment.precisions == ["fp32"]
+    assert saved.options_for("deepspeed") == {"zero_stage": 2}
 
 
 # --- queue, log, results from a recorded study -------------------------------------------

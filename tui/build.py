@@ -316,7 +316,8 @@ class BuildScreen(Screen):
                         severity="error", timeout=15)
         self.loaded_from = path
         self._file_had_data = bool(data)
-        self.data = {"experiment": dict(data.get("experiment") or {}),
+        # Tables the form has no field for ([options.FRAMEWORK]) ride along unchanged.
+        self.data = {**copy.deepcopy(data), "experiment": dict(data.get("experiment") or {}),
                      "training": dict(data.get("training") or {})} if data else \
             copy.deepcopy(DEFAULTS)
         self.loaded_data = copy.deepcopy(self.data) if not problems else None
