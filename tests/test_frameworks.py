@@ -193,6 +193,14 @@ def local_and_two_slurm_nodes(framework, env_home, tmp_path, options=""):
     return run
 
 
+def assert_every_run_recorded(env_home, local_experiment, slurm_run, **params):
+    """The spec's framework options reached every trainer: its params record says so."""
+    store = Store(env_home)
+    for run in store.runs(local_experiment) + [slurm_run]:
+        recorded = store.records(run["run_id"], "params")[0]
+        assert {k: recorded[k] for k in params} == params
+
+
 # --- DeepSpeed --------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -243,9 +251,7 @@ def test_deepspeed_on_two_slurm_nodes(slurm_cluster, deepspeed_env, env_home, tm
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {deepspeed_env.prefix}/bin/activate" in script
     assert "--zero-stage 2" in script
-    store = Store(env_home)
-    for r in store.runs("deepspeed-local") + [run]:  # the spec's stage, not the default 1
-        assert store.records(r["run_id"], "params")[0]["zero_stage"] == 2
+    assert_every_run_recorded(env_home, "deepspeed-local", run, zero_stage=2)  # not 1
 
 # --- Horovod + PyTorch ------------------------------------------------------------------
 
@@ -322,9 +328,7 @@ def test_horovod_from_the_command_line_and_on_two_slurm_nodes(
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {horovod_env.prefix}/bin/activate" in script
     assert "--fp16-allreduce" in script
-    store = Store(env_home)
-    for r in store.runs("horovodpytorch-local") + [run]:
-        assert store.records(r["run_id"], "params")[0]["fp16_allreduce"] is True
+    assert_every_run_recorded(env_home, "horovodpytorch-local", run, fp16_allreduce=True)
 
 # --- TensorFlow (MultiWorkerMirroredStrategy + tf_keras) ---------------------------------
 
