@@ -18,7 +18,7 @@ import torch
 
 from conftest import REPO, dlscale, write_spec
 from test_data import make_cifar
-from test_frameworks import PROFILE, records, run_trainer
+from test_frameworks import PROFILE, env_home, records, run_trainer  # noqa: F401
 from dlscale.engine import envs
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
@@ -116,13 +116,9 @@ def test_a_broken_imagenet_folder_is_named_before_training(tmp_path):
 # --- DALI (in its own environment) --------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def dali_home(tmp_path_factory):
-    if not os.environ.get("DLSCALE_ENV_CACHE"):
-        cache = Path("/var/cache/dlscale")
-        if not os.access(cache if cache.exists() else cache.parent, os.W_OK):
-            pytest.skip("no DLSCALE_ENV_CACHE and /var/cache/dlscale is not writable")
-        os.environ["DLSCALE_ENV_CACHE"] = str(cache)
-    return tmp_path_factory.mktemp("dali-home")
+def dali_home(env_home):
+    """The store home whose envs.json records the cached framework environments."""
+    return env_home
 
 
 @pytest.fixture(scope="session")
