@@ -339,3 +339,28 @@ def test_native_and_dali_side_by_side_on_two_slurm_nodes(slurm_cluster, dali_env
     rows = json.loads(dlscale("results", "-e", "loaders-slurm", "--format", "json",
                               home=dali_home, check=0).stdout)
     assert {r["loader"]: r["throughput"] > 0 for r in rows} == {"native": True, "dali": True}
+
+
+def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
+    """Called directly, past planning: the same refusals, one line, no traceback."""
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", "--model",
+                           "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "4",
+                           "--steps", "1", "--loader", "dali", "--output",
+                           str(tmp_path / "m.jsonl")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "--loader dali reads data, and synthetic-cifar has none" in proc.stderr
+    # TensorFlow's and MXNet's trainers take the array datasets and the native loader only
+    from dlscale.trainers.common.args import ARRAY_DATASETS, NATIVE_ONLY
+    from dlscale.engine.frameworks import FRAMEWORKS
+    for fw in ("tensorflow", "mxnet"):
+        assert (FRAMEWORKS[fw].datasets, FRAMEWORKS[fw].loaders) == (ARRAY_DATASETS, NATIVE_ONLY)
+        source = (REPO / "trainers" / FRAMEWORKS[fw].trainer_module.split(".")[-1] /
+                  "train.py").read_text()
+        assert "build_parser(PROG, ARRAY_DATASETS, NATIVE_ONLY)" in source
+    parser = build_parser("tf", ARRAY_DATASETS, NATIVE_ONLY)
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--model", "resnet20", "--dataset", "digits", "--per-device-batch",
+                           "4", "--steps", "1", "--loader", "dali"])
+    assert info.value.code == 2

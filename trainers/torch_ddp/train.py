@@ -188,6 +188,9 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if args.dataset in common_data.SYNTHETIC and args.epochs:
         raise TrainerError(f"{args.dataset} has no epochs; give --steps")
+    if args.dataset in common_data.SYNTHETIC and args.loader != "native":
+        raise TrainerError(f"--loader {args.loader} reads data, and {args.dataset} has none "
+                           "(it is made on the device); use --loader native")
 
     # One rank needs no process group and no DDP: gradients are the same without them, and
     # the single-device baseline every speedup divides by should be the strongest one.
