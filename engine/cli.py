@@ -379,7 +379,7 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
 
 @cli.group()
 def data() -> None:
-    """Real datasets: fetch CIFAR-10, check an ImageNet folder."""
+    """Real datasets: fetch CIFAR-10, check an ImageNet folder, write a small one."""
 
 
 @data.command("fetch")
@@ -421,6 +421,26 @@ def data_check(dataset: str, root: str, classes: int) -> None:
     out.print(f"{check.root}: layout OK")
 
 
+@data.command("sample")
+@click.argument("dataset", type=click.Choice(["imagenet"]))
+@click.argument("dest", type=click.Path())
+@click.option("--classes", default=10, show_default=True, help="class folders (1 to 10)")
+@click.option("--per-class", default=32, show_default=True, help="training images per class")
+@click.option("--val-per-class", default=8, show_default=True,
+              help="validation images per class")
+@click.option("--seed", default=0, show_default=True)
+def data_sample(dataset: str, dest: str, classes: int, per_class: int, val_per_class: int,
+                seed: int) -> None:
+    """Write a small ImageNet-format sample (real handwritten digits as 320x240 JPEGs,
+    one class per digit) to try the ImageNet loaders without ImageNet."""
+    check = datasets.write_imagenet_sample(dest, classes, per_class, val_per_class, seed)
+    for split in ("train", "val"):
+        out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
+    out.print(f"{check.root}: written; use it as  training.data_dir = \"{check.root.resolve()}\""
+              f"  (check it with `dlscale data check imagenet {check.root} --classes {classes}`)",
+              soft_wrap=True)
+
+
 def _home(ctx: click.Context) -> Path:
     return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
 
@@ -435,11 +455,15 @@ def env() -> None:
 @click.option("--prefix", type=click.Path(file_okay=False), default=None,
               help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
               "then envs/FRAMEWORK-RECIPE)")
+@click.option("--with", "extras", multiple=True, type=click.Choice(list(envs.EXTRAS)),
+              help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
+              "horovod-pytorch)")
 @click.pass_context
-def env_create(ctx: click.Context, framework: str, prefix: str | None) -> None:
+def env_create(ctx: click.Context, framework: str, prefix: str | None,
+               extras: tuple[str, ...]) -> None:
     """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
     envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
-                say=lambda line: err.print(line, soft_wrap=True))
+                say=lambda line: err.print(line, soft_wrap=True), extras=extras)
 
 
 @env.command("list")
@@ -452,7 +476,8 @@ def env_list(ctx: click.Context) -> None:
         t.add_column(col)
     for fw in FRAMEWORKS:
         st = envs.resolve(fw, home)
-        t.add_row(fw, st.source, st.python or "-", "ok" if st.ok else st.problem or "")
+        source = st.source + "".join(f" +{e}" for e in st.extras)
+        t.add_row(fw, source, st.python or "-", "ok" if st.ok else st.problem or "")
     out.print(t)
 
 
@@ -484,9 +509,10 @@ def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None
         if st.python is None:
             problem, versions = st.problem, {}
         else:
-            problem, versions = envs.probe(st.python, envs.RECIPES[fw], full_import=True)
+            problem, versions = envs.probe(st.python, envs.recipe_for(fw, st.extras),
+                                           full_import=True)
             if problem:
-                problem += f"; rebuild with `{envs.create_command(fw, home)}`"
+                problem += f"; rebuild with `{envs.create_command(fw, home, st.extras)}`"
         line = f"{fw}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
                             + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
                             if not problem else f"NO: {problem}")

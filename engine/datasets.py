@@ -15,11 +15,12 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..trainers.common.data import DataError, read_cifar10
+from ..trainers.common.imagenet import LayoutCheck, check_layout
 from .errors import DlscaleError, UserError
 
 
@@ -138,78 +139,77 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
 
 # --- ImageNet's folder layout ------------------------------------------------------------
 
-JPEG_MAGIC = b"\xff\xd8\xff"
-IMAGE_SUFFIXES = (".jpeg", ".jpg")
-
-
-@dataclass
-class LayoutCheck:
-    root: Path
-    classes: dict[str, int] = field(default_factory=dict)   # split -> class folders
-    images: dict[str, int] = field(default_factory=dict)    # split -> image files
-    problems: list[str] = field(default_factory=list)
-
-
-def _examples(names: list[str], most: int = 5) -> str:
-    shown = ", ".join(sorted(names)[:most])
-    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
 def check_imagenet(root: str | Path, expect_classes: int = 1000) -> LayoutCheck:
-    """Check ImageNet as folders: train/ and val/, each with one folder of JPEGs per class
-    (the layout torchvision's ImageFolder and DALI's file reader take)."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise UserError(f"{root}: not a folder (expected an ImageNet root with train/ and val/)")
-    check = LayoutCheck(root)
-    per_split: dict[str, set[str]] = {}
-    for split in ("train", "val"):
-        base = root / split
-        if not base.is_dir():
-            check.problems.append(f"{base}: missing (expected {split}/<class>/*.JPEG)")
-            continue
-        class_dirs, loose = [], []
-        for entry in os.scandir(base):
-            (class_dirs if entry.is_dir() else loose).append(entry)
-        loose_images = [e.name for e in loose if e.name.lower().endswith(IMAGE_SUFFIXES)]
-        if loose_images:
-            check.problems.append(
-                f"{base}: {len(loose_images)} image(s) lie directly in {split}/, not in class "
-                f"folders (e.g. {_examples(loose_images, 2)}); sort them into {split}/<class>/ "
-                "(for val: by the devkit's ground-truth labels)")
-        names = {e.name for e in class_dirs}
-        per_split[split] = names
-        check.classes[split] = len(names)
-        if len(names) != expect_classes:
-            check.problems.append(f"{base}: {len(names)} class folders, expected "
-                                  f"{expect_classes}")
-        empty, not_images, not_jpeg, count = [], [], [], 0
-        for d in sorted(class_dirs, key=lambda e: e.name):
-            images = []
-            for e in os.scandir(d.path):
-                if e.name.lower().endswith(IMAGE_SUFFIXES):
-                    images.append(e)
-                elif e.is_file():
-                    not_images.append(f"{d.name}/{e.name}")
-            count += len(images)
-            if not images:
-                empty.append(d.name)
-                continue
-            # One file per class is opened: enough to catch a class of PNGs or of
-            # truncated downloads without reading 1.28 million files.
-            with open(images[0].path, "rb") as fh:
-                if fh.read(3) != JPEG_MAGIC:
-                    not_jpeg.append(f"{d.name}/{images[0].name}")
-        check.images[split] = count
-        for names_, what in ((empty, "class folder(s) hold no JPEG"),
-                             (not_images, "file(s) are not .JPEG/.jpg"),
-                             (not_jpeg, "file(s) named .JPEG but not JPEG data")):
-            if names_:
-                check.problems.append(f"{base}: {len(names_)} {what}: {_examples(names_)}")
-    if "train" in per_split and "val" in per_split:
-        for has, lacks in (("train", "val"), ("val", "train")):
-            missing = sorted(per_split[has] - per_split[lacks])
-            if missing:
-                check.problems.append(f"{root / lacks}: lacks {len(missing)} class(es) that "
-                                      f"{has}/ has: {_examples(missing)}")
-    return check
+    """The trainers' own layout check (trainers/common/imagenet.py), for `data check`."""
+    try:
+        return check_layout(root, expect_classes)
+    except DataError as exc:
+        raise UserError(str(exc)) from None
+
+
+# --- a small ImageNet-format sample --------------------------------------------------------
+
+SAMPLE_SIZE = (320, 240)  # width x height: a photo's 4:3, cropped and resized like ImageNet's
+
+
+def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 32,
+                          val_per_class: int = 8, seed: int = 0,
+                          size: tuple[int, int] = SAMPLE_SIZE) -> LayoutCheck:
+    """Write real images (scikit-learn's bundled handwritten digits, one class per digit,
+    upscaled and tinted to RGB JPEGs) in ImageNet's layout at `dest`, for trying the
+    ImageNet loaders and testing them without ImageNet. Written into a hidden temporary
+    folder beside `dest` and renamed into place once `data check` accepts it, so an
+    interrupted run leaves nothing half-written; a non-empty `dest` is never touched."""
+    from PIL import Image  # noqa: PLC0415  (Pillow comes with matplotlib)
+    import numpy as np  # noqa: PLC0415
+    from ..trainers.common.data import load_digits  # noqa: PLC0415
+    if not 1 <= classes <= 10:
+        raise UserError(f"--classes {classes}: the digits sample has 1 to 10 classes")
+    if per_class < 1 or val_per_class < 1:
+        raise UserError("--per-class and --val-per-class must be 1 or more")
+    dest = Path(dest).expanduser()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"{dest} exists and is not an empty folder; name a new one (nothing "
+                        "was written)")
+    try:
+        train, test = load_digits(seed)
+    except DataError as exc:
+        raise UserError(str(exc)) from None
+    images = np.concatenate([train.images, test.images])[:, 0]  # grey, 32x32
+    labels = np.concatenate([train.labels, test.labels])
+    rng = np.random.default_rng(seed)
+    picked = {}
+    for cls in range(classes):
+        idx = rng.permutation(np.flatnonzero(labels == cls))
+        if len(idx) < per_class + val_per_class:
+            raise UserError(f"--per-class {per_class} + --val-per-class {val_per_class}: the "
+                            f"digits have only {len(idx)} images of class {cls}")
+        picked[cls] = idx[:per_class + val_per_class]
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
+    except OSError as exc:
+        raise UserError(f"{dest}: cannot write there ({exc.strerror})") from None
+    try:
+        for cls, idx in picked.items():
+            name = f"digit-{cls}"  # sorts as 0..9: label = the digit
+            for split, part in (("train", idx[:per_class]), ("val", idx[per_class:])):
+                folder = tmp / split / name
+                folder.mkdir(parents=True)
+                for i in part:
+                    grey = Image.fromarray(images[i]).resize(size, Image.BICUBIC)
+                    # A random ink and paper colour: three channels that differ, as photos'
+                    # do, without changing what the image shows.
+                    ink, paper = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+                    a = np.asarray(grey, dtype=np.float32)[..., None] / 255.0
+                    rgb = (paper * (1 - a) + ink * a).round().astype(np.uint8)
+                    Image.fromarray(rgb).save(folder / f"digit_{i:05d}.JPEG", quality=90)
+        check = check_layout(tmp, classes)
+        if check.problems:  # a bug here, not the user's: say so plainly
+            raise DlscaleError("the sample written does not pass its own check: "
+                               + "; ".join(check.problems))
+        os.replace(tmp, dest)  # onto a missing or empty folder: atomic
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return check_layout(dest, classes)

@@ -25,12 +25,12 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.util import find_spec
 from pathlib import Path
 
 from .errors import DlscaleError, UserError
-from .frameworks import FRAMEWORKS
+from .frameworks import FRAMEWORKS, taking
 
 REGISTRY = "envs.json"
 TORCH = "torch==2.13.0"  # the CPU wheel on this site's disk; other pins pull multi-GB CUDA builds
@@ -73,6 +73,7 @@ class Recipe:
     # Python run in the new environment once installed, to build what would otherwise be
     # built by the first run (and counted in its time): DeepSpeed's CPU shared-memory op.
     warm: str = ""
+    extras: tuple[str, ...] = ()    # opt-in additions (EXTRAS) this recipe was made with
 
     @property
     def digest(self) -> str:
@@ -83,11 +84,14 @@ class Recipe:
 
 
 _DATA = ("numpy", "scikit-learn>=1.3")  # scikit-learn: the bundled digits dataset
+# The PyTorch family's ImageNet reader decodes JPEGs with Pillow (torchvision is not used:
+# its wheel pulls a CUDA torch). Not in _DATA: TensorFlow and MXNet read no JPEGs.
+_IMAGES = ("pillow>=9.1",)
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
-    Recipe("pytorch-ddp", (Step((TORCH, *_DATA)),), ("torch",), ("torch", "numpy")),
+    Recipe("pytorch-ddp", (Step((TORCH, *_DATA, *_IMAGES)),), ("torch",), ("torch", "numpy")),
     # DS_BUILD_OPS=0: no CUDA extension is compiled at install time (none is needed on CPU,
     # and on GPU DeepSpeed builds the few it uses just in time).
-    Recipe("deepspeed", (Step((TORCH, "deepspeed==0.19.8", *_DATA),
+    Recipe("deepspeed", (Step((TORCH, "deepspeed==0.19.8", *_DATA, *_IMAGES),
                               env=(("DS_BUILD_OPS", "0"),)),),
            ("torch", "deepspeed"), ("deepspeed", "torch", "numpy"),
            # The trainer looks for built ops in sys.prefix/torch_extensions (see its init).
@@ -98,8 +102,8 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # Horovod has no wheels on PyPI: built from source against the torch beside it, with
     # gloo (no MPI needed: under Slurm the trainer runs the rendezvous itself).
     Recipe("horovod-pytorch", (
-        Step((TORCH, *_DATA, "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools<80",
-              "wheel")),
+        Step((TORCH, *_DATA, *_IMAGES, "cloudpickle", "psutil", "pyyaml", "packaging",
+              "setuptools<80", "wheel")),
         WheelBuild("horovod==0.28.1", "horovod-0.28.1-torch2.13.0", (
             ("HOROVOD_WITH_PYTORCH", "1"), ("HOROVOD_WITH_GLOO", "1"),
             ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_TENSORFLOW", "1"),
@@ -117,6 +121,55 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
 )}
 
 
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An opt-in addition to a framework's environment, named after the loader it brings:
+    too big for every environment (DALI's wheels are about 260 MB to download, 700 MB
+    installed), so built only where asked (`dlscale env create FRAMEWORK --with NAME`)."""
+
+    name: str
+    step: Step
+    imports: tuple[str, ...]
+    versions: tuple[str, ...]
+
+    def frameworks(self) -> list[str]:
+        """The frameworks whose trainers use it."""
+        return taking("loaders", self.name)
+
+    @property
+    def probe_recipe(self) -> Recipe:
+        return Recipe(self.name, (), self.imports, self.versions)
+
+
+# nvidia-dali-cuda130 runs CPU-only pipelines on machines without CUDA too; its wheel brings
+# nvJPEG, nvImageCodec and nvCOMP wheels (used on GPUs only) but no CUDA runtime or torch.
+EXTRAS: dict[str, Extra] = {e.name: e for e in (
+    Extra("dali", Step(("nvidia-dali-cuda130==2.4.0",)), ("nvidia.dali",),
+          ("nvidia-dali-cuda130",)),
+)}
+
+
+def recipe_for(framework: str, extras: tuple[str, ...] | list[str] = ()) -> Recipe:
+    """The framework's recipe with the extras' steps after its own (so its digest, and the
+    cache folder keyed by it, differ from the plain recipe's)."""
+    base = RECIPES[framework]
+    extras = tuple(sorted(set(extras)))
+    for name in extras:
+        if name not in EXTRAS:
+            raise UserError(f"--with {name}: unknown; allowed: {', '.join(EXTRAS)}")
+        if framework not in EXTRAS[name].frameworks():
+            raise UserError(f"--with {name}: only for {', '.join(EXTRAS[name].frameworks())} "
+                            f"(the trainers that use it), not {framework}")
+    if not extras:
+        return base
+    added = [EXTRAS[n] for n in extras]
+    return replace(base, steps=base.steps + tuple(e.step for e in added),
+                   imports=base.imports + sum((e.imports for e in added), ()),
+                   versions=base.versions + sum((e.versions for e in added), ()), extras=extras)
+
+
 def _dlscale_command(home: Path, *words: str) -> str:
     """The exact command line for the user, naming --home only where it is not implied."""
     implied = Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
@@ -124,8 +177,9 @@ def _dlscale_command(home: Path, *words: str) -> str:
     return " ".join(shlex.quote(w) for w in head + list(words))
 
 
-def create_command(framework: str, home: Path) -> str:
-    return _dlscale_command(home, "env", "create", framework)
+def create_command(framework: str, home: Path, extras: tuple[str, ...] = ()) -> str:
+    return _dlscale_command(home, "env", "create", framework,
+                            *[w for e in sorted(extras) for w in ("--with", e)])
 
 
 # --- the registry ----------------------------------------------------------------------
@@ -166,6 +220,7 @@ class EnvStatus:
     prefix: str | None = None  # the venv folder, for `source PREFIX/bin/activate` in jobs
     problem: str | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
+    extras: tuple[str, ...] = ()  # what `env create --with` added (registered ones only)
 
     @property
     def ok(self) -> bool:
@@ -235,12 +290,14 @@ def resolve(framework: str, home: Path, check: bool = True) -> EnvStatus:
     if entry:
         prefix = entry["prefix"]
         python = str(Path(prefix) / "bin" / "python")
-        status = EnvStatus(framework, python, "registered", prefix)
+        extras = tuple(e for e in entry.get("extras", []) if e in EXTRAS)
+        status = EnvStatus(framework, python, "registered", prefix, extras=extras)
         if check:
-            problem, status.versions = probe(python, recipe, full_import=False)
+            problem, status.versions = probe(python, recipe_for(framework, extras),
+                                             full_import=False)
             if problem:
                 status.problem = (f"{framework}: its environment {prefix} is broken ({problem}); "
-                                  f"rebuild it with `{fix}`")
+                                  f"rebuild it with `{create_command(framework, home, extras)}`")
         return status
     if own_interpreter_has(recipe):
         prefix = sys.prefix if sys.prefix != sys.base_prefix else None
@@ -264,6 +321,30 @@ def check_frameworks(frameworks: list[str], home: Path, profile=None) -> list[st
         status = resolve(fw, home)
         if not status.ok:
             problems.append(status.problem or fw)
+    return problems
+
+
+def check_loaders(needs: dict[str, set[str]], home: Path, profile=None) -> list[str]:
+    """Planning's check of loaders that need more than the framework (`needs`: framework ->
+    loaders its runs use): one problem line per framework whose environment lacks one, with
+    the command that builds an environment that has it. Frameworks without any working
+    environment are check_frameworks' to report; a profile's environment is the site's word."""
+    problems = []
+    for fw, loaders in needs.items():
+        if profile is not None and fw in profile.profile.environments:
+            continue
+        for loader in sorted(set(loaders) & set(EXTRAS)):
+            status = resolve(fw, home, check=False)
+            if status.python is None:
+                continue
+            extra = EXTRAS[loader]
+            problem, _ = probe(status.python, extra.probe_recipe, full_import=False)
+            if problem:
+                where = status.prefix or status.python
+                problems.append(
+                    f"{fw}: loader {loader} needs {', '.join(extra.imports)} in {fw}'s "
+                    f"environment, and {where} ({status.source}) lacks it; build one with "
+                    f"`{create_command(fw, home, (*status.extras, loader))}`")
     return problems
 
 
@@ -390,28 +471,29 @@ def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, lo
     return folder / wheels[-1].name
 
 
-def default_prefix(framework: str, home: Path) -> Path:
-    """DLSCALE_ENV_CACHE/envs/FRAMEWORK-RECIPE where a machine-wide cache is named (CI, a
-    shared login node), else DLSCALE_HOME/envs/...: keyed by the recipe's digest, so a
-    changed pin builds anew and an unchanged one is found again."""
-    return cache_dir(home) / "envs" / f"{framework}-{RECIPES[framework].digest}"
+def default_prefix(recipe: Recipe, home: Path) -> Path:
+    """DLSCALE_ENV_CACHE/envs/FRAMEWORK[+EXTRA]-RECIPE where a machine-wide cache is named
+    (CI, a shared login node), else DLSCALE_HOME/envs/...: keyed by the recipe's digest, so
+    a changed pin builds anew and an unchanged one is found again."""
+    name = recipe.framework + "".join(f"+{e}" for e in recipe.extras)
+    return cache_dir(home) / "envs" / f"{name}-{recipe.digest}"
 
 
 STAMP = "dlscale-env.json"
 
 
 def create(framework: str, home: Path, prefix: Path | None = None,
-           python: str | None = None, say=print) -> EnvStatus:
+           python: str | None = None, say=print, extras: tuple[str, ...] = ()) -> EnvStatus:
     """Build the framework's pinned environment at `prefix` (default DLSCALE_HOME/envs/...),
     check that it imports, and record it so planning finds it. An environment already built
     from the same recipe is checked and recorded again, not rebuilt."""
     if framework not in FRAMEWORKS:
         raise UserError(f"unknown framework {framework!r}; allowed: {', '.join(FRAMEWORKS)}")
-    recipe = RECIPES.get(framework)
-    if recipe is None:
+    if framework not in RECIPES:
         have = ", ".join(RECIPES)
         raise UserError(f"{framework}: no environment recipe yet (dlscale can build: {have})")
-    prefix = Path(prefix).expanduser().resolve() if prefix else default_prefix(framework, home)
+    recipe = recipe_for(framework, extras)
+    prefix = Path(prefix).expanduser().resolve() if prefix else default_prefix(recipe, home)
     with _exclusive(prefix.with_name(prefix.name + ".lock"), str(prefix), say):
         return _create(framework, recipe, prefix, home, python or sys.executable, say)
 
@@ -464,11 +546,19 @@ def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: st
     if problem:
         raise EnvBuildError(f"{framework}: {prefix} was {'built' if built else 'found'} but "
                             f"does not import: {problem}")
+    before = registered(home).get(framework) or {}
+    dropped = sorted(set(before.get("extras", [])) - set(recipe.extras))
+    if dropped:
+        say(f"{framework}: replaces {before.get('prefix')}, which had {', '.join(dropped)}; "
+            f"runs with loader {', '.join(dropped)} need "
+            f"`{create_command(framework, home, tuple(before.get('extras', [])))}` again")
     _register(home, framework, {"prefix": str(prefix), "recipe": recipe.digest,
-                                "versions": versions, "registered": time.time()})
+                                "versions": versions, "registered": time.time(),
+                                "extras": list(recipe.extras)})
     say(f"{framework}: ready: {prefix} ("
         + ", ".join(f"{k} {v}" for k, v in versions.items()) + ")")
-    return EnvStatus(framework, str(env_python), "registered", str(prefix), None, versions)
+    return EnvStatus(framework, str(env_python), "registered", str(prefix), None, versions,
+                     recipe.extras)
 
 
 def remove(framework: str, home: Path) -> str | None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..trainers.common.args import ARRAY_DATASETS, DATASETS, LOADERS, NATIVE_ONLY
+
 
 @dataclass(frozen=True)
 class Option:
@@ -33,6 +35,10 @@ class Framework:
     # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
     # per node. A profile's environment may choose another that the trainer supports.
     slurm_launchers: tuple[str, ...] = ("srun", "torchrun")
+    # What its trainer reads and through which loaders (the trainer's own flags take the
+    # same: trainers/common/args.py), so planning refuses what the trainer would.
+    datasets: tuple[str, ...] = DATASETS
+    loaders: tuple[str, ...] = LOADERS
     options: tuple[Option, ...] = ()
 
     @property
@@ -44,15 +50,17 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
     # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
     Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun", "",
-              ("srun",), (FP16_ALLREDUCE,)),
+              ("srun",), options=(FP16_ALLREDUCE,)),
     Framework("horovod-tensorflow", None, "horovodrun", "trainer not written yet (issue 5)",
-              ("srun",), (FP16_ALLREDUCE,)),
+              ("srun",), ARRAY_DATASETS, NATIVE_ONLY, options=(FP16_ALLREDUCE,)),
     # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
     # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
-    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",)),
+    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",), ARRAY_DATASETS,
+              NATIVE_ONLY),
     # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
     # Python 3.11).
-    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",)),
+    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",), ARRAY_DATASETS,
+              NATIVE_ONLY),
     # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
     # pdsh/ssh launcher of DeepSpeed's own.
     Framework("deepspeed", "dlscale.trainers.deepspeed_zero", "torchrun", options=(
@@ -78,3 +86,8 @@ def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
         else:
             flags += [opt.flag, str(value)]
     return flags
+
+
+def taking(what: str, value: str) -> list[str]:
+    """The frameworks whose trainers take a dataset or loader (`what`: "datasets", "loaders")."""
+    return [f.name for f in FRAMEWORKS.values() if f.available and value in getattr(f, what)]

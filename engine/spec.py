@@ -21,7 +21,7 @@ from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOA
                                     LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
 from ..trainers.common.data import SHAPES, SYNTHETIC
 from .errors import SpecError
-from .frameworks import FRAMEWORKS, Option, available
+from .frameworks import FRAMEWORKS, Option, available, taking
 
 Number = StrictFloat | StrictInt
 
@@ -35,11 +35,10 @@ def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
 # Named by the studies (examples/studies/), not runnable yet. A spec naming one loads only
 # for planning (load_spec(..., planning=True)): it parses and expands into runs, so a study's
 # whole matrix can be seen, but it is never submitted. Frameworks say the same through
-# FRAMEWORKS[...].available.
-PLANNED_DATASETS = {"imagenet": "ImageNet as train/ and val/ class folders (check one with "
-                                "`dlscale data check imagenet DIR`): no trainer reads it yet"}
-PLANNED_LOADERS = {"dali": "the NVIDIA DALI loader is not written yet"}
-_IMAGE_SIZE = {**{name: shape.size for name, shape in SHAPES.items()}, "imagenet": 224}
+# FRAMEWORKS[...].available. Empty while every dataset and loader named has a reader.
+PLANNED_DATASETS: dict[str, str] = {}
+PLANNED_LOADERS: dict[str, str] = {}
+_IMAGE_SIZE = {name: shape.size for name, shape in SHAPES.items()}
 
 
 def _runnable(kind: str, value: str, runnable: list[str] | tuple[str, ...],
@@ -53,6 +52,18 @@ def _runnable(kind: str, value: str, runnable: list[str] | tuple[str, ...],
         raise ValueError(f"{kind} {value!r} cannot run yet: {planned[value]}; available "
                          f"now: {', '.join(runnable)}")
     raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join([*runnable, *planned])}")
+
+
+def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
+    """A dataset or loader (`what`: "datasets", "loaders") must be one every framework's
+    trainer takes; else say which trainers take it and what this one takes."""
+    for fw in frameworks:
+        theirs = getattr(FRAMEWORKS[fw], what)
+        if value not in theirs:
+            raise ValueError(
+                f"{what[:-1]} {value!r} is taken only by the {', '.join(taking(what, value))} "
+                f"trainers, not by {fw}'s (its {what}: {', '.join(theirs)}); give {fw} a spec "
+                "of its own" + (' with loaders = ["native"]' if what == "loaders" else ""))
 
 
 def model_fits_dataset(model: str, dataset: str) -> bool:
@@ -149,7 +160,18 @@ class Experiment(StrictModel):
     @field_validator("loaders")
     @classmethod
     def _loaders(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        return [_runnable("loader", v, LOADERS, PLANNED_LOADERS, info) for v in values]
+        values = [_runnable("loader", v, LOADERS, PLANNED_LOADERS, info) for v in values]
+        for loader in values:
+            _taken_by_every("loaders", loader, info.data.get("frameworks", []))
+            synthetic = [d for d in info.data.get("datasets", []) if d in SYNTHETIC]
+            if loader != "native" and synthetic:
+                real = [d for d in DATASETS if d not in SYNTHETIC]
+                raise ValueError(
+                    f"loader {loader!r} reads data, and {', '.join(synthetic)} has none (it is "
+                    "made on the device: no loader is involved); give synthetic datasets a "
+                    f"spec of their own with loaders = [\"native\"], or use {loader} with "
+                    f"{', '.join(real)}")
+        return values
 
     @field_validator("models")
     @classmethod
@@ -159,7 +181,10 @@ class Experiment(StrictModel):
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        return [_runnable("dataset", v, DATASETS, PLANNED_DATASETS, info) for v in values]
+        values = [_runnable("dataset", v, DATASETS, PLANNED_DATASETS, info) for v in values]
+        for dataset in values:
+            _taken_by_every("datasets", dataset, info.data.get("frameworks", []))
+        return values
 
     @field_validator("per_device_batch", "global_batch", mode="before")
     @classmethod
@@ -197,7 +222,7 @@ class Experiment(StrictModel):
                 raise ValueError(f"model {model} fits none of the datasets "
                                  f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
                                  "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
-                                 "synthetic-imagenet)")
+                                 "synthetic-imagenet, imagenet)")
         return self
 
 
@@ -243,13 +268,15 @@ class Spec(StrictModel):
         if synthetic and t.epochs is not None:
             raise ValueError(f"{', '.join(synthetic)} has no epochs; use training.steps")
         if t.target_accuracy is not None and not real:
-            raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10)")
+            raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10, "
+                             "imagenet)")
         if "cifar10" in self.experiment.datasets and not t.data_dir:
             raise ValueError("dataset cifar10 needs training.data_dir (the extracted "
                              "cifar-10-batches-py folder: `dlscale data fetch cifar10`)")
         if "imagenet" in self.experiment.datasets and not t.data_dir:
             raise ValueError("dataset imagenet needs training.data_dir (the folder holding "
-                             "train/ and val/)")
+                             "train/ and val/; `dlscale data sample imagenet DIR` writes a "
+                             "small one)")
         return self
 
 

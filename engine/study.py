@@ -51,9 +51,14 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
     """Everything that can be refused is refused before anything is submitted: a
     framework without a working environment too, with the command that builds it."""
     home = Path(home) if home else default_home()
+    site = profile if backend == "slurm" else None
     problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
-                envs.check_frameworks([r.framework for r in p.runs], home,
-                                      profile if backend == "slurm" else None)]
+                envs.check_frameworks([r.framework for r in p.runs], home, site)]
+    needs: dict[str, set[str]] = {}
+    for r in p.runs:
+        needs.setdefault(r.framework, set()).add(r.loader)
+    problems += [f"{loaded.path}: experiment.loaders: {problem}" for problem in
+                 envs.check_loaders(needs, home, site)]
     seen = set()
     if backend == "slurm" and profile is None:
         raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")

@@ -35,6 +35,9 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
                ("state", "left")]
     if not one:
         columns.insert(0, ("experiment", "left"))
+    loaders = len({r["loader"] for r in rows}) > 1  # then the same point shows once a loader
+    if loaders:
+        columns.insert(columns.index(("scale", "right")), ("loader", "left"))
     for col, just in columns:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
@@ -44,6 +47,8 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
                  r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
                  fmt(r["speedup"]), fmt(r["efficiency"]), r["baseline"] or "-",
                  fmt(r["time_to_accuracy_s"], 1), r["state"]]
+        if loaders:
+            cells.insert(2, r["loader"])
         t.add_row(*([] if one else [r["experiment"]]), *cells)
     return t
 

@@ -15,8 +15,13 @@ BAD = [
     ({"replace": ('"resnet20"', '"resnet21"')}, ["experiment.models", "unknown model",
       "resnet44"], 4),
     ({"replace": ('"synthetic-cifar"', '"mnist"')}, ["unknown dataset", "digits", "imagenet"], 5),
-    ({"replace": ('"synthetic-cifar"', '"imagenet"')}, ["dataset 'imagenet' cannot run yet",
-                                                         "no trainer reads it"], 5),
+    ({"replace": ('"synthetic-cifar"', '"imagenet"')}, ["model resnet20 fits none",
+                                                         "ImageNet ResNets take", "imagenet"], 1),
+    ({"experiment": 'loaders = ["native", "dali"]'}, [
+        "experiment.loaders", "loader 'dali' reads data, and synthetic-cifar has none",
+        "no loader is involved", 'loaders = ["native"]', "cifar10, digits, imagenet"], 10),
+    ({"experiment": 'loaders = ["native", "fast"]'}, [
+        "experiment.loaders", "unknown loader 'fast'", "allowed: native, dali"], 10),
     ({"replace": ('"1x1", "1x2"', '"0x1"')}, ["experiment.scales[0].nodes",
       "greater than or equal to 1", "got 0"], 6),
     ({"replace": ('"1x1", "1x2"', '{nodes = 1, ranks_per_node = 0}')},
@@ -101,3 +106,36 @@ def test_bad_framework_options_are_reported_at_their_line(tmp_path, table, at, f
         assert fragment in str(info.value)
     proc = dlscale("plan", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_dali_and_imagenet_are_refused_for_trainers_without_them(tmp_path, framework):
+    """Named at the field, with the frameworks that take it and what this one takes."""
+    path = write_spec(tmp_path / "spec.toml", 'loaders = ["dali"]')
+    path.write_text(path.read_text().replace('"pytorch-ddp"', f'"{framework}"')
+                    .replace('"synthetic-cifar"', '"digits"'))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(
+        f"{path}:10: experiment.loaders: loader 'dali' is taken only by the pytorch-ddp, "
+        f"horovod-pytorch, deepspeed trainers, not by {framework}'s (its loaders: native); "
+        f'give {framework} a spec of its own with loaders = ["native"]')
+    path.write_text(path.read_text().replace('loaders = ["dali"]', "")
+                    .replace('"digits"', '"imagenet"').replace('"resnet20"', '"resnet50"'))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert f"{path}:5: experiment.datasets: dataset 'imagenet' is taken only by the " \
+           f"pytorch-ddp, horovod-pytorch, deepspeed trainers, not by {framework}'s (its " \
+           "datasets: synthetic-cifar, synthetic-imagenet, cifar10, digits)" in str(info.value)
+    proc = dlscale("plan", str(path), check=2)  # the command line: exit 2, one line, no traceback
+    assert "experiment.datasets: dataset 'imagenet'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_imagenet_needs_a_data_dir_and_says_how_to_get_a_small_one(tmp_path):
+    path = write_spec(tmp_path / "spec.toml")
+    path.write_text(path.read_text().replace('"synthetic-cifar"', '"imagenet"')
+                    .replace('"resnet20"', '"resnet50"'))
+    with pytest.raises(SpecError, match="needs training.data_dir .*`dlscale data sample "
+                                        "imagenet DIR`"):
+        load_spec(path)

@@ -6,11 +6,16 @@ import argparse
 CIFAR_MODELS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 IMAGENET_MODELS = ("resnet50", "resnet101", "resnet152")
 MODELS = CIFAR_MODELS + IMAGENET_MODELS
-DATASETS = ("synthetic-cifar", "synthetic-imagenet", "cifar10", "digits")
+# Datasets held in memory as arrays (trainers/common/data.py): every trainer reads these.
+ARRAY_DATASETS = ("synthetic-cifar", "synthetic-imagenet", "cifar10", "digits")
+# ImageNet as class folders of JPEGs (trainers/common/imagenet.py): the PyTorch family reads it.
+DATASETS = ARRAY_DATASETS + ("imagenet",)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 LR_SCALING = ("linear", "sqrt", "none")
 LR_SCHEDULES = ("constant", "cosine")
-LOADERS = ("native",)
+# native: the framework's own loader; dali: NVIDIA DALI (the PyTorch family's trainers).
+LOADERS = ("native", "dali")
+NATIVE_ONLY = ("native",)  # the loaders of trainers without DALI (TensorFlow, MXNet)
 
 
 def _positive_int(text: str) -> int:
@@ -34,11 +39,15 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser(prog: str) -> argparse.ArgumentParser:
+def build_parser(prog: str, datasets: tuple[str, ...] = DATASETS,
+                 loaders: tuple[str, ...] = LOADERS) -> argparse.ArgumentParser:
+    """`datasets` and `loaders`: what this trainer reads and how (engine/frameworks.py
+    names the same, so planning refuses what a trainer would)."""
     p = _OneLineParser(prog=prog, description="dlscale trainer (one per framework, same flags)")
     p.add_argument("--model", required=True, choices=MODELS)
-    p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--data-dir", default=None, help="folder of the dataset's files (cifar10)")
+    p.add_argument("--dataset", required=True, choices=datasets)
+    p.add_argument("--data-dir", default=None,
+                   help="folder of the dataset's files (cifar10; imagenet: holds train/, val/)")
     p.add_argument("--per-device-batch", type=_positive_int, required=True)
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument("--steps", type=_positive_int, help="timed steps after warm-up")
@@ -59,8 +68,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--memory-format", choices=("auto", "channels_last", "contiguous"),
                    default="auto", help="auto: channels_last on GPU")
     p.add_argument("--compile", action="store_true", help="torch.compile / XLA where offered")
-    p.add_argument("--loader", choices=LOADERS, default="native")
-    p.add_argument("--loader-workers", type=_non_negative_int, default=0)
+    p.add_argument("--loader", choices=loaders, default="native")
+    p.add_argument("--loader-workers", type=_non_negative_int, default=0,
+                   help="native: worker processes (0: in the training process); "
+                        "dali: CPU threads of the pipeline (0 counts as 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="compute threads per rank on CPU (one by default: ranks own cores)")

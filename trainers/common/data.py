@@ -3,6 +3,8 @@
 - synthetic-cifar / synthetic-imagenet: shapes only; frameworks generate the tensors on the
   device once, so throughput measures compute and communication, not I/O.
 - cifar10: the published "CIFAR-10 python version" (pickled dicts data_batch_1..5, test_batch).
+- imagenet: class folders of JPEGs, read by the PyTorch family (common/imagenet.py), not
+  held as arrays.
 - digits: scikit-learn's bundled 8x8 handwritten digits (1,797 images, ships offline),
   upscaled to 32x32x3 so CIFAR ResNets train on real data for time-to-accuracy runs.
 """
@@ -27,6 +29,9 @@ SHAPES = {
     "cifar10": Shape(3, 32, 10),
     "digits": Shape(3, 32, 10),
     "synthetic-imagenet": Shape(3, 224, 1000),
+    # Folders (common/imagenet.py): 224x224 crops; the classes are the folders found
+    # (1,000 in ImageNet itself, fewer in a sample), counted by the trainer when it reads.
+    "imagenet": Shape(3, 224, 1000),
 }
 SYNTHETIC = ("synthetic-cifar", "synthetic-imagenet")
 
@@ -100,4 +105,4 @@ def load_real(dataset: str, data_dir: str | None, seed: int = 0) -> tuple[Split,
         return read_cifar10(data_dir)
     if dataset == "digits":
         return load_digits(seed)
-    raise DataError(f"{dataset!r} is not a real dataset; real ones: cifar10, digits")
+    raise DataError(f"{dataset!r} is not an array dataset; array ones: cifar10, digits")

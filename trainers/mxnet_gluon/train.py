@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..common import data as common_data
-from ..common.args import build_parser, fault_step, recipe_fields
+from ..common.args import (ARRAY_DATASETS, NATIVE_ONLY, build_parser, fault_step,
+                          recipe_fields)
 from ..common.entry import TrainerError, dlscale_version, run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
@@ -66,7 +67,8 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
 
 
 def train(argv: list[str] | None = None) -> int:
-    args = build_parser(PROG).parse_args(argv)
+    # Arrays only, through the framework's own input pipeline: no ImageNet folders, no DALI.
+    args = build_parser(PROG, ARRAY_DATASETS, NATIVE_ONLY).parse_args(argv)
     launch = detect()
     crash_at = fault_step(args.inject_fault)
     launched_by = launch.launcher

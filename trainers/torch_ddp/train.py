@@ -28,6 +28,7 @@ from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_
                                  node_name)
 from ..common.records import RecordWriter
 from ..common.schedule import LRPlan, scaled_lr, step_time_stats
+from . import loaders
 from .models import build, parameter_count
 
 PROG = "dlscale-torch-ddp"
@@ -187,6 +188,9 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if args.dataset in common_data.SYNTHETIC and args.epochs:
         raise TrainerError(f"{args.dataset} has no epochs; give --steps")
+    if args.dataset in common_data.SYNTHETIC and args.loader != "native":
+        raise TrainerError(f"--loader {args.loader} reads data, and {args.dataset} has none "
+                           "(it is made on the device); use --loader native")
 
     # One rank needs no process group and no DDP: gradients are the same without them, and
     # the single-device baseline every speedup divides by should be the strongest one.
@@ -207,15 +211,10 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
          crash_at, writer, strategy: Distribution) -> int:
     world = launch.world_size
     shape = common_data.SHAPES[args.dataset]
-    torch.manual_seed(args.seed)
-    model = build(args.model, shape.classes).to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    n_params = parameter_count(model)
     global_batch = args.per_device_batch * world
 
-    # Data: synthetic tensors live on the device; real data goes through the native loader.
-    loader = sampler = test = None
+    # Data: synthetic tensors live on the device; real data goes through --loader.
+    data = None
     if args.dataset in common_data.SYNTHETIC:
         gen = torch.Generator(device="cpu").manual_seed(args.seed + launch.rank)
         x_syn = torch.randn(args.per_device_batch, shape.channels, shape.size, shape.size,
@@ -225,25 +224,19 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
         y_syn = torch.randint(0, shape.classes, (args.per_device_batch,), generator=gen).to(device)
         steps_per_epoch = None
         total_steps = args.warmup_steps + args.steps
+        classes = shape.classes
     else:
-        train_split, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
-        ds = torch.utils.data.TensorDataset(torch.from_numpy(train_split.images),
-                                            torch.from_numpy(train_split.labels))
-        sampler = torch.utils.data.DistributedSampler(
-            ds, num_replicas=world, rank=launch.rank, shuffle=True, seed=args.seed,
-            drop_last=True)
-        loader = torch.utils.data.DataLoader(
-            ds, batch_size=args.per_device_batch, sampler=sampler, drop_last=True,
-            num_workers=args.loader_workers, pin_memory=device.type == "cuda",
-            persistent_workers=args.loader_workers > 0)
-        steps_per_epoch = len(loader)
-        if steps_per_epoch == 0:
-            raise TrainerError(f"{len(ds)} training images are fewer than one global batch "
-                               f"({global_batch}); lower the per-device batch")
+        data = loaders.build(args, world, launch.rank, launch.local_rank, device,
+                             channels_last, strategy.framework)
+        steps_per_epoch = data.steps_per_epoch
         total_steps = (steps_per_epoch * args.epochs if args.epochs
                        else args.warmup_steps + args.steps)
-    mean = torch.tensor(common_data.CIFAR_MEAN, device=device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(common_data.CIFAR_STD, device=device).view(1, 3, 1, 1) * 255
+        classes = data.classes
+    torch.manual_seed(args.seed)
+    model = build(args.model, classes).to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    n_params = parameter_count(model)
 
     lr_peak = scaled_lr(args.lr, args.lr_base_batch, global_batch, args.lr_scaling)
     warm_lr_steps = int(args.lr_warmup_epochs * (steps_per_epoch or 0))
@@ -259,13 +252,15 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                  global_batch=global_batch, parameters=n_params, precision=precision,
                  channels_last=channels_last, total_steps=total_steps,
                  steps_per_epoch=steps_per_epoch, lr_scaled=lr_peak, device=device.type,
+                 classes=classes, train_images=data.train_images if data else None,
                  distributed=launch.distributed, **recipe_fields(args),
                  **strategy.record(args, launch))
     versions = {"torch": torch.__version__, "python": sys.version.split()[0],
                 "numpy": np.__version__, "cuda": torch.version.cuda,
                 "cudnn": (torch.backends.cudnn.version() if device.type == "cuda" else None),
                 "nccl": (".".join(map(str, torch.cuda.nccl.version()))
-                         if device.type == "cuda" else None), **strategy.versions()}
+                         if device.type == "cuda" else None), **strategy.versions(),
+                **(data.versions if data else {})}
     devices = strategy.gather(torch.cuda.get_device_name(device) if device.type == "cuda"
                               else f"cpu: {cpu_model()} ({args.threads} thread(s))", launch)
     hosts = strategy.gather(node_name(), launch)
@@ -276,41 +271,24 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
                  nodes=sorted(set(hosts)), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
                  cpu_affinity=strategy.gather(cores, launch))
 
-    def prepare(x: torch.Tensor, augment: bool) -> torch.Tensor:
-        x = x.to(device, non_blocking=True).float()
-        if augment:  # CIFAR's standard flip + 4-pixel-padded random crop
-            flip = torch.rand(x.shape[0], device=device) < 0.5
-            x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
-            padded = F.pad(x, (4, 4, 4, 4))
-            ox, oy = np.random.randint(0, 9, size=2)
-            x = padded[:, :, oy:oy + 32, ox:ox + 32]
-        x = (x - mean) / std
-        return x.contiguous(memory_format=torch.channels_last) if channels_last else x
-
     def evaluate() -> float:
         model.eval()
-        part = slice(launch.rank, None, world)
-        images = torch.from_numpy(test.images[part])
-        labels = torch.from_numpy(test.labels[part]).to(device)
         correct = torch.zeros(2, device=device)
         with torch.no_grad(), torch.autocast(device.type, amp_dtype, enabled=amp_dtype is not None):
-            for i in range(0, len(images), 256):
-                logits = model(prepare(images[i:i + 256], augment=False))
-                correct[0] += (logits.argmax(1) == labels[i:i + 256]).sum()
-        correct[1] = len(labels)
+            for xb, yb in data.val():
+                correct[0] += (model(xb).argmax(1) == yb).sum()
+                correct[1] += len(yb)
         strategy.all_reduce(correct, launch)
         model.train()
         return float(correct[0] / correct[1])
 
     def batches():
-        if loader is None:
+        if data is None:
             while True:
                 yield x_syn, y_syn
         epoch = 0
         while True:
-            sampler.set_epoch(epoch)
-            for xb, yb in loader:
-                yield prepare(xb, augment=args.dataset == "cifar10"), yb.to(device, non_blocking=True)
+            yield from data.epoch(epoch)
             epoch += 1
             yield None  # end of epoch marker
 
@@ -333,7 +311,7 @@ def _run(args, launch, launched_by, cores, device, precision, amp_dtype, channel
         item = next(stream)
         if item is None:  # an epoch ended
             epoch += 1
-            if test is not None and epoch % args.eval_every == 0:
+            if data is not None and epoch % args.eval_every == 0:
                 _sync(device, launch, strategy)
                 timing = seg_start is not None
                 if timing:
