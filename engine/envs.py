@@ -43,10 +43,17 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()
 
 
+# The compiler of a WheelBuild with cxx_std. Last flag wins: our standard comes after the one
+# the build system appends. -g0 drops the debug info of Horovod's RelWithDebInfo build: the
+# cached wheel is never debugged, and on 2 cores debug info costs build time (see README).
+CXX_WRAPPER = '#!/bin/sh\nexec g++ "$@" -std={std} -g0\n'
+
+
 @dataclass(frozen=True)
 class WheelBuild:
-    """A package with no wheel for this torch, compiled once into a wheel kept in the cache
-    under `key` (its version and the torch it was built against) and installed from there."""
+    """A package with no wheel for this framework, compiled once into a wheel kept in the
+    cache under `key` (its version and the framework it was built against) and the digest of
+    how it is built, and installed from there."""
 
     requirement: str
     key: str
@@ -58,6 +65,17 @@ class WheelBuild:
     @property
     def packages(self) -> tuple[str, ...]:
         return (self.requirement,)
+
+    @property
+    def digest(self) -> str:
+        """Changes with anything that changes the compiled wheel: its variables, the compiler
+        wrapper. A changed build then compiles anew instead of reusing a stale wheel."""
+        text = repr(self) + (CXX_WRAPPER if self.cxx_std else "")
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    @property
+    def folder(self) -> str:
+        return f"{self.key}-{self.digest}"
 
 
 @dataclass(frozen=True)
@@ -75,7 +93,7 @@ class Recipe:
     @property
     def digest(self) -> str:
         """Changes whenever a pin or a step changes, so a cached environment is rebuilt."""
-        text = json.dumps([[s.packages, s.pip_args, s.env] if isinstance(s, Step) else repr(s)
+        text = json.dumps([[s.packages, s.pip_args, s.env] if isinstance(s, Step) else s.digest
                            for s in self.steps] + [self.warm])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -335,24 +353,25 @@ def cache_dir(home: Path) -> Path:
 
 def _built_wheel(build: WheelBuild, env_python: Path, home: Path, log, say) -> Path:
     """The cached wheel for `build`, compiled first if the cache has none (minutes)."""
-    folder = cache_dir(home) / "wheels" / build.key
+    folder = cache_dir(home) / "wheels" / build.folder
     found = sorted(folder.glob("*.whl"))
     if found:
         say(f"using the cached wheel {found[-1]}")
         return found[-1]
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"{build.key}-", dir=folder.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{build.folder}-", dir=folder.parent) as tmp:
         env = {**os.environ, **dict(build.env)}
         if build.cxx_std:
             cxx = Path(tmp) / "cxx"
-            # Last flag wins: our standard comes after whatever the build system appends.
-            cxx.write_text(f'#!/bin/sh\nexec g++ "$@" -std={build.cxx_std}\n')
+            cxx.write_text(CXX_WRAPPER.format(std=build.cxx_std))
             cxx.chmod(0o755)
             env["CXX"] = str(cxx)
         say(f"building {build.requirement} into {folder} (once per machine; minutes)")
         started = time.time()
+        # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone, so it would hand
+        # back Horovod as built for another framework (seen: a torch-only build for TF).
         _run([str(env_python), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-input",
-              "--no-deps", "--no-build-isolation", "--no-binary", ":all:", "-w",
+              "--no-cache-dir", "--no-deps", "--no-build-isolation", "--no-binary", ":all:", "-w",
               str(Path(tmp) / "out"), build.requirement], env, log,
              f"building {build.requirement}")
         wheels = sorted((Path(tmp) / "out").glob("*.whl"))
@@ -434,6 +453,7 @@ def create(framework: str, home: Path, prefix: Path | None = None,
                                      "build_s": round(time.time() - started, 1)}) + "\n")
     problem, versions = probe(str(env_python), recipe, full_import=True)
     if problem:
+        stamp.unlink(missing_ok=True)  # so the next `env create` builds it again
         raise EnvBuildError(f"{framework}: {prefix} was {'built' if built else 'found'} but "
                             f"does not import: {problem}")
     _register(home, framework, {"prefix": str(prefix), "recipe": recipe.digest,
