@@ -121,6 +121,17 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
             ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_TENSORFLOW", "1"),
             ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")), cxx_std="c++17")),
         ("torch", "horovod.torch"), ("horovod", "torch", "numpy")),
+    # Horovod 0.28.1 does not build against TensorFlow >= 2.16 (horovod#4290; the fix,
+    # horovod#4302, is unmerged), so TensorFlow 2.15.1, the last it builds against: its
+    # tf.keras is still Keras 2 (no tf_keras needed), and it needs numpy < 2.
+    Recipe("horovod-tensorflow", (
+        Step(("tensorflow-cpu==2.15.1", "numpy<2", *_DATA[1:], "cloudpickle", "psutil",
+              "pyyaml", "packaging", "setuptools<80", "wheel")),
+        WheelBuild("horovod==0.28.1", "horovod-0.28.1-tf2.15.1", (
+            ("HOROVOD_WITH_TENSORFLOW", "1"), ("HOROVOD_WITH_GLOO", "1"),
+            ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_PYTORCH", "1"),
+            ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")), cxx_std="c++17")),
+        ("tensorflow", "horovod.tensorflow"), ("horovod", "tensorflow-cpu", "numpy")),
     # tf_keras beside TensorFlow without its dependencies (they are TensorFlow's own): Keras
     # 3's model code fails under MultiWorkerMirroredStrategy (keras#20585).
     Recipe("tensorflow", (Step(("tensorflow-cpu==2.21.0", *_DATA)),
