@@ -45,10 +45,17 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()
 
 
+# The compiler of a WheelBuild with cxx_std. Last flag wins: our standard comes after the one
+# the build system appends. -g0 drops the debug info of Horovod's RelWithDebInfo build: the
+# cached wheel is never debugged, and on 2 cores debug info costs build time (see README).
+CXX_WRAPPER = '#!/bin/sh\nexec g++ "$@" -std={std} -g0\n'
+
+
 @dataclass(frozen=True)
 class WheelBuild:
-    """A package with no wheel for this torch, compiled once into a wheel kept in the cache
-    under `key` (its version and the torch it was built against) and installed from there."""
+    """A package with no wheel for this framework, compiled once into a wheel kept in the
+    cache under `key` (its version and the framework it was built against) and the digest of
+    how it is built, and installed from there."""
 
     requirement: str
     key: str
@@ -60,6 +67,17 @@ class WheelBuild:
     @property
     def packages(self) -> tuple[str, ...]:
         return (self.requirement,)
+
+    @property
+    def digest(self) -> str:
+        """Changes with anything that changes the compiled wheel: its variables, the compiler
+        wrapper. A changed build then compiles anew instead of reusing a stale wheel."""
+        text = repr(self) + (CXX_WRAPPER if self.cxx_std else "")
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    @property
+    def folder(self) -> str:
+        return f"{self.key}-{self.digest}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +96,7 @@ class Recipe:
     @property
     def digest(self) -> str:
         """Changes whenever a pin or a step changes, so a cached environment is rebuilt."""
-        text = json.dumps([[s.packages, s.pip_args, s.env] if isinstance(s, Step) else repr(s)
+        text = json.dumps([[s.packages, s.pip_args, s.env] if isinstance(s, Step) else s.digest
                            for s in self.steps] + [self.warm])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -109,6 +127,17 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
             ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_TENSORFLOW", "1"),
             ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")), cxx_std="c++17")),
         ("torch", "horovod.torch"), ("horovod", "torch", "numpy")),
+    # Horovod 0.28.1 does not build against TensorFlow >= 2.16 (horovod#4290; the fix,
+    # horovod#4302, is unmerged), so TensorFlow 2.15.1, the last it builds against: its
+    # tf.keras is still Keras 2 (no tf_keras needed), and it needs numpy < 2.
+    Recipe("horovod-tensorflow", (
+        Step(("tensorflow-cpu==2.15.1", "numpy<2", *_DATA[1:], "cloudpickle", "psutil",
+              "pyyaml", "packaging", "setuptools<80", "wheel")),
+        WheelBuild("horovod==0.28.1", "horovod-0.28.1-tf2.15.1", (
+            ("HOROVOD_WITH_TENSORFLOW", "1"), ("HOROVOD_WITH_GLOO", "1"),
+            ("HOROVOD_WITHOUT_MPI", "1"), ("HOROVOD_WITHOUT_PYTORCH", "1"),
+            ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")), cxx_std="c++17")),
+        ("tensorflow", "horovod.tensorflow"), ("horovod", "tensorflow-cpu", "numpy")),
     # tf_keras beside TensorFlow without its dependencies (they are TensorFlow's own): Keras
     # 3's model code fails under MultiWorkerMirroredStrategy (keras#20585).
     Recipe("tensorflow", (Step(("tensorflow-cpu==2.21.0", *_DATA)),
@@ -433,8 +462,8 @@ def _exclusive(path: Path, what: str, say):
 
 def _built_wheel(build: WheelBuild, env_python: Path, home: Path, log, say) -> Path:
     """The cached wheel for `build`, compiled first if the cache has none (minutes)."""
-    folder = cache_dir(home) / "wheels" / build.key
-    with _exclusive(folder.with_name(build.key + ".lock"), build.requirement, say):
+    folder = cache_dir(home) / "wheels" / build.folder
+    with _exclusive(folder.with_name(build.folder + ".lock"), build.requirement, say):
         return _cached_or_built_wheel(build, folder, env_python, log, say)
 
 
@@ -445,18 +474,19 @@ def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, lo
         say(f"using the cached wheel {found[-1]}")
         return found[-1]
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"{build.key}-", dir=folder.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{build.folder}-", dir=folder.parent) as tmp:
         env = {**os.environ, **dict(build.env)}
         if build.cxx_std:
             cxx = Path(tmp) / "cxx"
-            # Last flag wins: our standard comes after whatever the build system appends.
-            cxx.write_text(f'#!/bin/sh\nexec g++ "$@" -std={build.cxx_std}\n')
+            cxx.write_text(CXX_WRAPPER.format(std=build.cxx_std))
             cxx.chmod(0o755)
             env["CXX"] = str(cxx)
         say(f"building {build.requirement} into {folder} (once per machine; minutes)")
         started = time.time()
+        # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone, so it would hand
+        # back Horovod as built for another framework (seen: a torch-only build for TF).
         _run([str(env_python), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-input",
-              "--no-deps", "--no-build-isolation", "--no-binary", ":all:", "-w",
+              "--no-cache-dir", "--no-deps", "--no-build-isolation", "--no-binary", ":all:", "-w",
               str(Path(tmp) / "out"), build.requirement], env, log,
              f"building {build.requirement}")
         wheels = sorted((Path(tmp) / "out").glob("*.whl"))
@@ -544,6 +574,7 @@ def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: st
                                      "build_s": round(time.time() - started, 1)}) + "\n")
     problem, versions = probe(str(env_python), recipe, full_import=True)
     if problem:
+        stamp.unlink(missing_ok=True)  # so the next `env create` builds it again
         raise EnvBuildError(f"{framework}: {prefix} was {'built' if built else 'found'} but "
                             f"does not import: {problem}")
     before = registered(home).get(framework) or {}

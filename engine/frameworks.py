@@ -51,7 +51,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
     Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun", "",
               ("srun",), options=(FP16_ALLREDUCE,)),
-    Framework("horovod-tensorflow", None, "horovodrun", "trainer not written yet (issue 5)",
+    Framework("horovod-tensorflow", "dlscale.trainers.horovod_tf", "horovodrun", "",
               ("srun",), ARRAY_DATASETS, NATIVE_ONLY, options=(FP16_ALLREDUCE,)),
     # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
     # script), never TF's SlurmClusterResolver, which runs nvidia-smi.

@@ -108,15 +108,6 @@ def test_a_broken_environment_is_refused_and_named(tmp_path, home):
         study.check_plan(loaded, plan(loaded), "local", home=home)
 
 
-def test_a_framework_without_a_trainer_loads_for_planning_only(tmp_path, home):
-    spec = spec_for(tmp_path, "horovod-tensorflow")
-    loaded = load_spec(spec, planning=True)  # a study's whole matrix can be planned
-    assert loaded.spec.experiment.frameworks == ["horovod-tensorflow"]
-    proc = dlscale("run", str(spec), check=2)
-    assert "framework 'horovod-tensorflow' cannot run yet: trainer not written yet" in \
-        proc.stderr
-
-
 def test_the_fix_command_names_a_home_that_is_not_implied(tmp_path, monkeypatch):
     monkeypatch.setenv("DLSCALE_HOME", str(tmp_path / "a"))
     assert envs.create_command("deepspeed", tmp_path / "a") == "dlscale env create deepspeed"
@@ -159,9 +150,7 @@ def test_build_failures_show_their_key_lines_not_a_wall():
     assert not any("building object" in ln for ln in lines)
 
 
-def test_env_create_refuses_what_it_cannot_build(home, tmp_path):
-    proc = dlscale("env", "create", "horovod-tensorflow", check=2)
-    assert "horovod-tensorflow: no environment recipe yet" in proc.stderr
+def test_env_create_refuses_a_prefix_that_is_not_a_venv(home, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "precious.txt").write_text("keep me")
     proc = dlscale("env", "create", "deepspeed", "--prefix", str(tmp_path / "full"), check=2)
@@ -275,18 +264,31 @@ def horovod_env(env_home):
     return framework_env(env_home, "horovod-pytorch")
 
 
+@pytest.fixture(scope="session")
+def horovod_tf_env(env_home):
+    return framework_env(env_home, "horovod-tensorflow")
+
+
+# framework -> (its environment's fixture, its trainer)
+HOROVOD = {"horovod-pytorch": ("horovod_env", "dlscale.trainers.horovod_torch"),
+           "horovod-tensorflow": ("horovod_tf_env", "dlscale.trainers.horovod_tf")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("framework", sorted(HOROVOD))
 def test_horovod_two_ranks_under_horovodrun_end_with_identical_weights(
-        horovod_env, env_home, tmp_path, fp16):
-    proc, out = run_trainer(horovod_env, env_home, "horovod-pytorch", tmp_path, *SMALL,
+        request, env_home, tmp_path, framework, fp16):
+    status = request.getfixturevalue(HOROVOD[framework][0])
+    proc, out = run_trainer(status, env_home, framework, tmp_path, *SMALL,
                             *(["--fp16-allreduce"] if fp16 else []))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     recs = records(out)
     params, env, summary = recs[0], recs[1], recs[-1]
-    assert params["framework"] == "horovod-pytorch" and params["fp16_allreduce"] is fp16
+    assert params["framework"] == framework and params["fp16_allreduce"] is fp16
     assert params["parameters"] == TORCH_RESNET20_PARAMETERS
     assert env["world_size"] == 2 and env["launcher"] == "horovodrun"
+    assert env["backend"] == "horovod-gloo"
     assert env["framework_versions"]["horovod"] == "0.28.1"
     digests = summary["weights_digest_per_rank"]
     assert len(digests) == 2 and digests[0] == digests[1]
@@ -294,12 +296,16 @@ def test_horovod_two_ranks_under_horovodrun_end_with_identical_weights(
 
 
 @pytest.mark.slow
-def test_horovod_under_srun_variables_runs_its_own_rendezvous(horovod_env, env_home, tmp_path):
+@pytest.mark.parametrize("framework", sorted(HOROVOD))
+def test_horovod_under_srun_variables_runs_its_own_rendezvous(
+        request, env_home, tmp_path, framework):
     """What srun gives each task, and nothing of horovodrun's: rank 0 serves the gloo
     rendezvous itself and both ranks train together."""
+    fixture, module = HOROVOD[framework]
+    status = request.getfixturevalue(fixture)
     out = tmp_path / "metrics.jsonl"
     port = free_port_pair()
-    extra = envs.launch_env(horovod_env, env_home)
+    extra = envs.launch_env(status, env_home)
     procs = []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "RANK"))}
@@ -308,8 +314,8 @@ def test_horovod_under_srun_variables_runs_its_own_rendezvous(horovod_env, env_h
                    SLURM_NTASKS_PER_NODE="2", SLURMD_NODENAME="node1",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
-            [horovod_env.python, "-m", "dlscale.trainers.horovod_torch", *SMALL,
-             "--output", str(out)], env=env, stderr=subprocess.PIPE, text=True))
+            [status.python, "-m", module, *SMALL, "--output", str(out)], env=env,
+            stderr=subprocess.PIPE, text=True))
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
     recs = records(out)
@@ -321,14 +327,17 @@ def test_horovod_under_srun_variables_runs_its_own_rendezvous(horovod_env, env_h
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.parametrize("framework", sorted(HOROVOD))
 def test_horovod_from_the_command_line_and_on_two_slurm_nodes(
-        slurm_cluster, horovod_env, env_home, tmp_path):
-    run = local_and_two_slurm_nodes("horovod-pytorch", env_home, tmp_path,
-                                    "\n[options.horovod-pytorch]\nfp16_allreduce = true\n")
+        request, slurm_cluster, env_home, tmp_path, framework):
+    status = request.getfixturevalue(HOROVOD[framework][0])
+    run = local_and_two_slurm_nodes(framework, env_home, tmp_path,
+                                    f"\n[options.{framework}]\nfp16_allreduce = true\n")
     script = (Path(run["run_dir"]) / "job.sh").read_text()
-    assert f"source {horovod_env.prefix}/bin/activate" in script
+    assert f"source {status.prefix}/bin/activate" in script
     assert "--fp16-allreduce" in script
-    assert_every_run_recorded(env_home, "horovodpytorch-local", run, fp16_allreduce=True)
+    assert_every_run_recorded(env_home, framework.replace("-", "") + "-local", run,
+                              fp16_allreduce=True)
 
 # --- TensorFlow (MultiWorkerMirroredStrategy + tf_keras) ---------------------------------
 
@@ -361,15 +370,21 @@ def tf_env(env_home):
 
 
 @pytest.mark.slow
-def test_tensorflow_model_has_the_torch_parameter_count(tf_env, env_home):
-    code = ("from dlscale.trainers.tf_keras.models import build, parameter_count;"
-            "print(parameter_count(build('resnet20', 10)), parameter_count(build('resnet50', 1000)))")
-    proc = subprocess.run([tf_env.python, "-c", code], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **envs.launch_env(tf_env, env_home)})
+@pytest.mark.parametrize("fixture", ["tf_env", "horovod_tf_env"])
+def test_tensorflow_model_has_the_torch_parameter_count(request, env_home, fixture):
+    """The one Keras model file, under tf_keras (TensorFlow 2.21) and under TensorFlow
+    2.15's own tf.keras (the Horovod environment)."""
+    status = request.getfixturevalue(fixture)
+    code = ("from dlscale.trainers.tf_keras.models import build, keras, parameter_count;"
+            "print(parameter_count(build('resnet20', 10)), parameter_count(build('resnet50', 1000)),"
+            " keras.__name__.split('.')[0])")
+    proc = subprocess.run([status.python, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **envs.launch_env(status, env_home)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     from dlscale.trainers.torch_ddp.models import build, parameter_count
     assert proc.stdout.split() == [str(TORCH_RESNET20_PARAMETERS),
-                                   str(parameter_count(build("resnet50", 1000)))]
+                                   str(parameter_count(build("resnet50", 1000))),
+                                   "tf_keras" if fixture == "tf_env" else "keras"]
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""examples/studies: the full GPU matrices parse and expand (CCGRID's for planning only:
-Horovod with TensorFlow is not written yet), the CPU versions load as runnable, and
+"""examples/studies: the full GPU matrices parse, expand and load as runnable (every
+framework, dataset and loader they name has a trainer now), the CPU versions load too, and
 each study's published numbers load and are set beside a user's results."""
 from pathlib import Path
 
@@ -19,24 +19,16 @@ MATRICES = {
     "ccgrid2020/cpu-nodes.toml": (5 * 5 * 3 * 3, 5, 12),
     "jbigdata2023/gpu.toml": (3 * 3 * 2 * 9 * 3, 3, 1024),
 }
-PLANNING_ONLY = {"ccgrid2020/gpu.toml", "ccgrid2020/cpu-nodes.toml"}  # horovod-tensorflow
 
 
 @pytest.mark.parametrize("name", sorted(MATRICES))
-def test_full_matrices_expand_and_what_cannot_run_yet_is_refused(name):
+def test_full_matrices_expand_and_load_as_runnable(name):
     runs, frameworks, most = MATRICES[name]
-    loaded = load_spec(STUDIES / name, planning=True)
-    p = plan(loaded)
+    p = plan(load_spec(STUDIES / name))  # not planning-only: `dlscale run` takes it
     assert len(p.runs) == runs
     assert len({r.framework for r in p.runs}) == frameworks
     assert max(r.devices for r in p.runs) == most
     assert len({r.run_id for r in p.runs}) == runs  # every run its own id
-    if name not in PLANNING_ONLY:  # ImageNet folders and DALI run now
-        assert len(plan(load_spec(STUDIES / name)).runs) == runs
-        return
-    with pytest.raises(SpecError) as info:
-        load_spec(STUDIES / name)
-    assert "cannot run yet" in str(info.value) and str(STUDIES / name) in str(info.value)
 
 
 def test_jbigdata_matrix_compares_loaders_and_models():
@@ -98,8 +90,13 @@ def test_plan_include_planned_on_the_command_line(home):
     out = dlscale("plan", spec, "--profile", profile, "--backend", "slurm",
                   "--include-planned", check=0).stdout
     assert "225 runs, 225 still to run" in out
+    # Without environments (an empty home) the plan is refused, naming each fix.
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert "framework 'horovod-tensorflow' cannot run yet" in proc.stderr
+    assert "create one with `dlscale env create horovod-tensorflow`" in proc.stderr
+    spec = str(STUDIES / "jbigdata2023/gpu.toml")
+    profile = str(REPO / "examples/clusters/juwels-booster.toml")
+    proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
+    assert "create one with `dlscale env create deepspeed`" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

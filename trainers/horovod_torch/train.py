@@ -11,31 +11,22 @@ from typing import Any
 
 import torch
 
-from ..common.horovod_rendezvous import join_under_srun
+from ..common.horovod_shared import HorovodShared
 from ..common.launch_env import LaunchEnv
-from ..torch_ddp.train import Distribution, TrainerError, main as _main
+from ..torch_ddp.train import Distribution, main as _main
 
 FRAMEWORK = "horovod-pytorch"
 PROG = "dlscale-horovod-pytorch"
 
 
-class HorovodTorch(Distribution):
+class HorovodTorch(HorovodShared, Distribution):
     framework = FRAMEWORK
     prog = PROG
-    server = hvd = None
-
-    def add_args(self, parser) -> None:
-        parser.add_argument("--fp16-allreduce", action="store_true",
-                            help="compress gradients to fp16 for the allreduce")
 
     def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
-        self.server = join_under_srun(launch) if launch.launcher == "srun" else None
+        self.join(launch)
         import horovod.torch as hvd  # noqa: PLC0415  (after the rendezvous variables)
-        self.hvd = hvd
-        hvd.init()
-        if hvd.size() != launch.world_size or hvd.rank() != launch.rank:
-            raise TrainerError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}; the launcher "
-                               f"started rank {launch.rank} of {launch.world_size}")
+        self.init_horovod(hvd, launch)
         if device.type == "cuda":
             torch.cuda.set_device(hvd.local_rank())
 
@@ -45,9 +36,8 @@ class HorovodTorch(Distribution):
         hvd = self.hvd
         # Every rank starts from rank 0's weights and optimizer state, as DDP does.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                       compression=compression)
+                                       compression=self.compression(args))
         hvd.broadcast_optimizer_state(opt, root_rank=0)
         return model, opt
 
@@ -76,21 +66,8 @@ class HorovodTorch(Distribution):
             t.copy_(self.hvd.allreduce(t, op=self.hvd.Sum))
         return t
 
-    def versions(self) -> dict[str, Any]:
-        import horovod  # noqa: PLC0415
-        return {"horovod": horovod.__version__}
-
-    def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
-        return {"fp16_allreduce": args.fp16_allreduce}
-
     def comm_backend(self, device: torch.device) -> str:
         return "horovod-gloo" if device.type == "cpu" else "horovod-nccl"
-
-    def finish(self, launch: LaunchEnv) -> None:
-        if self.hvd is not None:
-            self.hvd.shutdown()
-        if self.server is not None:
-            self.server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,15 +1,29 @@
-"""The ResNet family in Keras (tf_keras), layer for layer the PyTorch definitions of
+"""The ResNet family in Keras 2, layer for layer the PyTorch definitions of
 torch_ddp/models.py, so every framework trains the same model with the same parameter count:
 CIFAR ResNets with parameter-free option-A shortcuts (He et al. 2016, 4.2), ImageNet ResNets
 as bottleneck v1.5. Channels-last (NHWC), TensorFlow's native layout on CPU.
 
-tf_keras, not Keras 3: Keras 3 fails under MultiWorkerMirroredStrategy (keras#20585).
+Keras 2, never Keras 3: Keras 3 fails under MultiWorkerMirroredStrategy (keras#20585). From
+TensorFlow 2.16 on Keras 2 is the tf_keras package (the TensorFlow environment); up to 2.15
+it is tf.keras itself (the Horovod + TensorFlow environment: Horovod 0.28.1 builds against no
+later TensorFlow).
 """
 from __future__ import annotations
 
 import tensorflow as tf
-import tf_keras as keras
-from tf_keras import layers
+
+try:
+    import tf_keras as keras
+    KERAS_VERSION = keras.__version__
+except ImportError:
+    from importlib.metadata import version
+
+    from tensorflow import keras
+    KERAS_VERSION = version("keras")  # tf.keras has no __version__ of its own
+if not KERAS_VERSION.startswith("2."):
+    raise ImportError(f"the Keras ResNets need Keras 2 (tf_keras beside TensorFlow >= 2.16); "
+                      f"this environment has Keras {KERAS_VERSION}")
+layers = keras.layers
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
 IMAGENET_LAYERS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}

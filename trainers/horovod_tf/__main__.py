@@ -1,0 +1,4 @@
+from ..common.entry import leave
+from .train import main
+
+leave(main())
