@@ -45,7 +45,7 @@ def test_cpu_versions_are_runnable_with_pytorch_ddp_only(study):
     runs = plan(loaded).runs
     assert {r.framework for r in runs} == {"pytorch-ddp"}
     assert max(r.nodes for r in runs) == 2 and max(r.ranks_per_node for r in runs) == 1
-    assert "issue 5" in loaded.text  # says which frameworks join later
+    assert "`dlscale env create" in loaded.text  # says how the other frameworks join
 
 
 def test_published_numbers_load():
