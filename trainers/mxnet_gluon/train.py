@@ -188,6 +188,18 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
                              "wd": args.weight_decay},
                             kvstore=kv if kv is not None else "device",
                             update_on_kvstore=False if kv is not None else None)
+    if kv is not None:
+        # MXNet 1.9's server answers a pull zero-copy from the value it stores, and the
+        # message may leave only after the next merge has overwritten that value. Left to
+        # the first step, worker 0's weights are broadcast (a pull) on the same keys the
+        # gradients are then pushed to, so on a loaded machine a worker could receive the
+        # gradient sum as its weights (seen: two ranks ending with different weights, 1 run
+        # in 4 under load). Broadcasting now, and a barrier once every worker holds the
+        # weights, leaves no pull in flight when the first gradients arrive.
+        trainer._init_kvstore()
+        trainer._init_params()
+        mx.nd.waitall()
+        kv._barrier()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     writer.write("params", framework=FRAMEWORK, world_size=world, global_batch=global_batch,
