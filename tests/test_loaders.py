@@ -344,11 +344,13 @@ def test_native_and_dali_side_by_side_on_two_slurm_nodes(slurm_cluster, dali_env
 def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
     """Called directly, past planning: the same refusals, one line, no traceback."""
     import sys
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", "--model",
-                           "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "4",
-                           "--steps", "1", "--loader", "dali", "--output",
-                           str(tmp_path / "m.jsonl")], capture_output=True, text=True,
-                          timeout=120)
+
+    def trainer(module, dataset):
+        return subprocess.run([sys.executable, "-m", module, "--model", "resnet20", "--dataset",
+                               dataset, "--per-device-batch", "4", "--steps", "1", "--loader",
+                               "dali", "--output", str(tmp_path / "m.jsonl")],
+                              capture_output=True, text=True, timeout=120)
+    proc = trainer("dlscale.trainers.torch_ddp", "synthetic-cifar")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "--loader dali reads data, and synthetic-cifar has none" in proc.stderr
     # TensorFlow's and MXNet's trainers take the array datasets and the native loader only
@@ -357,11 +359,7 @@ def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
     for fw in ("tensorflow", "mxnet", "horovod-tensorflow"):
         assert (FRAMEWORKS[fw].datasets, FRAMEWORKS[fw].loaders) == (ARRAY_DATASETS, NATIVE_ONLY)
         # The trainer itself refuses, before it imports its framework (not installed here).
-        proc = subprocess.run([sys.executable, "-m", FRAMEWORKS[fw].trainer_module, "--model",
-                               "resnet20", "--dataset", "digits", "--per-device-batch", "4",
-                               "--steps", "1", "--loader", "dali", "--output",
-                               str(tmp_path / "m.jsonl")], capture_output=True, text=True,
-                              timeout=120)
+        proc = trainer(FRAMEWORKS[fw].trainer_module, "digits")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert "--loader: invalid choice: 'dali' (choose from 'native')" in proc.stderr
     parser = build_parser("tf", ARRAY_DATASETS, NATIVE_ONLY)
