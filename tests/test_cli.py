@@ -72,8 +72,12 @@ def test_a_crashing_run_fails_alone_with_its_log_tail(tmp_path, home):
 def test_interrupting_wait_keeps_the_store_and_rerun_resumes(tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", steps=60)
     env = {**os.environ, "DLSCALE_HOME": str(home)}
+    # A shell that runs the suite in the background (`nohup scripts/test &`) hands its
+    # children SIGINT ignored, and Python then installs no KeyboardInterrupt handler: give
+    # the command Ctrl-C's default, as a terminal would.
     proc = subprocess.Popen([str(BIN / "dlscale"), "run", str(spec), "--wait"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     store = Store(home)
 
     def training():

@@ -458,3 +458,30 @@ def test_env_create_waits_for_a_build_of_the_same_environment_in_progress(mxnet_
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "already holds recipe" in out and "ready:" in out  # found, not built again
+
+
+@pytest.mark.slow
+def test_mxnet_workers_stop_when_the_scheduler_cannot_start(mxnet_env, env_home, tmp_path):
+    """The scheduler's port is taken, so it dies at start: the workers must end with an
+    error naming it, not wait on the parameter server until a time limit."""
+    from dlscale.trainers.mxnet_gluon.train import ROLE_PORT_OFFSET
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1] - ROLE_PORT_OFFSET
+        procs = []
+        for rank in range(2):
+            env = {**os.environ, **envs.launch_env(mxnet_env, env_home), "OMP_NUM_THREADS": "1",
+                   "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
+                   "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2",
+                   "SLURMD_NODENAME": "node1", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port)}
+            procs.append(subprocess.Popen(
+                [mxnet_env.python, "-m", "dlscale.trainers.mxnet_gluon", *SMALL, "--output",
+                 str(tmp_path / "metrics.jsonl")], env=env, stderr=subprocess.PIPE, text=True))
+        rank0 = procs[0]
+        err = rank0.communicate(timeout=120)[1]
+    assert rank0.returncode == 1, err[-3000:]
+    assert "MXNet's scheduler" in err and "before training finished" in err
+    procs[1].kill()  # srun or spawn stops the others once one rank fails
+    procs[1].wait(timeout=30)

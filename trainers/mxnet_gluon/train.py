@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import sys
 from typing import Any
 
@@ -58,12 +59,30 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
     roles = []
     for role, mine in (("scheduler", launch.rank == 0), ("server", launch.local_rank == 0)):
         if mine:
-            roles.append(subprocess.Popen([sys.executable, "-c", "import mxnet"],
-                                          env={**os.environ, "DMLC_ROLE": role},
-                                          stdin=subprocess.DEVNULL,
-                                          preexec_fn=_die_with_parent))
+            proc = subprocess.Popen([sys.executable, "-c", "import mxnet"],
+                                    env={**os.environ, "DMLC_ROLE": role},
+                                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            proc.role = role  # type: ignore[attr-defined]  (named by _watch_role)
+            roles.append(proc)
     os.environ["DMLC_ROLE"] = "worker"
+    for p in roles:
+        threading.Thread(target=_watch_role, args=(p,), daemon=True).start()
     return roles
+
+
+_leaving = threading.Event()  # set once this worker is done with its roles
+
+
+def _watch_role(p: subprocess.Popen) -> None:
+    """A scheduler or server that dies (its port taken, a crash) would leave every worker
+    waiting on the parameter server forever: end this worker at once, saying which."""
+    rc = p.wait()
+    if rc != 0 and not _leaving.is_set():
+        role = getattr(p, "role", "role")
+        sys.stderr.write(f"{PROG}: error: MXNet's {role} (pid {p.pid}) exited with code {rc} "
+                         "before training finished (its output is above); stopping\n")
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def train(argv: list[str] | None = None) -> int:
@@ -97,6 +116,7 @@ def train(argv: list[str] | None = None) -> int:
         return rc
     finally:
         writer.close()
+        _leaving.set()
         for p in roles:  # they end once every worker has left; after a failure, at once
             try:
                 p.wait(timeout=60 if finished else 0.1)
