@@ -150,8 +150,6 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
 )}
 
 
-
-
 @dataclass(frozen=True)
 class Extra:
     """An opt-in addition to a framework's environment, named after the loader it brings:
@@ -360,12 +358,13 @@ def check_loaders(needs: dict[str, set[str]], home: Path, profile=None) -> list[
     environment are check_frameworks' to report; a profile's environment is the site's word."""
     problems = []
     for fw, loaders in needs.items():
-        if profile is not None and fw in profile.profile.environments:
+        wanted = sorted(set(loaders) & set(EXTRAS))
+        if not wanted or (profile is not None and fw in profile.profile.environments):
             continue
-        for loader in sorted(set(loaders) & set(EXTRAS)):
-            status = resolve(fw, home, check=False)
-            if status.python is None:
-                continue
+        status = resolve(fw, home, check=False)
+        if status.python is None:
+            continue
+        for loader in wanted:
             extra = EXTRAS[loader]
             problem, _ = probe(status.python, extra.probe_recipe, full_import=False)
             if problem:

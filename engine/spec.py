@@ -13,8 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt,
-                      StrictStr, ValidationError, ValidationInfo, create_model,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat,
+                      StrictInt, StrictStr, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
 
 from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
@@ -256,7 +256,7 @@ class Spec(StrictModel):
     def options_for(self, framework: str) -> dict[str, bool | int]:
         """The options the spec sets for a framework, defaults left out: a run's id
         changes only when an option really changes what the run does."""
-        table = getattr(self.options, "model_dump")().get(framework) or {}
+        table = self.options.model_dump().get(framework) or {}
         defaults = {o.name: o.default for o in FRAMEWORKS[framework].options}
         return {k: v for k, v in table.items() if v != defaults.get(k)}
 

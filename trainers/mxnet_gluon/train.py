@@ -15,8 +15,8 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -62,23 +62,20 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
             proc = subprocess.Popen([sys.executable, "-c", "import mxnet"],
                                     env={**os.environ, "DMLC_ROLE": role},
                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-            proc.role = role  # type: ignore[attr-defined]  (named by _watch_role)
+            threading.Thread(target=_watch_role, args=(proc, role), daemon=True).start()
             roles.append(proc)
     os.environ["DMLC_ROLE"] = "worker"
-    for p in roles:
-        threading.Thread(target=_watch_role, args=(p,), daemon=True).start()
     return roles
 
 
 _leaving = threading.Event()  # set once this worker is done with its roles
 
 
-def _watch_role(p: subprocess.Popen) -> None:
+def _watch_role(p: subprocess.Popen, role: str) -> None:
     """A scheduler or server that dies (its port taken, a crash) would leave every worker
     waiting on the parameter server forever: end this worker at once, saying which."""
     rc = p.wait()
     if rc != 0 and not _leaving.is_set():
-        role = getattr(p, "role", "role")
         sys.stderr.write(f"{PROG}: error: MXNet's {role} (pid {p.pid}) exited with code {rc} "
                          "before training finished (its output is above); stopping\n")
         sys.stderr.flush()
