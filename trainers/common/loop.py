@@ -1,17 +1,85 @@
-"""The timed training loop of trainers whose step returns when it is done (TensorFlow on CPU,
-MXNet after waitall): warm-up excluded from timing, evaluation outside the timed segments,
-interval records, stop at the target accuracy, and the summary record. Framework-free: the
-trainer passes its own step, evaluation and barrier."""
+"""The one timed training loop every trainer runs: warm-up excluded from timing, evaluation
+outside the timed segments, interval records, a stop at the target accuracy, and the summary
+record. Framework-free: a trainer passes its own step, learning-rate setter, loss reader,
+synchronisation and evaluation as `Hooks`, and its own step timer where the wall clock would
+not see the device's work (CUDA events for torch on a GPU)."""
 from __future__ import annotations
 
 import math
 import time
+from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from .entry import TrainerError
 from .records import RecordWriter
 from .schedule import LRPlan, step_time_stats
+
+
+class StepTimer(Protocol):
+    def begin(self) -> None: ...
+    def end(self) -> None: ...
+    def collect(self) -> None: ...        # at a synchronised point: settle finished steps
+    def times(self) -> list[float]: ...   # every timed step, seconds
+
+
+class WallTimer:
+    """Per-step wall time: right where a step returns when its work is done (CPU, and
+    frameworks whose step waits for the device)."""
+
+    def __init__(self) -> None:
+        self._times = array("d")
+        self._t0 = 0.0
+
+    def begin(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def end(self) -> None:
+        self._times.append(time.perf_counter() - self._t0)
+
+    def collect(self) -> None:
+        pass
+
+    def times(self) -> list[float]:
+        return list(self._times)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the loop needs from the run's recipe (the trainer's flags, resolved)."""
+
+    total_steps: int
+    global_batch: int
+    warmup_steps: int
+    log_every: int
+    eval_every: int
+    steps: int | None
+    epochs: int | None
+    target_accuracy: float | None
+    plan: LRPlan
+    crash_at: int | None = None
+
+    @classmethod
+    def from_args(cls, args: Any, *, total_steps: int, global_batch: int, plan: LRPlan,
+                  crash_at: int | None) -> "Recipe":
+        return cls(total_steps, global_batch, args.warmup_steps, args.log_every,
+                   args.eval_every, args.steps, args.epochs, args.target_accuracy, plan,
+                   crash_at)
+
+
+@dataclass
+class Hooks:
+    """The framework's part of a step. `step(x, y)` runs one training step and returns a
+    loss handle; `loss_of` reads it (only on logging steps: reading can synchronise);
+    `sync` waits for the device and the other ranks (it closes every timed segment)."""
+
+    step: Callable[[Any, Any], Any]
+    set_lr: Callable[[float], None]
+    loss_of: Callable[[Any], float]
+    sync: Callable[[], None]
+    evaluate: Callable[[], float] | None = None
+    timer: StepTimer = field(default_factory=WallTimer)
+    progress: Callable[[str], None] | None = None  # one human line per interval (rank 0)
 
 
 @dataclass
@@ -31,85 +99,100 @@ class Loop:
         return max(0, self.step - warmup_steps)
 
 
-def run(args: Any, writer: RecordWriter, stream: Iterator[Any], *, total_steps: int,
-        global_batch: int, plan: LRPlan, crash_at: int | None, barrier: Callable[[], None],
-        evaluate: Callable[[], float] | None, set_lr: Callable[[float], None],
-        step_fn: Callable[[Any, Any], Any], loss_of: Callable[[Any], float]) -> Loop:
-    """Train from `stream` (batches; None marks an epoch's end). `set_lr` takes the step's
-    learning rate (outside the timing); `step_fn(x, y)` runs one step and returns its loss
-    handle; `loss_of` reads it (only on logging steps: reading can synchronise)."""
-    out = Loop()
+def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any]) -> Loop:
+    """Train from `stream` (batches; None marks an epoch's end)."""
+    r, out = recipe, Loop()
     interval_images = 0
-    barrier()
+    hooks.sync()
     start_wall = time.perf_counter()
-    seg_start = None
+    seg_start = None                 # start of the current timed segment
     interval_start = start_wall
     stop = False
-    while not stop and not (args.steps and out.step >= total_steps):
+    while not stop and not (r.steps and out.step >= r.total_steps):
         item = next(stream)
-        if item is None:
+        if item is None:  # an epoch ended
             out.epoch += 1
-            if evaluate is not None and out.epoch % args.eval_every == 0:
-                barrier()
+            if hooks.evaluate is not None and out.epoch % r.eval_every == 0:
+                hooks.sync()
                 timing = seg_start is not None
                 if timing:
                     out.train_time += time.perf_counter() - seg_start
-                top1 = evaluate()
+                top1 = hooks.evaluate()
                 elapsed = time.perf_counter() - start_wall
                 out.best_top1 = top1 if out.best_top1 is None else max(out.best_top1, top1)
-                if out.tta is None and args.target_accuracy is not None and \
-                        top1 >= args.target_accuracy:
-                    out.tta, stop = elapsed, True
+                if out.tta is None and r.target_accuracy is not None and \
+                        top1 >= r.target_accuracy:
+                    out.tta, stop = elapsed, True  # the run's question is answered (MLPerf)
                 writer.write("eval", step=out.step, epoch=out.epoch, top1=top1,
                              elapsed_s=elapsed)
-                barrier()
+                hooks.sync()
                 seg_start = time.perf_counter() if timing and not stop else None
                 interval_start, interval_images = time.perf_counter(), 0
-            if args.epochs and out.epoch >= args.epochs:
+            if r.epochs and out.epoch >= r.epochs:
                 break
             continue
         xb, yb = item
-        if out.step == args.warmup_steps:
-            barrier()
+        if out.step == r.warmup_steps:
+            hooks.sync()
             seg_start = time.perf_counter()
-        if crash_at is not None and out.step + 1 == crash_at:
-            raise TrainerError(f"injected fault at step {crash_at}")
-        set_lr(plan.lr(out.step))
-        t0 = time.perf_counter()
-        loss = step_fn(xb, yb)
+        if r.crash_at is not None and out.step + 1 == r.crash_at:
+            raise TrainerError(f"injected fault at step {r.crash_at}")
+        hooks.set_lr(r.plan.lr(out.step))
         if seg_start is not None:
-            out.times.append(time.perf_counter() - t0)
+            hooks.timer.begin()
+        loss = hooks.step(xb, yb)
+        if seg_start is not None:
+            hooks.timer.end()
         out.step += 1
-        interval_images += global_batch
-        if out.step % args.log_every == 0 or out.step == total_steps:
-            out.loss = loss_of(loss)
+        interval_images += r.global_batch
+        if out.step % r.log_every == 0 or out.step == r.total_steps:
+            out.loss = hooks.loss_of(loss)
             if not math.isfinite(out.loss):
-                raise TrainerError(f"loss became {out.loss} at step {out.step}; lower the lr")
+                raise TrainerError(f"loss became {out.loss} at step {out.step}; lower the lr "
+                                   "or use fp32")
+            hooks.timer.collect()
             now = time.perf_counter()
-            writer.write("interval", step=out.step, epoch=out.epoch,
-                         images_per_s=interval_images / (now - interval_start), loss=out.loss,
-                         lr=plan.lr(out.step - 1),
-                         includes_warmup=out.step - args.log_every < args.warmup_steps)
+            rate = interval_images / (now - interval_start)
+            writer.write("interval", step=out.step, epoch=out.epoch, images_per_s=rate,
+                         loss=out.loss, lr=r.plan.lr(out.step - 1),
+                         includes_warmup=out.step - r.log_every < r.warmup_steps)
+            if hooks.progress is not None:
+                hooks.progress(progress_line(r, out, rate))
             interval_start, interval_images = now, 0
-    barrier()
+    hooks.sync()
     if seg_start is not None:
         out.train_time += time.perf_counter() - seg_start
     out.total_wall = time.perf_counter() - start_wall
+    hooks.timer.collect()
+    out.times = hooks.timer.times()
     return out
 
 
-def write_summary(writer: RecordWriter, args: Any, loop: Loop, global_batch: int, world: int,
-                  digests: list[str]) -> float:
-    """The summary record; returns the throughput (images/s over the timed steps)."""
-    timed = loop.timed_steps(args.warmup_steps)
-    throughput = (timed * global_batch / loop.train_time) if loop.train_time else 0.0
+def progress_line(recipe: Recipe, loop: Loop, images_per_s: float) -> str:
+    """`step 40/200 (20%), epoch 1, loss 2.1034, 312.4 images/s, ETA 0:00:21`: the ETA
+    is the steps left at this interval's pace (evaluations not counted)."""
+    done = loop.step / recipe.total_steps if recipe.total_steps else 0.0
+    left_s = (recipe.total_steps - loop.step) * recipe.global_batch / images_per_s \
+        if images_per_s > 0 else 0.0
+    m, s = divmod(int(round(left_s)), 60)
+    return (f"step {loop.step}/{recipe.total_steps} ({100 * done:.0f}%), epoch {loop.epoch}, "
+            f"loss {loop.loss:.4f}, {images_per_s:.1f} images/s, ETA {m // 60}:{m % 60:02d}:{s:02d}")
+
+
+def write_summary(writer: RecordWriter, recipe: Recipe, loop: Loop, world: int,
+                  digests: list[str], **extra: Any) -> float:
+    """The summary record; returns the throughput (images/s over the timed steps). `extra`:
+    what the framework observed itself (the dtype its forward pass computed in...)."""
+    timed = loop.timed_steps(recipe.warmup_steps)
+    images = timed * recipe.global_batch
+    throughput = (images / loop.train_time) if loop.train_time else 0.0
     writer.write("summary", status="completed", throughput=throughput,
                  throughput_per_device=throughput / world, timed_steps=timed,
-                 warmup_steps=min(loop.step, args.warmup_steps), elapsed_s=loop.train_time,
+                 warmup_steps=min(loop.step, recipe.warmup_steps), elapsed_s=loop.train_time,
                  total_wall_s=loop.total_wall, steps=loop.step, epochs_done=loop.epoch,
-                 images_timed=timed * global_batch,
+                 images_timed=images,
                  final_loss=loop.loss if math.isfinite(loop.loss) else None,
-                 best_top1=loop.best_top1, target_accuracy=args.target_accuracy,
+                 best_top1=loop.best_top1, target_accuracy=recipe.target_accuracy,
                  time_to_accuracy_s=loop.tta, reached_target=loop.tta is not None,
-                 weights_digest_per_rank=digests, **step_time_stats(loop.times))
+                 weights_digest_per_rank=digests, **step_time_stats(loop.times), **extra)
     return throughput

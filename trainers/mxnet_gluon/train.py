@@ -21,15 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ..common import data as common_data
-from ..common.args import (ARRAY_DATASETS, NATIVE_ONLY, build_parser, fault_step,
-                          recipe_fields)
-from ..common.entry import TrainerError, dlscale_version, run_main
-from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
-                                 node_name)
 from ..common import loop as training_loop
-from ..common.records import RecordWriter
-from ..common.schedule import LRPlan, scaled_lr
+from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser, recipe_fields
+from ..common.arrays import ArrayData
+from ..common.context import Context, start
+from ..common.entry import TrainerError, run_main
+from ..common.launch_env import LaunchEnv
 
 PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"
@@ -85,34 +82,25 @@ def _watch_role(p: subprocess.Popen, role: str) -> None:
 def train(argv: list[str] | None = None) -> int:
     # Arrays only, through the framework's own input pipeline: no ImageNet folders, no DALI.
     args = build_parser(PROG, ARRAY_DATASETS, NATIVE_ONLY).parse_args(argv)
-    launch = detect()
-    crash_at = fault_step(args.inject_fault)
-    launched_by = launch.launcher
-    if launch.world_size == 1:
-        launch = dataclasses.replace(launch, launcher="single")
+    ctx = start(PROG, FRAMEWORK, args, on_cpu=True)
     if args.device == "cuda":
         raise TrainerError("the MXNet environment is the CPU build; no GPU here")
     precision = "fp32" if args.precision == "auto" else args.precision
     if precision != "fp32":
         raise TrainerError(f"precision {precision}: the MXNet trainer runs fp32 on CPU")
-    if args.dataset in common_data.SYNTHETIC and args.epochs:
-        raise TrainerError(f"{args.dataset} has no epochs; give --steps")
-    cores = None
-    if args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
-        cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
     # MXNet's engine sizes its pools from these at import: one rank, its own threads.
     os.environ.update(MXNET_CPU_WORKER_NTHREADS=str(args.threads),
                       OMP_NUM_THREADS=str(args.threads))
-    roles = start_roles(dataclasses.replace(launch, launcher=launched_by)) \
-        if launch.distributed else []
-    writer = RecordWriter(args.output, enabled=launch.rank == 0)
+    roles = start_roles(dataclasses.replace(ctx.launch, launcher=ctx.launched_by)) \
+        if ctx.launch.distributed else []
+    ctx.open_records()
     finished = False
     try:
-        rc = _run(args, launch, launched_by, cores, crash_at, writer)
+        rc = _run(ctx)
         finished = True
         return rc
     finally:
-        writer.close()
+        ctx.close_records()
         _leaving.set()
         for p in roles:  # they end once every worker has left; after a failure, at once
             try:
@@ -121,19 +109,17 @@ def train(argv: list[str] | None = None) -> int:
                 p.kill()
 
 
-def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> int:
+def _run(ctx: Context) -> int:
     import mxnet as mx
     from mxnet import autograd, gluon, nd
 
     from .models import build, parameter_count
 
-    world = launch.world_size
-    kv = mx.kv.create("dist_sync") if launch.distributed else None
+    args, writer, world, global_batch = ctx.args, ctx.writer, ctx.world, ctx.global_batch
+    kv = mx.kv.create("dist_sync") if ctx.launch.distributed else None
     if kv is not None and kv.num_workers != world:
         raise TrainerError(f"the kvstore has {kv.num_workers} workers; the launcher started "
                            f"{world} ranks")
-    shape = common_data.SHAPES[args.dataset]
-    global_batch = args.per_device_batch * world
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     keys = iter(range(1_000_000, 2_000_000))  # the Trainer's own keys are 0..parameters-1
@@ -156,52 +142,21 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
         if len(raw) > GATHER_BYTES:
             raise TrainerError(f"a gathered value is over {GATHER_BYTES} bytes")
         rows = np.zeros((world, GATHER_BYTES), np.float32)
-        rows[launch.rank] = np.frombuffer(raw.ljust(GATHER_BYTES), np.uint8)
+        rows[ctx.rank] = np.frombuffer(raw.ljust(GATHER_BYTES), np.uint8)
         return [json.loads(bytes(r.astype(np.uint8)).decode()) for r in all_sum(rows)]
 
     def barrier() -> None:
         if kv is not None:
             kv._barrier()
 
-    test = train_split = None
-    if args.dataset in common_data.SYNTHETIC:
-        rng = np.random.default_rng(args.seed + launch.rank)
-        x_syn = nd.array(rng.standard_normal(
-            (args.per_device_batch, shape.channels, shape.size, shape.size), dtype=np.float32))
-        y_syn = nd.array(rng.integers(0, shape.classes, args.per_device_batch))
-        steps_per_epoch = None
-        total_steps = args.warmup_steps + args.steps
-    else:
-        train_split, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
-        steps_per_epoch = len(train_split.labels) // global_batch
-        if steps_per_epoch == 0:
-            raise TrainerError(f"{len(train_split.labels)} training images are fewer than one "
-                               f"global batch ({global_batch}); lower the per-device batch")
-        total_steps = (steps_per_epoch * args.epochs if args.epochs
-                       else args.warmup_steps + args.steps)
-    mean = np.array(common_data.CIFAR_MEAN, np.float32).reshape(1, 3, 1, 1) * 255
-    std = np.array(common_data.CIFAR_STD, np.float32).reshape(1, 3, 1, 1) * 255
-
-    def prepare(images: np.ndarray, augment: bool, rng) -> Any:
-        x = images.astype(np.float32)
-        if augment:  # the other trainers' flip + 4-pixel-padded random crop
-            flip = rng.random(len(x)) < 0.5
-            x[flip] = x[flip, :, :, ::-1]
-            padded = np.pad(x, ((0, 0), (0, 0), (4, 4), (4, 4)))
-            ox, oy = rng.integers(0, 9, size=2)
-            x = padded[:, :, oy:oy + 32, ox:ox + 32]
-        return nd.array((x - mean) / std)
-
-    lr_peak = scaled_lr(args.lr, args.lr_base_batch, global_batch, args.lr_scaling)
-    plan = LRPlan(args.lr, lr_peak, int(args.lr_warmup_epochs * (steps_per_epoch or 0)),
-                  total_steps, args.lr_schedule)
-    net = build(args.model, shape.classes)
+    data = ArrayData(args, world, ctx.rank, channels_last=False)
+    recipe = ctx.recipe(ctx.total_steps(data.steps_per_epoch), data.steps_per_epoch)
+    net = build(args.model, data.classes)
     net.hybridize(static_alloc=True, static_shape=True)
-    n_params = parameter_count(net)
     # Gluon's SGD: weight decay added to the gradient, as in PyTorch's SGD. The kvstore's
     # init broadcasts worker 0's initial weights to every worker.
     trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": plan.lr(0), "momentum": args.momentum,
+                            {"learning_rate": recipe.plan.lr(0), "momentum": args.momentum,
                              "wd": args.weight_decay},
                             kvstore=kv if kv is not None else "device",
                             update_on_kvstore=False if kv is not None else None)
@@ -220,44 +175,13 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     writer.write("params", framework=FRAMEWORK, world_size=world, global_batch=global_batch,
-                 parameters=n_params, precision="fp32", channels_last=False,
-                 total_steps=total_steps, steps_per_epoch=steps_per_epoch, lr_scaled=lr_peak,
-                 device="cpu", distributed=launch.distributed, **recipe_fields(args),
+                 parameters=parameter_count(net), precision="fp32", channels_last=False,
+                 total_steps=recipe.total_steps, steps_per_epoch=data.steps_per_epoch,
+                 lr_scaled=recipe.plan.scaled_lr, device="cpu",
+                 distributed=ctx.launch.distributed, **recipe_fields(args),
                  kvstore=kv.type if kv is not None else None)
-    hosts = gather(node_name())
-    writer.write("env", framework_versions={"mxnet": mx.__version__, "numpy": np.__version__,
-                                            "python": sys.version.split()[0]},
-                 hostnames=hosts, devices=gather(f"cpu: {cpu_model()} ({args.threads} thread(s))"),
-                 world_size=world, dlscale_version=dlscale_version(), launcher=launched_by,
-                 backend="ps-lite" if kv is not None else None,
-                 job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
-                 omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_affinity=gather(cores))
-
-    def evaluate() -> float:
-        part = slice(launch.rank, None, world)
-        images, labels = test.images[part], test.labels[part]
-        correct = 0
-        for i in range(0, len(images), 256):
-            logits = net(prepare(images[i:i + 256], False, None)).asnumpy()
-            correct += int(np.sum(logits.argmax(1) == labels[i:i + 256]))
-        total = all_sum(np.array([correct, len(labels)], np.float32))
-        return float(total[0] / total[1])
-
-    def batches():
-        if train_split is None:
-            while True:
-                yield x_syn, y_syn
-        epoch = 0
-        while True:
-            order = np.random.default_rng(args.seed + epoch).permutation(len(train_split.labels))
-            mine = order[:steps_per_epoch * global_batch].reshape(
-                steps_per_epoch, world, args.per_device_batch)[:, launch.rank]
-            aug = np.random.default_rng(args.seed + 1000 * epoch + launch.rank)
-            for idx in mine:
-                yield (prepare(train_split.images[idx], args.dataset == "cifar10", aug),
-                       nd.array(train_split.labels[idx]))
-            epoch += 1
-            yield None
+    ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__}, gather,
+                  backend="ps-lite")
 
     def step_fn(xb, yb):
         with autograd.record():
@@ -268,22 +192,23 @@ def _run(args, launch: LaunchEnv, launched_by: str, cores, crash_at, writer) -> 
         mx.nd.waitall()  # MXNet is asynchronous: the step is done only here
         return loss_nd
 
-    loop = training_loop.run(
-        args, writer, batches(), total_steps=total_steps, global_batch=global_batch, plan=plan,
-        crash_at=crash_at, barrier=barrier, evaluate=evaluate if test is not None else None,
-        set_lr=trainer.set_learning_rate, step_fn=step_fn,
-        loss_of=lambda loss_nd: float(loss_nd.asscalar()))
+    def evaluate() -> float:
+        return data.evaluate(lambda x: net(nd.array(x)).asnumpy(), all_sum)
+
+    hooks = training_loop.Hooks(
+        step=step_fn, set_lr=trainer.set_learning_rate,
+        loss_of=lambda loss_nd: float(loss_nd.asscalar()), sync=barrier,
+        evaluate=evaluate if data.test is not None else None, progress=ctx.progress)
+    loop = training_loop.run(recipe, hooks, writer,
+                             data.batches(lambda x, y: (nd.array(x), nd.array(y))))
     digest = hashlib.sha256()
     for name, p in sorted(net.collect_params().items()):
         if p.grad_req != "null":
             digest.update(name.encode())
             digest.update(p.data().asnumpy().astype(np.float32).tobytes())
     digests = gather(digest.hexdigest()[:16])
-    throughput = training_loop.write_summary(writer, args, loop, global_batch, world, digests)
-    timed_steps = loop.timed_steps(args.warmup_steps)
-    if launch.rank == 0:
-        print(f"{PROG}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
-              f"timed steps", flush=True)
+    throughput = training_loop.write_summary(writer, recipe, loop, world, digests)
+    ctx.say_done(throughput, loop)
     barrier()
     # A worker leaves the parameter server when its kvstore is freed, and the scheduler and
     # servers end only when every worker has left: free it now, not at interpreter exit,

@@ -15,20 +15,16 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from typing import Any, Callable
 
 import numpy as np
 
-from ..common import data as common_data
-from ..common.args import (ARRAY_DATASETS, NATIVE_ONLY, build_parser, fault_step,
-                          recipe_fields)
-from ..common.entry import TrainerError, dlscale_version, run_main
-from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
-                                 node_name)
 from ..common import loop as training_loop
-from ..common.records import RecordWriter
-from ..common.schedule import LRPlan, scaled_lr
+from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser, recipe_fields
+from ..common.arrays import ArrayData
+from ..common.context import Context, start
+from ..common.entry import TrainerError, run_main
+from ..common.launch_env import LaunchEnv
 from ..common.tf_cluster import tf_config
 
 PROG = "dlscale-tensorflow"
@@ -142,16 +138,9 @@ def train(argv: list[str] | None = None, dist: Distribution | None = None) -> in
     parser = build_parser(dist.prog, ARRAY_DATASETS, NATIVE_ONLY)
     dist.add_args(parser)
     args = parser.parse_args(argv)
-    launch = detect()
-    crash_at = fault_step(args.inject_fault)
-    launched_by = launch.launcher
-    if launch.world_size == 1:
-        launch = dataclasses.replace(launch, launcher="single")
-    dist.before_import(launch, launched_by)
+    ctx = start(dist.prog, dist.framework, args, on_cpu=True)
+    dist.before_import(ctx.launch, ctx.launched_by)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cores = None
-    if args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
-        cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
     if args.device == "cuda":
         raise TrainerError(f"the {dist.framework} environment is tensorflow-cpu; no GPU here")
     precision = "fp32" if args.precision == "auto" else args.precision
@@ -160,70 +149,30 @@ def train(argv: list[str] | None = None, dist: Distribution | None = None) -> in
     if args.compile:
         raise TrainerError(f"--compile: the {dist.framework} trainer always runs a tf.function "
                            "step")
-    if args.dataset in common_data.SYNTHETIC and args.epochs:
-        raise TrainerError(f"{args.dataset} has no epochs; give --steps")
 
     import tensorflow as tf  # after TF_CONFIG and the thread settings' variables
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    writer = None
     try:
-        dist.init(tf, args, launch)
-        writer = RecordWriter(args.output, enabled=launch.rank == 0)
-        return _run(tf, dist, args, launch, launched_by, cores, crash_at, writer)
+        dist.init(tf, args, ctx.launch)
+        ctx.open_records()
+        return _run(tf, dist, ctx)
     finally:
-        if writer is not None:
-            writer.close()
+        ctx.close_records()
         dist.finish()
 
 
-def _run(tf, dist: Distribution, args, launch: LaunchEnv, launched_by: str, cores, crash_at,
-         writer: RecordWriter) -> int:
+def _run(tf, dist: Distribution, ctx: Context) -> int:
     from .models import KERAS_VERSION, build, keras, parameter_count
 
-    world = launch.world_size
-    shape = common_data.SHAPES[args.dataset]
-    global_batch = args.per_device_batch * world
+    args, writer, global_batch = ctx.args, ctx.writer, ctx.global_batch
     keras.utils.set_random_seed(args.seed)  # the same initial weights on every rank
-
-    # Data: synthetic tensors made once per rank; real data sharded by rank.
-    test = train_split = None
-    if args.dataset in common_data.SYNTHETIC:
-        rng = np.random.default_rng(args.seed + launch.rank)
-        x_syn = tf.constant(rng.standard_normal(
-            (args.per_device_batch, shape.size, shape.size, shape.channels), dtype=np.float32))
-        y_syn = tf.constant(rng.integers(0, shape.classes, args.per_device_batch), dtype=tf.int64)
-        steps_per_epoch = None
-        total_steps = args.warmup_steps + args.steps
-    else:
-        train_split, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
-        steps_per_epoch = len(train_split.labels) // global_batch
-        if steps_per_epoch == 0:
-            raise TrainerError(f"{len(train_split.labels)} training images are fewer than one "
-                               f"global batch ({global_batch}); lower the per-device batch")
-        total_steps = (steps_per_epoch * args.epochs if args.epochs
-                       else args.warmup_steps + args.steps)
-    mean = np.array(common_data.CIFAR_MEAN, np.float32).reshape(1, 1, 1, 3) * 255
-    std = np.array(common_data.CIFAR_STD, np.float32).reshape(1, 1, 1, 3) * 255
-
-    def prepare(images: np.ndarray, augment: bool, rng: np.random.Generator) -> np.ndarray:
-        x = images.transpose(0, 2, 3, 1).astype(np.float32)  # NCHW uint8 -> NHWC float
-        if augment:  # the PyTorch trainers' flip + 4-pixel-padded random crop
-            flip = rng.random(len(x)) < 0.5
-            x[flip] = x[flip, :, ::-1]
-            padded = np.pad(x, ((0, 0), (4, 4), (4, 4), (0, 0)))
-            ox, oy = rng.integers(0, 9, size=2)
-            x = padded[:, oy:oy + 32, ox:ox + 32]
-        return (x - mean) / std
-
-    lr_peak = scaled_lr(args.lr, args.lr_base_batch, global_batch, args.lr_scaling)
-    plan = LRPlan(args.lr, lr_peak, int(args.lr_warmup_epochs * (steps_per_epoch or 0)),
-                  total_steps, args.lr_schedule)
+    data = ArrayData(args, ctx.world, ctx.rank, channels_last=True)
+    recipe = ctx.recipe(ctx.total_steps(data.steps_per_epoch), data.steps_per_epoch)
     with dist.scope():
-        model = build(args.model, shape.classes)
-        lr_var = tf.Variable(plan.lr(0), trainable=False, dtype=tf.float32)
+        model = build(args.model, data.classes)
+        lr_var = tf.Variable(recipe.plan.lr(0), trainable=False, dtype=tf.float32)
         opt = keras.optimizers.SGD(learning_rate=lambda: lr_var, momentum=args.momentum)
-    n_params = parameter_count(model)
     params = model.trainable_variables
     dist.start_training(model, opt)
 
@@ -240,67 +189,33 @@ def _run(tf, dist: Distribution, args, launch: LaunchEnv, launched_by: str, core
             return loss
         return step_fn
 
-    train_step = dist.step(make_step, args, global_batch)
-
-    writer.write("params", framework=dist.framework, world_size=world,
-                 global_batch=global_batch, parameters=n_params, precision="fp32",
-                 channels_last=True, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-                 lr_scaled=lr_peak, device="cpu", distributed=launch.distributed,
-                 **recipe_fields(args), **dist.record(args))
-    versions = {"tensorflow": tf.__version__, "keras": KERAS_VERSION,
-                "python": sys.version.split()[0], "numpy": np.__version__, **dist.versions()}
-    hosts = dist.gather(node_name())
-    writer.write("env", framework_versions=versions, hostnames=hosts,
-                 devices=dist.gather(f"cpu: {cpu_model()} ({args.threads} thread(s))"),
-                 world_size=world, dlscale_version=dlscale_version(), launcher=launched_by,
-                 backend=dist.backend() if launch.distributed else None,
-                 job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
-                 omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
-                 cpu_affinity=dist.gather(cores))
+    writer.write("params", framework=dist.framework, world_size=ctx.world,
+                 global_batch=global_batch, parameters=parameter_count(model),
+                 precision="fp32", channels_last=True, total_steps=recipe.total_steps,
+                 steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
+                 device="cpu", distributed=ctx.launch.distributed, **recipe_fields(args),
+                 **dist.record(args))
+    ctx.write_env({"tensorflow": tf.__version__, "keras": KERAS_VERSION,
+                   "numpy": np.__version__, **dist.versions()}, dist.gather,
+                  backend=dist.backend())
 
     def evaluate() -> float:
-        part = slice(launch.rank, None, world)
-        images, labels = test.images[part], test.labels[part]
-        correct = 0
-        for i in range(0, len(images), 256):
-            logits = model(prepare(images[i:i + 256], False, None), training=False)
-            correct += int(np.sum(np.argmax(logits.numpy(), 1) == labels[i:i + 256]))
-        total = dist.all_sum(np.array([correct, len(labels)], np.float64))
-        return float(total[0] / total[1])
+        return data.evaluate(lambda x: model(x, training=False).numpy(), dist.all_sum)
 
-    def batches():
-        if train_split is None:
-            while True:
-                yield x_syn, y_syn
-        epoch = 0
-        while True:
-            rng = np.random.default_rng(args.seed + epoch)  # the same order on every rank
-            order = rng.permutation(len(train_split.labels))[:steps_per_epoch * global_batch]
-            mine = order.reshape(steps_per_epoch, world, args.per_device_batch)[:, launch.rank]
-            aug = np.random.default_rng(args.seed + 1000 * epoch + launch.rank)
-            for idx in mine:
-                yield (tf.constant(prepare(train_split.images[idx], args.dataset == "cifar10", aug)),
-                       tf.constant(train_split.labels[idx]))
-            epoch += 1
-            yield None
-
-    loop = training_loop.run(
-        args, writer, batches(), total_steps=total_steps, global_batch=global_batch, plan=plan,
-        crash_at=crash_at, barrier=dist.barrier,
-        evaluate=evaluate if test is not None else None, set_lr=lr_var.assign,
-        step_fn=train_step,  # on CPU the call returns when the step is done
-        loss_of=float)
+    hooks = training_loop.Hooks(
+        step=dist.step(make_step, args, global_batch),  # on CPU it returns when done
+        set_lr=lr_var.assign, loss_of=float, sync=dist.barrier,
+        evaluate=evaluate if data.test is not None else None,
+        progress=ctx.progress)
+    loop = training_loop.run(recipe, hooks, writer, data.batches(
+        lambda x, y: (tf.constant(x), tf.constant(y, dtype=tf.int64))))
     digest = hashlib.sha256()
     for v in sorted(params, key=lambda v: v.name):
         digest.update(v.name.encode())
         digest.update(np.asarray(v.numpy(), np.float32).tobytes())
     digests = dist.gather(digest.hexdigest()[:16])
-    throughput = training_loop.write_summary(writer, args, loop, global_batch, world, digests)
-    timed_steps, best_top1 = loop.timed_steps(args.warmup_steps), loop.best_top1
-    if launch.rank == 0:
-        print(f"{dist.prog}: {args.model} x{world} {throughput:.1f} images/s over {timed_steps} "
-              f"timed steps" + (f", top-1 {best_top1:.3f}" if best_top1 is not None else ""),
-              flush=True)
+    throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests)
+    ctx.say_done(throughput, loop)
     dist.barrier()
     return 0
 

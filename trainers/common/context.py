@@ -1,0 +1,117 @@
+"""A run as every trainer starts it: who this rank is, the cores it owns, the recipe the shared
+loop follows, and the records every framework writes alike (env, the closing line)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import data as common_data
+from .args import fault_step
+from .entry import TrainerError, dlscale_version
+from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
+from .loop import Loop, Recipe
+from .records import RecordWriter
+from .schedule import LRPlan, scaled_lr
+
+
+@dataclass
+class Context:
+    """One rank's run: its flags, its place in the job and its records."""
+
+    prog: str
+    framework: str
+    args: argparse.Namespace
+    launch: LaunchEnv          # a world of one is "single": no process group, no wrapper
+    launched_by: str           # the launcher that started the job, as it was
+    cores: list[int] | None    # the cores this rank was pinned to, if it was
+    writer: RecordWriter | None = None
+
+    @property
+    def world(self) -> int:
+        return self.launch.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.launch.rank
+
+    @property
+    def global_batch(self) -> int:
+        return self.args.per_device_batch * self.launch.world_size
+
+    def open_records(self) -> RecordWriter:
+        """Only rank 0 writes; the others get a writer that writes nothing."""
+        self.writer = RecordWriter(self.args.output, enabled=self.launch.rank == 0)
+        return self.writer
+
+    def close_records(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def recipe(self, total_steps: int, steps_per_epoch: int | None) -> Recipe:
+        """The learning-rate plan (scaled to the global batch, linear warm-up) and the loop's
+        length, the same in every framework."""
+        a = self.args
+        peak = scaled_lr(a.lr, a.lr_base_batch, self.global_batch, a.lr_scaling)
+        plan = LRPlan(a.lr, peak, int(a.lr_warmup_epochs * (steps_per_epoch or 0)),
+                      total_steps, a.lr_schedule)
+        return Recipe.from_args(a, total_steps=total_steps, global_batch=self.global_batch,
+                                plan=plan, crash_at=fault_step(a.inject_fault))
+
+    def total_steps(self, steps_per_epoch: int | None) -> int:
+        a = self.args
+        if a.epochs:
+            assert steps_per_epoch is not None
+            return steps_per_epoch * a.epochs
+        return a.warmup_steps + a.steps
+
+    def write_env(self, versions: dict[str, Any], gather: Callable[[Any], list[Any]],
+                  device: str | None = None, backend: str | None = None, **extra: Any) -> None:
+        """The env record: versions, where every rank ran and on what (gathered to rank 0)."""
+        assert self.writer is not None
+        device = device or f"cpu: {cpu_model()} ({self.args.threads} thread(s))"
+        hosts = gather(node_name())
+        self.writer.write(
+            "env", framework_versions={"python": sys.version.split()[0], **versions},
+            hostnames=hosts, devices=gather(device), world_size=self.world,
+            dlscale_version=dlscale_version(), launcher=self.launched_by,
+            backend=backend if self.launch.distributed else None,
+            job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
+            omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_affinity=gather(self.cores),
+            **extra)
+
+    def progress(self, line: str) -> None:
+        """A human line in the run log while it trains (`dlscale logs -f`, the TUI)."""
+        if self.launch.rank == 0:
+            print(f"{self.prog}: {line}", flush=True)
+
+    def say_done(self, throughput: float, loop: Loop) -> None:
+        """The run log's closing line (rank 0)."""
+        if self.launch.rank != 0:
+            return
+        timed = loop.timed_steps(self.args.warmup_steps)
+        print(f"{self.prog}: {self.args.model} x{self.world} {throughput:.1f} images/s over "
+              f"{timed} timed steps"
+              + (f", top-1 {loop.best_top1:.3f}" if loop.best_top1 is not None else "")
+              + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
+              flush=True)
+
+
+def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) -> Context:
+    """What every trainer does first: read the launcher, refuse a recipe the data cannot
+    take, and on CPU pin the rank to cores of its own (inside a Slurm job binding is
+    Slurm's: it knows the allocation, a rank only its own node)."""
+    launch = detect()
+    fault_step(args.inject_fault)  # a malformed fault is a usage error before any work
+    if args.dataset in common_data.SYNTHETIC and args.epochs:
+        raise TrainerError(f"{args.dataset} has no epochs; give --steps")
+    launched_by = launch.launcher
+    if launch.world_size == 1:
+        launch = dataclasses.replace(launch, launcher="single")
+    cores = None
+    if on_cpu and args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
+        cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
+    return Context(prog, framework, args, launch, launched_by, cores)
