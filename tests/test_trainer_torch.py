@@ -46,6 +46,11 @@ def test_two_ranks_end_with_identical_weights_and_full_records(tmp_path):
     assert summary["step_time_median_s"] > 0
     # exactly one writer: rank 1 wrote nothing, so each record appears once
     assert kinds.count("params") == 1 and kinds.count("summary") == 1
+    # the log says how training goes while it trains: one line per interval, rank 0 only
+    progress = [line for line in proc.stdout.splitlines() if " images/s, ETA " in line]
+    steps = [r["step"] for r in recs if r["kind"] == "interval"]
+    assert [line.split("step ")[1].split("/")[0] for line in progress] == [str(s) for s in steps]
+    assert progress[-1].startswith("dlscale-torch-ddp: step 5/5 (100%), epoch 0, loss ")
 
 
 def free_port():

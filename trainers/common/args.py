@@ -10,7 +10,9 @@ MODELS = CIFAR_MODELS + IMAGENET_MODELS
 ARRAY_DATASETS = ("synthetic-cifar", "synthetic-imagenet", "cifar10", "digits")
 # ImageNet as class folders of JPEGs (trainers/common/imagenet.py): the PyTorch family reads it.
 DATASETS = ARRAY_DATASETS + ("imagenet",)
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# auto: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), fp16 below, fp32 on
+# CPU. fp32 means fp32 (TF32 off); tf32 is TF32 matmuls and convolutions, chosen knowingly.
+PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 LR_SCALING = ("linear", "sqrt", "none")
 LR_SCHEDULES = ("constant", "cosine")
 # native: the framework's own loader; dali: NVIDIA DALI (the PyTorch family's trainers).
@@ -64,7 +66,7 @@ def build_parser(prog: str, datasets: tuple[str, ...] = DATASETS,
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="auto: bf16 on GPU, fp32 on CPU")
+                   help="auto: bf16 on GPUs of compute capability 8.0+, fp16 below, fp32 on CPU")
     p.add_argument("--memory-format", choices=("auto", "channels_last", "contiguous"),
                    default="auto", help="auto: channels_last on GPU")
     p.add_argument("--compile", action="store_true", help="torch.compile / XLA where offered")

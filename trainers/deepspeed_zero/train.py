@@ -58,21 +58,10 @@ class DeepSpeedZeRO(Distribution):
             raise TrainerError(f"DeepSpeed sees {dist.get_world_size()} ranks; the launcher "
                                f"started {launch.world_size}")
 
-    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device):
-        config = {
-            "train_micro_batch_size_per_gpu": args.per_device_batch,
-            "gradient_accumulation_steps": 1,
-            "zero_optimization": {"stage": args.zero_stage},
-            # Our SGD (the same optimizer as every framework) is not one DeepSpeed tested
-            # ZeRO with; it works, and parity of the recipe matters more here.
-            "zero_allow_untested_optimizer": True,
-            "bf16": {"enabled": args.precision == "bf16"},
-            "fp16": {"enabled": args.precision == "fp16"},
-            "steps_per_print": 10 ** 9,  # our records report progress, not DeepSpeed's log
-            "wall_clock_breakdown": False,
-        }
-        engine, optimizer, _, _ = self.ds.initialize(model=model, optimizer=opt, config=config,
-                                                     dist_init_required=False)
+    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
+        engine, optimizer, _, _ = self.ds.initialize(
+            model=model, optimizer=opt, dist_init_required=False,
+            config=deepspeed_config(args.per_device_batch, args.zero_stage, precision))
         return engine, optimizer
 
     def step(self, net, opt, loss, scaler) -> None:
@@ -92,6 +81,30 @@ class DeepSpeedZeRO(Distribution):
             if launch.distributed:
                 dist.barrier()
             dist.destroy_process_group()
+
+
+def deepspeed_config(per_device_batch: int, zero_stage: int, precision: str) -> dict[str, Any]:
+    """The engine's configuration for a run in `precision` (as resolved for the device).
+
+    DeepSpeed (0.18+) runs forward under its own autocast, which turns an outer one off
+    unless its `torch_autocast` section is enabled; its `bf16`/`fp16` sections instead cast
+    the parameters to half while the inputs stay fp32. So mixed precision is asked for the
+    way every other framework here runs it: autocast, fp32 master weights (with DeepSpeed's
+    own loss scaler under fp16), and what is recorded is what computes."""
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": per_device_batch,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": zero_stage},
+        # Our SGD (the same optimizer as every framework) is not one DeepSpeed tested
+        # ZeRO with; it works, and parity of the recipe matters more here.
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10 ** 9,  # our records report progress, not DeepSpeed's log
+        "wall_clock_breakdown": False,
+    }
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision)
+    if dtype:
+        config["torch_autocast"] = {"enabled": True, "dtype": dtype}
+    return config
 
 
 def _free_port() -> int:

@@ -30,7 +30,7 @@ class HorovodTorch(HorovodShared, Distribution):
         if device.type == "cuda":
             torch.cuda.set_device(hvd.local_rank())
 
-    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device):
+    def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
         if not launch.distributed:
             return model, opt
         hvd = self.hvd

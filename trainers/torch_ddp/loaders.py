@@ -48,17 +48,30 @@ class _Normalise:
 
     def __call__(self, x: torch.Tensor, augment_cifar: bool = False) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True).float()
-        if augment_cifar:  # CIFAR's standard flip + 4-pixel-padded random crop
-            flip = torch.rand(x.shape[0], device=self.device) < 0.5
-            x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
-            padded = F.pad(x, (4, 4, 4, 4))
-            ox, oy = np.random.randint(0, 9, size=2)
-            x = padded[:, :, oy:oy + 32, ox:ox + 32]
+        if augment_cifar:
+            x = augment_cifar(x)
         x = (x - self.mean) / self.std
         return self.channels_last_if_asked(x)
 
     def channels_last_if_asked(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+def augment_cifar(x: torch.Tensor) -> torch.Tensor:
+    """CIFAR-10's standard augmentation, drawn per image as DALI and the array trainers do:
+    a horizontal flip with probability 1/2 and a 32x32 window at a random whole-pixel offset
+    of the image padded by 4 (float NCHW, on the run's device)."""
+    n, c = x.shape[:2]
+    dev = x.device
+    flip = torch.rand(n, device=dev) < 0.5
+    x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+    padded = F.pad(x, (4, 4, 4, 4))
+    oy, ox = torch.randint(0, 9, (2, n), device=dev)
+    span = torch.arange(32, device=dev)
+    rows = (oy[:, None] + span).view(n, 1, 32, 1)
+    cols = (ox[:, None] + span).view(n, 1, 1, 32)
+    return padded[torch.arange(n, device=dev).view(n, 1, 1, 1),
+                  torch.arange(c, device=dev).view(1, c, 1, 1), rows, cols]
 
 
 def _sampler(n: int, world: int, rank: int, seed: int):
