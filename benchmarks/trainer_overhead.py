@@ -1,7 +1,8 @@
 """Does the trainer measure the model, or itself?
 
 Compares the PyTorch DDP trainer's images/s with a bare hand-written loop of the same model,
-batch, threads and optimizer (no DDP, no records, no timing brackets), alternating the two
+batch, threads and optimizer on the same device (benchmarks/hand_loop.py: no DDP, no records,
+no timing brackets), alternating the two
 in one invocation so machine drift hits both alike; then the trainer's 2-rank weak-scaling
 efficiency. Prints the numbers and the ratios, and appends them to benchmarks/results.jsonl.
 
@@ -23,40 +24,22 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from hand_loop import hand_loop  # noqa: E402  (benchmarks/ is not a package)
 
 
-def bare_loop(model_name: str, batch: int, steps: int, warmup: int) -> float:
-    """The simplest honest loop: what a user would write by hand."""
-    import torch
-    import torch.nn.functional as F
-
-    from dlscale.trainers.torch_ddp.models import build
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = build(model_name, 10)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(batch, 3, 32, 32)
-    y = torch.randint(0, 10, (batch,))
-    for i in range(warmup + steps):
-        if i == warmup:
-            t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return steps * batch / (time.perf_counter() - t0)
-
-
-def trainer(model_name: str, batch: int, steps: int, warmup: int, ranks: int) -> float:
-    """The trainer as the local backend launches it (torchrun, DDP, gloo, 1 thread/rank)."""
+def trainer(model_name: str, batch: int, steps: int, warmup: int, ranks: int,
+            device: str, precision: str) -> float:
+    """The trainer as the local backend launches it (torchrun, DDP, gloo or NCCL, 1 thread
+    per rank), on the hand loop's device and precision."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "metrics.jsonl"
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         f"--nproc-per-node={ranks}", "-m", "dlscale.trainers.torch_ddp",
                         "--model", model_name, "--dataset", "synthetic-cifar",
                         "--per-device-batch", str(batch), "--steps", str(steps),
-                        "--warmup-steps", str(warmup), "--output", str(out)],
+                        "--warmup-steps", str(warmup), "--device", device,
+                        "--precision", precision, "--output", str(out)],
                        check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         summary = json.loads(out.read_text().splitlines()[-1])
         return float(summary["throughput"])
@@ -69,13 +52,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="where both loops run (auto: cuda when present)")
     ap.add_argument("--bare-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.device == "auto":
+        import torch
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    # fp32 on both: the comparison is of loops, not precisions (gpu.py compares bf16)
+    precision = "fp32"
     if a.bare_only:  # run in its own process, like the trainer, so neither inherits state
-        print(bare_loop(a.model, a.batch, a.steps, a.warmup))
+        print(hand_loop(a.model, "synthetic-cifar", a.batch, a.steps, a.warmup, a.device,
+                        precision))
         return
     bare_cmd = [sys.executable, __file__, "--bare-only", "--model", a.model, "--batch",
-                str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+                str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
+                "--device", a.device]
     bare, one, two, pair = [], [], [], []
     ratios, effs, ceilings = [], [], []
     for r in range(a.rounds):
@@ -83,8 +75,8 @@ def main() -> None:
         # noisy neighbour that slows one round does not masquerade as overhead.
         bare.append(float(subprocess.run(bare_cmd, check=True, capture_output=True,
                                          text=True).stdout))
-        one.append(trainer(a.model, a.batch, a.steps, a.warmup, 1))
-        two.append(trainer(a.model, a.batch, a.steps, a.warmup, 2))
+        one.append(trainer(a.model, a.batch, a.steps, a.warmup, 1, a.device, precision))
+        two.append(trainer(a.model, a.batch, a.steps, a.warmup, 2, a.device, precision))
         # Two independent bare loops at once: what 2 cores give with no communication at all,
         # the ceiling for any 2-rank efficiency on this machine.
         procs = [subprocess.Popen(bare_cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -106,7 +98,7 @@ def main() -> None:
           "(2-rank efficiency with no communication)")
     result = {"benchmark": "trainer_overhead", "date": time.strftime("%Y-%m-%d %H:%M"),
               "machine": f"{platform.node()} {os.cpu_count()} cpus {platform.processor()}",
-              "model": a.model, "batch": a.batch, "steps": a.steps, "rounds": a.rounds,
+              "device": a.device, "model": a.model, "batch": a.batch, "steps": a.steps, "rounds": a.rounds,
               "bare": bare, "trainer_1": one, "trainer_2": two, "two_bare_loops": pair,
               "trainer_over_bare": ratio, "efficiency_2": eff, "ceiling_2": ceiling}
     with open(HERE / "results.jsonl", "a") as fh:

@@ -253,6 +253,26 @@ def test_dali_and_native_imagenet_epochs_have_the_same_steps_and_labels(dali_env
 
 
 @pytest.mark.slow
+def test_dali_decodes_only_the_crop_of_each_imagenet_jpeg(dali_env, dali_home, sample):
+    """DALI's ResNet-50 recipe: the random crop is chosen before decoding, and only that
+    region is decoded (then resized), instead of decoding the whole JPEG and cropping."""
+    r = in_env(dali_env, dali_home, """
+import json, sys, torch
+from dlscale.trainers.common.args import build_parser
+from dlscale.trainers.torch_ddp import loaders
+args = build_parser("t").parse_args(["--model", "resnet50", "--dataset", "imagenet",
+    "--data-dir", sys.argv[1], "--per-device-batch", "4", "--steps", "1", "--loader", "dali"])
+data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
+graph = data.pipeline.serialize().decode("latin-1")
+x, y = next(iter(data.epoch(0)))
+print(json.dumps({"crop_decoder": "ImageRandomCrop" in graph,
+                  "whole_decoder": "decoders__Image\"" in graph or "ImageDecoder\"" in graph,
+                  "shape": list(x.shape)}))
+""", sample)
+    assert r == {"crop_decoder": True, "whole_decoder": False, "shape": [4, 3, 224, 224]}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["digits", "imagenet"])
 def test_two_ranks_train_with_dali_to_identical_weights(dali_env, dali_home, tmp_path, sample,
                                                          dataset):

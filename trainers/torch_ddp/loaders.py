@@ -36,6 +36,7 @@ class Data:
     epoch: Callable[[int], Iterator[Batch]]   # epoch number -> that epoch's batches
     val: Callable[[], Iterator[Batch]]        # this rank's part of the evaluation set
     versions: dict[str, Any] = field(default_factory=dict)
+    pipeline: Any = None  # DALI's, when it reads: what it runs can be inspected
 
 
 class _Normalise:
@@ -270,12 +271,13 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
                                           mean=mean, std=std, **crop)
         return images, labels
 
-    _, batches = _dali_iterator(dali_torch, pipeline(), norm)
+    pipe = pipeline()
+    _, batches = _dali_iterator(dali_torch, pipe, norm)
 
     def epoch(e: int) -> Iterator[Batch]:
         return batches()  # DALI counts the epochs itself (BatchInfo.epoch_idx)
     return Data(common_data.SHAPES[args.dataset].classes, len(train.labels), steps, epoch,
-                _val_arrays(test, world, rank, norm), {"dali": dali.__version__})
+                _val_arrays(test, world, rank, norm), {"dali": dali.__version__}, pipe)
 
 
 def _dali_folders(args, folders: imagenet.Folders, world, rank, local_rank, device, norm,
@@ -308,24 +310,29 @@ def _dali_folders(args, folders: imagenet.Folders, world, rank, local_rank, devi
                                        num_shards=world, shuffle_after_epoch=True,
                                        shuffle_after_epoch_seed=args.seed,
                                        pad_last_batch=True, name="Reader")
-        # "mixed": nvJPEG decodes on the GPU (untested here: no GPU on the development
-        # machine); on CPU, libjpeg-turbo in DALI's threads.
-        images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu",
-                                   output_type=types.RGB)
-        images = fn.random_resized_crop(images, size=(imagenet.CROP, imagenet.CROP),
-                                        random_area=(0.08, 1.0),
-                                        random_aspect_ratio=(3 / 4, 4 / 3))
+        # Only the random crop's region is decoded ("mixed": nvJPEG on the GPU, with
+        # DALI's ResNet-50 example's memory paddings so buffers are not regrown for the
+        # first large images; on CPU, libjpeg-turbo in DALI's threads), then resized.
+        padding = {"device_memory_padding": 211_025_920,
+                   "host_memory_padding": 140_544_512} if gpu else {}
+        images = fn.decoders.image_random_crop(
+            jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
+            random_area=(0.08, 1.0), random_aspect_ratio=(3 / 4, 4 / 3), num_attempts=100,
+            **padding)
+        images = fn.resize(images, resize_x=imagenet.CROP, resize_y=imagenet.CROP)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                           mean=mean, std=std, mirror=fn.random.coin_flip())
         return images, (label.gpu() if gpu else label)
 
     # DROP: a last partial batch of the shard is read (padded) and dropped, so epochs end
     # together on every rank.
-    it, batches = _dali_iterator(dali_torch, pipeline(), norm, reader_name="Reader",
+    pipe = pipeline()
+    it, batches = _dali_iterator(dali_torch, pipe, norm, reader_name="Reader",
                                  last_batch_policy=LastBatchPolicy.DROP)
     if len(it) != steps:
         raise TrainerError(f"DALI plans {len(it)} steps an epoch, the native loader {steps}")
     def epoch(e: int) -> Iterator[Batch]:
         return batches()
     return Data(len(folders.classes), n, steps, epoch,
-                _val_folders(args, folders, world, rank, device, norm), {"dali": dali.__version__})
+                _val_folders(args, folders, world, rank, device, norm), {"dali": dali.__version__},
+                pipe)

@@ -1,0 +1,147 @@
+"""The PyTorch family on a real CUDA device: every precision finishes and computes in the dtype
+it records, a rank never shares or invents a GPU, step timing holds few events, DALI decodes
+on the GPU, and a small model reaches its accuracy target. Frameworks and loaders whose
+environment is not on this machine are skipped with that reason."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlscale.engine.datasets import write_imagenet_sample
+from dlscale.trainers.torch_ddp.device import COMPUTE_DTYPE, CudaTimer
+
+SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "64",
+         "--steps", "20", "--warmup-steps", "5", "--log-every", "5", "--device", "cuda"]
+PRECISIONS = ["bf16", "fp16", "fp32", "tf32", "auto"]
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def trainer(module: str, tmp_path: Path, *args: str, ranks: int = 1, python=sys.executable,
+            env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "metrics.jsonl"
+    launch = [python, "-m", "torch.distributed.run", "--standalone",
+              f"--nproc-per-node={ranks}"] if ranks > 1 else [python]
+    proc = subprocess.run([*launch, "-m", module, *args, "--output", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, **(env or {})})
+    return proc, out
+
+
+def importable(name: str) -> bool:
+    return subprocess.run([sys.executable, "-c", f"import {name}"],
+                          capture_output=True).returncode == 0
+
+
+FAMILY = {"pytorch-ddp": "dlscale.trainers.torch_ddp",
+          "deepspeed": "dlscale.trainers.deepspeed_zero",
+          "horovod-pytorch": "dlscale.trainers.horovod_torch"}
+NEEDS = {"deepspeed": "deepspeed", "horovod-pytorch": "horovod.torch"}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("framework", sorted(FAMILY))
+def test_each_precision_computes_in_the_dtype_it_records(framework, precision, tmp_path):
+    if framework in NEEDS and not importable(NEEDS[framework]):
+        pytest.skip(f"{framework}: {NEEDS[framework]} does not import in this python")
+    proc, out = trainer(FAMILY[framework], tmp_path, *SMALL, "--precision", precision)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    params, env, summary = recs[0], recs[1], recs[-1]
+    ran = params["precision"]
+    capability = torch.cuda.get_device_capability(0)
+    if precision == "auto":
+        assert ran == ("bf16" if capability >= (8, 0) else "fp16")
+    else:
+        assert ran == precision
+    assert summary["compute_dtype"] == COMPUTE_DTYPE[ran]
+    assert params["device"] == "cuda" and params["tf32"] == (ran == "tf32")
+    assert params["cudnn_benchmark"] is True and params["fused_sgd"] is True
+    assert summary["final_loss"] is not None and summary["throughput"] > 0
+    assert env["devices"] == [torch.cuda.get_device_name(0)]
+    assert env["framework_versions"]["cuda"] and env["framework_versions"]["cudnn"]
+
+
+def test_more_ranks_than_gpus_is_refused_with_the_count(tmp_path):
+    n = torch.cuda.device_count()
+    proc, _ = trainer(FAMILY["pytorch-ddp"], tmp_path, *SMALL, ranks=n + 1)
+    assert proc.returncode != 0
+    assert f"local rank {n} has no GPU of its own" in proc.stderr + proc.stdout
+
+
+def test_two_ranks_on_two_gpus_use_nccl_and_agree(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU here: NCCL across two needs two")
+    proc, out = trainer(FAMILY["pytorch-ddp"], tmp_path, *SMALL, ranks=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    assert recs[1]["backend"] == "nccl" and recs[1]["framework_versions"]["nccl"]
+    digests = recs[-1]["weights_digest_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+
+
+def test_cuda_step_timer_keeps_only_the_steps_since_the_last_interval():
+    timer = CudaTimer()
+    x = torch.randn(512, 512, device="cuda")
+    for step in range(1, 201):
+        timer.begin()
+        x = (x @ x).tanh()
+        timer.end()
+        if step % 10 == 0:
+            float(x.sum())  # the loop's loss read at an interval boundary synchronises
+            timer.collect()
+            assert timer.pending <= 1
+    times = timer.times()
+    assert len(times) == 200 and all(t > 0 for t in times) and timer.pending == 0
+
+
+def test_resnet20_reaches_its_digits_target_on_the_gpu(tmp_path):
+    proc, out = trainer(FAMILY["pytorch-ddp"], tmp_path, "--model", "resnet20", "--dataset",
+                        "digits", "--per-device-batch", "64", "--epochs", "30",
+                        "--target-accuracy", "0.9", "--lr", "0.05", "--device", "cuda")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = records(out)[-1]
+    assert summary["reached_target"] and summary["best_top1"] >= 0.9
+    assert summary["time_to_accuracy_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def imagenet_sample(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data") / "imagenet-sample"
+    write_imagenet_sample(root, classes=4, per_class=16, val_per_class=4)
+    return root
+
+
+def test_dali_on_the_gpu_gives_the_native_loaders_epoch(imagenet_sample):
+    if not importable("nvidia.dali"):
+        pytest.skip("NVIDIA DALI is not installed in this python")
+    code = """
+import json, sys, torch
+from collections import Counter
+from dlscale.trainers.common.args import build_parser
+from dlscale.trainers.torch_ddp import loaders
+out = {}
+for loader in ("native", "dali"):
+    args = build_parser("t").parse_args(["--model", "resnet50", "--dataset", "imagenet",
+        "--data-dir", sys.argv[1], "--per-device-batch", "8", "--steps", "1",
+        "--loader", loader, "--device", "cuda"])
+    data = loaders.build(args, 1, 0, 0, torch.device("cuda", 0), True, "pytorch-ddp")
+    batches = list(data.epoch(0))
+    out[loader] = {"steps": len(batches), "devices": sorted({str(x.device) for x, _ in batches}),
+                   "labels": dict(Counter(int(v) for _, y in batches for v in y)),
+                   "shape": list(batches[0][0].shape)}
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(imagenet_sample)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["native"]["steps"] == r["dali"]["steps"] == 64 // 8
+    assert r["native"]["labels"] == r["dali"]["labels"]  # the same images per epoch
+    assert r["dali"]["devices"] == ["cuda:0"] and r["dali"]["shape"] == [8, 3, 224, 224]
