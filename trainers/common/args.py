@@ -14,7 +14,9 @@ DATASETS = ARRAY_DATASETS + ("imagenet",)
 # CPU. fp32 means fp32 (TF32 off); tf32 is TF32 matmuls and convolutions, chosen knowingly.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 LR_SCALING = ("linear", "sqrt", "none")
-LR_SCHEDULES = ("constant", "cosine")
+# After the linear warm-up: constant, step (/10 at 30/60/80% of training), poly (power 2)
+# or cosine decay, as compared at scale by Aach et al. (common/schedule.py).
+LR_SCHEDULES = ("constant", "step", "poly", "cosine")
 # native: the framework's own loader; dali: NVIDIA DALI (the PyTorch family's trainers).
 LOADERS = ("native", "dali")
 NATIVE_ONLY = ("native",)  # the loaders of trainers without DALI (TensorFlow, MXNet)
