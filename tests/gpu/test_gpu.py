@@ -66,6 +66,11 @@ def test_each_precision_computes_in_the_dtype_it_records(framework, precision, t
     assert summary["final_loss"] is not None and summary["throughput"] > 0
     assert env["devices"] == [torch.cuda.get_device_name(0)]
     assert env["framework_versions"]["cuda"] and env["framework_versions"]["cudnn"]
+    # NVML's energy counter over the timed steps, or the reason it could not be read
+    if env["energy_source"] == "nvml":
+        assert summary["energy_per_image_j"] > 0 and 0 <= summary["device_util"] <= 1
+    else:
+        assert env["energy_unavailable"] and summary["energy_j"] is None
 
 
 def test_more_ranks_than_gpus_is_refused_with_the_count(tmp_path):

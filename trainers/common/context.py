@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from . import data as common_data
 from .args import fault_step
+from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
 from .loop import Loop, Recipe
@@ -29,6 +30,7 @@ class Context:
     launched_by: str           # the launcher that started the job, as it was
     cores: list[int] | None    # the cores this rank was pinned to, if it was
     writer: RecordWriter | None = None
+    meter: Meter | None = None
 
     @property
     def world(self) -> int:
@@ -68,10 +70,27 @@ class Context:
             return steps_per_epoch * a.epochs
         return a.warmup_steps + a.steps
 
+    def open_meter(self, gpu: Any = None) -> Meter:
+        """Energy over the timed steps: this rank's GPU, or the node's CPU packages (metered
+        by the node's first rank, whose package the others share)."""
+        self.meter = Meter(gpu, first_on_node=self.launch.local_rank == 0)
+        return self.meter
+
+    def energy(self, gather: Callable[[Any], list[Any]], images: int) -> dict[str, Any]:
+        """The summary's energy fields, from every rank's reading."""
+        assert self.meter is not None
+        r = self.meter.reading()
+        readings = gather([r.energy_j, r.seconds, r.util])
+        return summary_fields([Reading(*x) for x in readings], images)
+
     def write_env(self, versions: dict[str, Any], gather: Callable[[Any], list[Any]],
                   device: str | None = None, backend: str | None = None, **extra: Any) -> None:
-        """The env record: versions, where every rank ran and on what (gathered to rank 0)."""
+        """The env record: versions, where every rank ran and on what (gathered to rank 0),
+        and what energy could be read there (or why not)."""
         assert self.writer is not None
+        if self.meter is not None:
+            extra = {"energy_source": self.meter.source,
+                     "energy_unavailable": self.meter.unavailable, **extra}
         device = device or f"cpu: {cpu_model()} ({self.args.threads} thread(s))"
         hosts = gather(node_name())
         self.writer.write(

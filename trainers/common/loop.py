@@ -80,6 +80,7 @@ class Hooks:
     evaluate: Callable[[], float] | None = None
     timer: StepTimer = field(default_factory=WallTimer)
     progress: Callable[[str], None] | None = None  # one human line per interval (rank 0)
+    meter: Any = None  # energy over the timed segments (common.energy.Meter): resume/pause
 
 
 @dataclass
@@ -117,6 +118,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 timing = seg_start is not None
                 if timing:
                     out.train_time += time.perf_counter() - seg_start
+                    _meter(hooks, "pause")
                 top1 = hooks.evaluate()
                 elapsed = time.perf_counter() - start_wall
                 out.best_top1 = top1 if out.best_top1 is None else max(out.best_top1, top1)
@@ -127,6 +129,8 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                              elapsed_s=elapsed)
                 hooks.sync()
                 seg_start = time.perf_counter() if timing and not stop else None
+                if seg_start is not None:
+                    _meter(hooks, "resume")
                 interval_start, interval_images = time.perf_counter(), 0
             if r.epochs and out.epoch >= r.epochs:
                 break
@@ -135,6 +139,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         if out.step == r.warmup_steps:
             hooks.sync()
             seg_start = time.perf_counter()
+            _meter(hooks, "resume")
         if r.crash_at is not None and out.step + 1 == r.crash_at:
             raise TrainerError(f"injected fault at step {r.crash_at}")
         hooks.set_lr(r.plan.lr(out.step))
@@ -162,10 +167,16 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
     hooks.sync()
     if seg_start is not None:
         out.train_time += time.perf_counter() - seg_start
+    _meter(hooks, "pause")
     out.total_wall = time.perf_counter() - start_wall
     hooks.timer.collect()
     out.times = hooks.timer.times()
     return out
+
+
+def _meter(hooks: Hooks, what: str) -> None:
+    if hooks.meter is not None:
+        getattr(hooks.meter, what)()
 
 
 def progress_line(recipe: Recipe, loop: Loop, images_per_s: float) -> str:

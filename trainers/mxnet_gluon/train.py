@@ -180,6 +180,7 @@ def _run(ctx: Context) -> int:
                  lr_scaled=recipe.plan.scaled_lr, device="cpu",
                  distributed=ctx.launch.distributed, **recipe_fields(args),
                  kvstore=kv.type if kv is not None else None)
+    ctx.open_meter()
     ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__}, gather,
                   backend="ps-lite")
 
@@ -198,7 +199,8 @@ def _run(ctx: Context) -> int:
     hooks = training_loop.Hooks(
         step=step_fn, set_lr=trainer.set_learning_rate,
         loss_of=lambda loss_nd: float(loss_nd.asscalar()), sync=barrier,
-        evaluate=evaluate if data.test is not None else None, progress=ctx.progress)
+        evaluate=evaluate if data.test is not None else None, progress=ctx.progress,
+        meter=ctx.meter)
     loop = training_loop.run(recipe, hooks, writer,
                              data.batches(lambda x, y: (nd.array(x), nd.array(y))))
     digest = hashlib.sha256()
@@ -207,7 +209,9 @@ def _run(ctx: Context) -> int:
             digest.update(name.encode())
             digest.update(p.data().asnumpy().astype(np.float32).tobytes())
     digests = gather(digest.hexdigest()[:16])
-    throughput = training_loop.write_summary(writer, recipe, loop, world, digests)
+    energy = ctx.energy(gather, loop.timed_steps(args.warmup_steps) * global_batch)
+    throughput = training_loop.write_summary(writer, recipe, loop, world, digests,
+                                             compute_dtype="float32", **energy)
     ctx.say_done(throughput, loop)
     barrier()
     # A worker leaves the parameter server when its kvstore is freed, and the scheduler and

@@ -195,6 +195,7 @@ def _run(tf, dist: Distribution, ctx: Context) -> int:
                  steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
                  device="cpu", distributed=ctx.launch.distributed, **recipe_fields(args),
                  **dist.record(args))
+    ctx.open_meter()
     ctx.write_env({"tensorflow": tf.__version__, "keras": KERAS_VERSION,
                    "numpy": np.__version__, **dist.versions()}, dist.gather,
                   backend=dist.backend())
@@ -206,7 +207,7 @@ def _run(tf, dist: Distribution, ctx: Context) -> int:
         step=dist.step(make_step, args, global_batch),  # on CPU it returns when done
         set_lr=lr_var.assign, loss_of=float, sync=dist.barrier,
         evaluate=evaluate if data.test is not None else None,
-        progress=ctx.progress)
+        progress=ctx.progress, meter=ctx.meter)
     loop = training_loop.run(recipe, hooks, writer, data.batches(
         lambda x, y: (tf.constant(x), tf.constant(y, dtype=tf.int64))))
     digest = hashlib.sha256()
@@ -214,7 +215,9 @@ def _run(tf, dist: Distribution, ctx: Context) -> int:
         digest.update(v.name.encode())
         digest.update(np.asarray(v.numpy(), np.float32).tobytes())
     digests = dist.gather(digest.hexdigest()[:16])
-    throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests)
+    energy = ctx.energy(dist.gather, loop.timed_steps(args.warmup_steps) * global_batch)
+    throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests,
+                                             compute_dtype="float32", **energy)
     ctx.say_done(throughput, loop)
     dist.barrier()
     return 0

@@ -255,6 +255,7 @@ def _run(run: TorchRun) -> int:
                 "cudnn": torch.backends.cudnn.version() if cuda else None,
                 "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                 **strategy.versions(), **(data.versions if data else {})}
+    ctx.open_meter(torch.cuda.get_device_properties(device) if cuda else None)
     ctx.write_env(versions, run.gather,
                   device=torch.cuda.get_device_name(device) if cuda else None,
                   backend=strategy.comm_backend(device))
@@ -282,11 +283,12 @@ def _run(run: TorchRun) -> int:
         loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
         sync=run.sync, evaluate=evaluate if data is not None else None,
         timer=CudaTimer() if cuda else training_loop.WallTimer(),
-        progress=ctx.progress)
+        progress=ctx.progress, meter=ctx.meter)
     loop = training_loop.run(recipe, hooks, writer, stream)
     digests = run.gather(_weights_digest(model))
+    energy = ctx.energy(run.gather, loop.timed_steps(args.warmup_steps) * ctx.global_batch)
     throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests,
-                                             compute_dtype=seen_dtype.seen)
+                                             compute_dtype=seen_dtype.seen, **energy)
     ctx.say_done(throughput, loop)
     strategy.barrier(launch)
     return 0
