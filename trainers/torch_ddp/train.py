@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
