@@ -27,6 +27,7 @@ from ..common.args import (ARRAY_DATASETS, NATIVE_ONLY, build_parser, fault_step
 from ..common.entry import TrainerError, dlscale_version, run_main
 from ..common.launch_env import (LaunchEnv, bind_cpus, cpu_model, detect, local_world_size,
                                  node_name)
+from ..common.lifeline import parent_watch
 from ..common import loop as training_loop
 from ..common.records import RecordWriter
 from ..common.schedule import LRPlan, scaled_lr
@@ -35,14 +36,6 @@ PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"
 GATHER_BYTES = 512
 ROLE_PORT_OFFSET = 3  # MASTER_PORT +1 Horovod's, +2.. TensorFlow's: none run beside MXNet
-
-
-def _die_with_parent() -> None:
-    """A role outlives no worker that started it: a killed rank (srun, spawn, a time limit
-    stop it with SIGTERM or SIGKILL, no `finally` runs) takes its scheduler and server along."""
-    import ctypes
-    import signal
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
@@ -61,7 +54,9 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
         if mine:
             proc = subprocess.Popen([sys.executable, "-c", "import mxnet"],
                                     env={**os.environ, "DMLC_ROLE": role},
-                                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                    stdin=subprocess.DEVNULL,
+                                    # a killed worker takes its roles along
+                                    preexec_fn=parent_watch())
             threading.Thread(target=_watch_role, args=(proc, role), daemon=True).start()
             roles.append(proc)
     os.environ["DMLC_ROLE"] = "worker"
