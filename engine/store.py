@@ -38,7 +38,8 @@ CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment);
 CREATE TABLE IF NOT EXISTS jobs (
     backend TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL,
     reason TEXT, nodes TEXT, submitted REAL, started REAL, ended REAL, exit_code INTEGER,
-    pid INTEGER, payload TEXT, elapsed REAL, PRIMARY KEY (backend, job_id));
+    pid INTEGER, payload TEXT, elapsed REAL, pid_mark TEXT, worker_pid INTEGER, token TEXT,
+    PRIMARY KEY (backend, job_id));
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(backend, state);
 CREATE TABLE IF NOT EXISTS records (
     run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
@@ -48,6 +49,8 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 
 # Added after the first release; _migrate adds them to older stores.
 _ADDED_RUN_COLUMNS = {"rerun_of": "TEXT"}
+# The local backend's proof of which processes are a job's (schedulers/local_procs.py).
+_ADDED_JOB_COLUMNS = {"pid_mark": "TEXT", "worker_pid": "INTEGER", "token": "TEXT"}
 
 
 def default_home() -> Path:
@@ -76,6 +79,10 @@ class Store:
         for column, decl in _ADDED_RUN_COLUMNS.items():
             if column not in have:
                 self.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(jobs)")}
+        for column, decl in _ADDED_JOB_COLUMNS.items():
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {decl}")
 
     @property
     def runs_dir(self) -> Path:
@@ -222,6 +229,24 @@ class Store:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
         return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+
+    def claim_next_job(self, backend: str, **fields: Any) -> dict[str, Any] | None:
+        """Take the oldest queued job of `backend` to run it: RUNNING, started now, with
+        `fields`, and its run RUNNING, in one transaction, so no job is taken twice.
+        None when nothing is queued."""
+        with self.transaction() as c:
+            row = c.execute("SELECT job_id, run_id FROM jobs WHERE backend=? AND "
+                            "state='PENDING' ORDER BY submitted, job_id LIMIT 1",
+                            (backend,)).fetchone()
+            if row is None:
+                return None
+            now = time.time()
+            fields = {**fields, "state": "RUNNING", "started": now}
+            c.execute(f"UPDATE jobs SET {', '.join(f'{k}=?' for k in fields)} "
+                      "WHERE backend=? AND job_id=?", (*fields.values(), backend, row[0]))
+            c.execute("UPDATE runs SET state='RUNNING', updated=? WHERE run_id=?",
+                      (now, row[1]))
+        return self.job(backend, row[0])
 
     def update_job(self, backend: str, job_id: str, **fields: Any) -> None:
         cols = ", ".join(f"{k}=?" for k in fields)

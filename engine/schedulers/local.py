@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 from ..errors import PlanError
+from ..monitor import finalize_run
 from ..store import Store
 from .base import JobRequest, JobStatus, Scheduler
+from .local_procs import signal_job
 
 LOCK_NAME = "local-worker.lock"
 
@@ -40,16 +42,19 @@ def check_fits(nodes: int, ranks_per_node: int, threads_per_rank: int, what: str
                         "(oversubscribed cores would measure contention, not scaling)")
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def lost_reason(job: dict) -> str:
+    worker = f" (pid {job['worker_pid']} ended)" if job.get("worker_pid") else ""
+    return f"the local worker was lost{worker}; this job's ranks were stopped"
+
+
+def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = None) -> None:
+    """Mark a job and its run FAILED for a reason the backend knows (not the trainer's):
+    the reason says what happened, and the log's last lines follow it as usual."""
+    store.update_job("local", job["job_id"], state="FAILED", ended=time.time(), reason=reason,
+                     exit_code=exit_code)
+    finalize_run(store, job["run_id"], "FAILED")
+    log_tail = (store.run(job["run_id"])["reason"] or "").split("\n")[1:]
+    store.update_run(job["run_id"], reason="\n".join([reason, *log_tail]))
 
 
 class LocalScheduler(Scheduler):
@@ -97,13 +102,12 @@ class LocalScheduler(Scheduler):
         active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
         if active and not self.worker_alive():
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
+            # Its launcher and ranks died with it (a parent-death signal); stop any that did
+            # not, proven to be the job's own, never by the recorded pid alone.
             for r in active:
                 if r["state"] == "RUNNING":
-                    if _alive(r["pid"]):
-                        os.killpg(r["pid"], signal.SIGKILL)
-                    self.store.update_job(self.name, r["job_id"], state="FAILED",
-                                          ended=time.time(), reason="the local worker stopped "
-                                          "while this job ran")
+                    signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGKILL)
+                    settle_failed(self.store, r, lost_reason(r))
             self.ensure_worker()
             rows = self.store.jobs(self.name, job_ids)
         now = time.time()
@@ -119,8 +123,5 @@ class LocalScheduler(Scheduler):
         for r in self.store.jobs(self.name, job_ids, states=("PENDING", "RUNNING")):
             self.store.update_job(self.name, r["job_id"], state="CANCELLED", ended=time.time(),
                                   reason="cancelled by the user")
-            if r["state"] == "RUNNING" and _alive(r["pid"]):
-                try:
-                    os.killpg(r["pid"], signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            if r["state"] == "RUNNING":  # the worker follows up (SIGKILL after a grace)
+                signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGTERM)

@@ -2,6 +2,10 @@
 
 Started detached by LocalScheduler; `python -m dlscale.engine.schedulers.local_worker HOME`.
 Only one worker runs per store (an exclusive lock), so measurements never overlap.
+
+Every job's launcher gets a parent-death signal and the job's token in its environment: a
+worker killed outright takes the job down with it, and whatever of the job is left can be
+told apart from the processes that merely inherited its numbers.
 """
 from __future__ import annotations
 
@@ -14,29 +18,41 @@ import sys
 import time
 from pathlib import Path
 
+from ...trainers.common.lifeline import parent_watch
 from ..monitor import finalize_run
 from ..store import Store
-from .local import LOCK_NAME
+from .local import LOCK_NAME, settle_failed
+from .local_procs import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
 INGEST_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
 
 
-def _claim(store: Store) -> dict | None:
-    with store.transaction() as c:
-        row = c.execute("SELECT * FROM jobs WHERE backend='local' AND state='PENDING' "
-                        "ORDER BY submitted, job_id LIMIT 1").fetchone()
-        if row is None:
-            return None
-        now = time.time()
-        c.execute("UPDATE jobs SET state='RUNNING', started=?, nodes='localhost' "
-                  "WHERE backend='local' AND job_id=?", (now, row["job_id"]))
-        c.execute("UPDATE runs SET state='RUNNING', updated=? WHERE run_id=?",
-                  (now, row["run_id"]))
-        return dict(row)
+def _signal_launcher(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the launcher's group while the launcher is still our unreaped child: until
+    this process reaps it, its pid (the group's number) cannot go to anyone else. (Asking
+    Popen would not do: inside its own poll() it answers None once the child is reaped.)"""
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        os.killpg(proc.pid, sig)
+    except (ChildProcessError, ProcessLookupError, PermissionError):
+        pass
 
 
-def _run_job(store: Store, job: dict, current: dict) -> None:
+def _start(job: dict, payload: dict, log) -> subprocess.Popen | str:
+    """The launcher, in a session of its own, dying with this worker; or why it could not
+    start."""
+    try:
+        return subprocess.Popen(payload["argv"], cwd=payload["run_dir"],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **payload["env"], TOKEN_VAR: job["token"]},
+                                start_new_session=True, preexec_fn=parent_watch())
+    except OSError as exc:
+        log.write(f"dlscale: cannot start the job: {exc}\n".encode())
+        return str(exc)
+
+
+def _run_job(store: Store, job: dict, stopping: dict) -> None:
     payload = json.loads(job["payload"])
     run_dir = Path(payload["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -45,20 +61,15 @@ def _run_job(store: Store, job: dict, current: dict) -> None:
         log.write(f"dlscale: local job {job['job_id']} of run {job['run_id']} started "
                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         log.flush()
-        try:
-            proc = subprocess.Popen(payload["argv"], cwd=run_dir, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **payload["env"]},
-                                    start_new_session=True)
-        except OSError as exc:
-            log.write(f"dlscale: cannot start the job: {exc}\n".encode())
+        proc = _start(job, payload, log)
+        if isinstance(proc, str):
             store.update_job("local", job["job_id"], state="FAILED", ended=time.time(),
-                             exit_code=127, reason=str(exc))
+                             exit_code=127, reason=proc)
             finalize_run(store, job["run_id"], "FAILED")
             return
-        current["pid"] = proc.pid
-        store.update_job("local", job["job_id"], pid=proc.pid)
-        last_ingest, kill_sent = 0.0, None
+        # Recorded while it is our unreaped child, so the mark is this launcher's own.
+        store.update_job("local", job["job_id"], pid=proc.pid, pid_mark=process_mark(proc.pid))
+        last_ingest, term_sent, cancelled = 0.0, None, False
         while proc.poll() is None:
             time.sleep(0.2)
             now = time.time()
@@ -66,20 +77,29 @@ def _run_job(store: Store, job: dict, current: dict) -> None:
                 store.ingest(job["run_id"], metrics)
                 last_ingest = now
                 cancelled = store.job("local", job["job_id"])["state"] == "CANCELLED"
-                if cancelled and kill_sent is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    kill_sent = now
-            if kill_sent and now - kill_sent > KILL_GRACE_S:
-                os.killpg(proc.pid, signal.SIGKILL)
+            if term_sent is None and (cancelled or stopping.get("signal")):
+                _signal_launcher(proc, signal.SIGTERM)
+                term_sent = now
+            if term_sent and now - term_sent > KILL_GRACE_S:
+                _signal_launcher(proc, signal.SIGKILL)
         rc = proc.returncode
         log.write(f"dlscale: job {job['job_id']} ended with exit code {rc}\n".encode())
-    current = store.job("local", job["job_id"])
-    if current["state"] == "CANCELLED":
-        state = "CANCELLED"
+        # Ranks in sessions of their own are not in the launcher's group: none may go on.
+        left = stop_leftovers(job["token"])
+        if left:
+            log.write(f"dlscale: stopped {left} process(es) of this job that outlived its "
+                      "launcher\n".encode())
+    row = store.job("local", job["job_id"])
+    if row["state"] == "CANCELLED":
+        finalize_run(store, job["run_id"], "CANCELLED")
+    elif term_sent and stopping.get("signal"):  # not a job that ended on its own meanwhile
+        name = signal.Signals(stopping["signal"]).name
+        settle_failed(store, row, f"the local worker was stopped by {name} (pid {os.getpid()}); "
+                      "this job's ranks were stopped", exit_code=rc)
     else:
         state = "COMPLETED" if rc == 0 else "FAILED"
         store.update_job("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
-    finalize_run(store, job["run_id"], state)
+        finalize_run(store, job["run_id"], state)
 
 
 def main(home: str) -> int:
@@ -89,21 +109,18 @@ def main(home: str) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another worker drains the queue
-    # A worker stopped with SIGTERM takes its job down with it instead of orphaning it.
-    current: dict = {}
-
-    def on_term(signum, frame):  # noqa: ARG001
-        if current.get("pid"):
-            try:
-                os.killpg(current["pid"], signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        sys.exit(143)
-    signal.signal(signal.SIGTERM, on_term)
-    while (job := _claim(store)) is not None:
-        current.clear()
-        _run_job(store, job, current)
-    return 0
+    # A worker stopped with SIGTERM takes its job down with it instead of orphaning it. The
+    # handler only takes note: the loop signals the job, where it knows the launcher is
+    # still its own child.
+    stopping: dict = {}
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.update(signal=signum))
+    while not stopping.get("signal"):
+        job = store.claim_next_job("local", nodes="localhost", worker_pid=os.getpid(),
+                                   token=new_token())
+        if job is None:
+            break
+        _run_job(store, job, stopping)
+    return 143 if stopping.get("signal") else 0
 
 
 if __name__ == "__main__":

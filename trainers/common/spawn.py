@@ -5,7 +5,7 @@ that works here (TensorFlow's MultiWorkerMirroredStrategy, MXNet's roles).
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus
 DLSCALE_LAUNCHER=spawn for each copy, waits for all, and stops the others as soon as one
 fails, so a dead rank never leaves the rest hanging at a collective. Its exit status is the
-first failure's, else 0.
+first failure's, else 0. Every rank dies with the spawner (a parent-death signal).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+
+from .lifeline import parent_watch
 
 
 def _free_port() -> int:
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks),
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(args.ranks),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "DLSCALE_LAUNCHER": "spawn"}
-        procs.append(subprocess.Popen(command, env=env))
+        # Set before exec, so no rank can miss it: this spawner killed, its ranks end too.
+        procs.append(subprocess.Popen(command, env=env, preexec_fn=parent_watch()))
     status = 0
 
     def stop_all(*_: object) -> None:

@@ -1,5 +1,9 @@
 import sys
 
-from .train import main
+from ..common.lifeline import die_with_parent
+
+die_with_parent()  # first: a rank whose launcher dies while the framework imports ends too
+
+from .train import main  # noqa: E402
 
 sys.exit(main())

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..common.lifeline import parent_watch
 from ..common import loop as training_loop
 from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser, recipe_fields
 from ..common.arrays import ArrayData
@@ -32,14 +33,6 @@ PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"
 GATHER_BYTES = 512
 ROLE_PORT_OFFSET = 3  # MASTER_PORT +1 Horovod's, +2.. TensorFlow's: none run beside MXNet
-
-
-def _die_with_parent() -> None:
-    """A role outlives no worker that started it: a killed rank (srun, spawn, a time limit
-    stop it with SIGTERM or SIGKILL, no `finally` runs) takes its scheduler and server along."""
-    import ctypes
-    import signal
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
@@ -58,7 +51,9 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
         if mine:
             proc = subprocess.Popen([sys.executable, "-c", "import mxnet"],
                                     env={**os.environ, "DMLC_ROLE": role},
-                                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                    stdin=subprocess.DEVNULL,
+                                    # a killed worker takes its roles along
+                                    preexec_fn=parent_watch())
             threading.Thread(target=_watch_role, args=(proc, role), daemon=True).start()
             roles.append(proc)
     os.environ["DMLC_ROLE"] = "worker"

@@ -1,0 +1,235 @@
+"""The local backend signals only what it started, and nothing of a run outlives it.
+
+Real processes throughout: unrelated `sleep`s stand for processes that were handed a
+recorded pid, and a real 2-rank PyTorch DDP run stands for a job whose worker is killed."""
+import ast
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import dlscale, write_spec
+from dlscale.engine.plan import Run
+from dlscale.engine.schedulers.local_procs import TOKEN_VAR, process_mark
+from dlscale.engine.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run() -> Run:
+    return Run(experiment="e", framework="pytorch-ddp", model="resnet20",
+               dataset="synthetic-cifar", nodes=1, ranks_per_node=1, per_device_batch=8,
+               global_batch=8, scaling="weak", precision="fp32", loader="native",
+               repetition=0, training={"steps": 4})
+
+
+def _running_job(home: Path, **job) -> str:
+    """A run whose local job the store says is RUNNING, with no worker alive: what a worker
+    killed outright (or a reboot) leaves behind."""
+    store = Store(home)
+    run = _run()
+    row = store.add_run(run)
+    store.add_job("local", "local-1", run.run_id, "PENDING",
+                  {"argv": ["true"], "env": {}, "run_dir": row["run_dir"],
+                   "log": str(Path(row["run_dir"]) / "run.log")})
+    store.update_job("local", "local-1", state="RUNNING", started=time.time(), **job)
+    store.update_run(run.run_id, state="RUNNING")
+    Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
+    Path(row["run_dir"], "run.log").write_text("dlscale: local job local-1 started\n")
+    store.close()
+    return run.run_id
+
+
+@pytest.fixture
+def bystander():
+    """An unrelated process leading a group of its own, as a reused pid would be."""
+    procs = []
+
+    def start(**kw):
+        procs.append(subprocess.Popen(["sleep", "300"], start_new_session=True, **kw))
+        return procs[-1]
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _ended_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _alive(proc: subprocess.Popen) -> bool:
+    time.sleep(0.2)  # a signal, had one been sent, has landed by now
+    return proc.poll() is None
+
+
+@pytest.mark.parametrize("mark", ["another start", None], ids=["other-start", "old-store"])
+def test_status_never_signals_a_stale_pid_and_says_the_worker_was_lost(home, bystander, mark):
+    other = bystander()
+    worker = _ended_pid()
+    fields = {"pid": other.pid}
+    if mark:
+        fields.update(pid_mark=f"{process_mark(other.pid).split()[0]} 1", worker_pid=worker)
+    run_id = _running_job(home, **fields)
+    if not mark:  # a store from before marks were kept: the pid alone proves nothing
+        conn = sqlite3.connect(home / "dlscale.db")
+        for column in ("pid_mark", "worker_pid", "token"):
+            conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        conn.commit()
+        conn.close()
+    out = dlscale("status", "--all", home=home, check=0)
+    assert _alive(other), "status signalled a process dlscale did not start"
+    run = Store(home).run(run_id)
+    assert run["state"] == "FAILED"
+    head = run["reason"].split("\n")[0]
+    pid = f" (pid {worker} ended)" if mark else ""
+    assert head == f"the local worker was lost{pid}; this job's ranks were stopped"
+    assert "worker was lost" in out.stdout
+
+
+def test_cancel_never_signals_a_stale_pid(home, bystander):
+    other = bystander()
+    _running_job(home, pid=other.pid, pid_mark="some-boot 1")
+    assert "cancelled 1 run(s)" in dlscale("cancel", "-e", "e", home=home, check=0).stdout
+    assert _alive(other)
+
+
+def test_a_live_pid_that_leads_no_group_breaks_neither_status_nor_results(home):
+    # Its own child, in the test's group: even its true mark must not get its group signalled.
+    child = subprocess.Popen(["sleep", "300"])
+    try:
+        run_id = _running_job(home, pid=child.pid, pid_mark=process_mark(child.pid))
+        for command in ("status", "results"):
+            proc = dlscale(command, home=home)
+            assert proc.returncode == 0 and "internal error" not in proc.stderr, proc.stderr
+        assert _alive(child)
+        assert Store(home).run(run_id)["reason"].startswith("the local worker was lost")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_what_is_left_of_a_lost_job_is_stopped_and_nothing_else(home, bystander):
+    token = "f" * 32
+    rank = bystander(env={**os.environ, TOKEN_VAR: token})  # a rank in a session of its own
+    launcher = bystander(env={**os.environ, TOKEN_VAR: token})
+    unrelated = bystander(env={**os.environ, TOKEN_VAR: "e" * 32})
+    _running_job(home, pid=launcher.pid, pid_mark=process_mark(launcher.pid), token=token)
+    dlscale("status", home=home, check=0)
+    for p in (rank, launcher):
+        assert p.wait(timeout=10) == -signal.SIGKILL
+    assert _alive(unrelated)
+
+
+def test_spawned_ranks_die_with_their_spawner(tmp_path):
+    pids = tmp_path / "pids"
+    spawner = subprocess.Popen(
+        [sys.executable, "-m", "dlscale.trainers.common.spawn", "--ranks", "2", "--",
+         "sh", "-c", f"echo $$ >> {pids}; exec sleep 300"], start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(_read_pids(pids)) < 2:
+        time.sleep(0.1)
+    ranks = _read_pids(pids)
+    assert len(ranks) == 2
+    spawner.kill()
+    spawner.wait()
+    assert _all_gone(ranks), "a rank outlived the spawner that started it"
+
+
+def _read_pids(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _all_gone(pids: list[int], within: float = 10) -> bool:
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if not [p for p in pids if process_mark(p) and not _zombie(p)]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _run_processes(run_id: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "--", f"--run-id {run_id}"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
+    spec = write_spec(tmp_path / "s.toml", scales='"1x2"', steps=100000,
+                      name=f"lost-{sig.name.lower()}")
+    dlscale("run", str(spec), home=home, check=0)
+    store = Store(home)
+    (run,) = store.runs()
+    metrics = Path(run["run_dir"], "metrics.jsonl")
+    deadline = time.time() + 180
+    while time.time() < deadline and not metrics.exists():  # both ranks are training
+        time.sleep(0.2)
+    assert metrics.exists()
+    ranks = {p: process_mark(p) for p in _run_processes(run["run_id"])}
+    try:
+        assert len(ranks) >= 3  # torchrun and its two ranks
+        worker = int(subprocess.run(["pgrep", "-f", f"local_worker {home}"],
+                                    capture_output=True, text=True).stdout.split()[0])
+        os.kill(worker, sig)
+        dlscale("status", home=home, check=0)
+        assert _all_gone(list(ranks), within=30), \
+            f"ranks still alive: {_run_processes(run['run_id'])}"
+        deadline = time.time() + 30
+        while time.time() < deadline and store.run(run["run_id"])["state"] == "RUNNING":
+            dlscale("status", home=home)
+            time.sleep(0.5)
+        row = store.run(run["run_id"])
+        assert row["state"] == "FAILED"
+        what = "was lost" if sig == signal.SIGKILL else "was stopped by SIGTERM"
+        assert row["reason"].startswith(f"the local worker {what} (pid {worker}")
+        assert row["reason"].split("\n")[0].endswith("; this job's ranks were stopped")
+        size = metrics.stat().st_size
+        time.sleep(2)
+        assert metrics.stat().st_size == size  # nothing writes records for the ended run
+    finally:  # what this test started, should the code under test have left it running
+        for pid, mark in ranks.items():
+            if mark and process_mark(pid) == mark:
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_claiming_a_job_goes_through_the_store(home):
+    store = Store(home)
+    run = _run()
+    store.add_run(run)
+    store.add_job("local", "local-1", run.run_id, "PENDING", {})
+    job = store.claim_next_job("local", nodes="localhost", worker_pid=42, token="t")
+    assert (job["state"], job["worker_pid"], job["token"]) == ("RUNNING", 42, "t")
+    assert job["started"] and store.run(run.run_id)["state"] == "RUNNING"
+    assert store.claim_next_job("local") is None
+
+
+def test_only_the_store_runs_sql():
+    """The store's tables change only through Store's methods (engine/store.py)."""
+    sql = ("execute", "executemany", "executescript", "transaction")
+    found = []
+    for path in (REPO / "engine").rglob("*.py"):
+        if path.name == "store.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in sql:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: .{node.attr}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and "sqlite3" in ast.dump(node):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: sqlite3")
+    assert found == []
