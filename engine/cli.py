@@ -331,14 +331,17 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
 @click.option("--reference", type=click.Path(dir_okay=False), default=None,
               help="published numbers to set beside yours (default: reference.toml next to "
               "the experiment's spec, when there is one)")
+@click.option("--force", is_flag=True,
+              help="write into a folder that is not empty and holds no earlier report "
+              "(nothing of yours there is removed or overwritten, even so)")
 @click.pass_context
 def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt: str,
-           reference: str | None) -> None:
+           reference: str | None, force: bool) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
     _refresh(store)
     name = reporting.pick_experiment(store, experiment)["name"]
-    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference)
+    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference, force)
     out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
               f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)", soft_wrap=True)
 

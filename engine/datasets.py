@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -46,11 +47,38 @@ class FetchError(DlscaleError):
     """The download failed or did not match its checksum (exit status 1)."""
 
 
+# Where a server may send a download. The first URL may also be a file (a local mirror,
+# named by the user); a redirect never may, nor to any other scheme (ftp, data...).
+REDIRECT_SCHEMES = ("https", "http")
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib follows redirects to ftp (and its own checks vary by version): every hop is
+    checked here, before anything is opened there."""
+
+    def http_error_302(self, req, fp, code, msg, headers):  # noqa: D102 (urllib's hook)
+        target = headers.get("location") or headers.get("uri")
+        if target is not None:
+            hop = urllib.parse.urljoin(req.full_url, target)
+            scheme = urllib.parse.urlparse(hop).scheme.lower()
+            if scheme not in REDIRECT_SCHEMES:
+                fp.close()
+                raise FetchError(f"{req.full_url}: the server redirects ({code}) to {hop!r}; "
+                                 f"only {' and '.join(REDIRECT_SCHEMES)} redirects are "
+                                 "followed (nothing was fetched from there)")
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+_opener = urllib.request.build_opener(_CheckedRedirects)  # replaces urllib's own handler
+
+
 def _download(url: str, to: Path, on_progress: Progress) -> str:
     """Stream url into `to`; return the MD5 of what arrived."""
     md5 = hashlib.md5()
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(to, "wb") as fh:
+        with _opener.open(url, timeout=60) as resp, open(to, "wb") as fh:
             total = resp.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
             done = 0
@@ -88,6 +116,8 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
     """Download, verify and unpack `source` into dest/<source.folder>; return that folder.
     Already there and complete: returned as it is, nothing downloaded."""
     url = url or source.url
+    if md5 is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", md5):
+        raise UserError(f"--md5 {md5!r}: an MD5 is 32 hexadecimal digits (0-9, a-f)")
     md5 = (md5 or source.md5).lower()
     scheme = urllib.parse.urlparse(url).scheme
     if scheme not in ("http", "https", "file"):

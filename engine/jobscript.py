@@ -21,12 +21,40 @@ from .profile import Environment, LoadedProfile, Partition
 
 # #SBATCH lines are read by sbatch, not by a shell: quoting does not apply there, so every
 # value that goes into one must be made of harmless characters only.
-_SAFE_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./,:=@+-]+$")
+_SAFE_SBATCH_VALUE = re.compile(r"[A-Za-z0-9_./,:=@+-]+")
+# In a comment only a line break is dangerous (the rest of the text would be a command, or
+# an #SBATCH line sbatch reads); other control characters are escaped so it reads plainly.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\\]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _plain(value: object, what: str) -> str:
+    """A value for a place no quoting protects (#SBATCH lines), or refused."""
+    text = str(value)
+    if not _SAFE_SBATCH_VALUE.fullmatch(text):
+        raise PlanError(f"{what} {text!r} cannot go into a job script's #SBATCH line: only "
+                        "letters, digits and ./,:=@+_- are allowed there")
+    return text
+
+
+def _comment(value: object) -> str:
+    """Text for a comment line: on one line, whatever it holds."""
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256
+                                               else f"\\u{ord(m[0]):04x}"), str(value))
+
+
+def _name(value: object) -> str:
+    """An environment variable's name (export NAME=...), or refused."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(value)):
+        raise PlanError(f"{value!r} is not an environment variable name")
+    return str(value)
+
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("dlscale.jobscripts", "."),
     undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
-_env.filters["q"] = lambda v: shlex.quote(str(v))
+_env.filters.update(q=lambda v: shlex.quote(str(v)), plain=_plain, comment=_comment,
+                    name=_name)
 
 
 def _version() -> str:
@@ -75,8 +103,8 @@ def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
     if fw.trainer_module is None:
         raise PlanError(f"{run.framework}: {fw.note}")
     log_path = run_dir / LOG_FILE
-    if not _SAFE_SBATCH_VALUE.match(str(log_path)):
-        raise PlanError(f"run folder {run_dir} has characters a #SBATCH line cannot carry; "
+    if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
+        raise PlanError(f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
                         "set DLSCALE_HOME to a path of letters, digits and ./_-")
     python = profile.python
     if env.venv:

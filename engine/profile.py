@@ -4,11 +4,12 @@ activated inside a job. TOML, validated by pydantic, errors as file:line: field 
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt,
+                      StrictStr, field_validator, model_validator)
 
 from .errors import PlanError
 from .frameworks import FRAMEWORKS
@@ -46,6 +47,90 @@ def _check_time(value: str | None) -> str | None:
 
 # Names that end up in #SBATCH lines, where no shell quoting protects them.
 SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
+# --- sbatch_extra: options for sbatch that dlscale does not set itself -------------------
+
+def _own_directives() -> set[str]:
+    """The options dlscale's templates put on #SBATCH lines themselves."""
+    found = set()
+    for t in resources.files("dlscale.jobscripts").iterdir():
+        if t.name.endswith(".j2"):
+            found |= set(re.findall(r"^#SBATCH (--[a-z][a-z-]*)", t.read_text(), re.M))
+    return found
+
+
+# An extra option after dlscale's own would win (sbatch takes the last), so these are
+# refused: the templates' own, and those that move or split what dlscale relies on (where
+# the job runs, its environment, its log, one job per run). The value says where to set it
+# instead, or why it cannot be changed.
+_FIXED = "it cannot be changed in sbatch_extra"
+RESERVED = {opt: _FIXED for opt in sorted(_own_directives() | {
+    "--chdir", "--export", "--export-file", "--array", "--error", "--requeue", "--ntasks"})}
+RESERVED.update({
+    "--job-name": "each job is named after its run", "--chdir": "a job runs in its run folder",
+    "--output": "a job writes to its run's log, where dlscale reads it",
+    "--error": "a job writes to its run's log, where dlscale reads it",
+    "--open-mode": "a resubmitted job appends to its run's log",
+    "--no-requeue": "a requeued job would measure twice into one run",
+    "--requeue": "a requeued job would measure twice into one run",
+    "--array": "dlscale submits and follows one job per run",
+    "--export": "set variables in the profile's [env]",
+    "--export-file": "set variables in the profile's [env]",
+    "--partition": "choose it with --partition or the profile's [[partitions]] default",
+    "--nodes": "the spec's scales set it", "--ntasks": "the spec's scales set it",
+    "--ntasks-per-node": "the spec's scales set it",
+    "--cpus-per-task": "the spec's training.threads_per_rank sets it",
+    "--time": "set the profile's time_limit",
+    "--gpus-per-node": "set the partition's gpus_per_node (and gpu_type)",
+    "--account": "set the profile's account", "--qos": "set the profile's qos",
+    "--exclusive": "set the profile's exclusive = true",
+    "--dependency": "the profile's singleton = true sets --dependency=singleton"})
+_SHORT = {"-a": "--array", "-A": "--account", "-c": "--cpus-per-task", "-d": "--dependency",
+          "-D": "--chdir", "-e": "--error", "-J": "--job-name", "-n": "--ntasks",
+          "-N": "--nodes", "-o": "--output", "-p": "--partition", "-q": "--qos", "-t": "--time"}
+# sbatch's long options (22.05, `sbatch --help` and the undocumented ones): sbatch takes
+# any unambiguous abbreviation of them (--out is --output), and an exact name wins.
+SBATCH_OPTIONS = set(RESERVED) | set("""
+--account --acctg-freq --array --batch --bb --bbf --begin --chdir --cluster-constraint
+--clusters --comment --constraint --container --contiguous --core-spec --cores-per-socket
+--cpu-freq --cpus-per-gpu --cpus-per-task --deadline --delay-boot --dependency
+--distribution --error --exclude --exclusive --export --export-file --extra-node-info
+--get-user-env --gid --gpu-bind --gpu-freq --gpus --gpus-per-node --gpus-per-socket
+--gpus-per-task --gres --gres-flags --help --hint --hold --ignore-pbs --input --job-name
+--kill-on-invalid-dep --licenses --mail-type --mail-user --mcs-label --mem --mem-bind
+--mem-per-cpu --mem-per-gpu --mincpus --network --nice --no-kill --no-requeue --nodefile
+--nodelist --nodes --ntasks --ntasks-per-core --ntasks-per-gpu --ntasks-per-node
+--ntasks-per-socket --open-mode --output --overcommit --oversubscribe --parsable
+--partition --power --priority --profile --propagate --qos --quiet --reboot --requeue
+--reservation --signal --sockets-per-node --spread-job --switches --test-only
+--thread-spec --threads-per-core --time --time-min --tmp --uid --usage --use-min-nodes
+--verbose --version --wait --wait-all-nodes --wckey --wrap""".split())
+
+
+def _reserved_in(opt: str) -> tuple[str, list[str]]:
+    """(the option's name as written, the reserved options sbatch could take it for)."""
+    name = opt.split("=", 1)[0]
+    if not name.startswith("--"):
+        short = name[:2]
+        return short, [_SHORT[short]] if short in _SHORT else []
+    if name in SBATCH_OPTIONS:
+        return name, [name] if name in RESERVED else []
+    return name, sorted(o for o in RESERVED if o.startswith(name))
+
+
+def check_sbatch_option(opt: str) -> str:
+    name, reserved = _reserved_in(opt)
+    if reserved:
+        what = name if reserved == [name] else \
+            f"{name} (sbatch may read it as {' or '.join(reserved)})"
+        where = "; ".join(dict.fromkeys(RESERVED[r] for r in reserved))
+        raise ValueError(f"{what} is set by dlscale itself: {where}")
+    # #SBATCH lines are read by sbatch, not by a shell: no quoting protects them.
+    if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_./,:=@+-]+)?", opt):
+        raise ValueError(f"sbatch option {opt!r} must look like --name or --name=value, the "
+                         "value made of letters, digits and ./,:=@+_-")
+    return opt
 
 
 class Partition(StrictModel):
@@ -93,21 +178,11 @@ class Profile(StrictModel):
     singleton: StrictBool = False  # --dependency=singleton: one benchmark job at a time
     modules: list[StrictStr] = []
     env: dict[str, StrictStr] = {}
-    sbatch_extra: list[StrictStr] = []  # each one option, passed as one argument
+    sbatch_extra: list[Annotated[StrictStr, AfterValidator(check_sbatch_option)]] = []
     python: StrictStr = "python3"
     environments: dict[str, Environment] = {}
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
-
-    @field_validator("sbatch_extra")
-    @classmethod
-    def _safe_options(cls, v: list[str]) -> list[str]:
-        # They become #SBATCH lines, which no shell quoting protects.
-        for opt in v:
-            if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_./,:=@+-]+)?", opt):
-                raise ValueError(f"sbatch option {opt!r} must look like --name or "
-                                 "--name=value, the value made of letters, digits and ./,:=@+_-")
-        return v
 
     @field_validator("env")
     @classmethod

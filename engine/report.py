@@ -6,6 +6,7 @@ Every number comes from analysis.results / analysis.reruns, the one source of tr
 the page go the figures, results.csv and results.json (the same rows, unformatted; reruns.json
 and reference.json for those tables) and one
 MLPerf-style log per run (mllog/), so a reader can check any number against its run.
+Which files of the --out folder a report may replace or remove is report_folder's.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import json
 import re
 import tomllib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import markupsafe
 from . import analysis, figures, mllog, tables
 from .errors import NotFoundError, UserError
 from .reference import LoadedReference, beside_spec, compare, load_reference
+from .report_folder import ReportFolder
 from .store import Store
 
 FORMATS = ("md", "html")
@@ -58,6 +60,7 @@ class Report:
     rows: list[dict[str, Any]]      # analysis.results of the experiment, as used
     mllogs: list[Path]
     reference: LoadedReference | None = None
+    removed: list[str] = field(default_factory=list)  # the earlier report's stale files
 
 
 def pick_experiment(store: Store, name: str | None) -> dict[str, Any]:
@@ -266,7 +269,10 @@ def _reference_table(ref: LoadedReference, rows: list[dict[str, Any]]) -> Table:
 # --- the page ----------------------------------------------------------------------------
 
 def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = "md",
-          reference_path: str | Path | None = None) -> Report:
+          reference_path: str | Path | None = None, force: bool = False) -> Report:
+    """Write the report into out_dir. A folder that is not empty must hold an earlier
+    report of dlscale's (its manifest) unless `force`; only that report's own files are
+    ever removed or overwritten (report_folder)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
     exp = pick_experiment(store, experiment)
@@ -279,28 +285,30 @@ def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = 
     ref_file = reference_path or beside_spec(exp["spec_path"])
     ref = load_reference(ref_file) if ref_file else None
 
-    out = Path(out_dir)
+    folder = ReportFolder.open(Path(out_dir), force)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot make that folder ({exc.strerror})") from None
-    # A report made again into the same folder must not keep an earlier one's leftovers
-    # (a figure or a rerun that no longer applies); only files a report writes are removed.
-    for stale in [*out.glob("figures/*.png"), *out.glob("mllog/*.mllog"),
-                  out / "reruns.json", out / "reference.json"]:
-        stale.unlink(missing_ok=True)
-    figs = figures.draw_all(rows, out / "figures", name)
-    (out / "results.csv").write_text(tables.results_csv(rows))
-    (out / "results.json").write_text(tables.results_json(rows) + "\n")
+        return _write(store, exp, runs, rows, ref, fmt, folder)
+    finally:
+        folder.discard()
+
+
+def _write(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]],
+           rows: list[dict[str, Any]], ref: LoadedReference | None, fmt: str,
+           folder: ReportFolder) -> Report:
+    """Everything into the folder's stage, then into place (see report_folder)."""
+    name = exp["name"]
+    figs = figures.draw_all(rows, folder.subfolder("figures"), name)
+    folder.write("results.csv", tables.results_csv(rows))
+    folder.write("results.json", tables.results_json(rows) + "\n")
     reruns = analysis.reruns(store, name)
     extra = {"reruns.json": reruns}
     if ref:
         extra["reference.json"] = compare(ref.reference, rows)
     for file, data in extra.items():
         if data:
-            (out / file).write_text(json.dumps(data, indent=2) + "\n")
+            folder.write(file, json.dumps(data, indent=2) + "\n")
     logs = mllog.write(store, [r["run_id"] for r in runs if r["state"] == "COMPLETED"],
-                       out / "mllog")
+                       folder.subfolder("mllog"))
 
     made = {"results": _results_table(rows), "tta": _tta_table(rows),
             "loaders": _loader_table(rows), "noisy": _noisy_table(rows),
@@ -319,9 +327,12 @@ def build(store: Store, experiment: str | None, out_dir: str | Path, fmt: str = 
         setup=setup(store, exp, runs), spec_text=exp["spec_text"], tables=sections,
         figures=[(f, image(f)) for f in figs], mllog_count=len(logs),
         data_files=["results.json", "results.csv"] + [f for f, d in extra.items() if d])
-    path = out / f"report.{fmt}"
-    path.write_text(page if page.endswith("\n") else page + "\n")
-    return Report(name, path, sections, figs, rows, logs, ref)
+    folder.write(f"report.{fmt}", page if page.endswith("\n") else page + "\n")
+    folder.commit()
+    out = folder.out
+    return Report(name, out / f"report.{fmt}", sections,
+                  [replace(f, path=out / "figures" / f.file) for f in figs], rows,
+                  [out / "mllog" / p.name for p in logs], ref, folder.removed)
 
 
 def _description(exp: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from conftest import REPO, write_spec
 from dlscale.engine import jobscript
 from dlscale.engine.errors import PlanError, SpecError
 from dlscale.engine.plan import plan
-from dlscale.engine.profile import load_profile, time_to_seconds
+from dlscale.engine.profile import RESERVED, load_profile, time_to_seconds
 from dlscale.engine.spec import load_spec
 
 TEST_PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
@@ -134,3 +134,66 @@ def test_user_values_are_quoted_never_executed(tmp_path):
     assert not Path("/tmp/dlscale-pwned").exists()
     assert "'--data-dir' '/data/a b;$(touch /tmp/dlscale-pwned)'" in script or \
         "--data-dir '/data/a b;$(touch /tmp/dlscale-pwned)'" in script
+
+
+# --- sbatch_extra: never over a directive dlscale sets itself ------------------------------
+
+def profile_with_extra(tmp_path: Path, *options: str) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text(TEST_PROFILE.read_text().replace(
+        'time_limit = "00:10:00"', "time_limit = \"00:10:00\"\nsbatch_extra = ["
+        + ", ".join(f'"{o}"' for o in options) + "]"))
+    return path
+
+
+@pytest.mark.parametrize("option,named,where", [
+    ("--output=/tmp/elsewhere.log", "--output", "where dlscale reads it"),
+    ("--chdir=/tmp", "--chdir", "runs in its run folder"),
+    ("--export=NONE", "--export", "profile's [env]"),
+    ("--time=2:00:00", "--time", "profile's time_limit"),
+    ("--partition=gpu", "--partition", "--partition or the profile's [[partitions]]"),
+    ("--nodes=4", "--nodes", "spec's scales"),
+    ("--ntasks-per-node=8", "--ntasks-per-node", "spec's scales"),
+    ("--cpus-per-task=4", "--cpus-per-task", "threads_per_rank"),
+    ("--job-name=mine", "--job-name", "named after its run"),
+    ("--open-mode=truncate", "--open-mode", "appends"),
+    ("--gpus-per-node=2", "--gpus-per-node", "gpus_per_node"),
+    ("--account=other", "--account", "profile's account"),
+    ("--qos=high", "--qos", "profile's qos"),
+    ("--dependency=afterok:1", "--dependency", "singleton"),
+    ("--array=0-9", "--array", "one job per run"),
+    ("--error=/tmp/err", "--error", "where dlscale reads it"),
+    ("--out=/tmp/x", "--out (sbatch may read it as --output)", "where dlscale reads it"),
+    ("--chd=/tmp", "--chd (sbatch may read it as --chdir)", "run folder"),
+    ("-o", "-o (sbatch may read it as --output)", "where dlscale reads it"),
+    ("-D/tmp", "-D (sbatch may read it as --chdir)", "run folder"),
+    ("-J", "-J (sbatch may read it as --job-name)", "named after its run"),
+    ("-p", "-p (sbatch may read it as --partition)", "--partition"),
+    ("-N", "-N (sbatch may read it as --nodes)", "scales"),
+    ("-t", "-t (sbatch may read it as --time)", "time_limit"),
+])
+def test_sbatch_extra_may_not_override_dlscales_own_directives(tmp_path, option, named, where):
+    path = profile_with_extra(tmp_path, "--constraint=v100", option)
+    with pytest.raises(SpecError) as info:
+        load_profile(path)
+    (problem,) = info.value.problems
+    line = 1 + path.read_text().splitlines().index(next(
+        ln for ln in path.read_text().splitlines() if ln.startswith("sbatch_extra")))
+    assert problem.startswith(f"{path}:{line}: sbatch_extra[1]: {named} is set by dlscale "
+                              "itself")
+    assert where in problem
+
+
+def test_sbatch_extra_keeps_options_dlscale_does_not_set(tmp_path):
+    ok = ["--constraint=v100", "--gres=gpu:1", "--gpus=2", "--time-min=10", "--no-kill",
+          "--mem=0", "--exclude=node3", "--mail-type=END"]
+    assert load_profile(profile_with_extra(tmp_path, *ok)).profile.sbatch_extra == ok
+
+
+def test_every_directive_of_the_templates_is_reserved():
+    own = set()
+    for t in (REPO / "jobscripts").glob("*.j2"):
+        own |= {line.split()[1].split("=")[0] for line in t.read_text().splitlines()
+                if line.startswith("#SBATCH --")}
+    assert own and own <= set(RESERVED)
+    assert {"--chdir", "--export", "--array", "--output"} <= set(RESERVED)

@@ -1,0 +1,156 @@
+"""`dlscale report --out` into folders that hold other things: it removes only what its own
+earlier report there wrote (its manifest), writes nothing through links, and refuses a
+non-empty folder that holds no report of dlscale's unless --force. The store is filled
+through its own API (no training), the report made by the real command."""
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import dlscale
+from dlscale.engine import report as reporting
+from dlscale.engine.errors import UserError
+from dlscale.engine.report_folder import MANIFEST
+from dlscale.engine.store import Store
+from test_store import line, make_run
+
+
+def add_experiment(store: Store, tmp_path: Path, name: str, tta: bool = False) -> list[str]:
+    """A completed 1- and 2-rank experiment; with `tta`, a time-to-accuracy figure too."""
+    store.save_experiment(name, str(tmp_path / f"{name}.toml"),
+                          f'[experiment]\nname = "{name}"\n', "0" * 64)
+    ids = []
+    for rpn in (1, 2):
+        run = make_run(experiment=name, ranks_per_node=rpn)
+        store.add_run(run)
+        metrics = tmp_path / f"{run.run_id}.jsonl"
+        metrics.write_text(line("params", run_id=run.run_id) + line(
+            "summary", status="completed", throughput=100.0 * rpn, timed_steps=10,
+            warmup_steps=1, elapsed_s=1.0, time_to_accuracy_s=5.0 / rpn if tta else None,
+            best_top1=0.9 if tta else None))
+        store.ingest(run.run_id, metrics)
+        store.update_run(run.run_id, state="COMPLETED")
+        ids.append(run.run_id)
+    return ids
+
+
+def snapshot(folder: Path) -> dict[str, bytes | str]:
+    """Every entry under folder (links as their target text, never followed)."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[rel] = "-> " + str(p.readlink())
+        elif p.is_file():
+            out[rel] = p.read_bytes()
+    return out
+
+
+@pytest.fixture
+def store(home, tmp_path):
+    s = Store(home)
+    yield s
+    s.close()
+
+
+def test_user_files_beside_a_report_survive_the_next_report(store, tmp_path):
+    first = add_experiment(store, tmp_path, "first", tta=True)
+    second = add_experiment(store, tmp_path, "second")
+    out = tmp_path / "rep"
+    made = reporting.build(store, "first", out)
+    assert (out / "figures" / "tta.png").is_file()
+    assert {p.name for p in (out / "mllog").iterdir()} == {f"{r}.mllog" for r in first}
+    mine = {"figures/mine.png": b"my figure", "mllog/notes.mllog": b"my notes",
+            "reruns.json": b'{"mine": 1}', "reference.json": b'{"mine": 2}',
+            "notes.md": b"# my notes"}
+    for rel, data in mine.items():
+        (out / rel).write_bytes(data)
+
+    made = reporting.build(store, "second", out)
+    for rel, data in mine.items():
+        assert (out / rel).read_bytes() == data, rel
+    # the first report's own files that the second did not write again are gone
+    assert not (out / "figures" / "tta.png").exists()
+    assert {p.name for p in (out / "mllog").iterdir()} == {"notes.mllog"} | {
+        f"{r}.mllog" for r in second}
+    assert "figures/tta.png" in made.removed and f"mllog/{first[0]}.mllog" in made.removed
+    listed = json.loads((out / MANIFEST).read_text())["files"]
+    assert set(listed) == {str(p.relative_to(out)) for p in
+                           [made.path, *(f.path for f in made.figures), *made.mllogs]} | {
+        "results.csv", "results.json"}
+    assert not list(out.glob(".dlscale-report-*"))  # no staging folder left behind
+
+
+def test_a_folder_with_no_manifest_is_refused_and_force_keeps_its_files(store, tmp_path):
+    add_experiment(store, tmp_path, "e")
+    out = tmp_path / "old"
+    files = {"figures/x.png": b"not dlscale's", "mllog/y.mllog": b"mine",
+             "reruns.json": b"[1]", "reference.json": b"[2]"}
+    for rel, data in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    before = snapshot(out)
+    proc = dlscale("report", "--out", str(out), check=2)
+    assert f"--out {out}: the folder is not empty" in proc.stderr and "--force" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert snapshot(out) == before  # refused: nothing written, nothing removed
+
+    proc = dlscale("report", "--out", str(out), "--force", check=0)
+    after = snapshot(out)
+    assert {k: after[k] for k in before} == before and "report.md" in after
+
+
+def test_a_report_never_writes_through_or_removes_via_links(store, tmp_path):
+    add_experiment(store, tmp_path, "e")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "speedup.png").write_bytes(b"someone else's figure")
+    (outside / "keep.png").write_bytes(b"keep")
+    (outside / "page.md").write_text("someone else's page")
+    kept = snapshot(outside)
+
+    out = tmp_path / "rep"
+    reporting.build(store, "e", out)
+    shutil.rmtree(out / "figures")
+    (out / "figures").symlink_to(outside)  # figures/ now leads outside --out
+    proc = dlscale("report", "--out", str(out), check=2)
+    assert "figures is a link or a file" in proc.stderr and "Traceback" not in proc.stderr
+    assert snapshot(outside) == kept
+
+    (out / "figures").unlink()
+    (out / "report.md").unlink()
+    (out / "report.md").symlink_to(outside / "page.md")  # a link where the page goes
+    before = snapshot(out)
+    proc = dlscale("report", "--out", str(out), check=2)
+    assert "would overwrite report.md" in proc.stderr
+    assert snapshot(outside) == kept and snapshot(out) == before
+
+
+def test_files_changed_since_or_not_of_a_reports_shape_are_the_users(store, tmp_path):
+    add_experiment(store, tmp_path, "e")
+    out = tmp_path / "rep"
+    reporting.build(store, "e", out)
+    (out / "results.csv").write_text("my edits")
+    with pytest.raises(UserError, match="would overwrite results.csv"):
+        reporting.build(store, "e", out)
+    assert (out / "results.csv").read_text() == "my edits"
+
+    # A manifest is a file anyone can edit: entries outside a report's own names (with the
+    # right digests even) are never removed.
+    (out / "results.csv").unlink()
+    (tmp_path / "outside.txt").write_text("outside")
+    (out / "notes.txt").write_text("notes")
+    manifest = json.loads((out / MANIFEST).read_text())
+    for rel, text in (("../outside.txt", "outside"), ("notes.txt", "notes")):
+        manifest["files"][rel] = [hashlib.sha256(text.encode()).hexdigest()]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    reporting.build(store, "e", out)
+    assert (tmp_path / "outside.txt").read_text() == "outside"
+    assert (out / "notes.txt").read_text() == "notes"
+    assert (out / "results.csv").is_file()
+
+    (out / MANIFEST).write_text("not json")
+    with pytest.raises(UserError, match=f"{MANIFEST} is not a manifest dlscale wrote"):
+        reporting.build(store, "e", out, force=True)
