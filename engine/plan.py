@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 from .spec import LoadedSpec, model_fits_dataset
@@ -35,20 +36,21 @@ class Run:
         return f"{self.nodes}x{self.ranks_per_node}"
 
     def identity(self, with_repetition: bool = True) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         if not with_repetition:
             d.pop("repetition")
         return d
 
-    @property
+    # Computed once per run: a 10,000-run plan asks for them many times (status, rendering).
+    @cached_property
     def run_id(self) -> str:
         """Same parameters, same id: re-running a spec finds its finished runs."""
-        return digest(self.identity())
+        return _identity_digest(self.identity())
 
-    @property
+    @cached_property
     def point_id(self) -> str:
         """The measurement point this run repeats (all repetitions share it)."""
-        return digest(self.identity(with_repetition=False))
+        return _identity_digest(self.identity(with_repetition=False))
 
     def label(self) -> str:
         return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
@@ -57,6 +59,25 @@ class Run:
 
 def digest(d: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+_TRAINING_TEXT: dict[int, tuple[dict[str, Any], str]] = {}
+_SLOT = "\u0000training\u0000"
+
+
+def _identity_digest(identity: dict[str, Any]) -> str:
+    """digest(identity), with the training recipe's JSON made once per recipe: the runs of
+    a plan share a handful of recipe dicts, and dumping them dominated planning. The text
+    hashed is exactly digest()'s, so run ids never change."""
+    training = identity["training"]
+    cached = _TRAINING_TEXT.get(id(training))
+    if cached is None or cached[0] is not training:
+        if len(_TRAINING_TEXT) > 256:  # a long-lived process (the TUI) plans again and again
+            _TRAINING_TEXT.clear()
+        cached = _TRAINING_TEXT[id(training)] = (training, json.dumps(training, sort_keys=True))
+    text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
+    text = text.replace(json.dumps(_SLOT), cached[1], 1)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclass
