@@ -13,6 +13,7 @@ from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progre
                            TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
 from . import analysis, charts, datasets, envs, mllog, queue, report as reporting, study, tables
+from .cli_options import backend_for, experiment_option, home_callback, md5_callback, store_of
 from .errors import DlscaleError, PlanError, SpecError, UserError
 from .estimate import estimate
 from .frameworks import FRAMEWORKS
@@ -22,6 +23,7 @@ from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
 from .store import ACTIVE, TERMINAL, Store, default_home
+from ..trainers.common.args import MODELS
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -29,7 +31,7 @@ err = Console(stderr=True, highlight=False, markup=False, width=None if sys.stde
 
 
 def _store(ctx: click.Context) -> Store:
-    return Store(ctx.obj["home"])
+    return store_of(ctx)
 
 
 def _refresh(store: Store) -> list[str]:
@@ -44,7 +46,7 @@ def _refresh(store: Store) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(file_okay=False),
+@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(), callback=home_callback,
               help="where the store and run folders live (default ~/.dlscale)")
 @click.version_option(package_name="dlscale")
 @click.pass_context
@@ -58,8 +60,8 @@ def _backend_options(f):
                      "(default: the profile's default partition)")(f)
     f = click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
                      help="cluster profile TOML (needed with --backend slurm)")(f)
-    return click.option("--backend", default="local", show_default=True,
-                        type=click.Choice(study.BACKENDS))(f)
+    return click.option("--backend", default=None, type=click.Choice(study.BACKENDS),
+                        help="default: slurm with --profile, else local")(f)
 
 
 @cli.command("plan")
@@ -68,9 +70,10 @@ def _backend_options(f):
 @click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
               "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
 @click.pass_context
-def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
              partition: str | None, include_planned: bool) -> None:
     """Dry run: list the runs a spec makes, their count and the device-hours."""
+    backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec, planning=include_planned)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
@@ -112,9 +115,10 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
 @click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
               "print the results table and speedup chart")
 @click.pass_context
-def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
         partition: str | None, wait: bool) -> None:
     """Submit the runs of SPEC that have not completed yet."""
+    backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
@@ -178,7 +182,7 @@ def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--all", "show_all", is_flag=True, help="include completed runs")
 @click.pass_context
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
@@ -196,7 +200,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.pass_context
@@ -215,12 +219,14 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--metric", type=click.Choice(list(charts.METRICS)), default="speedup",
               show_default=True)
-@click.option("--model", default=None, help="only this model")
-@click.option("--width", type=int, default=None)
-@click.option("--height", type=int, default=22)
+@click.option("--model", type=click.Choice(MODELS), default=None, help="only this model")
+# Below 40x10 plotext has no room for the axes and the legend.
+@click.option("--width", type=click.IntRange(40, 1000), default=None,
+              help="columns (default: the terminal's, at most 100)")
+@click.option("--height", type=click.IntRange(10, 200), default=22, show_default=True)
 @click.pass_context
 def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | None,
           width: int | None, height: int) -> None:
@@ -236,7 +242,7 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
 @click.argument("run_id")
 @click.option("--follow", "-f", "follow_log", is_flag=True,
               help="keep printing new lines until the run ends")
-@click.option("--lines", "-n", default=40, show_default=True)
+@click.option("--lines", "-n", type=click.IntRange(1, 1_000_000), default=40, show_default=True)
 @click.pass_context
 def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     """The log of a run (unique id prefixes work)."""
@@ -267,7 +273,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
 
 @cli.command()
 @click.argument("run_ids", nargs=-1, metavar="RUN|JOB...")
-@click.option("--experiment", "-e", default=None, help="every live run of this experiment")
+@experiment_option("every live run of this experiment")
 @click.pass_context
 def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None) -> None:
     """Cancel queued or running runs."""
@@ -275,6 +281,9 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     ids = list(run_ids)
     if experiment:
         ids += [r["run_id"] for r in store.runs(experiment, states=ACTIVE)]
+        if not ids:
+            out.print(f"nothing to cancel: {experiment} has no queued or running runs")
+            return
     if not ids:
         raise click.UsageError("name runs to cancel, or --experiment")
     done = study.cancel(store, ids)
@@ -322,8 +331,7 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None,
-              help="which experiment (needed when the store holds more than one)")
+@experiment_option("which experiment (needed when the store holds more than one)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="folder for the report, its figures and exports (default report-NAME)")
 @click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
@@ -350,7 +358,7 @@ def export() -> None:
 
 @export.command("mllog")
 @click.argument("run_ids", nargs=-1, metavar="[RUN...]")
-@click.option("--experiment", "-e", default=None, help="every completed run of it")
+@experiment_option("every completed run of it")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write RUN.mllog files here (default: print one run to stdout)")
 @click.pass_context
@@ -388,7 +396,7 @@ def data() -> None:
               help="where the dataset's folder goes")
 @click.option("--url", envvar="DLSCALE_CIFAR10_URL", default=None,
               help="download from here instead of the official address (a mirror)")
-@click.option("--md5", envvar="DLSCALE_CIFAR10_MD5", default=None,
+@click.option("--md5", envvar="DLSCALE_CIFAR10_MD5", default=None, callback=md5_callback,
               help="expected MD5 of the archive at --url (default: the published one)")
 def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> None:
     """Download, verify (MD5) and unpack a dataset; prints the folder for training.data_dir."""
@@ -408,7 +416,8 @@ def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> Non
 @data.command("check")
 @click.argument("dataset", type=click.Choice(["imagenet"]))
 @click.argument("root", type=click.Path())
-@click.option("--classes", default=1000, show_default=True, help="class folders expected")
+@click.option("--classes", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="class folders expected")
 def data_check(dataset: str, root: str, classes: int) -> None:
     """Check a dataset folder's layout (ImageNet: train/ and val/ of class folders of JPEGs)."""
     check = datasets.check_imagenet(root, classes)
@@ -424,11 +433,14 @@ def data_check(dataset: str, root: str, classes: int) -> None:
 @data.command("sample")
 @click.argument("dataset", type=click.Choice(["imagenet"]))
 @click.argument("dest", type=click.Path())
-@click.option("--classes", default=10, show_default=True, help="class folders (1 to 10)")
-@click.option("--per-class", default=32, show_default=True, help="training images per class")
-@click.option("--val-per-class", default=8, show_default=True,
+@click.option("--classes", type=click.IntRange(1, 10), default=10, show_default=True,
+              help="class folders, one per digit")
+# The digits hold about 180 images a class; the sample checks what the two take together.
+@click.option("--per-class", type=click.IntRange(1, 1000), default=32, show_default=True,
+              help="training images per class")
+@click.option("--val-per-class", type=click.IntRange(1, 1000), default=8, show_default=True,
               help="validation images per class")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 def data_sample(dataset: str, dest: str, classes: int, per_class: int, val_per_class: int,
                 seed: int) -> None:
     """Write a small ImageNet-format sample (real handwritten digits as 320x240 JPEGs,
