@@ -8,28 +8,26 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
-from . import analysis, charts, datasets, envs, mllog, queue, report as reporting, study, tables
-from .errors import DlscaleError, PlanError, SpecError, UserError
+from . import analysis, charts, mllog, queue, report as reporting, study, tables
+from .cli_console import err, out, wait_with_progress
+from .cli_data import data
+from .cli_env import doctor, env
+from .cli_options import backend_for, experiment_option, home_callback, store_of
+from .errors import DlscaleError, PlanError, SpecError
 from .estimate import estimate
-from .frameworks import FRAMEWORKS
 from .logs import follow, tail_lines
-from .monitor import sync, wait_until_done
+from .monitor import sync
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, TERMINAL, Store, default_home
+from .store import ACTIVE, Store
+from ..trainers.common.args import MODELS
 
-# Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
-out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 160)
 
 
 def _store(ctx: click.Context) -> Store:
-    return Store(ctx.obj["home"])
+    return store_of(ctx)
 
 
 def _refresh(store: Store) -> list[str]:
@@ -44,7 +42,7 @@ def _refresh(store: Store) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(file_okay=False),
+@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(), callback=home_callback,
               help="where the store and run folders live (default ~/.dlscale)")
 @click.version_option(package_name="dlscale")
 @click.pass_context
@@ -58,8 +56,8 @@ def _backend_options(f):
                      "(default: the profile's default partition)")(f)
     f = click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
                      help="cluster profile TOML (needed with --backend slurm)")(f)
-    return click.option("--backend", default="local", show_default=True,
-                        type=click.Choice(study.BACKENDS))(f)
+    return click.option("--backend", default=None, type=click.Choice(study.BACKENDS),
+                        help="default: slurm with --profile, else local")(f)
 
 
 @cli.command("plan")
@@ -68,9 +66,10 @@ def _backend_options(f):
 @click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
               "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
 @click.pass_context
-def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
              partition: str | None, include_planned: bool) -> None:
     """Dry run: list the runs a spec makes, their count and the device-hours."""
+    backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec, planning=include_planned)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
@@ -112,9 +111,10 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
 @click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
               "print the results table and speedup chart")
 @click.pass_context
-def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
+def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
         partition: str | None, wait: bool) -> None:
     """Submit the runs of SPEC that have not completed yet."""
+    backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
@@ -136,7 +136,7 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
         sys.exit(1 if report.failed_to_submit else 0)
     run_ids = [r.run_id for r in report.all_runs]
     try:
-        _wait_with_progress(store, scheduler, run_ids)
+        wait_with_progress(store, scheduler, run_ids)
     except KeyboardInterrupt:
         live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
         err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
@@ -154,31 +154,8 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
         sys.exit(1)
 
 
-def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=err,
-                  transient=False) as progress:
-        task = progress.add_task("runs", total=len(run_ids), now="")
-
-        def on_tick(tick, rows) -> None:
-            done = sum(r["state"] in TERMINAL for r in rows)
-            running = [r for r in rows if r["state"] == "RUNNING"]
-            now = ""
-            if running:
-                r = running[0]
-                last = store.last_records("interval", [r["run_id"]]).get(r["run_id"])
-                now = (f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-                       f"#{r['repetition']}" + (f": step {last['step']}, "
-                                                f"{last['images_per_s']:.0f} images/s"
-                                                if last else ": starting"))
-            if not tick.reachable:
-                now = f"controller unreachable, retrying: {tick.warning}"
-            progress.update(task, completed=done, now=now)
-        wait_until_done(store, scheduler, run_ids, on_tick)
-
-
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--all", "show_all", is_flag=True, help="include completed runs")
 @click.pass_context
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
@@ -196,7 +173,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.pass_context
@@ -215,12 +192,14 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None)
+@experiment_option()
 @click.option("--metric", type=click.Choice(list(charts.METRICS)), default="speedup",
               show_default=True)
-@click.option("--model", default=None, help="only this model")
-@click.option("--width", type=int, default=None)
-@click.option("--height", type=int, default=22)
+@click.option("--model", type=click.Choice(MODELS), default=None, help="only this model")
+# Below 40x10 plotext has no room for the axes and the legend.
+@click.option("--width", type=click.IntRange(40, 1000), default=None,
+              help="columns (default: the terminal's, at most 100)")
+@click.option("--height", type=click.IntRange(10, 200), default=22, show_default=True)
 @click.pass_context
 def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | None,
           width: int | None, height: int) -> None:
@@ -236,7 +215,7 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
 @click.argument("run_id")
 @click.option("--follow", "-f", "follow_log", is_flag=True,
               help="keep printing new lines until the run ends")
-@click.option("--lines", "-n", default=40, show_default=True)
+@click.option("--lines", "-n", type=click.IntRange(1, 1_000_000), default=40, show_default=True)
 @click.pass_context
 def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     """The log of a run (unique id prefixes work)."""
@@ -267,7 +246,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
 
 @cli.command()
 @click.argument("run_ids", nargs=-1, metavar="RUN|JOB...")
-@click.option("--experiment", "-e", default=None, help="every live run of this experiment")
+@experiment_option("every live run of this experiment")
 @click.pass_context
 def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None) -> None:
     """Cancel queued or running runs."""
@@ -275,6 +254,9 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     ids = list(run_ids)
     if experiment:
         ids += [r["run_id"] for r in store.runs(experiment, states=ACTIVE)]
+        if not ids:
+            out.print(f"nothing to cancel: {experiment} has no queued or running runs")
+            return
     if not ids:
         raise click.UsageError("name runs to cancel, or --experiment")
     done = study.cancel(store, ids)
@@ -308,7 +290,7 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         return
     scheduler = study.make_scheduler(original["backend"], store)
     try:
-        _wait_with_progress(store, scheduler, [new_id])
+        wait_with_progress(store, scheduler, [new_id])
     except KeyboardInterrupt:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)
@@ -322,8 +304,7 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
 
 
 @cli.command()
-@click.option("--experiment", "-e", default=None,
-              help="which experiment (needed when the store holds more than one)")
+@experiment_option("which experiment (needed when the store holds more than one)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="folder for the report, its figures and exports (default report-NAME)")
 @click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
@@ -353,7 +334,7 @@ def export() -> None:
 
 @export.command("mllog")
 @click.argument("run_ids", nargs=-1, metavar="[RUN...]")
-@click.option("--experiment", "-e", default=None, help="every completed run of it")
+@experiment_option("every completed run of it")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write RUN.mllog files here (default: print one run to stdout)")
 @click.pass_context
@@ -380,152 +361,9 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
         f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
 
 
-@cli.group()
-def data() -> None:
-    """Real datasets: fetch CIFAR-10, check an ImageNet folder, write a small one."""
-
-
-@data.command("fetch")
-@click.argument("dataset", type=click.Choice(sorted(datasets.SOURCES)))
-@click.option("--dir", "dest", type=click.Path(file_okay=False), default=".", show_default=True,
-              help="where the dataset's folder goes")
-@click.option("--url", envvar="DLSCALE_CIFAR10_URL", default=None,
-              help="download from here instead of the official address (a mirror)")
-@click.option("--md5", envvar="DLSCALE_CIFAR10_MD5", default=None,
-              help="expected MD5 of the archive at --url (default: the published one)")
-def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> None:
-    """Download, verify (MD5) and unpack a dataset; prints the folder for training.data_dir."""
-    source = datasets.SOURCES[dataset]
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
-                  transient=not err.is_terminal) as progress:
-        task = progress.add_task(f"{dataset}", total=None)
-
-        def on_progress(done: int, total: int | None) -> None:
-            progress.update(task, completed=done, total=total)
-        folder = datasets.fetch(source, dest, url, md5, on_progress)
-    out.print(f"{dataset}: {folder}\nuse it as  training.data_dir = \"{folder.resolve()}\"",
-              soft_wrap=True)
-
-
-@data.command("check")
-@click.argument("dataset", type=click.Choice(["imagenet"]))
-@click.argument("root", type=click.Path())
-@click.option("--classes", default=1000, show_default=True, help="class folders expected")
-def data_check(dataset: str, root: str, classes: int) -> None:
-    """Check a dataset folder's layout (ImageNet: train/ and val/ of class folders of JPEGs)."""
-    check = datasets.check_imagenet(root, classes)
-    for split in ("train", "val"):
-        if split in check.classes:
-            out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
-    if check.problems:
-        raise UserError(f"{check.root} is not a usable ImageNet folder:\n" + "\n".join(
-            f"  {p}" for p in check.problems))
-    out.print(f"{check.root}: layout OK")
-
-
-@data.command("sample")
-@click.argument("dataset", type=click.Choice(["imagenet"]))
-@click.argument("dest", type=click.Path())
-@click.option("--classes", default=10, show_default=True, help="class folders (1 to 10)")
-@click.option("--per-class", default=32, show_default=True, help="training images per class")
-@click.option("--val-per-class", default=8, show_default=True,
-              help="validation images per class")
-@click.option("--seed", default=0, show_default=True)
-def data_sample(dataset: str, dest: str, classes: int, per_class: int, val_per_class: int,
-                seed: int) -> None:
-    """Write a small ImageNet-format sample (real handwritten digits as 320x240 JPEGs,
-    one class per digit) to try the ImageNet loaders without ImageNet."""
-    check = datasets.write_imagenet_sample(dest, classes, per_class, val_per_class, seed)
-    for split in ("train", "val"):
-        out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
-    out.print(f"{check.root}: written; use it as  training.data_dir = \"{check.root.resolve()}\""
-              f"  (check it with `dlscale data check imagenet {check.root} --classes {classes}`)",
-              soft_wrap=True)
-
-
-def _home(ctx: click.Context) -> Path:
-    return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
-
-
-@cli.group()
-def env() -> None:
-    """Per-framework software environments (their pins conflict, so each has its own)."""
-
-
-@env.command("create")
-@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
-@click.option("--prefix", type=click.Path(file_okay=False), default=None,
-              help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
-              "then envs/FRAMEWORK-RECIPE)")
-@click.option("--with", "extras", multiple=True, type=click.Choice(list(envs.EXTRAS)),
-              help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
-              "horovod-pytorch)")
-@click.pass_context
-def env_create(ctx: click.Context, framework: str, prefix: str | None,
-               extras: tuple[str, ...]) -> None:
-    """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
-    envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
-                say=lambda line: err.print(line, soft_wrap=True), extras=extras)
-
-
-@env.command("list")
-@click.pass_context
-def env_list(ctx: click.Context) -> None:
-    """Where each framework's trainer would run now (no imports: quick)."""
-    home = _home(ctx)
-    t = tables.Table(title="Framework environments", title_justify="left")
-    for col in ("framework", "source", "python", "state"):
-        t.add_column(col)
-    for fw in FRAMEWORKS:
-        st = envs.resolve(fw, home)
-        source = st.source + "".join(f" +{e}" for e in st.extras)
-        t.add_row(fw, source, st.python or "-", "ok" if st.ok else st.problem or "")
-    out.print(t)
-
-
-@env.command("remove")
-@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
-@click.pass_context
-def env_remove(ctx: click.Context, framework: str) -> None:
-    """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
-    prefix = envs.remove(framework, _home(ctx))
-    out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
-
-
-@cli.command()
-@click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
-              "steps in each working environment (tens of seconds each)")
-@click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
-@click.pass_context
-def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
-    """Per framework: does its environment import, which versions, and (--smoke) does a
-    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
-    home = _home(ctx)
-    broken = 0
-    # One plain line per framework: long paths and version lists stay whole and greppable.
-    for fw in frameworks or tuple(FRAMEWORKS):
-        if FRAMEWORKS[fw].trainer_module is None:
-            out.print(f"{fw}: -- {FRAMEWORKS[fw].note}", soft_wrap=True)
-            continue
-        st = envs.resolve(fw, home, check=False)
-        if st.python is None:
-            problem, versions = st.problem, {}
-        else:
-            problem, versions = envs.probe(st.python, envs.recipe_for(fw, st.extras),
-                                           full_import=True)
-            if problem:
-                problem += f"; rebuild with `{envs.create_command(fw, home, st.extras)}`"
-        line = f"{fw}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
-                            + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-                            if not problem else f"NO: {problem}")
-        if smoke and not problem:
-            ok, said = envs.smoke(fw, home, st)
-            line += f"; smoke: {said}"
-            problem = None if ok else said
-        broken += problem is not None
-        out.print(line, soft_wrap=True)
-    sys.exit(1 if broken else 0)
+# Commands of their own concern, each in its module.
+for command in (data, env, doctor):
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

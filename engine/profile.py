@@ -13,7 +13,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, 
 
 from .errors import PlanError
 from .frameworks import FRAMEWORKS
-from .spec import StrictModel, load_toml_model
+from .spec import NODES
+from .tomlfile import StrictModel, limit, load_toml_model
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
 _TIME = re.compile(r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
@@ -39,9 +40,13 @@ def time_to_seconds(text: str) -> int | None:
     return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
+MAX_TIME_DAYS = 365
+
+
 def _check_time(value: str | None) -> str | None:
-    if value is not None:
-        time_to_seconds(value)
+    if value is not None and (time_to_seconds(value) or 0) > MAX_TIME_DAYS * 86400:
+        raise ValueError(f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "
+                         "job that long; write UNLIMITED for no limit")
     return value
 
 
@@ -135,9 +140,9 @@ def check_sbatch_option(opt: str) -> str:
 
 class Partition(StrictModel):
     name: StrictStr = Field(pattern=SAFE_NAME)
-    nodes: StrictInt = Field(ge=1)
-    cpus_per_node: StrictInt = Field(ge=1)
-    gpus_per_node: StrictInt = Field(default=0, ge=0)
+    nodes: NODES
+    cpus_per_node: limit(StrictInt, "Slurm counts a node's CPUs in 16 bits", ge=1, le=65_535)
+    gpus_per_node: limit(StrictInt, "more GPUs than any node holds", ge=0, le=1024) = 0
     gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
     max_time: StrictStr | None = None
     default: StrictBool = False

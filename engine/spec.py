@@ -1,29 +1,49 @@
-"""Experiment specs: TOML files validated by pydantic, errors reported as file:line: field.
+"""Experiment specs: TOML files validated by pydantic, errors reported as file:line: field
+(engine/tomlfile.py).
 
 A spec names the matrix (frameworks x models x datasets x scales x batches x precisions x
-loaders) and the training recipe shared by every run. Types are strict: TOML has types, so
-`per_device_batch = "64"` is a mistake worth reporting, not something to coerce.
+loaders) and the training recipe shared by every run. Every number is bounded to what can
+run, and the bound's error says why.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat,
-                      StrictInt, StrictStr, ValidationError, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt,
+                      StrictStr, ValidationInfo, create_model, field_validator, model_validator)
 
 from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
                                     LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
 from ..trainers.common.data import SHAPES, SYNTHETIC
-from .errors import SpecError
 from .frameworks import FRAMEWORKS, Option, available, taking
+from .tomlfile import Number, StrictModel, limit, load_toml_model
 
-Number = StrictFloat | StrictInt
+# Limits on what a spec asks for, each with the reason its error gives.
+MAX_NODES = 100_000
+NODES = limit(StrictInt, "more nodes than any Slurm cluster has", ge=1, le=MAX_NODES)
+RANKS_PER_NODE = limit(StrictInt, "more ranks than any node has GPUs or cores", ge=1, le=1024)
+MAX_BATCH = 65_536
+BATCH_WHY = "larger batches do not fit any device's memory"
+
+
+def _positive(batch: int) -> int:
+    if batch < 1:
+        raise ValueError(f"batch {batch} is not a positive integer")
+    return batch
+
+
+BATCH = Annotated[limit(StrictInt, BATCH_WHY, le=MAX_BATCH), AfterValidator(_positive)]
+GLOBAL_BATCH = Annotated[limit(StrictInt, "a step of more than 2^20 images would hold most of "
+                               "ImageNet's 1.28 million training images", le=2**20),
+                         AfterValidator(_positive)]
+STEPS = "even at 1,000 steps a second, 10^9 steps take 11 days"
+EPOCHS = "ImageNet training takes about 90 epochs; 10^5 is beyond any schedule"
+CORES = "no node has more than 1024 cores"
+SEED = "numpy takes seeds from 0 to 2^32-1"
 
 
 def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
@@ -72,15 +92,9 @@ def model_fits_dataset(model: str, dataset: str) -> bool:
     return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
 
 
-class StrictModel(BaseModel):
-    """TOML has types, so values are taken as typed; unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
 class Scale(StrictModel):
-    nodes: StrictInt = Field(ge=1, le=100_000)
-    ranks_per_node: StrictInt = Field(ge=1, le=1024)
+    nodes: NODES
+    ranks_per_node: RANKS_PER_NODE
 
     @model_validator(mode="before")
     @classmethod
@@ -102,24 +116,27 @@ class Scale(StrictModel):
 
 
 class Training(StrictModel):
-    steps: StrictInt | None = Field(default=None, ge=1)
-    epochs: StrictInt | None = Field(default=None, ge=1)
-    warmup_steps: StrictInt = Field(default=5, ge=0)
-    lr: Number = Field(default=0.1, gt=0)
-    lr_base_batch: StrictInt = Field(default=128, ge=1)
+    steps: limit(StrictInt, STEPS, ge=1, le=10**9) | None = None
+    epochs: limit(StrictInt, EPOCHS, ge=1, le=10**5) | None = None
+    warmup_steps: limit(StrictInt, STEPS, ge=0, le=10**9) = 5
+    lr: limit(Number, "SGD diverges at once with a learning rate above 100", gt=0, le=100) = 0.1
+    lr_base_batch: limit(StrictInt, "it is a global batch, and those are at most 2^20", ge=1,
+                         le=2**20) = 128
     lr_scaling: Literal[LR_SCALING] = "linear"  # type: ignore[valid-type]
-    lr_warmup_epochs: Number = Field(default=0.0, ge=0)
+    lr_warmup_epochs: limit(Number, f"it counts epochs: {EPOCHS}", ge=0, le=10**5) = 0.0
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
-    momentum: Number = Field(default=0.9, ge=0, lt=1)
-    weight_decay: Number = Field(default=5e-4, ge=0)
-    target_accuracy: Number | None = Field(default=None, gt=0, le=1)
-    eval_every: StrictInt = Field(default=1, ge=1)
-    log_every: StrictInt = Field(default=10, ge=1)
-    threads_per_rank: StrictInt = Field(default=1, ge=1)
-    seed: StrictInt = 0
+    momentum: limit(Number, "with a momentum of 1 or more no gradient is ever forgotten and "
+                    "training diverges", ge=0, lt=1) = 0.9
+    weight_decay: limit(Number, "a weight decay above 1 shrinks weights faster than they "
+                        "learn", ge=0, le=1) = 5e-4
+    target_accuracy: limit(Number, "top-1 accuracy is a fraction", gt=0, le=1) | None = None
+    eval_every: limit(StrictInt, f"it counts epochs: {EPOCHS}", ge=1, le=10**5) = 1
+    log_every: limit(StrictInt, f"it counts steps: {STEPS}", ge=1, le=10**9) = 10
+    threads_per_rank: limit(StrictInt, CORES, ge=1, le=1024) = 1
+    seed: limit(StrictInt, SEED, SEED, ge=0, le=2**32 - 1) = 0
     compile: StrictBool = False
     memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"
-    loader_workers: StrictInt = Field(default=0, ge=0)
+    loader_workers: limit(StrictInt, f"{CORES} to run them", ge=0, le=1024) = 0
     data_dir: StrictStr | None = None
     inject_fault: StrictStr | None = Field(default=None, pattern=r"^crash@step\d+$")
 
@@ -144,12 +161,13 @@ class Experiment(StrictModel):
     models: list[StrictStr] = Field(min_length=1)
     datasets: list[StrictStr] = Field(min_length=1)
     scales: list[Scale] = Field(min_length=1)
-    per_device_batch: list[StrictInt] | None = Field(default=None, min_length=1)
-    global_batch: list[StrictInt] | None = Field(default=None, min_length=1)
+    per_device_batch: list[BATCH] | None = Field(default=None, min_length=1)
+    global_batch: list[GLOBAL_BATCH] | None = Field(default=None, min_length=1)
     scaling: Literal["weak", "strong"] = "weak"
     precisions: list[Literal[PRECISIONS]] = ["auto"]  # type: ignore[valid-type]
     loaders: list[StrictStr] = Field(default=["native"], min_length=1)
-    repetitions: StrictInt = Field(default=3, ge=1, le=100)
+    repetitions: limit(StrictInt, "beyond 100 repetitions the 95% confidence interval "
+                       "narrows too little to pay for the runs", ge=1, le=100) = 3
 
     @field_validator("frameworks")
     @classmethod
@@ -191,14 +209,6 @@ class Experiment(StrictModel):
     def _listify(cls, value: Any) -> Any:
         return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
-    @field_validator("per_device_batch", "global_batch")
-    @classmethod
-    def _positive(cls, values: list[int] | None) -> list[int] | None:
-        for v in values or []:
-            if v < 1:
-                raise ValueError(f"batch {v} is not a positive integer")
-        return values
-
     @field_validator("scales", mode="before")
     @classmethod
     def _scale_list(cls, value: Any) -> Any:
@@ -217,6 +227,10 @@ class Experiment(StrictModel):
                     if g % s.devices:
                         raise ValueError(f"global_batch {g} does not split evenly over scale "
                                          f"{s} ({s.devices} devices)")
+                    if g // s.devices > MAX_BATCH:
+                        raise ValueError(f"global_batch {g} is {g // s.devices} images per "
+                                         f"device at scale {s}, more than {MAX_BATCH}: "
+                                         f"{BATCH_WHY}")
         for model in self.models:
             if not any(model_fits_dataset(model, d) for d in self.datasets):
                 raise ValueError(f"model {model} fits none of the datasets "
@@ -291,124 +305,6 @@ class LoadedSpec(BaseModel):
     @property
     def digest(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()[:12]
-
-
-# --- error reporting -------------------------------------------------------------------
-
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
-
-
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of a field in the TOML text, from pydantic's location tuple.
-
-    Handles tables (`[training]`), dotted tables (`[environments.pytorch-ddp]`) and arrays
-    of tables (`[[partitions]]`, the n-th one for an index), else returns None."""
-    parts = [p for p in loc if isinstance(p, int) or not (
-        p.startswith("function-") or p in ("str", "dict[str,any]", "list[str]"))]
-    lines = text.splitlines()
-    for split in range(len(parts), -1, -1):
-        head, rest = parts[:split], parts[split:]
-        occurrence = None
-        if head and isinstance(head[-1], int):
-            occurrence, head = head[-1], head[:-1]
-        if any(isinstance(h, int) for h in head):
-            continue
-        table = ".".join(head)
-        key = next((r for r in rest if isinstance(r, str)), None)
-        if not table:
-            for number, line in enumerate(lines, 1):
-                if _HEADER.match(line):
-                    break
-                if key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
-                    return number
-            continue
-        current, seen = "", -1
-        for number, line in enumerate(lines, 1):
-            header = _HEADER.match(line)
-            if header:
-                current = ".".join(x.strip().strip('"\'') for x in header[1].split("."))
-                if current == table:
-                    seen += 1
-                    if key is None and occurrence in (None, seen):
-                        return number
-                continue
-            if (key and current == table and occurrence in (None, seen)
-                    and re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", line)):
-                return number
-    return None
-
-
-def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
-    kind, msg = err["type"], err["msg"]
-    loc = err["loc"]
-    if kind == "extra_forbidden":
-        parent: Any = model
-        for part in loc[:-1]:
-            if isinstance(part, str) and isinstance(parent, type) and issubclass(parent, BaseModel):
-                ann = parent.model_fields[part].annotation
-                parent = ann if isinstance(ann, type) else parent
-        allowed = list(parent.model_fields) if isinstance(parent, type) and issubclass(
-            parent, BaseModel) else []
-        return f"unknown key; allowed keys here: {', '.join(allowed)}"
-    if kind == "missing":
-        return "required, but missing"
-    msg = msg.removeprefix("Value error, ")
-    if "input" in err and kind not in ("model_type",) and not isinstance(err["input"], dict):
-        msg += f" (got {err['input']!r})"
-    return msg
-
-
-def _field(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part.startswith("function-") or part in ("str", "dict[str,any]"):
-            continue
-        else:
-            out += ("." if out else "") + part
-    return out or "(file)"
-
-
-def problems_from(path: str, text: str, exc: ValidationError, model: type[BaseModel]) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        line = _line_of(text, loc)
-        where = f"{path}:{line}" if line else path
-        out.append(f"{where}: {_field(loc)}: {_describe(err, model)}")
-    return out
-
-
-def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
-    """Read a TOML file; SpecError (file, line, column) when it is missing or malformed."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(str(p), [f"{p}: no such file"]) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise SpecError(str(p), [f"{p}: cannot read ({exc.__class__.__name__}: {exc})"]) from None
-    try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        where = f"{p}:{m[1]}:{m[2]}" if m else str(p)
-        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise SpecError(str(p), [f"{where}: invalid TOML: {reason}"]) from None
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def load_toml_model(path: str | Path, model: type[M],
-                    context: dict[str, Any] | None = None) -> tuple[str, M]:
-    """Read and validate a TOML file; SpecError with file:line: field for every problem."""
-    text, data = parse_toml(path)
-    try:
-        return text, model.model_validate(data, context=context)
-    except ValidationError as exc:
-        raise SpecError(str(path), problems_from(str(path), text, exc, model)) from None
 
 
 def load_spec(path: str | Path, planning: bool = False) -> LoadedSpec:

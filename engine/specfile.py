@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from ..trainers.common.args import DATASETS, LOADERS, MODELS, PRECISIONS
 from .errors import SpecError
 from .frameworks import FRAMEWORKS
-from .spec import LoadedSpec, Spec, _describe, _field, parse_toml, problems_from
+from .spec import LoadedSpec, Spec
+from .tomlfile import describe, errors_of, field_name, parse_toml, problems_from
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "frameworks": tuple(FRAMEWORKS),
@@ -37,10 +38,10 @@ class Problem:
         return f"{self.field}: {self.message}" if self.field else self.message
 
 
-def _field_of(loc: tuple[Any, ...]) -> str:
+def _field_of(loc: tuple[Any, ...], kind: str) -> str:
     """The form field a pydantic location belongs to: `experiment.scales[1]` is the scales
     field, and a model-level check has no field of its own."""
-    return re.sub(r"\[\d+\].*$", "", _field(loc)).removesuffix(".(file)")
+    return re.sub(r"\[\d+\].*$", "", field_name(loc, kind)).removesuffix(".(file)")
 
 
 def check(data: dict[str, Any], path: str = "<unsaved spec>") -> tuple[LoadedSpec | None,
@@ -50,10 +51,9 @@ def check(data: dict[str, Any], path: str = "<unsaved spec>") -> tuple[LoadedSpe
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            field = _field_of(loc)
-            problems.append(Problem("" if field == "(file)" else field, _describe(err, Spec)))
+        for err in errors_of(exc):
+            field = _field_of(tuple(err["loc"]), err["type"])
+            problems.append(Problem("" if field == "(file)" else field, describe(err, Spec)))
         return None, problems
     return LoadedSpec(path=path, text=to_toml(data), spec=spec), []
 

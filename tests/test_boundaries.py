@@ -62,7 +62,8 @@ def test_no_generic_top_level_packages_installed(tmp_path):
 # scheduler backends, the store's SQL and record parsing stay behind them.
 TUI_MAY_USE = ("dlscale.engine.session", "dlscale.engine.queue", "dlscale.engine.specfile",
                "dlscale.engine.errors", "dlscale.engine.logs", "dlscale.engine.charts",
-               "dlscale.engine.tables", "dlscale.engine.monitor", "dlscale.engine.spec")
+               "dlscale.engine.tables", "dlscale.engine.monitor", "dlscale.engine.spec",
+               "dlscale.engine.cli_options")  # dlscale-tui's own command line checks
 
 
 def test_tui_uses_only_the_engines_front_end_modules():

@@ -139,3 +139,21 @@ def test_imagenet_needs_a_data_dir_and_says_how_to_get_a_small_one(tmp_path):
     with pytest.raises(SpecError, match="needs training.data_dir .*`dlscale data sample "
                                         "imagenet DIR`"):
         load_spec(path)
+
+
+@pytest.mark.parametrize("old,new,field,line", [
+    ("[8]", "[100000000000000000000]", "experiment.per_device_batch[0]", 7),
+    ("[8]", "[9223372036854775807]", "experiment.per_device_batch[0]", 7),
+    ("steps = 4", "steps = 100000000000000000000", "training.steps", 12),
+])
+def test_numbers_beyond_what_can_run_are_exit_2_in_plan_and_run(tmp_path, home, old, new,
+                                                                 field, line):
+    """Issue 11, item 15: once an OverflowError in `run`, or submitted. Every numeric field
+    is refused by class in test_bad_input.py; these are the reported ones, end to end."""
+    path = _make(tmp_path, {"replace": (old, new)})
+    for cmd in (["run", str(path)], ["plan", str(path)])[:2 if old == "[8]" else 1]:
+        proc = dlscale(*cmd, check=2)
+        assert proc.stderr.startswith(f"dlscale: error: {path}:{line}: {field}: Input should "
+                                      "be less than or equal to ")
+        assert "Overflow" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (home / "runs").exists()  # nothing was submitted

@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.worker import get_current_worker
 
+from ..engine.cli_options import backend_for, check_home, given_as
 from ..engine.errors import DlscaleError
 from ..engine.monitor import Backoff
 from ..engine.session import Session, Snapshot
@@ -150,13 +151,14 @@ class DlscaleApp(App):
 @click.option("--backend", type=click.Choice(["local", "slurm"]), default=None,
               help="default: slurm with --profile, else local")
 @click.option("--partition", default=None, help="partition of the profile")
-@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(file_okay=False), default=None,
+@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(), default=None,
               help="where the store and run folders live (default ~/.dlscale)")
 def main(spec: str | None, profile_path: str | None, backend: str | None,
          partition: str | None, home: str | None) -> None:
     """The dlscale terminal app: build a scaling study, watch its jobs, read its results."""
-    backend = backend or ("slurm" if profile_path else "local")
     try:
+        backend = backend_for(backend, profile_path, partition)
+        check_home(home, given_as(click.get_current_context(), "home"))
         session = Session(home, backend, profile_path, partition)
     except DlscaleError as exc:
         click.echo(f"dlscale-tui: {exc}", err=True)

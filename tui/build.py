@@ -153,7 +153,7 @@ class BuildScreen(Screen):
         exp, training = data.get("experiment", {}), data.get("training", {})
         batch = exp.get("per_device_batch", exp.get("global_batch", []))
         texts = {
-            "name": exp.get("name", ""),
+            "name": exp.get("name") if isinstance(exp.get("name"), str) else "",
             "scales": ", ".join(str(s) if not isinstance(s, dict) else
                                 f"{s.get('nodes')}x{s.get('ranks_per_node')}"
                                 for s in _as_list(exp.get("scales", []))),
@@ -316,10 +316,10 @@ class BuildScreen(Screen):
                         severity="error", timeout=15)
         self.loaded_from = path
         self._file_had_data = bool(data)
-        # Tables the form has no field for ([options.FRAMEWORK]) ride along unchanged.
-        self.data = {**copy.deepcopy(data), "experiment": dict(data.get("experiment") or {}),
-                     "training": dict(data.get("training") or {})} if data else \
-            copy.deepcopy(DEFAULTS)
+        # Tables the form does not show ride along; a misshapen one (`training = 5`) starts empty.
+        self.data = {**copy.deepcopy(data), **{t: dict(v if isinstance(v := data.get(t), dict)
+                                                       else {}) for t in DEFAULTS}} if data \
+            else copy.deepcopy(DEFAULTS)
         self.loaded_data = copy.deepcopy(self.data) if not problems else None
         self.fill(self.data)
         name = self.data["experiment"].get("name")
