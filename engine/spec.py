@@ -11,13 +11,14 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt,
                       StrictStr, ValidationInfo, create_model, field_validator, model_validator)
 
 from ..trainers.common.args import (CIFAR_MODELS, DATASETS, IMAGENET_MODELS, LOADERS,
-                                    LR_SCALING, LR_SCHEDULES, MODELS, PRECISIONS)
+                                    MODELS, PRECISIONS)
+from ..trainers.common.flags import TRAINING, Knob
 from ..trainers.common.data import SHAPES, SYNTHETIC
 from .frameworks import FRAMEWORKS, Option, available, taking
 from .tomlfile import Number, StrictModel, limit, load_toml_model
@@ -40,10 +41,6 @@ BATCH = Annotated[limit(StrictInt, BATCH_WHY, le=MAX_BATCH), AfterValidator(_pos
 GLOBAL_BATCH = Annotated[limit(StrictInt, "a step of more than 2^20 images would hold most of "
                                "ImageNet's 1.28 million training images", le=2**20),
                          AfterValidator(_positive)]
-STEPS = "even at 1,000 steps a second, 10^9 steps take 11 days"
-EPOCHS = "ImageNet training takes about 90 epochs; 10^5 is beyond any schedule"
-CORES = "no node has more than 1024 cores"
-SEED = "numpy takes seeds from 0 to 2^32-1"
 
 
 def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
@@ -115,32 +112,23 @@ class Scale(StrictModel):
         return f"{self.nodes}x{self.ranks_per_node}"
 
 
-class Training(StrictModel):
-    steps: limit(StrictInt, STEPS, ge=1, le=10**9) | None = None
-    epochs: limit(StrictInt, EPOCHS, ge=1, le=10**5) | None = None
-    warmup_steps: limit(StrictInt, STEPS, ge=0, le=10**9) = 5
-    lr: limit(Number, "SGD diverges at once with a learning rate above 100", gt=0, le=100) = 0.1
-    lr_base_batch: limit(StrictInt, "it is a global batch, and those are at most 2^20", ge=1,
-                         le=2**20) = 128
-    lr_scaling: Literal[LR_SCALING] = "linear"  # type: ignore[valid-type]
-    lr_warmup_epochs: limit(Number, f"it counts epochs: {EPOCHS}", ge=0, le=10**5) = 0.0
-    lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
-    momentum: limit(Number, "with a momentum of 1 or more no gradient is ever forgotten and "
-                    "training diverges", ge=0, lt=1) = 0.9
-    weight_decay: limit(Number, "a weight decay above 1 shrinks weights faster than they "
-                        "learn", ge=0, le=1) = 5e-4
-    target_accuracy: limit(Number, "top-1 accuracy is a fraction", gt=0, le=1) | None = None
-    eval_every: limit(StrictInt, f"it counts epochs: {EPOCHS}", ge=1, le=10**5) = 1
-    log_every: limit(StrictInt, f"it counts steps: {STEPS}", ge=1, le=10**9) = 10
-    threads_per_rank: limit(StrictInt, CORES, ge=1, le=1024) = 1
-    seed: limit(StrictInt, SEED, SEED, ge=0, le=2**32 - 1) = 0
-    compile: StrictBool = False
-    memory_format: Literal["auto", "channels_last", "contiguous"] = "auto"
-    loader_workers: limit(StrictInt, f"{CORES} to run them", ge=0, le=1024) = 0
-    data_dir: StrictStr | None = None
-    inject_fault: StrictStr | None = Field(default=None, pattern=r"^crash@step\d+$")
+def _knob_type(k: Knob) -> Any:
+    """A training knob's type in the spec, with the limits and reasons of the table."""
+    if k.kind == "bool":
+        kind: Any = StrictBool
+    elif k.kind == "choice":
+        kind = Literal[k.choices]  # type: ignore[valid-type]
+    elif k.kind == "str":
+        kind = Annotated[StrictStr, Field(pattern=k.pattern)] if k.pattern else StrictStr
+    else:
+        kind = limit(StrictInt if k.kind == "int" else Number, k.why, k.low_why, **k.bounds())
+    return Optional[kind] if k.optional else kind
 
-    @field_validator("data_dir")
+
+class _TrainingChecks(StrictModel):
+    """What holds across the knobs, or needs more than a type."""
+
+    @field_validator("data_dir", check_fields=False)
     @classmethod
     def _home(cls, value: str | None) -> str | None:
         # `~` is the submitting user's home: expanded here, because the trainer gets the
@@ -148,10 +136,16 @@ class Training(StrictModel):
         return os.path.expanduser(value) if value else value
 
     @model_validator(mode="after")
-    def _one_length(self) -> "Training":
-        if (self.steps is None) == (self.epochs is None):
+    def _one_length(self) -> "_TrainingChecks":
+        if (self.steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
             raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
         return self
+
+
+# [training]: one field per knob of the trainers' own table (trainers/common/flags.py), so
+# the spec, the trainers' options and the launch flags cannot drift apart.
+Training = create_model("Training", __base__=_TrainingChecks, **{
+    k.name: (_knob_type(k), Field(default=k.default, description=k.help)) for k in TRAINING})
 
 
 class Experiment(StrictModel):
