@@ -95,6 +95,7 @@ class Loop:
     best_top1: float | None = None
     tta: float | None = None
     times: list[float] = field(default_factory=list)  # per timed step, seconds
+    data_wait: float = 0.0           # seconds the timed steps waited for their batch
 
     def timed_steps(self, warmup_steps: int) -> int:
         return max(0, self.step - warmup_steps)
@@ -110,7 +111,9 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
     interval_start = start_wall
     stop = False
     while not stop and not (r.steps and out.step >= r.total_steps):
+        fetch = time.perf_counter()
         item = next(stream)
+        fetch = time.perf_counter() - fetch
         if item is None:  # an epoch ended
             out.epoch += 1
             if hooks.evaluate is not None and out.epoch % r.eval_every == 0:
@@ -144,6 +147,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
             raise TrainerError(f"injected fault at step {r.crash_at}")
         hooks.set_lr(r.plan.lr(out.step))
         if seg_start is not None:
+            out.data_wait += fetch
             hooks.timer.begin()
         loss = hooks.step(xb, yb)
         if seg_start is not None:
@@ -205,5 +209,6 @@ def write_summary(writer: RecordWriter, recipe: Recipe, loop: Loop, world: int,
                  final_loss=loop.loss if math.isfinite(loop.loss) else None,
                  best_top1=loop.best_top1, target_accuracy=recipe.target_accuracy,
                  time_to_accuracy_s=loop.tta, reached_target=loop.tta is not None,
-                 weights_digest_per_rank=digests, **step_time_stats(loop.times), **extra)
+                 weights_digest_per_rank=digests, **step_time_stats(loop.times),
+                 data_wait_s=loop.data_wait / timed if timed else None, **extra)
     return throughput

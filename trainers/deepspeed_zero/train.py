@@ -65,8 +65,22 @@ class DeepSpeedZeRO(Distribution):
         return engine, optimizer
 
     def step(self, net, opt, loss, scaler) -> None:
+        self.backward(net, loss)
+        self.optimizer_step(net, opt, scaler)
+
+    def zero_grad(self, opt) -> None:
+        pass  # the engine's step zeroes them
+
+    def backward(self, net, loss) -> None:
         net.backward(loss)  # the engine reduces (and with ZeRO partitions) the gradients
-        net.step()          # and zeroes them
+
+    def optimizer_step(self, net, opt, scaler) -> None:
+        net.step()
+
+    def no_sync(self, net, launch: LaunchEnv):
+        # Its no_sync forbids the optimizer step inside it, and ZeRO 2 cannot skip the
+        # reduction at all: no step without synchronisation to compare with.
+        return None if launch.distributed else super().no_sync(net, launch)
 
     def versions(self) -> dict[str, Any]:
         return {"deepspeed": self.ds.__version__}

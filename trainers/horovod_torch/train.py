@@ -41,18 +41,22 @@ class HorovodTorch(HorovodShared, Distribution):
         hvd.broadcast_optimizer_state(opt, root_rank=0)
         return model, opt
 
-    def step(self, net, opt, loss, scaler) -> None:
+    def zero_grad(self, opt) -> None:
         opt.zero_grad()  # Horovod's optimizer takes no set_to_none
+
+    def optimizer_step(self, net, opt, scaler) -> None:
         if scaler is None:
-            loss.backward()
             opt.step()  # waits for the gradients' allreduce, then steps
             return
         # fp16 on GPU: the allreduce must finish before the scaler unscales the gradients.
-        scaler.scale(loss).backward()
         opt.synchronize()
         with opt.skip_synchronize():
             scaler.step(opt)
         scaler.update()
+
+    def no_sync(self, net, launch: LaunchEnv):
+        # Its allreduce starts in backward hooks, per gradient: there is no step without it.
+        return None if launch.distributed else super().no_sync(net, launch)
 
     def gather(self, obj: Any, launch: LaunchEnv) -> list[Any]:
         return self.hvd.allgather_object(obj) if launch.distributed else [obj]

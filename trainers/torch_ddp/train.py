@@ -7,6 +7,7 @@ so the slowest rank sets the time.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..common import data as common_data
+from ..common import breakdown
 from ..common import loop as training_loop
 from ..common.args import build_parser, recipe_fields
 from ..common.context import Context, start
@@ -81,13 +83,22 @@ class Distribution:
                                        else None), opt
 
     def step(self, net, opt, loss, scaler) -> None:
+        self.zero_grad(opt)
+        self.backward(net, scaler.scale(loss) if scaler is not None else loss)
+        self.optimizer_step(net, opt, scaler)
+
+    # A step's phases, apart for the step-time breakdown.
+    def zero_grad(self, opt) -> None:
         opt.zero_grad(set_to_none=True)
+
+    def backward(self, net, loss) -> None:
+        loss.backward()
+
+    def optimizer_step(self, net, opt, scaler) -> None:
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
             opt.step()
 
     def set_lr(self, opt, lr: float) -> None:
@@ -113,6 +124,13 @@ class Distribution:
     def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
         """Extra fields for the params record (this framework's own settings)."""
         return {"ddp": launch.distributed}
+
+    def no_sync(self, net, launch: LaunchEnv):
+        """A context in which a step does not synchronise gradients (for the step-time
+        breakdown), or None where the framework offers none."""
+        if not launch.distributed:
+            return contextlib.nullcontext
+        return net.no_sync
 
     def comm_backend(self, device: torch.device) -> str:
         return "nccl" if device.type == "cuda" else "gloo"
@@ -141,10 +159,13 @@ class TorchRun:
         dtype = self.amp_dtype
         return torch.autocast(self.device.type, dtype, enabled=dtype is not None)
 
-    def sync(self) -> None:
-        """The device's queued work done, then every rank at the same point."""
+    def sync_device(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def sync(self) -> None:
+        """The device's queued work done, then every rank at the same point."""
+        self.sync_device()
         self.strategy.barrier(self.ctx.launch)
 
     def gather(self, obj: Any) -> list[Any]:
@@ -270,7 +291,10 @@ def _run(run: TorchRun) -> int:
         model.train()
         return float(correct[0] / correct[1])
 
+    last: list[Any] = []  # the latest batch, for the step-time breakdown
+
     def step(xb, yb):
+        last[:] = [xb, yb]
         with run.autocast():
             loss = F.cross_entropy(net(xb), yb)
         strategy.step(net, opt, loss, scaler)
@@ -286,11 +310,40 @@ def _run(run: TorchRun) -> int:
     loop = training_loop.run(recipe, hooks, writer, stream)
     digests = run.gather(_weights_digest(model))
     energy = ctx.energy(run.gather, loop.timed_steps(args.warmup_steps) * ctx.global_batch)
+    timed = loop.timed_steps(args.warmup_steps)
+    split = _breakdown(run, net, opt, scaler, last, timed) if timed and last else {}
     throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests,
-                                             compute_dtype=seen_dtype.seen, **energy)
+                                             compute_dtype=seen_dtype.seen, **energy, **split)
     ctx.say_done(throughput, loop)
     strategy.barrier(launch)
     return 0
+
+
+def _breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int) -> dict:
+    """Forward, backward, optimizer, and the communication not hidden behind them (steps
+    with and without DDP's gradient synchronisation), after the timed steps."""
+    xb, yb = batch
+    strategy, launch = run.strategy, run.ctx.launch
+
+    def forward():
+        strategy.zero_grad(opt)
+        with run.autocast():
+            return F.cross_entropy(net(xb), yb)
+
+    def backward(loss):
+        if scaler is not None:
+            loss = scaler.scale(loss)
+        strategy.backward(net, loss)
+
+    def optimizer():
+        strategy.optimizer_step(net, opt, scaler)
+
+    local = strategy.no_sync(net, launch)
+    phases = breakdown.Phases(forward, backward, optimizer, lambda: run.sync_device(), local,
+                              None if local else f"{strategy.framework} has no step without "
+                              "gradient synchronisation to compare with")
+    strategy.barrier(launch)
+    return breakdown.measure(phases, breakdown.pairs_for(timed), launch.distributed)
 
 
 def main(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
