@@ -187,6 +187,8 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     out.print(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
+    for note in store.skipped_notes([q.run_id for q in every]):
+        out.print(note, soft_wrap=True)
     for problem in problems:
         err.print(f"dlscale: controller unreachable or not answering ({problem}); "
                   "states shown as last seen", soft_wrap=True)
@@ -202,6 +204,7 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     store = _store(ctx)
     _refresh(store)
     rows = analysis.results(store, experiment)
+    notes = analysis.notes(store, experiment)
     if fmt == "json":
         click.echo(tables.results_json(rows))
     elif fmt == "csv":
@@ -209,6 +212,8 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     else:
         out.print(tables.results_table(rows))
         out.print(tables.baselines_note(rows))
+    for note in notes:  # beside machine-readable output, not inside it
+        (out if fmt == "table" else err).print(note, soft_wrap=True)
 
 
 @cli.command()

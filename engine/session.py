@@ -207,6 +207,10 @@ class Session:
     def results(self, experiment: str | None) -> list[dict[str, Any]]:
         return analysis.results(self.store, experiment)
 
+    def notes(self, experiment: str | None) -> list[str]:
+        """What the results leave out (metric lines skipped on ingest), by run and line."""
+        return analysis.notes(self.store, experiment)
+
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
         from . import report as reporting  # matplotlib: loaded only when a report is asked

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..trainers.common.records import RecordError, parse_record
 from .errors import NotFoundError, StoreError
 from .plan import Run
+from .store_records import RECORDS_CHECKED, Records
 
 ACTIVE = ("PENDING", "RUNNING")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS records (
     run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (run_id, line));
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS skipped_records (
+    run_id TEXT NOT NULL, line INTEGER NOT NULL, file TEXT NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY (run_id, line));
 """
 
 # Added after the first release; _migrate adds them to older stores.
@@ -54,7 +57,7 @@ def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
-class Store:
+class Store(Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         try:
@@ -76,6 +79,8 @@ class Store:
         for column, decl in _ADDED_RUN_COLUMNS.items():
             if column not in have:
                 self.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
+        if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
+            self.revalidate()
 
     @property
     def runs_dir(self) -> Path:
@@ -184,6 +189,7 @@ class Store:
         run_dir.mkdir(parents=True, exist_ok=True)
         with self.transaction() as c:
             c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
             c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
                       "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
                       (time.time(), run_id))
@@ -228,60 +234,3 @@ class Store:
         with self.transaction() as c:
             c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
                       (*fields.values(), backend, job_id))
-
-    # --- records -------------------------------------------------------------------------
-
-    def ingest(self, run_id: str, path: str | Path) -> int:
-        """Read the records written since the last ingest; return how many were new.
-        Only whole lines are taken: a line still being written waits for the next call."""
-        row = self.run(run_id)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(row["ingest_offset"])
-                chunk = fh.read()
-        except FileNotFoundError:
-            return 0
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return 0
-        lines = chunk[:end + 1].splitlines()
-        new, bad = [], 0
-        for i, raw in enumerate(lines):
-            try:
-                rec = parse_record(raw.decode("utf-8", errors="replace"))
-            except RecordError:
-                bad += 1
-                continue
-            new.append((run_id, row["ingest_lines"] + i, rec["kind"], json.dumps(rec)))
-        with self.transaction() as c:
-            # Re-check the offset under the write lock: another process may have ingested
-            # the same bytes meanwhile; then this call adds nothing.
-            now_offset = c.execute("SELECT ingest_offset FROM runs WHERE run_id=?",
-                                   (run_id,)).fetchone()[0]
-            if now_offset != row["ingest_offset"]:
-                return 0
-            cur = c.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", new)
-            c.execute("UPDATE runs SET ingest_offset=?, ingest_lines=?, "
-                      "bad_records=bad_records+? WHERE run_id=?",
-                      (row["ingest_offset"] + end + 1, row["ingest_lines"] + len(lines), bad,
-                       run_id))
-            return cur.rowcount if cur.rowcount >= 0 else len(new)
-
-    def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
-        if kind:
-            sql += " AND kind=?"
-            args.append(kind)
-        return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
-
-    def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
-        """The latest record of `kind` per run, in one query; only the runs asked for are
-        read (the wait loop asks every tick for one run, in a store of any size)."""
-        where, args = "kind=?", [kind]
-        if run_ids is not None:
-            where += f" AND run_id IN ({','.join('?' * len(run_ids))})"
-            args.extend(run_ids)
-        sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
-               f"FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
-               "AND r.line=m.line")
-        return {rid: json.loads(body) for rid, body in self.conn.execute(sql, args)}
