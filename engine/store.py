@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from .plan import Run
 from .store_records import RECORDS_CHECKED, Records
 
 ACTIVE = ("PENDING", "RUNNING")
+RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
+RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 _SCHEMA = """
@@ -148,15 +151,22 @@ class Store(Records):
             "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,))]
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """A run by its id or a unique prefix of it. The prefix is compared as text, never
+        as a pattern: `%`, `_` or an empty id name no run (NotFoundError, exit 2)."""
         row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        if row is None:
-            matches = self.conn.execute("SELECT * FROM runs WHERE run_id LIKE ?",
-                                        (run_id + "%",)).fetchall()
-            if len(matches) == 1:
-                return dict(matches[0])
-            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})"
-                                if not matches else f"run id {run_id!r} is ambiguous")
-        return dict(row)
+        if row is not None:
+            return dict(row)
+        if not RUN_ID_PREFIX.fullmatch(run_id):
+            raise NotFoundError(f"no run {run_id!r}: {RUN_ID_RULE}")
+        matches = self.conn.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? "
+                                    "ORDER BY run_id LIMIT 4", (len(run_id), run_id)).fetchall()
+        if len(matches) == 1:
+            return dict(matches[0])
+        if not matches:
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+        raise NotFoundError(f"run id {run_id!r} is ambiguous: it begins "
+                            f"{', '.join(m['run_id'] for m in matches[:3])}"
+                            f"{' and more' if len(matches) > 3 else ''}; give more digits")
 
     def runs(self, experiment: str | None = None,
              states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:

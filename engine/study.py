@@ -13,7 +13,8 @@ import subprocess
 import time
 
 from . import envs, jobscript
-from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
+from .errors import (ControllerUnreachable, DlscaleError, NotFoundError, PlanError,
+                     SubmitError, UserError)
 from .launch import local_command
 from .plan import Plan, Run, plan
 from .plan import digest as plan_digest
@@ -22,7 +23,7 @@ from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
 from .schedulers.slurm import SlurmCLI
 from .spec import LoadedSpec
-from .store import ACTIVE, Store, default_home
+from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, Store, default_home
 
 BACKENDS = ("local", "slurm")
 
@@ -261,11 +262,15 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
 
 
 def find_run(store: Store, ident: str) -> dict:
-    """A run by id (or unique prefix), or by the id of one of its jobs."""
+    """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
+    Slurm job number). Anything else is refused (UserError), never matched as a pattern."""
     for backend in BACKENDS:
         job = store.job(backend, ident)
         if job:
             return store.run(job["run_id"])
+    if not RUN_ID_PREFIX.fullmatch(ident):
+        raise NotFoundError(f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
+                            "jobs (local-3 on this machine, 12345 on Slurm)")
     return store.run(ident)
 
 
