@@ -8,36 +8,22 @@ import time
 from pathlib import Path
 
 import click
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
 
 from . import analysis, charts, mllog, queue, report as reporting, study, tables
 from .cli_setup import data, doctor, env
-from .console import err, out
+from .console import err, out, wait_with_progress
 from .errors import DlscaleError, PlanError, SpecError
 from .estimate import estimate
 from .logs import follow, tail_lines
-from .monitor import sync, wait_until_done
+from .monitor import sync
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, TERMINAL, Store
-
+from .store import ACTIVE, SUBMITTING, Store
 
 
 def _store(ctx: click.Context) -> Store:
     return Store(ctx.obj["home"])
-
-
-def _refresh(store: Store) -> list[str]:
-    """Bring the store up to date with every backend that has live jobs; returns what went
-    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
-    problems = []
-    for backend in study.backends_in_use(store):
-        tick = sync(store, study.make_scheduler(backend, store))
-        if tick.warning or not tick.reachable:
-            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
-    return problems
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,7 +119,7 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
         sys.exit(1 if report.failed_to_submit else 0)
     run_ids = [r.run_id for r in report.all_runs]
     try:
-        _wait_with_progress(store, scheduler, run_ids)
+        wait_with_progress(store, scheduler, run_ids)
     except KeyboardInterrupt:
         live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
         err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
@@ -151,29 +137,6 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
         sys.exit(1)
 
 
-def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=err,
-                  transient=False) as progress:
-        task = progress.add_task("runs", total=len(run_ids), now="")
-
-        def on_tick(tick, rows) -> None:
-            done = sum(r["state"] in TERMINAL for r in rows)
-            running = [r for r in rows if r["state"] == "RUNNING"]
-            now = ""
-            if running:
-                r = running[0]
-                last = store.last_records("interval", [r["run_id"]]).get(r["run_id"])
-                now = (f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-                       f"#{r['repetition']}" + (f": step {last['step']}, "
-                                                f"{last['images_per_s']:.0f} images/s"
-                                                if last else ": starting"))
-            if not tick.reachable:
-                now = f"controller unreachable, retrying: {tick.warning}"
-            progress.update(task, completed=done, now=now)
-        wait_until_done(store, scheduler, run_ids, on_tick)
-
-
 @cli.command()
 @click.option("--experiment", "-e", default=None)
 @click.option("--all", "show_all", is_flag=True, help="include completed runs")
@@ -181,7 +144,7 @@ def _wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
-    problems = _refresh(store)
+    problems = study.refresh(store)
     every = queue.rows(store, experiment)
     rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
     out.print(tables.status_table(rows))
@@ -202,7 +165,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
 def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     rows = analysis.results(store, experiment)
     notes = analysis.notes(store, experiment)
     if fmt == "json":
@@ -228,7 +191,7 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
           width: int | None, height: int) -> None:
     """A terminal chart of a metric against devices, with the ideal line."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     rows = analysis.results(store, experiment)
     click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height,
                             color=out.is_terminal))
@@ -259,7 +222,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
             return False
         last_check[0] = time.time()
         sync(store, scheduler)
-        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED",)
+        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
     try:
         for line in follow(path, lines, stop=finished):
             click.echo(line)
@@ -276,7 +239,11 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     store = _store(ctx)
     ids = list(run_ids)
     if experiment:
-        ids += [r["run_id"] for r in store.runs(experiment, states=ACTIVE)]
+        # Every run with a live job, whatever its row says (a duplicate job of a run that
+        # completed under another job is live too).
+        live = {j["run_id"] for j in store.live_jobs()}
+        ids += [r["run_id"] for r in store.runs(experiment)
+                if r["state"] in ACTIVE or r["run_id"] in live]
     if not ids:
         raise click.UsageError("name runs to cancel, or --experiment")
     done = study.cancel(store, ids)
@@ -310,7 +277,7 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         return
     scheduler = study.make_scheduler(original["backend"], store)
     try:
-        _wait_with_progress(store, scheduler, [new_id])
+        wait_with_progress(store, scheduler, [new_id])
     except KeyboardInterrupt:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)
@@ -338,7 +305,7 @@ def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt:
            reference: str | None) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     name = reporting.pick_experiment(store, experiment)["name"]
     made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference)
     out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "

@@ -83,6 +83,11 @@ class Session:
         self.store  # open it now: a store that cannot open is an error at start, not later
         self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
         self._schedulers: dict[str, Scheduler] = {}
+        # Submitting (sbatch, retried while a controller is slow) can take minutes: it has a
+        # lock and a scheduler client of its own, so the queue refreshes meanwhile and shows
+        # the runs being submitted. `submitter(backend, store)` makes that client.
+        self._submit_lock = threading.Lock()
+        self.submitter = study.make_scheduler
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
@@ -164,8 +169,10 @@ class Session:
 
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
         with self._lock:
-            return study.submit(self.store, loaded, self.backend, self.profile, self.partition,
-                                self._scheduler(self.backend))
+            backend, profile, partition = self.backend, self.profile, self.partition
+        with self._submit_lock:
+            return study.submit(self.store, loaded, backend, profile, partition,
+                                self.submitter(backend, self.store))
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -192,9 +199,8 @@ class Session:
             return study.cancel(self.store, run_ids)
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
-        with self._lock:
-            return study.resubmit(self.store, run_ids,
-                                  scheduler_for=lambda b, _s: self._scheduler(b))
+        with self._submit_lock:
+            return study.resubmit(self.store, run_ids, scheduler_for=self.submitter)
 
     def log_path(self, run_id: str) -> Path:
         return Path(self.store.run(run_id)["run_dir"]) / LOG_FILE

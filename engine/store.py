@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -21,6 +22,9 @@ from .plan import Run
 from .store_records import RECORDS_CHECKED, Records
 
 ACTIVE = ("PENDING", "RUNNING")
+# A run one process has claimed for submission: between rendering its job and the
+# scheduler's answer. Only one process can hold a run's claim (claim_run).
+SUBMITTING = "SUBMITTING"
 RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -53,7 +57,12 @@ CREATE TABLE IF NOT EXISTS skipped_records (
 """
 
 # Added after the first release; _migrate adds them to older stores.
-_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT"}
+_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT", "claimed_by": "TEXT"}
+# The schema's own guard against duplicate jobs: at most one queued or running job per run.
+_ONE_LIVE_JOB_PER_RUN = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
+                         "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')")
+# A claim by a process on another host cannot be checked; after this long it is stale.
+_FOREIGN_CLAIM_S = 600.0
 
 
 def default_home() -> Path:
@@ -78,10 +87,19 @@ class Store(Records):
     def _migrate(self) -> None:
         """Columns added after a store was first made: stores from earlier versions gain
         them (NULL), so an upgrade keeps every run measured before it."""
-        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
-        for column, decl in _ADDED_RUN_COLUMNS.items():
-            if column not in have:
-                self.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
+        def missing() -> list[str]:
+            have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+            return [c for c in _ADDED_RUN_COLUMNS if c not in have]
+        if missing():
+            with self.transaction() as c:  # two processes may open an old store at once
+                for column in missing():
+                    c.execute(f"ALTER TABLE runs ADD COLUMN {column} {_ADDED_RUN_COLUMNS[column]}")
+        try:
+            self.conn.execute(_ONE_LIVE_JOB_PER_RUN)
+        except sqlite3.IntegrityError:
+            # A store from before the guard that already holds duplicate live jobs: cancel
+            # reaches them all (live_jobs), and the guard is made at an open after they end.
+            pass
         if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
             self.revalidate()
 
@@ -189,14 +207,7 @@ class Store(Records):
         """A run is (re)submitted: older records belong to an earlier attempt and move aside
         with its files, so the new attempt's numbers are not mixed with them."""
         row = self.run(run_id)
-        run_dir = Path(row["run_dir"])
-        if row["attempts"] and run_dir.exists():
-            old = run_dir / "attempts" / str(row["attempts"])
-            old.mkdir(parents=True, exist_ok=True)
-            for p in run_dir.iterdir():
-                if p.is_file():
-                    p.rename(old / p.name)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        self.set_aside({**row, "attempts": row["attempts"] + 1})
         with self.transaction() as c:
             c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
@@ -204,6 +215,78 @@ class Store(Records):
                       "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
                       (time.time(), run_id))
         return self.run(run_id)
+
+    # --- claiming runs for submission ------------------------------------------------------
+
+    def claim_run(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
+        this process, its attempt is counted and the earlier attempt's records dropped.
+        Returns None, changing nothing, when the run is in `skip`, queued or running, has
+        a live job, or is claimed by another process that is still alive; so of two
+        `dlscale run` of one spec, each run is submitted by exactly one. The claimer must
+        end the claim: add_job (submitted) or release_run (not, with why)."""
+        me = _process_id()
+        with self.transaction() as c:
+            row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+            if row["state"] in skip + ACTIVE or (row["state"] == SUBMITTING and
+                                                 _claim_alive(row["claimed_by"], row["updated"])):
+                return None
+            if c.execute("SELECT 1 FROM jobs WHERE run_id=? AND state IN ('PENDING', "
+                         "'RUNNING')", (run_id,)).fetchone():
+                return None
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET state=?, claimed_by=?, reason=?, attempts=attempts+1, "
+                      "ingest_offset=0, ingest_lines=0, bad_records=0, updated=? "
+                      "WHERE run_id=?", (SUBMITTING, me, f"being submitted by {_claimer(me)}",
+                                         time.time(), run_id))
+        return self.run(run_id)
+
+    def release_run(self, run_id: str, state: str, reason: str) -> None:
+        """End this process's claim on a run that was not submitted, saying why; a run a
+        job was recorded for meanwhile (add_job) is left as it is."""
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
+                      "state=? AND claimed_by=?",
+                      (state, reason, time.time(), run_id, SUBMITTING, _process_id()))
+
+    def release_stale_claims(self) -> list[str]:
+        """Claims whose process is gone (killed mid-submission) go back to PLANNED with
+        the reason, so the run shows as not submitted and the next `run` takes it."""
+        stale = [r for r in self.conn.execute(
+            "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,))
+            if not _claim_alive(r["claimed_by"], r["updated"])]
+        for r in stale:
+            with self.transaction() as c:
+                c.execute("UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
+                          "run_id=? AND state=? AND claimed_by IS ?",
+                          (f"not submitted: the submission by {_claimer(r['claimed_by'])} "
+                           "was interrupted; `dlscale run SPEC` submits it", time.time(),
+                           r["run_id"], SUBMITTING, r["claimed_by"]))
+        return [r["run_id"] for r in stale]
+
+    def set_aside(self, row: dict[str, Any]) -> None:
+        """A claimed run's earlier attempt moves its files to attempts/N, so the new
+        attempt's numbers are not mixed with them; then its folder is ready."""
+        run_dir = Path(row["run_dir"])
+        if row["attempts"] > 1 and run_dir.is_dir():
+            old = run_dir / "attempts" / str(row["attempts"] - 1)
+            old.mkdir(parents=True, exist_ok=True)
+            for p in run_dir.iterdir():
+                if p.is_file():
+                    p.rename(old / p.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def live_jobs(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every queued or running job of these runs, in any backend: not only the job a
+        run row names, so a duplicate (from a store made before the guard) is reached."""
+        sql, args = "SELECT * FROM jobs WHERE state IN ('PENDING', 'RUNNING')", []
+        if run_ids is not None:
+            sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
+            args = list(run_ids)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -217,9 +300,16 @@ class Store(Records):
                 payload: dict[str, Any] | None = None) -> None:
         now = time.time()
         with self.transaction() as c:
-            c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
-                      "VALUES (?,?,?,?,?,?)",
-                      (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            try:
+                c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
+                          "payload) VALUES (?,?,?,?,?,?)",
+                          (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            except sqlite3.IntegrityError as exc:
+                if "jobs.run_id" not in str(exc):
+                    raise StoreError(f"job {job_id} ({backend}) is in the store already") \
+                        from None
+                raise StoreError(f"run {run_id} already has a queued or running job; job "
+                                 f"{job_id} ({backend}) is not recorded for it") from None
             c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, updated=? "
                       "WHERE run_id=?", (state, backend, job_id, now, run_id))
 
@@ -244,3 +334,32 @@ class Store(Records):
         with self.transaction() as c:
             c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
                       (*fields.values(), backend, job_id))
+
+
+def _process_id() -> str:
+    """This process, told apart from a later one that reuses its pid: host, pid and the
+    process's start time (Linux: /proc/self/stat field 22)."""
+    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "-"
+    return stat.rpartition(")")[2].split()[19]  # fields after the command name, 22nd in all
+
+
+def _claim_alive(claimed_by: str | None, since: float | None) -> bool:
+    try:
+        host, pid, start = (claimed_by or "").split(" ")
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return time.time() - (since or 0) < _FOREIGN_CLAIM_S
+    return start != "-" and _start_time(int(pid)) == start
+
+
+def _claimer(claimed_by: str | None) -> str:
+    host, _, rest = (claimed_by or "? ?").partition(" ")
+    return f"dlscale pid {rest.split(' ')[0]} on {host}"

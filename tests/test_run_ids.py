@@ -24,9 +24,8 @@ def one_run(home):
     run = make_run()
     store.add_run(run)
     row = store.start_attempt(run.run_id)
+    store.add_job("slurm", "4242", run.run_id, "COMPLETED")  # an earlier attempt's job
     store.add_job("local", "local-1", run.run_id, "PENDING")
-    store.add_job("slurm", "4242", run.run_id, "PENDING")
-    store.update_job("slurm", "4242", state="COMPLETED")
     (home / "runs" / run.run_id / "run.log").write_text("the run's log\n")
     metrics = home / "runs" / run.run_id / "metrics.jsonl"
     metrics.write_text(line("interval", step=1, images_per_s=1.0, loss=0.5))
