@@ -11,6 +11,7 @@ import click
 
 from . import analysis, charts, mllog, queue, report as reporting, study, tables
 from .cli_setup import data, doctor, env
+from .cli_store import store as store_group
 from .console import err, out, wait_with_progress
 from .errors import DlscaleError, PlanError, SpecError
 from .estimate import estimate
@@ -19,7 +20,10 @@ from .monitor import sync
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, SUBMITTING, Store
+from .store import ACTIVE, SUBMITTING, Store, damage_message, default_home
+
+
+_chosen: dict[str, str | None] = {"home": None}  # for messages outside a command
 
 
 def _store(ctx: click.Context) -> Store:
@@ -34,6 +38,7 @@ def _store(ctx: click.Context) -> Store:
 def cli(ctx: click.Context, home: str | None) -> None:
     """Measure how deep-learning training scales: frameworks x models x scales."""
     ctx.obj = {"home": home}
+    _chosen["home"] = home
 
 
 def _backend_options(f):
@@ -346,7 +351,7 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
         f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
 
 
-for command in (data, env, doctor):
+for command in (data, env, doctor, store_group):
     cli.add_command(command)
 
 
@@ -370,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
+        # ...unless SQLite found a damaged page only now, when a query read it
+        damage = damage_message(exc, Path(_chosen["home"] or default_home()))
+        if damage is not None:
+            err.print(f"dlscale: error: {damage}", markup=False, soft_wrap=True)
+            sys.exit(1)
         if os.environ.get("DLSCALE_DEBUG"):
             raise
         err.print(f"dlscale: internal error: {type(exc).__name__}: {exc} "

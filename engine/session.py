@@ -24,6 +24,7 @@ from .profile import LoadedProfile, load_profile, time_to_seconds
 from .schedulers.base import Scheduler
 from .spec import LoadedSpec
 from .store import ACTIVE, Store, default_home
+from .store_health import damage_message as _damage
 
 
 @dataclass(frozen=True)
@@ -227,3 +228,8 @@ class Session:
     def chart(results: list[dict[str, Any]], metric: str, model: str | None, width: int,
               height: int) -> str:
         return charts.chart(results, metric, model, width, height, color=True)
+
+
+def damage_message(exc: BaseException, home: Path | None = None) -> str | None:
+    """For the TUI: what to say when a worker's error is a damaged store (else None)."""
+    return _damage(exc, Path(home) if home else default_home())

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from .errors import NotFoundError, StoreError
 from .plan import Run
+from .store_health import REBUILD_HINT, damage_message, run_folders
 from .store_records import RECORDS_CHECKED, Records
 
 ACTIVE = ("PENDING", "RUNNING")
@@ -72,16 +73,25 @@ def default_home() -> Path:
 class Store(Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
+        db = self.home / "dlscale.db"
         try:
+            if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
+                # SQLite would take it as a new, empty store and every run would vanish.
+                raise StoreError(f"{db} is empty (0 bytes) but {self.runs_dir} holds "
+                                 f"{run_folders(self.runs_dir)} run folder(s) it should "
+                                 f"list; {REBUILD_HINT}")
             self.home.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(self.home / "dlscale.db", timeout=30,
-                                        isolation_level=None, check_same_thread=False)
+            self.conn = sqlite3.connect(db, timeout=30, isolation_level=None,
+                                        check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
             self._migrate()
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(damage_message(exc, self.home) or
+                             f"cannot open the store in {self.home}: {exc}") from None
+        except OSError as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
 
     def _migrate(self) -> None:
@@ -148,6 +158,16 @@ class Store(Records):
                  run.global_batch, run.scaling, run.precision, run.loader, run.repetition,
                  json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
         return self.run(run.run_id)
+
+    def restore_run(self, row: dict[str, Any]) -> None:
+        """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        row = {k: v for k, v in row.items() if k in have}
+        row.setdefault("created", time.time())
+        row["updated"] = time.time()
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                      f"({', '.join('?' * len(row))})", tuple(row.values()))
 
     def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
         """A new run that repeats `original` exactly: the same point and parameters, its own
