@@ -89,18 +89,19 @@ class Session:
         # the runs being submitted. `submitter(backend, store)` makes that client.
         self._submit_lock = threading.Lock()
         self.submitter = study.make_scheduler
+        self._choice = threading.Lock()  # backend, profile, partition change together
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
         Raises SpecError (file:line: field) for a profile that does not validate and
         PlanError for an unknown partition; the current choice is kept then."""
         if not profile_path:
-            with self._lock:
+            with self._choice:
                 self.backend, self.profile, self.partition = "local", None, None
             return
         profile = load_profile(profile_path)
         profile.profile.partition(partition)  # raises PlanError when unknown
-        with self._lock:
+        with self._choice:
             self.backend, self.profile, self.partition = "slurm", profile, partition
 
     # SQLite connections are not shared between threads: each thread gets its own.
@@ -169,7 +170,7 @@ class Session:
                        estimate(self.store, todo).text(todo), limit, tuple(refusals), loaded)
 
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
-        with self._lock:
+        with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
             return study.submit(self.store, loaded, backend, profile, partition,
