@@ -34,10 +34,15 @@ _IDENTITY = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_
 
 def write_run_file(row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "",
                    spec_digest: str = "") -> None:
-    """The run's row as submitted, beside its records, so a lost store can be rebuilt."""
+    """The run's row as submitted, beside its records, so a lost store can be rebuilt. A
+    resubmission, which has no spec in hand, keeps the one its earlier attempt named."""
     data = {k: row.get(k) for k in _FIELDS}
     if isinstance(data["training"], str):
         data["training"] = json.loads(data["training"])
+    earlier = run_dir / "attempts" / str((row.get("attempts") or 1) - 1) / RUN_FILE
+    if not spec_path and earlier.is_file():
+        before = json.loads(earlier.read_text())
+        spec_path, spec_digest = before.get("spec_path", ""), before.get("spec_digest", "")
     data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
     (run_dir / RUN_FILE).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 

@@ -131,3 +131,22 @@ def test_rebuild_refuses_a_healthy_store_unless_forced(home, tmp_path):
     assert not list(home.glob("dlscale.db.damaged-*"))
     assert "recovered 6 run(s)" in dlscale("store", "rebuild", "--force", check=0).stdout
     assert list(home.glob("dlscale.db.damaged-*"))
+
+
+def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
+    """run.json is written at each submission, and a resubmission keeps the spec its
+    first attempt named (resubmit has no spec in hand)."""
+    spec = write_spec(tmp_path / "s.toml", name="kept", scales='"1x1"')
+    store = Store(home)
+    quiet = LocalScheduler(store, start_worker=False)
+    study.submit(store, load_spec(spec), "local", scheduler=quiet)
+    (row,) = store.runs("kept")
+    first = json.loads((Path(row["run_dir"]) / "run.json").read_text())
+    assert first["spec_path"] == str(spec.resolve()) and first["experiment"] == "kept"
+    assert first["backend"] == "local" and first["training"]["steps"] == 4
+    study.cancel(store, [row["run_id"]])
+    study.resubmit(store, [row["run_id"]], scheduler_for=lambda b, s: quiet)
+    again = json.loads((Path(row["run_dir"]) / "run.json").read_text())
+    assert again["spec_path"] == first["spec_path"] and again["spec_digest"]
+    assert (Path(row["run_dir"]) / "attempts" / "1" / "run.json").is_file()
+    study.cancel(store, [row["run_id"]])
