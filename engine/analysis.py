@@ -45,6 +45,15 @@ def spread(values: list[float]) -> Spread:
     return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
 
 
+def finite(value: Any) -> float | None:
+    """A stored number as a float, or None when it is not a finite number: records are
+    checked by type on ingest, and this keeps a store written before that from breaking a
+    whole table over one bad value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 def speedup(throughput: float | None, baseline: float | None) -> float | None:
     if throughput is None or not baseline:
         return None
@@ -145,16 +154,15 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p = by_point[r["point_id"]] = Point(**{k: r[k] for k in _POINT_FIELDS})
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
-        s = summaries.get(r["run_id"])
-        if r["state"] == "COMPLETED" and s:
+        s = summaries.get(r["run_id"]) or {}
+        throughput = finite(s.get("throughput"))
+        if r["state"] == "COMPLETED" and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
-            p.throughputs.append(float(s["throughput"]))
-            if s.get("total_wall_s") is not None:
-                p.runtimes.append(float(s["total_wall_s"]))
-            if s.get("time_to_accuracy_s") is not None:
-                p.ttas.append(float(s["time_to_accuracy_s"]))
-            if s.get("best_top1") is not None:
-                p.best_top1.append(float(s["best_top1"]))
+            p.throughputs.append(throughput)
+            for values, key in ((p.runtimes, "total_wall_s"), (p.ttas, "time_to_accuracy_s"),
+                                (p.best_top1, "best_top1")):
+                if finite(s.get(key)) is not None:
+                    values.append(finite(s.get(key)))
     out = list(by_point.values())
     for p in out:
         p.throughput = spread(p.throughputs)
@@ -177,6 +185,13 @@ def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]
     return [p.as_dict() for p in points(store, experiment)]
 
 
+def notes(store: Store, experiment: str | None = None) -> list[str]:
+    """What the results leave out and why: metric lines skipped on ingest, by run, file and
+    line (a run whose summary was skipped has no throughput in the table)."""
+    return store.skipped_notes([r["run_id"] for r in store.runs(experiment)]
+                               if experiment else None)
+
+
 def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     """Each rerun next to the run it repeats: both throughputs and their ratio (rerun /
     original), so a reader sees how well a measurement repeats."""
@@ -189,8 +204,8 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     out = []
     for r in again:
         orig = store.run(r["rerun_of"])
-        t0 = (summaries.get(orig["run_id"]) or {}).get("throughput")
-        t1 = (summaries.get(r["run_id"]) or {}).get("throughput")
+        t0 = finite((summaries.get(orig["run_id"]) or {}).get("throughput"))
+        t1 = finite((summaries.get(r["run_id"]) or {}).get("throughput"))
         ok = orig["state"] == r["state"] == "COMPLETED" and t0 and t1 is not None
         out.append({
             "run_id": r["run_id"], "rerun_of": orig["run_id"], "experiment": r["experiment"],

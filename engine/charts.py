@@ -3,6 +3,7 @@ ideal-scaling line for speedup and efficiency, and noisy points marked. Returns 
 CLI prints it and the TUI renders it alike."""
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -35,7 +36,9 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | None = None,
           width: int = 80, height: int = 22, color: bool = False) -> str:
     key, ylabel = METRICS[metric]
-    rows = [r for r in results if r.get(key) is not None and (model is None or r["model"] == model)]
+    # Only finite numbers are drawn: one NaN would break plotext's axis for every line.
+    rows = [r for r in results if isinstance(r.get(key), (int, float)) and
+            math.isfinite(r[key]) and (model is None or r["model"] == model)]
     models = sorted({r["model"] for r in rows})
     title_model = model or (models[0] if len(models) == 1 else "all models")
     plt.clear_figure()

@@ -14,6 +14,7 @@ from .cli_console import err, out, wait_with_progress
 from .cli_data import data
 from .cli_env import doctor, env
 from .cli_options import backend_for, experiment_option, home_callback, store_of
+from .cli_store import store as store_group
 from .errors import DlscaleError, PlanError, SpecError
 from .estimate import estimate
 from .logs import follow, tail_lines
@@ -21,24 +22,15 @@ from .monitor import sync
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, Store
+from .store import ACTIVE, SUBMITTING, Store, damage_message, default_home
 from ..trainers.common.args import MODELS
+
+_chosen: dict[str, str | None] = {"home": None}  # for messages outside a command
 
 
 
 def _store(ctx: click.Context) -> Store:
     return store_of(ctx)
-
-
-def _refresh(store: Store) -> list[str]:
-    """Bring the store up to date with every backend that has live jobs; returns what went
-    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
-    problems = []
-    for backend in study.backends_in_use(store):
-        tick = sync(store, study.make_scheduler(backend, store))
-        if tick.warning or not tick.reachable:
-            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
-    return problems
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,6 +41,7 @@ def _refresh(store: Store) -> list[str]:
 def cli(ctx: click.Context, home: str | None) -> None:
     """Measure how deep-learning training scales: frameworks x models x scales."""
     ctx.obj = {"home": home}
+    _chosen["home"] = home
 
 
 def _backend_options(f):
@@ -161,12 +154,14 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
-    problems = _refresh(store)
+    problems = study.refresh(store)
     every = queue.rows(store, experiment)
     rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
     out.print(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
+    for note in store.skipped_notes([q.run_id for q in every]):
+        out.print(note, soft_wrap=True)
     for problem in problems:
         err.print(f"dlscale: controller unreachable or not answering ({problem}); "
                   "states shown as last seen", soft_wrap=True)
@@ -180,8 +175,9 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
 def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     rows = analysis.results(store, experiment)
+    notes = analysis.notes(store, experiment)
     if fmt == "json":
         click.echo(tables.results_json(rows))
     elif fmt == "csv":
@@ -189,6 +185,8 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     else:
         out.print(tables.results_table(rows))
         out.print(tables.baselines_note(rows))
+    for note in notes:  # beside machine-readable output, not inside it
+        (out if fmt == "table" else err).print(note, soft_wrap=True)
 
 
 @cli.command()
@@ -205,7 +203,7 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
           width: int | None, height: int) -> None:
     """A terminal chart of a metric against devices, with the ideal line."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     rows = analysis.results(store, experiment)
     click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height,
                             color=out.is_terminal))
@@ -236,7 +234,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
             return False
         last_check[0] = time.time()
         sync(store, scheduler)
-        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED",)
+        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
     try:
         for line in follow(path, lines, stop=finished):
             click.echo(line)
@@ -253,7 +251,11 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     store = _store(ctx)
     ids = list(run_ids)
     if experiment:
-        ids += [r["run_id"] for r in store.runs(experiment, states=ACTIVE)]
+        # Every run with a live job, whatever its row says (a duplicate job of a run that
+        # completed under another job is live too).
+        live = {j["run_id"] for j in store.live_jobs()}
+        ids += [r["run_id"] for r in store.runs(experiment)
+                if r["state"] in ACTIVE or r["run_id"] in live]
         if not ids:
             out.print(f"nothing to cancel: {experiment} has no queued or running runs")
             return
@@ -320,7 +322,7 @@ def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt:
            reference: str | None, force: bool) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
-    _refresh(store)
+    study.refresh(store)
     name = reporting.pick_experiment(store, experiment)["name"]
     made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference, force)
     out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
@@ -362,7 +364,7 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
 
 
 # Commands of their own concern, each in its module.
-for command in (data, env, doctor):
+for command in (data, env, doctor, store_group):
     cli.add_command(command)
 
 
@@ -386,6 +388,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
+        # ...unless SQLite found a damaged page only now, when a query read it
+        damage = damage_message(exc, Path(_chosen["home"] or default_home()))
+        if damage is not None:
+            err.print(f"dlscale: error: {damage}", markup=False, soft_wrap=True)
+            sys.exit(1)
         if os.environ.get("DLSCALE_DEBUG"):
             raise
         err.print(f"dlscale: internal error: {type(exc).__name__}: {exc} "

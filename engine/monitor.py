@@ -10,7 +10,7 @@ from .errors import ControllerUnreachable
 from .launch import LOG_FILE, METRICS_FILE
 from .logs import failure_reason
 from .schedulers.base import Scheduler
-from .store import ACTIVE, TERMINAL, Store
+from .store import ACTIVE, SUBMITTING, TERMINAL, Store
 
 
 def finalize_run(store: Store, run_id: str, job_state: str) -> str:
@@ -47,6 +47,8 @@ class Tick:
 
 def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> Tick:
     """One tick: ask the scheduler about every live job at once, ingest, settle."""
+    # A submission killed mid-way (its process gone) shows as not submitted, with why.
+    store.release_stale_claims()
     live = [r for r in store.runs(experiment, states=ACTIVE)
             if r["backend"] == scheduler.name and r["job_id"]]
     reachable, new = True, 0
@@ -117,7 +119,8 @@ def wait_until_done(store: Store, scheduler: Scheduler, run_ids: list[str],
         tick = sync(store, scheduler)
         rows = [store.run(rid) for rid in run_ids]
         on_tick(tick, rows)
-        if not any(r["state"] in ACTIVE for r in rows):
+        # A run another dlscale is submitting is not done either: it is about to queue.
+        if not any(r["state"] in ACTIVE + (SUBMITTING,) for r in rows):
             return tick
         if tick.states != last or tick.new_records:
             backoff.reset()

@@ -1,13 +1,15 @@
 """The queue as the user reads it: one row per run with its job's state, pending reason,
 nodes, elapsed time and throughput so far. `dlscale status` and the TUI's queue screen both
-show these rows, from three queries whatever the number of runs."""
+show these rows, from four queries whatever the number of runs."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from .analysis import finite
 from .store import Store
+from .store_records import skipped_text
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ def rows(store: Store, experiment: str | None = None,
     ids = [r["run_id"] for r in runs]
     progress = store.last_records("interval", ids)
     progress.update(store.last_records("summary", ids))
+    skipped = store.skipped(ids)
     now = time.time() if now is None else now
     out = []
     for r in runs:
@@ -60,11 +63,16 @@ def rows(store: Store, experiment: str | None = None,
             elapsed = (job.get("ended") or now) - job["started"]
         last = progress.get(r["run_id"]) or {}
         reason = (r["reason"] or job.get("reason") or "").split("\n", 1)[0]
+        if not reason and r["run_id"] in skipped:
+            lines = skipped[r["run_id"]]
+            reason = skipped_text(lines[0]) + (f" (and {len(lines) - 1} more)"
+                                               if len(lines) > 1 else "")
         out.append(QueueRow(
             r["run_id"], r["experiment"], r["framework"], r["model"],
             f"{r['nodes']}x{r['ranks_per_node']}", r["per_device_batch"], r["repetition"],
             r["backend"], r["job_id"], r["state"], reason, job.get("nodes"), elapsed,
-            last.get("throughput") or last.get("images_per_s"), last.get("step")))
+            finite(last.get("throughput")) if "throughput" in last else
+            finite(last.get("images_per_s")), last.get("step")))
     return out
 
 

@@ -145,7 +145,7 @@ def _scale(r: dict[str, Any]) -> str:
     return f"{r['nodes']}x{r['ranks_per_node']}"
 
 
-def _results_table(rows: list[dict[str, Any]]) -> Table:
+def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1
     headers = ["model", "framework"] + (["loader"] if loaders else []) + [
         "scale", "devices", "batch/dev", "precision", "n", "images/s", "CI95", "CV",
@@ -168,6 +168,7 @@ def _results_table(rows: list[dict[str, Any]]) -> Table:
              "the half-width of its Student-t 95% confidence interval, CV the coefficient "
              "of variation; * = noisy (CV > 5%)."]
     notes += [line for line in tables.baselines_note(rows).splitlines() if line]
+    notes += skipped  # metric lines left out on ingest, by run, file and line
     return Table("Throughput, speedup and efficiency", headers, body, notes, right)
 
 
@@ -310,7 +311,8 @@ def _write(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]],
     logs = mllog.write(store, [r["run_id"] for r in runs if r["state"] == "COMPLETED"],
                        folder.subfolder("mllog"))
 
-    made = {"results": _results_table(rows), "tta": _tta_table(rows),
+    made = {"results": _results_table(rows, analysis.notes(store, name)),
+            "tta": _tta_table(rows),
             "loaders": _loader_table(rows), "noisy": _noisy_table(rows),
             "reruns": _rerun_table(reruns),
             "reference": _reference_table(ref, rows) if ref else None}

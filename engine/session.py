@@ -24,6 +24,7 @@ from .profile import LoadedProfile, load_profile, time_to_seconds
 from .schedulers.base import Scheduler
 from .spec import LoadedSpec
 from .store import ACTIVE, Store, default_home
+from .store_health import damage_message as _damage
 
 
 @dataclass(frozen=True)
@@ -83,18 +84,24 @@ class Session:
         self.store  # open it now: a store that cannot open is an error at start, not later
         self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
         self._schedulers: dict[str, Scheduler] = {}
+        # Submitting (sbatch, retried while a controller is slow) can take minutes: it has a
+        # lock and a scheduler client of its own, so the queue refreshes meanwhile and shows
+        # the runs being submitted. `submitter(backend, store)` makes that client.
+        self._submit_lock = threading.Lock()
+        self.submitter = study.make_scheduler
+        self._choice = threading.Lock()  # backend, profile, partition change together
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
         Raises SpecError (file:line: field) for a profile that does not validate and
         PlanError for an unknown partition; the current choice is kept then."""
         if not profile_path:
-            with self._lock:
+            with self._choice:
                 self.backend, self.profile, self.partition = "local", None, None
             return
         profile = load_profile(profile_path)
         profile.profile.partition(partition)  # raises PlanError when unknown
-        with self._lock:
+        with self._choice:
             self.backend, self.profile, self.partition = "slurm", profile, partition
 
     # SQLite connections are not shared between threads: each thread gets its own.
@@ -163,9 +170,11 @@ class Session:
                        estimate(self.store, todo).text(todo), limit, tuple(refusals), loaded)
 
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
-        with self._lock:
-            return study.submit(self.store, loaded, self.backend, self.profile, self.partition,
-                                self._scheduler(self.backend))
+        with self._choice:  # not the refresh's lock: a slow poll must not hold this up
+            backend, profile, partition = self.backend, self.profile, self.partition
+        with self._submit_lock:
+            return study.submit(self.store, loaded, backend, profile, partition,
+                                self.submitter(backend, self.store))
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -192,9 +201,8 @@ class Session:
             return study.cancel(self.store, run_ids)
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
-        with self._lock:
-            return study.resubmit(self.store, run_ids,
-                                  scheduler_for=lambda b, _s: self._scheduler(b))
+        with self._submit_lock:
+            return study.resubmit(self.store, run_ids, scheduler_for=self.submitter)
 
     def log_path(self, run_id: str) -> Path:
         return Path(self.store.run(run_id)["run_dir"]) / LOG_FILE
@@ -207,6 +215,10 @@ class Session:
     def results(self, experiment: str | None) -> list[dict[str, Any]]:
         return analysis.results(self.store, experiment)
 
+    def notes(self, experiment: str | None) -> list[str]:
+        """What the results leave out (metric lines skipped on ingest), by run and line."""
+        return analysis.notes(self.store, experiment)
+
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
         from . import report as reporting  # matplotlib: loaded only when a report is asked
@@ -217,3 +229,8 @@ class Session:
     def chart(results: list[dict[str, Any]], metric: str, model: str | None, width: int,
               height: int) -> str:
         return charts.chart(results, metric, model, width, height, color=True)
+
+
+def damage_message(exc: BaseException, home: Path | None = None) -> str | None:
+    """For the TUI: what to say when a worker's error is a damaged store (else None)."""
+    return _damage(exc, Path(home) if home else default_home())

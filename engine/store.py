@@ -10,16 +10,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import socket
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..trainers.common.records import RecordError, parse_record
 from .errors import NotFoundError, StoreError
 from .plan import Run
+from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_records import RECORDS_CHECKED, Records
 
 ACTIVE = ("PENDING", "RUNNING")
+# A run one process has claimed for submission: between rendering its job and the
+# scheduler's answer. Only one process can hold a run's claim (claim_run).
+SUBMITTING = "SUBMITTING"
+RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
+RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 _SCHEMA = """
@@ -45,44 +53,69 @@ CREATE TABLE IF NOT EXISTS records (
     run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (run_id, line));
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS skipped_records (
+    run_id TEXT NOT NULL, line INTEGER NOT NULL, file TEXT NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY (run_id, line));
 """
 
 # Added after the first release; _migrate adds them to older stores.
-_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT"}
+_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT", "claimed_by": "TEXT"}
 # The local backend's proof of which processes are a job's (schedulers/local_procs.py).
 _ADDED_JOB_COLUMNS = {"pid_mark": "TEXT", "worker_pid": "INTEGER", "token": "TEXT"}
+# The schema's own guard against duplicate jobs: at most one queued or running job per run.
+_ONE_LIVE_JOB_PER_RUN = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
+                         "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')")
+# A claim by a process on another host cannot be checked; after this long it is stale.
+_FOREIGN_CLAIM_S = 600.0
 
 
 def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
-class Store:
+class Store(Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
+        db = self.home / "dlscale.db"
         try:
+            if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
+                # SQLite would take it as a new, empty store and every run would vanish.
+                raise StoreError(f"{db} is empty (0 bytes) but {self.runs_dir} holds "
+                                 f"{run_folders(self.runs_dir)} run folder(s) it should "
+                                 f"list; {REBUILD_HINT}")
             self.home.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(self.home / "dlscale.db", timeout=30,
-                                        isolation_level=None, check_same_thread=False)
+            self.conn = sqlite3.connect(db, timeout=30, isolation_level=None,
+                                        check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
             self._migrate()
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(damage_message(exc, self.home) or
+                             f"cannot open the store in {self.home}: {exc}") from None
+        except OSError as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
 
     def _migrate(self) -> None:
         """Columns added after a store was first made: stores from earlier versions gain
         them (NULL), so an upgrade keeps every run measured before it."""
-        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
-        for column, decl in _ADDED_RUN_COLUMNS.items():
-            if column not in have:
-                self.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
-        have = {r[1] for r in self.conn.execute("PRAGMA table_info(jobs)")}
-        for column, decl in _ADDED_JOB_COLUMNS.items():
-            if column not in have:
-                self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {decl}")
+        def missing(table: str, added: dict[str, str]) -> list[str]:
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            return [c for c in added if c not in have]
+        for table, added in (("runs", _ADDED_RUN_COLUMNS), ("jobs", _ADDED_JOB_COLUMNS)):
+            if missing(table, added):
+                with self.transaction() as c:  # two processes may open an old store at once
+                    for column in missing(table, added):
+                        c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {added[column]}")
+        try:
+            self.conn.execute(_ONE_LIVE_JOB_PER_RUN)
+        except sqlite3.IntegrityError:
+            # A store from before the guard that already holds duplicate live jobs: cancel
+            # reaches them all (live_jobs), and the guard is made at an open after they end.
+            pass
+        if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
+            self.revalidate()
 
     @property
     def runs_dir(self) -> Path:
@@ -130,6 +163,16 @@ class Store:
                  json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
         return self.run(run.run_id)
 
+    def restore_run(self, row: dict[str, Any]) -> None:
+        """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        row = {k: v for k, v in row.items() if k in have}
+        row.setdefault("created", time.time())
+        row["updated"] = time.time()
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+
     def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
         """A new run that repeats `original` exactly: the same point and parameters, its own
         id and folder, and `rerun_of` naming the run it repeats."""
@@ -150,15 +193,22 @@ class Store:
             "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,))]
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """A run by its id or a unique prefix of it. The prefix is compared as text, never
+        as a pattern: `%`, `_` or an empty id name no run (NotFoundError, exit 2)."""
         row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        if row is None:
-            matches = self.conn.execute("SELECT * FROM runs WHERE run_id LIKE ?",
-                                        (run_id + "%",)).fetchall()
-            if len(matches) == 1:
-                return dict(matches[0])
-            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})"
-                                if not matches else f"run id {run_id!r} is ambiguous")
-        return dict(row)
+        if row is not None:
+            return dict(row)
+        if not RUN_ID_PREFIX.fullmatch(run_id):
+            raise NotFoundError(f"no run {run_id!r}: {RUN_ID_RULE}")
+        matches = self.conn.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? "
+                                    "ORDER BY run_id LIMIT 4", (len(run_id), run_id)).fetchall()
+        if len(matches) == 1:
+            return dict(matches[0])
+        if not matches:
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+        raise NotFoundError(f"run id {run_id!r} is ambiguous: it begins "
+                            f"{', '.join(m['run_id'] for m in matches[:3])}"
+                            f"{' and more' if len(matches) > 3 else ''}; give more digits")
 
     def runs(self, experiment: str | None = None,
              states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -181,20 +231,86 @@ class Store:
         """A run is (re)submitted: older records belong to an earlier attempt and move aside
         with its files, so the new attempt's numbers are not mixed with them."""
         row = self.run(run_id)
+        self.set_aside({**row, "attempts": row["attempts"] + 1})
+        with self.transaction() as c:
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
+                      "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
+                      (time.time(), run_id))
+        return self.run(run_id)
+
+    # --- claiming runs for submission ------------------------------------------------------
+
+    def claim_run(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
+        this process, its attempt is counted and the earlier attempt's records dropped.
+        Returns None, changing nothing, when the run is in `skip`, queued or running, has
+        a live job, or is claimed by another process that is still alive; so of two
+        `dlscale run` of one spec, each run is submitted by exactly one. The claimer must
+        end the claim: add_job (submitted) or release_run (not, with why)."""
+        me = _process_id()
+        with self.transaction() as c:
+            row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+            if row["state"] in skip + ACTIVE or (row["state"] == SUBMITTING and
+                                                 _claim_alive(row["claimed_by"], row["updated"])):
+                return None
+            if c.execute("SELECT 1 FROM jobs WHERE run_id=? AND state IN ('PENDING', "
+                         "'RUNNING')", (run_id,)).fetchone():
+                return None
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET state=?, claimed_by=?, reason=?, attempts=attempts+1, "
+                      "ingest_offset=0, ingest_lines=0, bad_records=0, updated=? "
+                      "WHERE run_id=?", (SUBMITTING, me, f"being submitted by {_claimer(me)}",
+                                         time.time(), run_id))
+        return self.run(run_id)
+
+    def release_run(self, run_id: str, state: str, reason: str) -> None:
+        """End this process's claim on a run that was not submitted, saying why; a run a
+        job was recorded for meanwhile (add_job) is left as it is."""
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
+                      "state=? AND claimed_by=?",
+                      (state, reason, time.time(), run_id, SUBMITTING, _process_id()))
+
+    def release_stale_claims(self) -> list[str]:
+        """Claims whose process is gone (killed mid-submission) go back to PLANNED with
+        the reason, so the run shows as not submitted and the next `run` takes it."""
+        stale = [r for r in self.conn.execute(
+            "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,))
+            if not _claim_alive(r["claimed_by"], r["updated"])]
+        for r in stale:
+            with self.transaction() as c:
+                c.execute("UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
+                          "run_id=? AND state=? AND claimed_by IS ?",
+                          (f"not submitted: the submission by {_claimer(r['claimed_by'])} "
+                           "was interrupted; `dlscale run SPEC` submits it", time.time(),
+                           r["run_id"], SUBMITTING, r["claimed_by"]))
+        return [r["run_id"] for r in stale]
+
+    def set_aside(self, row: dict[str, Any]) -> None:
+        """A claimed run's earlier attempt moves its files to attempts/N, so the new
+        attempt's numbers are not mixed with them; then its folder is ready."""
         run_dir = Path(row["run_dir"])
-        if row["attempts"] and run_dir.exists():
-            old = run_dir / "attempts" / str(row["attempts"])
+        if row["attempts"] > 1 and run_dir.is_dir():
+            old = run_dir / "attempts" / str(row["attempts"] - 1)
             old.mkdir(parents=True, exist_ok=True)
             for p in run_dir.iterdir():
                 if p.is_file():
                     p.rename(old / p.name)
         run_dir.mkdir(parents=True, exist_ok=True)
-        with self.transaction() as c:
-            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
-            c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
-                      "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
-                      (time.time(), run_id))
-        return self.run(run_id)
+
+    def live_jobs(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every queued or running job of these runs, in any backend: not only the job a
+        run row names, so a duplicate (from a store made before the guard) is reached."""
+        sql, args = "SELECT * FROM jobs WHERE state IN ('PENDING', 'RUNNING')", []
+        if run_ids is not None:
+            sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
+            args = list(run_ids)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -208,9 +324,16 @@ class Store:
                 payload: dict[str, Any] | None = None) -> None:
         now = time.time()
         with self.transaction() as c:
-            c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
-                      "VALUES (?,?,?,?,?,?)",
-                      (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            try:
+                c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
+                          "payload) VALUES (?,?,?,?,?,?)",
+                          (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            except sqlite3.IntegrityError as exc:
+                if "jobs.run_id" not in str(exc):
+                    raise StoreError(f"job {job_id} ({backend}) is in the store already") \
+                        from None
+                raise StoreError(f"run {run_id} already has a queued or running job; job "
+                                 f"{job_id} ({backend}) is not recorded for it") from None
             c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, updated=? "
                       "WHERE run_id=?", (state, backend, job_id, now, run_id))
 
@@ -254,59 +377,31 @@ class Store:
             c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
                       (*fields.values(), backend, job_id))
 
-    # --- records -------------------------------------------------------------------------
 
-    def ingest(self, run_id: str, path: str | Path) -> int:
-        """Read the records written since the last ingest; return how many were new.
-        Only whole lines are taken: a line still being written waits for the next call."""
-        row = self.run(run_id)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(row["ingest_offset"])
-                chunk = fh.read()
-        except FileNotFoundError:
-            return 0
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return 0
-        lines = chunk[:end + 1].splitlines()
-        new, bad = [], 0
-        for i, raw in enumerate(lines):
-            try:
-                rec = parse_record(raw.decode("utf-8", errors="replace"))
-            except RecordError:
-                bad += 1
-                continue
-            new.append((run_id, row["ingest_lines"] + i, rec["kind"], json.dumps(rec)))
-        with self.transaction() as c:
-            # Re-check the offset under the write lock: another process may have ingested
-            # the same bytes meanwhile; then this call adds nothing.
-            now_offset = c.execute("SELECT ingest_offset FROM runs WHERE run_id=?",
-                                   (run_id,)).fetchone()[0]
-            if now_offset != row["ingest_offset"]:
-                return 0
-            cur = c.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", new)
-            c.execute("UPDATE runs SET ingest_offset=?, ingest_lines=?, "
-                      "bad_records=bad_records+? WHERE run_id=?",
-                      (row["ingest_offset"] + end + 1, row["ingest_lines"] + len(lines), bad,
-                       run_id))
-            return cur.rowcount if cur.rowcount >= 0 else len(new)
+def _process_id() -> str:
+    """This process, told apart from a later one that reuses its pid: host, pid and the
+    process's start time (Linux: /proc/self/stat field 22)."""
+    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
 
-    def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
-        if kind:
-            sql += " AND kind=?"
-            args.append(kind)
-        return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
 
-    def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
-        """The latest record of `kind` per run, in one query; only the runs asked for are
-        read (the wait loop asks every tick for one run, in a store of any size)."""
-        where, args = "kind=?", [kind]
-        if run_ids is not None:
-            where += f" AND run_id IN ({','.join('?' * len(run_ids))})"
-            args.extend(run_ids)
-        sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
-               f"FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
-               "AND r.line=m.line")
-        return {rid: json.loads(body) for rid, body in self.conn.execute(sql, args)}
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "-"
+    return stat.rpartition(")")[2].split()[19]  # fields after the command name, 22nd in all
+
+
+def _claim_alive(claimed_by: str | None, since: float | None) -> bool:
+    try:
+        host, pid, start = (claimed_by or "").split(" ")
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return time.time() - (since or 0) < _FOREIGN_CLAIM_S
+    return start != "-" and _start_time(int(pid)) == start
+
+
+def _claimer(claimed_by: str | None) -> str:
+    host, _, rest = (claimed_by or "? ?").partition(" ")
+    return f"dlscale pid {rest.split(' ')[0]} on {host}"

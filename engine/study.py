@@ -13,8 +13,10 @@ import subprocess
 import time
 
 from . import envs, jobscript
-from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
+from .errors import (ControllerUnreachable, DlscaleError, NotFoundError, PlanError,
+                     SubmitError, UserError)
 from .launch import local_command
+from .monitor import sync
 from .plan import Plan, Run, plan
 from .plan import digest as plan_digest
 from .profile import LoadedProfile
@@ -22,7 +24,8 @@ from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
 from .schedulers.slurm import SlurmCLI
 from .spec import LoadedSpec
-from .store import ACTIVE, Store, default_home
+from .recovery import write_run_file
+from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, SUBMITTING, Store, default_home
 
 BACKENDS = ("local", "slurm")
 
@@ -106,7 +109,6 @@ def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedP
     script = run_dir / "job.sh"
     script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition,
                                        home=home))
-    (run_dir / "spec.toml").write_text(loaded.text)
     (run_dir / "profile.toml").write_text(profile.text)
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     if check.returncode != 0:
@@ -120,6 +122,10 @@ def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedP
 def submit(store: Store, loaded: LoadedSpec, backend: str,
            profile: LoadedProfile | None = None, partition: str | None = None,
            scheduler: Scheduler | None = None) -> SubmitReport:
+    """Submit the runs of a spec that have not completed. Each run is claimed in the store
+    first (claim_run), so two submissions of one spec at once never submit a run twice;
+    a run that cannot be handed to the scheduler is released with the reason (`not
+    submitted: ...`) and reported, never left half-submitted."""
     p = plan(loaded)
     check_plan(loaded, p, backend, profile, partition, store.home)
     environments = {fw: envs.resolve(fw, store.home, check=False)
@@ -127,44 +133,80 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
     scheduler = scheduler or make_scheduler(backend, store)
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.
-    store.save_experiment(loaded.spec.experiment.name, str(Path(loaded.path).resolve()),
-                          loaded.text, loaded.digest)
+    spec_path = str(Path(loaded.path).resolve())
+    store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
     for run in p.runs:
         row = store.add_run(run)
         if row["state"] == "COMPLETED":
             report.completed.append(run)
             continue
-        if row["state"] in ACTIVE:
+        claimed = store.claim_run(run.run_id, skip=("COMPLETED",))
+        if claimed is None:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
-        again = row["state"] != "PLANNED"
-        row = store.start_attempt(run.run_id)
-        run_dir = Path(row["run_dir"])
-        if backend == "slurm":
-            assert profile is not None
-            request = _slurm_request(run, run_dir, loaded, profile, partition, store.home)
-        else:
+
+        def request(run_dir: Path, run: Run = run) -> JobRequest:
+            (run_dir / "spec.toml").write_text(loaded.text)
+            if backend == "slurm":
+                assert profile is not None
+                return _slurm_request(run, run_dir, loaded, profile, partition, store.home)
             argv, env = local_command(run, run_dir, environments[run.framework], store.home)
-            request = JobRequest(run.run_id, run_dir, argv, env, run.nodes, run.ranks_per_node,
-                                 run.training["threads_per_rank"],
-                                 f"{run.experiment}:{run.label()}")
+            return JobRequest(run.run_id, run_dir, argv, env, run.nodes, run.ranks_per_node,
+                              run.training["threads_per_rank"],
+                              f"{run.experiment}:{run.label()}")
         try:
-            job_id = scheduler.submit(request)
+            _hand_over(store, claimed, scheduler, request, spec_path, loaded.digest)
         except ControllerUnreachable as exc:
             # Nothing more can be submitted now; what was submitted stays tracked.
-            store.update_run(run.run_id, state="PLANNED", reason=f"not submitted: {exc}")
             report.failed_to_submit.append((run, str(exc)))
             break
         except SubmitError as exc:
             # One refused job does not stop the others, and nothing already queued is lost.
-            store.update_run(run.run_id, state="FAILED", reason=f"not submitted: {exc}")
             report.failed_to_submit.append((run, str(exc)))
             continue
-        if backend != "local":  # the local scheduler records its own queue entry
-            store.add_job(backend, job_id, run.run_id, "PENDING", {"script": str(run_dir / "job.sh")})
+        except Exception as exc:
+            # Anything else (a script that does not parse, a folder that cannot be written,
+            # a bug) would most likely stop the next run too: stop here and say why.
+            report.failed_to_submit.append((run, not_submitted_because(exc)))
+            break
+        again = row["state"] not in ("PLANNED", SUBMITTING)
         (report.resubmitted if again else report.submitted).append(run)
     return report
+
+
+def not_submitted_because(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "the submission was interrupted (Ctrl-C)"
+    if isinstance(exc, DlscaleError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _hand_over(store: Store, row: dict, scheduler: Scheduler, request, spec_path: str = "",
+               spec_digest: str = "", refused: str = "PLANNED") -> str:
+    """Submit a run this process has claimed: set its earlier attempt aside, write its
+    record (run.json) and job, hand it to the scheduler and record the job. Whatever goes
+    wrong on the way, even Ctrl-C, releases the claim with why (`refused`, or FAILED when
+    the scheduler refused the job) and is raised again; returns the job id."""
+    run_id, run_dir = row["run_id"], Path(row["run_dir"])
+    job_id = None
+    try:
+        store.set_aside(row)
+        write_run_file(row, run_dir, scheduler.name, spec_path, spec_digest)
+        job_id = scheduler.submit(request(run_dir))
+        if scheduler.name != "local":  # the local scheduler records its own queue entry
+            store.add_job(scheduler.name, job_id, run_id, "PENDING",
+                          {"script": str(run_dir / "job.sh")})
+        return job_id
+    except BaseException as exc:
+        why = f"not submitted: {not_submitted_because(exc)}"
+        if job_id is not None:  # the scheduler has it, the store could not record it
+            why = (f"not recorded: {scheduler.name} job {job_id} was submitted but the store "
+                   f"refused it ({not_submitted_because(exc)}); cancel it there or let it run")
+        store.release_run(run_id, "FAILED" if isinstance(exc, SubmitError) or job_id else
+                          refused, why)
+        raise
 
 
 def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple[str, str]]:
@@ -178,38 +220,32 @@ def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple
         if not row["job_id"]:
             raise UserError(f"run {row['run_id']} was never submitted; use `dlscale run SPEC`")
         backend = row["backend"]
-        last = store.job(backend, row["job_id"]) or {}
-        payload = json.loads(last.get("payload") or "{}")
-        row = store.start_attempt(row["run_id"])
-        run_dir = Path(row["run_dir"])
-        if backend == "slurm":
-            previous = run_dir / "attempts" / str(row["attempts"] - 1)
+        payload = json.loads((store.job(backend, row["job_id"]) or {}).get("payload") or "{}")
+        claimed = store.claim_run(row["run_id"])
+        if claimed is None:
+            raise UserError(f"run {row['run_id']} is being submitted or has a queued or "
+                            "running job; `dlscale status` shows which")
+
+        def request(run_dir: Path, claimed: dict = claimed) -> JobRequest:
+            previous = run_dir / "attempts" / str(claimed["attempts"] - 1)
             for name in ("job.sh", "spec.toml", "profile.toml"):
                 if (previous / name).exists():
                     shutil.copy2(previous / name, run_dir / name)
-        out.append((row["run_id"], _submit_again(store, row, payload.get("argv"),
-                                                 payload.get("env"), scheduler_for)))
+            return _request_again(claimed, payload.get("argv"), payload.get("env"))
+        scheduler = (scheduler_for or make_scheduler)(backend, store)
+        out.append((row["run_id"], _hand_over(store, claimed, scheduler, request)))
     return out
 
 
-def _submit_again(store: Store, row: dict, argv: list[str] | None, env: dict | None,
-                  scheduler_for=None) -> str:
-    """Submit a run whose folder already holds what it needs: job.sh for Slurm, or the
+def _request_again(row: dict, argv: list[str] | None, env: dict | None) -> JobRequest:
+    """The job of a run whose folder already holds what it needs: job.sh for Slurm, or the
     local command line `argv` with its environment."""
-    backend, run_dir = row["backend"], Path(row["run_dir"])
-    scheduler = (scheduler_for or make_scheduler)(backend, store)
-    if backend == "slurm":
-        request = JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
-    else:
-        assert argv is not None
-        request = JobRequest(row["run_id"], run_dir, argv, env or {}, row["nodes"],
-                             row["ranks_per_node"],
-                             json.loads(row["training"])["threads_per_rank"])
-    job_id = scheduler.submit(request)
-    if backend != "local":  # the local scheduler records its own queue entry
-        store.add_job(backend, job_id, row["run_id"], "PENDING",
-                      {"script": str(run_dir / "job.sh")})
-    return job_id
+    run_dir = Path(row["run_dir"])
+    if row["backend"] == "slurm":
+        return JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
+    assert argv is not None
+    return JobRequest(row["run_id"], run_dir, argv, env or {}, row["nodes"],
+                      row["ranks_per_node"], json.loads(row["training"])["threads_per_rank"])
 
 
 def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
@@ -219,7 +255,7 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
     Returns (new run id, job id)."""
     row = find_run(store, ident)
     old_id = row["run_id"]
-    if row["state"] in ACTIVE + ("PLANNED",):
+    if row["state"] in ACTIVE + ("PLANNED", SUBMITTING):
         raise UserError(f"run {old_id} is {row['state']}; a rerun repeats a finished run "
                         "(wait for it, or cancel it)")
     if not row["job_id"]:
@@ -234,55 +270,86 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
                         "it cannot be repeated exactly")
     new_id = plan_digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1,
                           "at": time.time()})
-    new = store.add_rerun(row, new_id)
-    new_dir = Path(new["run_dir"])
-    new_dir.mkdir(parents=True, exist_ok=True)
+    store.add_rerun(row, new_id)
+    claimed = store.claim_run(new_id)
+    assert claimed is not None  # a run made this instant: nobody else knows it
+    claimed["backend"] = row["backend"]
 
-    def moved(text: str) -> str:
+    def moved(text: str, new_dir: Path) -> str:
         # The run folder and id are the only things that differ between the two runs.
         return (text.replace(str(old_dir), str(new_dir)).replace(old_id, new_id)
                 .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
-    if row["backend"] == "slurm":
-        shebang, _, rest = moved((old_dir / "job.sh").read_text()).partition("\n")
-        (new_dir / "job.sh").write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its job "
-                                        f"script, with the run id and folder moved\n{rest}")
+
+    def request(new_dir: Path) -> JobRequest:
+        if row["backend"] == "slurm":
+            shebang, _, rest = moved((old_dir / "job.sh").read_text(), new_dir).partition("\n")
+            (new_dir / "job.sh").write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its "
+                                            f"job script, with the run id and folder moved\n"
+                                            f"{rest}")
         for name in ("spec.toml", "profile.toml"):
             if (old_dir / name).exists():
                 shutil.copy2(old_dir / name, new_dir / name)
-    (new_dir / "rerun_of").write_text(old_id + "\n")
-    argv = [moved(a) for a in payload.get("argv", [])] or None
-    try:
-        job_id = _submit_again(store, {**new, "backend": row["backend"]}, argv,
-                               payload.get("env"), scheduler_for)
-    except DlscaleError as exc:  # refused (or no longer fits here): the rerun says why
-        store.update_run(new_id, state="FAILED", reason=f"not submitted: {exc}")
-        raise
-    return new_id, job_id
+        (new_dir / "rerun_of").write_text(old_id + "\n")
+        argv = [moved(a, new_dir) for a in payload.get("argv", [])] or None
+        return _request_again(claimed, argv, payload.get("env"))
+    scheduler = (scheduler_for or make_scheduler)(row["backend"], store)
+    # refused or no longer fitting here: the rerun stays, FAILED, saying why
+    return new_id, _hand_over(store, claimed, scheduler, request, refused="FAILED")
 
 
 def find_run(store: Store, ident: str) -> dict:
-    """A run by id (or unique prefix), or by the id of one of its jobs."""
+    """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
+    Slurm job number). Anything else is refused (UserError), never matched as a pattern."""
     for backend in BACKENDS:
         job = store.job(backend, ident)
         if job:
             return store.run(job["run_id"])
+    if not RUN_ID_PREFIX.fullmatch(ident):
+        raise NotFoundError(f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
+                            "jobs (local-3 on this machine, 12345 on Slurm)")
     return store.run(ident)
 
 
 def cancel(store: Store, run_ids: list[str]) -> list[str]:
-    """Cancel runs' live jobs (runs named by run or job id); returns the runs that had one."""
+    """Cancel every live job of these runs (named by run or job id): all the jobs the
+    store holds for a run, not only the one its row names. Returns the runs that had one."""
+    rows = {}
+    for ident in run_ids:
+        row = find_run(store, ident)
+        rows[row["run_id"]] = row
     by_backend: dict[str, list[str]] = {}
     done = []
-    for rid in run_ids:
-        row = find_run(store, rid)
-        if row["state"] in ACTIVE and row["job_id"]:
-            by_backend.setdefault(row["backend"], []).append(row["job_id"])
-            done.append(row["run_id"])
-    for backend, jobs in by_backend.items():
-        make_scheduler(backend, store).cancel(jobs)
+    live = store.live_jobs(list(rows))
+    for rid, row in rows.items():
+        jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
+        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) \
+                not in jobs:
+            jobs.append((row["backend"], row["job_id"]))
+        for backend, job_id in jobs:
+            by_backend.setdefault(backend, []).append(job_id)
+        if jobs:
+            done.append(rid)
+    for backend, job_ids in by_backend.items():
+        make_scheduler(backend, store).cancel(job_ids)
+        # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
+        # right after is not refused for a job that is on its way out.
+        for job in store.jobs(backend, job_ids, states=ACTIVE):
+            store.update_job(backend, job["job_id"], state="CANCELLED", ended=time.time(),
+                             reason="cancelled by the user")
     for rid in done:
         store.update_run(rid, state="CANCELLED", reason="cancelled by the user")
     return done
+
+
+def refresh(store: Store) -> list[str]:
+    """Bring the store up to date with every backend that has live jobs; returns what went
+    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
+    problems = []
+    for backend in backends_in_use(store):
+        tick = sync(store, make_scheduler(backend, store))
+        if tick.warning or not tick.reachable:
+            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
+    return problems
 
 
 def backends_in_use(store: Store) -> list[str]:

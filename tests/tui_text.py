@@ -16,9 +16,10 @@ def screen_text(app) -> str:
     return console.export_text()
 
 
-def recorded_study(home) -> str:
+def recorded_study(home, edit=None) -> str:
     """A store holding the quickstart study as recorded from a real local run (metrics and
     logs in tests/fixtures/tui-quickstart), with fixed job times so screens are repeatable.
+    `edit(run_id, lines)` may change a run's metric lines before they are ingested.
     Returns the experiment name."""
     import json
     import shutil
@@ -39,6 +40,10 @@ def recorded_study(home) -> str:
         job = jobs[run.run_id]
         for name in ("metrics.jsonl", "run.log"):
             shutil.copy(src / "runs" / run.run_id / name, Path(row["run_dir"]) / name)
+        if edit is not None:
+            metrics = Path(row["run_dir"]) / "metrics.jsonl"
+            lines = edit(run.run_id, metrics.read_text().splitlines(keepends=True))
+            metrics.write_text("".join(lines))
         store.add_job("local", job["job_id"], run.run_id, job["state"])
         store.update_job("local", job["job_id"], state=job["state"], nodes="localhost",
                          started=1_000.0, ended=1_000.0 + job["elapsed_s"])

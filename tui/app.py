@@ -134,8 +134,9 @@ class DlscaleApp(App):
             self.warning = f"cannot refresh the queue: {message.message}; retrying"
             self._rearm()
         else:
+            # Engine text is shown as it is: a path or a reason may hold [brackets].
             self.notify(message.message, title=f"{message.what} failed", severity="error",
-                        timeout=10)
+                        timeout=10, markup=False)
 
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.

@@ -24,6 +24,7 @@ from ..engine.session import Preview
 from .dialogs import PathScreen
 from .errors import describe
 from .messages import EngineFailed, PreviewReady
+from .submit import SubmitFromForm
 from .widgets import Banner
 
 DEFAULTS: dict[str, Any] = {
@@ -56,7 +57,7 @@ def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[,\s]+", text.strip()) if w]
 
 
-class BuildScreen(Screen):
+class BuildScreen(SubmitFromForm, Screen):
     BINDINGS = [
         Binding("ctrl+r", "submit", "Submit", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
@@ -95,7 +96,8 @@ class BuildScreen(Screen):
                 yield self._input("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
                 yield Static("", id="preview", markup=False)
-                yield Button("Submit (ctrl+r)", id="submit", variant="primary")
+                # Enabled by the first preview that finds the form submittable.
+                yield Button("Submit (ctrl+r)", id="submit", variant="primary", disabled=True)
         yield Footer(compact=True)
 
     @staticmethod
@@ -265,7 +267,7 @@ class BuildScreen(Screen):
                 lines.append(f"- {len(by_field)} field(s) marked in red")
         self.query_one("#preview", Static).update("\n".join(lines))
         self.query_one("#submit", Button).disabled = not (p.ok and not self._bad) or \
-            self.query_one("#profile", Input).has_class("invalid")
+            self.query_one("#profile", Input).has_class("invalid") or self.submitting
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "profile":
@@ -360,56 +362,6 @@ class BuildScreen(Screen):
         name = data.get("experiment", {}).get("name") or "study"
         return str(self.app.session.home / "specs" / f"{name}.toml")
 
-    # --- submit --------------------------------------------------------------------------
-
-    def action_submit(self) -> None:
-        data, bad = self.read_form()
-        p = self.preview
-        if bad or p is None or not p.ok or self.preview_stale(data) or \
-                self.query_one("#profile", Input).has_class("invalid"):
-            self.notify("the study cannot be submitted yet: see the fields in red and the "
-                        "panel on the right", severity="error")
-            return
-        self.query_one("#submit", Button).disabled = True
-        self._submit(data)
-
-    def preview_stale(self, data: dict[str, Any]) -> bool:
-        return self.preview is None or self.preview.loaded is None or \
-            self.preview.loaded.spec.model_dump() != _spec_dump(data)
-
-    @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
-    def _submit(self, data: dict[str, Any]) -> None:
-        session = self.app.session
-        try:
-            path = self._spec_name(data)
-            if path != self.loaded_from:  # unsaved choices: keep them beside the store
-                specfile.save(data, path)
-            from ..engine.spec import load_spec
-            report = session.submit(load_spec(path))
-        except Exception as exc:
-            self.app.call_from_thread(self._submit_failed, describe(exc))
-            return
-        self.app.call_from_thread(self._submitted, report, path)
-
-    def _submit_failed(self, message: str) -> None:
-        self.query_one("#submit", Button).disabled = False
-        self.notify(message, title="not submitted", severity="error", timeout=15)
-
-    def _submitted(self, report, path: str) -> None:
-        self.query_one("#submit", Button).disabled = False
-        name = (report.all_runs[0].experiment if report.all_runs else None)
-        text = (f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "
-                f"{len(report.completed)} completed earlier, {len(report.active)} already "
-                f"queued (spec: {path})")
-        for run, why in report.failed_to_submit:
-            text += f"\nnot submitted: {run.label()}: {why}"
-        self.notify(text, title="submitted", severity="error" if report.failed_to_submit
-                    else "information", timeout=10)
-        if name:
-            self.app.experiment = name
-        self.app.poll_now()
-        self.app.action_show("queue")
-
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
@@ -417,8 +369,3 @@ def _n(count: int, noun: str) -> str:
 
 def _as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v] if v not in (None, "") else []
-
-
-def _spec_dump(data: dict[str, Any]) -> dict[str, Any] | None:
-    loaded, _ = specfile.check(data)
-    return loaded.spec.model_dump() if loaded else None

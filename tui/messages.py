@@ -31,8 +31,9 @@ class PreviewReady(Message):
 
 
 class ResultsLoaded(Message):
-    def __init__(self, experiment: str | None, results: list[dict[str, Any]]) -> None:
-        self.experiment, self.results = experiment, results
+    def __init__(self, experiment: str | None, results: list[dict[str, Any]],
+                 notes: list[str] | None = None) -> None:
+        self.experiment, self.results, self.notes = experiment, results, notes or []
         super().__init__()
 
 

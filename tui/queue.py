@@ -20,7 +20,7 @@ from .widgets import Banner
 
 STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
                "FAILED": "bold red", "TIMEOUT": "red", "NODE_FAIL": "red",
-               "CANCELLED": "magenta", "PLANNED": "dim"}
+               "CANCELLED": "magenta", "PLANNED": "bold yellow", "SUBMITTING": "italic yellow"}
 
 
 def row_cells(row: QueueRow) -> tuple[str, ...]:
@@ -121,6 +121,8 @@ class QueueScreen(Screen):
             self.query_one("#queue-summary", Static).update("reading the queue...")
 
     def show_snapshot(self, snap: Snapshot) -> None:
+        if not self.query(JobTable):
+            return  # a refresh that lands while the app quits and the screen goes
         table = self.query_one(JobTable)
         table.show_rows(snap.rows)
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
@@ -128,6 +130,10 @@ class QueueScreen(Screen):
         more = f"  (e: {len(snap.experiments)} experiments)" if len(snap.experiments) > 1 else ""
         hint = "  enter: log of the selected job" if snap.rows else \
             "  no runs yet: build a study on the Build screen (F2)"
+        planned = snap.counts.get("PLANNED", 0)
+        if planned:  # stored but not handed to the scheduler: the reason column says why
+            hint = (f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
+                    "or `dlscale run SPEC` submits them")
         self.query_one("#queue-summary", Static).update(
             f"{exp}: {counts or 'no runs'}{more}{hint}")
 
@@ -148,7 +154,8 @@ class QueueScreen(Screen):
             path = self.app.session.log_path(run_id)
             run = self.app.session.run(run_id)
         except Exception as exc:
-            self.app.call_from_thread(self.notify, describe(exc), severity="error")
+            self.app.call_from_thread(self.notify, describe(exc), severity="error",
+                                      markup=False)
             return
         title = (f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
                  f"#{run['repetition']} (job {run['job_id'] or '-'})")
@@ -224,7 +231,7 @@ class QueueScreen(Screen):
                 msg = f"resubmitted {rid} as job {job}"
         except Exception as exc:
             self.app.call_from_thread(self.notify, describe(exc), title=f"{what} failed",
-                                      severity="error", timeout=10)
+                                      severity="error", timeout=10, markup=False)
             return
-        self.app.call_from_thread(self.notify, msg)
+        self.app.call_from_thread(self.notify, msg, markup=False)
         self.app.call_from_thread(self.app.poll_now)

@@ -89,10 +89,11 @@ class ResultsScreen(Screen):
     def _load(self, experiment: str | None) -> None:
         try:
             results = self.app.session.results(experiment)
+            notes = self.app.session.notes(experiment)
         except Exception as exc:
             self.post_message(EngineFailed("results", describe(exc)))
             return
-        self.post_message(ResultsLoaded(experiment, results))
+        self.post_message(ResultsLoaded(experiment, results, notes))
 
     def on_results_loaded(self, message: ResultsLoaded) -> None:
         if message.experiment != self.app.experiment:
@@ -111,10 +112,12 @@ class ResultsScreen(Screen):
                 tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]),
                 tables.fmt(r["time_to_accuracy_s"], 1), r["state"])
         note = tables.baselines_note(self.results)
+        skipped = "".join(f"\n{n}" for n in message.notes)
+        where = message.experiment or "this store"
         self.query_one("#baselines", Static).update(
-            (note + "\n" if note else "") + "* = noisy (CV > 5%)   m: metric   o: model"
-            if self.results else f"no results for {message.experiment or 'this store'} yet: "
-            "runs appear here as they complete")
+            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   m: metric   o: model"
+             if self.results else f"no results for {where} yet: runs appear here as they "
+             "complete") + skipped)
         self.draw_chart()
 
     def models(self) -> list[str]:

@@ -11,6 +11,7 @@ records as training goes, and one `summary` record last. Units are in the field 
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import IO, Any
 
@@ -25,6 +26,57 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "summary": ("status", "throughput", "timed_steps", "warmup_steps", "elapsed_s"),
 }
 KINDS = tuple(REQUIRED)
+
+# What each field the engine reads must hold, required or not: a record is trusted by its
+# types, not its shape, so a throughput of "abc", null or NaN never reaches a table or a
+# chart. Kinds: "count" a whole number >= 0, "number" a finite number, "rate" a finite
+# number >= 0, "fraction" a finite number in [0, 1], "text", "flag" (true/false), "list",
+# "table" (a JSON object); a trailing "?" allows null.
+TYPES: dict[str, dict[str, str]] = {
+    "*": {"time": "number", "schema": "count"},
+    "params": {"framework": "text", "model": "text", "dataset": "text",
+               "per_device_batch": "count", "world_size": "count", "global_batch": "count",
+               "precision": "text", "loader": "text", "run_id": "text", "steps": "count?",
+               "epochs": "count?", "warmup_steps": "count", "lr": "number",
+               "lr_scaled": "number", "threads": "count", "seed": "count"},
+    "env": {"framework_versions": "table", "hostnames": "list", "devices": "list",
+            "world_size": "count", "dlscale_version": "text", "nodes": "list?",
+            "job_id": "text?", "launcher": "text?"},
+    "interval": {"step": "count", "images_per_s": "rate", "loss": "number", "epoch": "count?",
+                 "includes_warmup": "flag?"},
+    "eval": {"step": "count", "epoch": "count", "top1": "fraction", "elapsed_s": "rate"},
+    "summary": {"status": "text", "throughput": "rate", "timed_steps": "count",
+                "warmup_steps": "count", "elapsed_s": "rate", "total_wall_s": "rate?",
+                "time_to_accuracy_s": "rate?", "best_top1": "fraction?",
+                "target_accuracy": "fraction?", "reached_target": "flag?",
+                "images_timed": "count?", "final_loss": "number?"},
+}
+_WHAT = {"count": "a whole number >= 0", "number": "a finite number",
+         "rate": "a finite number >= 0", "fraction": "a number from 0 to 1", "text": "a string",
+         "flag": "true or false", "list": "a list", "table": "a JSON object"}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == "count":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind in ("number", "rate", "fraction"):
+        if not _is_number(value) or not math.isfinite(value):
+            return False
+        return kind == "number" or (value >= 0 and (kind == "rate" or value <= 1))
+    return isinstance(value, {"text": str, "flag": bool, "list": list, "table": dict}[kind])
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class RecordError(ValueError):
@@ -65,7 +117,8 @@ class RecordWriter:
 
 
 def parse_record(line: str) -> dict[str, Any]:
-    """Parse one line; raise RecordError naming what is wrong."""
+    """Parse one line and check its fields' types; raise RecordError naming what is wrong
+    (the field, the value and what it must be)."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -78,4 +131,12 @@ def parse_record(line: str) -> dict[str, Any]:
     missing = [f for f in REQUIRED[kind] if f not in record]
     if missing:
         raise RecordError(f"{kind} record lacks {', '.join(missing)}")
+    for name, want in {**TYPES["*"], **TYPES[kind]}.items():
+        if name not in record:
+            continue
+        value, base = record[name], want.rstrip("?")
+        if value is None and want.endswith("?"):
+            continue
+        if not _fits(value, base):
+            raise RecordError(f"{kind}.{name} is {_shown(value)}, not {_WHAT[base]}")
     return record

@@ -1,0 +1,152 @@
+"""A damaged store (issue 11, item 12): an empty or damaged dlscale.db says what is wrong
+and how to recover, never taken as empty and never an internal error; `dlscale store
+rebuild` keeps the damaged file aside and re-ingests every run folder, with real files."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import dlscale, write_spec
+from dlscale.engine import study
+from dlscale.engine.schedulers.local import LocalScheduler
+from dlscale.engine.spec import load_spec
+from dlscale.engine.store import Store
+from tui_text import recorded_study
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tui-quickstart"
+HINT = "dlscale store rebuild"
+
+
+def _results(home, experiment):
+    rows = json.loads(dlscale("results", "-e", experiment, "--format", "json",
+                              home=home, check=0).stdout)
+    return [(r["ranks"], r["n"], round(r["throughput"], 6)) for r in rows]
+
+
+def _study_of_every_kind(home, tmp_path) -> None:
+    """Runs of three vintages: the quickstart recorded by an older dlscale (folders with
+    only metrics and log); the same study's runs as a Slurm folder keeps them (spec.toml,
+    job.sh, no run.json) under another home; and runs submitted now (run.json)."""
+    recorded_study(home)
+    fresh = write_spec(tmp_path / "fresh.toml", name="fresh", scales='"1x1", "1x2"')
+    store = Store(home)
+    for _ in range(6):  # recorded_study gave its jobs local-1..6 without the counter
+        store.next_counter("local_job")
+    report = study.submit(store, load_spec(fresh), "local",
+                          scheduler=LocalScheduler(store, start_worker=False))
+    assert len(report.submitted) == 2, report.failed_to_submit
+    metrics = sorted((FIXTURE / "runs").glob("*/metrics.jsonl"))
+    for row, source in zip(store.runs("fresh"), metrics):
+        shutil.copy(source, Path(row["run_dir"]) / "metrics.jsonl")
+        store.ingest(row["run_id"], Path(row["run_dir"]) / "metrics.jsonl")
+        store.update_run(row["run_id"], state="COMPLETED")
+    store.close()
+
+
+def _break(home, how: str) -> None:
+    db = home / "dlscale.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    for suffix in ("-wal", "-shm"):
+        (home / f"dlscale.db{suffix}").unlink(missing_ok=True)
+    if how == "empty":
+        db.write_bytes(b"")
+    elif how == "header":
+        data = bytearray(db.read_bytes())
+        data[:16] = b"not a database!!"
+        db.write_bytes(bytes(data))
+    else:  # every page after the first two: what a failing disk leaves
+        data = bytearray(db.read_bytes())
+        for page in range(2, len(data) // 4096):
+            data[page * 4096 + 8:page * 4096 + 64] = b"\xff" * 56
+        db.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["empty", "header", "pages"])
+def test_a_broken_store_says_what_is_wrong_and_how_to_recover(home, how):
+    recorded_study(home)
+    _break(home, how)
+    before = (home / "dlscale.db").read_bytes()
+    for command in (["status"], ["results"], ["chart"], ["logs", "4b75ba1fc982"]):
+        proc = dlscale(*command, check=1)
+        assert HINT in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+        assert proc.stderr.startswith("dlscale: error: ")
+    assert (home / "dlscale.db").read_bytes() == before  # nothing written over it
+    if how == "empty":
+        assert "is empty (0 bytes)" in proc.stderr and "6 run folder(s)" in proc.stderr
+
+
+def test_an_empty_file_without_run_folders_is_a_new_store(home):
+    home.mkdir()
+    (home / "dlscale.db").write_bytes(b"")
+    assert "no runs yet" in dlscale("status", check=0).stdout
+
+
+@pytest.mark.parametrize("how", ["empty", "pages"])
+def test_rebuild_recovers_every_run_folder_and_keeps_the_file_aside(home, tmp_path, how):
+    _study_of_every_kind(home, tmp_path)
+    slurm_home = tmp_path / "slurm-home"  # the quickstart as Slurm run folders keep it
+    for run in (FIXTURE / "runs").iterdir():
+        folder = slurm_home / "runs" / run.name
+        shutil.copytree(run, folder)
+        shutil.copy(FIXTURE / "spec.toml", folder / "spec.toml")
+        (folder / "job.sh").write_text("#!/bin/bash\n")
+    quickstart = _results(home, "quickstart")
+    fresh = _results(home, "fresh")
+    _break(home, how)
+    broken = (home / "dlscale.db").read_bytes()
+    (slurm_home / "dlscale.db").write_bytes(b"")
+
+    proc = dlscale("store", "rebuild", check=0)
+    assert "kept aside:" in proc.stdout and "recovered 8 run(s)" in proc.stdout, proc.stdout
+    assert "8 completed" in proc.stdout
+    (aside,) = [p for p in home.glob("dlscale.db.damaged-*") if p.name[-4:] not in
+                ("-wal", "-shm")]
+    assert aside.read_bytes() == broken  # kept as it was, for whoever wants to look
+    # Runs submitted now come back exactly (run.json); the older local folders hold
+    # neither run.json nor their spec, and come back under `recovered` with their numbers.
+    assert _results(home, "fresh") == fresh
+    assert _results(home, "recovered") == quickstart
+    assert "6 run(s) had neither run.json nor their spec" in proc.stdout
+    assert dlscale("status", "--all", check=0).stdout.count("COMPLETED") == 8
+    # A Slurm folder keeps its spec: those runs come back under their own experiment.
+    proc = dlscale("store", "rebuild", home=slurm_home, check=0)
+    assert "recovered 6 run(s) of 1 experiment(s)" in proc.stdout
+    assert _results(slurm_home, "quickstart") == quickstart
+    exp = Store(slurm_home).experiments()[0]
+    assert exp["name"] == "quickstart" and "repetitions = 3" in exp["spec_text"]
+    assert {r["backend"] for r in Store(slurm_home).runs()} == {"slurm"}
+
+
+def test_rebuild_refuses_a_healthy_store_unless_forced(home, tmp_path):
+    recorded_study(home)
+    proc = dlscale("store", "rebuild", check=2)
+    assert "opens and checks fine" in proc.stderr and "--force" in proc.stderr
+    assert not list(home.glob("dlscale.db.damaged-*"))
+    assert "recovered 6 run(s)" in dlscale("store", "rebuild", "--force", check=0).stdout
+    assert list(home.glob("dlscale.db.damaged-*"))
+
+
+def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
+    """run.json is written at each submission, and a resubmission keeps the spec its
+    first attempt named (resubmit has no spec in hand)."""
+    spec = write_spec(tmp_path / "s.toml", name="kept", scales='"1x1"')
+    store = Store(home)
+    quiet = LocalScheduler(store, start_worker=False)
+    study.submit(store, load_spec(spec), "local", scheduler=quiet)
+    (row,) = store.runs("kept")
+    first = json.loads((Path(row["run_dir"]) / "run.json").read_text())
+    assert first["spec_path"] == str(spec.resolve()) and first["experiment"] == "kept"
+    assert first["backend"] == "local" and first["training"]["steps"] == 4
+    study.cancel(store, [row["run_id"]])
+    study.resubmit(store, [row["run_id"]], scheduler_for=lambda b, s: quiet)
+    again = json.loads((Path(row["run_dir"]) / "run.json").read_text())
+    assert again["spec_path"] == first["spec_path"] and again["spec_digest"]
+    assert (Path(row["run_dir"]) / "attempts" / "1" / "run.json").is_file()
+    study.cancel(store, [row["run_id"]])

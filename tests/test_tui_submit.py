@@ -1,0 +1,147 @@
+"""The TUI's submit path (issue 11, item 14) and its view of skipped records (item 10),
+driven by Textual's Pilot: a submission that fails part-way says so, the queue shows the
+run as not submitted with the reason, ctrl+r works again; a slow submission never freezes
+the queue; records of the wrong type are named, not crashed on."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from textual.widgets import DataTable
+
+from conftest import REPO, write_spec
+from dlscale.engine import study
+from dlscale.engine.plan import plan
+from dlscale.engine.schedulers.slurm import SlurmCLI, run_command
+from dlscale.engine.session import Session
+from dlscale.engine.spec import load_spec
+from dlscale.engine.store import Store
+from dlscale.tui.app import DlscaleApp
+from test_bad_records import _bad_study
+from test_tui import field, until
+from tui_text import screen_text
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def notes(app) -> list[str]:
+    return [f"{n.title}: {n.message}" for n in app._notifications]
+
+
+class RefusesEverything(study.LocalScheduler):
+    """The local backend with a bug in its submit: not a DlscaleError, not expected."""
+
+    def submit(self, request):
+        raise RuntimeError("the scheduler fell over")
+
+
+@pytest.mark.parametrize("failure", ["folder in the way", "scheduler raises"])
+async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried(
+        home, tmp_path, failure):
+    spec = write_spec(tmp_path / "s.toml", name="fails", scales='"1x1"', steps=100000)
+    run_id = plan(load_spec(spec)).runs[0].run_id
+    session = Session(home, "local")
+    in_the_way = home / "runs" / run_id
+    if failure == "folder in the way":
+        in_the_way.parent.mkdir(parents=True)
+        in_the_way.write_text("not a folder\n")
+        why = "FileExistsError"
+    else:
+        session.submitter = lambda backend, store: RefusesEverything(store)
+        why = "RuntimeError: the scheduler fell over"
+    app = DlscaleApp(session, str(spec))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.screen.frameworks_checked and app.screen.preview
+                    and app.screen.preview.ok and not field(app, "submit").disabled, 60,
+                    "a submittable form")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: any("not" in n and why in n for n in notes(app)), 60,
+                    "the failure's notification")
+        # The queue shows the study's run, not "no runs yet": PLANNED, with the reason.
+        await until(pilot, lambda: app.current_mode == "queue" and app.snapshot and
+                    app.snapshot.rows, 30, "the run in the queue")
+        (row,) = app.snapshot.rows
+        assert row.state == "PLANNED" and row.reason.startswith("not submitted: ")
+        assert why in row.reason
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "PLANNED" in text and "not submitted" in text and "no runs yet" not in text
+        # Fixed, a second ctrl+r on the Build screen submits it.
+        if failure == "folder in the way":
+            in_the_way.unlink()
+        else:
+            session.submitter = study.make_scheduler
+        await pilot.press("f2")
+        await until(pilot, lambda: not field(app, "submit").disabled, 30, "submit again")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
+                    60, "the run submitted the second time")
+        assert Store(home).run(run_id)["attempts"] == 2
+        study.cancel(Store(home), [run_id])
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
+    """sbatch that takes its time (a busy controller): the queue keeps refreshing and shows
+    the run as SUBMITTING, a second ctrl+r says a submission is under way, and when sbatch
+    answers the job is queued once."""
+    go = threading.Event()
+
+    def slow_sbatch(argv, env=None, timeout=60):
+        if argv[0] == "sbatch":
+            go.wait(120)
+        return run_command(argv, env, timeout)
+    session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
+    session.submitter = lambda backend, store: SlurmCLI(runner=slow_sbatch)
+    app = DlscaleApp(session)
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            await until(pilot, lambda: app.screen.frameworks_checked, 60, "frameworks")
+            await pilot.press("home")
+            for wid, text in (("name", "slow"), ("scales", "1x1"), ("repetitions", "1"),
+                              ("steps", "100000")):
+                app.screen.query_one(f"#{wid}").focus()
+                await pilot.press("home", "ctrl+k", *text)
+            await until(pilot, lambda: not field(app, "submit").disabled, 30, "submittable")
+            await pilot.press("ctrl+r")
+            await pilot.pause(0.5)
+            await pilot.press("ctrl+r")
+            assert any("a submission is under way" in n for n in notes(app)), notes(app)
+            await pilot.press("f3")
+            app.experiment = "slow"
+            await until(pilot, lambda: app.snapshot and app.snapshot.experiment == "slow" and
+                        [r.state for r in app.snapshot.rows] == ["SUBMITTING"], 60,
+                        "the run shown as SUBMITTING while sbatch waits")
+            assert "being submitted by dlscale" in app.snapshot.rows[0].reason
+            go.set()
+            await until(pilot, lambda: app.snapshot.rows[0].state in ("PENDING", "RUNNING"),
+                        120, "the job queued")
+            assert len(Store(home).jobs("slurm")) == 1
+    finally:
+        go.set()
+        study.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])
+
+
+async def test_bad_records_are_named_in_the_queue_and_results(home):
+    expect = _bad_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.current_mode == "queue" and
+                    app.screen.query_one("#jobs", DataTable).row_count == 6, 30, "the queue")
+        reasons = {r.run_id: r.reason for r in app.snapshot.rows}
+        for run_id, note in expect.items():
+            assert reasons[run_id].startswith(note[:60]), (reasons[run_id], note)
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.query_one("#results", DataTable).row_count == 2,
+                    30, "results rows")
+        await pilot.pause(0.5)
+        text = screen_text(app)
+        assert "speedup (vs best 1-device run)" in text
+        shown = str(app.screen.query_one("#baselines").render())
+        for run_id in expect:
+            assert f"run {run_id}: metrics.jsonl line" in shown
+        for _ in range(3):  # every metric's chart draws
+            await pilot.press("m")
+            await pilot.pause(0.2)
+        assert not app._exit_renderables
