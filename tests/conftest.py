@@ -15,11 +15,30 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _no_cuda() -> str | None:
+    """Why the GPU tier cannot run here, or None where a CUDA device is visible."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"no CUDA device visible to torch {torch.__version__}"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that need a framework's own environment (the `env_home` fixture) run last:
     scripts/test builds those environments in the background meanwhile, and `env create`
-    waits for a build in progress rather than starting a second one."""
+    waits for a build in progress rather than starting a second one. The GPU tier
+    (tests/gpu/) is marked `gpu` and skipped with the reason where there is no CUDA device,
+    so the test command stays green on CPU machines and in CI."""
     items.sort(key=lambda item: "env_home" in getattr(item, "fixturenames", ()))
+    gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
+    why = _no_cuda() if gpu else None
+    for item in gpu:
+        item.add_marker(pytest.mark.gpu)
+        if why:
+            item.add_marker(pytest.mark.skip(reason=f"GPU tier: {why}"))
 
 
 @pytest.fixture
