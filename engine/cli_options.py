@@ -71,7 +71,7 @@ def known_experiment(ctx: click.Context, param: click.Parameter,
     if value is None or ctx.resilient_parsing:
         return value
     store = store_of(ctx)
-    known = sorted(e["name"] for e in store.experiments())
+    known = store.experiment_names()
     if value not in known:
         raise NotFoundError(f"no experiment {value!r} in the store ({store.home}); it has: "
                             f"{', '.join(known) or 'none yet'}")

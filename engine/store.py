@@ -147,6 +147,12 @@ class Store(Records):
     def experiments(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM experiments ORDER BY updated")]
 
+    def experiment_names(self) -> list[str]:
+        """Every experiment the store knows: saved with its spec, or only named by runs (a
+        rebuilt store, runs added by hand)."""
+        return sorted({r[0] for r in self.conn.execute(
+            "SELECT name FROM experiments UNION SELECT DISTINCT experiment FROM runs")})
+
     def add_run(self, run: Run) -> dict[str, Any]:
         """Insert the run if new; return its row either way."""
         now = time.time()

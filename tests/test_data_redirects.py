@@ -115,6 +115,6 @@ def test_an_md5_that_is_not_one_is_refused_before_downloading(tmp_path, redirect
             datasets.fetch(datasets.CIFAR10, dest, f"{url}/c.tar.gz", md5)
     proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
                    "--md5", "abc", check=2)
-    assert "--md5 'abc': an MD5 is 32 hexadecimal digits" in proc.stderr
+    assert "'abc'" in proc.stderr and "32 hex" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert hits == [] and not dest.exists()
