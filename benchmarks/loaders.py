@@ -83,9 +83,9 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(HERE.parent))
-    from dlscale.engine import envs
     from dlscale.engine.datasets import write_imagenet_sample
-    from dlscale.engine.store import default_home
+    from dlscale.engine.launching import envs
+    from dlscale.engine.tracking.store import default_home
     home = Path(a.home) if a.home else default_home()
     status = envs.resolve("pytorch-ddp", home)
     if "dali" not in status.extras or not status.ok:

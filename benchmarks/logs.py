@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlscale.engine.logs import failure_reason, tail_lines
+from dlscale.engine.tracking.logs import failure_reason, tail_lines
 
 GB = 1 << 30
 MB = 1 << 20

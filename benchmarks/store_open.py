@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlscale.engine import queue
-from dlscale.engine.plan import Run
-from dlscale.engine.store import Store
+from dlscale.engine.launching.plan import Run
+from dlscale.engine.tracking import queue
+from dlscale.engine.tracking.store import Store
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tui-quickstart"
 ROUNDS = 5

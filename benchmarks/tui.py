@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlscale.engine import queue
-from dlscale.engine.logs import tail_lines
-from dlscale.engine.plan import Run
+from dlscale.engine.launching.plan import Run
 from dlscale.engine.session import Session
-from dlscale.engine.store import Store
+from dlscale.engine.tracking import queue
+from dlscale.engine.tracking.logs import tail_lines
+from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.logtail import LogTail
 from dlscale.tui.queue import JobTable

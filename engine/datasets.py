@@ -16,9 +16,9 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..trainers.common.data import DataError, read_cifar10
 from ..trainers.common.imagenet import LayoutCheck, check_layout
@@ -190,8 +190,9 @@ def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 
     ImageNet loaders and testing them without ImageNet. Written into a hidden temporary
     folder beside `dest` and renamed into place once `data check` accepts it, so an
     interrupted run leaves nothing half-written; a non-empty `dest` is never touched."""
-    from PIL import Image  # noqa: PLC0415  (Pillow comes with matplotlib)
     import numpy as np  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415  (Pillow comes with matplotlib)
+
     from ..trainers.common.data import load_digits  # noqa: PLC0415
     if not 1 <= classes <= 10:
         raise UserError(f"--classes {classes}: the digits sample has 1 to 10 classes")

@@ -13,18 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import analysis, charts, envs, queue, specfile, study
+from . import study
+from .config import specfile
+from .config.frameworks import FRAMEWORKS
+from .config.profile import LoadedProfile, load_profile, time_to_seconds
+from .config.spec import LoadedSpec
 from .errors import PlanError, UserError
-from .estimate import estimate
-from .frameworks import FRAMEWORKS
-from .launch import LOG_FILE
-from .monitor import Tick, sync
-from .plan import plan
-from .profile import LoadedProfile, load_profile, time_to_seconds
+from .launching import envs
+from .launching.estimate import estimate
+from .launching.plan import plan
+from .paths import RunPaths
+from .results import analysis, charts
 from .schedulers.base import Scheduler
-from .spec import LoadedSpec
-from .store import ACTIVE, Store, default_home
-from .store_health import damage_message as _damage
+from .tracking import queue
+from .tracking.monitor import Tick, sync
+from .tracking.store import ACTIVE, Store, default_home
+from .tracking.store_health import damage_message as _damage
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class Session:
             raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
         self._local = threading.local()
         self.home = Path(home) if home else default_home()
-        self.store  # open it now: a store that cannot open is an error at start, not later
+        _ = self.store  # open it now: a store that cannot open is an error at start, not later
         self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
         self._schedulers: dict[str, Scheduler] = {}
         # Submitting (sbatch, retried while a controller is slow) can take minutes: it has a
@@ -205,7 +209,7 @@ class Session:
             return study.resubmit(self.store, run_ids, scheduler_for=self.submitter)
 
     def log_path(self, run_id: str) -> Path:
-        return Path(self.store.run(run_id)["run_dir"]) / LOG_FILE
+        return RunPaths.of(self.store.run(run_id)).log
 
     def run(self, run_id: str) -> dict[str, Any]:
         return self.store.run(run_id)
@@ -221,7 +225,7 @@ class Session:
 
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
-        from . import report as reporting  # matplotlib: loaded only when a report is asked
+        from .results import report as reporting
         name = reporting.pick_experiment(self.store, experiment)["name"]
         return Path(reporting.build(self.store, name, f"report-{name}", fmt).path)
 

@@ -4,28 +4,34 @@ Both front ends call these functions and nothing below them, so they behave alik
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import json
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from . import envs, jobscript
-from .errors import (ControllerUnreachable, DlscaleError, NotFoundError, PlanError,
-                     SubmitError, UserError)
-from .launch import local_command
-from .monitor import sync
-from .plan import Plan, Run, plan
-from .plan import digest as plan_digest
-from .profile import LoadedProfile
+from .config.profile import LoadedProfile
+from .config.spec import LoadedSpec
+from .errors import (
+    ControllerUnreachable,
+    DlscaleError,
+    NotFoundError,
+    PlanError,
+    SubmitError,
+    UserError,
+)
+from .launching import envs, jobscript
+from .launching.launch import local_command
+from .launching.plan import Plan, Run, plan
+from .launching.plan import digest as plan_digest
+from .paths import RunPaths
 from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
 from .schedulers.slurm import SlurmCLI
-from .spec import LoadedSpec
-from .recovery import write_run_file
-from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, SUBMITTING, Store, default_home
+from .tracking.monitor import sync
+from .tracking.recovery import write_run_file
+from .tracking.store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, SUBMITTING, Store, default_home
 
 BACKENDS = ("local", "slurm")
 
@@ -106,10 +112,11 @@ def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedP
                    partition: str | None, home: Path) -> JobRequest:
     """Render job.sh into the run folder, with the spec and profile beside it, and check
     that bash can parse it before Slurm sees it."""
-    script = run_dir / "job.sh"
+    paths = RunPaths(run_dir)
+    script = paths.job_script
     script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition,
                                        home=home))
-    (run_dir / "profile.toml").write_text(profile.text)
+    paths.profile.write_text(profile.text)
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     if check.returncode != 0:
         raise PlanError(f"{script}: the rendered job script does not parse: "
@@ -147,7 +154,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: str,
             continue
 
         def request(run_dir: Path, run: Run = run) -> JobRequest:
-            (run_dir / "spec.toml").write_text(loaded.text)
+            RunPaths(run_dir).spec.write_text(loaded.text)
             if backend == "slurm":
                 assert profile is not None
                 return _slurm_request(run, run_dir, loaded, profile, partition, store.home)
@@ -197,7 +204,7 @@ def _hand_over(store: Store, row: dict, scheduler: Scheduler, request, spec_path
         job_id = scheduler.submit(request(run_dir))
         if scheduler.name != "local":  # the local scheduler records its own queue entry
             store.add_job(scheduler.name, job_id, run_id, "PENDING",
-                          {"script": str(run_dir / "job.sh")})
+                          {"script": str(RunPaths(run_dir).job_script)})
         return job_id
     except BaseException as exc:
         why = f"not submitted: {not_submitted_because(exc)}"
@@ -226,11 +233,11 @@ def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple
             raise UserError(f"run {row['run_id']} is being submitted or has a queued or "
                             "running job; `dlscale status` shows which")
 
-        def request(run_dir: Path, claimed: dict = claimed) -> JobRequest:
-            previous = run_dir / "attempts" / str(claimed["attempts"] - 1)
-            for name in ("job.sh", "spec.toml", "profile.toml"):
-                if (previous / name).exists():
-                    shutil.copy2(previous / name, run_dir / name)
+        def request(run_dir: Path, claimed: dict = claimed, payload: dict = payload) -> JobRequest:
+            previous = RunPaths(run_dir).attempt(claimed["attempts"] - 1)
+            for old, new in zip(previous.submission, RunPaths(run_dir).submission):
+                if old.exists():
+                    shutil.copy2(old, new)
             return _request_again(claimed, payload.get("argv"), payload.get("env"))
         scheduler = (scheduler_for or make_scheduler)(backend, store)
         out.append((row["run_id"], _hand_over(store, claimed, scheduler, request)))
@@ -242,7 +249,7 @@ def _request_again(row: dict, argv: list[str] | None, env: dict | None) -> JobRe
     local command line `argv` with its environment."""
     run_dir = Path(row["run_dir"])
     if row["backend"] == "slurm":
-        return JobRequest(row["run_id"], run_dir, ["sbatch", str(run_dir / "job.sh")])
+        return JobRequest(row["run_id"], run_dir, ["sbatch", str(RunPaths(run_dir).job_script)])
     assert argv is not None
     return JobRequest(row["run_id"], run_dir, argv, env or {}, row["nodes"],
                       row["ranks_per_node"], json.loads(row["training"])["threads_per_rank"])
@@ -261,9 +268,10 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
     if not row["job_id"]:
         raise UserError(f"run {old_id} was never submitted; use `dlscale run SPEC`")
     old_dir = Path(row["run_dir"])
+    old = RunPaths(old_dir)
     payload = json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
-    if row["backend"] == "slurm" and not (old_dir / "job.sh").is_file():
-        raise UserError(f"run {old_id}: its job script {old_dir / 'job.sh'} is gone; "
+    if row["backend"] == "slurm" and not old.job_script.is_file():
+        raise UserError(f"run {old_id}: its job script {old.job_script} is gone; "
                         "it cannot be repeated exactly")
     if row["backend"] != "slurm" and "argv" not in payload:
         raise UserError(f"run {old_id}: its command line is not in the store; "
@@ -281,15 +289,15 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
                 .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
 
     def request(new_dir: Path) -> JobRequest:
+        new = RunPaths(new_dir)
         if row["backend"] == "slurm":
-            shebang, _, rest = moved((old_dir / "job.sh").read_text(), new_dir).partition("\n")
-            (new_dir / "job.sh").write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its "
-                                            f"job script, with the run id and folder moved\n"
-                                            f"{rest}")
-        for name in ("spec.toml", "profile.toml"):
-            if (old_dir / name).exists():
-                shutil.copy2(old_dir / name, new_dir / name)
-        (new_dir / "rerun_of").write_text(old_id + "\n")
+            shebang, _, rest = moved(old.job_script.read_text(), new_dir).partition("\n")
+            new.job_script.write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its job "
+                                      f"script, with the run id and folder moved\n{rest}")
+        for src, dst in ((old.spec, new.spec), (old.profile, new.profile)):
+            if src.exists():
+                shutil.copy2(src, dst)
+        new.rerun_of.write_text(old_id + "\n")
         argv = [moved(a, new_dir) for a in payload.get("argv", [])] or None
         return _request_again(claimed, argv, payload.get("env"))
     scheduler = (scheduler_for or make_scheduler)(row["backend"], store)

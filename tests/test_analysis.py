@@ -2,10 +2,10 @@
 import math
 
 import pytest
-
-from dlscale.engine.analysis import results, spread
-from dlscale.engine.store import Store
 from test_store import line, make_run
+
+from dlscale.engine.results.analysis import results, spread
+from dlscale.engine.tracking.store import Store
 
 
 def test_spread_of_known_values():

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from dlscale.engine.config.profile import Container, Environment, Partition, Profile, load_profile
+from dlscale.engine.config.spec import Experiment, Scale, Training, load_spec
 from dlscale.engine.errors import SpecError
-from dlscale.engine.profile import Container, Environment, Partition, Profile, load_profile
-from dlscale.engine.spec import Experiment, Scale, Training, load_spec
 
 # --- specs: every field, by class -------------------------------------------------------
 
@@ -203,7 +203,7 @@ def test_array_of_tables_is_named_as_such(tmp_path):
 
 
 def test_every_table_names_an_unknown_key_and_what_it_allows(tmp_path):
-    from dlscale.engine.frameworks import FRAMEWORKS
+    from dlscale.engine.config.frameworks import FRAMEWORKS
     for table, allowed in [("experiment", "name"), ("training", "steps"),
                            ("options", ", ".join(f for f in FRAMEWORKS
                                                  if FRAMEWORKS[f].options)),
@@ -215,7 +215,7 @@ def test_every_table_names_an_unknown_key_and_what_it_allows(tmp_path):
 
 
 def test_framework_options_refuse_wrong_types_and_values(tmp_path):
-    from dlscale.engine.frameworks import FRAMEWORKS
+    from dlscale.engine.config.frameworks import FRAMEWORKS
     for fw in FRAMEWORKS.values():
         for opt in fw.options:
             wrong = ["1", '"true"'] if isinstance(opt.default, bool) else \

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import click
 import pytest
+from test_bad_fields import BASE, HUGE, HUGE_NEGATIVE, problems_of, render
 
 from conftest import BIN, dlscale
 from dlscale.engine.cli import cli, main
-from dlscale.engine.store import Store
-from test_bad_fields import BASE, HUGE, HUGE_NEGATIVE, problems_of, render
+from dlscale.engine.tracking.store import Store
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -277,9 +277,10 @@ def _tables_of_arrays(tmp_path: Path) -> list[Path]:
 
 
 async def test_tui_opens_wrong_shaped_specs_with_the_command_lines_errors(home, tmp_path):
+    from test_tui import field, until
+
     from dlscale.engine.session import Session
     from dlscale.tui.app import DlscaleApp
-    from test_tui import field, until
     specs = [tui_spec(tmp_path, case) for case in TUI_CASES] + _tables_of_arrays(tmp_path)
     app = DlscaleApp(Session(home, "local"), str(specs[0]), watch=False)
     async with app.run_test(size=(120, 60)) as pilot:

@@ -9,11 +9,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_store import line, make_run
 
 from conftest import dlscale
-from dlscale.engine import analysis, charts, queue
-from dlscale.engine.store import Store
-from test_store import line, make_run
+from dlscale.engine.results import analysis, charts
+from dlscale.engine.tracking import queue
+from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 
 BASELINE = "4b75ba1fc982"  # the quickstart's best 1x1 run: its summary stays good

@@ -1,5 +1,6 @@
 """The design's boundaries, checked in fresh interpreters and in the source."""
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ def imported_modules(folder: Path) -> set[tuple[str, str]]:
                     pkg = ("dlscale",) + pkg
                     base = ".".join(pkg[:len(pkg) - node.level + 1] + ((base,) if base else ()))
                 found.add((str(path), base))
-                # `from ..engine import specfile` uses the module dlscale.engine.specfile
+                # `from ..engine import specfile` uses the module dlscale.engine.config.specfile
                 found |= {(str(path), f"{base}.{a.name}") for a in node.names}
     return found
 
@@ -40,7 +41,7 @@ def test_engine_never_imports_textual():
 
 
 def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
-    code = ("import sys, dlscale.engine.cli, dlscale.engine.monitor;"
+    code = ("import sys, dlscale.engine.cli, dlscale.engine.tracking.monitor;"
             "assert 'textual' not in sys.modules, 'textual'")
     subprocess.run([sys.executable, "-c", code], check=True)
     code = ("import sys, dlscale.trainers.torch_ddp.train;"
@@ -60,15 +61,26 @@ def test_no_generic_top_level_packages_installed(tmp_path):
 
 # The TUI renders and calls the engine through its front-end modules; Slurm commands,
 # scheduler backends, the store's SQL and record parsing stay behind them.
-TUI_MAY_USE = ("dlscale.engine.session", "dlscale.engine.queue", "dlscale.engine.specfile",
-               "dlscale.engine.errors", "dlscale.engine.logs", "dlscale.engine.charts",
-               "dlscale.engine.tables", "dlscale.engine.monitor", "dlscale.engine.spec",
-               "dlscale.engine.cli_options")  # dlscale-tui's own command line checks
+TUI_MAY_USE = (
+    "dlscale.engine.session", "dlscale.engine.errors", "dlscale.engine.config.spec",
+    "dlscale.engine.config.specfile", "dlscale.engine.tracking.queue",
+    "dlscale.engine.tracking.logs", "dlscale.engine.tracking.monitor",
+    "dlscale.engine.results.charts", "dlscale.engine.results.tables",
+    "dlscale.engine.cli.options")  # dlscale-tui's own command line checks
+
+
+def _module_file(name: str) -> bool:
+    """A module of its own (a .py file, not a package and not a name inside a module)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ModuleNotFoundError, ValueError):
+        return False
+    return spec is not None and spec.submodule_search_locations is None
 
 
 def test_tui_uses_only_the_engines_front_end_modules():
-    engine = [(Path(f).name, m) for f, m in imported_modules(REPO / "tui")
-              if m.startswith("dlscale.engine.") and m.count(".") == 2]
-    assert engine and [(f, m) for f, m in engine if not m.startswith(TUI_MAY_USE)] == []
+    engine = sorted({(Path(f).name, m) for f, m in imported_modules(REPO / "tui")
+                     if m.startswith("dlscale.engine.") and _module_file(m)})
+    assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
     assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
         ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.schedulers"))]

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 from dlscale.trainers.common import breakdown
+from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 
 
 def fake_phases(comm_s: float, with_local: bool = True) -> breakdown.Phases:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, dlscale, write_spec
-from dlscale.engine.store import Store
+from dlscale.engine.tracking.store import Store
 
 REQUIRED = {"run_id", "experiment", "framework", "model", "dataset", "nodes", "ranks",
             "per_device_batch", "precision", "state", "throughput", "throughput_ci95",

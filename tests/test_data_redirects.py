@@ -6,11 +6,11 @@ import socket
 import threading
 
 import pytest
+from test_datasets import cifar_archive
 
 from conftest import dlscale
 from dlscale.engine import datasets
 from dlscale.engine.errors import UserError
-from test_datasets import cifar_archive
 
 
 @pytest.fixture

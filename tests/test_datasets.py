@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from conftest import dlscale, write_spec
-from test_data import make_cifar
 from dlscale.trainers.common.data import read_cifar10
+from test_data import make_cifar
 
 
 @pytest.fixture

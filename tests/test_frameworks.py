@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine import envs, jobscript, study
+from dlscale.engine import study
+from dlscale.engine.config.profile import load_profile
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
-from dlscale.engine.launch import local_command_for
-from dlscale.engine.plan import plan
-from dlscale.engine.profile import load_profile
-from dlscale.engine.spec import load_spec
-from dlscale.engine.store import Store
+from dlscale.engine.launching import envs, jobscript
+from dlscale.engine.launching.launch import local_command_for
+from dlscale.engine.launching.plan import plan
+from dlscale.engine.tracking.store import Store
 
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "8",

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import write_spec
-from dlscale.engine import jobscript
+from dlscale.engine.config.profile import load_profile
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
-from dlscale.engine.plan import plan
-from dlscale.engine.profile import load_profile
-from dlscale.engine.spec import load_spec
+from dlscale.engine.launching import jobscript
+from dlscale.engine.launching.plan import plan
 
 # Each tries to touch a marker file when it is run by bash, or to add an sbatch option.
 PAYLOADS = [

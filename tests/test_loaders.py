@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, dlscale, write_spec
-from test_data import make_cifar
-from test_frameworks import PROFILE, env_home, records, run_trainer  # noqa: F401
-from dlscale.engine import envs
+from conftest import dlscale, write_spec
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
-from dlscale.engine.store import Store
+from dlscale.engine.launching import envs
+from dlscale.engine.tracking.store import Store
 from dlscale.trainers.common.args import build_parser
 from dlscale.trainers.common.imagenet import read_folders
 from dlscale.trainers.torch_ddp import loaders
+from test_data import make_cifar
+from test_frameworks import PROFILE, env_home, records, run_trainer  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -374,8 +374,8 @@ def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "--loader dali reads data, and synthetic-cifar has none" in proc.stderr
     # TensorFlow's and MXNet's trainers take the array datasets and the native loader only
+    from dlscale.engine.config.frameworks import FRAMEWORKS
     from dlscale.trainers.common.args import ARRAY_DATASETS, NATIVE_ONLY
-    from dlscale.engine.frameworks import FRAMEWORKS
     for fw in ("tensorflow", "mxnet", "horovod-tensorflow"):
         assert (FRAMEWORKS[fw].datasets, FRAMEWORKS[fw].loaders) == (ARRAY_DATASETS, NATIVE_ONLY)
         # The trainer itself refuses, before it imports its framework (not installed here).

@@ -4,8 +4,15 @@ appearing late, being truncated, and being replaced."""
 import threading
 import time
 
-from dlscale.engine.logs import (CUT, MAX_LINE, REASON_BYTES, failure_reason, follow,
-                                 follow_chunks, tail_lines)
+from dlscale.engine.tracking.logs import (
+    CUT,
+    MAX_LINE,
+    REASON_BYTES,
+    failure_reason,
+    follow,
+    follow_chunks,
+    tail_lines,
+)
 
 
 def test_tail_of_a_large_log_reads_only_its_end(tmp_path, monkeypatch):

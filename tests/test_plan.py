@@ -1,6 +1,6 @@
 from conftest import write_spec
-from dlscale.engine.plan import plan
-from dlscale.engine.spec import load_spec
+from dlscale.engine.config.spec import load_spec
+from dlscale.engine.launching.plan import plan
 
 
 def test_matrix_expands_and_ids_are_stable(tmp_path):
@@ -44,7 +44,7 @@ def test_models_pair_only_with_fitting_data(tmp_path):
 
 
 def test_framework_options_reach_only_their_frameworks_runs_and_trainer(tmp_path):
-    from dlscale.engine.launch import trainer_args
+    from dlscale.engine.launching.launch import trainer_args
     path = write_spec(tmp_path / "s.toml")
     path.write_text(path.read_text().replace('"pytorch-ddp"', '"pytorch-ddp", "deepspeed", '
                                              '"horovod-pytorch"'))

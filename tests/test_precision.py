@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 from dlscale.trainers.common.entry import TrainerError
 from dlscale.trainers.deepspeed_zero.train import deepspeed_config
 from dlscale.trainers.torch_ddp.device import COMPUTE_DTYPE, pick_gpu, resolve_precision
+from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 
 
 @pytest.mark.parametrize("requested,capability,ran", [

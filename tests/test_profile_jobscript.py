@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, write_spec
-from dlscale.engine import jobscript
+from dlscale.engine.config.profile import RESERVED, load_profile, time_to_seconds
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError, SpecError
-from dlscale.engine.plan import plan
-from dlscale.engine.profile import RESERVED, load_profile, time_to_seconds
-from dlscale.engine.spec import load_spec
+from dlscale.engine.launching import jobscript
+from dlscale.engine.launching.plan import plan
 
 TEST_PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 

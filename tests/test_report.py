@@ -10,9 +10,10 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from conftest import REPO, dlscale, write_spec
-from dlscale.engine import analysis, charts, figures, mllog, report as reporting, tables
-from dlscale.engine.store import Store
+from conftest import REPO, dlscale
+from dlscale.engine.results import analysis, charts, figures, mllog, tables
+from dlscale.engine.results import report as reporting
+from dlscale.engine.tracking.store import Store
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

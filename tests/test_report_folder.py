@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_store import line, make_run
 
 from conftest import dlscale
-from dlscale.engine import report as reporting
 from dlscale.engine.errors import UserError
-from dlscale.engine.report_folder import MANIFEST
-from dlscale.engine.store import Store
-from test_store import line, make_run
+from dlscale.engine.results import report as reporting
+from dlscale.engine.results.report_folder import MANIFEST
+from dlscale.engine.tracking.store import Store
 
 
 def add_experiment(store: Store, tmp_path: Path, name: str, tta: bool = False) -> list[str]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_store import line, make_run
 
 from dlscale.engine.cli import main
-from dlscale.engine.store import Store
-from test_store import line, make_run
+from dlscale.engine.tracking.store import Store
 
 RULE = "a run id is 12 hex digits or a unique prefix of them"
 COMMANDS = [["logs"], ["cancel"], ["resubmit"], ["export", "mllog"], ["rerun"]]
@@ -23,7 +23,7 @@ def one_run(home):
     store = Store(home)
     run = make_run()
     store.add_run(run)
-    row = store.start_attempt(run.run_id)
+    store.start_attempt(run.run_id)
     store.add_job("slurm", "4242", run.run_id, "COMPLETED")  # an earlier attempt's job
     store.add_job("local", "local-1", run.run_id, "PENDING")
     (home / "runs" / run.run_id / "run.log").write_text("the run's log\n")

@@ -9,11 +9,11 @@ import pytest
 
 from conftest import REPO, cluster, dlscale, write_spec
 from dlscale.engine import study
-from dlscale.engine.monitor import sync
-from dlscale.engine.profile import load_profile
+from dlscale.engine.config.profile import load_profile
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.schedulers.slurm import SlurmCLI
-from dlscale.engine.spec import load_spec
-from dlscale.engine.store import Store
+from dlscale.engine.tracking.monitor import sync
+from dlscale.engine.tracking.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
@@ -64,8 +64,8 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, home, launcher):
-    from dlscale.engine import jobscript
-    from dlscale.engine.plan import plan
+    from dlscale.engine.launching import jobscript
+    from dlscale.engine.launching.plan import plan
     spec = write_spec(tmp_path / "s.toml", scales='"2x2"')
     prof = load_profile(profile_copy(tmp_path, f'launcher = "{launcher}"\n'))
     run = plan(load_spec(spec)).runs[0]

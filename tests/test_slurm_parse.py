@@ -3,9 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.engine.schedulers.slurm_parse import (ParseError, expand_array, map_state,
-                                                   parse_sacct, parse_sacct_json, parse_sbatch,
-                                                   parse_squeue)
+from dlscale.engine.schedulers.slurm_parse import (
+    ParseError,
+    expand_array,
+    map_state,
+    parse_sacct,
+    parse_sacct_json,
+    parse_sbatch,
+    parse_squeue,
+)
 
 FIX = Path(__file__).parent / "fixtures"
 R22 = FIX / "slurm-22.05"

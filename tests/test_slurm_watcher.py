@@ -139,7 +139,7 @@ def test_sbatch_refusal_carries_slurms_message_and_transients_are_retried(tmp_pa
 
 
 def test_backoff_grows_while_idle_is_capped_and_resets():
-    from dlscale.engine.monitor import Backoff
+    from dlscale.engine.tracking.monitor import Backoff
     b = Backoff(first=0.5, factor=2, cap=3)
     assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
     b.reset()
@@ -148,10 +148,11 @@ def test_backoff_grows_while_idle_is_capped_and_resets():
 
 def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):
     """slurmdbd can answer PENDING for a job the controller already started."""
-    from dlscale.engine.monitor import sync
-    from dlscale.engine.schedulers.base import JobStatus
-    from dlscale.engine.store import Store
     from test_store import make_run
+
+    from dlscale.engine.schedulers.base import JobStatus
+    from dlscale.engine.tracking.monitor import sync
+    from dlscale.engine.tracking.store import Store
 
     class Lagging:
         name = "slurm"

@@ -2,8 +2,8 @@
 import pytest
 
 from conftest import REPO, dlscale, write_spec
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import SpecError
-from dlscale.engine.spec import load_spec
 
 BAD = [
     # (what to change, expected fragments of the message, line)

@@ -2,8 +2,8 @@
 import json
 import multiprocessing
 
-from dlscale.engine.plan import Run
-from dlscale.engine.store import Store
+from dlscale.engine.launching.plan import Run
+from dlscale.engine.tracking.store import Store
 
 
 def make_run(**over):

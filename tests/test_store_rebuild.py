@@ -12,9 +12,9 @@ import pytest
 
 from conftest import dlscale, write_spec
 from dlscale.engine import study
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.schedulers.local import LocalScheduler
-from dlscale.engine.spec import load_spec
-from dlscale.engine.store import Store
+from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tui-quickstart"

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlscale
+from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import SpecError
-from dlscale.engine.plan import plan
-from dlscale.engine.reference import compare, load_reference
-from dlscale.engine.spec import load_spec
+from dlscale.engine.launching.plan import plan
+from dlscale.engine.results.reference import compare, load_reference
 
 STUDIES = REPO / "examples" / "studies"
 

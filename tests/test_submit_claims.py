@@ -14,11 +14,11 @@ import time
 from collections import Counter
 
 import pytest
+from test_store import make_run
 
 from conftest import BIN, dlscale, write_spec
 from dlscale.engine.errors import StoreError
-from dlscale.engine.store import SUBMITTING, Store
-from test_store import make_run
+from dlscale.engine.tracking.store import SUBMITTING, Store
 
 RUNS = [make_run(repetition=i) for i in range(40)]
 
@@ -125,8 +125,8 @@ def test_a_run_folder_that_cannot_be_made_is_not_left_half_submitted(tmp_path, h
     """Something in the way of a run's folder (the class: anything raised between the
     claim and the scheduler): the run is released as PLANNED with the reason, the others
     are not tried, the CLI says so on stderr with exit 1, and `status` shows it."""
-    from dlscale.engine.plan import plan
-    from dlscale.engine.spec import load_spec
+    from dlscale.engine.config.spec import load_spec
+    from dlscale.engine.launching.plan import plan
     spec = write_spec(tmp_path / "s.toml", scales='"1x1"', steps=100000)
     first = plan(load_spec(spec)).runs[0].run_id
     (home / "runs").mkdir(parents=True)

@@ -7,14 +7,13 @@ import asyncio
 import contextlib
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from textual.widgets import Button, DataTable, Input, Log, SelectionList, Static
+from textual.widgets import DataTable, Input, Log, Static
 
 from conftest import REPO, write_spec
 from dlscale.engine.session import Session
-from dlscale.engine.store import Store
+from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, HelpScreen
 from dlscale.tui.logtail import TAIL_LINES, LogTail
@@ -140,7 +139,7 @@ async def test_save_and_load_round_trip(home, tmp_path):
         await type_into(pilot, "path", str(target))
         await pilot.press("ctrl+s")
         await until(pilot, target.exists, 10, "the saved file")
-    from dlscale.engine.spec import load_spec
+    from dlscale.engine.config.spec import load_spec
     saved = load_spec(target).spec
     assert [str(s) for s in saved.experiment.scales] == ["1x2"]
     # Keys the form does not show survive: the quickstart's warm-up and threads.
@@ -276,8 +275,8 @@ async def test_controller_unreachable_shows_a_banner(home):
 async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     """Slurm answers, but knows nothing of the job (recorded empty answers): the row says so
     and keeps the last known state."""
-    from dlscale.engine.monitor import VANISHED
     from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
+    from dlscale.engine.tracking.monitor import VANISHED
 
     recorded_study(home)
     store = Store(home)
@@ -419,6 +418,7 @@ async def test_cancel_and_resubmit_ask_first(home, tmp_path):
 ])
 def test_bad_command_line_exits_2_with_one_line(home, args, message):
     import subprocess
+
     from conftest import BIN
     proc = subprocess.run([str(BIN / "dlscale-tui"), *args], capture_output=True, text=True,
                           cwd=REPO, stdin=subprocess.DEVNULL, timeout=60)

@@ -7,18 +7,18 @@ from __future__ import annotations
 import threading
 
 import pytest
+from test_bad_records import _bad_study
+from test_tui import field, until
 from textual.widgets import DataTable
 
 from conftest import REPO, write_spec
 from dlscale.engine import study
-from dlscale.engine.plan import plan
+from dlscale.engine.config.spec import load_spec
+from dlscale.engine.launching.plan import plan
 from dlscale.engine.schedulers.slurm import SlurmCLI, run_command
 from dlscale.engine.session import Session
-from dlscale.engine.spec import load_spec
-from dlscale.engine.store import Store
+from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
-from test_bad_records import _bad_study
-from test_tui import field, until
 from tui_text import screen_text
 
 pytestmark = pytest.mark.timeout(600)

@@ -25,9 +25,9 @@ def recorded_study(home, edit=None) -> str:
     import shutil
     from pathlib import Path
 
-    from dlscale.engine.plan import plan
-    from dlscale.engine.spec import load_spec
-    from dlscale.engine.store import Store
+    from dlscale.engine.config.spec import load_spec
+    from dlscale.engine.launching.plan import plan
+    from dlscale.engine.tracking.store import Store
 
     src = Path(__file__).parent / "fixtures" / "tui-quickstart"
     jobs = json.loads((src / "jobs.json").read_text())

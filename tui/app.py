@@ -13,10 +13,10 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.worker import get_current_worker
 
-from ..engine.cli_options import backend_for, check_home, given_as
+from ..engine.cli.options import backend_for, check_home, given_as
 from ..engine.errors import DlscaleError
-from ..engine.monitor import Backoff
 from ..engine.session import Session, Snapshot
+from ..engine.tracking.monitor import Backoff
 from .build import BuildScreen
 from .dialogs import HelpScreen
 from .errors import describe

@@ -19,7 +19,7 @@ from textual.widgets import Button, Footer, Header, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
-from ..engine import specfile
+from ..engine.config import specfile
 from ..engine.session import Preview
 from .dialogs import PathScreen
 from .errors import describe

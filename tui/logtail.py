@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
-from ..engine.logs import follow_chunks
+from ..engine.tracking.logs import follow_chunks
 from .messages import LogLines
 
 TAIL_LINES = 500        # what opening a log shows at once, whatever its size

@@ -11,8 +11,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.widgets.data_table import ColumnKey
 
-from ..engine.queue import QUEUE_COLUMNS, QueueRow
 from ..engine.session import Snapshot
+from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen
 from .errors import describe
 from .logtail import LogTail

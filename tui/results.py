@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ..engine import charts, tables
+from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
 from .messages import EngineFailed, ResultsLoaded

@@ -13,8 +13,8 @@ from typing import Any
 from textual import work
 from textual.widgets import Button, Input
 
-from ..engine import specfile
-from ..engine.spec import load_spec
+from ..engine.config import specfile
+from ..engine.config.spec import load_spec
 from .errors import describe
 
 

@@ -9,6 +9,8 @@ import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import RunPaths
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -23,7 +25,7 @@ class JobRequest:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / "run.log"
+        return RunPaths(self.run_dir).log
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from ..errors import PlanError
-from ..monitor import finalize_run
-from ..store import Store
+from ..tracking.monitor import finalize_run
+from ..tracking.store import Store
 from .base import JobRequest, JobStatus, Scheduler
 from .local_procs import signal_job
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TOKEN_VAR = "DLSCALE_JOB_TOKEN"
 PROC = Path("/proc")

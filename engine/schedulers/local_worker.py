@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from ...trainers.common.lifeline import parent_watch
-from ..monitor import finalize_run
-from ..store import Store
+from ..paths import RunPaths
+from ..tracking.monitor import finalize_run
+from ..tracking.store import Store
 from .local import LOCK_NAME, settle_failed
 from .local_procs import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
@@ -56,7 +57,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
     payload = json.loads(job["payload"])
     run_dir = Path(payload["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = run_dir / "metrics.jsonl"
+    metrics = RunPaths(run_dir).metrics
     with open(payload["log"], "ab") as log:
         log.write(f"dlscale: local job {job['job_id']} of run {job['run_id']} started "
                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())

@@ -10,14 +10,23 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
-from ..store import TERMINAL
+from ..paths import RunPaths
+from ..tracking.store import TERMINAL
 from .base import JobRequest, JobStatus, Scheduler
-from .slurm_parse import (SACCT_FIELDS, SQUEUE_FORMAT, ParseError, SlurmJob, parse_sacct,
-                          parse_sbatch, parse_squeue)
+from .slurm_parse import (
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    ParseError,
+    SlurmJob,
+    parse_sacct,
+    parse_sbatch,
+    parse_squeue,
+)
 
 # Messages of a controller or database that is busy or restarting: worth a retry.
 TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
@@ -90,7 +99,7 @@ class SlurmCLI(Scheduler):
         return res
 
     def submit(self, request: JobRequest) -> str:
-        script = request.run_dir / "job.sh"
+        script = RunPaths(request.run_dir).job_script
         res = self._retrying(["sbatch", "--parsable", str(script)], env=clean_env())
         if res.returncode != 0:
             message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"

@@ -1,0 +1,93 @@
+"""The frameworks dlscale knows, which ones it can run today, and how their trainers start."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...trainers.common.args import ARRAY_DATASETS, DATASETS, LOADERS, NATIVE_ONLY
+
+
+@dataclass(frozen=True)
+class Option:
+    """A framework's own knob, set per study in the spec's `[options.FRAMEWORK]` table and
+    passed to its trainer as `flag` (a bool is a switch, an int takes its value)."""
+
+    name: str
+    flag: str
+    default: bool | int
+    allowed: tuple[int, ...] = ()   # for an int: its values
+    help: str = ""
+
+
+# Horovod's allreduce compression, the knob Mahon et al. (CCGRID 2020) turned.
+FP16_ALLREDUCE = Option("fp16_allreduce", "--fp16-allreduce", False,
+                        help="compress gradients to fp16 for Horovod's allreduce")
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    trainer_module: str | None  # python -m target; None while the trainer does not exist yet
+    # Local backend: "torchrun" (one launcher process spawns the ranks), "horovodrun"
+    # (Horovod's own, over gloo), "ranks" (dlscale.trainers.common.spawn: Slurm-style
+    # variables per rank, for frameworks whose roles are set up by the trainer itself).
+    launcher: str
+    note: str = ""
+    # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
+    # per node. A profile's environment may choose another that the trainer supports.
+    slurm_launchers: tuple[str, ...] = ("srun", "torchrun")
+    # What its trainer reads and through which loaders (the trainer's own flags take the
+    # same: trainers/common/args.py), so planning refuses what the trainer would.
+    datasets: tuple[str, ...] = DATASETS
+    loaders: tuple[str, ...] = LOADERS
+    options: tuple[Option, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.trainer_module is not None
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
+    # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
+    Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun", "",
+              ("srun",), options=(FP16_ALLREDUCE,)),
+    Framework("horovod-tensorflow", "dlscale.trainers.horovod_tf", "horovodrun", "",
+              ("srun",), ARRAY_DATASETS, NATIVE_ONLY, options=(FP16_ALLREDUCE,)),
+    # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
+    # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
+    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",), ARRAY_DATASETS,
+              NATIVE_ONLY),
+    # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
+    # Python 3.11).
+    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",), ARRAY_DATASETS,
+              NATIVE_ONLY),
+    # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
+    # pdsh/ssh launcher of DeepSpeed's own.
+    Framework("deepspeed", "dlscale.trainers.deepspeed_zero", "torchrun", options=(
+        Option("zero_stage", "--zero-stage", 1, (0, 1, 2),
+               "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
+               "partitioned across ranks"),)),
+)}
+
+
+def available() -> list[str]:
+    return [f.name for f in FRAMEWORKS.values() if f.available]
+
+
+def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
+    """The trainer flags for a run's framework options (those the spec set)."""
+    flags: list[str] = []
+    for opt in FRAMEWORKS[framework].options:
+        if opt.name not in values:
+            continue
+        value = values[opt.name]
+        if isinstance(opt.default, bool):
+            flags += [opt.flag] if value else []
+        else:
+            flags += [opt.flag, str(value)]
+    return flags
+
+
+def taking(what: str, value: str) -> list[str]:
+    """The frameworks whose trainers take a dataset or loader (`what`: "datasets", "loaders")."""
+    return [f.name for f in FRAMEWORKS.values() if f.available and value in getattr(f, what)]

@@ -1,0 +1,256 @@
+"""Cluster profiles: what a site's Slurm looks like and how a framework's environment is
+activated inside a job. TOML, validated by pydantic, errors as file:line: field like specs.
+"""
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from ..errors import PlanError
+from .frameworks import FRAMEWORKS
+from .spec import NODES
+from .tomlfile import StrictModel, limit, load_toml_model
+
+# Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
+_TIME = re.compile(r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
+                   r"(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?)$")
+
+
+def time_to_seconds(text: str) -> int | None:
+    """Slurm time limit -> seconds (None for UNLIMITED); ValueError when malformed."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _TIME.match(text.strip())
+    if not m:
+        raise ValueError(f"time {text!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, "
+                         "D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)")
+    if m[1] is not None:  # with days: D-HH[:MM[:SS]]
+        d, h, mi, s = (int(x) if x else 0 for x in m.group(1, 2, 3, 4))
+        return ((d * 24 + h) * 60 + mi) * 60 + s
+    parts = [int(x) for x in m.group(5, 6, 7) if x is not None]
+    if len(parts) == 1:
+        return parts[0] * 60  # minutes
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]  # MM:SS
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+MAX_TIME_DAYS = 365
+
+
+def _check_time(value: str | None) -> str | None:
+    if value is not None and (time_to_seconds(value) or 0) > MAX_TIME_DAYS * 86400:
+        raise ValueError(f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "
+                         "job that long; write UNLIMITED for no limit")
+    return value
+
+
+# Names that end up in #SBATCH lines, where no shell quoting protects them.
+SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
+# --- sbatch_extra: options for sbatch that dlscale does not set itself -------------------
+
+def _own_directives() -> set[str]:
+    """The options dlscale's templates put on #SBATCH lines themselves."""
+    found = set()
+    for t in resources.files("dlscale.jobscripts").iterdir():
+        if t.name.endswith(".j2"):
+            found |= set(re.findall(r"^#SBATCH (--[a-z][a-z-]*)", t.read_text(), re.M))
+    return found
+
+
+# An extra option after dlscale's own would win (sbatch takes the last), so these are
+# refused: the templates' own, and those that move or split what dlscale relies on (where
+# the job runs, its environment, its log, one job per run). The value says where to set it
+# instead, or why it cannot be changed.
+_FIXED = "it cannot be changed in sbatch_extra"
+RESERVED = {opt: _FIXED for opt in sorted(_own_directives() | {
+    "--chdir", "--export", "--export-file", "--array", "--error", "--requeue", "--ntasks"})}
+RESERVED.update({
+    "--job-name": "each job is named after its run", "--chdir": "a job runs in its run folder",
+    "--output": "a job writes to its run's log, where dlscale reads it",
+    "--error": "a job writes to its run's log, where dlscale reads it",
+    "--open-mode": "a resubmitted job appends to its run's log",
+    "--no-requeue": "a requeued job would measure twice into one run",
+    "--requeue": "a requeued job would measure twice into one run",
+    "--array": "dlscale submits and follows one job per run",
+    "--export": "set variables in the profile's [env]",
+    "--export-file": "set variables in the profile's [env]",
+    "--partition": "choose it with --partition or the profile's [[partitions]] default",
+    "--nodes": "the spec's scales set it", "--ntasks": "the spec's scales set it",
+    "--ntasks-per-node": "the spec's scales set it",
+    "--cpus-per-task": "the spec's training.threads_per_rank sets it",
+    "--time": "set the profile's time_limit",
+    "--gpus-per-node": "set the partition's gpus_per_node (and gpu_type)",
+    "--account": "set the profile's account", "--qos": "set the profile's qos",
+    "--exclusive": "set the profile's exclusive = true",
+    "--dependency": "the profile's singleton = true sets --dependency=singleton"})
+_SHORT = {"-a": "--array", "-A": "--account", "-c": "--cpus-per-task", "-d": "--dependency",
+          "-D": "--chdir", "-e": "--error", "-J": "--job-name", "-n": "--ntasks",
+          "-N": "--nodes", "-o": "--output", "-p": "--partition", "-q": "--qos", "-t": "--time"}
+# sbatch's long options (22.05, `sbatch --help` and the undocumented ones): sbatch takes
+# any unambiguous abbreviation of them (--out is --output), and an exact name wins.
+SBATCH_OPTIONS = set(RESERVED) | set("""
+--account --acctg-freq --array --batch --bb --bbf --begin --chdir --cluster-constraint
+--clusters --comment --constraint --container --contiguous --core-spec --cores-per-socket
+--cpu-freq --cpus-per-gpu --cpus-per-task --deadline --delay-boot --dependency
+--distribution --error --exclude --exclusive --export --export-file --extra-node-info
+--get-user-env --gid --gpu-bind --gpu-freq --gpus --gpus-per-node --gpus-per-socket
+--gpus-per-task --gres --gres-flags --help --hint --hold --ignore-pbs --input --job-name
+--kill-on-invalid-dep --licenses --mail-type --mail-user --mcs-label --mem --mem-bind
+--mem-per-cpu --mem-per-gpu --mincpus --network --nice --no-kill --no-requeue --nodefile
+--nodelist --nodes --ntasks --ntasks-per-core --ntasks-per-gpu --ntasks-per-node
+--ntasks-per-socket --open-mode --output --overcommit --oversubscribe --parsable
+--partition --power --priority --profile --propagate --qos --quiet --reboot --requeue
+--reservation --signal --sockets-per-node --spread-job --switches --test-only
+--thread-spec --threads-per-core --time --time-min --tmp --uid --usage --use-min-nodes
+--verbose --version --wait --wait-all-nodes --wckey --wrap""".split())
+
+
+def _reserved_in(opt: str) -> tuple[str, list[str]]:
+    """(the option's name as written, the reserved options sbatch could take it for)."""
+    name = opt.split("=", 1)[0]
+    if not name.startswith("--"):
+        short = name[:2]
+        return short, [_SHORT[short]] if short in _SHORT else []
+    if name in SBATCH_OPTIONS:
+        return name, [name] if name in RESERVED else []
+    return name, sorted(o for o in RESERVED if o.startswith(name))
+
+
+def check_sbatch_option(opt: str) -> str:
+    name, reserved = _reserved_in(opt)
+    if reserved:
+        what = name if reserved == [name] else \
+            f"{name} (sbatch may read it as {' or '.join(reserved)})"
+        where = "; ".join(dict.fromkeys(RESERVED[r] for r in reserved))
+        raise ValueError(f"{what} is set by dlscale itself: {where}")
+    # #SBATCH lines are read by sbatch, not by a shell: no quoting protects them.
+    if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_./,:=@+-]+)?", opt):
+        raise ValueError(f"sbatch option {opt!r} must look like --name or --name=value, the "
+                         "value made of letters, digits and ./,:=@+_-")
+    return opt
+
+
+class Partition(StrictModel):
+    name: StrictStr = Field(pattern=SAFE_NAME)
+    nodes: NODES
+    cpus_per_node: limit(StrictInt, "Slurm counts a node's CPUs in 16 bits", ge=1, le=65_535)
+    gpus_per_node: limit(StrictInt, "more GPUs than any node holds", ge=0, le=1024) = 0
+    gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    max_time: StrictStr | None = None
+    default: StrictBool = False
+
+    _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
+
+
+class Container(StrictModel):
+    image: StrictStr
+    runtime: Literal["apptainer", "singularity"] = "apptainer"
+    nv: StrictBool = False  # --nv: bind the host's NVIDIA driver into the container
+    binds: list[StrictStr] = []
+
+
+class Environment(StrictModel):
+    """How a framework's software is found inside a job: a venv, modules, or a container."""
+
+    venv: StrictStr | None = None
+    modules: list[StrictStr] = []
+    container: Container | None = None
+    launcher: Literal["srun", "torchrun"] | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Environment:
+        if self.venv and self.container:
+            raise ValueError("give a venv or a container, not both")
+        return self
+
+
+class Profile(StrictModel):
+    name: StrictStr = Field(pattern=SAFE_NAME)
+    description: StrictStr = ""
+    partitions: list[Partition] = Field(min_length=1)
+    account: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    qos: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    time_limit: StrictStr = "00:30:00"
+    exclusive: StrictBool = False
+    singleton: StrictBool = False  # --dependency=singleton: one benchmark job at a time
+    modules: list[StrictStr] = []
+    env: dict[str, StrictStr] = {}
+    sbatch_extra: list[Annotated[StrictStr, AfterValidator(check_sbatch_option)]] = []
+    python: StrictStr = "python3"
+    environments: dict[str, Environment] = {}
+
+    _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+        return v
+
+    @field_validator("environments")
+    @classmethod
+    def _known_frameworks(cls, v: dict[str, Environment]) -> dict[str, Environment]:
+        for k in v:
+            if k not in FRAMEWORKS:
+                raise ValueError(f"environments.{k}: unknown framework; allowed: "
+                                 f"{', '.join(FRAMEWORKS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _partitions(self) -> Profile:
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"partition names repeat: {', '.join(names)}")
+        if sum(p.default for p in self.partitions) > 1:
+            raise ValueError("more than one partition has default = true")
+        return self
+
+    def partition(self, name: str | None) -> Partition:
+        if name is None:
+            return next((p for p in self.partitions if p.default), self.partitions[0])
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise PlanError(f"profile {self.name}: unknown partition {name!r}; it has "
+                        f"{', '.join(p.name for p in self.partitions)}")
+
+
+class LoadedProfile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: str
+    text: str
+    profile: Profile
+
+
+def load_profile(path: str | Path) -> LoadedProfile:
+    text, profile = load_toml_model(path, Profile)
+    # venv paths: `~` expanded, relative ones taken from the profile's own folder
+    base = Path(path).resolve().parent
+    envs = {}
+    for fw, env in profile.environments.items():
+        if env.venv:
+            venv = Path(env.venv).expanduser()
+            env = env.model_copy(update={"venv": str(venv if venv.is_absolute()
+                                                     else (base / venv).resolve())})
+        envs[fw] = env
+    profile = profile.model_copy(update={"environments": envs})
+    return LoadedProfile(path=str(path), text=text, profile=profile)

@@ -1,0 +1,325 @@
+"""Experiment specs: TOML files validated by pydantic, errors reported as file:line: field
+(engine/tomlfile.py).
+
+A spec names the matrix (frameworks x models x datasets x scales x batches x precisions x
+loaders) and the training recipe shared by every run. Every number is bounded to what can
+run, and the bound's error says why.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from ...trainers.common.args import (
+    CIFAR_MODELS,
+    DATASETS,
+    IMAGENET_MODELS,
+    LOADERS,
+    MODELS,
+    PRECISIONS,
+)
+from ...trainers.common.data import SHAPES, SYNTHETIC
+from ...trainers.common.flags import TRAINING, Knob
+from .frameworks import FRAMEWORKS, Option, available, taking
+from .tomlfile import Number, StrictModel, limit, load_toml_model
+
+# Limits on what a spec asks for, each with the reason its error gives.
+MAX_NODES = 100_000
+NODES = limit(StrictInt, "more nodes than any Slurm cluster has", ge=1, le=MAX_NODES)
+RANKS_PER_NODE = limit(StrictInt, "more ranks than any node has GPUs or cores", ge=1, le=1024)
+MAX_BATCH = 65_536
+BATCH_WHY = "larger batches do not fit any device's memory"
+
+
+def _positive(batch: int) -> int:
+    if batch < 1:
+        raise ValueError(f"batch {batch} is not a positive integer")
+    return batch
+
+
+BATCH = Annotated[limit(StrictInt, BATCH_WHY, le=MAX_BATCH), AfterValidator(_positive)]
+GLOBAL_BATCH = Annotated[limit(StrictInt, "a step of more than 2^20 images would hold most of "
+                               "ImageNet's 1.28 million training images", le=2**20),
+                         AfterValidator(_positive)]
+
+
+def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+# Named by the studies (examples/studies/), not runnable yet. A spec naming one loads only
+# for planning (load_spec(..., planning=True)): it parses and expands into runs, so a study's
+# whole matrix can be seen, but it is never submitted. Frameworks say the same through
+# FRAMEWORKS[...].available. Empty while every dataset and loader named has a reader.
+PLANNED_DATASETS: dict[str, str] = {}
+PLANNED_LOADERS: dict[str, str] = {}
+_IMAGE_SIZE = {name: shape.size for name, shape in SHAPES.items()}
+
+
+def _runnable(kind: str, value: str, runnable: list[str] | tuple[str, ...],
+              planned: dict[str, str], info: ValidationInfo) -> str:
+    """A value dlscale can run; or, while planning, one it will run once written."""
+    if value in runnable:
+        return value
+    if value in planned:
+        if (info.context or {}).get("planning"):
+            return value
+        raise ValueError(f"{kind} {value!r} cannot run yet: {planned[value]}; available "
+                         f"now: {', '.join(runnable)}")
+    raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join([*runnable, *planned])}")
+
+
+def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
+    """A dataset or loader (`what`: "datasets", "loaders") must be one every framework's
+    trainer takes; else say which trainers take it and what this one takes."""
+    for fw in frameworks:
+        theirs = getattr(FRAMEWORKS[fw], what)
+        if value not in theirs:
+            raise ValueError(
+                f"{what[:-1]} {value!r} is taken only by the {', '.join(taking(what, value))} "
+                f"trainers, not by {fw}'s (its {what}: {', '.join(theirs)}); give {fw} a spec "
+                "of its own" + (' with loaders = ["native"]' if what == "loaders" else ""))
+
+
+def model_fits_dataset(model: str, dataset: str) -> bool:
+    """CIFAR ResNets take 32x32 images; ImageNet ResNets take 224x224."""
+    size = _IMAGE_SIZE[dataset]
+    return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
+
+
+class Scale(StrictModel):
+    nodes: NODES
+    ranks_per_node: RANKS_PER_NODE
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        # "2x4" reads as 2 nodes x 4 ranks (GPUs or CPU ranks) per node.
+        if isinstance(value, str):
+            m = re.fullmatch(r"\s*(\d+)\s*[x×]\s*(\d+)\s*", value)
+            if not m:
+                raise ValueError(f"scale {value!r} is not NODESxRANKS, e.g. \"1x2\"")
+            return {"nodes": int(m[1]), "ranks_per_node": int(m[2])}
+        return value
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.ranks_per_node}"
+
+
+def _knob_type(k: Knob) -> Any:
+    """A training knob's type in the spec, with the limits and reasons of the table."""
+    if k.kind == "bool":
+        kind: Any = StrictBool
+    elif k.kind == "choice":
+        kind = Literal[k.choices]  # type: ignore[valid-type]
+    elif k.kind == "str":
+        kind = Annotated[StrictStr, Field(pattern=k.pattern)] if k.pattern else StrictStr
+    else:
+        kind = limit(StrictInt if k.kind == "int" else Number, k.why, k.low_why, **k.bounds())
+    return kind | None if k.optional else kind
+
+
+class _TrainingChecks(StrictModel):
+    """What holds across the knobs, or needs more than a type."""
+
+    @field_validator("data_dir", check_fields=False)
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        # `~` is the submitting user's home: expanded here, because the trainer gets the
+        # path as one quoted argument that no shell expands.
+        return os.path.expanduser(value) if value else value
+
+    @model_validator(mode="after")
+    def _one_length(self) -> _TrainingChecks:
+        if (self.steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
+            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
+        return self
+
+
+# [training]: one field per knob of the trainers' own table (trainers/common/flags.py), so
+# the spec, the trainers' options and the launch flags cannot drift apart.
+Training = create_model("Training", __base__=_TrainingChecks, **{
+    k.name: (_knob_type(k), Field(default=k.default, description=k.help)) for k in TRAINING})
+
+
+class Experiment(StrictModel):
+    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    description: StrictStr = ""
+    frameworks: list[StrictStr] = Field(min_length=1)
+    models: list[StrictStr] = Field(min_length=1)
+    datasets: list[StrictStr] = Field(min_length=1)
+    scales: list[Scale] = Field(min_length=1)
+    per_device_batch: list[BATCH] | None = Field(default=None, min_length=1)
+    global_batch: list[GLOBAL_BATCH] | None = Field(default=None, min_length=1)
+    scaling: Literal["weak", "strong"] = "weak"
+    precisions: list[Literal[PRECISIONS]] = ["auto"]  # type: ignore[valid-type]
+    loaders: list[StrictStr] = Field(default=["native"], min_length=1)
+    repetitions: limit(StrictInt, "beyond 100 repetitions the 95% confidence interval "
+                       "narrows too little to pay for the runs", ge=1, le=100) = 3
+
+    @field_validator("frameworks")
+    @classmethod
+    def _frameworks(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        planned = {f.name: f.note for f in FRAMEWORKS.values() if not f.available}
+        return [_runnable("framework", v, available(), planned, info) for v in values]
+
+    @field_validator("loaders")
+    @classmethod
+    def _loaders(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        values = [_runnable("loader", v, LOADERS, PLANNED_LOADERS, info) for v in values]
+        for loader in values:
+            _taken_by_every("loaders", loader, info.data.get("frameworks", []))
+            synthetic = [d for d in info.data.get("datasets", []) if d in SYNTHETIC]
+            if loader != "native" and synthetic:
+                real = [d for d in DATASETS if d not in SYNTHETIC]
+                raise ValueError(
+                    f"loader {loader!r} reads data, and {', '.join(synthetic)} has none (it is "
+                    "made on the device: no loader is involved); give synthetic datasets a "
+                    f"spec of their own with loaders = [\"native\"], or use {loader} with "
+                    f"{', '.join(real)}")
+        return values
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, values: list[str]) -> list[str]:
+        return [_one_of("model", v, MODELS) for v in values]
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        values = [_runnable("dataset", v, DATASETS, PLANNED_DATASETS, info) for v in values]
+        for dataset in values:
+            _taken_by_every("datasets", dataset, info.data.get("frameworks", []))
+        return values
+
+    @field_validator("per_device_batch", "global_batch", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("scales", mode="before")
+    @classmethod
+    def _scale_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict)) else value
+
+    @model_validator(mode="after")
+    def _batches(self) -> Experiment:
+        if self.scaling == "weak":
+            if self.per_device_batch is None or self.global_batch is not None:
+                raise ValueError("weak scaling takes per_device_batch (and no global_batch)")
+        else:
+            if self.global_batch is None or self.per_device_batch is not None:
+                raise ValueError("strong scaling takes global_batch (and no per_device_batch)")
+            for g in self.global_batch:
+                for s in self.scales:
+                    if g % s.devices:
+                        raise ValueError(f"global_batch {g} does not split evenly over scale "
+                                         f"{s} ({s.devices} devices)")
+                    if g // s.devices > MAX_BATCH:
+                        raise ValueError(f"global_batch {g} is {g // s.devices} images per "
+                                         f"device at scale {s}, more than {MAX_BATCH}: "
+                                         f"{BATCH_WHY}")
+        for model in self.models:
+            if not any(model_fits_dataset(model, d) for d in self.datasets):
+                raise ValueError(f"model {model} fits none of the datasets "
+                                 f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
+                                 "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
+                                 "synthetic-imagenet, imagenet)")
+        return self
+
+
+def _option_type(opt: Option) -> Any:
+    if isinstance(opt.default, bool):
+        return StrictBool
+
+    def allowed(value: int) -> int:
+        if opt.allowed and value not in opt.allowed:
+            raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
+        return value
+    # StrictInt first: a Literal[0, 1, 2] would take `true` as 1.
+    return Annotated[StrictInt, AfterValidator(allowed)]
+
+
+# `[options.FRAMEWORK]` tables, one model per framework with knobs of its own, built from
+# the frameworks table so a new option needs no change here; unknown frameworks and keys
+# are reported with what is allowed, at their line.
+Options = create_model("Options", __base__=StrictModel, **{
+    fw.name: (create_model(f"Options_{fw.name}", __base__=StrictModel, **{
+        opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
+        for opt in fw.options}), Field(default=None))
+    for fw in FRAMEWORKS.values() if fw.options})
+
+
+class Spec(StrictModel):
+    experiment: Experiment
+    training: Training
+    options: Options = Field(default_factory=Options)  # type: ignore[valid-type]
+
+    def options_for(self, framework: str) -> dict[str, bool | int]:
+        """The options the spec sets for a framework, defaults left out: a run's id
+        changes only when an option really changes what the run does."""
+        table = self.options.model_dump().get(framework) or {}
+        defaults = {o.name: o.default for o in FRAMEWORKS[framework].options}
+        return {k: v for k, v in table.items() if v != defaults.get(k)}
+
+    @model_validator(mode="after")
+    def _recipe_fits_data(self) -> Spec:
+        t = self.training
+        real = [d for d in self.experiment.datasets if d not in SYNTHETIC]
+        synthetic = [d for d in self.experiment.datasets if d in SYNTHETIC]
+        if synthetic and t.epochs is not None:
+            raise ValueError(f"{', '.join(synthetic)} has no epochs; use training.steps")
+        if t.target_accuracy is not None and not real:
+            raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10, "
+                             "imagenet)")
+        if "cifar10" in self.experiment.datasets and not t.data_dir:
+            raise ValueError("dataset cifar10 needs training.data_dir (the extracted "
+                             "cifar-10-batches-py folder: `dlscale data fetch cifar10`)")
+        if "imagenet" in self.experiment.datasets and not t.data_dir:
+            raise ValueError("dataset imagenet needs training.data_dir (the folder holding "
+                             "train/ and val/; `dlscale data sample imagenet DIR` writes a "
+                             "small one)")
+        return self
+
+
+class LoadedSpec(BaseModel):
+    """A validated spec plus where it came from (the text is kept with every run)."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    text: str
+    spec: Spec
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+
+def load_spec(path: str | Path, planning: bool = False) -> LoadedSpec:
+    """planning=True also takes frameworks, datasets and loaders that cannot run yet
+    (PLANNED_*): for seeing a study's whole matrix, never for submitting it."""
+    text, spec = load_toml_model(path, Spec, {"planning": True} if planning else None)
+    return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -1,0 +1,76 @@
+"""Launch recipes: the trainer's command line for a run, and how each launcher starts it.
+
+Everything is built as argv lists; nothing here is pasted into a shell line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config.frameworks import FRAMEWORKS, option_flags
+from ..paths import METRICS_NAME, RunPaths
+from .envs import EnvStatus, launch_env
+from .plan import Run
+
+
+def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
+    """The flags every trainer takes (trainers/common/args.py), for this run."""
+    t = run.training
+    args = ["--model", run.model, "--dataset", run.dataset,
+            "--per-device-batch", str(run.per_device_batch),
+            "--warmup-steps", str(t["warmup_steps"]),
+            "--lr", repr(float(t["lr"])), "--lr-base-batch", str(t["lr_base_batch"]),
+            "--lr-scaling", t["lr_scaling"], "--lr-warmup-epochs", repr(float(t["lr_warmup_epochs"])),
+            "--lr-schedule", t["lr_schedule"], "--momentum", repr(float(t["momentum"])),
+            "--weight-decay", repr(float(t["weight_decay"])),
+            "--precision", run.precision, "--memory-format", t["memory_format"],
+            "--loader", run.loader, "--loader-workers", str(t["loader_workers"]),
+            "--threads", str(t["threads_per_rank"]), "--eval-every", str(t["eval_every"]),
+            "--log-every", str(t["log_every"]), "--seed", str(t["seed"]),
+            "--run-id", run.run_id,
+            "--output", str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME)]
+    args += ["--steps", str(t["steps"])] if t["steps"] else ["--epochs", str(t["epochs"])]
+    if t["target_accuracy"] is not None:
+        args += ["--target-accuracy", repr(float(t["target_accuracy"]))]
+    if t["data_dir"]:
+        args += ["--data-dir", t["data_dir"]]
+    if t["compile"]:
+        args.append("--compile")
+    if t["inject_fault"]:
+        args += ["--inject-fault", t["inject_fault"]]
+    return args + option_flags(run.framework, t.get("options") or {})
+
+
+def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
+                      run_dir: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """argv and extra variables to start `ranks` ranks of a framework's trainer on this
+    machine, with the python of the framework's own environment."""
+    fw = FRAMEWORKS[framework]
+    if fw.trainer_module is None or env.python is None:
+        raise NotImplementedError(f"no local launch recipe for {framework}")
+    python = env.python
+    extra = launch_env(env, home)
+    if fw.launcher == "torchrun":  # its standalone rendezvous picks a free port
+        return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                f"--nproc-per-node={ranks}", "-m", fw.trainer_module, *args], extra
+    if fw.launcher == "horovodrun":
+        horovodrun = str(Path(python).parent / "horovodrun")
+        return [python, horovodrun, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}",
+                python, "-m", fw.trainer_module, *args], extra
+    if fw.launcher == "ranks":  # the trainers' own spawner: Slurm-style variables per rank
+        return [python, "-m", "dlscale.trainers.common.spawn", "--ranks", str(ranks), "--",
+                python, "-m", fw.trainer_module, *args], extra
+    raise NotImplementedError(f"{framework}: unknown local launcher {fw.launcher}")
+
+
+def local_command(run: Run, run_dir: Path, env: EnvStatus, home: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment to run `run` on this machine."""
+    argv, extra = local_command_for(run.framework, run.ranks_per_node, env, home, run_dir,
+                                    trainer_args(run, run_dir))
+    return argv, {**local_env(run), **extra}
+
+
+def local_env(run: Run) -> dict[str, str]:
+    threads = str(run.training["threads_per_rank"])
+    # Libraries that size their own thread pools would otherwise take every core per rank.
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "PYTHONUNBUFFERED": "1"}

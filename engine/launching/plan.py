@@ -1,0 +1,110 @@
+"""Expand a spec into runs, each with a stable id hashed from what determines its result."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any
+
+from ..config.spec import LoadedSpec, model_fits_dataset
+
+
+@dataclass(frozen=True)
+class Run:
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    nodes: int
+    ranks_per_node: int
+    per_device_batch: int
+    global_batch: int
+    scaling: str
+    precision: str
+    loader: str
+    repetition: int
+    training: dict[str, Any] = field(hash=False, compare=False)
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def scale(self) -> str:
+        return f"{self.nodes}x{self.ranks_per_node}"
+
+    def identity(self, with_repetition: bool = True) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not with_repetition:
+            d.pop("repetition")
+        return d
+
+    # Computed once per run: a 10,000-run plan asks for them many times (status, rendering).
+    @cached_property
+    def run_id(self) -> str:
+        """Same parameters, same id: re-running a spec finds its finished runs."""
+        return _identity_digest(self.identity())
+
+    @cached_property
+    def point_id(self) -> str:
+        """The measurement point this run repeats (all repetitions share it)."""
+        return _identity_digest(self.identity(with_repetition=False))
+
+    def label(self) -> str:
+        return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
+                f"b{self.per_device_batch} {self.precision} #{self.repetition}")
+
+
+def digest(d: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+_TRAINING_TEXT: dict[int, tuple[dict[str, Any], str]] = {}
+_SLOT = "\u0000training\u0000"
+
+
+def _identity_digest(identity: dict[str, Any]) -> str:
+    """digest(identity), with the training recipe's JSON made once per recipe: the runs of
+    a plan share a handful of recipe dicts, and dumping them dominated planning. The text
+    hashed is exactly digest()'s, so run ids never change."""
+    training = identity["training"]
+    cached = _TRAINING_TEXT.get(id(training))
+    if cached is None or cached[0] is not training:
+        if len(_TRAINING_TEXT) > 256:  # a long-lived process (the TUI) plans again and again
+            _TRAINING_TEXT.clear()
+        cached = _TRAINING_TEXT[id(training)] = (training, json.dumps(training, sort_keys=True))
+    text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
+    text = text.replace(json.dumps(_SLOT), cached[1], 1)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass
+class Plan:
+    runs: list[Run]
+    skipped_pairs: list[tuple[str, str]]  # (model, dataset) combinations that do not fit
+
+
+def plan(loaded: LoadedSpec) -> Plan:
+    exp, training = loaded.spec.experiment, loaded.spec.training
+    recipe = training.model_dump()
+    runs: list[Run] = []
+    skipped: list[tuple[str, str]] = []
+    batches = exp.per_device_batch if exp.scaling == "weak" else exp.global_batch
+    for model, dataset in itertools.product(exp.models, exp.datasets):
+        if not model_fits_dataset(model, dataset):
+            skipped.append((model, dataset))
+            continue
+        for fw, scale, batch, prec, loader in itertools.product(
+                exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders):
+            per_device = batch if exp.scaling == "weak" else batch // scale.devices
+            # Only a framework's options that differ from its defaults join its recipe, so
+            # specs without options keep the run ids they always had.
+            options = loaded.spec.options_for(fw)
+            fw_recipe = {**recipe, "options": options} if options else recipe
+            for rep in range(exp.repetitions):
+                runs.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
+                                per_device, per_device * scale.devices, exp.scaling, prec,
+                                loader, rep, fw_recipe))
+    return Plan(runs, skipped)

@@ -1,0 +1,163 @@
+"""The report's figures as PNG files, drawn with matplotlib (Agg: no display on a login node).
+
+Every figure draws result rows from analysis.results as they are: nothing is recomputed
+here. What each figure shows (its series, their points, the ideal line) is read back from
+the drawn axes into a `Figure`, so a test or a reader can check the picture says what the
+tables say.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: a headless backend, whatever the user's default is
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
+
+from .charts import METRICS, series
+
+IDEAL = "ideal"
+NOISY = "noisy (CV > 5%)"
+
+
+@dataclass
+class Figure:
+    name: str      # file stem, e.g. "speedup"
+    path: Path
+    title: str
+    xlabel: str
+    ylabel: str
+    # label -> [(x, y), ...] as drawn: lines, error-bar lines and bars alike
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    legend: list[str] = field(default_factory=list)
+    colors: dict[str, str] = field(default_factory=dict)  # label -> hex colour as drawn
+    xscale: str = "linear"
+
+    @property
+    def file(self) -> str:
+        return self.path.name
+
+
+def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
+    """What the axes hold, taken from the artists themselves rather than from our inputs."""
+    out = Figure(name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(),
+                 xscale=ax.get_xscale())
+    for line in ax.get_lines():
+        label = line.get_label()
+        if label.startswith("_"):  # matplotlib's unlabelled helpers (error-bar caps...)
+            continue
+        xs, ys = line.get_xdata(), line.get_ydata()
+        out.series[label] = [(float(x), float(y)) for x, y in zip(xs, ys)]
+        out.colors[label] = matplotlib.colors.to_hex(line.get_color())
+    for container in ax.containers:
+        label = container.get_label()
+        if not label or label.startswith("_"):
+            continue
+        if isinstance(container, ErrorbarContainer):
+            line = container.lines[0]
+            out.series[label] = [(float(x), float(y))
+                                 for x, y in zip(line.get_xdata(), line.get_ydata())]
+            out.colors[label] = matplotlib.colors.to_hex(line.get_color())
+        elif isinstance(container, BarContainer):
+            out.series[label] = [(float(p.get_x() + p.get_width() / 2), float(p.get_height()))
+                                 for p in container.patches]
+            out.colors[label] = matplotlib.colors.to_hex(container.patches[0].get_facecolor())
+    for coll in ax.collections:
+        label = coll.get_label()
+        if not label.startswith("_") and label not in out.series:
+            out.series[label] = [(float(x), float(y)) for x, y in coll.get_offsets()]
+    legend = ax.get_legend()
+    out.legend = [t.get_text() for t in legend.get_texts()] if legend else []
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _against_devices(rows: list[dict[str, Any]], metric: str, out_dir: Path,
+                     title: str) -> Figure | None:
+    key, ylabel = METRICS[metric]
+    rows = [r for r in rows if r.get(key) is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    devices = sorted({r["ranks"] for r in rows})
+    noisy_x, noisy_y = [], []
+    for label, pts in series(rows).items():
+        xs = [r["ranks"] for r in pts]
+        ys = [r[key] for r in pts]
+        if metric == "throughput":
+            err = [r["throughput_ci95"] or 0.0 for r in pts]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        elif metric == "tta":
+            err = [r["time_to_accuracy_ci95"] or 0.0 for r in pts]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        else:
+            ax.plot(xs, ys, marker="o", label=label)
+        noisy_x += [x for x, r in zip(xs, pts) if r["noisy"]]
+        noisy_y += [y for y, r in zip(ys, pts) if r["noisy"]]
+    if metric in ("speedup", "efficiency"):
+        ideal = [float(d) if metric == "speedup" else 1.0 for d in devices]
+        ax.plot(devices, ideal, linestyle="--", color="grey", label=IDEAL)
+    if noisy_x:
+        ax.scatter(noisy_x, noisy_y, marker="x", s=80, color="red", zorder=3, label=NOISY)
+    if len(devices) > 1 and devices[-1] / devices[0] >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(devices, [str(d) for d in devices])
+    ax.set_xlabel("devices (ranks)")
+    ax.set_ylabel(ylabel)
+    if metric in ("speedup", "efficiency", "throughput"):
+        ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _read_back(fig, ax, metric, out_dir / f"{metric}.png")
+
+
+def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Figure | None:
+    """Throughput per framework side by side at each scale: which one is fastest where."""
+    rows = [r for r in rows if r.get("throughput") is not None]
+    frameworks = sorted({r["framework"] for r in rows})
+    if not rows:
+        return None
+    scales = sorted({(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    width = 0.8 / len(frameworks)
+    for i, fw in enumerate(frameworks):
+        xs, ys, errs = [], [], []
+        for j, (_, n, rpn) in enumerate(scales):
+            # The best configuration of this framework at this scale (a bar per framework).
+            at = [r for r in rows if r["framework"] == fw and (r["nodes"], r["ranks_per_node"])
+                  == (n, rpn)]
+            if at:
+                best = max(at, key=lambda r: r["throughput"])
+                xs.append(j - 0.4 + width * (i + 0.5))
+                ys.append(best["throughput"])
+                errs.append(best["throughput_ci95"] or 0.0)
+        ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=3, label=fw)
+    ax.set_xticks(range(len(scales)), [f"{n}x{rpn}\n({d} dev)" for d, n, rpn in scales])
+    ax.set_xlabel("scale (nodes x ranks per node)")
+    ax.set_ylabel("throughput (images/s)")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return _read_back(fig, ax, "frameworks", out_dir / "frameworks.png")
+
+
+def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str) -> list[Figure]:
+    """Every figure that the rows can fill, written under out_dir; empty ones are skipped."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
+    base = f"\nbaseline: best 1-device run ({', '.join(baselines)})" if baselines else ""
+    made = [
+        _against_devices(rows, "speedup", out_dir, f"{experiment}: speedup{base}"),
+        _against_devices(rows, "efficiency", out_dir, f"{experiment}: scaling efficiency{base}"),
+        _against_devices(rows, "throughput", out_dir,
+                         f"{experiment}: throughput (mean, 95% CI)"),
+        _against_devices(rows, "tta", out_dir, f"{experiment}: time-to-accuracy"),
+        _framework_bars(rows, out_dir, f"{experiment}: throughput per framework\n"
+                        "(its best configuration at each scale)"),
+    ]
+    return [f for f in made if f is not None]

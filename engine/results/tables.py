@@ -1,0 +1,88 @@
+"""Text renderings of runs and results, shared by the CLI (rich) and exports (csv, json)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from rich.table import Table
+
+from ..tracking.queue import QUEUE_COLUMNS
+from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (tables.fmt...)
+
+
+def results_table(rows: list[dict[str, Any]]) -> Table:
+    experiments = sorted({r["experiment"] for r in rows})
+    one = len(experiments) == 1  # then its name goes in the title, and the table narrows
+    title = (f"Results of {experiments[0]}" if one else "Results") + \
+        " (weak scaling unless noted; * = noisy, CV > 5%)"
+    t = Table(title=title, title_justify="left")
+    columns = [("model", "left"), ("framework", "left"), ("scale", "right"),
+               ("devices", "right"), ("batch/dev", "right"), ("precision", "left"),
+               ("n", "right"), ("images/s ± CI95", "right"), ("speedup", "right"),
+               ("efficiency", "right"), ("baseline", "left"), ("TTA s", "right"),
+               ("state", "left")]
+    if not one:
+        columns.insert(0, ("experiment", "left"))
+    loaders = len({r["loader"] for r in rows}) > 1  # then the same point shows once a loader
+    if loaders:
+        columns.insert(columns.index(("scale", "right")), ("loader", "left"))
+    for col, just in columns:
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for r in rows:
+        cells = [r["model"], r["framework"], f"{r['nodes']}x{r['ranks_per_node']}",
+                 str(r["ranks"]),
+                 str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
+                 r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
+                 fmt(r["speedup"]), fmt(r["efficiency"]), r["baseline"] or "-",
+                 fmt(r["time_to_accuracy_s"], 1), r["state"]]
+        if loaders:
+            cells.insert(2, r["loader"])
+        t.add_row(*([] if one else [r["experiment"]]), *cells)
+    return t
+
+
+def baselines_note(rows: list[dict[str, Any]]) -> str:
+    """Which run each speedup is measured against (kept out of the table to keep it narrow)."""
+    # Each model, dataset, precision and batch (per device for weak scaling, global for
+    # strong: analysis.Point.baseline_key) has its own baseline; those that vary in the rows
+    # are named, so two baselines with the same label are told apart.
+    def batch(r: dict[str, Any]) -> str:
+        return (f"batch {r['per_device_batch']}/device" if r["scaling"] == "weak"
+                else f"global batch {r['global_batch']}")
+    parts = {"dataset": lambda r: r["dataset"], "precision": lambda r: r["precision"],
+             "batch": batch}
+    varying = [f for f in parts.values() if len({f(r) for r in rows}) > 1]
+    seen = {}
+    for r in rows:
+        if r["baseline"]:
+            what = " ".join([r["model"]] + [f(r) for f in varying])
+            seen[(r["experiment"], what, r["baseline"])] = r["baseline_run_id"]
+    return "\n".join(f"baseline of {exp} {what}: best 1-device point {label}, run {rid}"
+                     for (exp, what, label), rid in sorted(seen.items()))
+
+
+def results_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    if not rows:
+        return ""
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: " ".join(v) if isinstance(v, list) else v for k, v in r.items()})
+    return out.getvalue()
+
+
+def results_json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, indent=2)
+
+
+def status_table(queue: list) -> Table:
+    """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment."""
+    t = Table(title="Runs", title_justify="left")
+    for col in ("run", "experiment", *QUEUE_COLUMNS):
+        t.add_column(col)
+    for q in queue:
+        t.add_row(q.run_id, q.experiment, *q.cells())
+    return t

@@ -1,0 +1,128 @@
+"""Following jobs: one scheduler query per tick for every live job, metrics ingested as
+they are written, run states settled when jobs end."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ControllerUnreachable
+from ..paths import RunPaths
+from ..schedulers.base import Scheduler
+from .logs import failure_reason
+from .store import ACTIVE, SUBMITTING, TERMINAL, Store
+
+
+def finalize_run(store: Store, run_id: str, job_state: str) -> str:
+    """Settle a run whose job ended: ingest the rest of its records and decide its state.
+    A job that exited 0 without a summary record did not measure anything: FAILED."""
+    row = store.run(run_id)
+    run_dir = Path(row["run_dir"])
+    store.ingest(run_id, RunPaths(run_dir).metrics)
+    state, reason = job_state, None
+    if state == "COMPLETED" and not store.records(run_id, "summary"):
+        state = "FAILED"
+        reason = ("the job ended without a summary record\n"
+                  + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1])
+    elif state in ("FAILED", "TIMEOUT", "NODE_FAIL"):
+        reason = failure_reason(RunPaths(run_dir).log)
+    elif state == "CANCELLED":
+        reason = "cancelled"
+    store.update_run(run_id, state=state, reason=reason)
+    return state
+
+
+VANISHED = "the scheduler no longer knows this job (not in its queue or accounting)"
+
+
+@dataclass
+class Tick:
+    """What one sync saw: counts by state, and whether the scheduler answered."""
+
+    states: dict[str, int]
+    reachable: bool = True        # False once the scheduler's tolerance for failures is spent
+    new_records: int = 0
+    warning: str | None = None    # the last poll failed (still tolerated): why
+
+
+def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> Tick:
+    """One tick: ask the scheduler about every live job at once, ingest, settle."""
+    # A submission killed mid-way (its process gone) shows as not submitted, with why.
+    store.release_stale_claims()
+    live = [r for r in store.runs(experiment, states=ACTIVE)
+            if r["backend"] == scheduler.name and r["job_id"]]
+    reachable, new = True, 0
+    if live:
+        try:
+            statuses = scheduler.poll([r["job_id"] for r in live])
+        except ControllerUnreachable:
+            statuses, reachable = {}, False
+        answered = reachable and getattr(scheduler, "last_poll_ok", True)
+        for r in live:
+            st = statuses.get(r["job_id"])
+            if st is None and answered and r["reason"] != VANISHED:
+                # Neither the queue nor accounting knows the job (purged, or a controller
+                # that lost its state): say so on the run, keep its last known state.
+                store.update_run(r["run_id"], reason=VANISHED)
+            elif st is not None and r["reason"] == VANISHED:
+                store.update_run(r["run_id"], reason=st.reason)
+            if st is None or (st.state == "PENDING" and r["state"] == "RUNNING"):
+                # sacct (slurmdbd) can lag the controller by seconds: a job seen running is
+                # not sent back to pending by a stale answer (our scripts never requeue).
+                continue
+            if scheduler.name != "local":  # the local worker keeps its own job rows
+                store.update_job(scheduler.name, r["job_id"], state=st.state, reason=st.reason,
+                                 nodes=st.nodes, elapsed=st.elapsed_s, exit_code=st.exit_code)
+            if st.state == "RUNNING" or st.state in TERMINAL:
+                new += store.ingest(r["run_id"], RunPaths.of(r).metrics)
+            if st.state in TERMINAL:
+                # The local worker settles its own runs; this covers the gap in between and
+                # every other backend.
+                if store.run(r["run_id"])["state"] in ACTIVE:
+                    finalize_run(store, r["run_id"], st.state)
+            elif st.state != r["state"]:
+                store.update_run(r["run_id"], state=st.state, reason=st.reason)
+    counts: dict[str, int] = {}
+    for r in store.runs(experiment):
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    warning = None
+    if live and not getattr(scheduler, "last_poll_ok", True):
+        warning = getattr(scheduler, "last_error", None) or "the scheduler did not answer"
+    if not reachable:
+        warning = warning or getattr(scheduler, "last_error", None) or "unreachable"
+    return Tick(counts, reachable, new, warning)
+
+
+class Backoff:
+    """Poll fast right after a submission, slower while nothing changes, capped."""
+
+    def __init__(self, first: float = 0.5, factor: float = 1.5, cap: float = 10.0) -> None:
+        self.first, self.factor, self.cap = first, factor, cap
+        self.delay = first
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(self.cap, self.delay * self.factor)
+        return d
+
+
+def wait_until_done(store: Store, scheduler: Scheduler, run_ids: list[str],
+                    on_tick=lambda tick, rows: None, cap_s: float = 5.0) -> Tick:
+    """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
+    runs' rows as that tick left them."""
+    backoff = Backoff(cap=cap_s)
+    last = None
+    while True:
+        tick = sync(store, scheduler)
+        rows = [store.run(rid) for rid in run_ids]
+        on_tick(tick, rows)
+        # A run another dlscale is submitting is not done either: it is about to queue.
+        if not any(r["state"] in ACTIVE + (SUBMITTING,) for r in rows):
+            return tick
+        if tick.states != last or tick.new_records:
+            backoff.reset()
+        last = tick.states
+        time.sleep(backoff.next())

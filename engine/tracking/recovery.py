@@ -1,0 +1,223 @@
+"""A store rebuilt from its run folders, when dlscale.db is lost or damaged.
+
+The run folders hold every record: each run's metrics.jsonl (a params record first), its
+log, and since this version run.json, the run's row as submitted (what planned it, which
+backend, which spec). `rebuild` moves the damaged file aside, makes a new store and
+re-ingests every folder under runs/; what it cannot know (a local job's queue entry) it
+says, and a run it cannot place exactly is still kept, under what its records tell.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...trainers.common.records import RecordError, parse_record
+from ..config.spec import load_spec
+from ..errors import SpecError, UserError
+from ..launching.plan import digest, plan
+from ..paths import RunPaths
+from ..schedulers.local import LOCK_NAME
+from .store import RUN_ID_PREFIX, Store
+from .store_health import store_problem
+
+_FIELDS = ("run_id", "point_id", "experiment", "framework", "model", "dataset", "nodes",
+           "ranks_per_node", "devices", "per_device_batch", "global_batch", "scaling",
+           "precision", "loader", "repetition", "training", "rerun_of", "created")
+_IDENTITY = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_node",
+             "per_device_batch", "global_batch", "scaling", "precision", "loader", "training")
+
+
+def write_run_file(row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "",
+                   spec_digest: str = "") -> None:
+    """The run's row as submitted, beside its records, so a lost store can be rebuilt. A
+    resubmission, which has no spec in hand, keeps the one its earlier attempt named."""
+    data = {k: row.get(k) for k in _FIELDS}
+    if isinstance(data["training"], str):
+        data["training"] = json.loads(data["training"])
+    earlier = RunPaths(run_dir).attempt((row.get("attempts") or 1) - 1).record
+    if not spec_path and earlier.is_file():
+        before = json.loads(earlier.read_text())
+        spec_path, spec_digest = before.get("spec_path", ""), before.get("spec_digest", "")
+    data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
+    RunPaths(run_dir).record.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+@dataclass
+class Rebuilt:
+    kept_aside: list[Path]
+    runs: dict[str, int] = field(default_factory=dict)        # by state
+    experiments: list[str] = field(default_factory=list)
+    records: int = 0
+    skipped_lines: int = 0
+    guessed: list[str] = field(default_factory=list)          # run ids placed from records
+    unreadable: list[str] = field(default_factory=list)       # "folder: why"
+
+
+def rebuild(home: Path, force: bool = False) -> Rebuilt:
+    """Move dlscale.db (and its -wal, -shm) aside as dlscale.db.damaged-TIME, make a new
+    store and re-ingest every run folder. A store that opens and checks fine is rebuilt
+    only with `force` (it would lose the local queue and job history)."""
+    db = home / "dlscale.db"
+    problem = store_problem(home)
+    if problem is None and db.exists() and not force:
+        raise UserError(f"{db} opens and checks fine; `dlscale store rebuild --force` "
+                        "rebuilds it anyway from the run folders (the current file is kept "
+                        "aside)")
+    if _worker_alive(home):
+        raise UserError(f"the local worker is running jobs of {home}; rebuild the store once "
+                        "it has stopped (it stops when its queue is empty)")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = []
+    for suffix in ("", "-wal", "-shm"):
+        path = home / f"dlscale.db{suffix}"
+        if path.exists():
+            target = home / f"dlscale.db.damaged-{stamp}{suffix}"
+            path.rename(target)
+            aside.append(target)
+    store = Store(home)
+    out = Rebuilt(aside)
+    folders = sorted(p for p in store.runs_dir.iterdir()
+                     if p.is_dir() and RUN_ID_PREFIX.fullmatch(p.name)) \
+        if store.runs_dir.is_dir() else []
+    for folder in folders:
+        try:
+            _recover(store, folder, out)
+        except (OSError, ValueError, SpecError, RecordError) as exc:
+            out.unreadable.append(f"{folder}: {exc}")
+    _number_repetitions(store, out.guessed)
+    for r in store.runs():
+        out.runs[r["state"]] = out.runs.get(r["state"], 0) + 1
+        out.skipped_lines += r["bad_records"]
+    out.experiments = [e["name"] for e in store.experiments()]
+    store.close()
+    return out
+
+
+def _worker_alive(home: Path) -> bool:
+    """The local worker holds its lock file while it runs (LocalScheduler.worker_alive);
+    it writes to the store it opened, which the rebuild is about to move."""
+    path = home / LOCK_NAME
+    if not path.exists():
+        return False
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
+    run_id = folder.name
+    paths = RunPaths(folder)
+    attempts = [p for p in paths.attempts.glob("*") if p.name.isdigit()] \
+        if paths.attempts.is_dir() else []
+    places = [folder] + sorted(attempts, key=lambda p: -int(p.name))
+    saved = _first(places, paths.record.name)
+    spec_file = _first(places, paths.spec.name)
+    records = _records(paths.metrics)
+    params = next((r for r in records if r["kind"] == "params"), None)
+    env = next((r for r in records if r["kind"] == "env"), None)
+    row: dict[str, Any] | None = None
+    spec_text, spec_path, spec_digest = "", "", ""
+    if spec_file is not None:
+        loaded = load_spec(spec_file)
+        spec_text, spec_digest = loaded.text, loaded.digest
+        spec_path = str(spec_file)
+        planned = next((r for r in plan(loaded).runs if r.run_id == run_id), None)
+        if planned is not None:
+            row = {**planned.identity(), "run_id": run_id, "point_id": planned.point_id}
+    if saved is not None:
+        data = json.loads(saved.read_text())
+        row = {k: data.get(k) for k in _FIELDS if data.get(k) is not None}
+        row["backend"] = data.get("backend")
+        spec_path = data.get("spec_path") or spec_path
+        spec_digest = data.get("spec_digest") or spec_digest
+    if row is None:
+        if params is None:
+            raise ValueError("no run.json, no spec.toml that plans this run, and no params "
+                             "record: nothing says what this run was")
+        row = _from_records(run_id, params, env)
+        out.guessed.append(run_id)
+    row["run_id"] = run_id
+    backend = row.get("backend") or ("slurm" if _first(places, paths.job_script.name) else "local")
+    if paths.rerun_of.is_file():
+        row["rerun_of"] = paths.rerun_of.read_text().strip()
+    # A spec's text wins over none; an experiment seen only in records is still listed.
+    if spec_text or row["experiment"] not in {e["name"] for e in store.experiments()}:
+        store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
+    job_id = (env or {}).get("job_id") if backend == "slurm" else None
+    state, reason = "PLANNED", ("recovered by `dlscale store rebuild`: no records yet; "
+                                "`dlscale run SPEC` submits it")
+    if records:
+        state, reason = "FAILED", ("recovered by `dlscale store rebuild` without a summary "
+                                   "record (it had not finished); `dlscale run SPEC` runs it "
+                                   "again")
+    store.restore_run({**row, "backend": backend, "job_id": job_id, "state": state,
+                       "reason": reason, "attempts": 1 + len(attempts),
+                       "run_dir": str(folder), "devices": row["nodes"] * row["ranks_per_node"],
+                       "training": json.dumps(row.get("training") or {}, sort_keys=True)})
+    out.records += store.ingest(run_id, paths.metrics)
+    if store.records(run_id, "summary"):
+        store.update_run(run_id, state="COMPLETED", reason=None)
+    elif job_id:
+        # Slurm may still be running it: the next poll asks, and settles the run.
+        store.add_job("slurm", job_id, run_id, "RUNNING")
+        store.update_run(run_id, state="RUNNING", reason=f"recovered by `dlscale store "
+                         f"rebuild`: asking Slurm about job {job_id}")
+
+
+def _first(places: list[Path], name: str) -> Path | None:
+    return next((p / name for p in places if (p / name).is_file()), None)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            out.append(parse_record(line))
+        except RecordError:
+            continue
+    return out
+
+
+def _from_records(run_id: str, params: dict, env: dict | None) -> dict[str, Any]:
+    """What a run was, from its params and env records alone (a folder with neither
+    run.json nor its spec): its experiment is not among them, so it goes under
+    `recovered`; repetitions are numbered afterwards by time."""
+    world = params["world_size"]
+    nodes = max(1, len((env or {}).get("nodes") or [None]))
+    training = {k: params.get(k) for k in ("steps", "epochs", "warmup_steps", "lr", "seed",
+                                           "lr_scaling", "lr_schedule", "threads")}
+    row = {"experiment": "recovered", "framework": params["framework"],
+           "model": params["model"], "dataset": params["dataset"], "nodes": nodes,
+           "ranks_per_node": max(1, world // nodes),
+           "per_device_batch": params["per_device_batch"],
+           "global_batch": params.get("global_batch") or params["per_device_batch"] * world,
+           "scaling": "weak", "precision": params.get("precision") or "-",
+           "loader": params.get("loader") or "native", "training": training,
+           "created": params.get("time")}
+    row["point_id"] = digest({k: row[k] for k in _IDENTITY})
+    row["repetition"] = 0
+    return row
+
+
+def _number_repetitions(store: Store, guessed: list[str]) -> None:
+    """Runs placed from their records share a point with their repetitions; number them
+    in the order they ran."""
+    by_point: dict[str, list[dict[str, Any]]] = {}
+    for rid in guessed:
+        row = store.run(rid)
+        by_point.setdefault(row["point_id"], []).append(row)
+    for rows in by_point.values():
+        for i, row in enumerate(sorted(rows, key=lambda r: (r["created"] or 0, r["run_id"]))):
+            store.update_run(row["run_id"], repetition=i)

@@ -1,0 +1,415 @@
+"""The study's memory: experiments, runs, jobs and the metric records, in SQLite (WAL).
+
+Several processes use it at once (the CLI, the TUI, the local worker), so every write is a
+short explicit transaction and readers never block writers. Ingest is idempotent: a record
+is keyed by (run, line number), and the byte offset read so far moves in the same
+transaction as the records, so a crash mid-ingest neither loses nor doubles a record.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import NotFoundError, StoreError
+from ..launching.plan import Run
+from ..paths import RunPaths
+from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_records import RECORDS_CHECKED, Records
+
+ACTIVE = ("PENDING", "RUNNING")
+# A run one process has claimed for submission: between rendering its job and the
+# scheduler's answer. Only one process can hold a run's claim (claim_run).
+SUBMITTING = "SUBMITTING"
+RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
+RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiments (
+    name TEXT PRIMARY KEY, spec_path TEXT, spec_text TEXT, spec_digest TEXT, updated REAL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, point_id TEXT NOT NULL, experiment TEXT NOT NULL,
+    framework TEXT, model TEXT, dataset TEXT, nodes INTEGER, ranks_per_node INTEGER,
+    devices INTEGER, per_device_batch INTEGER, global_batch INTEGER, scaling TEXT,
+    precision TEXT, loader TEXT, repetition INTEGER, training TEXT,
+    state TEXT NOT NULL DEFAULT 'PLANNED', reason TEXT, backend TEXT, job_id TEXT,
+    run_dir TEXT, attempts INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL,
+    ingest_offset INTEGER NOT NULL DEFAULT 0, ingest_lines INTEGER NOT NULL DEFAULT 0,
+    bad_records INTEGER NOT NULL DEFAULT 0, rerun_of TEXT);
+CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs(experiment);
+CREATE TABLE IF NOT EXISTS jobs (
+    backend TEXT NOT NULL, job_id TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL,
+    reason TEXT, nodes TEXT, submitted REAL, started REAL, ended REAL, exit_code INTEGER,
+    pid INTEGER, payload TEXT, elapsed REAL, pid_mark TEXT, worker_pid INTEGER, token TEXT,
+    PRIMARY KEY (backend, job_id));
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(backend, state);
+CREATE TABLE IF NOT EXISTS records (
+    run_id TEXT NOT NULL, line INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (run_id, line));
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS skipped_records (
+    run_id TEXT NOT NULL, line INTEGER NOT NULL, file TEXT NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY (run_id, line));
+"""
+
+# Added after the first release; _migrate adds them to older stores.
+_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT", "claimed_by": "TEXT"}
+# The local backend's proof of which processes are a job's (schedulers/local_procs.py).
+_ADDED_JOB_COLUMNS = {"pid_mark": "TEXT", "worker_pid": "INTEGER", "token": "TEXT"}
+# The schema's own guard against duplicate jobs: at most one queued or running job per run.
+_ONE_LIVE_JOB_PER_RUN = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
+                         "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')")
+# A claim by a process on another host cannot be checked; after this long it is stale.
+_FOREIGN_CLAIM_S = 600.0
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
+
+
+class Store(Records):
+    def __init__(self, home: str | Path | None = None) -> None:
+        self.home = Path(home) if home else default_home()
+        db = self.home / "dlscale.db"
+        try:
+            if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
+                # SQLite would take it as a new, empty store and every run would vanish.
+                raise StoreError(f"{db} is empty (0 bytes) but {self.runs_dir} holds "
+                                 f"{run_folders(self.runs_dir)} run folder(s) it should "
+                                 f"list; {REBUILD_HINT}")
+            self.home.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(db, timeout=30, isolation_level=None,
+                                        check_same_thread=False)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(_SCHEMA)
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(damage_message(exc, self.home) or
+                             f"cannot open the store in {self.home}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
+
+    def _migrate(self) -> None:
+        """Columns added after a store was first made: stores from earlier versions gain
+        them (NULL), so an upgrade keeps every run measured before it."""
+        def missing(table: str, added: dict[str, str]) -> list[str]:
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            return [c for c in added if c not in have]
+        for table, added in (("runs", _ADDED_RUN_COLUMNS), ("jobs", _ADDED_JOB_COLUMNS)):
+            if missing(table, added):
+                with self.transaction() as c:  # two processes may open an old store at once
+                    for column in missing(table, added):
+                        c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {added[column]}")
+        try:
+            self.conn.execute(_ONE_LIVE_JOB_PER_RUN)
+        except sqlite3.IntegrityError:
+            # A store from before the guard that already holds duplicate live jobs: cancel
+            # reaches them all (live_jobs), and the guard is made at an open after they end.
+            pass
+        if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
+            self.revalidate()
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE: take the write lock up front so read-then-write is atomic."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # --- experiments and runs ------------------------------------------------------------
+
+    def save_experiment(self, name: str, path: str, text: str, digest: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT INTO experiments VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
+                      "SET spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
+                      "spec_digest=excluded.spec_digest, updated=excluded.updated",
+                      (name, path, text, digest, time.time()))
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM experiments ORDER BY updated")]
+
+    def experiment_names(self) -> list[str]:
+        """Every experiment the store knows: saved with its spec, or only named by runs (a
+        rebuilt store, runs added by hand)."""
+        return sorted({r[0] for r in self.conn.execute(
+            "SELECT name FROM experiments UNION SELECT DISTINCT experiment FROM runs")})
+
+    def add_run(self, run: Run) -> dict[str, Any]:
+        """Insert the run if new; return its row either way."""
+        now = time.time()
+        run_dir = self.runs_dir / run.run_id
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO runs (run_id, point_id, experiment, framework, model, "
+                "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
+                "scaling, precision, loader, repetition, training, state, run_dir, created, "
+                "updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'PLANNED',?,?,?)",
+                (run.run_id, run.point_id, run.experiment, run.framework, run.model,
+                 run.dataset, run.nodes, run.ranks_per_node, run.devices, run.per_device_batch,
+                 run.global_batch, run.scaling, run.precision, run.loader, run.repetition,
+                 json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
+        return self.run(run.run_id)
+
+    def restore_run(self, row: dict[str, Any]) -> None:
+        """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        row = {k: v for k, v in row.items() if k in have}
+        row.setdefault("created", time.time())
+        row["updated"] = time.time()
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+
+    def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
+        """A new run that repeats `original` exactly: the same point and parameters, its own
+        id and folder, and `rerun_of` naming the run it repeats."""
+        now = time.time()
+        skip = {"run_id", "state", "reason", "backend", "job_id", "run_dir", "attempts",
+                "created", "updated", "ingest_offset", "ingest_lines", "bad_records",
+                "rerun_of"}
+        copied = {k: v for k, v in original.items() if k not in skip}
+        row = {**copied, "run_id": run_id, "state": "PLANNED", "rerun_of": original["run_id"],
+               "run_dir": str(self.runs_dir / run_id), "created": now, "updated": now}
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+        return self.run(run_id)
+
+    def reruns(self, run_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,))]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """A run by its id or a unique prefix of it. The prefix is compared as text, never
+        as a pattern: `%`, `_` or an empty id name no run (NotFoundError, exit 2)."""
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is not None:
+            return dict(row)
+        if not RUN_ID_PREFIX.fullmatch(run_id):
+            raise NotFoundError(f"no run {run_id!r}: {RUN_ID_RULE}")
+        matches = self.conn.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? "
+                                    "ORDER BY run_id LIMIT 4", (len(run_id), run_id)).fetchall()
+        if len(matches) == 1:
+            return dict(matches[0])
+        if not matches:
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+        raise NotFoundError(f"run id {run_id!r} is ambiguous: it begins "
+                            f"{', '.join(m['run_id'] for m in matches[:3])}"
+                            f"{' and more' if len(matches) > 3 else ''}; give more digits")
+
+    def runs(self, experiment: str | None = None,
+             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM runs WHERE 1=1", []
+        if experiment:
+            sql += " AND experiment=?"
+            args.append(experiment)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        fields["updated"] = time.time()
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.transaction() as c:
+            c.execute(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
+
+    def start_attempt(self, run_id: str) -> dict[str, Any]:
+        """A run is (re)submitted: older records belong to an earlier attempt and move aside
+        with its files, so the new attempt's numbers are not mixed with them."""
+        row = self.run(run_id)
+        self.set_aside({**row, "attempts": row["attempts"] + 1})
+        with self.transaction() as c:
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
+                      "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
+                      (time.time(), run_id))
+        return self.run(run_id)
+
+    # --- claiming runs for submission ------------------------------------------------------
+
+    def claim_run(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
+        this process, its attempt is counted and the earlier attempt's records dropped.
+        Returns None, changing nothing, when the run is in `skip`, queued or running, has
+        a live job, or is claimed by another process that is still alive; so of two
+        `dlscale run` of one spec, each run is submitted by exactly one. The claimer must
+        end the claim: add_job (submitted) or release_run (not, with why)."""
+        me = _process_id()
+        with self.transaction() as c:
+            row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
+            if row["state"] in skip + ACTIVE or (row["state"] == SUBMITTING and
+                                                 _claim_alive(row["claimed_by"], row["updated"])):
+                return None
+            if c.execute("SELECT 1 FROM jobs WHERE run_id=? AND state IN ('PENDING', "
+                         "'RUNNING')", (run_id,)).fetchone():
+                return None
+            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
+            c.execute("UPDATE runs SET state=?, claimed_by=?, reason=?, attempts=attempts+1, "
+                      "ingest_offset=0, ingest_lines=0, bad_records=0, updated=? "
+                      "WHERE run_id=?", (SUBMITTING, me, f"being submitted by {_claimer(me)}",
+                                         time.time(), run_id))
+        return self.run(run_id)
+
+    def release_run(self, run_id: str, state: str, reason: str) -> None:
+        """End this process's claim on a run that was not submitted, saying why; a run a
+        job was recorded for meanwhile (add_job) is left as it is."""
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
+                      "state=? AND claimed_by=?",
+                      (state, reason, time.time(), run_id, SUBMITTING, _process_id()))
+
+    def release_stale_claims(self) -> list[str]:
+        """Claims whose process is gone (killed mid-submission) go back to PLANNED with
+        the reason, so the run shows as not submitted and the next `run` takes it."""
+        stale = [r for r in self.conn.execute(
+            "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,))
+            if not _claim_alive(r["claimed_by"], r["updated"])]
+        for r in stale:
+            with self.transaction() as c:
+                c.execute("UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
+                          "run_id=? AND state=? AND claimed_by IS ?",
+                          (f"not submitted: the submission by {_claimer(r['claimed_by'])} "
+                           "was interrupted; `dlscale run SPEC` submits it", time.time(),
+                           r["run_id"], SUBMITTING, r["claimed_by"]))
+        return [r["run_id"] for r in stale]
+
+    def set_aside(self, row: dict[str, Any]) -> None:
+        """A claimed run's earlier attempt moves its files to attempts/N, so the new
+        attempt's numbers are not mixed with them; then its folder is ready."""
+        run_dir = Path(row["run_dir"])
+        if row["attempts"] > 1 and run_dir.is_dir():
+            old = RunPaths(run_dir).attempt(row["attempts"] - 1).root
+            old.mkdir(parents=True, exist_ok=True)
+            for p in run_dir.iterdir():
+                if p.is_file():
+                    p.rename(old / p.name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def live_jobs(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every queued or running job of these runs, in any backend: not only the job a
+        run row names, so a duplicate (from a store made before the guard) is reached."""
+        sql, args = "SELECT * FROM jobs WHERE state IN ('PENDING', 'RUNNING')", []
+        if run_ids is not None:
+            sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
+            args = list(run_ids)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def next_counter(self, name: str) -> int:
+        with self.transaction() as c:
+            c.execute("INSERT INTO counters VALUES (?, 1) ON CONFLICT(name) DO UPDATE "
+                      "SET value=value+1", (name,))
+            return c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
+
+    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
+                payload: dict[str, Any] | None = None) -> None:
+        now = time.time()
+        with self.transaction() as c:
+            try:
+                c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
+                          "payload) VALUES (?,?,?,?,?,?)",
+                          (backend, job_id, run_id, state, now, json.dumps(payload or {})))
+            except sqlite3.IntegrityError as exc:
+                if "jobs.run_id" not in str(exc):
+                    raise StoreError(f"job {job_id} ({backend}) is in the store already") \
+                        from None
+                raise StoreError(f"run {run_id} already has a queued or running job; job "
+                                 f"{job_id} ({backend}) is not recorded for it") from None
+            c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, updated=? "
+                      "WHERE run_id=?", (state, backend, job_id, now, run_id))
+
+    def job(self, backend: str, job_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT * FROM jobs WHERE backend=? AND job_id=?",
+                                (backend, job_id)).fetchone()
+        return dict(row) if row else None
+
+    def jobs(self, backend: str, job_ids: list[str] | None = None,
+             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM jobs WHERE backend=?", [backend]
+        if job_ids is not None:
+            sql += f" AND job_id IN ({','.join('?' * len(job_ids))})"
+            args.extend(job_ids)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+
+    def claim_next_job(self, backend: str, **fields: Any) -> dict[str, Any] | None:
+        """Take the oldest queued job of `backend` to run it: RUNNING, started now, with
+        `fields`, and its run RUNNING, in one transaction, so no job is taken twice.
+        None when nothing is queued."""
+        with self.transaction() as c:
+            row = c.execute("SELECT job_id, run_id FROM jobs WHERE backend=? AND "
+                            "state='PENDING' ORDER BY submitted, job_id LIMIT 1",
+                            (backend,)).fetchone()
+            if row is None:
+                return None
+            now = time.time()
+            fields = {**fields, "state": "RUNNING", "started": now}
+            c.execute(f"UPDATE jobs SET {', '.join(f'{k}=?' for k in fields)} "
+                      "WHERE backend=? AND job_id=?", (*fields.values(), backend, row[0]))
+            c.execute("UPDATE runs SET state='RUNNING', updated=? WHERE run_id=?",
+                      (now, row[1]))
+        return self.job(backend, row[0])
+
+    def update_job(self, backend: str, job_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{k}=?" for k in fields)
+        with self.transaction() as c:
+            c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
+                      (*fields.values(), backend, job_id))
+
+
+def _process_id() -> str:
+    """This process, told apart from a later one that reuses its pid: host, pid and the
+    process's start time (Linux: /proc/self/stat field 22)."""
+    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "-"
+    return stat.rpartition(")")[2].split()[19]  # fields after the command name, 22nd in all
+
+
+def _claim_alive(claimed_by: str | None, since: float | None) -> bool:
+    try:
+        host, pid, start = (claimed_by or "").split(" ")
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return time.time() - (since or 0) < _FOREIGN_CLAIM_S
+    return start != "-" and _start_time(int(pid)) == start
+
+
+def _claimer(claimed_by: str | None) -> str:
+    host, _, rest = (claimed_by or "? ?").partition(" ")
+    return f"dlscale pid {rest.split(' ')[0]} on {host}"

@@ -1,0 +1,151 @@
+"""The store's metric records: ingest (idempotent, whole lines only, checked by type), the
+lines it skipped with why, and reading them back.
+
+A skipped line is kept as (run, file, line number, reason) so every front end can say which
+line of which run's file was left out; a store made by an older dlscale, which kept only a
+count and trusted records by shape, is checked once when opened (`revalidate`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ...trainers.common.records import RecordError, parse_record
+from ..paths import METRICS_NAME, RunPaths
+
+# Bumped when stored records must be checked again by newer rules (PRAGMA user_version).
+RECORDS_CHECKED = 1
+_SHOWN_PER_RUN = 3
+
+
+class Records:
+    """Mixed into Store: uses its `conn`, `transaction()` and `run()`."""
+
+    def ingest(self, run_id: str, path: str | Path) -> int:
+        """Read the records written since the last ingest; return how many were new.
+        Only whole lines are taken: a line still being written waits for the next call. A
+        line that is not a valid record is skipped, and kept with its number and why."""
+        row = self.run(run_id)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(row["ingest_offset"])
+                chunk = fh.read()
+        except FileNotFoundError:
+            return 0
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return 0
+        lines = chunk[:end + 1].splitlines()
+        new, bad = [], []
+        for i, raw in enumerate(lines):
+            number = row["ingest_lines"] + i  # 0-based, as the records table keys them
+            try:
+                rec = parse_record(raw.decode("utf-8", errors="replace"))
+            except RecordError as exc:
+                bad.append((run_id, number + 1, Path(path).name, str(exc)))
+                continue
+            new.append((run_id, number, rec["kind"], json.dumps(rec)))
+        with self.transaction() as c:
+            # Re-check the offset under the write lock: another process may have ingested
+            # the same bytes meanwhile; then this call adds nothing.
+            now_offset = c.execute("SELECT ingest_offset FROM runs WHERE run_id=?",
+                                   (run_id,)).fetchone()[0]
+            if now_offset != row["ingest_offset"]:
+                return 0
+            cur = c.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", new)
+            c.executemany("INSERT OR REPLACE INTO skipped_records VALUES (?,?,?,?)", bad)
+            c.execute("UPDATE runs SET ingest_offset=?, ingest_lines=?, "
+                      "bad_records=bad_records+? WHERE run_id=?",
+                      (row["ingest_offset"] + end + 1, row["ingest_lines"] + len(lines),
+                       len(bad), run_id))
+            return cur.rowcount if cur.rowcount >= 0 else len(new)
+
+    def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
+        if kind:
+            sql += " AND kind=?"
+            args.append(kind)
+        return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
+
+    def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
+        """The latest record of `kind` per run, in one query; only the runs asked for are
+        read (the wait loop asks every tick for one run, in a store of any size)."""
+        where, args = "kind=?", [kind]
+        if run_ids is not None:
+            where += f" AND run_id IN ({','.join('?' * len(run_ids))})"
+            args.extend(run_ids)
+        sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
+               f"FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
+               "AND r.line=m.line")
+        return {rid: json.loads(body) for rid, body in self.conn.execute(sql, args)}
+
+    def skipped(self, run_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The lines ingest skipped, per run: {run_id: [{line, file, reason}, ...]}."""
+        sql, args = "SELECT * FROM skipped_records", []
+        if run_ids is not None:
+            sql += f" WHERE run_id IN ({','.join('?' * len(run_ids))})"
+            args = list(run_ids)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in self.conn.execute(sql + " ORDER BY run_id, line", args):
+            out.setdefault(r["run_id"], []).append(dict(r))
+        return out
+
+    def skipped_notes(self, run_ids: list[str] | None = None) -> list[str]:
+        """One line per skipped metric line (a few per run, then how many more), naming the
+        run, the file and the line: what status, results and reports print."""
+        notes = []
+        for run_id, lines in self.skipped(run_ids).items():
+            notes += [f"run {run_id}: {skipped_text(s)}" for s in lines[:_SHOWN_PER_RUN]]
+            if len(lines) > _SHOWN_PER_RUN:
+                notes.append(f"run {run_id}: and {len(lines) - _SHOWN_PER_RUN} more skipped "
+                             f"line(s) in {lines[0]['file']}")
+        return notes
+
+    # --- stores from before records were checked by type --------------------------------
+
+    def revalidate(self) -> None:
+        """Once per store (PRAGMA user_version): records stored under older, looser rules
+        that break today's move to skipped_records with their line; runs that counted
+        skipped lines without keeping them have their file read again to find which."""
+        with self.transaction() as c:
+            if c.execute("PRAGMA user_version").fetchone()[0] >= RECORDS_CHECKED:
+                return  # another process did it meanwhile
+            moved = []
+            for run_id, line, body in c.execute("SELECT run_id, line, body FROM records"
+                                                ).fetchall():
+                try:
+                    parse_record(body)
+                except RecordError as exc:
+                    moved.append((run_id, line, str(exc)))
+            for run_id, line, why in moved:
+                c.execute("DELETE FROM records WHERE run_id=? AND line=?", (run_id, line))
+                c.execute("INSERT OR REPLACE INTO skipped_records VALUES (?,?,?,?)",
+                          (run_id, line + 1, METRICS_NAME, why))
+                c.execute("UPDATE runs SET bad_records=bad_records+1 WHERE run_id=?", (run_id,))
+            for r in c.execute("SELECT run_id, run_dir, ingest_offset FROM runs "
+                               "WHERE bad_records > 0").fetchall():
+                c.executemany("INSERT OR IGNORE INTO skipped_records VALUES (?,?,?,?)",
+                              _find_skipped(r["run_id"], RunPaths.of(r).metrics,
+                                            r["ingest_offset"]))
+            c.execute(f"PRAGMA user_version={RECORDS_CHECKED}")
+
+
+def skipped_text(s: dict[str, Any]) -> str:
+    return f"{s['file']} line {s['line']} skipped: {s['reason']}"
+
+
+def _find_skipped(run_id: str, path: Path, upto: int) -> list[tuple[str, int, str, str]]:
+    """The lines of a run's file, up to what was ingested, that are not valid records."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(upto)
+    except OSError:
+        return []
+    out = []
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:
+            parse_record(raw.decode("utf-8", errors="replace"))
+        except RecordError as exc:
+            out.append((run_id, number, path.name, str(exc)))
+    return out
