@@ -4,7 +4,8 @@ the PyTorch family's DistributedSampler gives, CIFAR-10's augmentation per image
 evaluation over every rank's share of the test set. The framework only wraps the arrays."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 

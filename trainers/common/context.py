@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import data as common_data
 from .args import fault_step

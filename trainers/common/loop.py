@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 import time
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from .entry import TrainerError
 from .records import RecordWriter
@@ -61,7 +62,7 @@ class Recipe:
 
     @classmethod
     def from_args(cls, args: Any, *, total_steps: int, global_batch: int, plan: LRPlan,
-                  crash_at: int | None) -> "Recipe":
+                  crash_at: int | None) -> Recipe:
         return cls(total_steps, global_batch, args.warmup_steps, args.log_every,
                    args.eval_every, args.steps, args.epochs, args.target_accuracy, plan,
                    crash_at)

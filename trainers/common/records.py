@@ -109,7 +109,7 @@ class RecordWriter:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> "RecordWriter":
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,7 +5,6 @@ import math
 import statistics
 from dataclasses import dataclass
 
-
 # Fractions of the post-warm-up steps at which the step schedule divides the lr by 10
 # (ResNet's recipe at 30, 60 and 80 of 90 epochs, as fractions of any length).
 STEP_MILESTONES = (0.3, 0.6, 0.8)

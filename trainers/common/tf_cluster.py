@@ -9,7 +9,8 @@ On one machine (common.spawn) every worker is on MASTER_ADDR.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .launch_env import LaunchEnv, LaunchError, local_world_size
 

@@ -22,9 +22,10 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_ex
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from ..common.launch_env import LaunchEnv  # noqa: E402
 from ..common.entry import leave  # noqa: E402
-from ..torch_ddp.train import Distribution, TrainerError, main as _main  # noqa: E402
+from ..common.launch_env import LaunchEnv  # noqa: E402
+from ..torch_ddp.train import Distribution, TrainerError  # noqa: E402
+from ..torch_ddp.train import main as _main
 
 FRAMEWORK = "deepspeed"
 PROG = "dlscale-deepspeed"

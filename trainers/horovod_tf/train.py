@@ -15,7 +15,8 @@ import numpy as np
 
 from ..common.horovod_shared import HorovodShared
 from ..common.launch_env import LaunchEnv
-from ..tf_keras.train import Distribution, main as _main
+from ..tf_keras.train import Distribution
+from ..tf_keras.train import main as _main
 
 FRAMEWORK = "horovod-tensorflow"
 PROG = "dlscale-horovod-tensorflow"

@@ -13,7 +13,8 @@ import torch
 
 from ..common.horovod_shared import HorovodShared
 from ..common.launch_env import LaunchEnv
-from ..torch_ddp.train import Distribution, main as _main
+from ..torch_ddp.train import Distribution
+from ..torch_ddp.train import main as _main
 
 FRAMEWORK = "horovod-pytorch"
 PROG = "dlscale-horovod-pytorch"

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..common.lifeline import parent_watch
 from ..common import loop as training_loop
 from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser, recipe_fields
 from ..common.arrays import ArrayData
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv
+from ..common.lifeline import parent_watch
 
 PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"

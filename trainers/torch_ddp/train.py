@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,8 +20,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from ..common import data as common_data
 from ..common import breakdown
+from ..common import data as common_data
 from ..common import loop as training_loop
 from ..common.args import build_parser, recipe_fields
 from ..common.context import Context, start
