@@ -24,8 +24,9 @@ from .launching.estimate import estimate
 from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
+from .schedulers import registry as schedulers
 from .schedulers.base import Scheduler
-from .tracking import queue
+from .tracking import follow, queue
 from .tracking.monitor import Tick, sync
 from .tracking.store import ACTIVE, Store, default_home
 from .tracking.store_health import damage_message as _damage
@@ -75,9 +76,9 @@ class Snapshot:
 class Session:
     def __init__(self, home: str | Path | None = None, backend: str = "local",
                  profile_path: str | None = None, partition: str | None = None) -> None:
-        if backend not in study.BACKENDS:
+        if backend not in schedulers.BACKENDS:
             raise UserError(f"--backend {backend!r}: unknown; allowed: "
-                            f"{', '.join(study.BACKENDS)}")
+                            f"{', '.join(schedulers.BACKENDS)}")
         self.backend = backend
         self.partition = partition
         self.profile: LoadedProfile | None = load_profile(profile_path) if profile_path else None
@@ -92,7 +93,7 @@ class Session:
         # lock and a scheduler client of its own, so the queue refreshes meanwhile and shows
         # the runs being submitted. `submitter(backend, store)` makes that client.
         self._submit_lock = threading.Lock()
-        self.submitter = study.make_scheduler
+        self.submitter = schedulers.make_scheduler
         self._choice = threading.Lock()  # backend, profile, partition change together
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
@@ -118,9 +119,9 @@ class Session:
 
     def _scheduler(self, backend: str) -> Scheduler:
         if backend == "local":  # holds a store, so one per thread
-            return study.make_scheduler("local", self.store)
+            return schedulers.make_scheduler("local", self.store)
         if backend not in self._schedulers:
-            self._schedulers[backend] = study.make_scheduler(backend, self.store)
+            self._schedulers[backend] = schedulers.make_scheduler(backend, self.store)
         return self._schedulers[backend]
 
     @property
@@ -191,7 +192,7 @@ class Session:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
         reachable, warning, new = True, None, 0
         with self._lock:
-            for backend in study.backends_in_use(self.store):
+            for backend in follow.backends_in_use(self.store):
                 tick: Tick = sync(self.store, self._scheduler(backend))
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
@@ -202,7 +203,7 @@ class Session:
 
     def cancel(self, run_ids: list[str]) -> list[str]:
         with self._lock:
-            return study.cancel(self.store, run_ids)
+            return follow.cancel(self.store, run_ids)
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
         with self._submit_lock:

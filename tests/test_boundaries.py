@@ -50,6 +50,31 @@ def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_command_line_starts_without_the_heavy_libraries():
+    """`dlscale --help` and `dlscale status` load neither analysis (scipy), reports
+    (matplotlib), the TUI (textual), a framework (torch) nor the spec's validation
+    (pydantic) and job templates (jinja2): they are the commands typed most."""
+    heavy = ("scipy", "matplotlib", "textual", "torch", "pydantic", "jinja2", "numpy")
+    for module in ("dlscale.engine.cli", "dlscale.engine.cli.watch"):
+        code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}}"
+                f" & set({heavy!r})); assert not bad, bad")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{module}: {proc.stderr.strip().splitlines()[-1]}"
+
+
+def test_the_help_lists_every_command_with_its_own_short_help():
+    """`dlscale --help` is written from a table, without importing the commands: it must
+    say what each command's own help says."""
+    import click
+
+    from dlscale.engine.cli import COMMANDS, cli
+    ctx = click.Context(cli)
+    for name, (_, _, short) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
+        assert short == " ".join((command.help or "").split("\n\n")[0].split()), name
+
+
 def test_no_generic_top_level_packages_installed(tmp_path):
     """From a neutral folder only `dlscale.*` is importable, not `engine` or `tui`."""
     code = ("import importlib.util as u;"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cluster, dlscale, write_spec
-from dlscale.engine import study
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.schedulers.slurm import SlurmCLI
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.monitor import sync
 from dlscale.engine.tracking.store import Store
 
@@ -182,7 +182,7 @@ def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, hom
     finally:
         cluster("start-ctld")
     assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
-    study.cancel(store, [run_id])
+    follow.cancel(store, [run_id])
     assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
 
 

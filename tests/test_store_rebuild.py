@@ -14,6 +14,7 @@ from conftest import dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.schedulers.local import LocalScheduler
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 
@@ -144,9 +145,9 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     first = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert first["spec_path"] == str(spec.resolve()) and first["experiment"] == "kept"
     assert first["backend"] == "local" and first["training"]["steps"] == 4
-    study.cancel(store, [row["run_id"]])
+    follow.cancel(store, [row["run_id"]])
     study.resubmit(store, [row["run_id"]], scheduler_for=lambda b, s: quiet)
     again = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert again["spec_path"] == first["spec_path"] and again["spec_digest"]
     assert (Path(row["run_dir"]) / "attempts" / "1" / "run.json").is_file()
-    study.cancel(store, [row["run_id"]])
+    follow.cancel(store, [row["run_id"]])

@@ -12,11 +12,13 @@ from test_tui import field, until
 from textual.widgets import DataTable
 
 from conftest import REPO, write_spec
-from dlscale.engine import study
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
+from dlscale.engine.schedulers import registry as schedulers
+from dlscale.engine.schedulers.local import LocalScheduler
 from dlscale.engine.schedulers.slurm import SlurmCLI, run_command
 from dlscale.engine.session import Session
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from tui_text import screen_text
@@ -28,7 +30,7 @@ def notes(app) -> list[str]:
     return [f"{n.title}: {n.message}" for n in app._notifications]
 
 
-class RefusesEverything(study.LocalScheduler):
+class RefusesEverything(LocalScheduler):
     """The local backend with a bug in its submit: not a DlscaleError, not expected."""
 
     def submit(self, request):
@@ -70,14 +72,14 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         if failure == "folder in the way":
             in_the_way.unlink()
         else:
-            session.submitter = study.make_scheduler
+            session.submitter = schedulers.make_scheduler
         await pilot.press("f2")
         await until(pilot, lambda: not field(app, "submit").disabled, 30, "submit again")
         await pilot.press("ctrl+r")
         await until(pilot, lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
                     60, "the run submitted the second time")
         assert Store(home).run(run_id)["attempts"] == 2
-        study.cancel(Store(home), [run_id])
+        follow.cancel(Store(home), [run_id])
 
 
 @pytest.mark.slow
@@ -120,7 +122,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             assert len(Store(home).jobs("slurm")) == 1
     finally:
         go.set()
-        study.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])
+        follow.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])
 
 
 async def test_bad_records_are_named_in_the_queue_and_results(home):

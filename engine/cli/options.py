@@ -7,12 +7,15 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from ..errors import NotFoundError, UserError
-from ..tracking.store import Store, default_home
+
+if TYPE_CHECKING:
+    from ..tracking.store import Store
 
 
 def given_as(ctx: click.Context, name: str) -> str:
@@ -33,6 +36,7 @@ def _source(ctx: click.Context, param: click.Parameter) -> str:
 def check_home(home: str | Path | None, source: str = "--home") -> Path:
     """The store's folder, if it exists or can be made, and can be written; UserError (exit 2)
     naming the path and why not. Nothing is created: a probe file is made and removed."""
+    from ..tracking.store import default_home
     path = Path(home).expanduser() if home else default_home()
     where = f"home {path} ({source})"
     try:
@@ -59,6 +63,7 @@ def home_callback(ctx: click.Context, param: click.Parameter, value: str | None)
 
 
 def store_of(ctx: click.Context) -> Store:
+    from ..tracking.store import Store
     """The command's store, opened once (by the first check or the command itself)."""
     obj = ctx.find_root().obj or {}
     if "store" not in obj:

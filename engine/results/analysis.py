@@ -14,9 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from scipy import stats as sps
-
 from ..tracking.store import Store
+from .formatting import finite
 
 NOISY_CV = 0.05
 
@@ -41,17 +40,9 @@ def spread(values: list[float]) -> Spread:
     if len(values) < 2:
         return Spread(1, mean, mean, None, None)
     sd = statistics.stdev(values)
-    half = float(sps.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+    from scipy import stats  # 1 s to import: only where a spread is computed
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
     return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
-
-
-def finite(value: Any) -> float | None:
-    """A stored number as a float, or None when it is not a finite number: records are
-    checked by type on ingest, and this keeps a store written before that from breaking a
-    whole table over one bad value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def speedup(throughput: float | None, baseline: float | None) -> float | None:

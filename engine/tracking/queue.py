@@ -7,8 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..results.analysis import finite
-from ..results.formatting import elapsed_text, fmt
+from ..results.formatting import elapsed_text, finite, fmt
 from .store import Store
 from .store_records import skipped_text
 
