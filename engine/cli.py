@@ -77,7 +77,8 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str, profile_path: str | No
     store = _store(ctx)
     refusals = ""
     try:
-        study.check_plan(loaded, p, backend, profile, partition, store.home)
+        study.check_plan(loaded, p, study.backend_kind(backend), profile, partition,
+                         store.home)
     except PlanError as exc:
         if not include_planned:
             raise
@@ -118,17 +119,18 @@ def run(ctx: click.Context, spec: str, backend: str, profile_path: str | None,
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
-    scheduler = study.make_scheduler(backend, store)
-    report = study.submit(store, loaded, backend, profile, partition, scheduler)
+    kind, (scheduler, backend_note) = study.backend_kind(backend), study.scheduler_for(
+        backend, store, profile)
+    report = study.submit(store, loaded, kind, profile, partition, scheduler)
     name = loaded.spec.experiment.name
-    where = backend if backend == "local" else (
-        f"{backend} via its commands, cluster {profile.profile.name}" if profile else backend)
+    where = kind if kind == "local" else (f"{kind} via {getattr(scheduler, 'via', 'its commands')}"
+                                          f", cluster {profile.profile.name}" if profile else kind)
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
               f"earlier (skipped), {len(report.active)} already queued or running "
               f"[backend: {where}]", soft_wrap=True)
-    if backend == "slurm":
-        out.print(study.pyslurm_status())
+    if backend_note:
+        out.print(backend_note, soft_wrap=True)
     for r, why in report.failed_to_submit:
         err.print(f"dlscale: not submitted: {r.label()}: {why}")
     if not wait:
@@ -493,12 +495,18 @@ def env_remove(ctx: click.Context, framework: str) -> None:
 @cli.command()
 @click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
               "steps in each working environment (tens of seconds each)")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="cluster profile TOML: say which way --backend slurm talks to Slurm with it")
 @click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
 @click.pass_context
-def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
+def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
+           frameworks: tuple[str, ...]) -> None:
     """Per framework: does its environment import, which versions, and (--smoke) does a
-    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
+    2-rank run train; and which way the Slurm backend talks to Slurm here. Exits 1 when a
+    framework with a trainer cannot run."""
     home = _home(ctx)
+    out.print(study.pyslurm_status(load_profile(profile_path) if profile_path else None),
+              soft_wrap=True)
     broken = 0
     # One plain line per framework: long paths and version lists stay whole and greppable.
     for fw in frameworks or tuple(FRAMEWORKS):

@@ -96,6 +96,9 @@ class Profile(StrictModel):
     sbatch_extra: list[StrictStr] = []  # each one option, passed as one argument
     python: StrictStr = "python3"
     environments: dict[str, Environment] = {}
+    # "auto": `--backend slurm` talks to Slurm through pyslurm where one built for the
+    # cluster's release imports (else through its commands, saying why)
+    pyslurm: Literal["auto", "off"] = "off"
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 

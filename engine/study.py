@@ -20,29 +20,64 @@ from .plan import digest as plan_digest
 from .profile import LoadedProfile
 from .schedulers.base import JobRequest, Scheduler
 from .schedulers.local import LocalScheduler, check_fits
+from .schedulers import pyslurm_probe
+from .schedulers.pyslurm_backend import PyslurmScheduler
 from .schedulers.slurm import SlurmCLI
 from .spec import LoadedSpec
 from .store import ACTIVE, Store, default_home
 
-BACKENDS = ("local", "slurm")
+BACKENDS = ("local", "slurm", "pyslurm")
 
 
-def pyslurm_status() -> str:
-    """Why the pyslurm backend is or is not used (PyPI's pyslurm targets Slurm 25.11)."""
-    try:
-        import pyslurm  # type: ignore[import-not-found]  # noqa: F401
-    except Exception as exc:  # ImportError, or a build for another Slurm failing to load
-        return f"pyslurm not usable here ({type(exc).__name__}); using Slurm's commands"
-    return ("pyslurm imports, but dlscale's pyslurm backend is not written yet; "
-            "using Slurm's commands")
+def backend_kind(backend: str) -> str:
+    """Where runs go. pyslurm is another way to reach the same Slurm, so its jobs are
+    planned, recorded and followed as Slurm jobs (by either way of talking to Slurm)."""
+    return "slurm" if backend == "pyslurm" else backend
 
 
-def make_scheduler(backend: str, store: Store) -> Scheduler:
+def slurm_via(backend: str, profile: LoadedProfile | None) -> tuple[bool, str]:
+    """Whether a Slurm backend talks through pyslurm, and why, in one line. `--backend
+    pyslurm` where pyslurm cannot work is refused; `--backend slurm` with the profile's
+    `pyslurm = "auto"` falls back to the commands."""
+    if backend == "pyslurm":
+        found = pyslurm_probe.check()
+        if not found.usable:
+            raise UserError(f"--backend pyslurm: {found.why}; --backend slurm uses "
+                            "Slurm's commands")
+        return True, f"using pyslurm: {found.why}"
+    if profile is None or profile.profile.pyslurm != "auto":
+        return False, ("using Slurm's commands (pyslurm only with --backend pyslurm, or "
+                       "with pyslurm = \"auto\" in the profile)")
+    found = pyslurm_probe.check()
+    if found.usable:
+        return True, f"using pyslurm (the profile's pyslurm = \"auto\"): {found.why}"
+    return False, f"using Slurm's commands, not pyslurm: {found.why}"
+
+
+def pyslurm_status(profile: LoadedProfile | None = None) -> str:
+    """For `dlscale doctor`: which way `--backend slurm` talks to Slurm here, and whether
+    pyslurm could."""
+    _, why = slurm_via("slurm", profile)
+    found = pyslurm_probe.check()
+    return (f"slurm backend: {why}; pyslurm {'usable' if found.usable else 'not usable'} "
+            f"here: {found.why}")
+
+
+def scheduler_for(backend: str, store: Store,
+                  profile: LoadedProfile | None = None) -> tuple[Scheduler, str | None]:
+    """The scheduler for `--backend`, and for Slurm the line that says which way it talks
+    to Slurm and why."""
     if backend == "local":
-        return LocalScheduler(store)
-    if backend == "slurm":
-        return SlurmCLI()
+        return LocalScheduler(store), None
+    if backend in ("slurm", "pyslurm"):
+        use_pyslurm, why = slurm_via(backend, profile)
+        return (PyslurmScheduler() if use_pyslurm else SlurmCLI()), why
     raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
+
+
+def make_scheduler(backend: str, store: Store,
+                   profile: LoadedProfile | None = None) -> Scheduler:
+    return scheduler_for(backend, store, profile)[0]
 
 
 def check_plan(loaded: LoadedSpec, p: Plan, backend: str,

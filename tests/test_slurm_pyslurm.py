@@ -1,0 +1,125 @@
+"""The pyslurm backend's parts: a job script's #SBATCH lines as pyslurm's job description
+(pure), and which way `--backend slurm|pyslurm` talks to Slurm on each release (real
+clusters, real pyslurm)."""
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import REPO, dlscale, write_spec
+from dlscale.engine import jobscript
+from dlscale.engine.plan import plan
+from dlscale.engine.profile import load_profile
+from dlscale.engine.schedulers.pyslurm_submit import job_description
+from dlscale.engine.spec import load_spec
+from dlscale.engine.store import Store
+
+PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+
+
+def rendered(tmp_path, scale='"2x2"', extra=""):
+    """The job script dlscale renders for a spec's first run, the profile's keys + extra."""
+    spec = write_spec(tmp_path / "s.toml", scales=scale)
+    prof = tmp_path / "p.toml"
+    prof.write_text(PROFILE.read_text() + extra)
+    run = plan(load_spec(spec)).runs[0]
+    return jobscript.render(run, load_profile(prof), tmp_path, str(spec))
+
+
+@pytest.mark.parametrize("launcher,tasks,cpus", [("srun", 2, 1), ("torchrun", 1, 2)])
+def test_the_job_scripts_options_become_the_description(tmp_path, launcher, tasks, cpus):
+    text = rendered(tmp_path, extra=f'launcher = "{launcher}"\n')
+    attrs = job_description(text, "job.sh")
+    assert attrs["partitions"] == "debug" and attrs["nodes"] == 2
+    assert attrs["ntasks_per_node"] == tasks and attrs["cpus_per_task"] == cpus
+    assert attrs["ntasks"] == 2 * tasks  # as sbatch computes it from nodes x per node
+    assert attrs["time_limit"] == "00:10:00" and attrs["is_requeueable"] is False
+    assert attrs["standard_output"] == str(tmp_path / "run.log")
+    assert attrs["log_files_open_mode"] == "append" and attrs["name"].startswith("dlscale-t-")
+
+
+def test_profile_options_and_extras_are_passed_or_refused_by_name(tmp_path):
+    # top-level profile keys go before its first table
+    head, _, tail = PROFILE.read_text().partition("[[partitions]]")
+    prof = tmp_path / "q.toml"
+    prof.write_text(head + 'account = "proj1"\nqos = "high"\nexclusive = true\n'
+                    'singleton = true\nsbatch_extra = ["--gres=gpu:1", "--comment=a=b", '
+                    '"--mem=4G"]\n[[partitions]]' + tail)
+    run = plan(load_spec(write_spec(tmp_path / "s.toml", scales='"1x1"'))).runs[0]
+    attrs = job_description(jobscript.render(run, load_profile(prof), tmp_path, "s.toml"))
+    assert (attrs["account"], attrs["qos"], attrs["resource_sharing"]) == ("proj1", "high", "no")
+    assert attrs["dependencies"] == "singleton" and attrs["gres_per_node"] == "gpu:1"
+    assert attrs["comment"] == "a=b" and attrs["memory_per_node"] == "4G"
+
+
+@pytest.mark.parametrize("line,message", [
+    ("#SBATCH --hint=nomultithread", "job.sh:2: #SBATCH --hint: not an option the pyslurm"),
+    ("#SBATCH -N 2", "job.sh:2: #SBATCH -N: the pyslurm backend passes long options"),
+    ("#SBATCH --time", "job.sh:2: #SBATCH --time needs a value"),
+    ("#SBATCH --exclusive=user", "job.sh:2: #SBATCH --exclusive: not an option"),
+    ("#SBATCH --comment='open", "job.sh:2: #SBATCH line does not parse"),
+])
+def test_what_cannot_be_passed_is_refused_naming_the_line(line, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        job_description(f"#!/bin/bash\n{line}\necho hi\n", "job.sh")
+
+
+def test_sbatch_reads_options_only_until_the_first_command():
+    attrs = job_description("#!/bin/bash\n#SBATCH --time=1\n\n# note\n#SBATCH --nodes=2\n"
+                            "echo go\n#SBATCH --hint=ignored-by-sbatch-too\n")
+    assert attrs == {"time_limit": 1, "nodes": 2}  # a bare number of minutes as a number
+    with pytest.raises(ValueError, match="starts with #!"):
+        job_description("echo no shebang\n", "x.sh")
+    assert job_description("#!/bin/bash\n#SBATCH --nodes 2 --job-name 'two words'\n") == {
+        "nodes": 2, "name": "two words"}
+
+
+# --- on the real clusters ----------------------------------------------------------------
+
+
+def auto_profile(tmp_path):
+    path = tmp_path / "auto.toml"
+    head, _, tail = PROFILE.read_text().partition("[[partitions]]")
+    path.write_text(head + 'pyslurm = "auto"\n[[partitions]]' + tail)
+    return path
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("release", ["22.05", "25.11"])
+def test_doctor_and_run_say_which_way_slurm_is_reached(request, release, tmp_path, home,
+                                                        monkeypatch):
+    started = request.getfixturevalue("slurm_22_05" if release == "22.05" else "slurm_25_11")
+    for name, value in started.env.items():
+        monkeypatch.setenv(name, value)
+    version = subprocess.run(["scontrol", "version"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    installed = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c",
+                                "import importlib.metadata as m; print(m.version('pyslurm'))"],
+                               capture_output=True, text=True)
+    if installed.returncode != 0:
+        pytest.skip("pyslurm is not installed in this venv")
+    pyslurm = installed.stdout.strip()
+    said = dlscale("doctor", "--profile", str(auto_profile(tmp_path)), "pytorch-ddp").stdout
+    first = said.splitlines()[0]
+    if release == "25.11":
+        assert first.startswith('slurm backend: using pyslurm (the profile\'s pyslurm = "auto")')
+        assert f"pyslurm usable here: pyslurm {pyslurm} (built against Slurm {version}) " \
+               f"matches this cluster's Slurm {version}" in first
+    else:
+        assert first.startswith("slurm backend: using Slurm's commands, not pyslurm: "
+                                f"pyslurm {pyslurm} is for Slurm 25.11, this cluster runs "
+                                f"Slurm {version}")
+        # asked for by name where it cannot work: refused, nothing submitted or recorded
+        before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                                text=True).stdout
+        proc = dlscale("run", str(write_spec(tmp_path / "s.toml", scales='"1x1"')),
+                       "--profile", str(PROFILE), "--backend", "pyslurm", check=2)
+        assert proc.stderr.strip() == (
+            f"dlscale: error: --backend pyslurm: pyslurm {pyslurm} is for Slurm 25.11, this "
+            f"cluster runs Slurm {version}; --backend slurm uses Slurm's commands")
+        assert Store(home).runs() == []
+        assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                              text=True).stdout == before
+    plain = dlscale("doctor", "--profile", str(PROFILE), "pytorch-ddp").stdout.splitlines()[0]
+    assert plain.startswith("slurm backend: using Slurm's commands (pyslurm only with "
+                            "--backend pyslurm, or with pyslurm = \"auto\" in the profile)")
