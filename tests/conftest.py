@@ -122,9 +122,10 @@ def _start_release(release: str) -> SlurmRelease:
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster starts daemons and needs root")
     timeout = 600
+    env = {**os.environ, "PYTHON": sys.executable}  # pyslurm's wheel is for this python
     if release != "22.05":
         check = subprocess.run([str(BUILD_SLURM), "--check"], capture_output=True, text=True,
-                               timeout=120)
+                               timeout=120, env=env)
         if check.returncode == 3:  # no archive: say where it was looked for
             pytest.skip(f"Slurm {release}: {check.stderr.strip().removeprefix('[build-slurm] ')}")
         if check.returncode == 1:
@@ -133,7 +134,7 @@ def _start_release(release: str) -> SlurmRelease:
         if check.returncode == 4:
             timeout = 1800  # a build is in progress: `up` waits for it
     proc = subprocess.run([str(CLUSTER), "--slurm", release, "up"], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
     if proc.returncode == 3:
         pytest.skip(f"Slurm {release}: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,8 +1,8 @@
 """The pyslurm backend's parts: a job script's #SBATCH lines as pyslurm's job description
 (pure), and which way `--backend slurm|pyslurm` talks to Slurm on each release (real
 clusters, real pyslurm)."""
+import os
 import subprocess
-import textwrap
 
 import pytest
 
@@ -74,6 +74,22 @@ def test_sbatch_reads_options_only_until_the_first_command():
         "nodes": 2, "name": "two words"}
 
 
+def test_the_profiles_pyslurm_field_takes_auto_or_off(tmp_path, home):
+    spec = REPO / "examples" / "quickstart-slurm.toml"
+    head, _, tail = PROFILE.read_text().partition("[[partitions]]")
+    prof = tmp_path / "p.toml"
+    prof.write_text(head + 'pyslurm = "yes"\n[[partitions]]' + tail)
+    line = head.count("\n") + 1
+    proc = dlscale("plan", str(spec), "--profile", str(prof), "--backend", "slurm", check=2)
+    assert proc.stderr.strip() == (f"dlscale: error: {prof}:{line}: pyslurm: Input should be "
+                                   "'auto' or 'off' (got 'yes')")
+    prof.write_text(head + 'pyslurm = "auto"\n[[partitions]]' + tail)
+    # planning for pyslurm is planning for Slurm: the same runs, nothing asked of Slurm
+    plans = [dlscale("plan", str(spec), "--profile", str(prof), "--backend", b, check=0).stdout
+             for b in ("slurm", "pyslurm")]
+    assert plans[0] == plans[1] and "2 runs" in plans[0]
+
+
 # --- on the real clusters ----------------------------------------------------------------
 
 
@@ -123,3 +139,70 @@ def test_doctor_and_run_say_which_way_slurm_is_reached(request, release, tmp_pat
     plain = dlscale("doctor", "--profile", str(PROFILE), "pytorch-ddp").stdout.splitlines()[0]
     assert plain.startswith("slurm backend: using Slurm's commands (pyslurm only with "
                             "--backend pyslurm, or with pyslurm = \"auto\" in the profile)")
+
+
+# --- where the Slurm 25.11 source is found ----------------------------------------------
+
+
+def fake_checkout(root, archive=True):
+    """root/main: a checkout holding the build script; root/shared/vendor: its archive."""
+    script = root / "main" / "tests" / "slurm" / "build-slurm"
+    script.parent.mkdir(parents=True)
+    script.write_bytes((REPO / "tests" / "slurm" / "build-slurm").read_bytes())
+    script.chmod(0o755)
+    if archive:
+        vendor = root / "shared" / "vendor"
+        vendor.mkdir(parents=True)
+        (vendor / "slurm-25.11.7.tar.xz").write_bytes(b"not really slurm")
+        digest = subprocess.run(["sha256sum", "slurm-25.11.7.tar.xz"], cwd=vendor,
+                                capture_output=True, text=True, check=True).stdout
+        (vendor / "SHA256SUMS").write_text(digest)
+        return script, digest.split()[0]
+    return script, None
+
+
+def build_slurm(script, *args, env=None):
+    full = {k: v for k, v in os.environ.items() if k != "DLSCALE_SLURM_SRC"}
+    return subprocess.run([str(script), *args], capture_output=True, text=True,
+                          env={**full, **(env or {})}, timeout=60)
+
+
+def test_the_source_is_found_beside_the_checkout_symlinks_resolved(tmp_path):
+    script, digest = fake_checkout(tmp_path / "work")
+    cache = tmp_path / "cache"
+    # as /work/main finds /work/shared/vendor
+    proc = build_slurm(script, "--prefix", env={"DLSCALE_ENV_CACHE": str(cache)})
+    assert proc.stdout.strip() == f"{cache}/slurm-25.11.7-{digest[:12]}", proc.stderr
+    # reached through a symlink elsewhere, the checkout's real parent still counts
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "main").symlink_to(tmp_path / "work" / "main")
+    linked = tmp_path / "elsewhere" / "main" / "tests" / "slurm" / "build-slurm"
+    proc = build_slurm(linked, "--prefix", env={"DLSCALE_ENV_CACHE": str(cache)})
+    assert proc.stdout.strip() == f"{cache}/slurm-25.11.7-{digest[:12]}", proc.stderr
+    # DLSCALE_SLURM_SRC wins
+    other, _ = fake_checkout(tmp_path / "other", archive=False)
+    proc = build_slurm(other, "--check", env={
+        "DLSCALE_SLURM_SRC": str(tmp_path / "work" / "shared" / "vendor"),
+        "DLSCALE_ENV_CACHE": str(cache)})
+    assert proc.returncode == 1  # found, not built yet
+
+
+def test_without_the_archive_it_says_where_it_looked_and_exits_3(tmp_path):
+    script, _ = fake_checkout(tmp_path / "work", archive=False)
+    proc = build_slurm(script, "--check")
+    assert proc.returncode == 3
+    assert proc.stderr.strip() == (f"[build-slurm] {tmp_path}/work/shared/vendor/"
+                                   "slurm-25.11.7.tar.xz not found (set DLSCALE_SLURM_SRC to "
+                                   "the folder holding it)")
+    cluster = subprocess.run([str(REPO / "tests" / "slurm" / "cluster"), "--slurm", "24.11",
+                              "status"], capture_output=True, text=True)
+    assert cluster.returncode == 2 and "allowed: 22.05, 25.11" in cluster.stderr
+
+
+def test_a_tampered_archive_is_refused_before_building(tmp_path):
+    script, _ = fake_checkout(tmp_path / "work")
+    (tmp_path / "work" / "shared" / "vendor" / "slurm-25.11.7.tar.xz").write_bytes(b"changed")
+    proc = build_slurm(script, env={"DLSCALE_ENV_CACHE": str(tmp_path / "cache"),
+                                    "PATH": f"{REPO / '.venv' / 'bin'}:/usr/bin:/bin"})
+    assert proc.returncode == 1 and "does not match its SHA256SUMS" in proc.stderr
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]  # nothing built

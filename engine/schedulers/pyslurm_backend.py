@@ -195,7 +195,7 @@ class PyslurmScheduler(Scheduler):
         else:  # the database keeps the reason a job pended for, as sacct shows
             nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
         return SlurmJob(key, state, raw, job.exit_code, job.exit_code_signal,
-                        int(elapsed) if elapsed is not None else None, _text(nodes),
+                        int(elapsed or 0), _text(nodes),
                         _reason(reason) if state != "RUNNING" else None)
 
     def cancel(self, job_ids: list[str]) -> None:
