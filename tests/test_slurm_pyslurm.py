@@ -2,6 +2,7 @@
 (pure), and which way `--backend slurm|pyslurm` talks to Slurm on each release (real
 clusters, real pyslurm)."""
 import os
+import time
 import subprocess
 
 import pytest
@@ -88,6 +89,20 @@ def test_the_profiles_pyslurm_field_takes_auto_or_off(tmp_path, home):
     plans = [dlscale("plan", str(spec), "--profile", str(prof), "--backend", b, check=0).stdout
              for b in ("slurm", "pyslurm")]
     assert plans[0] == plans[1] and "2 runs" in plans[0]
+
+
+def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
+    from types import SimpleNamespace as Job
+
+    from dlscale.engine.schedulers.pyslurm_backend import _keys
+    live = {"36_1", "36_3", "39_2", "39_5", "40", "41_2"}
+    assert _keys(Job(id=37, array_id=36, array_task_id=1), live) == ["37", "36_1"]
+    assert _keys(Job(id=40, array_id=None, array_task_id=None), live) == ["40"]
+    # a pending array's one record: the controller names its tasks, the database a bitmap
+    assert _keys(Job(id=41, array_id=41, array_task_id=None, array_tasks_waiting="1-3"),
+                 live) == ["41", "41_2"]
+    assert _keys(Job(id=39, array_id=39, array_task_id=None, array_tasks_waiting="0x3E"),
+                 live) == ["39", "39_2", "39_5"]  # recorded from slurmdbd 25.11: tasks 1-5
 
 
 # --- on the real clusters ----------------------------------------------------------------
@@ -206,3 +221,68 @@ def test_a_tampered_archive_is_refused_before_building(tmp_path):
                                     "PATH": f"{REPO / '.venv' / 'bin'}:/usr/bin:/bin"})
     assert proc.returncode == 1 and "does not match its SHA256SUMS" in proc.stderr
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]  # nothing built
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
+    """The same states, pending reasons, exit codes and nodes, first from the controller,
+    then (once it has forgotten the finished jobs) from the database."""
+    started = request.getfixturevalue("slurm_25_11")
+    for name, value in started.env.items():
+        monkeypatch.setenv(name, value)
+    if subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", "import pyslurm"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("pyslurm does not import in this venv")
+    from dlscale.engine.schedulers.pyslurm_backend import PyslurmScheduler
+    from dlscale.engine.schedulers.slurm import SlurmCLI
+    from dlscale.engine.store import TERMINAL
+
+    def sbatch(*args):
+        return subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def sacct(job):
+        return subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"],
+                              capture_output=True, text=True).stdout.strip()
+
+    jobs = {"completed": sbatch("-N2", "-n2", "--wrap", "srun true"),
+            "failed": sbatch("--wrap", "exit 3"),
+            "held": sbatch("-H", "--wrap", "true"),
+            "cancelled": sbatch("-H", "--wrap", "true"),
+            "running": sbatch("--wrap", "sleep 120")}
+    array = sbatch("-a", "1-2", "--wrap", "true")
+    held_array = sbatch("-H", "-a", "1-3%2", "--wrap", "true")
+    subprocess.run(["scancel", jobs["cancelled"]], check=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (
+                sacct(jobs["completed"]) == "COMPLETED" and sacct(jobs["failed"]) == "FAILED"
+                and sacct(jobs["running"]) == "RUNNING" and sacct(held_array) == "PENDING"):
+            time.sleep(1)
+        # dlscale tracks array tasks as ARRAY_TASK
+        for name, base, tasks in (("array", array, (1, 2)), ("held array", held_array, (1, 2))):
+            jobs.update({f"{name} {t}": f"{base}_{t}" for t in tasks})
+        ids = list(jobs.values())
+
+        def seen(scheduler):
+            """What a poll says of each job; an exit code once the job has one (a pending
+            array task's, from squeue alone, is None through the commands)."""
+            polled = scheduler.poll(ids)
+            return {name: (polled[j].state, polled[j].reason, polled[j].nodes,
+                           polled[j].exit_code if polled[j].state in TERMINAL else "-")
+                    for name, j in jobs.items()}
+        cli = SlurmCLI(squeue_every=1)
+        expected = seen(cli)
+        assert expected["held"] == ("PENDING", "JobHeldUser", None, "-")
+        assert expected["failed"] == ("FAILED", None, "node1", 3)
+        assert expected["completed"] == ("COMPLETED", None, "node[1-2]", 0)
+        assert expected["held array 2"] == ("PENDING", "JobHeldUser", None, "-")
+        assert seen(PyslurmScheduler()) == expected
+        # the controller forgets finished jobs MinJobAge (10 s) after they end
+        while time.time() < deadline + 60 and subprocess.run(
+                ["scontrol", "show", "job", jobs["failed"]], capture_output=True).returncode == 0:
+            time.sleep(2)
+        assert seen(PyslurmScheduler()) == seen(SlurmCLI(squeue_every=1))
+    finally:
+        subprocess.run(["scancel", jobs["running"], jobs["held"], held_array])

@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
@@ -62,8 +62,12 @@ def _keys(job, live: set[str]) -> list[str]:
         return [own]
     if task is not None:
         return [own, f"{array_id}_{task}"]
-    waiting = getattr(job, "array_tasks_waiting", None)
-    tasks = expand_array(f"{array_id}_[{waiting}]") if waiting else []
+    waiting = str(getattr(job, "array_tasks_waiting", None) or "")
+    if waiting.startswith("0x"):  # the database's form: a bitmap of the waiting tasks
+        bits = int(waiting, 16)
+        tasks = [f"{array_id}_{i}" for i in range(bits.bit_length()) if bits >> i & 1]
+    else:
+        tasks = expand_array(f"{array_id}_[{waiting}]") if waiting else []
     return [own, *[t for t in tasks if t in live]]
 
 
@@ -183,7 +187,10 @@ class PyslurmScheduler(Scheduler):
                 old = self._cache.get(key)
                 if old is not None and old.state in TERMINAL:
                     continue
-                self._cache[key] = self._status(key, job, from_controller)
+                new = self._status(key, job, from_controller)
+                if old and old.reason and not new.reason and old.state == new.state:
+                    new = replace(new, reason=old.reason)  # as the commands keep squeue's
+                self._cache[key] = new
         return seen
 
     @staticmethod
@@ -191,12 +198,14 @@ class PyslurmScheduler(Scheduler):
         raw = _text(job.state) or "UNKNOWN"
         state = map_state(raw)
         if from_controller:
-            nodes, elapsed, reason = job.allocated_nodes, job.run_time, job.state_reason
-        else:  # the database keeps the reason a job pended for, as sacct shows
+            # squeue's pending reason; a finished job's (NonZeroExitCode...) is not what
+            # sacct, and so the commands, report
+            nodes, elapsed = job.allocated_nodes, job.run_time
+            reason = job.state_reason if state == "PENDING" else None
+        else:  # the reason a job last pended for, as sacct shows it
             nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
         return SlurmJob(key, state, raw, job.exit_code, job.exit_code_signal,
-                        int(elapsed or 0), _text(nodes),
-                        _reason(reason) if state != "RUNNING" else None)
+                        int(elapsed or 0), _text(nodes), _reason(reason))
 
     def cancel(self, job_ids: list[str]) -> None:
         for jid in job_ids:
