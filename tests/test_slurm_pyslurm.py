@@ -1,9 +1,10 @@
 """The pyslurm backend's parts: a job script's #SBATCH lines as pyslurm's job description
 (pure), and which way `--backend slurm|pyslurm` talks to Slurm on each release (real
 clusters, real pyslurm)."""
+import fcntl
 import os
-import time
 import subprocess
+import time
 
 import pytest
 
@@ -176,10 +177,16 @@ def fake_checkout(root, archive=True):
     return script, None
 
 
-def build_slurm(script, *args, env=None):
+def script_env(env=None):
+    """This environment without DLSCALE_SLURM_SRC (the fake checkout's own archive counts),
+    plus env."""
     full = {k: v for k, v in os.environ.items() if k != "DLSCALE_SLURM_SRC"}
+    return {**full, **(env or {})}
+
+
+def build_slurm(script, *args, env=None):
     return subprocess.run([str(script), *args], capture_output=True, text=True,
-                          env={**full, **(env or {})}, timeout=60)
+                          env=script_env(env), timeout=60)
 
 
 def test_the_source_is_found_beside_the_checkout_symlinks_resolved(tmp_path):
@@ -286,3 +293,58 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         assert seen(PyslurmScheduler()) == seen(SlurmCLI(squeue_every=1))
     finally:
         subprocess.run(["scancel", jobs["running"], jobs["held"], held_array])
+
+
+def test_a_concurrent_build_waits_for_the_first(tmp_path):
+    script, digest = fake_checkout(tmp_path / "work")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    lock = cache / f"slurm-25.11.7-{digest[:12]}.lock"
+    holder = open(lock, "w")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # as a first build holds it
+    try:
+        env = {"DLSCALE_ENV_CACHE": str(cache)}
+        assert build_slurm(script, "--check", env=env).returncode == 4  # in progress
+        second = subprocess.Popen([str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=script_env(env))
+        time.sleep(3)
+        assert second.poll() is None  # still waiting
+    finally:
+        holder.close()
+    try:
+        _, err = second.communicate(timeout=60)
+    finally:
+        second.kill()
+    assert "another build of Slurm 25.11.7 is in progress; waiting for it" in err
+    # then it went on, to the (fake) archive, which is no xz file
+    assert second.returncode != 0 and "xz" in err.lower()
+
+
+@pytest.mark.slurm
+def test_a_second_build_is_instant_and_both_releases_answer_on_their_own(
+        slurm_22_05, slurm_25_11):
+    env = {**os.environ, "PYTHON": str(REPO / ".venv" / "bin" / "python")}
+    t0 = time.monotonic()
+    again = subprocess.run([str(REPO / "tests" / "slurm" / "build-slurm")], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and time.monotonic() - t0 < 5, again.stderr
+    assert again.stdout.startswith("PREFIX=") and "PYSLURM_WHEEL=" in again.stdout
+    answers = {}
+    for started in (slurm_22_05, slurm_25_11):
+        run_env = {**os.environ, **started.env}
+
+        def ask(*argv):
+            return subprocess.run(argv, env=run_env, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        job = ask("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").split(";")[0]
+        deadline = time.time() + 60
+        while time.time() < deadline and not ask("sacct", "-n", "-X", "-P", "-j", job, "-o",
+                                                 "Cluster,State").endswith("COMPLETED"):
+            time.sleep(1)
+        answers[started.release] = (ask("scontrol", "version"),
+                                    ask("sacct", "-n", "-X", "-P", "-j", job, "-o",
+                                        "Cluster,State"),
+                                    ask("sinfo", "-h", "-o", "%P %D %T").splitlines())
+    assert answers["22.05"][:2] == ("slurm-wlm 22.05.8", "dlscale|COMPLETED")
+    assert answers["25.11"][:2] == ("slurm 25.11.7", "dlscale2511|COMPLETED")
+    assert answers["22.05"][2] == answers["25.11"][2] == ["debug* 2 idle", "short 2 idle"]
