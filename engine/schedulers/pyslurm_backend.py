@@ -91,7 +91,9 @@ class PyslurmScheduler(Scheduler):
 
     def _call(self, what: str, fn, *args):
         """fn(*args) under the lock, retried on the errors of a busy or restarting
-        controller; pyslurm's RPCError comes out as (message, transient)."""
+        controller (as slurm.py retries sbatch and scancel). pyslurm's RPCError comes out
+        as SubmitError or SchedulerError with Slurm's message, or as ControllerUnreachable
+        when the retries are spent."""
         delay, message = 1.0, ""
         for attempt in range(self.retries):
             try:
@@ -119,9 +121,9 @@ class PyslurmScheduler(Scheduler):
         env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_SUBMIT_HOST=socket.gethostname(),
                    SLURM_UMASK=f"0{_umask():03o}")
         env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
+        options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
         try:
-            desc = self.api.JobSubmitDescription(script=text, environment=env,
-                                                 working_directory=os.getcwd(), **options)
+            desc = self.api.JobSubmitDescription(script=text, environment=env, **options)
         except (AttributeError, TypeError, ValueError) as exc:
             raise SubmitError(f"{script}: {exc}") from None
         try:
