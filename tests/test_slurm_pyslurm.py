@@ -5,6 +5,7 @@ import fcntl
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -207,6 +208,16 @@ def test_the_source_is_found_beside_the_checkout_symlinks_resolved(tmp_path):
         "DLSCALE_SLURM_SRC": str(tmp_path / "work" / "shared" / "vendor"),
         "DLSCALE_ENV_CACHE": str(cache)})
     assert proc.returncode == 1  # found, not built yet
+
+
+def test_main_finds_the_shared_vendor_folder():
+    """The layout this repository is developed in: /work/main beside /work/shared."""
+    script = Path("/work/main/tests/slurm/build-slurm")
+    if not script.exists() or not Path("/work/shared/vendor/slurm-25.11.7.tar.xz").exists():
+        pytest.skip("no /work/main checkout with build-slurm beside /work/shared/vendor here")
+    proc = build_slurm(script, "--prefix", env={"DLSCALE_ENV_CACHE": "/var/cache/dlscale"})
+    assert proc.returncode == 0 and proc.stdout.startswith(
+        "/var/cache/dlscale/slurm-25.11.7-"), proc.stderr
 
 
 def test_without_the_archive_it_says_where_it_looked_and_exits_3(tmp_path):
