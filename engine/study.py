@@ -33,16 +33,6 @@ from .tracking.recovery import write_run_file
 from .tracking.store import ACTIVE, SUBMITTING, Store, default_home
 
 
-def pyslurm_status() -> str:
-    """Why the pyslurm backend is or is not used (PyPI's pyslurm targets Slurm 25.11)."""
-    try:
-        import pyslurm  # type: ignore[import-not-found]  # noqa: F401
-    except Exception as exc:  # ImportError, or a build for another Slurm failing to load
-        return f"pyslurm not usable here ({type(exc).__name__}); using Slurm's commands"
-    return ("pyslurm imports, but dlscale's pyslurm backend is not written yet; "
-            "using Slurm's commands")
-
-
 def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
                profile: LoadedProfile | None = None, partition: str | None = None,
                home: Path | None = None) -> None:

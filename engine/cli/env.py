@@ -66,12 +66,20 @@ def env_remove(ctx: click.Context, framework: str) -> None:
 @click.command()
 @click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
               "steps in each working environment (tens of seconds each)")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="cluster profile TOML: say which way --backend slurm talks to Slurm with it")
 @click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
 @click.pass_context
-def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
+def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
+           frameworks: tuple[str, ...]) -> None:
     """Per framework: does its environment import, which versions, and (--smoke) does a
-    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
+    2-rank run train; and which way the Slurm backend talks to Slurm here. Exits 1 when a
+    framework with a trainer cannot run."""
+    from ..config.profile import load_profile
+    from ..schedulers.registry import pyslurm_status
     home = _home(ctx)
+    out.print(pyslurm_status(load_profile(profile_path) if profile_path else None),
+              soft_wrap=True)
     broken = 0
     # One plain line per framework: long paths and version lists stay whole and greppable.
     for fw in frameworks or tuple(FRAMEWORKS):

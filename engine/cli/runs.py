@@ -12,7 +12,7 @@ from ..errors import PlanError
 from ..launching.estimate import estimate
 from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
-from ..schedulers.registry import BACKENDS, make_scheduler
+from ..schedulers.registry import BACKENDS, backend_kind, make_scheduler, scheduler_for
 from ..tracking import follow as following
 from ..tracking.store import ACTIVE, Store
 from . import plan_view
@@ -53,7 +53,7 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
     store = _store(ctx)
     refusals = ""
     try:
-        study.check_plan(loaded, p, backend, profile, partition, store.home)
+        study.check_plan(loaded, p, backend_kind(backend), profile, partition, store.home)
     except PlanError as exc:
         if not include_planned:
             raise
@@ -86,17 +86,19 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
-    scheduler = make_scheduler(backend, store)
-    report = study.submit(store, loaded, backend, profile, partition, scheduler)
+    kind, (scheduler, backend_note) = backend_kind(backend), scheduler_for(backend, store,
+                                                                           profile)
+    report = study.submit(store, loaded, kind, profile, partition, scheduler)
     name = loaded.spec.experiment.name
-    where = backend if backend == "local" else (
-        f"{backend} via its commands, cluster {profile.profile.name}" if profile else backend)
+    where = kind if kind == "local" else (
+        f"{kind} via {getattr(scheduler, 'via', 'its commands')}, cluster "
+        f"{profile.profile.name}" if profile else kind)
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
               f"earlier (skipped), {len(report.active)} already queued or running "
               f"[backend: {where}]", soft_wrap=True)
-    if backend == "slurm":
-        out.print(study.pyslurm_status())
+    if backend_note:
+        out.print(backend_note, soft_wrap=True)
     for r, why in report.failed_to_submit:
         err.print(f"dlscale: not submitted: {r.label()}: {why}")
     if not wait:

@@ -195,6 +195,9 @@ class Profile(StrictModel):
     sbatch_extra: list[Annotated[StrictStr, AfterValidator(check_sbatch_option)]] = []
     python: StrictStr = "python3"
     environments: dict[str, Environment] = {}
+    # "auto": `--backend slurm` talks to Slurm through pyslurm where one built for the
+    # cluster's release imports (else through its commands, saying why)
+    pyslurm: Literal["auto", "off"] = "off"
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 
