@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlscale.engine.schedulers.base import JobRequest
-from dlscale.engine.schedulers.pyslurm_backend import PyslurmScheduler
-from dlscale.engine.schedulers.slurm import SlurmCLI
+from dlscale.engine.backends.base import JobRequest
+from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+from dlscale.engine.backends.slurm import SlurmCLI
 
 ROUNDS = 5
 SUBMITS = 10
@@ -69,13 +69,13 @@ def main() -> None:
         for n in (1, 50, 200):
             ids = made[:n]
             cli = tick_seconds(SlurmCLI, ids)
-            py = tick_seconds(PyslurmScheduler, ids)
+            py = tick_seconds(PyslurmBackend, ids)
             results[f"tick_{n}"] = {"commands_ms": cli * 1000, "pyslurm_ms": py * 1000,
                                     "ratio": cli / py}
             print(f"{n:>5} {cli * 1000:>12.1f} {py * 1000:>11.1f} {cli / py:>17.1f}")
         with tempfile.TemporaryDirectory() as tmp:
             cli_s, _ = submit_seconds(SlurmCLI(), Path(tmp))
-            py_s, _ = submit_seconds(PyslurmScheduler(), Path(tmp))
+            py_s, _ = submit_seconds(PyslurmBackend(), Path(tmp))
         results.update(submit_commands_ms=cli_s * 1000, submit_pyslurm_ms=py_s * 1000)
         print(f"\nsubmit one job (median of {SUBMITS}): commands {cli_s * 1000:.1f} ms, "
               f"pyslurm {py_s * 1000:.1f} ms; commands/pyslurm {cli_s / py_s:.1f}")

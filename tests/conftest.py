@@ -185,10 +185,10 @@ class SlurmTarget:
         """The backend's scheduler in this process (pyslurm binds to the first cluster it is
         imported with: only 25.11 uses it)."""
         if self.backend == "pyslurm":
-            from dlscale.engine.schedulers.pyslurm_backend import PyslurmScheduler
+            from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
             kw.pop("squeue_every", None)
-            return PyslurmScheduler(**kw)
-        from dlscale.engine.schedulers.slurm import SlurmCLI
+            return PyslurmBackend(**kw)
+        from dlscale.engine.backends.slurm import SlurmCLI
         return SlurmCLI(**kw)
 
 

@@ -108,4 +108,4 @@ def test_tui_uses_only_the_engines_front_end_modules():
                      if m.startswith("dlscale.engine.") and _module_file(m)})
     assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
     assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
-        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.schedulers"))]
+        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.backends"))]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.engine.schedulers.slurm_parse import (
+from dlscale.engine.backends.slurm_parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     ParseError,

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlscale, write_spec
+from dlscale.engine.backends.pyslurm_submit import job_description
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching import jobscript
 from dlscale.engine.launching.plan import plan
-from dlscale.engine.schedulers.pyslurm_submit import job_description
 from dlscale.engine.tracking.store import Store
 
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
@@ -96,7 +96,7 @@ def test_the_profiles_pyslurm_field_takes_auto_or_off(tmp_path, home):
 def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
     from types import SimpleNamespace as Job
 
-    from dlscale.engine.schedulers.pyslurm_backend import _keys
+    from dlscale.engine.backends.pyslurm_backend import _keys
     live = {"36_1", "36_3", "39_2", "39_5", "40", "41_2"}
     assert _keys(Job(id=37, array_id=36, array_task_id=1), live) == ["37", "36_1"]
     assert _keys(Job(id=40, array_id=None, array_task_id=None), live) == ["40"]
@@ -252,8 +252,8 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
     if subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", "import pyslurm"],
                       capture_output=True).returncode != 0:
         pytest.skip("pyslurm does not import in this venv")
-    from dlscale.engine.schedulers.pyslurm_backend import PyslurmScheduler
-    from dlscale.engine.schedulers.slurm import SlurmCLI
+    from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+    from dlscale.engine.backends.slurm import SlurmCLI
     from dlscale.engine.tracking.store import TERMINAL
 
     def sbatch(*args):
@@ -296,12 +296,12 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         assert expected["failed"] == ("FAILED", None, "node1", 3)
         assert expected["completed"] == ("COMPLETED", None, "node[1-2]", 0)
         assert expected["held array 2"] == ("PENDING", "JobHeldUser", None, "-")
-        assert seen(PyslurmScheduler()) == expected
+        assert seen(PyslurmBackend()) == expected
         # the controller forgets finished jobs MinJobAge (10 s) after they end
         while time.time() < deadline + 60 and subprocess.run(
                 ["scontrol", "show", "job", jobs["failed"]], capture_output=True).returncode == 0:
             time.sleep(2)
-        assert seen(PyslurmScheduler()) == seen(SlurmCLI(squeue_every=1))
+        assert seen(PyslurmBackend()) == seen(SlurmCLI(squeue_every=1))
     finally:
         subprocess.run(["scancel", jobs["running"], jobs["held"], held_array])
 

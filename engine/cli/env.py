@@ -75,8 +75,8 @@ def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
     """Per framework: does its environment import, which versions, and (--smoke) does a
     2-rank run train; and which way the Slurm backend talks to Slurm here. Exits 1 when a
     framework with a trainer cannot run."""
+    from ..backends.registry import pyslurm_status
     from ..config.profile import load_profile
-    from ..schedulers.registry import pyslurm_status
     home = _home(ctx)
     out.print(pyslurm_status(load_profile(profile_path) if profile_path else None),
               soft_wrap=True)

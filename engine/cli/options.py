@@ -99,9 +99,10 @@ def md5_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
 def backend_for(backend: str | None, profile_path: str | None, partition: str | None) -> str:
     """The backend a command runs on: slurm with a cluster profile, else local (as in
     dlscale-tui). An option the chosen backend would ignore is refused, not dropped."""
-    if backend == "local" and profile_path:
-        raise UserError("--profile describes a Slurm cluster, and --backend local runs on this "
-                        "machine; give --backend slurm, or leave --profile out")
+    from ..backends.registry import takes_profile
+    if backend and profile_path and not takes_profile(backend):
+        raise UserError(f"--profile describes a Slurm cluster, and --backend {backend} runs on "
+                        "this machine; give --backend slurm, or leave --profile out")
     if partition and not profile_path:
         raise UserError(f"--partition {partition}: a partition belongs to a cluster profile; "
                         "give --profile CLUSTER.toml too")

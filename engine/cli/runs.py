@@ -6,13 +6,13 @@ import sys
 import click
 
 from .. import study
+from ..backends.registry import BACKENDS, make_backend
 from ..config.profile import load_profile
 from ..config.spec import load_spec
 from ..errors import PlanError
 from ..launching.estimate import estimate
 from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
-from ..schedulers.registry import BACKENDS, backend_kind, make_scheduler, scheduler_for
 from ..tracking import follow as following
 from ..tracking.store import ACTIVE, Store
 from . import plan_view
@@ -53,7 +53,8 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
     store = _store(ctx)
     refusals = ""
     try:
-        study.check_plan(loaded, p, backend_kind(backend), profile, partition, store.home)
+        study.check_plan(loaded, p, make_backend(backend, store, profile, partition,
+                                                 connect=False), store.home)
     except PlanError as exc:
         if not include_planned:
             raise
@@ -86,19 +87,16 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
-    kind, (scheduler, backend_note) = backend_kind(backend), scheduler_for(backend, store,
-                                                                           profile)
-    report = study.submit(store, loaded, kind, profile, partition, scheduler)
+    target = make_backend(backend, store, profile, partition)
+    report = study.submit(store, loaded, target)
     name = loaded.spec.experiment.name
-    where = kind if kind == "local" else (
-        f"{kind} via {getattr(scheduler, 'via', 'its commands')}, cluster "
-        f"{profile.profile.name}" if profile else kind)
+    where = target.describe() + (f" via {target.via}" if target.via else "")
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
               f"earlier (skipped), {len(report.active)} already queued or running "
               f"[backend: {where}]", soft_wrap=True)
-    if backend_note:
-        out.print(backend_note, soft_wrap=True)
+    if target.note:
+        out.print(target.note, soft_wrap=True)
     for r, why in report.failed_to_submit:
         err.print(f"dlscale: not submitted: {r.label()}: {why}")
     if not wait:
@@ -106,7 +104,7 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
         sys.exit(1 if report.failed_to_submit else 0)
     run_ids = [r.run_id for r in report.all_runs]
     try:
-        wait_with_progress(store, scheduler, run_ids)
+        wait_with_progress(store, target, run_ids)
     except KeyboardInterrupt:
         live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
         err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
@@ -153,7 +151,8 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
 def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Submit finished, failed or cancelled runs again, with the same job script."""
     store = _store(ctx)
-    for rid, job_id in study.resubmit(store, [following.find_run(store, r)["run_id"] for r in run_ids]):
+    ids = [following.find_run(store, r)["run_id"] for r in run_ids]
+    for rid, job_id in study.resubmit(store, ids, lambda name: make_backend(name, store)):
         out.print(f"run {rid}: job {job_id}")
 
 
@@ -166,15 +165,14 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
     """Repeat a finished run exactly, from its record, as a new run to compare with it."""
     store = _store(ctx)
     original = following.find_run(store, run_id)
-    new_id, job_id = study.rerun(store, original["run_id"])
+    new_id, job_id = study.rerun(store, original["run_id"], lambda name: make_backend(name, store))
     out.print(f"run {new_id} repeats run {original['run_id']}: job {job_id} "
               f"[backend: {original['backend']}]")
     if not wait:
         out.print("follow it with `dlscale status`; compare with `dlscale report`")
         return
-    scheduler = make_scheduler(original["backend"], store)
     try:
-        wait_with_progress(store, scheduler, [new_id])
+        wait_with_progress(store, make_backend(original["backend"], store), [new_id])
     except KeyboardInterrupt:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)

@@ -6,10 +6,10 @@ import time
 
 import click
 
+from ..backends.registry import make_backend
 from ..errors import DlscaleError
 from ..paths import RunPaths
 from ..results import tables
-from ..schedulers.registry import make_scheduler
 from ..tracking import follow as following
 from ..tracking import queue
 from ..tracking.logs import follow, tail_lines
@@ -60,14 +60,14 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
         for line in tail_lines(path, lines):
             click.echo(line)
         return
-    scheduler = make_scheduler(row["backend"] or "local", store)
+    backend = make_backend(row["backend"] or "local", store)
     last_check = [0.0]
 
     def finished() -> bool:
         if time.time() - last_check[0] < 2:
             return False
         last_check[0] = time.time()
-        sync(store, scheduler)
+        sync(store, backend)
         return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
     try:
         for line in follow(path, lines, stop=finished):

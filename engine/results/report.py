@@ -86,7 +86,7 @@ def _profile_of(runs: list[dict[str, Any]]) -> str | None:
     """The cluster profile a Slurm run kept beside its job script (name and description)."""
     for r in runs:
         path = RunPaths(Path(r["run_dir"] or "")).profile
-        if r["backend"] == "slurm" and path.is_file():
+        if path.is_file():  # only a cluster's runs keep one
             try:
                 data = tomllib.loads(path.read_text())
             except (OSError, tomllib.TOMLDecodeError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
-from ..schedulers.registry import BACKENDS, make_scheduler
 from .monitor import sync
 from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, Store
 
@@ -44,7 +44,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         if jobs:
             done.append(rid)
     for backend, job_ids in by_backend.items():
-        make_scheduler(backend, store).cancel(job_ids)
+        make_backend(backend, store).cancel(job_ids)
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
         for job in store.jobs(backend, job_ids, states=ACTIVE):
@@ -60,7 +60,7 @@ def refresh(store: Store) -> list[str]:
     wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
     problems = []
     for backend in backends_in_use(store):
-        tick = sync(store, make_scheduler(backend, store))
+        tick = sync(store, make_backend(backend, store))
         if tick.warning or not tick.reachable:
             problems.append(f"{backend}: {tick.warning or 'did not answer'}")
     return problems

@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..paths import RunPaths
 from . import pyslurm_probe
-from .base import Scheduler
-from .local import LocalScheduler
-from .pyslurm_backend import PyslurmScheduler
+from .base import Backend
+from .local import LocalBackend
+from .pyslurm_backend import PyslurmBackend
 from .slurm import SlurmCLI
 
 if TYPE_CHECKING:
@@ -51,18 +52,35 @@ def pyslurm_status(profile: LoadedProfile | None = None) -> str:
             f"here: {found.why}")
 
 
-def scheduler_for(backend: str, store: Store,
-                  profile: LoadedProfile | None = None) -> tuple[Scheduler, str | None]:
-    """The scheduler for `--backend`, and for Slurm the line that says which way it talks
-    to Slurm and why."""
+def make_backend(backend: str, store: Store, profile: LoadedProfile | None = None,
+                 partition: str | None = None, connect: bool = True) -> Backend:
+    """The backend for `--backend` (or a run's recorded one), where it sends runs; a Slurm
+    backend's `note` says which way it talks to Slurm and why. A Slurm backend without a
+    profile can follow, cancel and repeat jobs; planning new runs needs the profile.
+    connect=False: for planning only, which asks nothing of the cluster (no pyslurm probe)."""
     if backend == "local":
-        return LocalScheduler(store), None
+        return LocalBackend(store)
     if backend in ("slurm", "pyslurm"):
-        use_pyslurm, why = slurm_via(backend, profile)
-        return (PyslurmScheduler() if use_pyslurm else SlurmCLI()), why
+        use_pyslurm, why = slurm_via(backend, profile) if connect else (False, None)
+        cls = PyslurmBackend if use_pyslurm else SlurmCLI
+        made = cls(profile=profile, partition=partition, home=store.home)
+        made.note = why
+        return made
     raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
 
 
-def make_scheduler(backend: str, store: Store,
-                   profile: LoadedProfile | None = None) -> Scheduler:
-    return scheduler_for(backend, store, profile)[0]
+def backend_of_folder(attempts: list[RunPaths]) -> str:
+    """Which backend made a run's folder, from its attempts' files (a store rebuilt from
+    the folders asks): Slurm's runs keep their job script there."""
+    return "slurm" if any(a.job_script.exists() for a in attempts) else "local"
+
+
+def takes_profile(backend: str) -> bool:
+    """Whether the backend goes to a cluster a profile describes."""
+    return backend in ("slurm", "pyslurm")
+
+
+def job_of_records(backend: str, env: dict | None) -> str | None:
+    """The job a run's env record names, for a backend whose jobs outlive the store (a
+    rebuilt store asks Slurm about it; a local job ended with its worker)."""
+    return (env or {}).get("job_id") if backend in ("slurm", "pyslurm") else None

@@ -16,13 +16,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
+from ..paths import RunPaths
 from ..tracking.store import TERMINAL
-from .base import JobRequest, JobStatus, Scheduler
+from .base import Backend, JobRequest, JobStatus
 from .pyslurm_submit import job_description
 from .slurm import TRANSIENT, clean_env
+from .slurm_jobs import SlurmJobs
 from .slurm_parse import SlurmJob, expand_array, map_state
 
 
@@ -72,12 +75,18 @@ def _keys(job, live: set[str]) -> list[str]:
 
 
 @dataclass
-class PyslurmScheduler(Scheduler):
+class PyslurmBackend(SlurmJobs, Backend):
+    """Slurm through pyslurm's API, in this process: the same jobs as SlurmCLI's."""
+
+    profile: Any = None
+    partition: str | None = None
+    home: Path | None = None
     max_failures: int = 3          # failed polls in a row before "unreachable"
     retries: int = 3               # submit/cancel attempts on transient errors
     sleep: Callable[[float], None] = time.sleep
     name: str = "slurm"            # the same Slurm jobs as the command-line backend tracks
     via: str = "pyslurm"
+    note: str | None = None
     _cache: dict[str, SlurmJob] = field(default_factory=dict)  # last known, terminal kept
     _raw: dict[str, int] = field(default_factory=dict)         # tracked id -> Slurm's own
     _failures: int = 0
@@ -110,7 +119,7 @@ class PyslurmScheduler(Scheduler):
         raise ControllerUnreachable(f"{what}: {message}")
 
     def submit(self, request: JobRequest) -> str:
-        script = request.run_dir / "job.sh"
+        script = RunPaths(request.run_dir).job_script
         try:
             text = script.read_text()
             options = job_description(text, str(script))
