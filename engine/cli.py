@@ -12,16 +12,15 @@ from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
-from . import analysis, charts, datasets, envs, mllog, queue, report as reporting, study, tables
+from . import analysis, charts, cli_env, datasets, mllog, queue, report as reporting, study, tables
 from .errors import DlscaleError, PlanError, SpecError, UserError
 from .estimate import estimate
-from .frameworks import FRAMEWORKS
 from .logs import follow, tail_lines
 from .monitor import sync, wait_until_done
 from .plan import plan as make_plan
 from .profile import load_profile
 from .spec import load_spec
-from .store import ACTIVE, TERMINAL, Store, default_home
+from .store import ACTIVE, TERMINAL, Store
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -444,88 +443,9 @@ def data_sample(dataset: str, dest: str, classes: int, per_class: int, val_per_c
               soft_wrap=True)
 
 
-def _home(ctx: click.Context) -> Path:
-    return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
-
-
-@cli.group()
-def env() -> None:
-    """Per-framework software environments (their pins conflict, so each has its own)."""
-
-
-@env.command("create")
-@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
-@click.option("--prefix", type=click.Path(file_okay=False), default=None,
-              help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
-              "then envs/FRAMEWORK-RECIPE)")
-@click.option("--with", "extras", multiple=True, type=click.Choice(list(envs.EXTRAS)),
-              help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
-              "horovod-pytorch)")
-@click.pass_context
-def env_create(ctx: click.Context, framework: str, prefix: str | None,
-               extras: tuple[str, ...]) -> None:
-    """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
-    envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
-                say=lambda line: err.print(line, soft_wrap=True), extras=extras)
-
-
-@env.command("list")
-@click.pass_context
-def env_list(ctx: click.Context) -> None:
-    """Where each framework's trainer would run now (no imports: quick)."""
-    home = _home(ctx)
-    t = tables.Table(title="Framework environments", title_justify="left")
-    for col in ("framework", "source", "python", "state"):
-        t.add_column(col)
-    for fw in FRAMEWORKS:
-        st = envs.resolve(fw, home)
-        source = st.source + "".join(f" +{e}" for e in st.extras)
-        t.add_row(fw, source, st.python or "-", "ok" if st.ok else st.problem or "")
-    out.print(t)
-
-
-@env.command("remove")
-@click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
-@click.pass_context
-def env_remove(ctx: click.Context, framework: str) -> None:
-    """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
-    prefix = envs.remove(framework, _home(ctx))
-    out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
-
-
-@cli.command()
-@click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
-              "steps in each working environment (tens of seconds each)")
-@click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
-@click.pass_context
-def doctor(ctx: click.Context, smoke: bool, frameworks: tuple[str, ...]) -> None:
-    """Per framework: does its environment import, which versions, and (--smoke) does a
-    2-rank run train. Exits 1 when a framework with a trainer cannot run."""
-    home = _home(ctx)
-    broken = 0
-    # One plain line per framework: long paths and version lists stay whole and greppable.
-    for fw in frameworks or tuple(FRAMEWORKS):
-        if FRAMEWORKS[fw].trainer_module is None:
-            out.print(f"{fw}: -- {FRAMEWORKS[fw].note}", soft_wrap=True)
-            continue
-        st = envs.resolve(fw, home, check=False)
-        if st.python is None:
-            problem, versions = st.problem, {}
-        else:
-            problem, versions = envs.probe(st.python, envs.recipe_for(fw, st.extras),
-                                           full_import=True)
-            if problem:
-                problem += f"; rebuild with `{envs.create_command(fw, home, st.extras)}`"
-        line = f"{fw}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
-                            + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-                            if not problem else f"NO: {problem}")
-        if smoke and not problem:
-            ok, said = envs.smoke(fw, home, st)
-            line += f"; smoke: {said}"
-            problem = None if ok else said
-        broken += problem is not None
-        out.print(line, soft_wrap=True)
-    sys.exit(1 if broken else 0)
+# `dlscale env ...` and `dlscale doctor` live in cli_env.
+cli.add_command(cli_env.env)
+cli.add_command(cli_env.doctor)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,11 +8,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt,
-                      StrictStr, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat,
+                      StrictInt, StrictStr, field_validator, model_validator)
 
 from .errors import PlanError
 from .frameworks import FRAMEWORKS
+from .gpus import arch_name, parse_arch
 from .spec import StrictModel, load_toml_model
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
@@ -139,10 +140,18 @@ class Partition(StrictModel):
     cpus_per_node: StrictInt = Field(ge=1)
     gpus_per_node: StrictInt = Field(default=0, ge=0)
     gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    # The GPUs' compute capability ("sm_90", "9.0"): planning refuses a framework whose GPU
+    # build has no kernels for it, and precisions it lacks (engine/gpus.py).
+    gpu_arch: StrictStr | StrictFloat | None = None
     max_time: StrictStr | None = None
     default: StrictBool = False
 
     _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
+
+    @field_validator("gpu_arch")
+    @classmethod
+    def _arch(cls, v: str | float | None) -> str | None:
+        return None if v is None else arch_name(parse_arch(v))
 
 
 class Container(StrictModel):
@@ -178,6 +187,8 @@ class Profile(StrictModel):
     singleton: StrictBool = False  # --dependency=singleton: one benchmark job at a time
     modules: list[StrictStr] = []
     env: dict[str, StrictStr] = {}
+    # NCCL's settings (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...), exported in every job
+    nccl: dict[str, StrictStr | StrictInt] = {}
     sbatch_extra: list[Annotated[StrictStr, AfterValidator(check_sbatch_option)]] = []
     python: StrictStr = "python3"
     environments: dict[str, Environment] = {}
@@ -191,6 +202,15 @@ class Profile(StrictModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                 raise ValueError(f"{k!r} is not an environment variable name")
         return v
+
+    @field_validator("nccl")
+    @classmethod
+    def _nccl_names(cls, v: dict[str, str | int]) -> dict[str, str]:
+        for k in v:
+            if not re.fullmatch(r"NCCL_[A-Z0-9_]+", k):
+                raise ValueError(f"{k!r} is not an NCCL variable: names are NCCL_ and capitals, "
+                                 "digits or _ (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...)")
+        return {k: str(x) for k, x in v.items()}
 
     @field_validator("environments")
     @classmethod
@@ -208,6 +228,9 @@ class Profile(StrictModel):
             raise ValueError(f"partition names repeat: {', '.join(names)}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one partition has default = true")
+        both = sorted(set(self.env) & set(self.nccl))
+        if both:
+            raise ValueError(f"{', '.join(both)} set in both [env] and [nccl]; keep one")
         return self
 
     def partition(self, name: str | None) -> Partition:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 
-from . import envs, jobscript
+from . import envs, gpus, jobscript
 from .errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
 from .launch import local_command
 from .plan import Plan, Run, plan
@@ -53,12 +53,13 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
     home = Path(home) if home else default_home()
     site = profile if backend == "slurm" else None
     problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
-                envs.check_frameworks([r.framework for r in p.runs], home, site)]
+                envs.check_frameworks([r.framework for r in p.runs], home, site, partition)]
     needs: dict[str, set[str]] = {}
     for r in p.runs:
         needs.setdefault(r.framework, set()).add(r.loader)
     problems += [f"{loaded.path}: experiment.loaders: {problem}" for problem in
-                 envs.check_loaders(needs, home, site)]
+                 envs.check_loaders(needs, home, site, partition)]
+    problems += gpus.check_gpus(loaded, p.runs, site, partition, home)
     seen = set()
     if backend == "slurm" and profile is None:
         raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
