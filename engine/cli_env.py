@@ -23,9 +23,11 @@ def _home(ctx: click.Context) -> Path:
     return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
 
 
-def _site(profile_path: str | None, partition: str | None, gpu: bool) -> tuple[tuple, dict]:
+def _site(framework: str, profile_path: str | None, partition: str | None,
+          gpu: bool) -> tuple[tuple, dict]:
     """What a build takes from a cluster profile: the modules it loads first (CUDA, NCCL),
-    and the partition's GPU architecture for the kernels Horovod compiles."""
+    and the partition's GPU architecture for the kernels Horovod compiles. A GPU build that
+    could not run on that partition's GPUs is refused before its downloads."""
     if profile_path is None:
         if partition:
             raise UserError("--partition needs --profile CLUSTER.toml")
@@ -34,6 +36,10 @@ def _site(profile_path: str | None, partition: str | None, gpu: bool) -> tuple[t
     part = loaded.profile.partition(partition)
     environ = {}
     if gpu and part.gpu_arch:
+        limit = gpus.GPU_BUILD_ARCHS.get(framework)
+        if limit is not None and not limit.runs_on(gpus.parse_arch(part.gpu_arch)):
+            raise UserError(f"{framework} --gpu: it cannot run on partition {part.name}'s "
+                            f"GPUs ({part.gpu_arch}, {profile_path}): {limit.why}")
         environ["HOROVOD_BUILD_CUDA_CC_LIST"] = part.gpu_arch.removeprefix("sm_")
     return tuple(loaded.profile.modules), environ
 
@@ -61,7 +67,7 @@ def env() -> None:
 def env_create(ctx: click.Context, framework: str, gpu: bool, profile_path: str | None,
                partition: str | None, prefix: str | None, extras: tuple[str, ...]) -> None:
     """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
-    modules, environ = _site(profile_path, partition, gpu)
+    modules, environ = _site(framework, profile_path, partition, gpu)
     envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
                 say=lambda line: err.print(line, soft_wrap=True), extras=extras,
                 device="cuda" if gpu else "cpu", modules=modules, environ=environ)

@@ -244,7 +244,8 @@ def recipe_for(framework: str, extras: tuple[str, ...] | list[str] = (), device:
                modules: tuple[str, ...] | list[str] = ()) -> Recipe:
     """The framework's recipe for `device` with the extras' steps after its own (so its
     digest, and the cache folder keyed by it, differ from the plain recipe's). `modules`:
-    what a GPU build loads first (a profile's CUDA and NCCL); they key its compiled wheels."""
+    what a build loads first (a profile's CUDA and NCCL, a compiler); they key its compiled
+    wheels."""
     base = (GPU_RECIPES if device == "cuda" else RECIPES)[framework]
     extras = tuple(sorted(set(extras)))
     for name in extras:
@@ -253,7 +254,7 @@ def recipe_for(framework: str, extras: tuple[str, ...] | list[str] = (), device:
         if framework not in EXTRAS[name].frameworks():
             raise UserError(f"--with {name}: only for {', '.join(EXTRAS[name].frameworks())} "
                             f"(the trainers that use it), not {framework}")
-    if device == "cuda":
+    if device == "cuda" or modules:
         base = replace(base, modules=tuple(modules), steps=tuple(
             s.for_site(tuple(modules)) if isinstance(s, WheelBuild) else s for s in base.steps))
     if not extras:
