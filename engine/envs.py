@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -216,6 +217,20 @@ def own_interpreter_has(recipe: Recipe) -> bool:
         return False
 
 
+def _own_torch_cuda(recipe: Recipe) -> str | None:
+    """Which CUDA dlscale's own torch was built with, read from its version.py: in this
+    process, without importing torch (planning runs on every keystroke in the TUI)."""
+    spec = find_spec("torch") if "torch" in recipe.imports else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^cuda\b[^=\n]*=\s*'([^']+)'", text, re.M)
+    return m[1] if m else None
+
+
 def _from_entry(framework: str, entry: dict, home: Path, check: bool, device: str,
                 profile: str | None) -> EnvStatus:
     prefix = entry["prefix"]
@@ -258,7 +273,8 @@ def resolve(framework: str, home: Path, check: bool = True, device: str | None =
     if own_interpreter_has(recipe):
         prefix = sys.prefix if sys.prefix != sys.base_prefix else None
         status = EnvStatus(framework, sys.executable, "dlscale's own", prefix)
-        if check or device == "cuda":  # which build dlscale's own interpreter holds
+        status.cuda = _own_torch_cuda(recipe)
+        if status.cuda is None and device == "cuda" and "torch" not in recipe.imports:
             _, _, facts = probe_facts(sys.executable, recipe, full_import=False)
             status.cuda = facts.get("cuda")
         return status

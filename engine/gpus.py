@@ -201,8 +201,9 @@ def check_gpus(loaded, runs, profile=None, partition: str | None = None,
         part = profile.profile.partition(partition)
         index = profile.profile.partitions.index(part)
         arch = parse_arch(part.gpu_arch) if part.gpu_arch else None
-        where = (f"partition {part.name}'s GPUs ({part.gpu_arch}, "
-                 f"{profile.path}{_line(profile.text, ('partitions', index, 'gpu_arch'))})")
+        where = f"partition {part.name}'s GPUs" + (
+            f" ({part.gpu_arch}, {profile.path}"
+            f"{_line(profile.text, ('partitions', index, 'gpu_arch'))})" if arch else "")
         shown = None
     else:
         shown = local_gpus()

@@ -366,3 +366,31 @@ def test_env_create_refuses_a_gpu_build_the_sites_gpus_cannot_run(tmp_path, home
     proc = dlscale("env", "create", "mxnet", "--gpu", "--partition", "gpu", check=2)
     assert "--partition needs --profile CLUSTER.toml" in proc.stderr
     assert not (home / "envs").exists() and not (home / "envs.json").exists()
+
+
+def test_mxnet_bf16_is_refused_on_any_gpu_partition(tmp_path, home):
+    """Whatever the GPUs are (the profile need not say): MXNet 1.9 has no bf16 on GPUs."""
+    loaded = spec_for(tmp_path, '"mxnet"', precisions='"bf16"')
+    profile = load_profile(gpu_profile(tmp_path, None))
+    (problem,) = gpus.check_gpus(loaded, plan(loaded).runs, profile, None, home)
+    assert problem.endswith("experiment.precisions: mxnet: precision bf16 on partition gpu's "
+                            "GPUs: MXNet 1.9 has no bf16 kernels on GPUs; use fp16 "
+                            "(multi-precision SGD) or fp32")
+
+
+def test_env_list_shows_each_gpu_environments_build(home):
+    """A recorded GPU environment gets its own row: which CUDA, Horovod's NCCL, and why it
+    cannot run GPU jobs when it cannot."""
+    prefix = next(iter(sorted(CACHE.glob("horovod-pytorch-[0-9a-f]*[0-9a-f]"))), None)
+    if prefix is None:
+        pytest.skip(f"no cached Horovod environment under {CACHE}")
+    home.mkdir(parents=True)
+    (home / "envs.json").write_text(json.dumps({"horovod-pytorch@cuda": {
+        "prefix": str(prefix), "device": "cuda", "gpu": {"cuda": "13.0", "nccl": False}}}))
+    out = dlscale("env", "list", home=home, check=0).stdout
+    rows = {tuple(cell.strip() for cell in line.split("│")[1:3]): line
+            for line in out.splitlines() if line.startswith("│")}
+    gpu_row = rows[("horovod-pytorch", "cuda")]
+    assert "CUDA 13.0, Horovod" in gpu_row and "registered" in gpu_row
+    assert ("tensorflow", "cuda") not in rows  # GPU rows only where recorded, on this machine
+    assert "missing" in rows[("horovod-pytorch", "cpu")]
