@@ -98,8 +98,8 @@ def pipeline(tf, data, per_device_batch: int, cuda: bool, threads: int = 1) -> I
     made once on the device. On a GPU, real data goes through tf.data, from the arrays'
     generator with prefetch, so the next batches are prepared while the GPU computes. On a
     CPU the rank's one core would prepare them instead of computing: tf.data's generator
-    and prefetch thread halved ResNet-20 on digits there (1 rank, 1 thread: 38-42 against
-    83-90 images/s), so CPU ranks take the arrays directly, as before."""
+    and prefetch thread cost ResNet-20 on digits 59% of its images/s there (1 rank, 1
+    thread: benchmarks/tf_input.py), so CPU ranks take the arrays directly, as before."""
     def constants(x, y):
         if not cuda:
             return tf.constant(x), tf.constant(y, dtype=tf.int64)
