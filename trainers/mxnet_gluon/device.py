@@ -4,6 +4,7 @@ SGD: MXNet 1.9 has no bf16 on GPUs), and what its first convolution computed in.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,20 @@ def setup(mx, args, on_gpu: bool, precision: str, local_rank: int, srun_task: bo
                                "(NVML); use fp16 or fp32")
         resolve_precision("tf32", True, cc)  # refuses below 8.0
     return MxDevice(True, precision, index, f"cuda:{index}", mx.gpu(index))
+
+
+def build_versions(mx) -> dict[str, str]:
+    """The CUDA this MXNet was built with (its wheel's name says: mxnet-cu117 is 11.7), and
+    whether cuDNN and NCCL are linked in (MXNet 1.9 reports no versions of them)."""
+    features = mx.runtime.Features()
+    if not features.is_enabled("CUDA"):
+        return {}
+    from importlib.metadata import distributions  # noqa: PLC0415
+    names = ((d.metadata["Name"] or "").lower() for d in distributions())
+    cuda = next((f"{m[1]}.{m[2]}" for n in names
+                 if (m := re.fullmatch(r"mxnet-cu(\d+)(\d)", n))), "unknown")
+    return {"cuda": cuda, **{k.lower(): "linked in" for k in ("CUDNN", "NCCL")
+                             if features.is_enabled(k)}}
 
 
 def gpu_name(device: MxDevice) -> str | None:

@@ -189,10 +189,8 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
                  distributed=ctx.launch.distributed, **recipe_fields(args),
                  kvstore=kv.type if kv is not None else ("device" if device.cuda else None))
     ctx.open_meter(mx_device.nvml_gpu(device.index) if device.cuda else None)
-    features = mx.runtime.Features()
-    built = {k.lower(): features.is_enabled(k) for k in ("CUDA", "CUDNN", "NCCL")}
     ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__,
-                   **(built if built["cuda"] else {})}, gather,
+                   **mx_device.build_versions(mx)}, gather,
                   device=mx_device.gpu_name(device), backend="ps-lite")
 
     def step_fn(xb, yb):
