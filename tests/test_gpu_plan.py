@@ -1,8 +1,8 @@
-"""GPU runs, planned on a machine without a GPU: the GPU environment recipes and their cache
-keys (tests/test_gpu_envs.py), how planning tells a GPU run (a partition with GPUs; on the local backend, the GPUs
-this machine shows, read from nvidia-smi as recorded here by a stand-in), what it refuses
-before anything is submitted. Job scripts: tests/test_gpu_jobscript.py; the trainers' side:
-tests/test_gpu_trainers.py and tests/gpu."""
+"""GPU runs, planned on a machine without a GPU: how planning tells a GPU run (a partition
+with GPUs; on the local backend, the GPUs this machine shows, read from nvidia-smi as
+recorded here by a stand-in), the profile's GPU fields, and what it refuses before anything
+is submitted. Environments: test_gpu_envs.py; job scripts: test_gpu_jobscript.py; the
+trainers: test_gpu_trainers.py and tests/gpu."""
 import json
 import os
 import re
