@@ -18,7 +18,9 @@ TORCH = "torch==2.13.0"  # the CPU wheel on this site's disk; other pins pull mu
 # matches 2.13.0+cpu, which pip prefers (a local label sorts higher) where a site's wheel
 # folder holds it, as this one's does.
 TORCH_CUDA = "torch===2.13.0"
-NVML = "nvidia-ml-py"  # the trainers' energy meter reads NVML (trainers/common/energy.py)
+# The trainers' energy meter reads NVML (trainers/common/energy.py); the 580 branch's
+# bindings (the driver CUDA 13 needs) call only what older drivers have too.
+NVML, NVML_DIST = "nvidia-ml-py==13.580.82", "nvidia-ml-py"
 
 
 @dataclass(frozen=True)
@@ -178,29 +180,29 @@ def _gpu_horovod(cpu: WheelBuild, key: str) -> WheelBuild:
 # the CPU one. Every one holds nvidia-ml-py for the energy meter.
 GPU_RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("pytorch-ddp", (Step((TORCH_CUDA, *_DATA, *_IMAGES, NVML)),), ("torch",),
-           ("torch", "numpy", NVML), device="cuda", cuda="13.0"),
+           ("torch", "numpy", NVML_DIST), device="cuda", cuda="13.0"),
     # No warm-up op: on GPUs DeepSpeed communicates through NCCL, not its CPU op.
     Recipe("deepspeed", (Step((TORCH_CUDA, "deepspeed==0.19.8", *_DATA, *_IMAGES, NVML),
                               env=(("DS_BUILD_OPS", "0"),)),),
-           ("torch", "deepspeed"), ("deepspeed", "torch", "numpy", NVML), device="cuda",
+           ("torch", "deepspeed"), ("deepspeed", "torch", "numpy", NVML_DIST), device="cuda",
            cuda="13.0"),
     Recipe("horovod-pytorch", (
         Step((TORCH_CUDA, *_DATA, *_IMAGES, *_HOROVOD_BUILD, NVML)),
         _gpu_horovod(RECIPES["horovod-pytorch"].steps[1], "horovod-0.28.1-torch2.13.0-cu130")),
-        ("torch", "horovod.torch"), ("horovod", "torch", "numpy", NVML), device="cuda",
+        ("torch", "horovod.torch"), ("horovod", "torch", "numpy", NVML_DIST), device="cuda",
         cuda="13.0"),
     # tensorflow[and-cuda] 2.15.1 pins CUDA 12.2, cuDNN 8.9.4 and NCCL 2.16.5 as nvidia-*
     # wheels; the same TensorFlow as the CPU recipe, for the same Horovod reason.
     Recipe("horovod-tensorflow", (
         Step(("tensorflow[and-cuda]==2.15.1", "numpy<2", *_DATA[1:], *_HOROVOD_BUILD, NVML)),
         _gpu_horovod(RECIPES["horovod-tensorflow"].steps[1], "horovod-0.28.1-tf2.15.1-cu122")),
-        ("tensorflow", "horovod.tensorflow"), ("horovod", "tensorflow", "numpy", NVML),
+        ("tensorflow", "horovod.tensorflow"), ("horovod", "tensorflow", "numpy", NVML_DIST),
         device="cuda", cuda="12.2"),
     # tensorflow[and-cuda] 2.21.0: CUDA 12.5 or later 12.x, cuDNN 9, NCCL 2.27; tf_keras
     # without dependencies, as on CPU.
     Recipe("tensorflow", (Step(("tensorflow[and-cuda]==2.21.0", *_DATA, NVML)),
                           Step(("tf_keras==2.21.0",), ("--no-deps",))),
-           ("tensorflow", "tf_keras"), ("tensorflow", "tf_keras", "numpy", NVML),
+           ("tensorflow", "tf_keras"), ("tensorflow", "tf_keras", "numpy", NVML_DIST),
            device="cuda", cuda="12.x (12.5 or later)"),
     # PyPI's newest CUDA build of MXNet 1.9.1 (CUDA 11.7, cuDNN and NCCL linked in). Its
     # kernels are SASS for sm_50, 60, 70, 80 and 86 with no PTX (MXNET_CUDA_ARCH in
@@ -208,7 +210,7 @@ GPU_RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # compute capability 5.x to 8.x, never on Hopper (9.0) or newer (engine/gpus.py).
     Recipe("mxnet", (Step(("mxnet-cu117==1.9.1", "numpy==1.23.5", "scikit-learn==1.5.2",
                            NVML)),),
-           ("mxnet",), ("mxnet-cu117", "numpy", NVML), device="cuda", cuda="11.7"),
+           ("mxnet",), ("mxnet-cu117", "numpy", NVML_DIST), device="cuda", cuda="11.7"),
 )}
 
 

@@ -19,7 +19,8 @@ def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
         gpu = envs.recipe_for(fw, device="cuda")
         packages = [p for s in gpu.steps for p in s.packages]
         assert gpu.device == "cuda" and gpu.digest != cpu.digest and gpu.cuda
-        assert "nvidia-ml-py" in packages  # the energy meter reads NVML
+        assert "nvidia-ml-py==13.580.82" in packages  # the energy meter reads NVML
+        assert "nvidia-ml-py" in gpu.versions
         assert not {"torch==2.13.0", "tensorflow-cpu==2.21.0", "tensorflow-cpu==2.15.1",
                     "mxnet==1.9.1"} & set(packages)  # no CPU build
         assert envs.default_prefix(gpu, home).name == f"{fw}-cuda-{gpu.digest}"
