@@ -32,12 +32,13 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
         raise PlanError(backend.refusals(loaded, p.runs)[0])
     site = backend.site_profile()
     problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
-                envs.check_frameworks(sorted({r.framework for r in p.runs}), home, site)]
+                envs.check_frameworks(sorted({r.framework for r in p.runs}), home, site,
+                                      backend.site_partition())]
     needs: dict[str, set[str]] = {}
     for r in p.runs:
         needs.setdefault(r.framework, set()).add(r.loader)
     problems += [f"{loaded.path}: experiment.loaders: {problem}" for problem in
-                 envs.check_loaders(needs, home, site)]
+                 envs.check_loaders(needs, home, site, backend.site_partition())]
     problems += backend.refusals(loaded, p.runs)
     if problems:
         raise PlanError("\n".join(problems))

@@ -76,6 +76,10 @@ class Backend(abc.ABC):
         """The cluster profile whose environments set up frameworks' software, if any."""
         return None
 
+    def site_partition(self) -> str | None:
+        """The profile's partition runs go to (None: its default)."""
+        return None
+
     @abc.abstractmethod
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
         """Why these runs cannot go here (scales the place cannot hold, data it cannot

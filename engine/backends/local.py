@@ -79,7 +79,10 @@ class LocalBackend(Backend):
         return "local"
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        problems, seen = [], set()
+        from ..launching import gpus
+        # this machine's GPUs: one per rank, builds with kernels for them
+        problems = gpus.check_gpus(loaded, runs, None, None, self.store.home)
+        seen = set()
         for run in runs:
             key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
             if key in seen:

@@ -54,12 +54,17 @@ class SlurmJobs:
     def site_profile(self) -> LoadedProfile | None:
         return self.profile
 
+    def site_partition(self) -> str | None:
+        return self.partition
+
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import jobscript
+        from ..launching import gpus, jobscript
         if self.profile is None:
             return [NEEDS_PROFILE]
         partition = self.profile.profile.partition(self.partition)
-        problems, seen = [], set()
+        # the partition's GPUs: builds with kernels for them, precisions they have
+        problems = gpus.check_gpus(loaded, runs, self.profile, self.partition, self.home)
+        seen = set()
         for run in runs:
             key = (run.framework, run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
             if key in seen:

@@ -42,9 +42,10 @@ COMMANDS = {
              "a small one."),
     "env": ("env", "env", "Per-framework software environments (their pins conflict, so each "
             "has its own)."),
-    "doctor": ("env", "doctor", "Per framework: does its environment import, which versions, "
-               "and (--smoke) does a 2-rank run train; and which way the Slurm backend "
-               "talks to Slurm here. Exits 1 when a framework with a trainer cannot run."),
+    "doctor": ("env", "doctor", "Per framework: does its environment import, which versions "
+               "and build (CUDA, Horovod's NCCL), and (--smoke) does a 2-rank run train; and "
+               "which way the Slurm backend talks to Slurm here. Exits 1 when a framework with "
+               "a trainer cannot run."),
     "store": ("store", "store", "The store (DLSCALE_HOME/dlscale.db): rebuild it from the run "
               "folders."),
 }

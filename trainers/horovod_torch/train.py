@@ -29,7 +29,10 @@ class HorovodTorch(HorovodShared, Distribution):
         import horovod.torch as hvd  # noqa: PLC0415  (after the rendezvous variables)
         self.init_horovod(hvd, launch)
         if device.type == "cuda":
-            torch.cuda.set_device(hvd.local_rank())
+            # The rank's GPU is the one train() picked (pick_gpu): under srun's per-task
+            # binding it sees one GPU, index 0, whatever Horovod's local rank.
+            torch.cuda.set_device(device)
+            self.require_nccl()
 
     def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
         if not launch.distributed:
