@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO, write_spec
 from dlscale.engine import study
+from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError, SpecError
@@ -82,7 +83,9 @@ cpus_per_node = 32
 
 def refusals(loaded, backend="local", profile=None, partition=None, home=None) -> str:
     with pytest.raises(PlanError) as info:
-        study.check_plan(loaded, plan(loaded), backend, profile, partition, home)
+        study.check_plan(loaded, plan(loaded),
+                         make_backend(backend, Store(home), profile, partition, connect=False),
+                         home)
     return str(info.value)
 
 
@@ -171,7 +174,8 @@ def test_a_gpu_partition_refuses_a_cpu_build_and_names_the_gpu_one(tmp_path, hom
             f"{profile.path} has 4 GPU(s) per node, and its environment") in said
     assert "holds a CPU build of pytorch-ddp: it would train on the CPU; build a GPU one " \
            f"with `dlscale env create pytorch-ddp --gpu --profile {profile.path}`" in said
-    study.check_plan(loaded, plan(loaded), "slurm", profile, "cpu", home)  # no refusal
+    study.check_plan(loaded, plan(loaded),  # no refusal
+                     make_backend("slurm", Store(home), profile, "cpu", connect=False), home)
 
 
 def test_a_registered_cpu_environment_is_no_gpu_environment(tmp_path, home):

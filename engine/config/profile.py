@@ -156,12 +156,21 @@ class Partition(StrictModel):
     gpus_per_node: limit(StrictInt, "more GPUs than any node holds", ge=0, le=1024) = 0
     gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
     # The GPUs' compute capability ("sm_90", "9.0"): planning refuses a framework whose GPU
-    # build has no kernels for it, and precisions it lacks (engine/gpus.py).
+    # build has no kernels for it, and precisions it lacks (engine/launching/gpus.py).
     gpu_arch: StrictStr | StrictFloat | None = None
     max_time: StrictStr | None = None
     default: StrictBool = False
 
     _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
+
+    @field_validator("gpu_arch", mode="before")
+    @classmethod
+    def _no_integer_arch(cls, v: object) -> object:
+        # 9 could be 9.0 or sm_90's 90: TOML's types say which, so ask for one of them
+        if isinstance(v, int):
+            raise ValueError(f"{v!r} is not a GPU architecture: write it as \"sm_90\" or 9.0 "
+                             "(the compute capability)")
+        return v
 
     @field_validator("gpu_arch")
     @classmethod
