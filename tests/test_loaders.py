@@ -266,7 +266,7 @@ data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
 graph = data.pipeline.serialize().decode("latin-1")
 x, y = next(iter(data.epoch(0)))
 print(json.dumps({"crop_decoder": "ImageRandomCrop" in graph,
-                  "whole_decoder": "decoders__Image\"" in graph or "ImageDecoder\"" in graph,
+                  "whole_decoder": 'decoders__Image"' in graph or 'ImageDecoder"' in graph,
                   "shape": list(x.shape)}))
 """, sample)
     assert r == {"crop_decoder": True, "whole_decoder": False, "shape": [4, 3, 224, 224]}

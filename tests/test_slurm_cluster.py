@@ -51,7 +51,7 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
     spec = REPO / "examples" / "quickstart-slurm.toml"
     proc = dlscale("run", str(spec), "--profile", str(PROFILE), "--backend",
                    slurm_target.backend, "--wait", check=0)
-    via = "pyslurm" if slurm_target.backend == "pyslurm" else "its commands"
+    via = "pyslurm" if slurm_target.backend == "pyslurm" else "Slurm's commands"
     assert "2 submitted" in proc.stdout and f"via {via}" in proc.stdout
     store = Store(home)
     runs = {r["nodes"]: r for r in store.runs("quickstart-slurm")}
