@@ -37,6 +37,8 @@ def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
         args.append("--compile")
     if t["inject_fault"]:
         args += ["--inject-fault", t["inject_fault"]]
+    if run.comm_benchmark:  # a communication benchmark run (plan.py), not a training run
+        args.append("--comm-benchmark")
     return args + option_flags(run.framework, t.get("options") or {})
 
 
