@@ -37,6 +37,9 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     else:
         out.print(tables.results_table(rows))
         out.print(tables.baselines_note(rows))
+        explained = tables.explained_note(rows)
+        if explained:
+            out.print(explained, soft_wrap=True)
     for note in notes:  # beside machine-readable output, not inside it
         (out if fmt == "table" else err).print(note, soft_wrap=True)
 

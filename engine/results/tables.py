@@ -28,6 +28,16 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1  # then the same point shows once a loader
     if loaders:
         columns.insert(columns.index(("scale", "right")), ("loader", "left"))
+    schedules = len({r.get("lr_schedule") for r in rows}) > 1
+    if schedules:
+        columns.insert(columns.index(("scale", "right")), ("lr schedule", "left"))
+    # The efficiency model and the energy, where any point has them (explained_note says
+    # why not otherwise): a narrow table stays narrow.
+    extra = [(key, col) for key, col in (("predicted_efficiency", "pred. eff"),
+                                          ("images_per_joule", "images/J"))
+             if any(r.get(key) is not None for r in rows)]
+    at = columns.index(("baseline", "left"))
+    columns[at:at] = [(col, "right") for _, col in extra]
     for col, just in columns:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
@@ -35,8 +45,11 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
                  str(r["ranks"]),
                  str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
                  r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
-                 fmt(r["speedup"]), fmt(r["efficiency"]), r["baseline"] or "-",
-                 fmt(r["time_to_accuracy_s"], 1), r["state"]]
+                 fmt(r["speedup"]), fmt(r["efficiency"])] + [
+                 fmt(r.get(key), 1 if key == "images_per_joule" else 2) for key, _ in extra] + [
+                 r["baseline"] or "-", fmt(r["time_to_accuracy_s"], 1), r["state"]]
+        if schedules:
+            cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:
             cells.insert(2, r["loader"])
         t.add_row(*([] if one else [r["experiment"]]), *cells)
@@ -63,6 +76,27 @@ def baselines_note(rows: list[dict[str, Any]]) -> str:
                      for (exp, what, label), rid in sorted(seen.items()))
 
 
+def explained_note(rows: list[dict[str, Any]]) -> str:
+    """Why the efficiency model or the energy is missing, once per reason (`unmeasured`
+    in the rows: CSV and JSON carry it per point)."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        for key in ("predicted_efficiency", "images_per_joule"):
+            why = (r.get("unmeasured") or {}).get(key)
+            if why and r.get("throughput") is not None:
+                seen.setdefault(f"{key}: {why}", set()).add(f"{r['framework']} "
+                                                           f"{r['nodes']}x{r['ranks_per_node']}")
+    return "\n".join(f"{what} ({', '.join(sorted(where))})" for what, where in seen.items())
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    if isinstance(value, dict):  # unmeasured: field -> why
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    return value
+
+
 def results_csv(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
     if not rows:
@@ -70,7 +104,7 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
     w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: " ".join(v) if isinstance(v, list) else v for k, v in r.items()})
+        w.writerow({k: _cell(v) for k, v in r.items()})
     return out.getvalue()
 
 
