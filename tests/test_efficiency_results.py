@@ -220,3 +220,16 @@ def test_the_report_draws_accuracy_against_epoch_per_schedule(tmp_path):
     shown = {r["lr schedule"] for r in md_table(made.path.read_text(),
                                                 "Throughput, speedup and efficiency")}
     assert shown == {"step", "cosine"}
+
+
+def test_without_a_benchmark_the_report_shows_the_breakdown_but_draws_no_bars(tmp_path):
+    store = Store(tmp_path)
+    add(store, tmp_path, [breakdown(100, 0.07, 0.0)])
+    add(store, tmp_path, [breakdown(160, 0.075, 0.02)], ranks_per_node=2)
+    store.save_experiment("e", str(tmp_path / "no" / "spec.toml"), "[experiment]\n", "0")
+    made = reporting.build(store, "e", tmp_path / "rep")
+    assert "efficiency-breakdown" not in {f.name for f in made.figures}
+    table = {r["devices"]: r for r in md_table(made.path.read_text(),
+                                               "Where the efficiency goes")}
+    assert table["2"]["exposed comm ms"] == "20.0" and table["2"]["allreduce ms"] == "-"
+    assert "experiment.comm_benchmark = true" in made.path.read_text()  # says how to get it

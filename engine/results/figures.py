@@ -158,7 +158,11 @@ def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> F
     """Where the efficiency goes: each point's step as stacked bars (compute, the
     communication not hidden behind it, the rest), the measured step marked on it (below
     the bar's top where the probe's steps ran slower than the timed ones) and the model's
-    predicted step beside."""
+    predicted step beside. Drawn for a study that benchmarked its communication
+    (comm_benchmark = true): the explanation it asked for; the report's table shows any
+    study's breakdown."""
+    if not any(r.get("comm_busbw_gbps") is not None for r in rows):
+        return None
     rows = [r for r in rows if r.get("step_time_s") is not None
             and r.get("compute_time_s") is not None and r.get("exposed_comm_s") is not None]
     if not rows:
