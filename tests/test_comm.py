@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from dlscale.trainers.common import comm

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+from test_report import check_png, md_table
 
 from conftest import REPO, dlscale
 from dlscale.engine.tracking.store import Store
-from test_report import check_png, md_table
 
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 
