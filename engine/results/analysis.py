@@ -87,6 +87,7 @@ class Point:
     summaries: list[dict[str, Any]] = field(default_factory=list)  # completed repetitions'
     comm: dict[str, Any] | None = None     # the communication benchmark of its scale
     energy_why: str | None = None          # why no energy was measured, where none was
+    medians: dict[str, float | None] = field(default_factory=dict)  # efficiency.py's cache
 
     @property
     def devices(self) -> int:

@@ -18,11 +18,11 @@ part could not be measured for is null, and `unmeasured` says why.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
 from ..tracking.store import Store
-from .formatting import finite
 
 if TYPE_CHECKING:
     from .analysis import Point
@@ -56,33 +56,33 @@ def attach(store: Store, points: list[Point], comm_rows: list[dict[str, Any]]) -
         if rec is not None or comm_key(r) not in bench or bench[comm_key(r)]["record"] is None:
             bench[comm_key(r)] = {"run_id": r["run_id"], "state": r["state"], "record": rec,
                                   "reason": (r.get("reason") or "").split("\n")[0]}
-    wanting = [p for p in points if p.completed_run_ids and not _values(p, "energy_per_image_j")]
+    # Why no energy: the first repetition's env record says it for the point (the others
+    # ran on the same kind of node; reading one per point keeps a large study quick).
+    wanting = [p for p in points if p.completed_run_ids and _median(p, "energy_per_image_j")
+               is None]
     wanting_ids = {id(p) for p in wanting}
-    envs = store.last_records("env", [rid for p in wanting for rid in p.completed_run_ids]) \
+    envs = store.last_records("env", [p.completed_run_ids[0] for p in wanting]) \
         if wanting else {}
     for p in points:
         p.comm = bench.get((p.experiment, p.framework, p.model, p.dataset, p.nodes,
                             p.ranks_per_node, p.precision))
         if id(p) in wanting_ids:
-            why = {(envs.get(rid) or {}).get("energy_unavailable") for rid in p.completed_run_ids}
-            why.discard(None)
-            p.energy_why = "; ".join(sorted(why)) or (
-                "no energy was recorded (runs from before dlscale metered it)")
-
-
-def _values(p: Point, key: str) -> list[float]:
-    """A summary field over the point's completed repetitions (finite, not negative)."""
-    out = []
-    for s in p.summaries:
-        v = finite(s.get(key))
-        if v is not None and v >= 0:
-            out.append(v)
-    return out
+            why = (envs.get(p.completed_run_ids[0]) or {}).get("energy_unavailable")
+            p.energy_why = why or "no energy was recorded (runs from before dlscale metered it)"
 
 
 def _median(p: Point | None, key: str) -> float | None:
-    values = _values(p, key) if p is not None else []
-    return statistics.median(values) if values else None
+    """A summary field's median over the point's completed repetitions (finite, not
+    negative: a time, an energy), computed once per point and field."""
+    if p is None:
+        return None
+    cache = p.medians
+    if key not in cache:
+        # type() rather than finite(): a study's results read every field of every summary
+        values = [v for v in (s.get(key) for s in p.summaries)
+                  if type(v) in (int, float) and 0 <= v < math.inf]
+        cache[key] = statistics.median(values) if values else None
+    return cache[key]
 
 
 def _breakdown_why(p: Point) -> str:
