@@ -37,6 +37,12 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     else:
         out.print(tables.results_table(rows))
         out.print(tables.baselines_note(rows))
+        efficiency = tables.efficiency_table(rows)
+        if efficiency is not None:
+            out.print(efficiency)
+        explained = tables.explained_note(rows)
+        if explained:
+            out.print(explained, soft_wrap=True)
     for note in notes:  # beside machine-readable output, not inside it
         (out if fmt == "table" else err).print(note, soft_wrap=True)
 

@@ -68,6 +68,8 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
     out.print(view.runs_table() if every_run else view.summary_table())
     for model, dataset in p.skipped_pairs:
         out.print(f"skipped: {model} x {dataset} (the model does not take that data)")
+    for note in p.notes:
+        out.print(note, soft_wrap=True)
     out.print(view.totals_line(), soft_wrap=True)
     if refusals:
         err.print("not runnable here yet (`dlscale run` refuses these):\n" + refusals,

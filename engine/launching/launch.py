@@ -40,6 +40,8 @@ def trainer_args(run: Run, run_dir: Path | None = None, device: str = "cpu") -> 
         args.append("--compile")
     if t["inject_fault"]:
         args += ["--inject-fault", t["inject_fault"]]
+    if run.comm_benchmark:  # a communication benchmark run (plan.py), not a training run
+        args.append("--comm-benchmark")
     return args + option_flags(run.framework, t.get("options") or {})
 
 

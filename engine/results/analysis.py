@@ -5,7 +5,9 @@ confidence interval; a coefficient of variation above 5% marks the point noisy. 
 against the best single-device point of the same model, dataset, precision and batch
 (per-device batch for weak scaling, global batch for strong) in any framework of the same
 experiment, and that baseline is named; efficiency = speedup / devices. The speedup against
-the framework's own single-device point is reported too.
+the framework's own single-device point is reported too. Where the efficiency goes (the
+step-time breakdown, the communication benchmark, the model beside the measurement) and the
+energy per image are efficiency.py's.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tracking.store import Store
+from . import efficiency as explained
 from .formatting import finite
 
 NOISY_CV = 0.05
@@ -80,6 +83,11 @@ class Point:
     throughput: Spread = field(default_factory=lambda: spread([]))
     baseline: Point | None = None
     own_baseline: Point | None = None
+    lr_schedule: str | None = None
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # completed repetitions'
+    comm: dict[str, Any] | None = None     # the communication benchmark of its scale
+    energy_why: str | None = None          # why no energy was measured, where none was
+    medians: dict[str, float | None] = field(default_factory=dict)  # efficiency.py's cache
 
     @property
     def devices(self) -> int:
@@ -126,6 +134,7 @@ class Point:
             # "2/3": repetitions that reached the target of those that evaluated
             "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
             "best_top1": max(self.best_top1) if self.best_top1 else None,
+            **explained.fields(self),
         }
 
 
@@ -136,13 +145,17 @@ _POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_
 def points(store: Store, experiment: str | None = None) -> list[Point]:
     # Reruns (`dlscale rerun`) are compared with their original in `reruns`, not pooled
     # into its point: a rerun asks "does it measure the same again?", not "one more sample".
-    runs = [r for r in store.runs(experiment) if not r.get("rerun_of")]
+    every = [r for r in store.runs(experiment) if not r.get("rerun_of")]
+    # Communication benchmark runs measure a scale, not a point: efficiency.attach's.
+    comm = [r for r in every if explained.is_comm(r)]
+    runs = [r for r in every if not explained.is_comm(r)]
     summaries = store.last_records("summary", [r["run_id"] for r in runs] if experiment else None)
     by_point: dict[str, Point] = {}
     for r in runs:
         p = by_point.get(r["point_id"])
         if p is None:
-            p = by_point[r["point_id"]] = Point(**{k: r[k] for k in _POINT_FIELDS})
+            p = by_point[r["point_id"]] = Point(**{k: r[k] for k in _POINT_FIELDS},
+                                                lr_schedule=explained.schedule_of(r))
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
@@ -150,6 +163,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         if r["state"] == "COMPLETED" and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
+            p.summaries.append(s)
             for values, key in ((p.runtimes, "total_wall_s"), (p.ttas, "time_to_accuracy_s"),
                                 (p.best_top1, "best_top1")):
                 if finite(s.get(key)) is not None:
@@ -167,13 +181,19 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.baseline = max(candidates, key=lambda c: c.throughput.mean)
             own = [c for c in candidates if c.framework == p.framework]
             p.own_baseline = max(own, key=lambda c: c.throughput.mean) if own else None
+    explained.attach(store, out, comm)
     out.sort(key=lambda p: (p.experiment, p.model, p.dataset, p.framework, p.precision,
-                            p.per_device_batch, p.devices, p.nodes))
+                            p.per_device_batch, str(p.lr_schedule), p.devices, p.nodes))
     return out
 
 
 def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     return [p.as_dict() for p in points(store, experiment)]
+
+
+def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, list]:
+    """Top-1 against epoch per lr schedule, when the experiment compares more than one."""
+    return explained.accuracy_curves(store, points(store, experiment))
 
 
 def notes(store: Store, experiment: str | None = None) -> list[str]:
