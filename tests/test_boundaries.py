@@ -109,3 +109,37 @@ def test_tui_uses_only_the_engines_front_end_modules():
     assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
     assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
         ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.backends"))]
+
+
+def test_the_engine_has_no_import_cycle():
+    """Every import counts, those inside functions too (a lazy import hides a cycle rather
+    than removing it): the engine's modules form a DAG, so each can be read bottom-up."""
+    engine = REPO / "engine"
+
+    def module(path: Path) -> str:
+        parts = ("dlscale",) + path.relative_to(REPO).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    mods = {module(p): p for p in engine.rglob("*.py")}
+    graph = {m: set() for m in mods}
+    for path, name in imported_modules(engine):
+        src = module(Path(path))
+        # `from . import envs` names a module; `from .envs import resolve` names its module
+        target = name if name in mods else name.rpartition(".")[0]
+        if target in mods and target != src and not mods[src].name == "__init__.py":
+            graph[src].add(target)
+    cycles, state = [], {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(trail[trail.index(d):] + [d] if d in trail else [m, d])
+            elif d not in state:
+                visit(d, trail + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import cycles in engine/: " + "; ".join(" -> ".join(c) for c in cycles)

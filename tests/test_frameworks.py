@@ -19,7 +19,7 @@ from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
-from dlscale.engine.launching import envs, jobscript
+from dlscale.engine.launching import envbuild, envs, jobscript
 from dlscale.engine.launching.launch import local_command_for
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store
@@ -148,7 +148,7 @@ def test_build_failures_show_their_key_lines_not_a_wall():
     wall = "\n".join([f"-- building object {i}" for i in range(400)] + [
         "/tmp/x/horovod/common/ops.cc:42:10: error: 'optional' in namespace 'std' does not "
         "name a template type", "compilation terminated.", "make[2]: *** Error 1"])
-    lines = envs.key_lines(wall)
+    lines = envbuild.key_lines(wall)
     assert lines[0].endswith("does not name a template type") and len(lines) <= 12
     assert not any("building object" in ln for ln in lines)
 

@@ -23,7 +23,7 @@ def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
         assert "nvidia-ml-py" in gpu.versions
         assert not {"torch==2.13.0", "tensorflow-cpu==2.21.0", "tensorflow-cpu==2.15.1",
                     "mxnet==1.9.1"} & set(packages)  # no CPU build
-        assert envs.default_prefix(gpu, home).name == f"{fw}-cuda-{gpu.digest}"
+        assert envbuild.default_prefix(gpu, home).name == f"{fw}-cuda-{gpu.digest}"
         assert gpu.imports == cpu.imports  # the same trainer runs in either
     # PyPI's CUDA torch, by its exact version string: never a +cpu wheel a site keeps
     assert "torch===2.13.0" in envs.recipe_for("pytorch-ddp", device="cuda").steps[0].packages

@@ -17,7 +17,7 @@ from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError, SpecError
-from dlscale.engine.launching import envs, gpus
+from dlscale.engine.launching import envs, gpu_checks, gpus
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store
 
@@ -218,7 +218,7 @@ def test_a_framework_whose_gpu_build_has_no_kernels_for_the_site_is_refused(
         tmp_path, home, framework, arch, refused):
     loaded = spec_for(tmp_path, f'"{framework}"')
     profile = load_profile(gpu_profile(tmp_path, arch))
-    problems = gpus.check_gpus(loaded, plan(loaded).runs, profile, None, home)
+    problems = gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
     line = 1 + profile.text.splitlines().index(f'gpu_arch = "{arch}"')
     expected = (f"{loaded.path}:3: experiment.frameworks: {framework} cannot run on partition "
                 f"gpu's GPUs ({arch}, {profile.path}:{line}): ")
@@ -236,7 +236,7 @@ def test_precisions_the_sites_gpus_lack_are_refused(tmp_path, home, framework, p
                                                     arch, why):
     loaded = spec_for(tmp_path, f'"{framework}"', precisions=f'"{precision}"')
     profile = load_profile(gpu_profile(tmp_path, arch))
-    problems = [p for p in gpus.check_gpus(loaded, plan(loaded).runs, profile, None, home)
+    problems = [p for p in gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
                 if "experiment.precisions" in p]
     if why is None:
         assert problems == []
@@ -251,8 +251,8 @@ def test_precisions_the_sites_gpus_lack_are_refused(tmp_path, home, framework, p
 def test_cpu_runs_are_not_held_to_gpu_rules(tmp_path, home):
     loaded = spec_for(tmp_path, '"mxnet"', precisions='"bf16"')
     profile = load_profile(gpu_profile(tmp_path, "sm_90"))
-    assert gpus.check_gpus(loaded, plan(loaded).runs, profile, "cpu", home) == []
-    assert gpus.check_gpus(loaded, plan(loaded).runs, None, None, home) == []  # no GPU here
+    assert gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, "cpu", home) == []
+    assert gpu_checks.check_gpus(loaded, plan(loaded).runs, None, None, home) == []  # no GPU here
 
 
 def test_the_local_backend_refuses_more_ranks_than_gpus_and_a_cpu_build(tmp_path, home):
@@ -291,7 +291,7 @@ def test_mxnet_bf16_is_refused_on_any_gpu_partition(tmp_path, home):
     """Whatever the GPUs are (the profile need not say): MXNet 1.9 has no bf16 on GPUs."""
     loaded = spec_for(tmp_path, '"mxnet"', precisions='"bf16"')
     profile = load_profile(gpu_profile(tmp_path, None))
-    (problem,) = gpus.check_gpus(loaded, plan(loaded).runs, profile, None, home)
+    (problem,) = gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
     assert problem.endswith("experiment.precisions: mxnet: precision bf16 on partition gpu's "
                             "GPUs: MXNet 1.9 has no bf16 kernels on GPUs; use fp16 "
                             "(multi-precision SGD) or fp32")

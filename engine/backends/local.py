@@ -79,9 +79,9 @@ class LocalBackend(Backend):
         return "local"
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import gpus
+        from ..launching import gpu_checks
         # this machine's GPUs: one per rank, builds with kernels for them
-        problems = gpus.check_gpus(loaded, runs, None, None, self.store.home)
+        problems = gpu_checks.check_gpus(loaded, runs, None, None, self.store.home)
         seen = set()
         for run in runs:
             key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"])

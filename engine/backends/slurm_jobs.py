@@ -58,12 +58,12 @@ class SlurmJobs:
         return self.partition
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import gpus, jobscript
+        from ..launching import gpu_checks, jobscript
         if self.profile is None:
             return [NEEDS_PROFILE]
         partition = self.profile.profile.partition(self.partition)
         # the partition's GPUs: builds with kernels for them, precisions they have
-        problems = gpus.check_gpus(loaded, runs, self.profile, self.partition, self.home)
+        problems = gpu_checks.check_gpus(loaded, runs, self.profile, self.partition, self.home)
         seen = set()
         for run in runs:
             key = (run.framework, run.nodes, run.ranks_per_node, run.training["threads_per_rank"])

@@ -11,7 +11,8 @@ import click
 from ..config.frameworks import FRAMEWORKS
 from ..config.profile import load_profile
 from ..errors import UserError
-from ..launching import envs, gpus
+from ..launching import envbuild, envs, gpus
+from ..launching import smoke as smoke_run
 from ..results.tables import Table
 from ..tracking.store import default_home
 from .console import err, out
@@ -66,7 +67,7 @@ def env_create(ctx: click.Context, framework: str, gpu: bool, profile_path: str 
                partition: str | None, prefix: str | None, extras: tuple[str, ...]) -> None:
     """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
     modules, environ = _site(framework, profile_path, partition, gpu)
-    envs.create(framework, _home(ctx), Path(prefix) if prefix else None,
+    envbuild.create(framework, _home(ctx), Path(prefix) if prefix else None,
                 say=lambda line: err.print(line, soft_wrap=True), extras=extras,
                 device="cuda" if gpu else "cpu", modules=modules, environ=environ)
 
@@ -157,7 +158,7 @@ def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
                               + f"; {envs.describe_build(facts)}"
                               if not problem else f"NO: {problem}")
         if smoke and not problem and (device == "cpu" or shown):
-            ok, said = envs.smoke(fw, home, st, ranks=2 if device == "cpu" else min(2, shown))
+            ok, said = smoke_run.smoke(fw, home, st, ranks=2 if device == "cpu" else min(2, shown))
             line += f"; smoke: {said}"
             problem = None if ok else said
         broken += problem is not None

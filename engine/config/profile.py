@@ -22,8 +22,8 @@ from pydantic import (
 )
 
 from ..errors import PlanError
-from ..launching.gpus import arch_name, parse_arch
 from .frameworks import FRAMEWORKS
+from .gpu_arch import arch_name, parse_arch
 from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..config.frameworks import FRAMEWORKS
 from ..errors import DlscaleError, UserError
+from . import envs
 from .recipes import CXX_WRAPPER, GPU_RECIPES, RECIPES, Recipe, WheelBuild, recipe_for
 
 
@@ -242,40 +243,3 @@ def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: st
     say(f"{framework}: ready: {prefix} ({said})")
     return envs.EnvStatus(framework, str(env_python), "registered", str(prefix), None, versions,
                           recipe.extras, recipe.device, facts.get("cuda"), facts.get("nccl"))
-
-
-def smoke(framework: str, home: Path, status: envs.EnvStatus, ranks: int = 2,
-          timeout: float = 300) -> tuple[bool, str]:
-    """Train two ranks for a few steps with the framework's own launcher; (ok, one line)."""
-    from .launch import local_command_for  # noqa: PLC0415  (launch imports envs)
-    assert status.python is not None
-    with tempfile.TemporaryDirectory(prefix="dlscale-smoke-") as tmp:
-        argv, extra = local_command_for(framework, ranks, status, home, Path(tmp), [
-            "--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "8",
-            "--steps", "3", "--warmup-steps", "1", "--log-every", "1",
-            "--device", status.device, "--output", str(Path(tmp) / "metrics.jsonl")])
-        env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
-        try:
-            proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
-                                  timeout=timeout, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return False, f"{ranks}-rank smoke run took over {timeout:.0f} s"
-        summary = None
-        metrics = Path(tmp) / "metrics.jsonl"
-        if metrics.exists():
-            for line in metrics.read_text().splitlines():
-                rec = json.loads(line)
-                if rec.get("kind") == "summary":
-                    summary = rec
-        if proc.returncode != 0 or summary is None:
-            lines = key_lines(proc.stderr + proc.stdout, most=3)
-            return False, f"{ranks}-rank smoke run failed (exit {proc.returncode}): " + " | ".join(lines)
-        digests = summary.get("weights_digest_per_rank") or []
-        same = len(set(digests)) == 1 and len(digests) == ranks
-        return same, (f"{ranks} ranks: {summary['throughput']:.0f} images/s, weights "
-                      + ("identical on every rank" if same else f"DIFFER across ranks {digests}"))
-
-
-# Last, so that either module may be imported first (envs re-exports this one's names).
-from . import envs  # noqa: E402

@@ -401,7 +401,3 @@ def slurm_environment(framework: str, profile, home: Path, device: str = "cpu"):
     if status.source == "registered":
         return Environment(venv=status.prefix), launch_env(status, home)
     return Environment(), {}
-
-
-# Building lives in envbuild; these names stay reachable here, where callers found them.
-from .envbuild import STAMP, EnvBuildError, cache_dir, create, default_prefix, key_lines, smoke  # noqa: E402,F401

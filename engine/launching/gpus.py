@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..config.gpu_arch import arch_name, parse_arch  # noqa: F401  (gpus.parse_arch)
 from ..errors import PlanError
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
@@ -24,22 +25,6 @@ class Gpu:
     uuid: str | None
     name: str
     arch: tuple[int, int] | None  # compute capability, where nvidia-smi says
-
-
-def parse_arch(value: object) -> tuple[int, int]:
-    """A compute capability from how people write it: "sm_90", "compute_86", "9.0", 8.6,
-    "80". ValueError otherwise."""
-    text = str(value).strip().lower()
-    m = re.fullmatch(r"(?:sm_?|compute_?)?(\d{1,2})(\d)[af]?", text) or \
-        re.fullmatch(r"(\d{1,2})\.(\d)", text)
-    if not m:
-        raise ValueError(f"{value!r} is not a GPU architecture: write it as \"sm_90\" or "
-                         "\"9.0\" (the compute capability)")
-    return int(m[1]), int(m[2])
-
-
-def arch_name(arch: tuple[int, int]) -> str:
-    return f"sm_{arch[0]}{arch[1]}"
 
 
 def _smi(smi: str) -> list[Gpu] | None:
@@ -178,59 +163,3 @@ def precision_problem(framework: str, precision: str, arch: tuple[int, int] | No
         return (f"{precision} needs compute capability 8.0 or newer ({arch_name(arch)} has no "
                 f"{precision} tensor cores); use fp16 or fp32")
     return None
-
-
-def _line(text: str, loc: tuple) -> str:
-    from ..config.tomlfile import line_of  # noqa: PLC0415  (the TOML reader's own lines)
-    line = line_of(text, loc)
-    return f":{line}" if line else ""
-
-
-def check_gpus(loaded, runs, profile=None, partition: str | None = None,
-               home: Path | None = None) -> list[str]:
-    """Planning's GPU checks, one line each with file:line: field and the fix: a framework
-    whose GPU build has no kernels for the site's GPUs, a precision those GPUs lack, more
-    ranks per node than this machine shows GPUs (Slurm's partitions are jobscript's)."""
-    from . import envs  # noqa: PLC0415  (envs imports this module)
-    device, _ = plan_device(profile, partition)
-    if device != "cuda":
-        return []
-    spec = lambda field: f"{loaded.path}{_line(loaded.text, ('experiment', field))}: experiment.{field}"  # noqa: E731
-    problems: list[str] = []
-    if profile is not None:
-        part = profile.profile.partition(partition)
-        index = profile.profile.partitions.index(part)
-        arch = parse_arch(part.gpu_arch) if part.gpu_arch else None
-        where = f"partition {part.name}'s GPUs" + (
-            f" ({part.gpu_arch}, {profile.path}"
-            f"{_line(profile.text, ('partitions', index, 'gpu_arch'))})" if arch else "")
-        shown = None
-    else:
-        shown = local_gpus()
-        archs = {g.arch for g in shown}
-        arch = min(archs) if archs and None not in archs else None
-        where = f"this machine's {shown[0].name}" + (f" ({arch_name(arch)})" if arch else "")
-    for fw in dict.fromkeys(r.framework for r in runs):
-        given = profile is not None and fw in profile.profile.environments
-        limit = GPU_BUILD_ARCHS.get(fw)
-        if arch is None or limit is None or given or limit.runs_on(arch):
-            continue
-        if home is not None:
-            status = envs.resolve(fw, home, check=False, device="cuda")
-            if status.source == "dlscale's own" and status.cuda:
-                continue  # not dlscale's recipe: its build is its own
-        problems.append(f"{spec('frameworks')}: {fw} cannot run on {where}: {limit.why}")
-    for fw, precision in dict.fromkeys((r.framework, r.precision) for r in runs):
-        why = precision_problem(fw, precision, arch)
-        if why:
-            problems.append(f"{spec('precisions')}: {fw}: precision {precision} on {where}: "
-                            f"{why}")
-    if shown is not None:
-        for scale, ranks in dict.fromkeys((r.scale, r.ranks_per_node) for r in runs):
-            if ranks > len(shown):
-                problems.append(
-                    f"{spec('scales')}: scale {scale} runs {ranks} ranks on this machine, "
-                    f"which shows {len(shown)} NVIDIA GPU(s): each rank needs a GPU of its "
-                    f"own; use at most {len(shown)} rank(s) per node, or "
-                    "CUDA_VISIBLE_DEVICES= to measure its CPU")
-    return problems

@@ -20,12 +20,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..tracking.store import Store
-
-if TYPE_CHECKING:
-    from .analysis import Point
+from .points import Point
 
 _COMM_MARK = '"comm_benchmark": true'  # how a comm run's recipe reads in the store (sorted JSON)
 

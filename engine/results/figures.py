@@ -119,7 +119,11 @@ def _against_devices(rows: list[dict[str, Any]], metric: str, out_dir: Path,
 def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Figure | None:
     """Throughput per framework side by side at each scale: which one is fastest where."""
     rows = [r for r in rows if r.get("throughput") is not None]
-    frameworks = sorted({r["framework"] for r in rows})
+    # a bar per framework, and per device where CPU and GPU points share the figure
+    devices = len({r.get("device") for r in rows}) > 1
+    def bar(r: dict[str, Any]) -> str:
+        return f"{r['framework']} on {r.get('device') or '-'}" if devices else r["framework"]
+    frameworks = sorted({bar(r) for r in rows})
     if not rows:
         return None
     scales = sorted({(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows})
@@ -129,7 +133,7 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
         xs, ys, errs = [], [], []
         for j, (_, n, rpn) in enumerate(scales):
             # The best configuration of this framework at this scale (a bar per framework).
-            at = [r for r in rows if r["framework"] == fw and (r["nodes"], r["ranks_per_node"])
+            at = [r for r in rows if bar(r) == fw and (r["nodes"], r["ranks_per_node"])
                   == (n, rpn)]
             if at:
                 best = max(at, key=lambda r: r["throughput"])

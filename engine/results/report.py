@@ -141,13 +141,16 @@ def _scale(r: dict[str, Any]) -> str:
 def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
-    headers = ["model", "framework"] + (["loader"] if loaders else []) + (
+    devices = len({r.get("device") for r in rows}) > 1
+    headers = ["model", "framework"] + (["device"] if devices else []) + (
+        ["loader"] if loaders else []) + (
         ["lr schedule"] if schedules else []) + [
         "scale", "devices", "batch/dev", "precision", "n", "images/s", "CI95", "CV",
         "speedup", "efficiency", "speedup (own)", "images/J", "baseline", "state"]
     body = []
     for r in rows:
-        body.append([r["model"], r["framework"]] + ([r["loader"]] if loaders else []) + (
+        body.append([r["model"], r["framework"]] + ([r.get("device") or "-"] if devices else [])
+                    + ([r["loader"]] if loaders else []) + (
             [r.get("lr_schedule") or "-"] if schedules else []) + [
             _scale(r), str(r["ranks"]),
             str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),

@@ -37,6 +37,9 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     if schedules:
         columns.insert(columns.index(("scale", "right")), ("lr schedule", "left"))
+    devices = len({r.get("device") for r in rows}) > 1  # CPU and GPU points side by side
+    if devices:
+        columns.insert(columns.index(("framework", "left")) + 1, ("device", "left"))
     extra = [(key, col) for key, col in (("images_per_joule", "images/J"),)
              if any(r.get(key) is not None for r in rows)]
     at = columns.index(("baseline", "left"))
@@ -56,6 +59,8 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:
             cells.insert(2, r["loader"])
+        if devices:
+            cells.insert(2, r.get("device") or "-")
         t.add_row(*([] if one else [r["experiment"]]), *cells)
     return t
 
@@ -69,7 +74,7 @@ def baselines_note(rows: list[dict[str, Any]]) -> str:
         return (f"batch {r['per_device_batch']}/device" if r["scaling"] == "weak"
                 else f"global batch {r['global_batch']}")
     parts = {"dataset": lambda r: r["dataset"], "precision": lambda r: r["precision"],
-             "batch": batch}
+             "batch": batch, "device": lambda r: f"on {r.get('device') or '-'}"}
     varying = [f for f in parts.values() if len({f(r) for r in rows}) > 1]
     seen = {}
     for r in rows:
