@@ -99,8 +99,9 @@ def test_a_cpu_point_is_never_compared_with_a_gpu_baseline(tmp_path):
 
 
 def test_the_results_table_names_the_device_when_points_differ_in_it(tmp_path):
-    from dlscale.engine.results.tables import results_table
     from rich.console import Console
+
+    from dlscale.engine.results.tables import results_table
     store = Store(tmp_path)
     add_on(store, tmp_path, "cpu: Intel Xeon (2 thread(s))", [100])
     add_on(store, tmp_path, "NVIDIA H100 80GB HBM3", [3000], first_rep=1)

@@ -1,6 +1,9 @@
+import pytest
+
 from conftest import write_spec
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
+from dlscale.trainers.common.flags import KNOBS, TRAINING
 
 
 def test_matrix_expands_and_ids_are_stable(tmp_path):
@@ -67,3 +70,24 @@ def test_framework_options_reach_only_their_frameworks_runs_and_trainer(tmp_path
             assert "--fp16-allreduce" not in args
         if run.framework == "horovod-pytorch":
             assert "--fp16-allreduce" in args and "--zero-stage" not in args
+
+
+@pytest.mark.parametrize("knob", [k.name for k in TRAINING])
+def test_every_training_knob_reaches_the_trainer_as_the_spec_says(knob):
+    """One table makes the spec's model, the trainer's parser and the launch arguments: a
+    value other than the default, set in a run's [training], is what the trainer parses."""
+    from test_store import make_run
+
+    from dlscale.engine.launching.launch import trainer_args
+    from dlscale.trainers.common.args import build_parser
+    k = KNOBS[knob]
+    value = {"int": 3, "number": 0.25, "bool": True, "str": "/data/x",
+             "choice": (k.choices[-1] if k.choices else None)}[k.kind]
+    if k.pattern:
+        value = "crash@step3"
+    training = {"steps": 4} if knob != "steps" else {}
+    if knob == "epochs":
+        training = {}
+    training[knob] = value
+    args = build_parser("t").parse_args(trainer_args(make_run(training=training)))
+    assert getattr(args, k.dest) == value

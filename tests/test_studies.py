@@ -32,7 +32,7 @@ def test_full_matrices_expand_and_load_as_runnable(name):
 
 
 def test_jbigdata_matrix_compares_loaders_and_models():
-    runs = plan(load_spec(STUDIES / "jbigdata2023/gpu.toml", planning=True)).runs
+    runs = plan(load_spec(STUDIES / "jbigdata2023/gpu.toml")).runs
     assert {r.loader for r in runs} == {"native", "dali"}
     assert {r.model for r in runs} == {"resnet50", "resnet101", "resnet152"}
     assert {r.dataset for r in runs} == {"imagenet"}
@@ -104,5 +104,5 @@ def test_plan_include_planned_on_the_command_line(home):
 
 
 def test_a_data_dir_under_home_is_expanded_for_the_trainer():
-    loaded = load_spec(STUDIES / "ccgrid2020/gpu.toml", planning=True)
+    loaded = load_spec(STUDIES / "ccgrid2020/gpu.toml")
     assert loaded.spec.training.data_dir == str(Path.home() / "data/cifar-10-batches-py")

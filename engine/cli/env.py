@@ -138,9 +138,6 @@ def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
         if frameworks and fw not in frameworks:
             continue
         name = fw if device == "cpu" else f"{fw} (GPU)"
-        if FRAMEWORKS[fw].trainer_module is None:
-            out.print(f"{name}: -- {FRAMEWORKS[fw].note}", soft_wrap=True)
-            continue
         st = envs.resolve(fw, home, check=False, device=device)
         facts: dict = {}
         if st.python is None:

@@ -36,8 +36,8 @@ def _backend_options(f):
 @click.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @_backend_options
-@click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
-              "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
+@click.option("--include-planned", is_flag=True, help="show the whole matrix even where `run` "
+              "would refuse it (missing environments, GPUs), the refusals beside it")
 @click.option("--all", "every_run", is_flag=True, help="one row per run instead of one per "
               "framework x model x scale")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
@@ -47,7 +47,7 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
              partition: str | None, include_planned: bool, every_run: bool, fmt: str) -> None:
     """Dry run: the runs a spec makes, grouped, with their device-hours."""
     backend = backend_for(backend, profile_path, partition)
-    loaded = load_spec(spec, planning=include_planned)
+    loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
     p = make_plan(loaded)
     store = _store(ctx)

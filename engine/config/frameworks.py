@@ -26,12 +26,11 @@ FP16_ALLREDUCE = Option("fp16_allreduce", "--fp16-allreduce", False,
 @dataclass(frozen=True)
 class Framework:
     name: str
-    trainer_module: str | None  # python -m target; None while the trainer does not exist yet
+    trainer_module: str  # python -m target
     # Local backend: "torchrun" (one launcher process spawns the ranks), "horovodrun"
     # (Horovod's own, over gloo), "ranks" (dlscale.trainers.common.spawn: Slurm-style
     # variables per rank, for frameworks whose roles are set up by the trainer itself).
     launcher: str
-    note: str = ""
     # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
     # per node. A profile's environment may choose another that the trainer supports.
     slurm_launchers: tuple[str, ...] = ("srun", "torchrun")
@@ -41,25 +40,21 @@ class Framework:
     loaders: tuple[str, ...] = LOADERS
     options: tuple[Option, ...] = ()
 
-    @property
-    def available(self) -> bool:
-        return self.trainer_module is not None
-
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
     # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
-    Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun", "",
+    Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun",
               ("srun",), options=(FP16_ALLREDUCE,)),
-    Framework("horovod-tensorflow", "dlscale.trainers.horovod_tf", "horovodrun", "",
+    Framework("horovod-tensorflow", "dlscale.trainers.horovod_tf", "horovodrun",
               ("srun",), ARRAY_DATASETS, NATIVE_ONLY, options=(FP16_ALLREDUCE,)),
     # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
     # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
-    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", "", ("srun",), ARRAY_DATASETS,
+    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", ("srun",), ARRAY_DATASETS,
               NATIVE_ONLY),
     # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
     # Python 3.11).
-    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", "", ("srun",), ARRAY_DATASETS,
+    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", ("srun",), ARRAY_DATASETS,
               NATIVE_ONLY),
     # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
     # pdsh/ssh launcher of DeepSpeed's own.
@@ -68,10 +63,6 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
                "partitioned across ranks"),)),
 )}
-
-
-def available() -> list[str]:
-    return [f.name for f in FRAMEWORKS.values() if f.available]
 
 
 def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
@@ -90,4 +81,4 @@ def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
 
 def taking(what: str, value: str) -> list[str]:
     """The frameworks whose trainers take a dataset or loader (`what`: "datasets", "loaders")."""
-    return [f.name for f in FRAMEWORKS.values() if f.available and value in getattr(f, what)]
+    return [f.name for f in FRAMEWORKS.values() if value in getattr(f, what)]

@@ -37,7 +37,7 @@ from ...trainers.common.args import (
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
-from .frameworks import FRAMEWORKS, Option, available, taking
+from .frameworks import FRAMEWORKS, Option, taking
 from .tomlfile import Number, StrictModel, limit, load_toml_model
 
 # Limits on what a spec asks for, each with the reason its error gives.
@@ -66,26 +66,7 @@ def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
     return value
 
 
-# Named by the studies (examples/studies/), not runnable yet. A spec naming one loads only
-# for planning (load_spec(..., planning=True)): it parses and expands into runs, so a study's
-# whole matrix can be seen, but it is never submitted. Frameworks say the same through
-# FRAMEWORKS[...].available. Empty while every dataset and loader named has a reader.
-PLANNED_DATASETS: dict[str, str] = {}
-PLANNED_LOADERS: dict[str, str] = {}
 _IMAGE_SIZE = {name: shape.size for name, shape in SHAPES.items()}
-
-
-def _runnable(kind: str, value: str, runnable: list[str] | tuple[str, ...],
-              planned: dict[str, str], info: ValidationInfo) -> str:
-    """A value dlscale can run; or, while planning, one it will run once written."""
-    if value in runnable:
-        return value
-    if value in planned:
-        if (info.context or {}).get("planning"):
-            return value
-        raise ValueError(f"{kind} {value!r} cannot run yet: {planned[value]}; available "
-                         f"now: {', '.join(runnable)}")
-    raise ValueError(f"unknown {kind} {value!r}; allowed: {', '.join([*runnable, *planned])}")
 
 
 def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
@@ -198,13 +179,12 @@ class Experiment(StrictModel):
     @field_validator("frameworks")
     @classmethod
     def _frameworks(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        planned = {f.name: f.note for f in FRAMEWORKS.values() if not f.available}
-        return [_runnable("framework", v, available(), planned, info) for v in values]
+        return [_one_of("framework", v, list(FRAMEWORKS)) for v in values]
 
     @field_validator("loaders")
     @classmethod
     def _loaders(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        values = [_runnable("loader", v, LOADERS, PLANNED_LOADERS, info) for v in values]
+        values = [_one_of("loader", v, LOADERS) for v in values]
         for loader in values:
             _taken_by_every("loaders", loader, info.data.get("frameworks", []))
             synthetic = [d for d in info.data.get("datasets", []) if d in SYNTHETIC]
@@ -225,7 +205,7 @@ class Experiment(StrictModel):
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        values = [_runnable("dataset", v, DATASETS, PLANNED_DATASETS, info) for v in values]
+        values = [_one_of("dataset", v, DATASETS) for v in values]
         for dataset in values:
             _taken_by_every("datasets", dataset, info.data.get("frameworks", []))
         return values
@@ -345,8 +325,6 @@ class LoadedSpec(BaseModel):
         return hashlib.sha256(self.text.encode()).hexdigest()[:12]
 
 
-def load_spec(path: str | Path, planning: bool = False) -> LoadedSpec:
-    """planning=True also takes frameworks, datasets and loaders that cannot run yet
-    (PLANNED_*): for seeing a study's whole matrix, never for submitting it."""
-    text, spec = load_toml_model(path, Spec, {"planning": True} if planning else None)
+def load_spec(path: str | Path) -> LoadedSpec:
+    text, spec = load_toml_model(path, Spec)
     return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -28,7 +28,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ...trainers.common.entry import dlscale_version
-from ..config.frameworks import FRAMEWORKS
 from ..errors import DlscaleError
 from . import gpus
 from .recipes import (  # noqa: F401
@@ -317,9 +316,6 @@ def check_frameworks(frameworks: list[str], home: Path, profile=None,
     device, why = gpus.plan_device(profile, partition)
     problems = []
     for fw in dict.fromkeys(frameworks):
-        if FRAMEWORKS[fw].trainer_module is None:
-            problems.append(f"{fw}: {FRAMEWORKS[fw].note}")
-            continue
         if profile is not None and fw in profile.profile.environments:
             continue
         path = profile.path if profile is not None else None

@@ -103,8 +103,6 @@ def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
     env, env_vars = (slurm_environment(run.framework, profile, home, device) if home is not None
                      else (profile.environments.get(run.framework, Environment()), {}))
     fw = FRAMEWORKS[run.framework]
-    if fw.trainer_module is None:
-        raise PlanError(f"{run.framework}: {fw.note}")
     log_path = RunPaths(run_dir).log
     if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
         raise PlanError(f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "

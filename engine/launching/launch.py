@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...trainers.common.flags import flags_for
 from ..config.frameworks import FRAMEWORKS, option_flags
 from ..paths import METRICS_NAME, RunPaths
 from .envs import EnvStatus, launch_env
@@ -18,28 +19,13 @@ def trainer_args(run: Run, run_dir: Path | None = None, device: str = "cpu") -> 
     (cpu, or cuda on a GPU partition or a machine with NVIDIA GPUs): always explicit, so a
     trainer never picks its device by what its environment happens to import."""
     t = run.training
+    # The run's own axes, then every training knob from the one table the trainer's parser
+    # and the spec's model are made from (trainers/common/flags.py).
     args = ["--model", run.model, "--dataset", run.dataset,
-            "--per-device-batch", str(run.per_device_batch),
-            "--warmup-steps", str(t["warmup_steps"]),
-            "--lr", repr(float(t["lr"])), "--lr-base-batch", str(t["lr_base_batch"]),
-            "--lr-scaling", t["lr_scaling"], "--lr-warmup-epochs", repr(float(t["lr_warmup_epochs"])),
-            "--lr-schedule", t["lr_schedule"], "--momentum", repr(float(t["momentum"])),
-            "--weight-decay", repr(float(t["weight_decay"])),
-            "--precision", run.precision, "--memory-format", t["memory_format"],
-            "--loader", run.loader, "--loader-workers", str(t["loader_workers"]),
-            "--threads", str(t["threads_per_rank"]), "--eval-every", str(t["eval_every"]),
-            "--log-every", str(t["log_every"]), "--seed", str(t["seed"]),
-            "--run-id", run.run_id, "--device", device,
-            "--output", str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME)]
-    args += ["--steps", str(t["steps"])] if t["steps"] else ["--epochs", str(t["epochs"])]
-    if t["target_accuracy"] is not None:
-        args += ["--target-accuracy", repr(float(t["target_accuracy"]))]
-    if t["data_dir"]:
-        args += ["--data-dir", t["data_dir"]]
-    if t["compile"]:
-        args.append("--compile")
-    if t["inject_fault"]:
-        args += ["--inject-fault", t["inject_fault"]]
+            "--per-device-batch", str(run.per_device_batch), "--precision", run.precision,
+            "--loader", run.loader, "--run-id", run.run_id, "--device", device,
+            "--output", str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME),
+            *flags_for(t)]
     if run.comm_benchmark:  # a communication benchmark run (plan.py), not a training run
         args.append("--comm-benchmark")
     return args + option_flags(run.framework, t.get("options") or {})
@@ -50,8 +36,8 @@ def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
     """argv and extra variables to start `ranks` ranks of a framework's trainer on this
     machine, with the python of the framework's own environment."""
     fw = FRAMEWORKS[framework]
-    if fw.trainer_module is None or env.python is None:
-        raise NotImplementedError(f"no local launch recipe for {framework}")
+    if env.python is None:
+        raise NotImplementedError(f"{framework} has no environment to launch on this machine")
     python = env.python
     extra = launch_env(env, home)
     if fw.launcher == "torchrun":  # its standalone rendezvous picks a free port

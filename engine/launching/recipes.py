@@ -75,7 +75,7 @@ class WheelBuild:
     def folder(self) -> str:
         return f"{self.key}-{self.digest}"
 
-    def for_site(self, modules: tuple[str, ...] = (), environ=None) -> "WheelBuild":
+    def for_site(self, modules: tuple[str, ...] = (), environ=None) -> WheelBuild:
         """This build as the site's environment and modules make it."""
         environ = os.environ if environ is None else environ
         site = tuple((k, environ[k]) for k in self.site_env if environ.get(k))
