@@ -228,7 +228,7 @@ def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 
                 folder = tmp / split / name
                 folder.mkdir(parents=True)
                 for i in part:
-                    grey = Image.fromarray(images[i]).resize(size, Image.BICUBIC)
+                    grey = Image.fromarray(images[i]).resize(size, Image.Resampling.BICUBIC)
                     # A random ink and paper colour: three channels that differ, as photos'
                     # do, without changing what the image shows.
                     ink, paper = rng.integers(0, 256, 3), rng.integers(0, 256, 3)

@@ -142,7 +142,7 @@ class _TrainingChecks(StrictModel):
 
 # [training]: one field per knob of the trainers' own table (trainers/common/flags.py), so
 # the spec, the trainers' options and the launch flags cannot drift apart.
-Training = create_model("Training", __base__=_TrainingChecks, **{
+Training: Any = create_model("Training", __base__=_TrainingChecks, **{  # type: ignore[call-overload]
     k.name: (_knob_type(k), Field(default=k.default, description=k.help)) for k in TRAINING})
 
 
@@ -167,6 +167,14 @@ class Experiment(StrictModel):
     # Before the training runs, one short job per framework, model, scale and precision
     # that times the gradient's allreduce (plan.py: comm runs).
     comm_benchmark: StrictBool = False
+
+    @property
+    def batches(self) -> list[int]:
+        """The batch axis: per device (weak scaling) or global (strong); validation leaves
+        exactly the one the scaling needs."""
+        chosen = self.per_device_batch if self.scaling == "weak" else self.global_batch
+        assert chosen is not None
+        return list(chosen)
 
     @field_validator("lr_schedules")
     @classmethod
@@ -261,8 +269,8 @@ def _option_type(opt: Option) -> Any:
 # `[options.FRAMEWORK]` tables, one model per framework with knobs of its own, built from
 # the frameworks table so a new option needs no change here; unknown frameworks and keys
 # are reported with what is allowed, at their line.
-Options = create_model("Options", __base__=StrictModel, **{
-    fw.name: (create_model(f"Options_{fw.name}", __base__=StrictModel, **{
+Options: Any = create_model("Options", __base__=StrictModel, **{  # type: ignore[call-overload]
+    fw.name: (create_model(f"Options_{fw.name}", __base__=StrictModel, **{  # type: ignore[call-overload]
         opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
         for opt in fw.options}), Field(default=None))
     for fw in FRAMEWORKS.values() if fw.options})

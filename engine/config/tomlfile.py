@@ -188,7 +188,8 @@ def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
 def errors_of(exc: ValidationError) -> list[dict[str, Any]]:
     """pydantic's errors, one per place: a value no branch of a union takes (`lr = "fast"`:
     neither a float nor an int) is one problem, not one per branch."""
-    out, seen = [], set()
+    out: list[dict[str, Any]] = []
+    seen = set()
     for err in exc.errors():
         loc = tuple(err["loc"])
         clean = tuple(_parts(loc, err["type"]))
@@ -196,7 +197,7 @@ def errors_of(exc: ValidationError) -> list[dict[str, Any]]:
             if clean in seen:
                 continue
             seen.add(clean)
-        out.append(err)
+        out.append(dict(err))
     return out
 
 

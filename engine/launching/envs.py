@@ -250,6 +250,7 @@ def _from_entry(framework: str, entry: dict, home: Path, check: bool, device: st
                        extras=extras, device=built_for, cuda=facts.get("cuda"),
                        nccl=facts.get("nccl"))
     if check:
+        assert status.python is not None
         problem, status.versions, found = probe_facts(
             status.python, recipe_for(framework, extras, built_for), full_import=False)
         if problem:

@@ -38,8 +38,9 @@ def check_gpus(loaded, runs, profile=None, partition: str | None = None,
         shown = None
     else:
         shown = local_gpus()
-        archs = {g.arch for g in shown}
-        arch = min(archs) if archs and None not in archs else None
+        archs = [g.arch for g in shown]
+        known = [a for a in archs if a is not None]
+        arch = min(known) if known and len(known) == len(archs) else None
         where = f"this machine's {shown[0].name}" + (f" ({arch_name(arch)})" if arch else "")
     for fw in dict.fromkeys(r.framework for r in runs):
         given = profile is not None and fw in profile.profile.environments

@@ -99,9 +99,8 @@ def visible(gpus: tuple[Gpu, ...] | list[Gpu], cuda_visible: str | None) -> list
 
 def local_gpus(environ: dict[str, str] | None = None) -> list[Gpu]:
     """The NVIDIA GPUs a process started here would see."""
-    environ = os.environ if environ is None else environ
-    return visible(_machine_gpus(environ.get("PATH", os.defpath)),
-                   environ.get("CUDA_VISIBLE_DEVICES"))
+    env = os.environ if environ is None else environ
+    return visible(_machine_gpus(env.get("PATH", os.defpath)), env.get("CUDA_VISIBLE_DEVICES"))
 
 
 def local_device(environ: dict[str, str] | None = None) -> str:

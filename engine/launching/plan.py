@@ -124,7 +124,7 @@ def plan(loaded: LoadedSpec) -> Plan:
     runs: list[Run] = []
     comm: list[Run] = []
     skipped: list[tuple[str, str]] = []
-    batches = exp.per_device_batch if exp.scaling == "weak" else exp.global_batch
+    batches = exp.batches
     for model, dataset in itertools.product(exp.models, exp.datasets):
         if not model_fits_dataset(model, dataset):
             skipped.append((model, dataset))
@@ -158,7 +158,7 @@ def _comm_runs(loaded: LoadedSpec, model: str, dataset: str,
     on the model and its classes (the gradient), the scale and the framework's options
     (Horovod's fp16 compression), not on the batch, the loader or the lr schedule."""
     exp = loaded.spec.experiment
-    batch = (exp.per_device_batch if exp.scaling == "weak" else exp.global_batch)[0]
+    batch = exp.batches[0]
     out = []
     for fw, scale, prec in itertools.product(exp.frameworks, exp.scales, exp.precisions):
         if fw not in COMM_BENCHMARK_FRAMEWORKS or scale.devices == 1:

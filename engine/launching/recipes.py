@@ -170,7 +170,8 @@ HOROVOD_SITE_ENV = ("HOROVOD_CUDA_HOME", "CUDA_HOME", "HOROVOD_NCCL_HOME",
                     "HOROVOD_NCCL_INCLUDE", "HOROVOD_NCCL_LIB", "HOROVOD_BUILD_CUDA_CC_LIST")
 
 
-def _gpu_horovod(cpu: WheelBuild, key: str) -> WheelBuild:
+def _gpu_horovod(cpu: Step | WheelBuild, key: str) -> WheelBuild:
+    assert isinstance(cpu, WheelBuild)  # the CPU recipe's Horovod step
     env = tuple(kv for kv in cpu.env if kv[0] != "MAKEFLAGS") + _HOROVOD_GPU + (
         ("MAKEFLAGS", "-j2"),)
     return WheelBuild(cpu.requirement, key, env, cpu.cxx_std, site_env=HOROVOD_SITE_ENV)

@@ -34,8 +34,8 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
     seen: dict[str, str] = {}
     for r in runs:
-        if kinds[r["run_id"]] is not None:
-            seen.setdefault(r["point_id"], kinds[r["run_id"]])
+        if (kind := kinds[r["run_id"]]) is not None:
+            seen.setdefault(r["point_id"], kind)
     by_point: dict[tuple[str, str | None], Point] = {}
     for r in runs:
         device = kinds[r["run_id"]] or seen.get(r["point_id"])
@@ -54,8 +54,8 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.summaries.append(s)
             for values, key in ((p.runtimes, "total_wall_s"), (p.ttas, "time_to_accuracy_s"),
                                 (p.best_top1, "best_top1")):
-                if finite(s.get(key)) is not None:
-                    values.append(finite(s.get(key)))
+                if (value := finite(s.get(key))) is not None:
+                    values.append(value)
     out = list(by_point.values())
     for p in out:
         p.throughput = spread(p.throughputs)
@@ -66,13 +66,17 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     for p in out:
         candidates = singles.get(p.baseline_key(), [])
         if candidates:
-            p.baseline = max(candidates, key=lambda c: c.throughput.mean)
+            p.baseline = max(candidates, key=_mean)
             own = [c for c in candidates if c.framework == p.framework]
-            p.own_baseline = max(own, key=lambda c: c.throughput.mean) if own else None
+            p.own_baseline = max(own, key=_mean) if own else None
     explained.attach(store, out, comm)
     out.sort(key=lambda p: (p.experiment, p.model, p.dataset, p.framework, p.precision,
                             p.per_device_batch, str(p.lr_schedule), p.devices, p.nodes))
     return out
+
+
+def _mean(p: Point) -> float:
+    return p.throughput.mean or 0.0  # singles are the points with a mean
 
 
 def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
@@ -105,7 +109,7 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
         orig = store.run(r["rerun_of"])
         t0 = finite((summaries.get(orig["run_id"]) or {}).get("throughput"))
         t1 = finite((summaries.get(r["run_id"]) or {}).get("throughput"))
-        ok = orig["state"] == r["state"] == "COMPLETED" and t0 and t1 is not None
+        ok = orig["state"] == r["state"] == "COMPLETED"
         out.append({
             "run_id": r["run_id"], "rerun_of": orig["run_id"], "experiment": r["experiment"],
             "framework": r["framework"], "model": r["model"], "nodes": r["nodes"],
@@ -113,6 +117,6 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
             "state": r["state"], "original_state": orig["state"],
             "original_throughput": t0 if orig["state"] == "COMPLETED" else None,
             "rerun_throughput": t1 if r["state"] == "COMPLETED" else None,
-            "ratio": (t1 / t0) if ok else None,
+            "ratio": (t1 / t0) if ok and t0 and t1 is not None else None,
         })
     return out

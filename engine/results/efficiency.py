@@ -77,8 +77,8 @@ def _median(p: Point | None, key: str) -> float | None:
     cache = p.medians
     if key not in cache:
         # type() rather than finite(): a study's results read every field of every summary
-        values = [v for v in (s.get(key) for s in p.summaries)
-                  if type(v) in (int, float) and 0 <= v < math.inf]
+        got: list[Any] = [s.get(key) for s in p.summaries]
+        values = [v for v in got if type(v) in (int, float) and 0 <= v < math.inf]
         cache[key] = statistics.median(values) if values else None
     return cache[key]
 
@@ -86,7 +86,8 @@ def _median(p: Point | None, key: str) -> float | None:
 def _breakdown_why(p: Point) -> str:
     if not p.summaries:
         return "no completed repetition"
-    why = {s.get("breakdown_unavailable") for s in p.summaries} - {None}
+    why = {str(s["breakdown_unavailable"]) for s in p.summaries
+           if s.get("breakdown_unavailable") is not None}
     return "; ".join(sorted(why)) or f"the {p.framework} trainer records no step-time breakdown"
 
 
@@ -112,7 +113,8 @@ def fields(p: Point) -> dict[str, Any]:
         why["exposed_comm_s"] = _breakdown_why(p)
     mean = p.throughput.mean
     step = p.global_batch / mean if mean else None  # the timed steps' mean, whole job
-    other = step - compute - exposed if None not in (step, compute, exposed) else None
+    other = (step - compute - exposed if step is not None and compute is not None
+             and exposed is not None else None)
 
     comm_time = busbw = algbw = None
     rec = (p.comm or {}).get("record")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # before pyplot: a headless backend, whatever the user's default is
 import matplotlib.pyplot as plt  # noqa: E402
@@ -58,8 +59,8 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
             continue
         if isinstance(container, ErrorbarContainer):
             line = container.lines[0]
-            out.series[label] = [(float(x), float(y))
-                                 for x, y in zip(line.get_xdata(), line.get_ydata())]
+            xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+            out.series[label] = [(float(x), float(y)) for x, y in zip(xs, ys)]
             out.colors[label] = matplotlib.colors.to_hex(line.get_color())
         elif isinstance(container, BarContainer):
             out.series[label] = [(float(p.get_x() + p.get_width() / 2), float(p.get_height()))
@@ -192,7 +193,8 @@ def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> F
                        for name, r in bars], fontsize="small")
     ax.set_xlabel("scale (nodes x ranks per node)")
     ax.set_ylabel("time per step (ms)")
-    tops = bottom + [y for line in ax.get_lines() for y in line.get_ydata()]
+    tops = bottom + [float(y) for line in ax.get_lines()
+                     for y in np.asarray(line.get_ydata(), float)]
     ax.set_ylim(0, 1.15 * max(tops) or 1.0)  # room above the tallest bar for the legend
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)

@@ -84,5 +84,5 @@ def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "your_devices": pick["ranks"] if pick else None,
                     "your_loader": pick["loader"] if pick else None,
                     "same_scale": bool(same),
-                    "same_loader": bool(pick) and n.loader in ("", pick["loader"])})
+                    "same_loader": pick is not None and n.loader in ("", pick["loader"])})
     return out

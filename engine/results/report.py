@@ -99,7 +99,11 @@ def _shown(path: str | Path) -> str:
 def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     envs = store.last_records("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
-    nodes, devices, launchers, dlscale_versions, jobs = set(), Counter(), set(), set(), set()
+    nodes: set[str] = set()
+    devices: Counter[str] = Counter()
+    launchers: set[str] = set()
+    dlscale_versions: set[str] = set()
+    jobs: set[str] = set()
     for r in runs:
         env = envs.get(r["run_id"])
         if not env:
@@ -167,7 +171,8 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
              "the half-width of its Student-t 95% confidence interval, CV the coefficient "
              "of variation; * = noisy (CV > 5%)."]
     notes += [line for line in tables.baselines_note(rows).splitlines() if line]
-    energy = {(r.get("unmeasured") or {}).get("images_per_joule") for r in rows} - {None}
+    energy = {str(why) for r in rows
+              if (why := (r.get("unmeasured") or {}).get("images_per_joule")) is not None}
     notes += ["images/J: images trained per joule of the devices' energy over the timed "
               "steps (NVML on GPUs, the CPU packages' RAPL counters)" + (
                   f"; not measured: {'; '.join(sorted(energy))}" if energy else "") + "."]
@@ -205,11 +210,11 @@ def _loader_table(rows: list[dict[str, Any]]) -> Table | None:
         base = by.get(loaders[0])
         cells = [model, fw, f"{n}x{rpn}", str(batch), prec]
         for ld in loaders:
-            r = by.get(ld)
-            cells.append(tables.throughput_text(r) if r else "-")
+            at = by.get(ld)
+            cells.append(tables.throughput_text(at) if at else "-")
         for ld in loaders[1:]:
-            r = by.get(ld)
-            ratio = analysis.speedup(r["throughput"] if r else None,
+            other = by.get(ld)
+            ratio = analysis.speedup(other["throughput"] if other else None,
                                      base["throughput"] if base else None)
             cells.append(tables.fmt(ratio))
         body.append(cells)
