@@ -1,10 +1,11 @@
 """What a watcher tick and a submission cost through Slurm's commands and through pyslurm.
 
-Against the running Slurm 25.11 test cluster: holds N pending jobs (1, 50, 200; held, so
+Against the running Slurm 25.11 test cluster: holds N pending jobs (1, 100, 1,000; held, so
 they stay put) and times a poll of all of them by each backend, median of rounds, each
-backend fresh per round (nothing cached); then times submitting held jobs one by one.
-Through the commands a poll is one `sacct` (plus `squeue` every third tick: averaged over
-three ticks); through pyslurm one controller query (`pyslurm.Jobs.load`).
+backend fresh per round (nothing cached), and counts the commands or API calls a tick makes
+(averaged over three ticks); then times submitting held jobs one by one. Through the
+commands a poll is one `sacct` (plus `squeue` every third tick); through pyslurm one
+controller query (`pyslurm.Jobs.load`).
 
     eval "$(tests/slurm/cluster --slurm 25.11 up)"
     .venv/bin/python benchmarks/slurm_backends.py
@@ -16,14 +17,49 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 from dlscale.engine.backends.base import JobRequest
 from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
-from dlscale.engine.backends.slurm import SlurmCLI
+from dlscale.engine.backends.slurm import SlurmCLI, run_command
 
 ROUNDS = 5
 SUBMITS = 10
+SIZES = (1, 100, 1000)
+CALLS: Counter = Counter()  # commands and API calls made, by name
+
+
+def counting_runner(argv, *args, **kwargs):
+    CALLS[argv[0]] += 1
+    return run_command(argv, *args, **kwargs)
+
+
+class _Counted:
+    """A pyslurm class whose load() is counted."""
+
+    def __init__(self, cls, name: str) -> None:
+        self.cls, self.name = cls, name
+
+    def load(self, *args, **kwargs):
+        CALLS[self.name] += 1
+        return self.cls.load(*args, **kwargs)
+
+
+def counting_pyslurm() -> PyslurmBackend:
+    backend = PyslurmBackend()
+    api = backend.api
+    names = {k: getattr(api, k) for k in dir(api) if not k.startswith("__")}
+    names.update(Jobs=_Counted(api.Jobs, "pyslurm.Jobs.load"),
+                 db=SimpleNamespace(Jobs=_Counted(api.db.Jobs, "pyslurm.db.Jobs.load"),
+                                    JobFilter=api.db.JobFilter))
+    backend.api = SimpleNamespace(**names)
+    return backend
+
+
+def counting_cli() -> SlurmCLI:
+    return SlurmCLI(runner=counting_runner)
 
 
 def held_jobs(n: int) -> list[str]:
@@ -32,9 +68,11 @@ def held_jobs(n: int) -> list[str]:
             for _ in range(n)]
 
 
-def tick_seconds(make, ids: list[str]) -> float:
-    """Median over rounds of one tick's time, averaged over three ticks of a fresh watcher."""
+def tick_seconds(make, ids: list[str]) -> tuple[float, float]:
+    """Median over rounds of one tick's time, averaged over three ticks of a fresh watcher;
+    and the calls one tick makes, on average."""
     times = []
+    CALLS.clear()
     for _ in range(ROUNDS):
         watcher = make()
         t0 = time.perf_counter()
@@ -42,7 +80,7 @@ def tick_seconds(make, ids: list[str]) -> float:
             out = watcher.poll(ids)
         times.append((time.perf_counter() - t0) / 3)
         assert len(out) == len(ids) and {s.state for s in out.values()} == {"PENDING"}
-    return statistics.median(times)
+    return statistics.median(times), sum(CALLS.values()) / (3 * ROUNDS)
 
 
 def submit_seconds(scheduler, folder: Path) -> tuple[float, list[str]]:
@@ -64,15 +102,18 @@ def main() -> None:
     results: dict = {"slurm": version.strip()}
     made: list[str] = []
     try:
-        print(f"{'jobs':>5} {'commands ms':>12} {'pyslurm ms':>11} {'commands/pyslurm':>17}")
-        made += held_jobs(200)
-        for n in (1, 50, 200):
+        print(f"{'jobs':>5} {'commands ms':>12} {'calls/tick':>10} {'pyslurm ms':>11} "
+              f"{'calls/tick':>10} {'commands/pyslurm':>17}")
+        made += held_jobs(max(SIZES))
+        for n in SIZES:
             ids = made[:n]
-            cli = tick_seconds(SlurmCLI, ids)
-            py = tick_seconds(PyslurmBackend, ids)
-            results[f"tick_{n}"] = {"commands_ms": cli * 1000, "pyslurm_ms": py * 1000,
+            cli, cli_calls = tick_seconds(counting_cli, ids)
+            py, py_calls = tick_seconds(counting_pyslurm, ids)
+            results[f"tick_{n}"] = {"commands_ms": cli * 1000, "commands_per_tick": cli_calls,
+                                    "pyslurm_ms": py * 1000, "pyslurm_calls_per_tick": py_calls,
                                     "ratio": cli / py}
-            print(f"{n:>5} {cli * 1000:>12.1f} {py * 1000:>11.1f} {cli / py:>17.1f}")
+            print(f"{n:>5} {cli * 1000:>12.1f} {cli_calls:>10.2f} {py * 1000:>11.1f} "
+                  f"{py_calls:>10.2f} {cli / py:>17.1f}")
         with tempfile.TemporaryDirectory() as tmp:
             cli_s, _ = submit_seconds(SlurmCLI(), Path(tmp))
             py_s, _ = submit_seconds(PyslurmBackend(), Path(tmp))
