@@ -15,9 +15,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
@@ -159,22 +160,7 @@ class PyslurmBackend(SlurmJobs, Backend):
             forgotten = [j for j in live if j not in seen]
             if forgotten:
                 ok &= self._from_database(forgotten)
-        self.last_poll_ok = ok
-        if ok:
-            self._failures = 0
-        else:
-            self._failures += 1
-            if self._failures >= self.max_failures:
-                raise ControllerUnreachable(
-                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}")
-        out = {}
-        for j in job_ids:
-            job = self._cache.get(j)
-            if job is not None:
-                out[j] = JobStatus(j, job.state, job.reason, job.nodes,
-                                   float(job.elapsed_s) if job.elapsed_s is not None else None,
-                                   job.exit_code)
-        return out
+        return self._answer(ok, job_ids)
 
     def _from_database(self, job_ids: list[str]) -> bool:
         ids = sorted({int(j.split("_")[0]) for j in job_ids})

@@ -154,22 +154,7 @@ class SlurmCLI(SlurmJobs, Backend):
             if still_live and (self._need_squeue or self._polls % self.squeue_every == 0
                                or not self.controller_ok):
                 ok &= self._squeue(still_live)
-        self.last_poll_ok = ok
-        if ok:
-            self._failures = 0
-        else:
-            self._failures += 1
-            if self._failures >= self.max_failures:
-                raise ControllerUnreachable(
-                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}")
-        out = {}
-        for j in job_ids:
-            job = self._cache.get(j)
-            if job is not None:
-                out[j] = JobStatus(j, job.state, job.reason, job.nodes,
-                                   float(job.elapsed_s) if job.elapsed_s is not None else None,
-                                   job.exit_code)
-        return out
+        return self._answer(ok, job_ids)
 
     def _squeue(self, job_ids: list[str]) -> bool:
         # By user, not by id list: squeue fails the whole call if one id is already purged.
