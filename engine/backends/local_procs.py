@@ -106,8 +106,9 @@ def signal_job(pid: int | None, mark: str | None, token: str | None, sig: int) -
     sent = 0
     if pid and mark and _signal_if(pid, sig, lambda p: _is_launcher(p, mark), group=True):
         sent += 1
-    for p in job_processes(token):
-        sent += _signal_if(p, sig, lambda q: _has_token(q, token))
+    if token:
+        for p in job_processes(token):
+            sent += _signal_if(p, sig, lambda q: _has_token(q, token))
     return sent
 
 

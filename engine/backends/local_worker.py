@@ -77,7 +77,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             if now - last_ingest > INGEST_EVERY_S:  # partial results survive a killed run
                 store.ingest(job["run_id"], metrics)
                 last_ingest = now
-                cancelled = store.job("local", job["job_id"])["state"] == "CANCELLED"
+                cancelled = (store.job("local", job["job_id"]) or {}).get("state") == "CANCELLED"
             if term_sent is None and (cancelled or stopping.get("signal")):
                 _signal_launcher(proc, signal.SIGTERM)
                 term_sent = now
@@ -91,6 +91,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             log.write(f"dlscale: stopped {left} process(es) of this job that outlived its "
                       "launcher\n".encode())
     row = store.job("local", job["job_id"])
+    assert row is not None  # the worker's own job: nothing deletes it while it runs
     if row["state"] == "CANCELLED":
         finalize_run(store, job["run_id"], "CANCELLED")
     elif term_sent and stopping.get("signal"):  # not a job that ended on its own meanwhile

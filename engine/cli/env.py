@@ -39,7 +39,7 @@ def _site(framework: str, profile_path: str | None, partition: str | None,
         if limit is not None and not limit.runs_on(gpus.parse_arch(part.gpu_arch)):
             raise UserError(f"{framework} --gpu: it cannot run on partition {part.name}'s "
                             f"GPUs ({part.gpu_arch}, {profile_path}): {limit.why}")
-        environ["HOROVOD_BUILD_CUDA_CC_LIST"] = part.gpu_arch.removeprefix("sm_")
+        environ["HOROVOD_BUILD_CUDA_CC_LIST"] = str(part.gpu_arch).removeprefix("sm_")
     return tuple(loaded.profile.modules), environ
 
 
@@ -140,6 +140,7 @@ def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
         name = fw if device == "cpu" else f"{fw} (GPU)"
         st = envs.resolve(fw, home, check=False, device=device)
         facts: dict = {}
+        versions: dict[str, str]
         if st.python is None:
             problem, versions = st.problem, {}
         else:

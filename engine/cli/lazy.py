@@ -28,5 +28,5 @@ class LazyGroup(click.Group):
         rows = [(name, self.lazy[name][2]) for name in self.list_commands(ctx)]
         limit = formatter.width - 6 - max(len(name) for name, _ in rows)
         with formatter.section("Commands"):
-            formatter.write_dl([(name, click.utils.make_default_short_help(text, limit))
+            formatter.write_dl([(name, click.utils.make_default_short_help(text, limit))  # type: ignore[operator]
                                 for name, text in rows])

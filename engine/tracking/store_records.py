@@ -8,6 +8,9 @@ count and trusted records by shape, is checked once when opened (`revalidate`).
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,10 @@ _SHOWN_PER_RUN = 3
 
 class Records:
     """Mixed into Store: uses its `conn`, `transaction()` and `run()`."""
+
+    conn: sqlite3.Connection
+    transaction: Callable[[], AbstractContextManager[Any]]
+    run: Callable[[str], dict[str, Any]]
 
     def ingest(self, run_id: str, path: str | Path) -> int:
         """Read the records written since the last ingest; return how many were new.
