@@ -94,6 +94,7 @@ class Session:
         self._submit_lock = threading.Lock()
         self.submitter = study.make_scheduler
         self._choice = threading.Lock()  # backend, profile, partition change together
+        self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
@@ -196,7 +197,7 @@ class Session:
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 new += tick.new_records
-        rows = queue.rows(self.store, experiment)
+        rows = self._queue.rows(self.store, experiment)
         return Snapshot(experiment, rows, queue.counts(rows), reachable, warning, new,
                         self.experiments())
 
