@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
-from .messages import EngineFailed, ResultsLoaded
+from .messages import EngineFailed, ReportWritten, ResultsLoaded
 from .widgets import Banner
 
 COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
@@ -47,7 +47,7 @@ class ResultsScreen(Screen):
         Binding("o", "next_model", "Model"),
         Binding("r", "reload", "Reload"),
         Binding("w", "write_report", "Report"),
-        Binding("e", "next_experiment", "Next exp."),
+        Binding("e", "app.next_experiment", "Next exp."),
     ]
 
     def __init__(self) -> None:
@@ -66,20 +66,27 @@ class ResultsScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.app.views["results"] = self
         table = self.query_one("#results", DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
         self.action_reload()
+        self.watch(self.app, "snapshot", self.show_snapshot, init=False)
+        self.watch(self.app, "experiment", self.experiment_changed, init=False)
 
     def on_screen_resume(self) -> None:
         self.action_reload()
 
-    def show_snapshot(self, snap: Snapshot) -> None:
+    def show_snapshot(self, snap: Snapshot | None) -> None:
         """Reload when runs finish (new numbers), not on every tick."""
+        if snap is None:
+            return
         done = sum(snap.counts.get(s, 0) for s in ("COMPLETED", "FAILED", "TIMEOUT"))
         if done != self._completed:
             self._completed = done
+            self.action_reload()
+
+    def experiment_changed(self) -> None:
+        if self.is_current:  # a hidden screen reloads when it is shown again
             self.action_reload()
 
     def action_reload(self) -> None:
@@ -147,13 +154,8 @@ class ResultsScreen(Screen):
         except Exception as exc:
             self.post_message(EngineFailed("report", describe(exc)))
             return
-        self.app.call_from_thread(self.notify, f"report written: {path.resolve()}",
-                                  title="report", timeout=15)
+        self.post_message(ReportWritten(path.resolve()))
 
-    def action_next_experiment(self) -> None:
-        snap = self.app.snapshot
-        names = snap.experiments if snap else []
-        if len(names) > 1:
-            at = names.index(self.app.experiment) if self.app.experiment in names else -1
-            self.app.experiment = names[(at + 1) % len(names)]
-            self.action_reload()
+    def on_report_written(self, message: ReportWritten) -> None:
+        message.stop()
+        self.notify(f"report written: {message.path}", title="report", timeout=15)
