@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from . import study
+from .backends.base import Backend
+from .backends.registry import BACKENDS, make_backend
 from .config import specfile
 from .config.frameworks import FRAMEWORKS
-from .config.profile import LoadedProfile, load_profile, time_to_seconds
+from .config.profile import LoadedProfile, load_profile
 from .config.spec import LoadedSpec
 from .errors import PlanError, UserError
 from .launching import envs
@@ -24,8 +26,7 @@ from .launching.estimate import estimate
 from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
-from .schedulers.base import Scheduler
-from .tracking import queue
+from .tracking import follow, queue
 from .tracking.monitor import Tick, sync
 from .tracking.store import ACTIVE, Store, default_home
 from .tracking.store_health import damage_message as _damage
@@ -75,39 +76,44 @@ class Snapshot:
 class Session:
     def __init__(self, home: str | Path | None = None, backend: str = "local",
                  profile_path: str | None = None, partition: str | None = None) -> None:
-        if backend not in study.BACKENDS:
-            raise UserError(f"--backend {backend!r}: unknown; allowed: "
-                            f"{', '.join(study.BACKENDS)}")
-        self.backend = backend
-        self.partition = partition
-        self.profile: LoadedProfile | None = load_profile(profile_path) if profile_path else None
-        if backend == "slurm" and self.profile is None:
-            raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
+        if backend not in BACKENDS:
+            raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
         self._local = threading.local()
         self.home = Path(home) if home else default_home()
         _ = self.store  # open it now: a store that cannot open is an error at start, not later
-        self._lock = threading.Lock()       # one scheduler client, used by one thread at a time
-        self._schedulers: dict[str, Scheduler] = {}
+        self._lock = threading.Lock()       # one backend client, used by one thread at a time
+        self._followers: dict[str, Backend] = {}
         # Submitting (sbatch, retried while a controller is slow) can take minutes: it has a
-        # lock and a scheduler client of its own, so the queue refreshes meanwhile and shows
-        # the runs being submitted. `submitter(backend, store)` makes that client.
+        # lock and a backend client of its own, so the queue refreshes meanwhile and shows
+        # the runs being submitted. `submitter(name, store, profile, partition)` makes it.
         self._submit_lock = threading.Lock()
-        self.submitter = study.make_scheduler
+        self.submitter = make_backend
         self._choice = threading.Lock()  # backend, profile, partition change together
         self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
+        self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
+
+    def _choose(self, backend: str, profile: LoadedProfile | None,
+                partition: str | None) -> None:
+        """Where submissions go from now on; the target backend is made once per choice
+        (pyslurm's probe runs a child process)."""
+        target = make_backend(backend, self.store, profile, partition)
+        if target.needs_profile and profile is None:
+            raise PlanError(f"--backend {backend} needs --profile CLUSTER.toml (see "
+                            "examples/clusters/)")
+        if profile is not None:
+            profile.profile.partition(partition)  # raises PlanError when unknown
+        with self._choice:
+            self.backend, self.profile, self.partition = backend, profile, partition
+            self.target = target
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
         Raises SpecError (file:line: field) for a profile that does not validate and
         PlanError for an unknown partition; the current choice is kept then."""
         if not profile_path:
-            with self._choice:
-                self.backend, self.profile, self.partition = "local", None, None
+            self._choose("local", None, None)
             return
-        profile = load_profile(profile_path)
-        profile.profile.partition(partition)  # raises PlanError when unknown
-        with self._choice:
-            self.backend, self.profile, self.partition = "slurm", profile, partition
+        self._choose("slurm", load_profile(profile_path), partition)
 
     # SQLite connections are not shared between threads: each thread gets its own.
     @property
@@ -117,21 +123,18 @@ class Session:
             s = self._local.store = Store(self.home)
         return s
 
-    def _scheduler(self, backend: str) -> Scheduler:
-        if backend == "local":  # holds a store, so one per thread
-            return study.make_scheduler("local", self.store)
-        if backend not in self._schedulers:
-            self._schedulers[backend] = study.make_scheduler(backend, self.store)
-        return self._schedulers[backend]
+    def _follower(self, name: str) -> Backend:
+        """The backend that polls the jobs recorded with `name`; one per name, kept for its
+        caches (one that holds a store, the local one, is made per thread)."""
+        made = self._followers.get(name)
+        if made is None or getattr(made, "store", self.store) is not self.store:
+            made = self._followers[name] = make_backend(name, self.store)
+        return made
 
     @property
     def where(self) -> str:
-        """The header's words: backend, and cluster:partition for Slurm."""
-        if self.backend == "local":
-            return "local"
-        assert self.profile is not None
-        part = self.profile.profile.partition(self.partition).name
-        return f"slurm {self.profile.profile.name}:{part}"
+        """The header's words: the backend, and cluster:partition for Slurm."""
+        return self.target.describe()
 
     # --- build ---------------------------------------------------------------------------
 
@@ -139,7 +142,7 @@ class Session:
         """Each framework, and why it cannot be chosen here: no trainer yet, or no working
         environment on this machine (the fix, `dlscale env create ...`, is in the reason).
         On Slurm, a framework the profile gives an environment is the site's word."""
-        profile = self.profile if self.backend == "slurm" else None
+        profile = self.target.site_profile()
         out = []
         for f in FRAMEWORKS.values():
             problems = envs.check_frameworks([f.name], self.home, profile)
@@ -157,20 +160,14 @@ class Session:
         p = plan(loaded)
         refusals: list[specfile.Problem] = []
         try:
-            study.check_plan(loaded, p, self.backend, self.profile, self.partition, self.home)
+            study.check_plan(loaded, p, self.target, self.home)
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
         done = {r["run_id"] for r in self.store.runs(loaded.spec.experiment.name,
                                                       states=("COMPLETED",))}
         todo = [r for r in p.runs if r.run_id not in done]
-        limit = None
-        if self.profile is not None and self.backend == "slurm":
-            part = self.profile.profile.partition(self.partition)
-            limits = [time_to_seconds(t) for t in (self.profile.profile.time_limit,
-                                                   part.max_time) if t]
-            secs = min((s for s in limits if s), default=None)
-            if secs:
-                limit = sum(r.devices for r in todo) * secs / 3600
+        secs = self.target.time_limit_s()
+        limit = sum(r.devices for r in todo) * secs / 3600 if secs else None
         return Preview(len(p.runs), len(todo), sum(r.devices for r in todo),
                        estimate(self.store, todo).text(todo), limit, tuple(refusals), loaded)
 
@@ -178,8 +175,8 @@ class Session:
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
-            return study.submit(self.store, loaded, backend, profile, partition,
-                                self.submitter(backend, self.store))
+            return study.submit(self.store, loaded,
+                                self.submitter(backend, self.store, profile, partition))
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -192,8 +189,8 @@ class Session:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
         reachable, warning, new = True, None, 0
         with self._lock:
-            for backend in study.backends_in_use(self.store):
-                tick: Tick = sync(self.store, self._scheduler(backend))
+            for backend in follow.backends_in_use(self.store):
+                tick: Tick = sync(self.store, self._follower(backend))
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 new += tick.new_records
@@ -203,11 +200,12 @@ class Session:
 
     def cancel(self, run_ids: list[str]) -> list[str]:
         with self._lock:
-            return study.cancel(self.store, run_ids)
+            return follow.cancel(self.store, run_ids)
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
         with self._submit_lock:
-            return study.resubmit(self.store, run_ids, scheduler_for=self.submitter)
+            return study.resubmit(self.store, run_ids,
+                                  lambda name: self.submitter(name, self.store))
 
     def log_path(self, run_id: str) -> Path:
         return RunPaths.of(self.store.run(run_id)).log

@@ -1,95 +1,45 @@
-"""What the CLI and the TUI do with a study: plan it, submit it, cancel, look it up.
+"""What the CLI and the TUI do with a study: check it, submit it, repeat runs.
 
+Written once for every backend: what differs between the places a run can go (whether it
+fits, preparing its job, submitting, repeating it) is the backend's (engine/backends/).
 Both front ends call these functions and nothing below them, so they behave alike.
 """
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config.profile import LoadedProfile
+from .backends.base import Backend, JobRequest
 from .config.spec import LoadedSpec
-from .errors import (
-    ControllerUnreachable,
-    DlscaleError,
-    NotFoundError,
-    PlanError,
-    SubmitError,
-    UserError,
-)
-from .launching import envs, jobscript
-from .launching.launch import local_command
+from .errors import DlscaleError, PlanError, SubmitError, UserError
+from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import RunPaths
-from .schedulers.base import JobRequest, Scheduler
-from .schedulers.local import LocalScheduler, check_fits
-from .schedulers.slurm import SlurmCLI
-from .tracking.monitor import sync
+from .tracking.follow import find_run
 from .tracking.recovery import write_run_file
-from .tracking.store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, SUBMITTING, Store, default_home
-
-BACKENDS = ("local", "slurm")
+from .tracking.store import ACTIVE, SUBMITTING, Store
 
 
-def pyslurm_status() -> str:
-    """Why the pyslurm backend is or is not used (PyPI's pyslurm targets Slurm 25.11)."""
-    try:
-        import pyslurm  # type: ignore[import-not-found]  # noqa: F401
-    except Exception as exc:  # ImportError, or a build for another Slurm failing to load
-        return f"pyslurm not usable here ({type(exc).__name__}); using Slurm's commands"
-    return ("pyslurm imports, but dlscale's pyslurm backend is not written yet; "
-            "using Slurm's commands")
-
-
-def make_scheduler(backend: str, store: Store) -> Scheduler:
-    if backend == "local":
-        return LocalScheduler(store)
-    if backend == "slurm":
-        return SlurmCLI()
-    raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
-
-
-def check_plan(loaded: LoadedSpec, p: Plan, backend: str,
-               profile: LoadedProfile | None = None, partition: str | None = None,
-               home: Path | None = None) -> None:
-    """Everything that can be refused is refused before anything is submitted: a
-    framework without a working environment too, with the command that builds it."""
-    home = Path(home) if home else default_home()
-    site = profile if backend == "slurm" else None
+def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> None:
+    """Everything that can be refused is refused before anything is submitted: what the
+    place cannot hold, and a framework without a working environment there, with the
+    command that builds it."""
+    if backend.needs_profile and backend.site_profile() is None:
+        raise PlanError(backend.refusals(loaded, p.runs)[0])
+    site = backend.site_profile()
     problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
-                envs.check_frameworks([r.framework for r in p.runs], home, site)]
+                envs.check_frameworks(sorted({r.framework for r in p.runs}), home, site,
+                                      backend.site_partition())]
     needs: dict[str, set[str]] = {}
     for r in p.runs:
         needs.setdefault(r.framework, set()).add(r.loader)
     problems += [f"{loaded.path}: experiment.loaders: {problem}" for problem in
-                 envs.check_loaders(needs, home, site)]
-    seen = set()
-    if backend == "slurm" and profile is None:
-        raise PlanError("--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)")
-    for run in p.runs:
-        key = (run.nodes, run.ranks_per_node)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            if backend == "local":
-                check_fits(run.nodes, run.ranks_per_node, run.training["threads_per_rank"],
-                           f"{loaded.path}: experiment.scales {run.scale}")
-            else:
-                assert profile is not None
-                jobscript.check_fits(run, profile.profile.partition(partition), profile.path)
-                jobscript.launcher_for(run, profile.profile.environments.get(
-                    run.framework, jobscript.Environment()))
-        except PlanError as exc:
-            problems.append(str(exc))
-    data_dir = loaded.spec.training.data_dir
-    if backend == "local" and data_dir and not Path(data_dir).is_dir():
-        problems.append(f"{loaded.path}: training.data_dir: {data_dir} is not a folder here")
+                 envs.check_loaders(needs, home, site, backend.site_partition())]
+    problems += backend.refusals(loaded, p.runs)
     if problems:
         raise PlanError("\n".join(problems))
 
@@ -108,78 +58,99 @@ class SubmitReport:
             r for r, _ in self.failed_to_submit]
 
 
-def _slurm_request(run: Run, run_dir: Path, loaded: LoadedSpec, profile: LoadedProfile,
-                   partition: str | None, home: Path) -> JobRequest:
-    """Render job.sh into the run folder, with the spec and profile beside it, and check
-    that bash can parse it before Slurm sees it."""
-    paths = RunPaths(run_dir)
-    script = paths.job_script
-    script.write_text(jobscript.render(run, profile, run_dir, loaded.path, partition,
-                                       home=home))
-    paths.profile.write_text(profile.text)
-    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-    if check.returncode != 0:
-        raise PlanError(f"{script}: the rendered job script does not parse: "
-                        f"{check.stderr.strip()}")
-    return JobRequest(run.run_id, run_dir, ["sbatch", str(script)], {}, run.nodes,
-                      run.ranks_per_node, run.training["threads_per_rank"],
-                      f"{run.experiment}:{run.label()}")
-
-
-def submit(store: Store, loaded: LoadedSpec, backend: str,
-           profile: LoadedProfile | None = None, partition: str | None = None,
-           scheduler: Scheduler | None = None) -> SubmitReport:
+def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     """Submit the runs of a spec that have not completed. Each run is claimed in the store
-    first (claim_run), so two submissions of one spec at once never submit a run twice;
-    a run that cannot be handed to the scheduler is released with the reason (`not
-    submitted: ...`) and reported, never left half-submitted."""
+    first (claim_run), so two submissions of one spec at once never submit a run twice; a
+    run that cannot be handed to the backend is released with the reason (`not submitted:
+    ...`) and reported, never left half-submitted."""
     p = plan(loaded)
-    check_plan(loaded, p, backend, profile, partition, store.home)
-    environments = {fw: envs.resolve(fw, store.home, check=False)
-                    for fw in {r.framework for r in p.runs}} if backend == "local" else {}
-    scheduler = scheduler or make_scheduler(backend, store)
+    check_plan(loaded, p, backend, store.home)
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.
     spec_path = str(Path(loaded.path).resolve())
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
+    claimed: list[tuple[Run, dict, bool]] = []
     for run in p.runs:
         row = store.add_run(run)
         if row["state"] == "COMPLETED":
             report.completed.append(run)
             continue
-        claimed = store.claim_run(run.run_id, skip=("COMPLETED",))
-        if claimed is None:  # queued, running, or being submitted by another dlscale
+        mine = store.claim_run(run.run_id, skip=("COMPLETED",))
+        if mine is None:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
+        claimed.append((run, mine, row["state"] not in ("PLANNED", SUBMITTING)))
 
-        def request(run_dir: Path, run: Run = run) -> JobRequest:
-            RunPaths(run_dir).spec.write_text(loaded.text)
-            if backend == "slurm":
-                assert profile is not None
-                return _slurm_request(run, run_dir, loaded, profile, partition, store.home)
-            argv, env = local_command(run, run_dir, environments[run.framework], store.home)
-            return JobRequest(run.run_id, run_dir, argv, env, run.nodes, run.ranks_per_node,
-                              run.training["threads_per_rank"],
-                              f"{run.experiment}:{run.label()}")
-        try:
-            _hand_over(store, claimed, scheduler, request, spec_path, loaded.digest)
-        except ControllerUnreachable as exc:
-            # Nothing more can be submitted now; what was submitted stays tracked.
-            report.failed_to_submit.append((run, str(exc)))
-            break
-        except SubmitError as exc:
-            # One refused job does not stop the others, and nothing already queued is lost.
-            report.failed_to_submit.append((run, str(exc)))
-            continue
-        except Exception as exc:
-            # Anything else (a script that does not parse, a folder that cannot be written,
-            # a bug) would most likely stop the next run too: stop here and say why.
-            report.failed_to_submit.append((run, not_submitted_because(exc)))
-            break
-        again = row["state"] not in ("PLANNED", SUBMITTING)
-        (report.resubmitted if again else report.submitted).append(run)
+    def prepare(run: Run, row: dict) -> JobRequest:
+        paths = RunPaths.of(row)
+        paths.spec.write_text(loaded.text)
+        return backend.prepare(run, paths, loaded)
+    _hand_over_all(store, backend, claimed, prepare, report, spec_path, loaded.digest)
     return report
+
+
+def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict, bool]],
+                   prepare, report: SubmitReport, spec_path: str, spec_digest: str) -> None:
+    """Prepare each claimed run's job, submit them (all at once where the backend can),
+    record the jobs. A run whose job could not be made or was refused is released with
+    why; anything unexpected (a bug, a folder that cannot be written, Ctrl-C) stops the
+    submission there, and every claimed run not yet submitted is released, saying so."""
+    settled: set[str] = set()
+    ready: list[tuple[Run, dict, bool, JobRequest]] = []
+    stop: BaseException | None = None
+    try:
+        for run, row, again in claimed:
+            try:
+                store.set_aside(row)
+                write_run_file(row, RunPaths.of(row).root, backend.name, spec_path, spec_digest)
+                ready.append((run, row, again, prepare(run, row)))
+            except (PlanError, OSError) as exc:
+                _release(store, row, exc, backend)
+                settled.add(row["run_id"])
+                report.failed_to_submit.append((run, not_submitted_because(exc)))
+                if not isinstance(exc, PlanError):
+                    stop = exc
+                    break
+        outcomes = backend.submit_many([request for *_, request in ready]) if ready else []
+        for (run, row, again, request), outcome in zip(ready, outcomes):
+            settled.add(row["run_id"])
+            if isinstance(outcome, Exception):
+                _release(store, row, outcome, backend)
+                report.failed_to_submit.append((run, not_submitted_because(outcome)))
+                continue
+            _record(store, backend, row, outcome, request)
+            (report.resubmitted if again else report.submitted).append(run)
+    except BaseException as exc:
+        stop = exc
+        raise
+    finally:
+        for run, row, _ in claimed:  # never left SUBMITTING, whatever happened
+            if row["run_id"] not in settled:
+                _release(store, row, stop or RuntimeError("not reached"), backend)
+                if stop is not None and not isinstance(stop, (KeyboardInterrupt, SystemExit)):
+                    report.failed_to_submit.append((run, not_submitted_because(stop)))
+
+
+def _record(store: Store, backend: Backend, row: dict, job_id: str,
+            request: JobRequest) -> None:
+    """The job the backend accepted, in the store; if the store refuses it, the run says
+    so (the job exists: cancel it there or let it run)."""
+    if backend.records_its_jobs():
+        return
+    try:
+        store.add_job(backend.name, job_id, row["run_id"], "PENDING", backend.payload(request))
+    except Exception as exc:
+        store.release_run(row["run_id"], "FAILED", (
+            f"not recorded: {backend.name} job {job_id} was submitted but the store refused "
+            f"it ({not_submitted_because(exc)}); cancel it there or let it run"))
+        raise
+
+
+def _release(store: Store, row: dict, exc: BaseException, backend: Backend,
+             refused: str = "PLANNED") -> None:
+    store.release_run(row["run_id"], "FAILED" if isinstance(exc, SubmitError) else refused,
+                      f"not submitted: {not_submitted_because(exc)}")
 
 
 def not_submitted_because(exc: BaseException) -> str:
@@ -190,35 +161,29 @@ def not_submitted_because(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _hand_over(store: Store, row: dict, scheduler: Scheduler, request, spec_path: str = "",
-               spec_digest: str = "", refused: str = "PLANNED") -> str:
-    """Submit a run this process has claimed: set its earlier attempt aside, write its
-    record (run.json) and job, hand it to the scheduler and record the job. Whatever goes
-    wrong on the way, even Ctrl-C, releases the claim with why (`refused`, or FAILED when
-    the scheduler refused the job) and is raised again; returns the job id."""
-    run_id, run_dir = row["run_id"], Path(row["run_dir"])
-    job_id = None
+def _hand_over(store: Store, backend: Backend, row: dict, request_of, refused: str) -> str:
+    """Submit one claimed run (resubmit, rerun); its claim is released with why whatever
+    goes wrong. Returns the job id."""
     try:
         store.set_aside(row)
-        write_run_file(row, run_dir, scheduler.name, spec_path, spec_digest)
-        job_id = scheduler.submit(request(run_dir))
-        if scheduler.name != "local":  # the local scheduler records its own queue entry
-            store.add_job(scheduler.name, job_id, run_id, "PENDING",
-                          {"script": str(RunPaths(run_dir).job_script)})
-        return job_id
+        write_run_file(row, RunPaths.of(row).root, backend.name)
+        request = request_of()
+        job_id = backend.submit(request)
     except BaseException as exc:
-        why = f"not submitted: {not_submitted_because(exc)}"
-        if job_id is not None:  # the scheduler has it, the store could not record it
-            why = (f"not recorded: {scheduler.name} job {job_id} was submitted but the store "
-                   f"refused it ({not_submitted_because(exc)}); cancel it there or let it run")
-        store.release_run(run_id, "FAILED" if isinstance(exc, SubmitError) or job_id else
-                          refused, why)
+        _release(store, row, exc, backend, refused)
         raise
+    _record(store, backend, row, job_id, request)
+    return job_id
 
 
-def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple[str, str]]:
+def _payload(store: Store, row: dict) -> dict:
+    return json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
+
+
+def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, str]]:
     """Submit runs again exactly as before (the same job script or command); finished
-    attempts move to attempts/N. Returns (run id, new job id) pairs."""
+    attempts move to attempts/N. `backend_for(name)` gives the backend a run was recorded
+    with. Returns (run id, new job id) pairs."""
     out = []
     for rid in run_ids:
         row = store.run(rid)
@@ -226,40 +191,29 @@ def resubmit(store: Store, run_ids: list[str], scheduler_for=None) -> list[tuple
             raise UserError(f"run {row['run_id']} is {row['state']}; cancel it first")
         if not row["job_id"]:
             raise UserError(f"run {row['run_id']} was never submitted; use `dlscale run SPEC`")
-        backend = row["backend"]
-        payload = json.loads((store.job(backend, row["job_id"]) or {}).get("payload") or "{}")
+        payload = _payload(store, row)
         claimed = store.claim_run(row["run_id"])
         if claimed is None:
             raise UserError(f"run {row['run_id']} is being submitted or has a queued or "
                             "running job; `dlscale status` shows which")
+        backend = backend_for(row["backend"])
 
-        def request(run_dir: Path, claimed: dict = claimed, payload: dict = payload) -> JobRequest:
-            previous = RunPaths(run_dir).attempt(claimed["attempts"] - 1)
-            for old, new in zip(previous.submission, RunPaths(run_dir).submission):
+        def request(claimed: dict = claimed, payload: dict = payload) -> JobRequest:
+            paths = RunPaths.of(claimed)
+            previous = paths.attempt(claimed["attempts"] - 1)
+            for old, new in zip(previous.submission, paths.submission):
                 if old.exists():
                     shutil.copy2(old, new)
-            return _request_again(claimed, payload.get("argv"), payload.get("env"))
-        scheduler = (scheduler_for or make_scheduler)(backend, store)
-        out.append((row["run_id"], _hand_over(store, claimed, scheduler, request)))
+            return backend.again(claimed, paths, payload)
+        out.append((row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED")))
     return out
 
 
-def _request_again(row: dict, argv: list[str] | None, env: dict | None) -> JobRequest:
-    """The job of a run whose folder already holds what it needs: job.sh for Slurm, or the
-    local command line `argv` with its environment."""
-    run_dir = Path(row["run_dir"])
-    if row["backend"] == "slurm":
-        return JobRequest(row["run_id"], run_dir, ["sbatch", str(RunPaths(run_dir).job_script)])
-    assert argv is not None
-    return JobRequest(row["run_id"], run_dir, argv, env or {}, row["nodes"],
-                      row["ranks_per_node"], json.loads(row["training"])["threads_per_rank"])
-
-
-def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
+def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     """Repeat a finished run exactly, from its record, as a new run that names it in
-    `rerun_of`: the same job script (Slurm) or command line and environment (local), with
-    only its run id and folder changed. The original and its result stay as they are.
-    Returns (new run id, job id)."""
+    `rerun_of`: the same job (script or command line and environment), with only its run id
+    and folder changed. The original and its result stay as they are. Returns (new run id,
+    job id)."""
     row = find_run(store, ident)
     old_id = row["run_id"]
     if row["state"] in ACTIVE + ("PLANNED", SUBMITTING):
@@ -267,98 +221,26 @@ def rerun(store: Store, ident: str, scheduler_for=None) -> tuple[str, str]:
                         "(wait for it, or cancel it)")
     if not row["job_id"]:
         raise UserError(f"run {old_id} was never submitted; use `dlscale run SPEC`")
-    old_dir = Path(row["run_dir"])
-    old = RunPaths(old_dir)
-    payload = json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
-    if row["backend"] == "slurm" and not old.job_script.is_file():
-        raise UserError(f"run {old_id}: its job script {old.job_script} is gone; "
-                        "it cannot be repeated exactly")
-    if row["backend"] != "slurm" and "argv" not in payload:
-        raise UserError(f"run {old_id}: its command line is not in the store; "
-                        "it cannot be repeated exactly")
+    backend = backend_for(row["backend"])
+    payload = _payload(store, row)
+    backend.check_repeatable(row, payload)
     new_id = plan_digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1,
                           "at": time.time()})
     store.add_rerun(row, new_id)
     claimed = store.claim_run(new_id)
     assert claimed is not None  # a run made this instant: nobody else knows it
     claimed["backend"] = row["backend"]
+    old, new = RunPaths.of(row), RunPaths.of(claimed)
 
-    def moved(text: str, new_dir: Path) -> str:
+    def moved(text: str) -> str:
         # The run folder and id are the only things that differ between the two runs.
-        return (text.replace(str(old_dir), str(new_dir)).replace(old_id, new_id)
+        return (text.replace(str(old.root), str(new.root)).replace(old_id, new_id)
                 .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
 
-    def request(new_dir: Path) -> JobRequest:
-        new = RunPaths(new_dir)
-        if row["backend"] == "slurm":
-            shebang, _, rest = moved(old.job_script.read_text(), new_dir).partition("\n")
-            new.job_script.write_text(f"{shebang}\n# dlscale rerun of run {old_id}: its job "
-                                      f"script, with the run id and folder moved\n{rest}")
-        for src, dst in ((old.spec, new.spec), (old.profile, new.profile)):
-            if src.exists():
-                shutil.copy2(src, dst)
+    def request() -> JobRequest:
+        if old.spec.exists():
+            shutil.copy2(old.spec, new.spec)
         new.rerun_of.write_text(old_id + "\n")
-        argv = [moved(a, new_dir) for a in payload.get("argv", [])] or None
-        return _request_again(claimed, argv, payload.get("env"))
-    scheduler = (scheduler_for or make_scheduler)(row["backend"], store)
+        return backend.repeat(row, claimed, payload, moved)
     # refused or no longer fitting here: the rerun stays, FAILED, saying why
-    return new_id, _hand_over(store, claimed, scheduler, request, refused="FAILED")
-
-
-def find_run(store: Store, ident: str) -> dict:
-    """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
-    Slurm job number). Anything else is refused (UserError), never matched as a pattern."""
-    for backend in BACKENDS:
-        job = store.job(backend, ident)
-        if job:
-            return store.run(job["run_id"])
-    if not RUN_ID_PREFIX.fullmatch(ident):
-        raise NotFoundError(f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
-                            "jobs (local-3 on this machine, 12345 on Slurm)")
-    return store.run(ident)
-
-
-def cancel(store: Store, run_ids: list[str]) -> list[str]:
-    """Cancel every live job of these runs (named by run or job id): all the jobs the
-    store holds for a run, not only the one its row names. Returns the runs that had one."""
-    rows = {}
-    for ident in run_ids:
-        row = find_run(store, ident)
-        rows[row["run_id"]] = row
-    by_backend: dict[str, list[str]] = {}
-    done = []
-    live = store.live_jobs(list(rows))
-    for rid, row in rows.items():
-        jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
-        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) \
-                not in jobs:
-            jobs.append((row["backend"], row["job_id"]))
-        for backend, job_id in jobs:
-            by_backend.setdefault(backend, []).append(job_id)
-        if jobs:
-            done.append(rid)
-    for backend, job_ids in by_backend.items():
-        make_scheduler(backend, store).cancel(job_ids)
-        # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
-        # right after is not refused for a job that is on its way out.
-        for job in store.jobs(backend, job_ids, states=ACTIVE):
-            store.update_job(backend, job["job_id"], state="CANCELLED", ended=time.time(),
-                             reason="cancelled by the user")
-    for rid in done:
-        store.update_run(rid, state="CANCELLED", reason="cancelled by the user")
-    return done
-
-
-def refresh(store: Store) -> list[str]:
-    """Bring the store up to date with every backend that has live jobs; returns what went
-    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
-    problems = []
-    for backend in backends_in_use(store):
-        tick = sync(store, make_scheduler(backend, store))
-        if tick.warning or not tick.reachable:
-            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
-    return problems
-
-
-def backends_in_use(store: Store) -> list[str]:
-    return sorted({r["backend"] for r in store.runs(states=ACTIVE) if r["backend"]})
+    return new_id, _hand_over(store, backend, claimed, request, "FAILED")

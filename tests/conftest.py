@@ -2,6 +2,7 @@
 clean-up that stops any local worker a test left behind."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -27,12 +28,14 @@ def _no_cuda() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that need a framework's own environment (the `env_home` fixture) run last:
-    scripts/test builds those environments in the background meanwhile, and `env create`
-    waits for a build in progress rather than starting a second one. The GPU tier
-    (tests/gpu/) is marked `gpu` and skipped with the reason where there is no CUDA device,
-    so the test command stays green on CPU machines and in CI."""
-    items.sort(key=lambda item: "env_home" in getattr(item, "fixturenames", ()))
+    """Tests that need a framework's own environment (the `env_home` fixture) run last, and
+    those on Slurm 25.11 just before them: scripts/test builds both in the background
+    meanwhile, and `env create` (or `cluster up --slurm 25.11`) waits for a build in progress
+    rather than starting a second one. The GPU tier (tests/gpu/) is marked `gpu` and skipped
+    with the reason where there is no CUDA device, so the test command stays green on CPU
+    machines and in CI."""
+    items.sort(key=lambda item: ("env_home" in getattr(item, "fixturenames", ()),
+                                 "[25.11" in item.name))
     gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
     why = _no_cuda() if gpu else None
     for item in gpu:
@@ -113,3 +116,89 @@ def slurm_cluster():
 
 def cluster(*args: str) -> None:
     subprocess.run([str(CLUSTER), *args], check=True, capture_output=True, timeout=300)
+
+
+# --- Slurm releases: 22.05 (Debian's) and 25.11 (built from ../shared/vendor) ---------------
+
+BUILD_SLURM = REPO / "tests" / "slurm" / "build-slurm"
+# (release, backend) pairs the Slurm integration tests run on
+SLURM_TARGETS = [("22.05", "slurm"), ("25.11", "slurm"), ("25.11", "pyslurm")]
+
+
+class SlurmRelease:
+    """A running test cluster of one Slurm release: the environment its clients need
+    (SLURM_CONF, and PATH for a built release) and its cluster script's commands."""
+
+    def __init__(self, release: str, env: dict[str, str]) -> None:
+        self.release, self.env = release, env
+
+    def cluster(self, *args: str) -> None:
+        subprocess.run([str(CLUSTER), "--slurm", self.release, *args], check=True,
+                       capture_output=True, timeout=300)
+
+
+def _start_release(release: str) -> SlurmRelease:
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster starts daemons and needs root")
+    timeout = 600
+    env = {**os.environ, "PYTHON": sys.executable}  # pyslurm's wheel is for this python
+    if release != "22.05":
+        check = subprocess.run([str(BUILD_SLURM), "--check"], capture_output=True, text=True,
+                               timeout=120, env=env)
+        if check.returncode == 3:  # no archive: say where it was looked for
+            pytest.skip(f"Slurm {release}: {check.stderr.strip().removeprefix('[build-slurm] ')}")
+        if check.returncode == 1:
+            pytest.skip(f"Slurm {release} is not built: tests/slurm/build-slurm builds it "
+                        "(about 15 minutes on 2 cores; scripts/test does it in the background)")
+        if check.returncode == 4:
+            timeout = 1800  # a build is in progress: `up` waits for it
+    proc = subprocess.run([str(CLUSTER), "--slurm", release, "up"], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    if proc.returncode == 3:
+        pytest.skip(f"Slurm {release}: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the export lines, evaluated by the shell they were written for
+    shown = subprocess.run(["bash", "-c", 'eval "$1" && printf "%s\\0%s" "$SLURM_CONF" "$PATH"',
+                            "-", proc.stdout], capture_output=True, text=True, check=True)
+    conf, path = shown.stdout.split("\0")
+    return SlurmRelease(release, {"SLURM_CONF": conf, "PATH": path})
+
+
+@pytest.fixture(scope="session")
+def slurm_22_05():
+    return _start_release("22.05")
+
+
+@pytest.fixture(scope="session")
+def slurm_25_11():
+    return _start_release("25.11")
+
+
+class SlurmTarget:
+    """One (release, backend) pair, its environment set for this test."""
+
+    def __init__(self, release: SlurmRelease, backend: str) -> None:
+        self.release, self.backend = release, backend
+        self.cluster = release.cluster
+
+    def scheduler(self, **kw):
+        """The backend's scheduler in this process (pyslurm binds to the first cluster it is
+        imported with: only 25.11 uses it)."""
+        if self.backend == "pyslurm":
+            from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+            kw.pop("squeue_every", None)
+            return PyslurmBackend(**kw)
+        from dlscale.engine.backends.slurm import SlurmCLI
+        return SlurmCLI(**kw)
+
+
+@pytest.fixture(params=SLURM_TARGETS, ids=[f"{r}-{b}" for r, b in SLURM_TARGETS])
+def slurm_target(request, monkeypatch):
+    release, backend = request.param
+    started = request.getfixturevalue("slurm_22_05" if release == "22.05" else "slurm_25_11")
+    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed in this venv (PYTHON=.venv/bin/python "
+                    "tests/slurm/build-slurm --install builds and installs it)")
+    for name, value in started.env.items():
+        monkeypatch.setenv(name, value)
+    return SlurmTarget(started, backend)

@@ -49,3 +49,30 @@ def test_each_image_gets_its_own_crop_and_flip(which):
     # one offset per batch would give a single (oy, ox) here
     assert len(offsets) > 20, offsets
     assert 10 < flips < N - 10
+
+
+def test_the_native_cifar10_loader_augments_each_image_of_its_batches(tmp_path):
+    """Through the loader a trainer builds, not only the function: every image of a batch,
+    un-normalised, is its source at one of its crops and flips, and they differ."""
+    from dlscale.trainers.common import data as cd
+    from dlscale.trainers.common.args import build_parser
+    from dlscale.trainers.torch_ddp import loaders
+    from test_data import make_cifar
+
+    make_cifar(tmp_path / "cifar", n=8)  # 40 training images
+    args = build_parser("t").parse_args([
+        "--model", "resnet20", "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar"),
+        "--per-device-batch", "8", "--steps", "1"])
+    data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
+    train, _ = cd.load_real("cifar10", str(tmp_path / "cifar"), 0)
+    mean = np.array(cd.CIFAR_MEAN, dtype=np.float32).reshape(3, 1, 1) * 255
+    std = np.array(cd.CIFAR_STD, dtype=np.float32).reshape(3, 1, 1) * 255
+    sources = train.images.astype(np.float32)
+    found = []
+    for x, _ in data.epoch(0):
+        for img in x.numpy():
+            raw = np.rint(img * std + mean)
+            hits = [_identify(s, raw) for s in sources]
+            found.append(next((h for h in hits if h is not None), None))
+    assert found and None not in found
+    assert len({(oy, ox) for oy, ox, _ in found}) > 1

@@ -45,7 +45,9 @@ def refused(code: int, err: str, *fragments: str) -> None:
 # --- the command line: every command, every option -----------------------------------------
 
 def commands(group: click.Group, path: tuple[str, ...] = ()):
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the lazy group imports each command here
+        cmd = group.get_command(ctx, name)
         if isinstance(cmd, click.Group):
             yield from commands(cmd, (*path, name))
         else:

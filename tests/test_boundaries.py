@@ -50,6 +50,31 @@ def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_command_line_starts_without_the_heavy_libraries():
+    """`dlscale --help` and `dlscale status` load neither analysis (scipy), reports
+    (matplotlib), the TUI (textual), a framework (torch) nor the spec's validation
+    (pydantic) and job templates (jinja2): they are the commands typed most."""
+    heavy = ("scipy", "matplotlib", "textual", "torch", "pydantic", "jinja2", "numpy")
+    for module in ("dlscale.engine.cli", "dlscale.engine.cli.watch"):
+        code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}}"
+                f" & set({heavy!r})); assert not bad, bad")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{module}: {proc.stderr.strip().splitlines()[-1]}"
+
+
+def test_the_help_lists_every_command_with_its_own_short_help():
+    """`dlscale --help` is written from a table, without importing the commands: it must
+    say what each command's own help says."""
+    import click
+
+    from dlscale.engine.cli import COMMANDS, cli
+    ctx = click.Context(cli)
+    for name, (_, _, short) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
+        assert short == " ".join((command.help or "").split("\n\n")[0].split()), name
+
+
 def test_no_generic_top_level_packages_installed(tmp_path):
     """From a neutral folder only `dlscale.*` is importable, not `engine` or `tui`."""
     code = ("import importlib.util as u;"
@@ -83,4 +108,38 @@ def test_tui_uses_only_the_engines_front_end_modules():
                      if m.startswith("dlscale.engine.") and _module_file(m)})
     assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
     assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
-        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.schedulers"))]
+        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.backends"))]
+
+
+def test_the_engine_has_no_import_cycle():
+    """Every import counts, those inside functions too (a lazy import hides a cycle rather
+    than removing it): the engine's modules form a DAG, so each can be read bottom-up."""
+    engine = REPO / "engine"
+
+    def module(path: Path) -> str:
+        parts = ("dlscale",) + path.relative_to(REPO).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    mods = {module(p): p for p in engine.rglob("*.py")}
+    graph = {m: set() for m in mods}
+    for path, name in imported_modules(engine):
+        src = module(Path(path))
+        # `from . import envs` names a module; `from .envs import resolve` names its module
+        target = name if name in mods else name.rpartition(".")[0]
+        if target in mods and target != src and not mods[src].name == "__init__.py":
+            graph[src].add(target)
+    cycles, state = [], {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(trail[trail.index(d):] + [d] if d in trail else [m, d])
+            elif d not in state:
+                visit(d, trail + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import cycles in engine/: " + "; ".join(" -> ".join(c) for c in cycles)

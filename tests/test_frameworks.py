@@ -15,10 +15,11 @@ import pytest
 
 from conftest import REPO, dlscale, write_spec
 from dlscale.engine import study
+from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
-from dlscale.engine.launching import envs, jobscript
+from dlscale.engine.launching import envbuild, envs, jobscript
 from dlscale.engine.launching.launch import local_command_for
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store
@@ -106,7 +107,7 @@ def test_a_broken_environment_is_refused_and_named(tmp_path, home):
     assert status.problem.endswith("rebuild it with `dlscale env create deepspeed`")
     loaded = load_spec(spec_for(tmp_path, "deepspeed"))
     with pytest.raises(PlanError, match="gone/bin/python does not exist"):
-        study.check_plan(loaded, plan(loaded), "local", home=home)
+        study.check_plan(loaded, plan(loaded), make_backend("local", Store(home)), home)
 
 
 def test_the_fix_command_names_a_home_that_is_not_implied(tmp_path, monkeypatch):
@@ -121,7 +122,8 @@ def test_a_profile_that_sets_up_the_framework_is_trusted_on_slurm(tmp_path, home
     text = PROFILE.read_text() + '\n[environments.deepspeed]\nmodules = ["deepspeed/0.19"]\n'
     (tmp_path / "p.toml").write_text(text)
     profile = load_profile(tmp_path / "p.toml")
-    study.check_plan(loaded, plan(loaded), "slurm", profile, home=home)  # no refusal
+    study.check_plan(loaded, plan(loaded), make_backend("slurm", Store(home), profile),
+                     home)  # no refusal
     script = jobscript.render(plan(loaded).runs[0], profile, tmp_path / "r", "s.toml", home=home)
     assert "module load deepspeed/0.19" in script
     assert "-m dlscale.trainers.deepspeed_zero" in script
@@ -146,7 +148,7 @@ def test_build_failures_show_their_key_lines_not_a_wall():
     wall = "\n".join([f"-- building object {i}" for i in range(400)] + [
         "/tmp/x/horovod/common/ops.cc:42:10: error: 'optional' in namespace 'std' does not "
         "name a template type", "compilation terminated.", "make[2]: *** Error 1"])
-    lines = envs.key_lines(wall)
+    lines = envbuild.key_lines(wall)
     assert lines[0].endswith("does not name a template type") and len(lines) <= 12
     assert not any("building object" in ln for ln in lines)
 

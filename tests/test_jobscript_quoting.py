@@ -1,5 +1,5 @@
 """Hostile names reaching a job script: the spec's and the profile's file names (newlines,
-quotes, $(...), backticks, #SBATCH), profile values and a data folder. The rendered script
+quotes, $(...), backticks, #SBATCH), profile values (its [env] and [nccl]) and a data folder. The rendered script
 must parse, sbatch must read only dlscale's own #SBATCH lines, and running it (with stub
 srun, scontrol and module on PATH) must run nothing the names say."""
 import os
@@ -36,6 +36,9 @@ cpus_per_node = 2
 
 [env]
 DLSCALE_NOTE = {note}
+
+[nccl]
+NCCL_IB_HCA = {note}
 """
 
 
@@ -75,7 +78,8 @@ def render(tmp_path: Path, name: str, module: str = "gcc", note: str = "x",
 
 STUBS = {
     "srun": 'printf "%s\\0" "$@" > "$STUB_OUT/srun.args"\n'
-            'printf "%s" "$DLSCALE_NOTE" > "$STUB_OUT/note"\n',
+            'printf "%s" "$DLSCALE_NOTE" > "$STUB_OUT/note"\n'
+            'printf "%s" "$NCCL_IB_HCA" > "$STUB_OUT/nccl"\n',
     "scontrol": 'case "$2" in hostnames) echo node1 ;; '
                 'node) echo "NodeName=node1 NodeAddr=127.0.0.1 State=IDLE" ;; esac\n',
     "module": 'printf "%s\\0" "$@" >> "$STUB_OUT/module.args"\n',
@@ -126,6 +130,7 @@ def test_hostile_names_are_text_never_commands_or_directives(tmp_path, payload):
     assert args[args.index("--data-dir") + 1] == payload
     assert (out / "module.args").read_bytes().decode().split("\0")[:-1] == ["load", payload]
     assert (out / "note").read_bytes().decode() == payload
+    assert (out / "nccl").read_bytes().decode() == payload
 
 
 def test_values_no_quoting_protects_are_refused_not_pasted(tmp_path):
@@ -144,9 +149,10 @@ def test_values_no_quoting_protects_are_refused_not_pasted(tmp_path):
     with pytest.raises(PlanError, match="partition 'debug\\\\n#SBATCH --chdir=/' cannot go "
                                         "into a job script's #SBATCH line"):
         jobscript.render(run, loaded.model_copy(update={"profile": bad}), run_dir, "s")
-    bad = p.model_copy(update={"env": {"X=1; touch pwned; Y": "v"}})
-    with pytest.raises(PlanError, match="is not an environment variable name"):
-        jobscript.render(run, loaded.model_copy(update={"profile": bad}), run_dir, "s")
+    for table in ("env", "nccl"):
+        bad = p.model_copy(update={table: {"NCCL_X=1; touch pwned; Y": "v"}})
+        with pytest.raises(PlanError, match="is not an environment variable name"):
+            jobscript.render(run, loaded.model_copy(update={"profile": bad}), run_dir, "s")
 
 
 @pytest.mark.slurm

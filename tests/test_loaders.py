@@ -19,7 +19,7 @@ import torch
 from conftest import dlscale, write_spec
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
-from dlscale.engine.launching import envs
+from dlscale.engine.launching import envbuild, envs
 from dlscale.engine.tracking.store import Store
 from dlscale.trainers.common.args import build_parser
 from dlscale.trainers.common.imagenet import read_folders
@@ -266,7 +266,7 @@ data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
 graph = data.pipeline.serialize().decode("latin-1")
 x, y = next(iter(data.epoch(0)))
 print(json.dumps({"crop_decoder": "ImageRandomCrop" in graph,
-                  "whole_decoder": "decoders__Image\"" in graph or "ImageDecoder\"" in graph,
+                  "whole_decoder": 'decoders__Image"' in graph or 'ImageDecoder"' in graph,
                   "shape": list(x.shape)}))
 """, sample)
     assert r == {"crop_decoder": True, "whole_decoder": False, "shape": [4, 3, 224, 224]}
@@ -322,7 +322,7 @@ def test_dali_environments_are_opt_in_and_keyed_apart(home):
     plain, with_dali = envs.recipe_for("pytorch-ddp"), envs.recipe_for("pytorch-ddp", ["dali"])
     assert plain.digest != with_dali.digest and "nvidia.dali" in with_dali.imports
     assert "nvidia-dali-cuda130==2.4.0" not in str(plain.steps)  # never in the default one
-    assert envs.default_prefix(with_dali, home).name == f"pytorch-ddp+dali-{with_dali.digest}"
+    assert envbuild.default_prefix(with_dali, home).name == f"pytorch-ddp+dali-{with_dali.digest}"
     for fw in ("pytorch-ddp", "deepspeed", "horovod-pytorch"):
         assert any("pillow" in p for s in envs.RECIPES[fw].steps for p in s.packages)
     proc = dlscale("env", "create", "tensorflow", "--with", "dali", check=2)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import dlscale, write_spec
+from dlscale.engine.backends.local_procs import TOKEN_VAR, process_mark
 from dlscale.engine.launching.plan import Run
-from dlscale.engine.schedulers.local_procs import TOKEN_VAR, process_mark
 from dlscale.engine.tracking.store import Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,7 @@
-"""Against the real Slurm test cluster: submission, watching, results and every fault the
-issue names. Slow: each test waits for real jobs."""
+"""Against the real Slurm test clusters: submission, watching, results and every fault the
+issue names. Slow: each test waits for real jobs. Tests taking `slurm_target` run on Slurm
+22.05 and 25.11 through the commands, and on 25.11 through pyslurm (conftest.SLURM_TARGETS);
+the others on 22.05."""
 import json
 import subprocess
 import time
@@ -7,16 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cluster, dlscale, write_spec
+from conftest import REPO, dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
-from dlscale.engine.schedulers.slurm import SlurmCLI
+from dlscale.engine.launching.plan import plan
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.monitor import sync
 from dlscale.engine.tracking.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+RECORDS = {"params": 1, "env": 1, "interval": 2, "summary": 1}  # quickstart-slurm: 10 steps
 
 
 def profile_copy(tmp_path, extra="", replace=None):
@@ -28,6 +32,12 @@ def profile_copy(tmp_path, extra="", replace=None):
     return path
 
 
+def slurm_says(job_id: str) -> str:
+    """The job's state in Slurm's accounting."""
+    return subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                          capture_output=True, text=True).stdout.strip()
+
+
 def wait_for(predicate, timeout=180, every=1.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -37,13 +47,22 @@ def wait_for(predicate, timeout=180, every=1.0):
     return False
 
 
-def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
-    proc = dlscale("run", str(REPO / "examples" / "quickstart-slurm.toml"), "--profile",
-                   str(PROFILE), "--backend", "slurm", "--wait", check=0)
-    assert "2 submitted" in proc.stdout and "via its commands" in proc.stdout
+def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
+    spec = REPO / "examples" / "quickstart-slurm.toml"
+    proc = dlscale("run", str(spec), "--profile", str(PROFILE), "--backend",
+                   slurm_target.backend, "--wait", check=0)
+    via = "pyslurm" if slurm_target.backend == "pyslurm" else "Slurm's commands"
+    assert "2 submitted" in proc.stdout and f"via {via}" in proc.stdout
     store = Store(home)
     runs = {r["nodes"]: r for r in store.runs("quickstart-slurm")}
     assert {r["state"] for r in runs.values()} == {"COMPLETED"}
+    # the same study gives the same runs and records on every release and backend
+    assert sorted(r["run_id"] for r in runs.values()) == sorted(
+        r.run_id for r in plan(load_spec(spec)).runs)
+    for r in runs.values():
+        kinds = [rec["kind"] for rec in store.records(r["run_id"])]
+        assert {k: kinds.count(k) for k in set(kinds)} == RECORDS, (r["nodes"], kinds)
+        assert store.job("slurm", r["job_id"])["state"] == "COMPLETED"  # job ids tracked
     env = store.records(runs[2]["run_id"], "env")[0]
     assert env["hostnames"] == ["node1", "node2"] and env["launcher"] == "srun"
     assert env["job_id"] == runs[2]["job_id"]
@@ -65,7 +84,6 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_cluster, home):
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, home, launcher):
     from dlscale.engine.launching import jobscript
-    from dlscale.engine.launching.plan import plan
     spec = write_spec(tmp_path / "s.toml", scales='"2x2"')
     prof = load_profile(profile_copy(tmp_path, f'launcher = "{launcher}"\n'))
     run = plan(load_spec(spec)).runs[0]
@@ -106,18 +124,20 @@ def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, sca
     assert after == before
 
 
-def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_cluster, tmp_path, home):
+def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path, home):
     good = write_spec(tmp_path / "g.toml", name="kept", scales='"1x1"')
-    dlscale("run", str(good), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
-            "--wait", check=0)
+    dlscale("run", str(good), "--profile", str(profile_copy(tmp_path)), "--backend",
+            slurm_target.backend, "--wait", check=0)
     bad_prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"',
                             'time_limit = "00:10:00"\nsbatch_extra = ["--gres=gpu:1"]'))
     bad = write_spec(tmp_path / "b.toml", name="refused-by-sbatch")
-    proc = dlscale("run", str(bad), "--profile", str(bad_prof), "--backend", "slurm", check=1)
+    proc = dlscale("run", str(bad), "--profile", str(bad_prof), "--backend",
+                   slurm_target.backend, check=1)
     assert "Invalid generic resource (gres) specification" in proc.stderr
     store = Store(home)
     assert {r["state"] for r in store.runs("refused-by-sbatch")} == {"FAILED"}
-    assert all("not submitted: sbatch: error" in r["reason"] for r in store.runs("refused-by-sbatch"))
+    said = "sbatch: error" if slurm_target.backend == "slurm" else "Invalid generic resource"
+    assert all(f"not submitted: {said}" in r["reason"] for r in store.runs("refused-by-sbatch"))
     kept = store.runs("kept")[0]
     assert kept["state"] == "COMPLETED" and store.records(kept["run_id"], "summary")
 
@@ -144,67 +164,86 @@ def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
     assert store.records(run["run_id"], "interval")  # partial results were kept
 
 
-def test_node_lost_mid_run_is_node_fail(slurm_cluster, tmp_path, home):
+def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="nodefail", scales='"2x1"', steps=1000000)
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
-            check=0)
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
+            slurm_target.backend, check=0)
     store = Store(home)
-    scheduler = SlurmCLI(squeue_every=1)
+    scheduler = slurm_target.scheduler(squeue_every=1)
     assert wait_for(lambda: sync(store, scheduler) and store.runs("nodefail")[0]["state"] == "RUNNING")
     try:
-        cluster("stop-node", "node2")
+        slurm_target.cluster("stop-node", "node2")
         assert wait_for(lambda: sync(store, scheduler) and
                         store.runs("nodefail")[0]["state"] not in ("RUNNING", "PENDING"),
                         timeout=240, every=2)
     finally:
-        cluster("start-node", "node2")
+        slurm_target.cluster("start-node", "node2")
     run = store.runs("nodefail")[0]
     assert run["state"] == "NODE_FAIL", run
     status = dlscale("status", "-e", "nodefail", check=0).stdout
     assert "NODE_FAIL" in status
 
 
-def test_controller_down_is_reported_then_recovered(slurm_cluster, tmp_path, home):
+def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="ctld", scales='"1x1"', steps=1000000)
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
-            check=0)
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
+            slurm_target.backend, check=0)
     store = Store(home)
-    scheduler = SlurmCLI(squeue_every=1, max_failures=2)
+    scheduler = slurm_target.scheduler(squeue_every=1, max_failures=2)
     run_id = store.runs("ctld")[0]["run_id"]
+    job_id = store.run(run_id)["job_id"]
     assert wait_for(lambda: sync(store, scheduler).reachable and
                     store.run(run_id)["state"] == "RUNNING")
     try:
-        cluster("stop-ctld")
+        slurm_target.cluster("stop-ctld")
         ticks = [sync(store, scheduler) for _ in range(3)]
         assert not ticks[-1].reachable
         assert "controller unreachable" in dlscale("status", check=0).stderr
         assert store.run(run_id)["state"] == "RUNNING"  # nothing was lost or guessed
+        assert store.job("slurm", job_id)["state"] == "RUNNING"
     finally:
-        cluster("start-ctld")
+        slurm_target.cluster("start-ctld")
     assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
-    study.cancel(store, [run_id])
+    if slurm_target.backend == "pyslurm":
+        scheduler.cancel([job_id])  # `dlscale cancel` would use the commands
+    else:
+        follow.cancel(store, [run_id])
     assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
+    assert wait_for(lambda: slurm_says(job_id).startswith("CANCELLED"), timeout=30)
+    if slurm_target.backend == "pyslurm":  # the run ended when a poll saw the job end
+        assert store.job("slurm", job_id)["state"] == "CANCELLED"
 
 
-def test_cancel_by_job_id_and_resubmit(slurm_cluster, tmp_path, home):
+def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="resub", scales='"1x1"')
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend", "slurm",
-            "--wait", check=0)
+    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
+            slurm_target.backend, "--wait", check=0)
     store = Store(home)
     first = store.runs("resub")[0]
-    out = dlscale("resubmit", first["run_id"], check=0).stdout
-    job = out.split("job ")[-1].strip()
+    scheduler = slurm_target.scheduler()
+    if slurm_target.backend == "slurm":
+        out = dlscale("resubmit", first["run_id"], check=0).stdout
+        job = out.split("job ")[-1].strip()
+    else:  # `dlscale resubmit` and `cancel` talk through the commands; here, the backend
+        [(_, job)] = study.resubmit(store, [first["run_id"]], lambda *_: scheduler)
     assert job != first["job_id"]
-    assert "cancelled 1 run(s)" in dlscale("cancel", job, check=0).stdout
-    scheduler = SlurmCLI()
+    if slurm_target.backend == "slurm":
+        assert "cancelled 1 run(s)" in dlscale("cancel", job, check=0).stdout
+    else:
+        assert wait_for(lambda: sync(store, scheduler) and
+                        store.run(first["run_id"])["state"] in ("PENDING", "RUNNING"))
+        scheduler.cancel([job])
     assert wait_for(lambda: sync(store, scheduler) and
                     store.run(first["run_id"])["state"] == "CANCELLED")
+    assert wait_for(lambda: slurm_says(job).startswith("CANCELLED"), timeout=30)
+    if slurm_target.backend == "pyslurm":
+        assert store.job("slurm", job)["state"] == "CANCELLED"
     run_dir = Path(first["run_dir"])
     assert (run_dir / "attempts" / "1" / "metrics.jsonl").exists()
     assert (run_dir / "job.sh").read_text() == (run_dir / "attempts" / "1" / "job.sh").read_text()
 
 
-def test_metacharacters_in_options_are_never_executed(slurm_cluster, tmp_path, home):
+def test_metacharacters_in_options_are_never_executed(slurm_target, tmp_path, home):
     marker = Path("/tmp/dlscale-pwned")
     marker.unlink(missing_ok=True)
     hostile = "a'; touch /tmp/dlscale-pwned; echo '$(touch /tmp/dlscale-pwned)`touch /tmp/dlscale-pwned`"
@@ -213,6 +252,7 @@ def test_metacharacters_in_options_are_never_executed(slurm_cluster, tmp_path, h
     spec = write_spec(tmp_path / "s.toml", name="meta",
                       training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"',
                       scales='"1x1"')
-    dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
+    dlscale("run", str(spec), "--profile", str(prof), "--backend", slurm_target.backend,
+            "--wait", check=0)
     assert Store(home).runs("meta")[0]["state"] == "COMPLETED"
     assert not marker.exists()

@@ -2,9 +2,9 @@
 only every few ticks, terminal states cached, failed polls tolerated then reported."""
 import pytest
 
+from dlscale.engine.backends.base import JobRequest
+from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
 from dlscale.engine.errors import ControllerUnreachable, SubmitError
-from dlscale.engine.schedulers.base import JobRequest
-from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
 
 
 class Replay:
@@ -150,14 +150,13 @@ def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):
     """slurmdbd can answer PENDING for a job the controller already started."""
     from test_store import make_run
 
-    from dlscale.engine.schedulers.base import JobStatus
+    from dlscale.engine.backends.base import JobStatus
     from dlscale.engine.tracking.monitor import sync
     from dlscale.engine.tracking.store import Store
 
-    class Lagging:
-        name = "slurm"
-
+    class Lagging(SlurmCLI):  # sacct's answer from a few seconds ago
         def __init__(self, state):
+            super().__init__()
             self.state = state
 
         def poll(self, ids):

@@ -12,8 +12,9 @@ import pytest
 
 from conftest import dlscale, write_spec
 from dlscale.engine import study
+from dlscale.engine.backends.local import LocalBackend
 from dlscale.engine.config.spec import load_spec
-from dlscale.engine.schedulers.local import LocalScheduler
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 
@@ -36,8 +37,7 @@ def _study_of_every_kind(home, tmp_path) -> None:
     store = Store(home)
     for _ in range(6):  # recorded_study gave its jobs local-1..6 without the counter
         store.next_counter("local_job")
-    report = study.submit(store, load_spec(fresh), "local",
-                          scheduler=LocalScheduler(store, start_worker=False))
+    report = study.submit(store, load_spec(fresh), LocalBackend(store, start_worker=False))
     assert len(report.submitted) == 2, report.failed_to_submit
     metrics = sorted((FIXTURE / "runs").glob("*/metrics.jsonl"))
     for row, source in zip(store.runs("fresh"), metrics):
@@ -138,15 +138,15 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     first attempt named (resubmit has no spec in hand)."""
     spec = write_spec(tmp_path / "s.toml", name="kept", scales='"1x1"')
     store = Store(home)
-    quiet = LocalScheduler(store, start_worker=False)
-    study.submit(store, load_spec(spec), "local", scheduler=quiet)
+    quiet = LocalBackend(store, start_worker=False)
+    study.submit(store, load_spec(spec), quiet)
     (row,) = store.runs("kept")
     first = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert first["spec_path"] == str(spec.resolve()) and first["experiment"] == "kept"
     assert first["backend"] == "local" and first["training"]["steps"] == 4
-    study.cancel(store, [row["run_id"]])
-    study.resubmit(store, [row["run_id"]], scheduler_for=lambda b, s: quiet)
+    follow.cancel(store, [row["run_id"]])
+    study.resubmit(store, [row["run_id"]], lambda name: quiet)
     again = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert again["spec_path"] == first["spec_path"] and again["spec_digest"]
     assert (Path(row["run_dir"]) / "attempts" / "1" / "run.json").is_file()
-    study.cancel(store, [row["run_id"]])
+    follow.cancel(store, [row["run_id"]])

@@ -90,13 +90,16 @@ def test_plan_include_planned_on_the_command_line(home):
     out = dlscale("plan", spec, "--profile", profile, "--backend", "slurm",
                   "--include-planned", check=0).stdout
     assert "225 runs, 225 still to run" in out
-    # Without environments (an empty home) the plan is refused, naming each fix.
+    # Without environments (an empty home) the plan is refused, naming each fix: on a GPU
+    # partition the GPU environment, built with the profile's modules.
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert "create one with `dlscale env create horovod-tensorflow`" in proc.stderr
+    assert ("create one with `dlscale env create horovod-tensorflow --gpu --profile "
+            f"{profile}`") in proc.stderr
     spec = str(STUDIES / "jbigdata2023/gpu.toml")
     profile = str(REPO / "examples/clusters/juwels-booster.toml")
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert "create one with `dlscale env create deepspeed`" in proc.stderr
+    assert f"create one with `dlscale env create deepspeed --gpu --profile {profile}`" in \
+        proc.stderr
     assert "Traceback" not in proc.stderr
 
 

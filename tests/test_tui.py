@@ -247,7 +247,7 @@ async def test_huge_log_opens_at_its_tail(home, tmp_path):
 
 async def test_controller_unreachable_shows_a_banner(home):
     """A Slurm backend whose commands fail: the queue says so in a banner, no traceback."""
-    from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
+    from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
 
     recorded_study(home)
     store = Store(home)
@@ -259,7 +259,7 @@ async def test_controller_unreachable_shows_a_banner(home):
     def down(argv, env=None, timeout=30):
         return CommandResult(argv, 1, "", "slurm_load_jobs error: Unable to contact slurm "
                              "controller (connect failure)")
-    session._schedulers["slurm"] = SlurmCLI(runner=down, max_failures=1)
+    session._followers["slurm"] = SlurmCLI(runner=down, max_failures=1)
     app = DlscaleApp(session)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.warning and "unreachable" in app.warning, 30,
@@ -275,7 +275,7 @@ async def test_controller_unreachable_shows_a_banner(home):
 async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     """Slurm answers, but knows nothing of the job (recorded empty answers): the row says so
     and keeps the last known state."""
-    from dlscale.engine.schedulers.slurm import CommandResult, SlurmCLI
+    from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
     from dlscale.engine.tracking.monitor import VANISHED
 
     recorded_study(home)
@@ -283,7 +283,7 @@ async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     run = store.runs()[0]
     store.add_job("slurm", "777", run["run_id"], "PENDING")
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
-    session._schedulers["slurm"] = SlurmCLI(runner=lambda argv, env=None, timeout=30:
+    session._followers["slurm"] = SlurmCLI(runner=lambda argv, env=None, timeout=30:
                                             CommandResult(argv, 0, "", ""))
     app = DlscaleApp(session)
     async with app.run_test(size=(160, 30)) as pilot:

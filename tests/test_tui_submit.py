@@ -12,11 +12,13 @@ from test_tui import field, until
 from textual.widgets import DataTable
 
 from conftest import REPO, write_spec
-from dlscale.engine import study
+from dlscale.engine.backends.local import LocalBackend
+from dlscale.engine.backends.registry import make_backend
+from dlscale.engine.backends.slurm import SlurmCLI, run_command
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
-from dlscale.engine.schedulers.slurm import SlurmCLI, run_command
 from dlscale.engine.session import Session
+from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from tui_text import screen_text
@@ -28,7 +30,7 @@ def notes(app) -> list[str]:
     return [f"{n.title}: {n.message}" for n in app._notifications]
 
 
-class RefusesEverything(study.LocalScheduler):
+class RefusesEverything(LocalBackend):
     """The local backend with a bug in its submit: not a DlscaleError, not expected."""
 
     def submit(self, request):
@@ -47,7 +49,7 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         in_the_way.write_text("not a folder\n")
         why = "FileExistsError"
     else:
-        session.submitter = lambda backend, store: RefusesEverything(store)
+        session.submitter = lambda name, store, *_: RefusesEverything(store)
         why = "RuntimeError: the scheduler fell over"
     app = DlscaleApp(session, str(spec))
     async with app.run_test(size=(160, 40)) as pilot:
@@ -70,14 +72,14 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         if failure == "folder in the way":
             in_the_way.unlink()
         else:
-            session.submitter = study.make_scheduler
+            session.submitter = make_backend
         await pilot.press("f2")
         await until(pilot, lambda: not field(app, "submit").disabled, 30, "submit again")
         await pilot.press("ctrl+r")
         await until(pilot, lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
                     60, "the run submitted the second time")
         assert Store(home).run(run_id)["attempts"] == 2
-        study.cancel(Store(home), [run_id])
+        follow.cancel(Store(home), [run_id])
 
 
 @pytest.mark.slow
@@ -93,7 +95,8 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             go.wait(120)
         return run_command(argv, env, timeout)
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
-    session.submitter = lambda backend, store: SlurmCLI(runner=slow_sbatch)
+    session.submitter = lambda name, store, profile=None, partition=None: SlurmCLI(
+        runner=slow_sbatch, profile=profile, partition=partition, home=store.home)
     app = DlscaleApp(session)
     try:
         async with app.run_test(size=(160, 40)) as pilot:
@@ -120,7 +123,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             assert len(Store(home).jobs("slurm")) == 1
     finally:
         go.set()
-        study.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])
+        follow.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])
 
 
 async def test_bad_records_are_named_in_the_queue_and_results(home):

@@ -4,10 +4,8 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..tracking.monitor import wait_until_done
-from ..tracking.store import TERMINAL, Store
+from ..tracking.store import TERMINAL, Store  # noqa: TC001
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -16,6 +14,9 @@ err = Console(stderr=True, highlight=False, markup=False, width=None if sys.stde
 
 def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
     """Follow runs to their end with a progress bar naming the run in hand (run --wait)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..tracking.monitor import wait_until_done
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=err,
                   transient=False) as progress:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
 from ..errors import NotFoundError, UserError
-from ..tracking.store import Store, default_home
+
+if TYPE_CHECKING:
+    from ..tracking.store import Store
 
 
 def given_as(ctx: click.Context, name: str) -> str:
@@ -33,6 +36,7 @@ def _source(ctx: click.Context, param: click.Parameter) -> str:
 def check_home(home: str | Path | None, source: str = "--home") -> Path:
     """The store's folder, if it exists or can be made, and can be written; UserError (exit 2)
     naming the path and why not. Nothing is created: a probe file is made and removed."""
+    from ..tracking.store import default_home
     path = Path(home).expanduser() if home else default_home()
     where = f"home {path} ({source})"
     try:
@@ -59,6 +63,7 @@ def home_callback(ctx: click.Context, param: click.Parameter, value: str | None)
 
 
 def store_of(ctx: click.Context) -> Store:
+    from ..tracking.store import Store
     """The command's store, opened once (by the first check or the command itself)."""
     obj = ctx.find_root().obj or {}
     if "store" not in obj:
@@ -94,9 +99,10 @@ def md5_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
 def backend_for(backend: str | None, profile_path: str | None, partition: str | None) -> str:
     """The backend a command runs on: slurm with a cluster profile, else local (as in
     dlscale-tui). An option the chosen backend would ignore is refused, not dropped."""
-    if backend == "local" and profile_path:
-        raise UserError("--profile describes a Slurm cluster, and --backend local runs on this "
-                        "machine; give --backend slurm, or leave --profile out")
+    from ..backends.registry import takes_profile
+    if backend and profile_path and not takes_profile(backend):
+        raise UserError(f"--profile describes a Slurm cluster, and --backend {backend} runs on "
+                        "this machine; give --backend slurm, or leave --profile out")
     if partition and not profile_path:
         raise UserError(f"--partition {partition}: a partition belongs to a cluster profile; "
                         "give --profile CLUSTER.toml too")

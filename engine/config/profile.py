@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -22,6 +23,7 @@ from pydantic import (
 
 from ..errors import PlanError
 from .frameworks import FRAMEWORKS
+from .gpu_arch import arch_name, parse_arch
 from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 
@@ -153,10 +155,27 @@ class Partition(StrictModel):
     cpus_per_node: limit(StrictInt, "Slurm counts a node's CPUs in 16 bits", ge=1, le=65_535)
     gpus_per_node: limit(StrictInt, "more GPUs than any node holds", ge=0, le=1024) = 0
     gpu_type: StrictStr | None = Field(default=None, pattern=SAFE_NAME)
+    # The GPUs' compute capability ("sm_90", "9.0"): planning refuses a framework whose GPU
+    # build has no kernels for it, and precisions it lacks (engine/launching/gpus.py).
+    gpu_arch: StrictStr | StrictFloat | None = None
     max_time: StrictStr | None = None
     default: StrictBool = False
 
     _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
+
+    @field_validator("gpu_arch", mode="before")
+    @classmethod
+    def _no_integer_arch(cls, v: object) -> object:
+        # 9 could be 9.0 or sm_90's 90: TOML's types say which, so ask for one of them
+        if isinstance(v, int):
+            raise ValueError(f"{v!r} is not a GPU architecture: write it as \"sm_90\" or 9.0 "
+                             "(the compute capability)")
+        return v
+
+    @field_validator("gpu_arch")
+    @classmethod
+    def _arch(cls, v: str | float | None) -> str | None:
+        return None if v is None else arch_name(parse_arch(v))
 
 
 class Container(StrictModel):
@@ -192,9 +211,14 @@ class Profile(StrictModel):
     singleton: StrictBool = False  # --dependency=singleton: one benchmark job at a time
     modules: list[StrictStr] = []
     env: dict[str, StrictStr] = {}
+    # NCCL's settings (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...), exported in every job
+    nccl: dict[str, StrictStr | StrictInt] = {}
     sbatch_extra: list[Annotated[StrictStr, AfterValidator(check_sbatch_option)]] = []
     python: StrictStr = "python3"
     environments: dict[str, Environment] = {}
+    # "auto": `--backend slurm` talks to Slurm through pyslurm where one built for the
+    # cluster's release imports (else through its commands, saying why)
+    pyslurm: Literal["auto", "off"] = "off"
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 
@@ -205,6 +229,15 @@ class Profile(StrictModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                 raise ValueError(f"{k!r} is not an environment variable name")
         return v
+
+    @field_validator("nccl")
+    @classmethod
+    def _nccl_names(cls, v: dict[str, str | int]) -> dict[str, str]:
+        for k in v:
+            if not re.fullmatch(r"NCCL_[A-Z0-9_]+", k):
+                raise ValueError(f"{k!r} is not an NCCL variable: names are NCCL_ and capitals, "
+                                 "digits or _ (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...)")
+        return {k: str(x) for k, x in v.items()}
 
     @field_validator("environments")
     @classmethod
@@ -222,6 +255,9 @@ class Profile(StrictModel):
             raise ValueError(f"partition names repeat: {', '.join(names)}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one partition has default = true")
+        both = sorted(set(self.env) & set(self.nccl))
+        if both:
+            raise ValueError(f"{', '.join(both)} set in both [env] and [nccl]; keep one")
         return self
 
     def partition(self, name: str | None) -> Partition:

@@ -36,7 +36,7 @@ from ...trainers.common.args import (
     PRECISIONS,
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
-from ...trainers.common.flags import TRAINING, Knob
+from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
 from .frameworks import FRAMEWORKS, Option, available, taking
 from .tomlfile import Number, StrictModel, limit, load_toml_model
 
@@ -179,6 +179,21 @@ class Experiment(StrictModel):
     loaders: list[StrictStr] = Field(default=["native"], min_length=1)
     repetitions: limit(StrictInt, "beyond 100 repetitions the 95% confidence interval "
                        "narrows too little to pay for the runs", ge=1, le=100) = 3
+    # A matrix axis: one set of runs per schedule (Aach et al. compared them at scale).
+    # Absent, [training].lr_schedule holds for every run.
+    lr_schedules: list[Literal[LR_SCHEDULES]] | None = Field(  # type: ignore[valid-type]
+        default=None, min_length=1)
+    # Before the training runs, one short job per framework, model, scale and precision
+    # that times the gradient's allreduce (plan.py: comm runs).
+    comm_benchmark: StrictBool = False
+
+    @field_validator("lr_schedules")
+    @classmethod
+    def _distinct_schedules(cls, values: list[str] | None) -> list[str] | None:
+        for v in values or []:
+            if values.count(v) > 1:  # type: ignore[union-attr]
+                raise ValueError(f"{v!r} is given twice (each schedule is one set of runs)")
+        return values
 
     @field_validator("frameworks")
     @classmethod
@@ -277,6 +292,18 @@ class Spec(StrictModel):
     experiment: Experiment
     training: Training
     options: Options = Field(default_factory=Options)  # type: ignore[valid-type]
+
+    @field_validator("training", mode="before")
+    @classmethod
+    def _one_schedule_source(cls, value: Any, info: ValidationInfo) -> Any:
+        exp = info.data.get("experiment")
+        if (isinstance(value, dict) and "lr_schedule" in value and exp is not None
+                and exp.lr_schedules is not None):
+            raise ValueError(
+                f"lr_schedule = {value['lr_schedule']!r} and experiment.lr_schedules = "
+                f"{exp.lr_schedules!r} are both given; keep experiment.lr_schedules (one set "
+                "of runs per schedule) or training.lr_schedule (one schedule for every run)")
+        return value
 
     def options_for(self, framework: str) -> dict[str, bool | int]:
         """The options the spec sets for a framework, defaults left out: a run's id

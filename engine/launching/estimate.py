@@ -13,9 +13,9 @@ from ..tracking.store import Store
 from .plan import Run
 
 
-def _config_key(framework, model, dataset, nodes, rpn, batch, precision, loader, training):
-    return (framework, model, dataset, nodes, rpn, batch, precision, loader,
-            json.dumps(training, sort_keys=True) if isinstance(training, dict) else training)
+def _config_key(framework, model, dataset, nodes, rpn, batch, precision, loader,
+                training: str) -> tuple:
+    return (framework, model, dataset, nodes, rpn, batch, precision, loader, training)
 
 
 @dataclass
@@ -42,20 +42,30 @@ class Estimate:
 def estimate(store: Store, runs: list[Run]) -> Estimate:
     history: dict[tuple, list[float]] = {}
     durations = {}
-    for backend in {r["backend"] for r in store.runs(states=("COMPLETED",)) if r["backend"]}:
+    completed = store.runs(states=("COMPLETED",))
+    for backend in {r["backend"] for r in completed if r["backend"]}:
         for j in store.jobs(backend, states=("COMPLETED",)):
-            if j["started"] and j["ended"]:
+            # Slurm's own elapsed time where the watcher kept it, else start to end
+            if j["elapsed"]:
+                durations[j["run_id"]] = j["elapsed"]
+            elif j["started"] and j["ended"]:
                 durations[j["run_id"]] = j["ended"] - j["started"]
-    for r in store.runs(states=("COMPLETED",)):
+    for r in completed:
         if r["run_id"] in durations:
             key = _config_key(r["framework"], r["model"], r["dataset"], r["nodes"],
                               r["ranks_per_node"], r["per_device_batch"], r["precision"],
                               r["loader"], r["training"])
             history.setdefault(key, []).append(durations[r["run_id"]])
     est = Estimate()
+    if not history:
+        return est
+    recipes: dict[int, str] = {}  # a plan's runs share a few recipe dicts: dump each once
     for run in runs:
+        recipe = recipes.get(id(run.training))
+        if recipe is None:
+            recipe = recipes[id(run.training)] = json.dumps(run.training, sort_keys=True)
         key = _config_key(run.framework, run.model, run.dataset, run.nodes, run.ranks_per_node,
-                          run.per_device_batch, run.precision, run.loader, run.training)
+                          run.per_device_batch, run.precision, run.loader, recipe)
         if key in history:
             est.per_run[run.run_id] = sum(history[key]) / len(history[key])
     return est

@@ -74,14 +74,22 @@ def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
     if run.nodes > partition.nodes:
         raise PlanError(f"{where} has {partition.nodes} node(s); scale {run.scale} asks for "
                         f"{run.nodes}")
-    if partition.gpus_per_node:
-        if run.ranks_per_node > partition.gpus_per_node:
-            raise PlanError(f"{where} has {partition.gpus_per_node} GPU(s) per node; scale "
-                            f"{run.scale} asks for {run.ranks_per_node}")
-    elif run.ranks_per_node * threads > partition.cpus_per_node:
+    if partition.gpus_per_node and run.ranks_per_node > partition.gpus_per_node:
+        raise PlanError(f"{where} has {partition.gpus_per_node} GPU(s) per node; scale "
+                        f"{run.scale} asks for {run.ranks_per_node} (one GPU per rank)")
+    if run.ranks_per_node * threads > partition.cpus_per_node:
         raise PlanError(f"{where} has {partition.cpus_per_node} CPU(s) per node; scale "
                         f"{run.scale} x {threads} thread(s) asks for "
                         f"{run.ranks_per_node * threads}")
+
+
+def cpus_per_rank(run: Run, partition: Partition) -> int:
+    """Cores for each rank's task: its threads; on a GPU partition, its GPU's share of the
+    node's cores if that is more (room for loader workers, the cores beside its GPU)."""
+    threads = run.training["threads_per_rank"]
+    if partition.gpus_per_node:
+        return max(threads, partition.cpus_per_node // partition.gpus_per_node)
+    return threads
 
 
 def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
@@ -91,7 +99,8 @@ def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
     profile = loaded.profile
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
-    env, env_vars = (slurm_environment(run.framework, profile, home) if home is not None
+    device = "cuda" if partition.gpus_per_node else "cpu"
+    env, env_vars = (slurm_environment(run.framework, profile, home, device) if home is not None
                      else (profile.environments.get(run.framework, Environment()), {}))
     fw = FRAMEWORKS[run.framework]
     if fw.trainer_module is None:
@@ -117,5 +126,6 @@ def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
         env=env, job_env={**local_env(run), **env_vars}, run_dir=str(run_dir), log_path=str(log_path),
         job_name=f"dlscale-{run.experiment}-{run.run_id[:8]}",
         time_limit=profile.time_limit, threads=run.training["threads_per_rank"],
+        cpus_per_rank=cpus_per_rank(run, partition), gpus=partition.gpus_per_node > 0,
         python=python, container_prefix=prefix, trainer_module=fw.trainer_module,
-        trainer_args=trainer_args(run, run_dir))
+        trainer_args=trainer_args(run, run_dir, device))

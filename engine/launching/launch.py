@@ -9,11 +9,14 @@ from pathlib import Path
 from ..config.frameworks import FRAMEWORKS, option_flags
 from ..paths import METRICS_NAME, RunPaths
 from .envs import EnvStatus, launch_env
+from .gpus import local_device
 from .plan import Run
 
 
-def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
-    """The flags every trainer takes (trainers/common/args.py), for this run."""
+def trainer_args(run: Run, run_dir: Path | None = None, device: str = "cpu") -> list[str]:
+    """The flags every trainer takes (trainers/common/args.py), for this run on `device`
+    (cpu, or cuda on a GPU partition or a machine with NVIDIA GPUs): always explicit, so a
+    trainer never picks its device by what its environment happens to import."""
     t = run.training
     args = ["--model", run.model, "--dataset", run.dataset,
             "--per-device-batch", str(run.per_device_batch),
@@ -26,7 +29,7 @@ def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
             "--loader", run.loader, "--loader-workers", str(t["loader_workers"]),
             "--threads", str(t["threads_per_rank"]), "--eval-every", str(t["eval_every"]),
             "--log-every", str(t["log_every"]), "--seed", str(t["seed"]),
-            "--run-id", run.run_id,
+            "--run-id", run.run_id, "--device", device,
             "--output", str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME)]
     args += ["--steps", str(t["steps"])] if t["steps"] else ["--epochs", str(t["epochs"])]
     if t["target_accuracy"] is not None:
@@ -37,6 +40,8 @@ def trainer_args(run: Run, run_dir: Path | None = None) -> list[str]:
         args.append("--compile")
     if t["inject_fault"]:
         args += ["--inject-fault", t["inject_fault"]]
+    if run.comm_benchmark:  # a communication benchmark run (plan.py), not a training run
+        args.append("--comm-benchmark")
     return args + option_flags(run.framework, t.get("options") or {})
 
 
@@ -63,9 +68,10 @@ def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
 
 
 def local_command(run: Run, run_dir: Path, env: EnvStatus, home: Path) -> tuple[list[str], dict[str, str]]:
-    """argv and environment to run `run` on this machine."""
+    """argv and environment to run `run` on this machine: on its NVIDIA GPUs where it shows
+    any (planning has checked that there is one per rank and a GPU build to use them)."""
     argv, extra = local_command_for(run.framework, run.ranks_per_node, env, home, run_dir,
-                                    trainer_args(run, run_dir))
+                                    trainer_args(run, run_dir, local_device()))
     return argv, {**local_env(run), **extra}
 
 

@@ -1,4 +1,10 @@
-"""Expand a spec into runs, each with a stable id hashed from what determines its result."""
+"""Expand a spec into runs, each with a stable id hashed from what determines its result.
+
+With `comm_benchmark = true` a study also gets one communication benchmark run per framework,
+model, dataset, scale of 2 or more devices and precision, planned before the training runs:
+the trainer's `--comm-benchmark` mode times one step's gradient allreduce (trainers/common/
+comm.py). Such a run is marked in its recipe (`comm_benchmark: true`), so its id is its own and
+no training run's id changes; specs without the option plan exactly what they always did."""
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +58,14 @@ class Run:
         """The measurement point this run repeats (all repetitions share it)."""
         return _identity_digest(self.identity(with_repetition=False))
 
+    @property
+    def comm_benchmark(self) -> bool:
+        return bool(self.training.get("comm_benchmark"))
+
     def label(self) -> str:
+        if self.comm_benchmark:
+            return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
+                    f"{self.precision} communication benchmark")
         return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
                 f"b{self.per_device_batch} {self.precision} #{self.repetition}")
 
@@ -80,31 +93,80 @@ def _identity_digest(identity: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+# The trainers with a --comm-benchmark mode (the PyTorch family); the others, and why not.
+COMM_BENCHMARK_FRAMEWORKS = ("pytorch-ddp", "deepspeed", "horovod-pytorch")
+_ANOTHER_LIBRARY = ("timing torch's gloo instead would measure another library's collective, "
+                    "not the one its runs use")
+NO_COMM_BENCHMARK = {
+    "tensorflow": "its trainer has no communication benchmark yet (its collectives are "
+                  f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
+    "horovod-tensorflow": "its trainer has no communication benchmark yet (Horovod's "
+                          f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
+    "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
+             "pushes and pulls through parameter servers rather than allreducing",
+}
+
+
 @dataclass
 class Plan:
     runs: list[Run]
     skipped_pairs: list[tuple[str, str]]  # (model, dataset) combinations that do not fit
+    notes: list[str] = field(default_factory=list)  # what the spec asked for and is not run
 
 
 def plan(loaded: LoadedSpec) -> Plan:
     exp, training = loaded.spec.experiment, loaded.spec.training
     recipe = training.model_dump()
+    # One recipe per schedule, made once: runs share them (see _identity_digest). Without
+    # lr_schedules the recipe is the spec's own, so run ids stay what they were.
+    recipes = [{**recipe, "lr_schedule": s} for s in exp.lr_schedules] \
+        if exp.lr_schedules else [recipe]
     runs: list[Run] = []
+    comm: list[Run] = []
     skipped: list[tuple[str, str]] = []
     batches = exp.per_device_batch if exp.scaling == "weak" else exp.global_batch
     for model, dataset in itertools.product(exp.models, exp.datasets):
         if not model_fits_dataset(model, dataset):
             skipped.append((model, dataset))
             continue
-        for fw, scale, batch, prec, loader in itertools.product(
-                exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders):
+        for fw, scale, batch, prec, loader, sched in itertools.product(
+                exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders, recipes):
             per_device = batch if exp.scaling == "weak" else batch // scale.devices
             # Only a framework's options that differ from its defaults join its recipe, so
             # specs without options keep the run ids they always had.
             options = loaded.spec.options_for(fw)
-            fw_recipe = {**recipe, "options": options} if options else recipe
+            fw_recipe = {**sched, "options": options} if options else sched
             for rep in range(exp.repetitions):
                 runs.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
                                 per_device, per_device * scale.devices, exp.scaling, prec,
                                 loader, rep, fw_recipe))
-    return Plan(runs, skipped)
+        if exp.comm_benchmark:
+            comm += _comm_runs(loaded, model, dataset, recipe)
+    notes = []
+    if exp.comm_benchmark:
+        notes = [f"communication benchmark: none for {fw}: {NO_COMM_BENCHMARK[fw]}"
+                 for fw in exp.frameworks if fw in NO_COMM_BENCHMARK]
+        if all(s.devices == 1 for s in exp.scales):
+            notes.append("communication benchmark: none, every scale is one device (nothing "
+                         "to communicate)")
+    return Plan(comm + runs, skipped, notes)
+
+
+def _comm_runs(loaded: LoadedSpec, model: str, dataset: str,
+               recipe: dict[str, Any]) -> list[Run]:
+    """One benchmark per framework, scale of 2+ devices and precision: the allreduce depends
+    on the model and its classes (the gradient), the scale and the framework's options
+    (Horovod's fp16 compression), not on the batch, the loader or the lr schedule."""
+    exp = loaded.spec.experiment
+    batch = (exp.per_device_batch if exp.scaling == "weak" else exp.global_batch)[0]
+    out = []
+    for fw, scale, prec in itertools.product(exp.frameworks, exp.scales, exp.precisions):
+        if fw not in COMM_BENCHMARK_FRAMEWORKS or scale.devices == 1:
+            continue
+        options = loaded.spec.options_for(fw)
+        marked = {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}
+        per_device = batch if exp.scaling == "weak" else max(1, batch // scale.devices)
+        out.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
+                       per_device, per_device * scale.devices, exp.scaling, prec,
+                       exp.loaders[0], 0, marked))
+    return out

@@ -5,153 +5,45 @@ confidence interval; a coefficient of variation above 5% marks the point noisy. 
 against the best single-device point of the same model, dataset, precision and batch
 (per-device batch for weak scaling, global batch for strong) in any framework of the same
 experiment, and that baseline is named; efficiency = speedup / devices. The speedup against
-the framework's own single-device point is reported too.
+the framework's own single-device point is reported too. Where the efficiency goes (the
+step-time breakdown, the communication benchmark, the model beside the measurement) and the
+energy per image are efficiency.py's.
 """
 from __future__ import annotations
 
-import math
-import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
-from scipy import stats as sps
-
 from ..tracking.store import Store
-
-NOISY_CV = 0.05
-
-
-@dataclass(frozen=True)
-class Spread:
-    n: int
-    mean: float | None
-    median: float | None
-    ci95: float | None  # half-width; None with fewer than 2 values
-    cv: float | None
-
-    @property
-    def noisy(self) -> bool:
-        return self.cv is not None and self.cv > NOISY_CV
-
-
-def spread(values: list[float]) -> Spread:
-    if not values:
-        return Spread(0, None, None, None, None)
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return Spread(1, mean, mean, None, None)
-    sd = statistics.stdev(values)
-    half = float(sps.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
-    return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
-
-
-def finite(value: Any) -> float | None:
-    """A stored number as a float, or None when it is not a finite number: records are
-    checked by type on ingest, and this keeps a store written before that from breaking a
-    whole table over one bad value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def speedup(throughput: float | None, baseline: float | None) -> float | None:
-    if throughput is None or not baseline:
-        return None
-    return throughput / baseline
-
-
-def efficiency(speedup_value: float | None, devices: int) -> float | None:
-    return None if speedup_value is None else speedup_value / devices
-
-
-@dataclass
-class Point:
-    """One measurement point: all repetitions of one configuration."""
-
-    experiment: str
-    framework: str
-    model: str
-    dataset: str
-    nodes: int
-    ranks_per_node: int
-    per_device_batch: int
-    global_batch: int
-    scaling: str
-    precision: str
-    loader: str
-    run_ids: list[str] = field(default_factory=list)
-    states: list[str] = field(default_factory=list)
-    throughputs: list[float] = field(default_factory=list)
-    ttas: list[float] = field(default_factory=list)
-    runtimes: list[float] = field(default_factory=list)  # whole run: warm-up and evals too
-    best_top1: list[float] = field(default_factory=list)
-    completed_run_ids: list[str] = field(default_factory=list)
-    throughput: Spread = field(default_factory=lambda: spread([]))
-    baseline: Point | None = None
-    own_baseline: Point | None = None
-
-    @property
-    def devices(self) -> int:
-        return self.nodes * self.ranks_per_node
-
-    @property
-    def state(self) -> str:
-        distinct = set(self.states)
-        if len(distinct) == 1:
-            return self.states[0]
-        for s in ("RUNNING", "PENDING"):
-            if s in distinct:
-                return s
-        return "PARTIAL"  # some repetitions completed, others failed or were cancelled
-
-    def baseline_key(self) -> tuple:
-        batch = self.per_device_batch if self.scaling == "weak" else self.global_batch
-        return (self.experiment, self.model, self.dataset, self.precision, self.scaling, batch)
-
-    def label(self) -> str:
-        return f"{self.framework} {self.nodes}x{self.ranks_per_node}"
-
-    def as_dict(self) -> dict[str, Any]:
-        sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)
-        own = speedup(self.throughput.mean,
-                      self.own_baseline.throughput.mean if self.own_baseline else None)
-        tta = spread(self.ttas)
-        return {
-            "run_id": self.run_ids[0], "run_ids": self.run_ids, "experiment": self.experiment,
-            "framework": self.framework, "model": self.model, "dataset": self.dataset,
-            "nodes": self.nodes, "ranks": self.devices, "ranks_per_node": self.ranks_per_node,
-            "per_device_batch": self.per_device_batch, "global_batch": self.global_batch,
-            "scaling": self.scaling, "precision": self.precision, "loader": self.loader,
-            "state": self.state, "repetitions": len(self.run_ids), "n": self.throughput.n,
-            "throughput": self.throughput.mean, "throughput_median": self.throughput.median,
-            "throughput_ci95": self.throughput.ci95, "throughput_cv": self.throughput.cv,
-            "noisy": self.throughput.noisy,
-            "speedup": sp, "efficiency": efficiency(sp, self.devices),
-            "baseline_run_id": (self.baseline.completed_run_ids[0] if self.baseline else None),
-            "baseline": (self.baseline.label() if self.baseline else None),
-            "speedup_own": own, "efficiency_own": efficiency(own, self.devices),
-            "time_to_accuracy_s": tta.mean, "time_to_accuracy_ci95": tta.ci95,
-            "runtime_s": spread(self.runtimes).mean,
-            # "2/3": repetitions that reached the target of those that evaluated
-            "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
-            "best_top1": max(self.best_top1) if self.best_top1 else None,
-        }
-
-
-_POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_node",
-                 "per_device_batch", "global_batch", "scaling", "precision", "loader")
+from . import efficiency as explained
+from .formatting import finite
+from .points import _POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
 
 
 def points(store: Store, experiment: str | None = None) -> list[Point]:
     # Reruns (`dlscale rerun`) are compared with their original in `reruns`, not pooled
     # into its point: a rerun asks "does it measure the same again?", not "one more sample".
-    runs = [r for r in store.runs(experiment) if not r.get("rerun_of")]
-    summaries = store.last_records("summary", [r["run_id"] for r in runs] if experiment else None)
-    by_point: dict[str, Point] = {}
+    every = [r for r in store.runs(experiment) if not r.get("rerun_of")]
+    # Communication benchmark runs measure a scale, not a point: efficiency.attach's.
+    comm = [r for r in every if explained.is_comm(r)]
+    runs = [r for r in every if not explained.is_comm(r)]
+    ids = [r["run_id"] for r in runs] if experiment else None
+    summaries = store.last_records("summary", ids)
+    # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
+    # without its env record yet (queued) joins the point its siblings ran on.
+    envs = store.last_records("env", ids)
+    kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
+    seen: dict[str, str] = {}
     for r in runs:
-        p = by_point.get(r["point_id"])
+        if kinds[r["run_id"]] is not None:
+            seen.setdefault(r["point_id"], kinds[r["run_id"]])
+    by_point: dict[tuple[str, str | None], Point] = {}
+    for r in runs:
+        device = kinds[r["run_id"]] or seen.get(r["point_id"])
+        p = by_point.get((r["point_id"], device))
         if p is None:
-            p = by_point[r["point_id"]] = Point(**{k: r[k] for k in _POINT_FIELDS})
+            p = by_point[(r["point_id"], device)] = Point(
+                **{k: r[k] for k in _POINT_FIELDS}, device=device,
+                lr_schedule=explained.schedule_of(r))
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
@@ -159,6 +51,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         if r["state"] == "COMPLETED" and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
+            p.summaries.append(s)
             for values, key in ((p.runtimes, "total_wall_s"), (p.ttas, "time_to_accuracy_s"),
                                 (p.best_top1, "best_top1")):
                 if finite(s.get(key)) is not None:
@@ -176,13 +69,19 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.baseline = max(candidates, key=lambda c: c.throughput.mean)
             own = [c for c in candidates if c.framework == p.framework]
             p.own_baseline = max(own, key=lambda c: c.throughput.mean) if own else None
+    explained.attach(store, out, comm)
     out.sort(key=lambda p: (p.experiment, p.model, p.dataset, p.framework, p.precision,
-                            p.per_device_batch, p.devices, p.nodes))
+                            p.per_device_batch, str(p.lr_schedule), p.devices, p.nodes))
     return out
 
 
 def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
-    return [p.as_dict() for p in points(store, experiment)]
+    return [{**p.as_dict(), **explained.fields(p)} for p in points(store, experiment)]
+
+
+def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, list]:
+    """Top-1 against epoch per lr schedule, when the experiment compares more than one."""
+    return explained.accuracy_curves(store, points(store, experiment))
 
 
 def notes(store: Store, experiment: str | None = None) -> list[str]:

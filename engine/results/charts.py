@@ -21,14 +21,15 @@ METRICS = {
 
 def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Result rows as lines against devices: one per framework, and per model, precision,
-    batch or loader where the rows hold more than one, each sorted by devices. Terminal
-    charts and report figures draw the same lines under the same names."""
-    varying = [k for k in ("model", "precision", "per_device_batch", "loader")
-               if len({r[k] for r in rows}) > 1]
+    device, batch, loader or lr schedule where the rows hold more than one, each sorted by devices.
+    Terminal charts and report figures draw the same lines under the same names."""
+    varying = [k for k in ("model", "device", "precision", "per_device_batch", "loader",
+                           "lr_schedule")
+               if len({r.get(k) for r in rows}) > 1]
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         name = " ".join([r["framework"]] + [
-            f"b{r[k]}" if k == "per_device_batch" else str(r[k]) for k in varying])
+            f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying])
         out.setdefault(name, []).append(r)
     return {name: sorted(pts, key=lambda r: r["ranks"]) for name, pts in sorted(out.items())}
 

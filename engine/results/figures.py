@@ -119,7 +119,11 @@ def _against_devices(rows: list[dict[str, Any]], metric: str, out_dir: Path,
 def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Figure | None:
     """Throughput per framework side by side at each scale: which one is fastest where."""
     rows = [r for r in rows if r.get("throughput") is not None]
-    frameworks = sorted({r["framework"] for r in rows})
+    # a bar per framework, and per device where CPU and GPU points share the figure
+    devices = len({r.get("device") for r in rows}) > 1
+    def bar(r: dict[str, Any]) -> str:
+        return f"{r['framework']} on {r.get('device') or '-'}" if devices else r["framework"]
+    frameworks = sorted({bar(r) for r in rows})
     if not rows:
         return None
     scales = sorted({(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows})
@@ -129,7 +133,7 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
         xs, ys, errs = [], [], []
         for j, (_, n, rpn) in enumerate(scales):
             # The best configuration of this framework at this scale (a bar per framework).
-            at = [r for r in rows if r["framework"] == fw and (r["nodes"], r["ranks_per_node"])
+            at = [r for r in rows if bar(r) == fw and (r["nodes"], r["ranks_per_node"])
                   == (n, rpn)]
             if at:
                 best = max(at, key=lambda r: r["throughput"])
@@ -146,8 +150,76 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
     return _read_back(fig, ax, "frameworks", out_dir / "frameworks.png")
 
 
-def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str) -> list[Figure]:
-    """Every figure that the rows can fill, written under out_dir; empty ones are skipped."""
+# The parts of a step, stacked in this order, each in one colour at every scale.
+PARTS = (("compute_time_s", "compute", "#4c72b0"),
+         ("exposed_comm_s", "exposed communication", "#dd8452"),
+         ("other_s", "the rest", "#8c8c8c"))
+PREDICTED = "predicted step (model)"
+MEASURED = "measured step"
+
+
+def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Figure | None:
+    """Where the efficiency goes: each point's step as stacked bars (compute, the
+    communication not hidden behind it, the rest), the measured step marked on it (below
+    the bar's top where the probe's steps ran slower than the timed ones) and the model's
+    predicted step beside. Drawn for a study that benchmarked its communication
+    (comm_benchmark = true): the explanation it asked for; the report's table shows any
+    study's breakdown."""
+    if not any(r.get("comm_busbw_gbps") is not None for r in rows):
+        return None
+    rows = [r for r in rows if r.get("step_time_s") is not None
+            and r.get("compute_time_s") is not None and r.get("exposed_comm_s") is not None]
+    if not rows:
+        return None
+    names = series(rows)
+    bars = [(name, r) for name, pts in names.items() for r in pts]
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(bars) + 2), 4.5), layout="constrained")
+    xs = list(range(len(bars)))
+    bottom = [0.0] * len(bars)
+    for key, label, colour in PARTS:
+        heights = [1000 * max(0.0, r[key]) for _, r in bars]  # a negative rest draws nothing
+        ax.bar(xs, heights, bottom=bottom, width=0.6, color=colour, label=label)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.plot(xs, [1000 * r["step_time_s"] for _, r in bars], linestyle="none", marker="_",
+            markersize=24, markeredgewidth=2, color="#c44e52", label=MEASURED)
+    predicted = [(x, 1000 * r["predicted_step_s"]) for x, (_, r) in zip(xs, bars)
+                 if r.get("predicted_step_s") is not None]
+    if predicted:
+        ax.plot([x for x, _ in predicted], [y for _, y in predicted], linestyle="none",
+                marker="D", color="black", label=PREDICTED)
+    several = len(names) > 1
+    ax.set_xticks(xs, [f"{r['nodes']}x{r['ranks_per_node']}" + (f"\n{name}" if several else "")
+                       for name, r in bars], fontsize="small")
+    ax.set_xlabel("scale (nodes x ranks per node)")
+    ax.set_ylabel("time per step (ms)")
+    tops = bottom + [y for line in ax.get_lines() for y in line.get_ydata()]
+    ax.set_ylim(0, 1.15 * max(tops) or 1.0)  # room above the tallest bar for the legend
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small", markerscale=0.6)
+    return _read_back(fig, ax, "efficiency-breakdown", out_dir / "efficiency-breakdown.png")
+
+
+def _accuracy_per_schedule(curves: dict[str, list[tuple[float, float]]], out_dir: Path,
+                           title: str) -> Figure | None:
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for name, pts in curves.items():
+        ax.plot([e for e, _ in pts], [a for _, a in pts], marker="o", label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("top-1 accuracy (mean over repetitions)")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", title="lr schedule")
+    return _read_back(fig, ax, "accuracy-per-schedule", out_dir / "accuracy-per-schedule.png")
+
+
+def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str,
+             curves: dict[str, list[tuple[float, float]]] | None = None) -> list[Figure]:
+    """Every figure that the rows can fill, written under out_dir; empty ones are skipped.
+    `curves`: top-1 against epoch per lr schedule (analysis.accuracy_curves)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
     base = f"\nbaseline: best 1-device run ({', '.join(baselines)})" if baselines else ""
@@ -159,5 +231,9 @@ def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str) -> list
         _against_devices(rows, "tta", out_dir, f"{experiment}: time-to-accuracy"),
         _framework_bars(rows, out_dir, f"{experiment}: throughput per framework\n"
                         "(its best configuration at each scale)"),
+        _efficiency_bars(rows, out_dir, f"{experiment}: where the efficiency goes\n(the "
+                         "measured step split by the step-time breakdown)"),
+        _accuracy_per_schedule(curves or {}, out_dir,
+                               f"{experiment}: top-1 against epoch per lr schedule"),
     ]
     return [f for f in made if f is not None]

@@ -2,6 +2,7 @@
 every table format alike."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -24,3 +25,12 @@ def elapsed_text(seconds: float | None) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def finite(value: Any) -> float | None:
+    """A stored number as a float, or None when it is not a finite number: records are
+    checked by type on ingest, and this keeps a store written before that from breaking a
+    whole table over one bad value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

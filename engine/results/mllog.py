@@ -15,6 +15,8 @@ from typing import Any
 from ..tracking.store import Store
 
 PREFIX = ":::MLLOG "
+_BREAKDOWN = ("data_wait_s", "forward_s", "backward_s", "optimizer_s", "compute_time_s",
+              "exposed_comm_s")
 POINT, START, END = "POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"
 
 
@@ -70,6 +72,13 @@ def events(records: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
             out.append(_event(rec, line, POINT, "eval_accuracy", rec["top1"],
                               epoch_num=rec["epoch"], step=rec["step"],
                               elapsed_s=rec["elapsed_s"]))
+        elif kind == "comm":
+            out.append(_event(rec, line, POINT, "dlscale_comm_benchmark",
+                              rec["comm_busbw_gbps"], unit="GB/s bus bandwidth",
+                              collective=rec["collective"], backend=rec["backend"],
+                              world_size=rec["world_size"], comm_bytes=rec["comm_bytes"],
+                              comm_time_s=rec["comm_time_s"],
+                              comm_algbw_gbps=rec["comm_algbw_gbps"]))
         elif kind == "summary":
             target = rec.get("target_accuracy")
             # MLPerf's run_stop says whether the quality target was met; without a target
@@ -79,6 +88,14 @@ def events(records: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
             out.append(_event(rec, line, POINT, "dlscale_throughput", rec["throughput"],
                               unit="images/s", timed_steps=rec["timed_steps"],
                               warmup_steps=rec["warmup_steps"]))
+            parts = {k: rec[k] for k in _BREAKDOWN if rec.get(k) is not None}
+            if parts:
+                out.append(_event(rec, line, POINT, "dlscale_step_breakdown", parts, unit="s"))
+            if rec.get("energy_per_image_j") is not None:
+                out.append(_event(rec, line, POINT, "dlscale_energy_per_image_j",
+                                  rec["energy_per_image_j"], energy_j=rec.get("energy_j"),
+                                  mean_power_w=rec.get("mean_power_w"),
+                                  device_util=rec.get("device_util")))
             if rec.get("time_to_accuracy_s") is not None:
                 out.append(_event(rec, line, POINT, "dlscale_time_to_accuracy_s",
                                   rec["time_to_accuracy_s"], target_accuracy=target))

@@ -29,6 +29,7 @@ from ..tracking.store import Store
 from . import analysis, figures, mllog, tables
 from .reference import LoadedReference, beside_spec, compare, load_reference
 from .report_folder import ReportFolder
+from .report_tables import Table, efficiency_table
 
 FORMATS = ("md", "html")
 
@@ -41,15 +42,6 @@ _templates.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", 
 # Notes are written with Markdown `code`; HTML gets <code> (the text escaped first).
 _templates.filters["code"] = lambda v: markupsafe.Markup(re.sub(
     r"`([^`]+)`", r"<code>\1</code>", str(markupsafe.escape(v))))
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-    right: set[int] = field(default_factory=set)  # columns of numbers, aligned right
 
 
 @dataclass
@@ -86,7 +78,7 @@ def _profile_of(runs: list[dict[str, Any]]) -> str | None:
     """The cluster profile a Slurm run kept beside its job script (name and description)."""
     for r in runs:
         path = RunPaths(Path(r["run_dir"] or "")).profile
-        if r["backend"] == "slurm" and path.is_file():
+        if path.is_file():  # only a cluster's runs keep one
             try:
                 data = tomllib.loads(path.read_text())
             except (OSError, tomllib.TOMLDecodeError):
@@ -148,12 +140,18 @@ def _scale(r: dict[str, Any]) -> str:
 
 def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1
-    headers = ["model", "framework"] + (["loader"] if loaders else []) + [
+    schedules = len({r.get("lr_schedule") for r in rows}) > 1
+    devices = len({r.get("device") for r in rows}) > 1
+    headers = ["model", "framework"] + (["device"] if devices else []) + (
+        ["loader"] if loaders else []) + (
+        ["lr schedule"] if schedules else []) + [
         "scale", "devices", "batch/dev", "precision", "n", "images/s", "CI95", "CV",
-        "speedup", "efficiency", "speedup (own)", "baseline", "state"]
+        "speedup", "efficiency", "speedup (own)", "images/J", "baseline", "state"]
     body = []
     for r in rows:
-        body.append([r["model"], r["framework"]] + ([r["loader"]] if loaders else []) + [
+        body.append([r["model"], r["framework"]] + ([r.get("device") or "-"] if devices else [])
+                    + ([r["loader"]] if loaders else []) + (
+            [r.get("lr_schedule") or "-"] if schedules else []) + [
             _scale(r), str(r["ranks"]),
             str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
             r["precision"], f"{r['n']}/{r['repetitions']}", tables.fmt(r["throughput"], 1),
@@ -161,7 +159,7 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
             (tables.fmt(100 * r["throughput_cv"], 1, "%") if r["throughput_cv"] is not None
              else "-") + (" *" if r["noisy"] else ""),
             tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]), tables.fmt(r["speedup_own"]),
-            r["baseline"] or "-", r["state"]])
+            tables.fmt(r.get("images_per_joule"), 1), r["baseline"] or "-", r["state"]])
     first_num = headers.index("devices")
     right = set(range(first_num, headers.index("baseline"))) - {headers.index("precision")}
     scaling = sorted({r["scaling"] for r in rows})
@@ -169,6 +167,10 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
              "the half-width of its Student-t 95% confidence interval, CV the coefficient "
              "of variation; * = noisy (CV > 5%)."]
     notes += [line for line in tables.baselines_note(rows).splitlines() if line]
+    energy = {(r.get("unmeasured") or {}).get("images_per_joule") for r in rows} - {None}
+    notes += ["images/J: images trained per joule of the devices' energy over the timed "
+              "steps (NVML on GPUs, the CPU packages' RAPL counters)" + (
+                  f"; not measured: {'; '.join(sorted(energy))}" if energy else "") + "."]
     notes += skipped  # metric lines left out on ingest, by run, file and line
     return Table("Throughput, speedup and efficiency", headers, body, notes, right)
 
@@ -299,7 +301,8 @@ def _write(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]],
            folder: ReportFolder) -> Report:
     """Everything into the folder's stage, then into place (see report_folder)."""
     name = exp["name"]
-    figs = figures.draw_all(rows, folder.subfolder("figures"), name)
+    figs = figures.draw_all(rows, folder.subfolder("figures"), name,
+                            analysis.accuracy_curves(store, name))
     folder.write("results.csv", tables.results_csv(rows))
     folder.write("results.json", tables.results_json(rows) + "\n")
     reruns = analysis.reruns(store, name)
@@ -313,7 +316,7 @@ def _write(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]],
                        folder.subfolder("mllog"))
 
     made = {"results": _results_table(rows, analysis.notes(store, name)),
-            "tta": _tta_table(rows),
+            "efficiency": efficiency_table(rows), "tta": _tta_table(rows),
             "loaders": _loader_table(rows), "noisy": _noisy_table(rows),
             "reruns": _rerun_table(reruns),
             "reference": _reference_table(ref, rows) if ref else None}

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from ..tracking.queue import QUEUE_COLUMNS
+from . import report_tables
 from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (tables.fmt...)
 
 
@@ -23,11 +24,26 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
                ("n", "right"), ("images/s ± CI95", "right"), ("speedup", "right"),
                ("efficiency", "right"), ("baseline", "left"), ("TTA s", "right"),
                ("state", "left")]
+    # Time-to-accuracy, the efficiency model and the energy where any point has them
+    # (explained_note says why not otherwise): a narrow table stays narrow.
+    tta = any(r["time_to_accuracy_s"] is not None for r in rows)
+    if not tta:
+        columns.remove(("TTA s", "right"))
     if not one:
         columns.insert(0, ("experiment", "left"))
     loaders = len({r["loader"] for r in rows}) > 1  # then the same point shows once a loader
     if loaders:
         columns.insert(columns.index(("scale", "right")), ("loader", "left"))
+    schedules = len({r.get("lr_schedule") for r in rows}) > 1
+    if schedules:
+        columns.insert(columns.index(("scale", "right")), ("lr schedule", "left"))
+    devices = len({r.get("device") for r in rows}) > 1  # CPU and GPU points side by side
+    if devices:
+        columns.insert(columns.index(("framework", "left")) + 1, ("device", "left"))
+    extra = [(key, col) for key, col in (("images_per_joule", "images/J"),)
+             if any(r.get(key) is not None for r in rows)]
+    at = columns.index(("baseline", "left"))
+    columns[at:at] = [(col, "right") for _, col in extra]
     for col, just in columns:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
@@ -35,10 +51,16 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
                  str(r["ranks"]),
                  str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
                  r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
-                 fmt(r["speedup"]), fmt(r["efficiency"]), r["baseline"] or "-",
-                 fmt(r["time_to_accuracy_s"], 1), r["state"]]
+                 fmt(r["speedup"]), fmt(r["efficiency"])] + [
+                 fmt(r.get(key), 1) for key, _ in extra] + [
+                 r["baseline"] or "-"] + (
+                 [fmt(r["time_to_accuracy_s"], 1)] if tta else []) + [r["state"]]
+        if schedules:
+            cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:
             cells.insert(2, r["loader"])
+        if devices:
+            cells.insert(2, r.get("device") or "-")
         t.add_row(*([] if one else [r["experiment"]]), *cells)
     return t
 
@@ -52,7 +74,7 @@ def baselines_note(rows: list[dict[str, Any]]) -> str:
         return (f"batch {r['per_device_batch']}/device" if r["scaling"] == "weak"
                 else f"global batch {r['global_batch']}")
     parts = {"dataset": lambda r: r["dataset"], "precision": lambda r: r["precision"],
-             "batch": batch}
+             "batch": batch, "device": lambda r: f"on {r.get('device') or '-'}"}
     varying = [f for f in parts.values() if len({f(r) for r in rows}) > 1]
     seen = {}
     for r in rows:
@@ -63,6 +85,55 @@ def baselines_note(rows: list[dict[str, Any]]) -> str:
                      for (exp, what, label), rid in sorted(seen.items()))
 
 
+# The report's long headers, shortened for a terminal (the title gives the unit).
+_SHORT = {"step ms": "step", "compute ms": "compute", "exposed comm ms": "exp. comm",
+          "rest ms": "rest", "allreduce ms": "allreduce", "busbw GB/s": "busbw GB/s",
+          "predicted step ms": "pred. step", "predicted eff": "pred. eff",
+          "measured eff": "eff"}
+
+
+def efficiency_table(rows: list[dict[str, Any]]) -> Table | None:
+    """The report's "where the efficiency goes" table for a terminal: times in ms."""
+    made = report_tables.efficiency_table(rows)
+    if made is None:
+        return None
+    drop = {"devices"} | ({"model"} if len({r["model"] for r in rows}) == 1 else set())
+    keep = [i for i, h in enumerate(made.headers) if h not in drop]
+    t = Table(title="Where the efficiency goes (ms per step; pred.: the model, 1-device "
+              "compute + the benchmarked allreduce)", title_justify="left")
+    for i in keep:
+        h = made.headers[i]
+        t.add_column(_SHORT.get(h, h), justify="right" if i in made.right else "left",
+                     no_wrap=True)
+    for row in made.rows:
+        t.add_row(*[row[i] for i in keep])
+    return t
+
+
+def explained_note(rows: list[dict[str, Any]]) -> str:
+    """Why the benchmark, the model or the energy is missing, once per reason and with the
+    points it concerns (`unmeasured` in the rows: CSV and JSON carry it per point). A
+    single device has nothing to communicate: not worth a line."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get("throughput") is None:
+            continue
+        for key in ("comm_busbw_gbps", "predicted_efficiency", "images_per_joule"):
+            why = (r.get("unmeasured") or {}).get(key)
+            if why and (r["ranks"] > 1 or key == "images_per_joule"):
+                seen.setdefault(f"{key}: {why}", set()).add(f"{r['framework']} "
+                                                           f"{r['nodes']}x{r['ranks_per_node']}")
+    return "\n".join(f"{what} ({', '.join(sorted(where))})" for what, where in seen.items())
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    if isinstance(value, dict):  # unmeasured: field -> why
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    return value
+
+
 def results_csv(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
     if not rows:
@@ -70,7 +141,7 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
     w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: " ".join(v) if isinstance(v, list) else v for k, v in r.items()})
+        w.writerow({k: _cell(v) for k, v in r.items()})
     return out.getvalue()
 
 

@@ -1,4 +1,4 @@
-"""Following jobs: one scheduler query per tick for every live job, metrics ingested as
+"""Following jobs: one backend query per tick for every live job, metrics ingested as
 they are written, run states settled when jobs end."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
-from ..schedulers.base import Scheduler
 from .logs import failure_reason
 from .store import ACTIVE, SUBMITTING, TERMINAL, Store
 
@@ -45,19 +45,19 @@ class Tick:
     warning: str | None = None    # the last poll failed (still tolerated): why
 
 
-def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> Tick:
-    """One tick: ask the scheduler about every live job at once, ingest, settle."""
+def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
+    """One tick: ask the backend about every live job at once, ingest, settle."""
     # A submission killed mid-way (its process gone) shows as not submitted, with why.
     store.release_stale_claims()
     live = [r for r in store.runs(experiment, states=ACTIVE)
-            if r["backend"] == scheduler.name and r["job_id"]]
+            if r["backend"] == backend.name and r["job_id"]]
     reachable, new = True, 0
     if live:
         try:
-            statuses = scheduler.poll([r["job_id"] for r in live])
+            statuses = backend.poll([r["job_id"] for r in live])
         except ControllerUnreachable:
             statuses, reachable = {}, False
-        answered = reachable and getattr(scheduler, "last_poll_ok", True)
+        answered = reachable and backend.last_poll_ok
         for r in live:
             st = statuses.get(r["job_id"])
             if st is None and answered and r["reason"] != VANISHED:
@@ -70,9 +70,7 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
                 # sacct (slurmdbd) can lag the controller by seconds: a job seen running is
                 # not sent back to pending by a stale answer (our scripts never requeue).
                 continue
-            if scheduler.name != "local":  # the local worker keeps its own job rows
-                store.update_job(scheduler.name, r["job_id"], state=st.state, reason=st.reason,
-                                 nodes=st.nodes, elapsed=st.elapsed_s, exit_code=st.exit_code)
+            backend.observed(store, st)
             if st.state == "RUNNING" or st.state in TERMINAL:
                 new += store.ingest(r["run_id"], RunPaths.of(r).metrics)
             if st.state in TERMINAL:
@@ -86,10 +84,10 @@ def sync(store: Store, scheduler: Scheduler, experiment: str | None = None) -> T
     for r in store.runs(experiment):
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     warning = None
-    if live and not getattr(scheduler, "last_poll_ok", True):
-        warning = getattr(scheduler, "last_error", None) or "the scheduler did not answer"
+    if live and not backend.last_poll_ok:
+        warning = backend.last_error or "the scheduler did not answer"
     if not reachable:
-        warning = warning or getattr(scheduler, "last_error", None) or "unreachable"
+        warning = warning or backend.last_error or "unreachable"
     return Tick(counts, reachable, new, warning)
 
 
@@ -109,14 +107,14 @@ class Backoff:
         return d
 
 
-def wait_until_done(store: Store, scheduler: Scheduler, run_ids: list[str],
+def wait_until_done(store: Store, backend: Backend, run_ids: list[str],
                     on_tick=lambda tick, rows: None, cap_s: float = 5.0) -> Tick:
     """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
     runs' rows as that tick left them."""
     backoff = Backoff(cap=cap_s)
     last = None
     while True:
-        tick = sync(store, scheduler)
+        tick = sync(store, backend)
         rows = [store.run(rid) for rid in run_ids]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.

@@ -12,8 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..results.analysis import finite
-from ..results.formatting import elapsed_text, fmt
+from ..results.formatting import elapsed_text, finite, fmt
 from .store import Store
 from .store_records import QUEUE_CHANGES, skipped_text
 

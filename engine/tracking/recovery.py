@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
+from ..backends.local import LOCK_NAME
+from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
 from ..errors import SpecError, UserError
 from ..launching.plan import digest, plan
 from ..paths import RunPaths
-from ..schedulers.local import LOCK_NAME
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
 
@@ -98,7 +99,7 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
 
 
 def _worker_alive(home: Path) -> bool:
-    """The local worker holds its lock file while it runs (LocalScheduler.worker_alive);
+    """The local worker holds its lock file while it runs (LocalBackend.worker_alive);
     it writes to the store it opened, which the rebuild is about to move."""
     path = home / LOCK_NAME
     if not path.exists():
@@ -145,13 +146,13 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         row = _from_records(run_id, params, env)
         out.guessed.append(run_id)
     row["run_id"] = run_id
-    backend = row.get("backend") or ("slurm" if _first(places, paths.job_script.name) else "local")
+    backend = row.get("backend") or backend_of_folder([RunPaths(p) for p in places])
     if paths.rerun_of.is_file():
         row["rerun_of"] = paths.rerun_of.read_text().strip()
     # A spec's text wins over none; an experiment seen only in records is still listed.
     if spec_text or row["experiment"] not in {e["name"] for e in store.experiments()}:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
-    job_id = (env or {}).get("job_id") if backend == "slurm" else None
+    job_id = job_of_records(backend, env)
     state, reason = "PLANNED", ("recovered by `dlscale store rebuild`: no records yet; "
                                 "`dlscale run SPEC` submits it")
     if records:
@@ -167,7 +168,7 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         store.update_run(run_id, state="COMPLETED", reason=None)
     elif job_id:
         # Slurm may still be running it: the next poll asks, and settles the run.
-        store.add_job("slurm", job_id, run_id, "RUNNING")
+        store.add_job(backend, job_id, run_id, "RUNNING")
         store.update_run(run_id, state="RUNNING", reason=f"recovered by `dlscale store "
                          f"rebuild`: asking Slurm about job {job_id}")
 

@@ -16,13 +16,15 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
-from ..launching.plan import Run
 from ..paths import RunPaths
 from .store_health import REBUILD_HINT, damage_message, run_folders
 from .store_records import RECORDS_CHECKED, Records
+
+if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
+    from ..launching.plan import Run
 
 ACTIVE = ("PENDING", "RUNNING")
 # A run one process has claimed for submission: between rendering its job and the

@@ -14,6 +14,7 @@ from .launch_env import LaunchEnv
 
 class HorovodShared:
     server = hvd = None
+    framework = "horovod"
 
     def add_args(self, parser) -> None:
         parser.add_argument("--fp16-allreduce", action="store_true",
@@ -29,6 +30,15 @@ class HorovodShared:
         if hvd.size() != launch.world_size or hvd.rank() != launch.rank:
             raise TrainerError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}; the launcher "
                                f"started rank {launch.rank} of {launch.world_size}")
+
+    def require_nccl(self) -> None:
+        """On GPUs Horovod must have NCCL operations: without them the first broadcast of a
+        CUDA tensor fails. Said once, with the fix, before any collective."""
+        if not self.hvd.nccl_built():
+            raise TrainerError(
+                f"{self.framework}: this environment's Horovod was built without NCCL, so it "
+                "cannot reduce GPU tensors; build one with NCCL with `dlscale env create "
+                f"{self.framework} --gpu` (after loading the site's CUDA and NCCL modules)")
 
     def compression(self, args):
         return self.hvd.Compression.fp16 if args.fp16_allreduce else self.hvd.Compression.none

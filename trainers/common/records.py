@@ -5,8 +5,9 @@ the engine reads through `parse_record`. It imports only the standard library, b
 runs inside every framework's environment on the compute nodes.
 
 Order in a file: one `params` record first, one `env` record, then `interval` and `eval`
-records as training goes, and one `summary` record last. Units are in the field names
-(`_s` seconds, `images_per_s`).
+records as training goes, and one `summary` record last. A communication benchmark run
+(`--comm-benchmark`) trains nothing: its measurement is one `comm` record before its summary.
+Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "interval": ("step", "images_per_s", "loss"),
     "eval": ("step", "epoch", "top1", "elapsed_s"),
     "summary": ("status", "throughput", "timed_steps", "warmup_steps", "elapsed_s"),
+    "comm": ("collective", "backend", "world_size", "comm_bytes", "bucket_bytes",
+             "comm_time_s", "comm_algbw_gbps", "comm_busbw_gbps"),
 }
-KINDS = tuple(REQUIRED)
+# The kinds in the order a training run writes them; a comm benchmark run's order.
+KINDS = ("params", "env", "interval", "eval", "summary")
+COMM_KINDS = ("params", "env", "comm", "summary")
 
 # What each field the engine reads must hold, required or not: a record is trusted by its
 # types, not its shape, so a throughput of "abc", null or NaN never reaches a table or a
@@ -50,6 +55,12 @@ TYPES: dict[str, dict[str, str]] = {
                 "time_to_accuracy_s": "rate?", "best_top1": "fraction?",
                 "target_accuracy": "fraction?", "reached_target": "flag?",
                 "images_timed": "count?", "final_loss": "number?"},
+    "comm": {"collective": "text", "backend": "text", "world_size": "count",
+             "comm_bytes": "count", "buckets": "list?", "bucket_bytes": "count",
+             "fused_by": "text?", "element_bytes": "count?", "warmup_rounds": "count?",
+             "repetitions": "count?", "comm_time_s": "rate", "comm_time_p90_s": "rate?",
+             "comm_time_cv": "rate?", "comm_algbw_gbps": "rate", "comm_busbw_gbps": "rate",
+             "elapsed_s": "rate?"},
 }
 _WHAT = {"count": "a whole number >= 0", "number": "a finite number",
          "rate": "a finite number >= 0", "fraction": "a number from 0 to 1", "text": "a string",
@@ -94,7 +105,7 @@ class RecordWriter:
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         if kind not in REQUIRED:
-            raise RecordError(f"unknown record kind {kind!r}; allowed: {', '.join(KINDS)}")
+            raise RecordError(f"unknown record kind {kind!r}; allowed: {', '.join(REQUIRED)}")
         missing = [f for f in REQUIRED[kind] if f not in fields]
         if missing:
             raise RecordError(f"{kind} record lacks {', '.join(missing)}")
@@ -127,7 +138,7 @@ def parse_record(line: str) -> dict[str, Any]:
         raise RecordError("a record must be a JSON object")
     kind = record.get("kind")
     if kind not in REQUIRED:
-        raise RecordError(f"unknown record kind {kind!r}; allowed: {', '.join(KINDS)}")
+        raise RecordError(f"unknown record kind {kind!r}; allowed: {', '.join(REQUIRED)}")
     missing = [f for f in REQUIRED[kind] if f not in record]
     if missing:
         raise RecordError(f"{kind} record lacks {', '.join(missing)}")

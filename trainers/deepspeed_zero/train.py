@@ -22,6 +22,7 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_ex
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from ..common import comm  # noqa: E402
 from ..common.entry import leave  # noqa: E402
 from ..common.launch_env import LaunchEnv  # noqa: E402
 from ..torch_ddp.train import Distribution, TrainerError  # noqa: E402
@@ -82,6 +83,14 @@ class DeepSpeedZeRO(Distribution):
         # Its no_sync forbids the optimizer step inside it, and ZeRO 2 cannot skip the
         # reduction at all: no step without synchronisation to compare with.
         return None if launch.distributed else super().no_sync(net, launch)
+
+    def comm_plan(self, grad_elements: list[int], args) -> comm.CommPlan:
+        """DeepSpeed's reduce buckets (zero_optimization.reduce_bucket_size, 5e8 elements by
+        default: one bucket for every model here), fp32. ZeRO 1 and 2 reduce (or
+        reduce-scatter) those bytes rather than allreduce them; the benchmark times the
+        allreduce, the collective DeepSpeed falls back to and stage 0 uses."""
+        cap = 4 * comm.DEEPSPEED_BUCKET_ELEMENTS
+        return comm.CommPlan(comm.buckets([4 * n for n in grad_elements], [cap]), cap)
 
     def versions(self) -> dict[str, Any]:
         return {"deepspeed": self.ds.__version__}

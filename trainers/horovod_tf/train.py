@@ -29,10 +29,12 @@ class HorovodTF(HorovodShared, Distribution):
     def before_import(self, launch: LaunchEnv, launched_by: str) -> None:
         self.join(launch)  # no TF_CONFIG: TensorFlow itself stays single-worker
 
-    def init(self, tf, args, launch: LaunchEnv) -> None:
-        self.tf, self.launch = tf, launch
+    def init(self, tf, args, launch: LaunchEnv, device) -> None:
+        self.tf, self.launch, self.device = tf, launch, device
         import horovod.tensorflow as hvd  # noqa: PLC0415  (after the rendezvous variables)
         self.init_horovod(hvd, launch)
+        if device.cuda:
+            self.require_nccl()
 
     def scope(self):
         return contextlib.nullcontext()  # plain variables: Horovod reduces the gradients
@@ -41,7 +43,8 @@ class HorovodTF(HorovodShared, Distribution):
         if not self.launch.distributed:
             return
         # The optimizer's slots exist only once it is built: built now, its state goes out
-        # with the weights before the first step instead of after it.
+        # with the weights before the first step instead of after it (a loss-scaling one's
+        # scale too).
         opt.build(model.trainable_variables)
         self.hvd.broadcast_variables(model.variables, root_rank=0)
         self.hvd.broadcast_variables(opt.variables, root_rank=0)
@@ -66,7 +69,7 @@ class HorovodTF(HorovodShared, Distribution):
                                   op=self.hvd.Sum).numpy()
 
     def backend(self) -> str:
-        return "horovod-gloo"
+        return "horovod-nccl" if self.device.cuda else "horovod-gloo"
 
 
 def main(argv: list[str] | None = None) -> int:

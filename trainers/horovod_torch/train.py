@@ -7,10 +7,12 @@ Horovod's gloo rendezvous itself (common.horovod_rendezvous): no ssh, no MPI.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
+from ..common import comm
 from ..common.horovod_shared import HorovodShared
 from ..common.launch_env import LaunchEnv
 from ..torch_ddp.train import Distribution
@@ -29,7 +31,10 @@ class HorovodTorch(HorovodShared, Distribution):
         import horovod.torch as hvd  # noqa: PLC0415  (after the rendezvous variables)
         self.init_horovod(hvd, launch)
         if device.type == "cuda":
-            torch.cuda.set_device(hvd.local_rank())
+            # The rank's GPU is the one train() picked (pick_gpu): under srun's per-task
+            # binding it sees one GPU, index 0, whatever Horovod's local rank.
+            torch.cuda.set_device(device)
+            self.require_nccl()
 
     def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
         if not launch.distributed:
@@ -70,6 +75,21 @@ class HorovodTorch(HorovodShared, Distribution):
         if launch.distributed:
             t.copy_(self.hvd.allreduce(t, op=self.hvd.Sum))
         return t
+
+    def comm_plan(self, grad_elements: list[int], args) -> comm.CommPlan:
+        """Each gradient on its own, as DistributedOptimizer's hooks issue them, for Horovod
+        to fuse up to its threshold; fp16 when --fp16-allreduce compresses them."""
+        element = 2 if args.fp16_allreduce else 4
+        threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", comm.HOROVOD_FUSION_BYTES))
+        return comm.CommPlan([element * n for n in grad_elements], threshold, element,
+                             fused_by="library")
+
+    def comm_round(self, tensors: list[torch.Tensor], launch: LaunchEnv) -> None:
+        hvd = self.hvd
+        handles = [hvd.allreduce_async_(t, name=f"dlscale.comm.{i}", op=hvd.Sum)
+                   for i, t in enumerate(tensors)]
+        for handle in handles:
+            hvd.synchronize(handle)
 
     def comm_backend(self, device: torch.device) -> str:
         return "horovod-gloo" if device.type == "cpu" else "horovod-nccl"

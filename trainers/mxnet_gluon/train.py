@@ -6,6 +6,11 @@ rank is a worker. The roles meet at MASTER_ADDR:MASTER_PORT+3. Gradients are sum
 servers; each worker then applies the same SGD update (update_on_kvstore=False), so the lr
 plan is the shared one. Same model (mxnet_gluon/models.py), recipe, timing and records as the
 other trainers; kv.num_workers is checked against the launcher's world size.
+
+On a GPU (mxnet_gluon/device.py) each worker computes on mx.gpu of its local rank (the one
+GPU srun's per-task binding shows it), one rank alone uses the 'device' kvstore, and fp16
+casts the network (BatchNorm stays fp32) with multi-precision SGD keeping fp32 master
+weights. MXNet 1.9 has no bf16 on GPUs: refused with that reason.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv
 from ..common.lifeline import parent_watch
+from . import device as mx_device
+from .device import MxDevice
 
 PROG = "dlscale-mxnet"
 FRAMEWORK = "mxnet"
@@ -77,12 +84,8 @@ def _watch_role(p: subprocess.Popen, role: str) -> None:
 def train(argv: list[str] | None = None) -> int:
     # Arrays only, through the framework's own input pipeline: no ImageNet folders, no DALI.
     args = build_parser(PROG, ARRAY_DATASETS, NATIVE_ONLY).parse_args(argv)
-    ctx = start(PROG, FRAMEWORK, args, on_cpu=True)
-    if args.device == "cuda":
-        raise TrainerError("the MXNet environment is the CPU build; no GPU here")
-    precision = "fp32" if args.precision == "auto" else args.precision
-    if precision != "fp32":
-        raise TrainerError(f"precision {precision}: the MXNet trainer runs fp32 on CPU")
+    on_gpu, precision = mx_device.before_import(args)
+    ctx = start(PROG, FRAMEWORK, args, on_cpu=not on_gpu)
     # MXNet's engine sizes its pools from these at import: one rank, its own threads.
     os.environ.update(MXNET_CPU_WORKER_NTHREADS=str(args.threads),
                       OMP_NUM_THREADS=str(args.threads))
@@ -91,7 +94,7 @@ def train(argv: list[str] | None = None) -> int:
     ctx.open_records()
     finished = False
     try:
-        rc = _run(ctx)
+        rc = _run(ctx, on_gpu, precision)
         finished = True
         return rc
     finally:
@@ -104,13 +107,16 @@ def train(argv: list[str] | None = None) -> int:
                 p.kill()
 
 
-def _run(ctx: Context) -> int:
+def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
     import mxnet as mx
     from mxnet import autograd, gluon, nd
 
     from .models import build, parameter_count
 
     args, writer, world, global_batch = ctx.args, ctx.writer, ctx.world, ctx.global_batch
+    device: MxDevice = mx_device.setup(mx, args, on_gpu, precision, ctx.launch.local_rank,
+                                       ctx.launched_by == "srun")
+    dev, dtype = device.context, device.dtype
     kv = mx.kv.create("dist_sync") if ctx.launch.distributed else None
     if kv is not None and kv.num_workers != world:
         raise TrainerError(f"the kvstore has {kv.num_workers} workers; the launcher started "
@@ -146,13 +152,18 @@ def _run(ctx: Context) -> int:
 
     data = ArrayData(args, world, ctx.rank, channels_last=False)
     recipe = ctx.recipe(ctx.total_steps(data.steps_per_epoch), data.steps_per_epoch)
-    net = build(args.model, data.classes)
+    net = build(args.model, data.classes)  # initialised on the CPU: the same on every rank
+    if device.cuda:
+        net.collect_params().reset_ctx(dev)
+    if dtype != "float32":
+        net.cast(dtype)  # Gluon keeps BatchNorm's parameters in fp32
     net.hybridize(static_alloc=True, static_shape=True)
     # Gluon's SGD: weight decay added to the gradient, as in PyTorch's SGD. The kvstore's
-    # init broadcasts worker 0's initial weights to every worker.
+    # init broadcasts worker 0's initial weights to every worker. multi_precision: fp16
+    # weights are updated through fp32 master copies.
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": recipe.plan.lr(0), "momentum": args.momentum,
-                             "wd": args.weight_decay},
+                             "wd": args.weight_decay, "multi_precision": dtype != "float32"},
                             kvstore=kv if kv is not None else "device",
                             update_on_kvstore=False if kv is not None else None)
     if kv is not None:
@@ -170,18 +181,21 @@ def _run(ctx: Context) -> int:
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     writer.write("params", framework=FRAMEWORK, world_size=world, global_batch=global_batch,
-                 parameters=parameter_count(net), precision="fp32", channels_last=False,
-                 total_steps=recipe.total_steps, steps_per_epoch=data.steps_per_epoch,
-                 lr_scaled=recipe.plan.scaled_lr, device="cpu",
+                 parameters=parameter_count(net), precision=precision,
+                 tf32=precision == "tf32", multi_precision=dtype != "float32",
+                 channels_last=False, total_steps=recipe.total_steps,
+                 steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
+                 device="cuda" if device.cuda else "cpu",
                  distributed=ctx.launch.distributed, **recipe_fields(args),
-                 kvstore=kv.type if kv is not None else None)
-    ctx.open_meter()
-    ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__}, gather,
-                  backend="ps-lite")
+                 kvstore=kv.type if kv is not None else ("device" if device.cuda else None))
+    ctx.open_meter(mx_device.nvml_gpu(device.index) if device.cuda else None)
+    ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__,
+                   **mx_device.build_versions(mx)}, gather,
+                  device=mx_device.gpu_name(device), backend="ps-lite")
 
     def step_fn(xb, yb):
         with autograd.record():
-            loss = loss_fn(net(xb), yb)
+            loss = loss_fn(net(xb).astype("float32"), yb)  # softmax in fp32
         loss.backward()
         trainer.step(global_batch)  # gradients summed over all workers, mean over the batch
         loss_nd = loss.mean()
@@ -189,15 +203,18 @@ def _run(ctx: Context) -> int:
         return loss_nd
 
     def evaluate() -> float:
-        return data.evaluate(lambda x: net(nd.array(x)).asnumpy(), all_sum)
+        return data.evaluate(
+            lambda x: net(nd.array(x, ctx=dev, dtype=dtype)).astype("float32").asnumpy(),
+            all_sum)
 
     hooks = training_loop.Hooks(
         step=step_fn, set_lr=trainer.set_learning_rate,
         loss_of=lambda loss_nd: float(loss_nd.asscalar()), sync=barrier,
         evaluate=evaluate if data.test is not None else None, progress=ctx.progress,
         meter=ctx.meter)
-    loop = training_loop.run(recipe, hooks, writer,
-                             data.batches(lambda x, y: (nd.array(x), nd.array(y))))
+    # Batches on the rank's device (synthetic data: made there once).
+    loop = training_loop.run(recipe, hooks, writer, data.batches(
+        lambda x, y: (nd.array(x, ctx=dev, dtype=dtype), nd.array(y, ctx=dev))))
     digest = hashlib.sha256()
     for name, p in sorted(net.collect_params().items()):
         if p.grad_req != "null":
@@ -205,8 +222,9 @@ def _run(ctx: Context) -> int:
             digest.update(p.data().asnumpy().astype(np.float32).tobytes())
     digests = gather(digest.hexdigest()[:16])
     energy = ctx.energy(gather, loop.timed_steps(args.warmup_steps) * global_batch)
-    throughput = training_loop.write_summary(writer, recipe, loop, world, digests,
-                                             compute_dtype="float32", **energy)
+    throughput = training_loop.write_summary(
+        writer, recipe, loop, world, digests, compute_dtype=mx_device.compute_dtype(
+            mx, net, device, data.shape.size, data.shape.channels), **energy)
     ctx.say_done(throughput, loop)
     barrier()
     # A worker leaves the parameter server when its kvstore is freed, and the scheduler and

@@ -1,5 +1,7 @@
-"""TensorFlow trainer: MultiWorkerMirroredStrategy (ring all-reduce), Keras 2 models, one
-intra-op and one inter-op thread per rank on CPU.
+"""TensorFlow trainer: MultiWorkerMirroredStrategy (ring all-reduce on CPU, NCCL on GPU), Keras
+2 models, one intra-op and one inter-op thread per rank on CPU; on a GPU, the rank's own GPU,
+Keras mixed precision (bf16, or fp16 with loss scaling), TF32 only when asked for, XLA with
+--compile and a tf.data pipeline with prefetch (tf_keras/device.py).
 
 The same model (tf_keras/models.py mirrors torch_ddp/models.py), the same recipe (SGD with
 momentum and PyTorch-style coupled weight decay, the shared lr plan), the same timing rules
@@ -27,6 +29,8 @@ from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv
 from ..common.tf_cluster import tf_config
+from . import device as tf_device
+from .device import TfDevice
 
 PROG = "dlscale-tensorflow"
 FRAMEWORK = "tensorflow"
@@ -34,7 +38,8 @@ GATHER_BYTES = 1024
 
 # make_step(mean_over, decay, wrap_tape) -> one replica's step fn(x, y) -> loss: the loss
 # is the sum over the batch divided by `mean_over`, `decay` x weight is added to each
-# gradient, and `wrap_tape` (or None) wraps the gradient tape.
+# gradient, and `wrap_tape` (or None) wraps the gradient tape (which takes the loss as
+# scaled for fp16, so a gradient allreduce sees what the loss scaler expects).
 StepMaker = Callable[[int, float, Any], Callable[[Any, Any], Any]]
 
 
@@ -57,12 +62,13 @@ class Distribution:
         else:
             os.environ.pop("TF_CONFIG", None)
 
-    def init(self, tf, args, launch: LaunchEnv) -> None:
-        self.tf, self.launch = tf, launch
+    def init(self, tf, args, launch: LaunchEnv, device: TfDevice) -> None:
+        self.tf, self.launch, self.device = tf, launch, device
         if launch.distributed:
+            impl = tf.distribute.experimental.CommunicationImplementation
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
                 communication_options=tf.distribute.experimental.CommunicationOptions(
-                    implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+                    implementation=impl.NCCL if device.cuda else impl.RING))
         else:
             self.strategy = tf.distribute.get_strategy()
         if self.strategy.num_replicas_in_sync != launch.world_size:
@@ -127,7 +133,7 @@ class Distribution:
                 else "default"}
 
     def backend(self) -> str:
-        return "tf-ring"
+        return "tf-nccl" if self.device.cuda else "tf-ring"
 
     def finish(self) -> None:
         """After the records are closed."""
@@ -139,52 +145,63 @@ def train(argv: list[str] | None = None, dist: Distribution | None = None) -> in
     parser = build_parser(dist.prog, ARRAY_DATASETS, NATIVE_ONLY)
     dist.add_args(parser)
     args = parser.parse_args(argv)
-    ctx = start(dist.prog, dist.framework, args, on_cpu=True)
+    on_gpu = tf_device.wants_cuda(args.device)
+    ctx = start(dist.prog, dist.framework, args, on_cpu=not on_gpu)
     dist.before_import(ctx.launch, ctx.launched_by)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if args.device == "cuda":
-        raise TrainerError(f"the {dist.framework} environment is tensorflow-cpu; no GPU here")
-    precision = "fp32" if args.precision == "auto" else args.precision
-    if precision != "fp32":
-        raise TrainerError(f"precision {precision}: the {dist.framework} trainer runs fp32 on CPU")
-    if args.compile:
-        raise TrainerError(f"--compile: the {dist.framework} trainer always runs a tf.function "
-                           "step")
+    if not on_gpu:  # refused before the seconds an import takes
+        tf_device.cpu_precision(args.precision, dist.framework)
 
     import tensorflow as tf  # after TF_CONFIG and the thread settings' variables
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    device = tf_device.setup(tf, args, ctx.launch.local_rank, ctx.launched_by == "srun",
+                             dist.framework)
     try:
-        dist.init(tf, args, ctx.launch)
+        dist.init(tf, args, ctx.launch, device)
         ctx.open_records()
-        return _run(tf, dist, ctx)
+        return _run(tf, dist, ctx, device)
     finally:
         ctx.close_records()
         dist.finish()
 
 
-def _run(tf, dist: Distribution, ctx: Context) -> int:
+def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
     from .models import KERAS_VERSION, build, keras, parameter_count
 
     args, writer, global_batch = ctx.args, ctx.writer, ctx.global_batch
     keras.utils.set_random_seed(args.seed)  # the same initial weights on every rank
     data = ArrayData(args, ctx.world, ctx.rank, channels_last=True)
     recipe = ctx.recipe(ctx.total_steps(data.steps_per_epoch), data.steps_per_epoch)
+    tf_device.set_policy(keras, device.precision)
+    scaled = device.precision == "fp16"  # fp16 gradients underflow without loss scaling
     with dist.scope():
         model = build(args.model, data.classes)
         lr_var = tf.Variable(recipe.plan.lr(0), trainable=False, dtype=tf.float32)
         opt = keras.optimizers.SGD(learning_rate=lambda: lr_var, momentum=args.momentum)
+        if scaled:
+            opt = keras.mixed_precision.LossScaleOptimizer(opt)
     params = model.trainable_variables
     dist.start_training(model, opt)
 
     def make_step(mean_over: int, decay: float, wrap_tape):
+        def loss_of(x, y):
+            logits = tf.cast(model(x, training=True), tf.float32)  # softmax in fp32
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                y, logits, from_logits=True)
+            return tf.nn.compute_average_loss(per_example, global_batch_size=mean_over)
+        if args.compile:
+            # XLA compiles the forward pass and, through it, the backward; the gradients'
+            # all-reduce and the update stay outside, where every strategy runs them.
+            loss_of = tf.function(loss_of, jit_compile=True)
+
         def step_fn(x, y):
             with tf.GradientTape() as tape:
-                logits = model(x, training=True)
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    y, logits, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=mean_over)
-            grads = (wrap_tape(tape) if wrap_tape else tape).gradient(loss, params)
+                loss = loss_of(x, y)
+                target = opt.get_scaled_loss(loss) if scaled else loss
+            grads = (wrap_tape(tape) if wrap_tape else tape).gradient(target, params)
+            if scaled:
+                grads = opt.get_unscaled_gradients(grads)
             # PyTorch's SGD adds weight_decay x w to the (averaged) gradient.
             opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, params)])
             return loss
@@ -192,33 +209,40 @@ def _run(tf, dist: Distribution, ctx: Context) -> int:
 
     writer.write("params", framework=dist.framework, world_size=ctx.world,
                  global_batch=global_batch, parameters=parameter_count(model),
-                 precision="fp32", channels_last=True, total_steps=recipe.total_steps,
+                 precision=device.precision, tf32=device.tf32, xla=args.compile,
+                 loss_scaling=scaled, channels_last=True, total_steps=recipe.total_steps,
                  steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
-                 device="cpu", distributed=ctx.launch.distributed, **recipe_fields(args),
-                 **dist.record(args))
-    ctx.open_meter()
+                 device="cuda" if device.cuda else "cpu", distributed=ctx.launch.distributed,
+                 **recipe_fields(args), **dist.record(args))
+    ctx.open_meter(device.meter_gpu())
     ctx.write_env({"tensorflow": tf.__version__, "keras": KERAS_VERSION,
-                   "numpy": np.__version__, **dist.versions()}, dist.gather,
-                  backend=dist.backend())
+                   "numpy": np.__version__, **tf_device.versions(tf), **dist.versions()},
+                  dist.gather, device=device.name, backend=dist.backend())
 
     def evaluate() -> float:
         return data.evaluate(lambda x: model(x, training=False).numpy(), dist.all_sum)
 
+    def sync() -> None:
+        if device.cuda:  # a GPU's queued steps done before the clock is read
+            tf.test.experimental.sync_devices()
+        dist.barrier()
+
     hooks = training_loop.Hooks(
-        step=dist.step(make_step, args, global_batch),  # on CPU it returns when done
-        set_lr=lr_var.assign, loss_of=float, sync=dist.barrier,
-        evaluate=evaluate if data.test is not None else None,
+        step=dist.step(make_step, args, global_batch), set_lr=lr_var.assign, loss_of=float,
+        sync=sync, evaluate=evaluate if data.test is not None else None,
         progress=ctx.progress, meter=ctx.meter)
-    loop = training_loop.run(recipe, hooks, writer, data.batches(
-        lambda x, y: (tf.constant(x), tf.constant(y, dtype=tf.int64))))
+    loop = training_loop.run(recipe, hooks, writer,
+                             tf_device.pipeline(tf, data, args.per_device_batch, device.cuda,
+                                                args.threads))
     digest = hashlib.sha256()
     for v in sorted(params, key=lambda v: v.name):
         digest.update(v.name.encode())
         digest.update(np.asarray(v.numpy(), np.float32).tobytes())
     digests = dist.gather(digest.hexdigest()[:16])
     energy = ctx.energy(dist.gather, loop.timed_steps(args.warmup_steps) * global_batch)
-    throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests,
-                                             compute_dtype="float32", **energy)
+    throughput = training_loop.write_summary(
+        writer, recipe, loop, ctx.world, digests,
+        compute_dtype=tf_device.compute_dtype(tf, keras, model), **energy)
     ctx.say_done(throughput, loop)
     dist.barrier()
     return 0

@@ -1,56 +1,15 @@
-"""The PyTorch family's device: which GPU a rank takes, the precision that really runs on it
-(and its math modes), and a step timer that does not stall it."""
+"""The PyTorch family's device: which GPU a rank takes and the precision that really runs on
+it (common.gpu, shared with the other trainers), its math modes, and a step timer that does
+not stall it."""
 from __future__ import annotations
 
-import os
 from array import array
 from typing import Any
 
 import torch
 
-from ..common.entry import TrainerError
-
-# The dtype each precision computes convolutions and matmuls in: what the forward pass
-# must show (checked by the GPU tier and recorded as compute_dtype).
-COMPUTE_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def pick_gpu(local_rank: int, local_world: int, visible: int, srun_task: bool) -> int:
-    """The CUDA index of this rank's GPU among the `visible` ones. A rank that is its own
-    srun task under Slurm's per-task GPU binding (--gpus-per-task, --gpu-bind) sees one GPU,
-    index 0; under torchrun, or a node-wide allocation, every rank sees all the node's GPUs
-    and takes the one of its local rank. More ranks than GPUs is refused, never shared."""
-    if visible == 0:
-        raise TrainerError("no CUDA device is visible to this rank")
-    if visible == 1 and srun_task:
-        return 0
-    if local_rank >= visible:
-        raise TrainerError(
-            f"local rank {local_rank} has no GPU of its own: this node shows {visible} GPU(s) "
-            f"to {local_world} rank(s) (CUDA_VISIBLE_DEVICES="
-            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); run at most {visible} "
-            "rank(s) per node")
-    return local_rank
-
-
-def resolve_precision(requested: str, cuda: bool,
-                      capability: tuple[int, int] | None = None) -> str:
-    """What `requested` means on this device. auto: bf16 where the GPU has bf16 tensor cores
-    (compute capability 8.0 and newer), fp16 (with a loss scaler) below, fp32 on CPU. fp32
-    means fp32: TF32 is its own choice (tf32), so a number never silently changes meaning."""
-    if not cuda:
-        if requested in ("fp16", "tf32"):
-            raise TrainerError(f"precision {requested} needs a GPU; use bf16 or fp32 on CPU")
-        return "fp32" if requested == "auto" else requested
-    assert capability is not None
-    ampere = capability >= (8, 0)
-    if requested == "auto":
-        return "bf16" if ampere else "fp16"
-    if requested in ("bf16", "tf32") and not ampere:
-        cc = f"{capability[0]}.{capability[1]}"
-        raise TrainerError(f"precision {requested} needs compute capability 8.0 or newer (this "
-                           f"GPU has {cc}: no {requested} tensor cores); use fp16 or fp32")
-    return requested
+# Shared with the TensorFlow and MXNet trainers (framework-free): re-exported here.
+from ..common.gpu import COMPUTE_DTYPE, pick_gpu, resolve_precision  # noqa: F401
 
 
 def set_math_modes(precision: str) -> dict[str, bool]:

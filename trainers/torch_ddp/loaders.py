@@ -48,9 +48,9 @@ class _Normalise:
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
 
-    def __call__(self, x: torch.Tensor, augment_cifar: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, augment: bool = False) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True).float()
-        if augment_cifar:
+        if augment:
             x = augment_cifar(x)
         x = (x - self.mean) / self.std
         return self.channels_last_if_asked(x)
@@ -135,7 +135,7 @@ def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
     def epoch(e: int) -> Iterator[Batch]:
         sampler.set_epoch(e)
         for xb, yb in loader:
-            yield norm(xb, augment_cifar=augment), yb.to(device, non_blocking=True)
+            yield norm(xb, augment=augment), yb.to(device, non_blocking=True)
     return Data(common_data.SHAPES[args.dataset].classes, len(ds), len(loader), epoch,
                 _val_arrays(test, world, rank, norm))
 

@@ -21,12 +21,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..common import breakdown
+from ..common import comm as common_comm
 from ..common import data as common_data
 from ..common import loop as training_loop
 from ..common.args import build_parser, recipe_fields
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv, local_world_size
+from . import comm as comm_benchmark
 from . import loaders
 from .device import ComputeDtype, CudaTimer, pick_gpu, resolve_precision, set_math_modes
 from .models import build, parameter_count
@@ -136,6 +138,21 @@ class Distribution:
     def comm_backend(self, device: torch.device) -> str:
         return "nccl" if device.type == "cuda" else "gloo"
 
+    # The communication benchmark (torch_ddp/comm.py): one step's gradient allreduce.
+    def comm_plan(self, grad_elements: list[int], args) -> common_comm.CommPlan:
+        """DDP's buckets with its defaults (a 1 MiB first bucket, then 25 MiB), of fp32
+        gradients whatever the autocast precision (they have the parameters' dtype)."""
+        return common_comm.CommPlan(common_comm.buckets(
+            [4 * n for n in grad_elements],
+            [common_comm.DDP_FIRST_BUCKET_BYTES, common_comm.DDP_BUCKET_BYTES]),
+            common_comm.DDP_BUCKET_BYTES)
+
+    def comm_round(self, tensors: list[torch.Tensor], launch: LaunchEnv) -> None:
+        # Issued together, waited for together: the reducer launches each bucket when it
+        # is ready and waits for all of them before the optimizer step.
+        for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+            work.wait()
+
     def finish(self, launch: LaunchEnv) -> None:
         if launch.distributed and dist.is_initialized():
             dist.destroy_process_group()
@@ -176,6 +193,9 @@ class TorchRun:
 def train(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
     strategy = strategy or Distribution()
     parser = build_parser(strategy.prog)
+    parser.add_argument("--comm-benchmark", action="store_true",
+                        help="time one step's gradient allreduce, in this framework's buckets "
+                        "over its process group, instead of training")
     strategy.add_args(parser)
     args = parser.parse_args(argv)
 
@@ -205,7 +225,8 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     strategy.init(args, ctx.launch, device)
     ctx.open_records()
     try:
-        return _run(TorchRun(ctx, strategy, device, precision, channels_last))
+        run = TorchRun(ctx, strategy, device, precision, channels_last)
+        return comm_benchmark.run(run) if args.comm_benchmark else _run(run)
     finally:
         ctx.close_records()
         strategy.finish(ctx.launch)

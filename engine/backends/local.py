@@ -7,18 +7,26 @@ the CLI or TUI that submitted them exits, as they would under Slurm.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ..errors import PlanError
+from ..errors import PlanError, UserError
+from ..paths import RunPaths
 from ..tracking.monitor import finalize_run
 from ..tracking.store import Store
-from .base import JobRequest, JobStatus, Scheduler
+from .base import Backend, JobRequest, JobStatus
 from .local_procs import signal_job
+
+if TYPE_CHECKING:
+    from ..config.spec import LoadedSpec
+    from ..launching.plan import Run
 
 LOCK_NAME = "local-worker.lock"
 
@@ -57,12 +65,75 @@ def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = 
     store.update_run(job["run_id"], reason="\n".join([reason, *log_tail]))
 
 
-class LocalScheduler(Scheduler):
+class LocalBackend(Backend):
+    """This machine: runs queue in the store and one worker runs them in turn."""
+
     name = "local"
 
     def __init__(self, store: Store, start_worker: bool = True) -> None:
         self.store = store
         self.start_worker = start_worker
+        self._envs: dict[str, Any] = {}  # each framework's environment, resolved once
+
+    def describe(self) -> str:
+        return "local"
+
+    def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
+        from ..launching import gpu_checks
+        # this machine's GPUs: one per rank, builds with kernels for them
+        problems = gpu_checks.check_gpus(loaded, runs, None, None, self.store.home)
+        seen = set()
+        for run in runs:
+            key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                check_fits(run.nodes, run.ranks_per_node, run.training["threads_per_rank"],
+                           f"{loaded.path}: experiment.scales {run.scale}")
+            except PlanError as exc:
+                problems.append(str(exc))
+        data_dir = loaded.spec.training.data_dir
+        if data_dir and not Path(data_dir).is_dir():
+            problems.append(f"{loaded.path}: training.data_dir: {data_dir} is not a folder here")
+        return problems
+
+    def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
+        from ..launching import envs
+        from ..launching.launch import local_command
+        if run.framework not in self._envs:
+            self._envs[run.framework] = envs.resolve(run.framework, self.store.home, check=False)
+        argv, env = local_command(run, paths.root, self._envs[run.framework], self.store.home)
+        return JobRequest(run.run_id, paths.root, argv, env, run.nodes, run.ranks_per_node,
+                          run.training["threads_per_rank"], f"{run.experiment}:{run.label()}")
+
+    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+        return self._from_record(row, paths, payload.get("argv"), payload.get("env"))
+
+    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+        if "argv" not in payload:
+            raise UserError(f"run {row['run_id']}: its command line is not in the store; "
+                            "it cannot be repeated exactly")
+
+    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
+               moved: Callable[[str], str]) -> JobRequest:
+        return self._from_record(new_row, RunPaths.of(new_row),
+                                 [moved(a) for a in payload["argv"]], payload.get("env"))
+
+    @staticmethod
+    def _from_record(row: dict[str, Any], paths: RunPaths, argv: list[str] | None,
+                     env: dict[str, str] | None) -> JobRequest:
+        if not argv:
+            raise UserError(f"run {row['run_id']}: its command line is not in the store; "
+                            "it cannot be submitted again")
+        return JobRequest(row["run_id"], paths.root, argv, env or {}, row["nodes"],
+                          row["ranks_per_node"], json.loads(row["training"])["threads_per_rank"])
+
+    def records_its_jobs(self) -> bool:
+        return True  # its queue is the store's jobs table
+
+    def observed(self, store: Store, status: JobStatus) -> None:
+        pass  # the worker keeps the job rows
 
     # A worker holds an exclusive lock on this file for as long as it lives.
     @property
@@ -82,7 +153,7 @@ class LocalScheduler(Scheduler):
         if not self.start_worker or self.worker_alive():
             return
         log = open(self.store.home / "local-worker.log", "ab")
-        subprocess.Popen([sys.executable, "-m", "dlscale.engine.schedulers.local_worker",
+        subprocess.Popen([sys.executable, "-m", "dlscale.engine.backends.local_worker",
                           str(self.store.home)], stdin=subprocess.DEVNULL, stdout=log,
                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         log.close()

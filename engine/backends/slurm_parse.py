@@ -1,4 +1,5 @@
-"""Parsers of Slurm's command output (sbatch, sacct text and JSON, squeue), Slurm 22.05+.
+"""Parsers of Slurm's command output (sbatch, sacct and squeue, text and JSON), Slurm 22.05+
+(recorded from 22.05 and 25.11: tests/fixtures/).
 
 Pure functions of text, tested against recorded output, so the watcher's logic does not
 depend on a live controller.
@@ -156,6 +157,8 @@ def parse_sacct_json(stdout: str) -> dict[str, SlurmJob]:
         rc = _number(ec.get("return_code"))
         sig = _number((ec.get("signal") or {}).get("id") if isinstance(ec.get("signal"), dict)
                       else ec.get("signal"))
+        if sig is None and rc is not None:
+            sig = 0  # 23.02+ leave an absent signal unset; the text answer says `rc:0`
         reason = (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) \
             else None
         for jid in jids:
@@ -179,6 +182,33 @@ def parse_squeue(stdout: str) -> dict[str, SlurmJob]:
         for j in expand_array(jid):
             out[j] = SlurmJob(j, map_state(state), state, None, None, _clock(elapsed),
                               _nodes(nodes), reason if reason and reason != "None" else None)
+    return out
+
+
+def parse_squeue_json(stdout: str) -> dict[str, SlurmJob]:
+    """`squeue --json` (23.02+ shapes: `job_state` a list, numbers as {set, number}). It has
+    no elapsed time; array tasks are `ARRAY_TASK`, a pending array's `array_task_string`."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"squeue --json printed invalid JSON: {exc.msg}") from None
+    out: dict[str, SlurmJob] = {}
+    for job in doc.get("jobs", []):
+        array_job, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+        if array_job and task is not None:
+            jids = [f"{array_job}_{task}"]
+        elif array_job and job.get("array_task_string"):
+            jids = expand_array(f"{array_job}_[{job['array_task_string']}]")
+        else:
+            jids = [str(job["job_id"])]
+        raw = _current_state(job.get("job_state"))
+        ec = job.get("exit_code") or {}
+        rc = _number(ec.get("return_code"))
+        sig = _number((ec.get("signal") or {}).get("id"))
+        reason = job.get("state_reason")
+        for jid in jids:
+            out[jid] = SlurmJob(jid, map_state(raw), raw, rc, sig, None, _nodes(job.get("nodes")),
+                                reason if reason and reason != "None" else None)
     return out
 
 

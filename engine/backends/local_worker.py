@@ -1,6 +1,6 @@
 """The local backend's worker: runs queued local jobs one at a time, then exits.
 
-Started detached by LocalScheduler; `python -m dlscale.engine.schedulers.local_worker HOME`.
+Started detached by LocalBackend; `python -m dlscale.engine.backends.local_worker HOME`.
 Only one worker runs per store (an exclusive lock), so measurements never overlap.
 
 Every job's launcher gets a parent-death signal and the job's token in its environment: a

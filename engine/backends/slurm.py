@@ -12,12 +12,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
 from ..tracking.store import TERMINAL
-from .base import JobRequest, JobStatus, Scheduler
+from .base import Backend, JobRequest, JobStatus
+from .slurm_jobs import SlurmJobs
 from .slurm_parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -72,13 +74,20 @@ def _first_line(text: str) -> str:
 
 
 @dataclass
-class SlurmCLI(Scheduler):
+class SlurmCLI(SlurmJobs, Backend):
+    """Slurm through sbatch, sacct, squeue and scancel."""
+
+    profile: Any = None            # where runs go (SlurmJobs): the cluster profile,
+    partition: str | None = None   # its partition,
+    home: Path | None = None       # and where `dlscale env create` recorded environments
     runner: Runner = run_command
     squeue_every: int = 3          # polls between squeue calls (pending reasons, liveness)
     max_failures: int = 3          # failed polls in a row before "unreachable"
     retries: int = 3               # sbatch/scancel attempts on transient errors
     sleep: Callable[[float], None] = time.sleep
     name: str = "slurm"
+    via: str = "Slurm's commands"
+    note: str | None = None
     _cache: dict[str, SlurmJob] = field(default_factory=dict)  # last known, terminal kept
     _polls: int = 0
     _failures: int = 0

@@ -1,0 +1,91 @@
+"""What a watcher tick and a submission cost through Slurm's commands and through pyslurm.
+
+Against the running Slurm 25.11 test cluster: holds N pending jobs (1, 50, 200; held, so
+they stay put) and times a poll of all of them by each backend, median of rounds, each
+backend fresh per round (nothing cached); then times submitting held jobs one by one.
+Through the commands a poll is one `sacct` (plus `squeue` every third tick: averaged over
+three ticks); through pyslurm one controller query (`pyslurm.Jobs.load`).
+
+    eval "$(tests/slurm/cluster --slurm 25.11 up)"
+    .venv/bin/python benchmarks/slurm_backends.py
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from dlscale.engine.backends.base import JobRequest
+from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+from dlscale.engine.backends.slurm import SlurmCLI
+
+ROUNDS = 5
+SUBMITS = 10
+
+
+def held_jobs(n: int) -> list[str]:
+    return [subprocess.run(["sbatch", "--parsable", "-H", "-o", "/dev/null", "--wrap", "true"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+            for _ in range(n)]
+
+
+def tick_seconds(make, ids: list[str]) -> float:
+    """Median over rounds of one tick's time, averaged over three ticks of a fresh watcher."""
+    times = []
+    for _ in range(ROUNDS):
+        watcher = make()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            out = watcher.poll(ids)
+        times.append((time.perf_counter() - t0) / 3)
+        assert len(out) == len(ids) and {s.state for s in out.values()} == {"PENDING"}
+    return statistics.median(times)
+
+
+def submit_seconds(scheduler, folder: Path) -> tuple[float, list[str]]:
+    """Median time to submit one job (it runs `true`)."""
+    (folder / "job.sh").write_text("#!/bin/bash\n#SBATCH --output=/dev/null\ntrue\n")
+    ids, times = [], []
+    for _ in range(SUBMITS):
+        t0 = time.perf_counter()
+        ids.append(scheduler.submit(JobRequest("bench", folder, [])))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), ids
+
+
+def main() -> None:
+    version = subprocess.run(["scontrol", "version"], capture_output=True, text=True).stdout
+    if "25.11" not in version:
+        raise SystemExit("benchmarks/slurm_backends.py: needs the 25.11 test cluster's "
+                         "environment (eval \"$(tests/slurm/cluster --slurm 25.11 up)\")")
+    results: dict = {"slurm": version.strip()}
+    made: list[str] = []
+    try:
+        print(f"{'jobs':>5} {'commands ms':>12} {'pyslurm ms':>11} {'commands/pyslurm':>17}")
+        made += held_jobs(200)
+        for n in (1, 50, 200):
+            ids = made[:n]
+            cli = tick_seconds(SlurmCLI, ids)
+            py = tick_seconds(PyslurmBackend, ids)
+            results[f"tick_{n}"] = {"commands_ms": cli * 1000, "pyslurm_ms": py * 1000,
+                                    "ratio": cli / py}
+            print(f"{n:>5} {cli * 1000:>12.1f} {py * 1000:>11.1f} {cli / py:>17.1f}")
+        with tempfile.TemporaryDirectory() as tmp:
+            cli_s, _ = submit_seconds(SlurmCLI(), Path(tmp))
+            py_s, _ = submit_seconds(PyslurmBackend(), Path(tmp))
+        results.update(submit_commands_ms=cli_s * 1000, submit_pyslurm_ms=py_s * 1000)
+        print(f"\nsubmit one job (median of {SUBMITS}): commands {cli_s * 1000:.1f} ms, "
+              f"pyslurm {py_s * 1000:.1f} ms; commands/pyslurm {cli_s / py_s:.1f}")
+    finally:
+        for i in range(0, len(made), 200):
+            subprocess.run(["scancel", *made[i:i + 200]], capture_output=True)
+    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
+        fh.write(json.dumps({"benchmark": "slurm_backends", "date": time.strftime("%F %H:%M"),
+                             **results}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The interface every backend implements: everything that differs between the places a run
+can go (this machine, a Slurm cluster through its commands or through pyslurm) lives behind
+it, and the flow written once above it (engine/study.py: plan, claim, submit, watch, repeat)
+never asks which backend it has. In the manner of submitit's executors.
+
+Each method raises only the errors it names, so callers know what to catch.
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ControllerUnreachable, DlscaleError
+from ..paths import RunPaths
+
+if TYPE_CHECKING:
+    from ..config.profile import LoadedProfile
+    from ..config.spec import LoadedSpec
+    from ..launching.plan import Run
+    from ..tracking.store import Store
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    run_id: str
+    run_dir: Path
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    nodes: int = 1
+    ranks_per_node: int = 1
+    threads_per_rank: int = 1
+    name: str = "dlscale"
+
+    @property
+    def log_path(self) -> Path:
+        return RunPaths(self.run_dir).log
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str  # PENDING RUNNING COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL UNKNOWN
+    reason: str | None = None
+    nodes: str | None = None
+    elapsed_s: float | None = None
+    exit_code: int | None = None
+
+
+class Backend(abc.ABC):
+    """One place runs can go. `name` is what the store records with each job ("local",
+    "slurm"): a run is followed, cancelled and repeated by the backend of that name."""
+
+    name: str
+    needs_profile = False           # planning needs a cluster profile (--profile)
+    via: str = ""                   # how it is reached, in the user's words
+    note: str | None = None         # why this way (pyslurm or the commands), said once
+    # Health: whether the last poll answered, and if not why (a few failed polls are
+    # tolerated before poll raises ControllerUnreachable).
+    last_poll_ok: bool = True
+    last_error: str | None = None
+
+    # --- the place --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where runs go, for headers and messages: "local", "slurm CLUSTER:PARTITION"."""
+
+    def time_limit_s(self) -> int | None:
+        """The most a job may run, where the place sets one."""
+        return None
+
+    def site_profile(self) -> LoadedProfile | None:
+        """The cluster profile whose environments set up frameworks' software, if any."""
+        return None
+
+    def site_partition(self) -> str | None:
+        """The profile's partition runs go to (None: its default)."""
+        return None
+
+    @abc.abstractmethod
+    def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
+        """Why these runs cannot go here (scales the place cannot hold, data it cannot
+        read), one `file: field: reason` line each; empty when they can."""
+
+    # --- a run's job ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
+        """Write what the job needs into the run's folder and say how to start it.
+        Raises PlanError when the job cannot be made (a refused value, a script that does
+        not parse)."""
+
+    @abc.abstractmethod
+    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+        """The same job once more (resubmit): its folder holds the previous attempt's files
+        under attempts/N, and `payload` is what the store kept of its last job."""
+
+    @abc.abstractmethod
+    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+        """Raise UserError when the run's job cannot be repeated exactly (its script or
+        command line is gone), before anything is made for a rerun."""
+
+    @abc.abstractmethod
+    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
+               moved: Callable[[str], str]) -> JobRequest:
+        """The old run's job as the new run's (rerun), in the new run's folder: `moved`
+        rewrites the old run's id and folder in a text into the new one's (check_repeatable
+        has passed)."""
+
+    @abc.abstractmethod
+    def submit(self, request: JobRequest) -> str:
+        """Queue the job; return its id. Raises SubmitError with the scheduler's reason, or
+        ControllerUnreachable."""
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Queue several jobs; each one's id, or the error that kept it out. A backend that
+        can queue many at once (job arrays) does so; this one submits them in turn, and
+        after a controller that does not answer tries no more (they all get that error)."""
+        out: list[str | Exception] = []
+        for request in requests:
+            try:
+                out.append(self.submit(request))
+            except ControllerUnreachable as exc:
+                return out + [exc] * (len(requests) - len(out))
+            except DlscaleError as exc:  # this job refused: the others still go
+                out.append(exc)
+        return out
+
+    def payload(self, request: JobRequest) -> dict[str, Any]:
+        """What the store keeps of a job to repeat it."""
+        return {}
+
+    def records_its_jobs(self) -> bool:
+        """True when submit() records the job in the store itself (a queue of its own)."""
+        return False
+
+    # --- following --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """States of all `job_ids` in one query. Raises ControllerUnreachable."""
+
+    @abc.abstractmethod
+    def cancel(self, job_ids: list[str]) -> None:
+        """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
+
+    def observed(self, store: Store, status: JobStatus) -> None:
+        """Keep what a poll saw of a job in the store (a backend whose own worker keeps its
+        job rows does nothing here)."""
+        store.update_job(self.name, status.job_id, state=status.state, reason=status.reason,
+                         nodes=status.nodes, elapsed=status.elapsed_s,
+                         exit_code=status.exit_code)

@@ -1,0 +1,234 @@
+"""Slurm through pyslurm (Slurm's C API), where a pyslurm built for the cluster's release
+imports (pyslurm_probe.py decides that).
+
+The same jobs, states, pending reasons and exit codes as the command-line backend, without a
+process per call: each poll asks the controller once for every job it holds
+(`pyslurm.Jobs.load`), and the database (`pyslurm.db.Jobs.load`, filtered by id) only about
+tracked jobs the controller has already forgotten or while it does not answer. Finished jobs
+are cached and never asked about again; a few failed polls are tolerated before the
+controller is reported unreachable, as in slurm.py.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ControllerUnreachable, SchedulerError, SubmitError
+from ..paths import RunPaths
+from ..tracking.store import TERMINAL
+from .base import Backend, JobRequest, JobStatus
+from .pyslurm_submit import job_description
+from .slurm import TRANSIENT, clean_env
+from .slurm_jobs import SlurmJobs
+from .slurm_parse import SlurmJob, expand_array, map_state
+
+
+def import_pyslurm():
+    """pyslurm, imported without keeping the dlopen flags it sets for the whole process
+    (RTLD_DEEPBIND on every later extension module breaks some of them)."""
+    flags = sys.getdlopenflags()
+    try:
+        import pyslurm  # type: ignore[import-not-found]
+    except Exception as exc:  # ImportError, or a libslurm that does not load
+        raise SchedulerError(f"pyslurm does not import: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.setdlopenflags(flags)
+    return pyslurm
+
+
+def _text(value) -> str | None:
+    text = str(value).strip() if value is not None else ""
+    return None if not text or text in ("None", "None assigned", "(null)") else text
+
+
+def _reason(value) -> str | None:
+    """squeue's %r is the reason's code (`ReqNodeNotAvail`); pyslurm gives Slurm's
+    description where it wrote one, which starts with that code and a comma."""
+    text = _text(value)
+    if text and "," in text and text.split(",", 1)[0].isidentifier():
+        return text.split(",", 1)[0]
+    return text
+
+
+def _keys(job, live: set[str]) -> list[str]:
+    """The ids dlscale may track a job under: its own, or `ARRAY_TASK` for an array task
+    (a pending array's tasks share one record)."""
+    own = str(job.id)
+    array_id, task = getattr(job, "array_id", None), getattr(job, "array_task_id", None)
+    if not array_id:
+        return [own]
+    if task is not None:
+        return [own, f"{array_id}_{task}"]
+    waiting = str(getattr(job, "array_tasks_waiting", None) or "")
+    if waiting.startswith("0x"):  # the database's form: a bitmap of the waiting tasks
+        bits = int(waiting, 16)
+        tasks = [f"{array_id}_{i}" for i in range(bits.bit_length()) if bits >> i & 1]
+    else:
+        tasks = expand_array(f"{array_id}_[{waiting}]") if waiting else []
+    return [own, *[t for t in tasks if t in live]]
+
+
+@dataclass
+class PyslurmBackend(SlurmJobs, Backend):
+    """Slurm through pyslurm's API, in this process: the same jobs as SlurmCLI's."""
+
+    profile: Any = None
+    partition: str | None = None
+    home: Path | None = None
+    max_failures: int = 3          # failed polls in a row before "unreachable"
+    retries: int = 3               # submit/cancel attempts on transient errors
+    sleep: Callable[[float], None] = time.sleep
+    name: str = "slurm"            # the same Slurm jobs as the command-line backend tracks
+    via: str = "pyslurm"
+    note: str | None = None
+    _cache: dict[str, SlurmJob] = field(default_factory=dict)  # last known, terminal kept
+    _raw: dict[str, int] = field(default_factory=dict)         # tracked id -> Slurm's own
+    _failures: int = 0
+    controller_ok: bool = True
+    last_poll_ok: bool = True      # False while failures are still being tolerated
+    last_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.api = import_pyslurm()
+        self._lock = threading.Lock()  # libslurm calls one at a time (the TUI polls in workers)
+
+    def _call(self, what: str, fn, *args):
+        """fn(*args) under the lock, retried on the errors of a busy or restarting
+        controller (as slurm.py retries sbatch and scancel). pyslurm's RPCError comes out
+        as SubmitError or SchedulerError with Slurm's message, or as ControllerUnreachable
+        when the retries are spent."""
+        delay, message = 1.0, ""
+        for attempt in range(self.retries):
+            try:
+                with self._lock:
+                    return fn(*args)
+            except self.api.RPCError as exc:
+                message = " ".join(str(exc).split()) or f"{what} failed"
+            if not any(t in message for t in TRANSIENT):
+                raise SubmitError(message) if what == "submit" else SchedulerError(
+                    f"{what}: {message}")
+            if attempt < self.retries - 1:
+                self.sleep(delay)
+                delay *= 2
+        raise ControllerUnreachable(f"{what}: {message}")
+
+    def submit(self, request: JobRequest) -> str:
+        script = RunPaths(request.run_dir).job_script
+        try:
+            text = script.read_text()
+            options = job_description(text, str(script))
+        except (OSError, ValueError) as exc:
+            raise SubmitError(str(exc)) from None
+        env = clean_env()
+        # What sbatch adds to the job's environment, so that jobs see the same.
+        env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_SUBMIT_HOST=socket.gethostname(),
+                   SLURM_UMASK=f"0{_umask():03o}")
+        env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
+        options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
+        try:
+            desc = self.api.JobSubmitDescription(script=text, environment=env, **options)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise SubmitError(f"{script}: {exc}") from None
+        try:
+            job_id = str(self._call("submit", desc.submit))
+        except ValueError as exc:  # pyslurm's own checks of the description
+            raise SubmitError(f"{script}: {exc}") from None
+        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+        return job_id
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        live = [j for j in job_ids if not (j in self._cache and
+                                           self._cache[j].state in TERMINAL)]
+        ok = True
+        if live:
+            seen: set[str] = set()
+            try:
+                with self._lock:
+                    jobs = self.api.Jobs.load()
+                self.controller_ok = True
+                seen = self._take(jobs.values(), live, from_controller=True)
+            except self.api.RPCError as exc:
+                ok, self.controller_ok = False, False
+                self.last_error = f"controller: {' '.join(str(exc).split())}"
+            forgotten = [j for j in live if j not in seen]
+            if forgotten:
+                ok &= self._from_database(forgotten)
+        self.last_poll_ok = ok
+        if ok:
+            self._failures = 0
+        else:
+            self._failures += 1
+            if self._failures >= self.max_failures:
+                raise ControllerUnreachable(
+                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}")
+        out = {}
+        for j in job_ids:
+            job = self._cache.get(j)
+            if job is not None:
+                out[j] = JobStatus(j, job.state, job.reason, job.nodes,
+                                   float(job.elapsed_s) if job.elapsed_s is not None else None,
+                                   job.exit_code)
+        return out
+
+    def _from_database(self, job_ids: list[str]) -> bool:
+        ids = sorted({int(j.split("_")[0]) for j in job_ids})
+        try:
+            with self._lock:
+                jobs = self.api.db.Jobs.load(self.api.db.JobFilter(ids=ids))
+        except (self.api.RPCError, ValueError) as exc:
+            self.last_error = f"database: {' '.join(str(exc).split())}"
+            return False
+        self._take(jobs.values(), job_ids, from_controller=False)
+        return True
+
+    def _take(self, jobs, live: list[str], from_controller: bool) -> set[str]:
+        wanted, seen = set(live), set()
+        for job in jobs:
+            for key in _keys(job, wanted):
+                if key not in wanted:
+                    continue
+                seen.add(key)
+                self._raw[key] = int(job.id)
+                old = self._cache.get(key)
+                if old is not None and old.state in TERMINAL:
+                    continue
+                new = self._status(key, job, from_controller)
+                if old and old.reason and not new.reason and old.state == new.state:
+                    new = replace(new, reason=old.reason)  # as the commands keep squeue's
+                self._cache[key] = new
+        return seen
+
+    @staticmethod
+    def _status(key: str, job, from_controller: bool) -> SlurmJob:
+        raw = _text(job.state) or "UNKNOWN"
+        state = map_state(raw)
+        if from_controller:
+            # squeue's pending reason; a finished job's (NonZeroExitCode...) is not what
+            # sacct, and so the commands, report
+            nodes, elapsed = job.allocated_nodes, job.run_time
+            reason = job.state_reason if state == "PENDING" else None
+        else:  # the reason a job last pended for, as sacct shows it
+            nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
+        return SlurmJob(key, state, raw, job.exit_code, job.exit_code_signal,
+                        int(elapsed or 0), _text(nodes), _reason(reason))
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for jid in job_ids:
+            raw = self._raw.get(jid)
+            if raw is None:
+                if not jid.isdigit():
+                    raise SchedulerError(f"cancel {jid}: an array task not seen by a poll yet")
+                raw = int(jid)
+            self._call("cancel", lambda r=raw: self.api.Job(r).cancel())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,117 @@
+"""What the Slurm backends share, whichever way they reach Slurm (its commands or pyslurm): a
+run's job is a batch script rendered into its folder, with the spec and the cluster profile
+beside it, checked by bash before Slurm sees it; repeating a run submits that script again."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PlanError, UserError
+from ..paths import RunPaths
+from .base import JobRequest
+
+if TYPE_CHECKING:
+    from ..config.profile import LoadedProfile
+    from ..config.spec import LoadedSpec
+    from ..launching.plan import Run
+
+NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
+
+
+class SlurmJobs:
+    """Mixed into SlurmCLI and PyslurmBackend: their `profile`, `partition` and `home`
+    (where `dlscale env create` recorded the frameworks' environments) say where runs go."""
+
+    name = "slurm"
+    needs_profile = True
+    profile: LoadedProfile | None = None
+    partition: str | None = None
+    home: Path | None = None
+
+    def _profile(self) -> LoadedProfile:
+        if self.profile is None:
+            raise PlanError(NEEDS_PROFILE)
+        return self.profile
+
+    def describe(self) -> str:
+        if self.profile is None:
+            return "slurm"
+        p = self.profile.profile
+        return f"slurm {p.name}:{p.partition(self.partition).name}"
+
+    def time_limit_s(self) -> int | None:
+        if self.profile is None:
+            return None
+        from ..config.profile import time_to_seconds
+        p = self.profile.profile
+        limits = [time_to_seconds(t) for t in (p.time_limit, p.partition(self.partition).max_time)
+                  if t]
+        return min((s for s in limits if s), default=None)
+
+    def site_profile(self) -> LoadedProfile | None:
+        return self.profile
+
+    def site_partition(self) -> str | None:
+        return self.partition
+
+    def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
+        from ..launching import gpu_checks, jobscript
+        if self.profile is None:
+            return [NEEDS_PROFILE]
+        partition = self.profile.profile.partition(self.partition)
+        # the partition's GPUs: builds with kernels for them, precisions they have
+        problems = gpu_checks.check_gpus(loaded, runs, self.profile, self.partition, self.home)
+        seen = set()
+        for run in runs:
+            key = (run.framework, run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                jobscript.check_fits(run, partition, self.profile.path)
+                jobscript.launcher_for(run, self.profile.profile.environments.get(
+                    run.framework, jobscript.Environment()))
+            except PlanError as exc:
+                if str(exc) not in problems:
+                    problems.append(str(exc))
+        return problems
+
+    def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
+        from ..launching import jobscript
+        profile = self._profile()
+        script = paths.job_script
+        script.write_text(jobscript.render(run, profile, paths.root, loaded.path,
+                                           self.partition, home=self.home))
+        paths.profile.write_text(profile.text)
+        check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise PlanError(f"{script}: the rendered job script does not parse: "
+                            f"{check.stderr.strip()}")
+        return JobRequest(run.run_id, paths.root, ["sbatch", str(script)], {}, run.nodes,
+                          run.ranks_per_node, run.training["threads_per_rank"],
+                          f"{run.experiment}:{run.label()}")
+
+    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+        return JobRequest(row["run_id"], paths.root, ["sbatch", str(paths.job_script)])
+
+    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+        script = RunPaths.of(row).job_script
+        if not script.is_file():
+            raise UserError(f"run {row['run_id']}: its job script {script} is gone; it cannot "
+                            "be repeated exactly")
+
+    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
+               moved: Callable[[str], str]) -> JobRequest:
+        old, new = RunPaths.of(old_row), RunPaths.of(new_row)
+        shebang, _, rest = moved(old.job_script.read_text()).partition("\n")
+        new.job_script.write_text(f"{shebang}\n# dlscale rerun of run {old_row['run_id']}: its "
+                                  f"job script, with the run id and folder moved\n{rest}")
+        if old.profile.exists():
+            shutil.copy2(old.profile, new.profile)
+        return JobRequest(new_row["run_id"], new.root, ["sbatch", str(new.job_script)])
+
+    def payload(self, request: JobRequest) -> dict[str, Any]:
+        return {"script": str(RunPaths(request.run_dir).job_script)}

@@ -1,0 +1,187 @@
+"""`dlscale plan|run|cancel|resubmit|rerun`: what a study submits and changes."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import study
+from ..backends.registry import BACKENDS, make_backend
+from ..config.profile import load_profile
+from ..config.spec import load_spec
+from ..errors import PlanError
+from ..launching.estimate import estimate
+from ..launching.plan import plan as make_plan
+from ..results import analysis, charts, tables
+from ..tracking import follow as following
+from ..tracking.store import ACTIVE, Store
+from . import plan_view
+from .console import err, out, wait_with_progress
+from .options import backend_for, experiment_option, store_of
+
+
+def _store(ctx: click.Context) -> Store:
+    return store_of(ctx)
+
+
+def _backend_options(f):
+    f = click.option("--partition", default=None, help="partition of the profile "
+                     "(default: the profile's default partition)")(f)
+    f = click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+                     help="cluster profile TOML (needed with --backend slurm)")(f)
+    return click.option("--backend", default=None, type=click.Choice(BACKENDS),
+                        help="default: slurm with --profile, else local")(f)
+
+
+@click.command("plan")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@_backend_options
+@click.option("--include-planned", is_flag=True, help="also expand frameworks, datasets and "
+              "loaders that cannot run yet, to see a study's whole matrix (nothing runs)")
+@click.option("--all", "every_run", is_flag=True, help="one row per run instead of one per "
+              "framework x model x scale")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="json: every run and the totals, for scripts")
+@click.pass_context
+def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
+             partition: str | None, include_planned: bool, every_run: bool, fmt: str) -> None:
+    """Dry run: the runs a spec makes, grouped, with their device-hours."""
+    backend = backend_for(backend, profile_path, partition)
+    loaded = load_spec(spec, planning=include_planned)
+    profile = load_profile(profile_path) if profile_path else None
+    p = make_plan(loaded)
+    store = _store(ctx)
+    refusals = ""
+    try:
+        study.check_plan(loaded, p, make_backend(backend, store, profile, partition,
+                                                 connect=False), store.home)
+    except PlanError as exc:
+        if not include_planned:
+            raise
+        refusals = str(exc)  # the whole matrix is still shown; `run` would refuse these
+    view = plan_view.PlanView(loaded, p, estimate(store, p.runs),
+                              {r["run_id"]: r["state"]
+                               for r in store.runs(loaded.spec.experiment.name)})
+    if fmt == "json":
+        click.echo(view.json(refusals))
+        return
+    out.print(view.runs_table() if every_run else view.summary_table())
+    for model, dataset in p.skipped_pairs:
+        out.print(f"skipped: {model} x {dataset} (the model does not take that data)")
+    for note in p.notes:
+        out.print(note, soft_wrap=True)
+    out.print(view.totals_line(), soft_wrap=True)
+    if refusals:
+        err.print("not runnable here yet (`dlscale run` refuses these):\n" + refusals,
+                  soft_wrap=True)
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@_backend_options
+@click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
+              "print the results table and speedup chart")
+@click.pass_context
+def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
+        partition: str | None, wait: bool) -> None:
+    """Submit the runs of SPEC that have not completed yet."""
+    backend = backend_for(backend, profile_path, partition)
+    loaded = load_spec(spec)
+    profile = load_profile(profile_path) if profile_path else None
+    store = _store(ctx)
+    target = make_backend(backend, store, profile, partition)
+    report = study.submit(store, loaded, target)
+    name = loaded.spec.experiment.name
+    where = target.describe() + (f" via {target.via}" if target.via else "")
+    out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
+              f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
+              f"earlier (skipped), {len(report.active)} already queued or running "
+              f"[backend: {where}]", soft_wrap=True)
+    if target.note:
+        out.print(target.note, soft_wrap=True)
+    for r, why in report.failed_to_submit:
+        err.print(f"dlscale: not submitted: {r.label()}: {why}")
+    if not wait:
+        out.print("follow them with `dlscale status`; results with `dlscale results`")
+        sys.exit(1 if report.failed_to_submit else 0)
+    run_ids = [r.run_id for r in report.all_runs]
+    try:
+        wait_with_progress(store, target, run_ids)
+    except KeyboardInterrupt:
+        live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
+        err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
+                  f"{backend} backend (they go on). Rerun the same command to wait again, "
+                  "`dlscale cancel --experiment " + name + "` to stop them.")
+        sys.exit(130)
+    rows = analysis.results(store, name)
+    out.print(tables.results_table(rows))
+    out.print(tables.baselines_note(rows))
+    click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
+    failed = [rid for rid in run_ids if store.run(rid)["state"] != "COMPLETED"]
+    if failed:
+        err.print(f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
+                  "`dlscale status` shows why")
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1, metavar="RUN|JOB...")
+@experiment_option("every live run of this experiment")
+@click.pass_context
+def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None) -> None:
+    """Cancel queued or running runs."""
+    store = _store(ctx)
+    ids = list(run_ids)
+    if experiment:
+        # Every run with a live job, whatever its row says (a duplicate job of a run that
+        # completed under another job is live too).
+        live = {j["run_id"] for j in store.live_jobs()}
+        ids += [r["run_id"] for r in store.runs(experiment)
+                if r["state"] in ACTIVE or r["run_id"] in live]
+        if not ids:
+            out.print(f"nothing to cancel: {experiment} has no queued or running runs")
+            return
+    if not ids:
+        raise click.UsageError("name runs to cancel, or --experiment")
+    done = following.cancel(store, ids)
+    out.print(f"cancelled {len(done)} run(s)" + (f": {' '.join(done)}" if done else ""))
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@click.pass_context
+def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
+    """Submit finished, failed or cancelled runs again, with the same job script."""
+    store = _store(ctx)
+    ids = [following.find_run(store, r)["run_id"] for r in run_ids]
+    for rid, job_id in study.resubmit(store, ids, lambda name: make_backend(name, store)):
+        out.print(f"run {rid}: job {job_id}")
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--wait/--no-wait", default=False,
+              help="follow the new run to its end, then compare it with the original")
+@click.pass_context
+def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
+    """Repeat a finished run exactly, from its record, as a new run to compare with it."""
+    store = _store(ctx)
+    original = following.find_run(store, run_id)
+    new_id, job_id = study.rerun(store, original["run_id"], lambda name: make_backend(name, store))
+    out.print(f"run {new_id} repeats run {original['run_id']}: job {job_id} "
+              f"[backend: {original['backend']}]")
+    if not wait:
+        out.print("follow it with `dlscale status`; compare with `dlscale report`")
+        return
+    try:
+        wait_with_progress(store, make_backend(original["backend"], store), [new_id])
+    except KeyboardInterrupt:
+        err.print(f"\nstopped waiting; run {new_id} goes on")
+        sys.exit(130)
+    row = next(r for r in analysis.reruns(store, original["experiment"]) if r["run_id"] == new_id)
+    out.print(f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
+              f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
+              f"rerun / original {tables.fmt(row['ratio'], 3)}")
+    if row["state"] != "COMPLETED":
+        err.print(f"dlscale: the rerun ended {row['state']}; `dlscale status` shows why")
+        sys.exit(1)

@@ -1,0 +1,76 @@
+"""`dlscale status|logs`: following a study's runs while they go. Light on imports: these
+are the commands typed many times a day."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from ..backends.registry import make_backend
+from ..errors import DlscaleError
+from ..paths import RunPaths
+from ..results import tables
+from ..tracking import follow as following
+from ..tracking import queue
+from ..tracking.logs import follow, tail_lines
+from ..tracking.monitor import sync
+from ..tracking.store import ACTIVE, SUBMITTING, Store
+from .console import err, out
+from .options import experiment_option, store_of
+
+
+def _store(ctx: click.Context) -> Store:
+    return store_of(ctx)
+
+
+@click.command()
+@experiment_option()
+@click.option("--all", "show_all", is_flag=True, help="include completed runs")
+@click.pass_context
+def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
+    """Runs, their jobs and states (live ones first asked of the scheduler)."""
+    store = _store(ctx)
+    problems = following.refresh(store)
+    every = queue.rows(store, experiment)
+    rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
+    out.print(tables.status_table(rows))
+    counts = queue.counts(every)
+    out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
+    for note in store.skipped_notes([q.run_id for q in every]):
+        out.print(note, soft_wrap=True)
+    for problem in problems:
+        err.print(f"dlscale: controller unreachable or not answering ({problem}); "
+                  "states shown as last seen", soft_wrap=True)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--follow", "-f", "follow_log", is_flag=True,
+              help="keep printing new lines until the run ends")
+@click.option("--lines", "-n", type=click.IntRange(1, 1_000_000), default=40, show_default=True)
+@click.pass_context
+def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
+    """The log of a run (unique id prefixes work)."""
+    store = _store(ctx)
+    row = following.find_run(store, run_id)
+    path = RunPaths.of(row).log
+    if not follow_log:
+        if not path.exists():
+            raise DlscaleError(f"run {row['run_id']} has no log yet ({path}); state {row['state']}")
+        for line in tail_lines(path, lines):
+            click.echo(line)
+        return
+    backend = make_backend(row["backend"] or "local", store)
+    last_check = [0.0]
+
+    def finished() -> bool:
+        if time.time() - last_check[0] < 2:
+            return False
+        last_check[0] = time.time()
+        sync(store, backend)
+        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
+    try:
+        for line in follow(path, lines, stop=finished):
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass

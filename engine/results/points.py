@@ -1,0 +1,141 @@
+"""A measurement point (all repetitions of one configuration on one kind of device) and the
+arithmetic of its numbers: the spread of its throughput, speedup and efficiency."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+NOISY_CV = 0.05
+
+
+@dataclass(frozen=True)
+class Spread:
+    n: int
+    mean: float | None
+    median: float | None
+    ci95: float | None  # half-width; None with fewer than 2 values
+    cv: float | None
+
+    @property
+    def noisy(self) -> bool:
+        return self.cv is not None and self.cv > NOISY_CV
+
+
+def spread(values: list[float]) -> Spread:
+    if not values:
+        return Spread(0, None, None, None, None)
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Spread(1, mean, mean, None, None)
+    sd = statistics.stdev(values)
+    from scipy import stats  # 1 s to import: only where a spread is computed
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+    return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
+
+
+def speedup(throughput: float | None, baseline: float | None) -> float | None:
+    if throughput is None or not baseline:
+        return None
+    return throughput / baseline
+
+
+def efficiency(speedup_value: float | None, devices: int) -> float | None:
+    return None if speedup_value is None else speedup_value / devices
+
+
+@dataclass
+class Point:
+    """One measurement point: all repetitions of one configuration."""
+
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    nodes: int
+    ranks_per_node: int
+    per_device_batch: int
+    global_batch: int
+    scaling: str
+    precision: str
+    loader: str
+    device: str | None = None  # "cpu", or the GPU's model: a CPU point never meets a GPU baseline
+    run_ids: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    throughputs: list[float] = field(default_factory=list)
+    ttas: list[float] = field(default_factory=list)
+    runtimes: list[float] = field(default_factory=list)  # whole run: warm-up and evals too
+    best_top1: list[float] = field(default_factory=list)
+    completed_run_ids: list[str] = field(default_factory=list)
+    throughput: Spread = field(default_factory=lambda: spread([]))
+    baseline: Point | None = None
+    own_baseline: Point | None = None
+    lr_schedule: str | None = None
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # completed repetitions'
+    comm: dict[str, Any] | None = None     # the communication benchmark of its scale
+    energy_why: str | None = None          # why no energy was measured, where none was
+    medians: dict[str, float | None] = field(default_factory=dict)  # efficiency.py's cache
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def state(self) -> str:
+        distinct = set(self.states)
+        if len(distinct) == 1:
+            return self.states[0]
+        for s in ("RUNNING", "PENDING"):
+            if s in distinct:
+                return s
+        return "PARTIAL"  # some repetitions completed, others failed or were cancelled
+
+    def baseline_key(self) -> tuple:
+        batch = self.per_device_batch if self.scaling == "weak" else self.global_batch
+        return (self.experiment, self.model, self.dataset, self.precision, self.scaling, batch,
+                self.device)
+
+    def label(self) -> str:
+        return f"{self.framework} {self.nodes}x{self.ranks_per_node}"
+
+    def as_dict(self) -> dict[str, Any]:
+        sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)
+        own = speedup(self.throughput.mean,
+                      self.own_baseline.throughput.mean if self.own_baseline else None)
+        tta = spread(self.ttas)
+        return {
+            "run_id": self.run_ids[0], "run_ids": self.run_ids, "experiment": self.experiment,
+            "framework": self.framework, "model": self.model, "dataset": self.dataset,
+            "nodes": self.nodes, "ranks": self.devices, "ranks_per_node": self.ranks_per_node,
+            "per_device_batch": self.per_device_batch, "global_batch": self.global_batch,
+            "scaling": self.scaling, "precision": self.precision, "loader": self.loader,
+            "device": self.device,
+            "state": self.state, "repetitions": len(self.run_ids), "n": self.throughput.n,
+            "throughput": self.throughput.mean, "throughput_median": self.throughput.median,
+            "throughput_ci95": self.throughput.ci95, "throughput_cv": self.throughput.cv,
+            "noisy": self.throughput.noisy,
+            "speedup": sp, "efficiency": efficiency(sp, self.devices),
+            "baseline_run_id": (self.baseline.completed_run_ids[0] if self.baseline else None),
+            "baseline": (self.baseline.label() if self.baseline else None),
+            "speedup_own": own, "efficiency_own": efficiency(own, self.devices),
+            "time_to_accuracy_s": tta.mean, "time_to_accuracy_ci95": tta.ci95,
+            "runtime_s": spread(self.runtimes).mean,
+            # "2/3": repetitions that reached the target of those that evaluated
+            "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
+            "best_top1": max(self.best_top1) if self.best_top1 else None,
+        }
+
+
+_POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_node",
+                 "per_device_batch", "global_batch", "scaling", "precision", "loader")
+
+
+def device_kind(env: dict[str, Any] | None) -> str | None:
+    """What a run trained on, from its env record: "cpu", or the GPU's model (rank 0's: a
+    job gets one kind of GPU); None before the record arrives."""
+    devices = (env or {}).get("devices") or []
+    first = devices[0] if devices and isinstance(devices[0], str) else None
+    if first is None:
+        return None
+    return "cpu" if first.startswith("cpu") else first

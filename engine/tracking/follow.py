@@ -1,0 +1,70 @@
+"""Following a study's live jobs from a front end: find a run by its id or a job's, bring the
+store up to date with every backend that has live jobs, cancel. Light on imports: `dlscale
+status` and `dlscale logs` start with these alone."""
+from __future__ import annotations
+
+import time
+
+from ..backends.registry import BACKENDS, make_backend
+from ..errors import NotFoundError
+from .monitor import sync
+from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, Store
+
+
+def find_run(store: Store, ident: str) -> dict:
+    """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
+    Slurm job number). Anything else is refused (UserError), never matched as a pattern."""
+    for backend in BACKENDS:
+        job = store.job(backend, ident)
+        if job:
+            return store.run(job["run_id"])
+    if not RUN_ID_PREFIX.fullmatch(ident):
+        raise NotFoundError(f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
+                            "jobs (local-3 on this machine, 12345 on Slurm)")
+    return store.run(ident)
+
+
+def cancel(store: Store, run_ids: list[str]) -> list[str]:
+    """Cancel every live job of these runs (named by run or job id): all the jobs the
+    store holds for a run, not only the one its row names. Returns the runs that had one."""
+    rows = {}
+    for ident in run_ids:
+        row = find_run(store, ident)
+        rows[row["run_id"]] = row
+    by_backend: dict[str, list[str]] = {}
+    done = []
+    live = store.live_jobs(list(rows))
+    for rid, row in rows.items():
+        jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
+        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) \
+                not in jobs:
+            jobs.append((row["backend"], row["job_id"]))
+        for backend, job_id in jobs:
+            by_backend.setdefault(backend, []).append(job_id)
+        if jobs:
+            done.append(rid)
+    for backend, job_ids in by_backend.items():
+        make_backend(backend, store).cancel(job_ids)
+        # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
+        # right after is not refused for a job that is on its way out.
+        for job in store.jobs(backend, job_ids, states=ACTIVE):
+            store.update_job(backend, job["job_id"], state="CANCELLED", ended=time.time(),
+                             reason="cancelled by the user")
+    for rid in done:
+        store.update_run(rid, state="CANCELLED", reason="cancelled by the user")
+    return done
+
+
+def refresh(store: Store) -> list[str]:
+    """Bring the store up to date with every backend that has live jobs; returns what went
+    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
+    problems = []
+    for backend in backends_in_use(store):
+        tick = sync(store, make_backend(backend, store))
+        if tick.warning or not tick.reachable:
+            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
+    return problems
+
+
+def backends_in_use(store: Store) -> list[str]:
+    return sorted({r["backend"] for r in store.runs(states=ACTIVE) if r["backend"]})
