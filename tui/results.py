@@ -1,6 +1,8 @@
-"""The results screen: the study's table (throughput with CI95, speedup, efficiency,
-time-to-accuracy, the baseline named) and a plotext chart, metric and model switched by keys.
-Numbers come from engine.analysis; the chart text from engine.charts, as in the CLI."""
+"""The results screen: the study's table (throughput with CI95, speedup, efficiency beside
+the efficiency model's prediction, images per joule, time-to-accuracy, the baseline named)
+and a plotext chart, metric and model switched by keys. Numbers come from engine.analysis;
+the chart text from engine.charts, as in the CLI. A number the engine could not give is "-",
+and the selected row's line under the table says why."""
 from __future__ import annotations
 
 from typing import Any
@@ -20,7 +22,16 @@ from .messages import EngineFailed, ReportWritten, ResultsLoaded
 from .widgets import Banner
 
 COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
-           "eff.", "TTA s", "state")
+           "eff.", "pred. eff.", "images/J", "TTA s", "state")
+# The columns whose "-" the engine explains (a result's `unmeasured`: field -> why).
+EXPLAINED = {"pred. eff.": "predicted_efficiency", "images/J": "images_per_joule"}
+
+
+def why_missing(r: dict[str, Any]) -> str:
+    """Why this result's explained columns are empty, one clause each; "" when none is."""
+    why = r.get("unmeasured") or {}
+    return "; ".join(f"{col} -: {why[key]}" for col, key in EXPLAINED.items()
+                     if r.get(key) is None and why.get(key))
 
 
 class Chart(Widget):
@@ -61,6 +72,7 @@ class ResultsScreen(Screen):
         yield Header()
         yield Banner(id="banner")
         yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="why", markup=False)
         yield Static("", id="baselines", markup=False)
         yield Chart(id="chart")
         yield Footer(compact=True)
@@ -117,15 +129,30 @@ class ResultsScreen(Screen):
                 str(r["ranks"]), str(r["per_device_batch"]), f"{r['n']}/{r['repetitions']}",
                 Text(tables.throughput_text(r), style="yellow" if r["noisy"] else ""),
                 tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]),
+                tables.fmt(r.get("predicted_efficiency")),
+                tables.fmt(r.get("images_per_joule"), 1),
                 tables.fmt(r["time_to_accuracy_s"], 1), r["state"])
         note = tables.baselines_note(self.results)
         skipped = "".join(f"\n{n}" for n in message.notes)
         where = message.experiment or "this store"
         self.query_one("#baselines", Static).update(
-            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   m: metric   o: model"
+            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
+             "compute + allreduce model   m: metric   o: model"
              if self.results else f"no results for {where} yet: runs appear here as they "
              "complete") + skipped)
+        self.show_why(table.cursor_row)
         self.draw_chart()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_why(event.cursor_row)
+
+    def show_why(self, row: int) -> None:
+        """The selected result's reasons for its "-" cells (hidden when it has none)."""
+        why = why_missing(self.results[row]) if 0 <= row < len(self.results) else ""
+        box = self.query_one("#why", Static)
+        box.update(f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
+                   f"{self.results[row]['ranks_per_node']}: {why}" if why else "")
+        box.display = bool(why)
 
     def models(self) -> list[str]:
         return sorted({r["model"] for r in self.results})
