@@ -89,6 +89,7 @@ class Session:
         self._submit_lock = threading.Lock()
         self.submitter = make_backend
         self._choice = threading.Lock()  # backend, profile, partition change together
+        self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
         self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
 
     def _choose(self, backend: str, profile: LoadedProfile | None,
@@ -193,7 +194,7 @@ class Session:
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 new += tick.new_records
-        rows = queue.rows(self.store, experiment)
+        rows = self._queue.rows(self.store, experiment)
         return Snapshot(experiment, rows, queue.counts(rows), reachable, warning, new,
                         self.experiments())
 

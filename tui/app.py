@@ -1,6 +1,10 @@
 """`dlscale-tui`: wires the three screens (build, queue, results) to one engine Session and
 runs the watcher that keeps the queue fresh. Screens render; the engine is called only from
-worker threads, whose news comes back as messages."""
+worker threads, whose news comes back as messages.
+
+What the screens show of the study is the app's reactive state (the last snapshot, the
+warning, the experiment): each screen watches what it needs, so the app never has to know
+which screens exist."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +14,7 @@ import click
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.worker import get_current_worker
 
 from ..engine.cli.options import backend_for, check_home, given_as
@@ -45,6 +49,7 @@ class DlscaleApp(App):
         Binding("q", "quit", "Quit", show=False),
     ]
 
+    snapshot: var[Snapshot | None] = var(None)          # the watcher's last tick
     warning: reactive[str | None] = reactive(None)      # controller unreachable: why
     experiment: reactive[str | None] = reactive(None)   # the study the screens show
 
@@ -53,8 +58,6 @@ class DlscaleApp(App):
         super().__init__()
         self.session = session
         self.spec_path = spec_path
-        self.snapshot: Snapshot | None = None
-        self.views: dict[str, object] = {}   # screens register themselves when mounted
         self._watch = watch
         self._backoff = Backoff(first=0.5, cap=5.0)
         self._poll_timer = None
@@ -84,6 +87,14 @@ class DlscaleApp(App):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def action_next_experiment(self) -> None:
+        """The next study the store knows (the Queue and Results screens bind it to e)."""
+        names = self.snapshot.experiments if self.snapshot else []
+        if len(names) < 2:
+            return
+        at = names.index(self.experiment) if self.experiment in names else -1
+        self.experiment = names[(at + 1) % len(names)]
+
     # --- the watcher ---------------------------------------------------------------------
 
     def poll_now(self) -> None:
@@ -112,6 +123,13 @@ class DlscaleApp(App):
         if snap.experiment != self.experiment:
             return  # an answer for the study the user just left
         self.snapshot = snap
+        if before is None or before.counts != snap.counts or snap.new_records:
+            self._backoff.reset()
+        self._rearm()
+
+    def watch_snapshot(self, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
         if snap.reachable and not snap.warning:
             self.warning = None
         elif not snap.reachable:
@@ -121,13 +139,6 @@ class DlscaleApp(App):
             self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
         self.sub_title = f"{self.session.where} | {counts or 'no runs yet'}"
-        for view in self.views.values():
-            show = getattr(view, "show_snapshot", None)
-            if show:
-                show(snap)
-        if before is None or before.counts != snap.counts or snap.new_records:
-            self._backoff.reset()
-        self._rearm()
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         if message.what == "refresh":

@@ -23,7 +23,7 @@ from ..engine.config import specfile
 from ..engine.session import Preview
 from .dialogs import PathScreen
 from .errors import describe
-from .messages import EngineFailed, PreviewReady
+from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady
 from .submit import SubmitFromForm
 from .widgets import Banner
 
@@ -82,18 +82,18 @@ class BuildScreen(SubmitFromForm, Screen):
         yield Banner(id="banner")
         with Horizontal(id="build"):
             with VerticalScroll(id="form"):
-                yield self._input("name")
+                yield self._text_field("name")
                 yield SelectionList[str](id="frameworks")
                 yield SelectionList[str](id="models")
                 yield SelectionList[str](id="datasets")
-                yield self._input("scales", "1x1, 1x2, 2x2")
-                yield self._input("batch", "64, 128")
+                yield self._text_field("scales", "1x1, 1x2, 2x2")
+                yield self._text_field("batch", "64, 128")
                 yield SelectionList[str](id="precisions")
                 yield SelectionList[str](id="loaders")
-                yield self._input("repetitions", "3")
-                yield self._input("steps", "30")
-                yield self._input("path", "where ctrl+s saves, e.g. my-study.toml")
-                yield self._input("profile", "empty: this machine (local backend)")
+                yield self._text_field("repetitions", "3")
+                yield self._text_field("steps", "30")
+                yield self._text_field("path", "where ctrl+s saves, e.g. my-study.toml")
+                yield self._text_field("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
                 yield Static("", id="preview", markup=False)
                 # Enabled by the first preview that finds the form submittable.
@@ -101,13 +101,12 @@ class BuildScreen(SubmitFromForm, Screen):
         yield Footer(compact=True)
 
     @staticmethod
-    def _input(wid: str, placeholder: str = "") -> Input:
+    def _text_field(wid: str, placeholder: str = "") -> Input:
         w = Input(placeholder=placeholder, id=wid)
         w.border_title = TITLES[wid]
         return w
 
     def on_mount(self) -> None:
-        self.app.views["build"] = self
         for wid in LISTS:
             self.query_one(f"#{wid}").border_title = TITLES[wid]
         # Whether a framework's environment works is asked of its python (a subprocess per
@@ -134,9 +133,11 @@ class BuildScreen(SubmitFromForm, Screen):
         except Exception as exc:
             self.post_message(EngineFailed("checking the frameworks", describe(exc)))
             return
-        self.app.call_from_thread(self._frameworks_checked, choices)
+        self.post_message(FrameworksChecked(choices))
 
-    def _frameworks_checked(self, choices) -> None:
+    def on_frameworks_checked(self, message: FrameworksChecked) -> None:
+        message.stop()
+        choices = message.choices
         fw = self.query_one("#frameworks", SelectionList)
         wanted = set(_as_list(self.data.get("experiment", {}).get("frameworks")))
         wanted |= set(fw.selected)
@@ -279,26 +280,30 @@ class BuildScreen(SubmitFromForm, Screen):
     def _use_cluster(self, path: str) -> None:
         session = self.app.session
         current = session.profile.path if session.profile else ""
-        if path == current:
+        if path == current:  # the field may still show another file's problem: clear it
+            self.post_message(ClusterChosen(changed=False))
             return
         try:
             session.use_cluster(path or None)
         except Exception as exc:
-            self.app.call_from_thread(self._cluster_problem, describe(exc))
+            self.post_message(ClusterChosen(describe(exc)))
             return
-        self.app.call_from_thread(self._cluster_chosen)
+        self.post_message(ClusterChosen())
 
-    def _cluster_problem(self, message: str) -> None:
+    def on_cluster_chosen(self, message: ClusterChosen) -> None:
+        message.stop()
         w = self.query_one("#profile", Input)
-        w.add_class("invalid")
-        w.border_subtitle = message.splitlines()[0][:200]
-        self.query_one("#submit", Button).disabled = True
-
-    def _cluster_chosen(self) -> None:
-        w = self.query_one("#profile", Input)
+        if message.problem is not None:
+            w.add_class("invalid")
+            w.border_subtitle = message.problem.splitlines()[0][:200]
+            self.query_one("#submit", Button).disabled = True
+            return
+        if not message.changed and not w.has_class("invalid"):
+            return
         w.remove_class("invalid")
         w.border_subtitle = None
-        self.app.sub_title = self.app.session.where
+        if message.changed:
+            self.app.sub_title = self.app.session.where
         self.changed()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:

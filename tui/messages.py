@@ -1,45 +1,95 @@
-"""Every message a worker posts back to the UI: small, typed, one per kind of news."""
+"""Every message a worker posts back to the UI: small, typed, one per kind of news.
+
+Workers run the engine in threads and report back one way only: the last thing a worker
+does is post one of these (or EngineFailed), and a handler on the UI's side acts on it."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 
-from ..engine.session import Preview, Snapshot
+from ..engine.session import FrameworkChoice, Preview, Snapshot
 
 
+@dataclass
 class QueueRefreshed(Message):
     """A watcher tick: the current experiment's rows and whether the scheduler answered."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-        super().__init__()
+    snapshot: Snapshot
 
 
+@dataclass
 class EngineFailed(Message):
     """An engine call failed; `what` says which ("refresh", "submit"...), `message` why."""
-
-    def __init__(self, what: str, message: str) -> None:
-        self.what, self.message = what, message
-        super().__init__()
+    what: str
+    message: str
 
 
+@dataclass
 class PreviewReady(Message):
-    def __init__(self, preview: Preview, serial: int) -> None:
-        self.preview, self.serial = preview, serial
-        super().__init__()
+    """The run count and device-hours of the form as it was at `serial`."""
+    preview: Preview
+    serial: int
 
 
+@dataclass
+class FrameworksChecked(Message):
+    """Whether each framework's environment works here, and why not."""
+    choices: list[FrameworkChoice]
+
+
+@dataclass
+class ClusterChosen(Message):
+    """The profile field's file was taken (`problem` None) or refused, with why;
+    `changed` is False when it named the profile already in use."""
+    problem: str | None = None
+    changed: bool = True
+
+
+@dataclass
+class Submitted(Message):
+    """A submission ended; `report` (engine.study.SubmitReport) says what became of each
+    run, including any it could not hand to the scheduler."""
+    report: Any
+    spec_path: str
+
+
+@dataclass
+class SubmitFailed(Message):
+    """A submission failed as a whole; `name` is the study's experiment, when it has one."""
+    problem: str
+    name: str | None
+
+
+@dataclass
 class ResultsLoaded(Message):
-    def __init__(self, experiment: str | None, results: list[dict[str, Any]],
-                 notes: list[str] | None = None) -> None:
-        self.experiment, self.results, self.notes = experiment, results, notes or []
-        super().__init__()
+    experiment: str | None
+    results: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class ReportWritten(Message):
+    path: Path
+
+
+@dataclass
+class LogFound(Message):
+    """Where the selected run's log is, and the title the log panel gives it."""
+    path: Path
+    title: str
+
+
+@dataclass
+class JobActed(Message):
+    """A cancel or resubmit went through; `message` says what happened."""
+    message: str
+
+
+@dataclass
 class LogLines(Message):
     """New lines of the followed log; `note` replaces the tail's status line when given."""
-
-    def __init__(self, serial: int, lines: list[str], note: str | None = None) -> None:
-        self.serial, self.lines, self.note = serial, lines, note
-        super().__init__()
+    serial: int
+    lines: list[str]
+    note: str | None = None

@@ -1,21 +1,24 @@
 """The queue screen: the study's jobs as a live table, the selected job's log below it, and
-cancel / resubmit with confirmation. Rows come from the app's watcher (engine.session)."""
+cancel / resubmit with confirmation. Rows come from the app's watcher: the screen watches
+the app's snapshot and shows each new one."""
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.markup import escape
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.widgets.data_table import ColumnKey
+from textual.worker import get_current_worker
 
 from ..engine.session import Snapshot
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen
 from .errors import describe
 from .logtail import LogTail
+from .messages import EngineFailed, JobActed, LogFound
 from .widgets import Banner
 
 STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
@@ -23,66 +26,104 @@ STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green"
                "CANCELLED": "magenta", "PLANNED": "bold yellow", "SUBMITTING": "italic yellow"}
 
 
-def row_cells(row: QueueRow) -> tuple[str, ...]:
+def cell_markup(col: int, text: str, state: str) -> str:
     # Markup strings, escaped: DataTable reads a str as markup, and a pending reason may
-    # hold brackets. Not rich Text objects: DataTable crops a Text cell in place when it
-    # renders it narrower, and the cropped text then stays after the column widens.
-    cells = [escape(c) for c in row.cells()]
-    state = QUEUE_COLUMNS.index("state")
-    style = STATE_STYLE.get(row.state)
+    # hold brackets. Not rich Text objects: 11 per job, they weigh on memory and on every
+    # pass of the garbage collector at 10,000 jobs.
+    style = STATE_STYLE.get(state) if col == _STATE else None
     if style:
-        cells[state] = f"[{style}]{cells[state]}[/]"
-    return tuple(cells)
+        return f"[{style}]{escape(text)}[/]"
+    if "[" not in text:
+        return text  # nothing to read as a tag; a backslash shows as it is
+    marked = escape(text)
+    # escape() doubles a last backslash, lest it escape a tag after it; none comes here.
+    return marked[:-1] if text.endswith("\\") and not text.endswith("\\\\") else marked
 
 
-def cell_len(markup: str) -> int:
-    return Text.from_markup(markup).cell_len
-
-
-def _plain(markup: str) -> str:
-    return Text.from_markup(markup).plain
+_STATE = QUEUE_COLUMNS.index("state")
+# Past this many runs gone at once (another experiment shown), the table starts afresh:
+# DataTable.remove_row renumbers every row below, so removing them one by one is quadratic.
+_REFILL_AFTER = 100
+# New rows added per frame: DataTable measures every cell of a new row when it is next
+# idle (about 0.4 s per 1,000 rows on the 2-core VM), so a first fill of 10,000 jobs comes
+# in frame by frame, the first screenful at once, and the keys keep working meanwhile.
+ROWS_PER_FRAME = 1000
 
 
 class JobTable(DataTable):
-    """The jobs, updated in place: a refresh touches only the cells that changed, so 1,000
-    jobs refresh in milliseconds and the cursor stays where the user left it."""
+    """The jobs, updated in place: a refresh touches only the cells that changed, so
+    10,000 jobs refresh in milliseconds and the cursor stays where the user left it.
+
+    Column widths are the table's own, given to DataTable as fixed widths: each is the
+    widest value shown so far and grows before the row that needs it is drawn. Left to
+    DataTable, a narrowing value makes it measure the whole column again (10,000 cells),
+    and a widening one takes effect only when it is next idle, after rows may have been
+    drawn, and kept, at the old width."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
+        self.shown: dict[str, QueueRow] = {}         # what each row shows, by run id
+        self.texts: dict[str, tuple[str, ...]] = {}  # and its cells' text
+        self.latest: list[QueueRow] = []             # the rows last asked for
+        self.filling = False                         # more of them to add next frame
         for col in QUEUE_COLUMNS:
-            self.add_column(col, key=col)
-        self.shown: dict[str, tuple] = {}
+            self.add_column(col, key=col, width=cell_len(col))
+        self.job_columns = [self.columns[ColumnKey(col)] for col in QUEUE_COLUMNS]
 
     def show_rows(self, rows: list[QueueRow]) -> None:
+        self.latest = rows
         wanted = {r.run_id for r in rows}
-        for gone in [k for k in self.shown if k not in wanted]:
-            self.remove_row(gone)
-            del self.shown[gone]
+        gone = [k for k in self.shown if k not in wanted]
+        if len(gone) > _REFILL_AFTER:
+            self.clear()
+            self.shown, self.texts = {}, {}
+        else:
+            for run_id in gone:
+                self.remove_row(run_id)
+                del self.shown[run_id], self.texts[run_id]
+        added = 0
         for r in rows:
-            cells = row_cells(r)
             old = self.shown.get(r.run_id)
+            if old is r or old == r:
+                continue  # the engine kept the row (QueueReader): nothing to draw
+            if old is None and added == ROWS_PER_FRAME:
+                if not self.filling:  # the rest after this frame, from the latest rows
+                    self.filling = True
+                    self.call_after_refresh(self.fill_more)
+                break
+            added += old is None
+            self.shown[r.run_id] = r
+            was = self.texts.get(r.run_id, ())
+            texts = self.texts[r.run_id] = r.cells()
             if old is None:
-                self.add_row(*cells, key=r.run_id)
-            elif old != cells:
-                for col, new, was in zip(QUEUE_COLUMNS, cells, old):
-                    if new != was:
-                        # Only a wider value resizes its column: Textual re-measures the
-                        # whole column when a cell narrows, O(jobs) per cell (seconds at
-                        # 1,000 jobs). Columns grow and never shrink.
-                        wider = cell_len(new) > self.columns[ColumnKey(col)].content_width
-                        self.update_cell(r.run_id, col, new, update_width=wider)
-            self.shown[r.run_id] = cells
+                self._widen(range(len(texts)), texts)
+                self.add_row(*(cell_markup(i, t, r.state) for i, t in enumerate(texts)),
+                             key=r.run_id)
+                continue
+            changed = [i for i, (t, w) in enumerate(zip(texts, was)) if t != w]
+            if old.state != r.state and _STATE not in changed:
+                changed.append(_STATE)  # same words, another colour
+            wider = self._widen(changed, texts)
+            for i in changed:
+                # update_width only where the column just grew: DataTable then recomputes
+                # the table's scrollable width, measuring this one cell (none is wider).
+                self.update_cell(r.run_id, QUEUE_COLUMNS[i], cell_markup(i, texts[i], r.state),
+                                 update_width=i in wider)
 
-    async def _on_idle(self, event) -> None:
-        # Textual 8.2.8 widens columns on idle but keeps row renders cached from before, so a
-        # row drawn in between stays cropped to the old widths. Drop those renders whenever
-        # the idle pass may have changed a width (rare: new rows or a wider value).
-        resized = bool(self._updated_cells) or self._require_update_dimensions
-        await super()._on_idle(event)
-        if resized:
-            self._clear_caches()
-            self.refresh()
+    def fill_more(self) -> None:
+        self.filling = False
+        self.show_rows(self.latest)
+
+    def _widen(self, indexes, texts: tuple[str, ...]) -> set[int]:
+        """Grow the columns these cells do not fit; return which grew."""
+        grew = set()
+        for i in indexes:
+            width = cell_len(texts[i])
+            if width > self.job_columns[i].width:
+                self.job_columns[i].width = width
+                grew.add(i)
+        return grew
 
     def selected_run(self) -> str | None:
         if not self.row_count:
@@ -100,7 +141,7 @@ class QueueScreen(Screen):
         Binding("slash", "search", "Search"),
         Binding("n", "next_match(1)", "Next", show=False),
         Binding("N", "next_match(-1)", "Previous", show=False),
-        Binding("e", "next_experiment", "Next exp."),
+        Binding("e", "app.next_experiment", "Next exp."),
         Binding("escape", "close", "Close", show=False),
     ]
 
@@ -113,16 +154,13 @@ class QueueScreen(Screen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.app.views["queue"] = self
         self.query_one("#log").display = False
-        if self.app.snapshot is not None:
-            self.show_snapshot(self.app.snapshot)
-        else:
-            self.query_one("#queue-summary", Static).update("reading the queue...")
+        self.query_one("#queue-summary", Static).update("reading the queue...")
+        self.watch(self.app, "snapshot", self.show_snapshot)
 
-    def show_snapshot(self, snap: Snapshot) -> None:
-        if not self.query(JobTable):
-            return  # a refresh that lands while the app quits and the screen goes
+    def show_snapshot(self, snap: Snapshot | None) -> None:
+        if snap is None or not self.query(JobTable):
+            return  # no tick yet, or one that lands while the app quits and the screen goes
         table = self.query_one(JobTable)
         table.show_rows(snap.rows)
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
@@ -154,17 +192,18 @@ class QueueScreen(Screen):
             path = self.app.session.log_path(run_id)
             run = self.app.session.run(run_id)
         except Exception as exc:
-            self.app.call_from_thread(self.notify, describe(exc), severity="error",
-                                      markup=False)
+            self.post_message(EngineFailed("opening the log", describe(exc)))
             return
         title = (f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
                  f"#{run['repetition']} (job {run['job_id'] or '-'})")
-        self.app.call_from_thread(self._show_log, path, title)
+        if not get_current_worker().is_cancelled:  # another row was chosen meanwhile
+            self.post_message(LogFound(path, title))
 
-    def _show_log(self, path, title: str) -> None:
+    def on_log_found(self, message: LogFound) -> None:
+        message.stop()
         log = self.query_one(LogTail)
         log.display = True
-        log.open(path, title)
+        log.open(message.path, message.title)
 
     def action_pause(self) -> None:
         log = self.query_one(LogTail)
@@ -189,14 +228,6 @@ class QueueScreen(Screen):
             log.display = False
             self.query_one(JobTable).focus()
 
-    def action_next_experiment(self) -> None:
-        snap = self.app.snapshot
-        names = snap.experiments if snap else []
-        if len(names) < 2:
-            return
-        at = names.index(self.app.experiment) if self.app.experiment in names else -1
-        self.app.experiment = names[(at + 1) % len(names)]
-
     # --- cancel / resubmit ---------------------------------------------------------------
 
     def action_cancel(self) -> None:
@@ -210,9 +241,9 @@ class QueueScreen(Screen):
         run_id = table.selected_run()
         if run_id is None:
             return
-        cells = table.shown[run_id]
-        label = " ".join(_plain(c) for c in cells[1:6])
-        question = (f"Cancel run {run_id} ({label}, job {_plain(cells[0])})?" if what == "cancel" else
+        cells = table.shown[run_id].cells()
+        label = " ".join(cells[1:6])
+        question = (f"Cancel run {run_id} ({label}, job {cells[0]})?" if what == "cancel" else
                     f"Resubmit run {run_id} ({label}) with the same job script?")
 
         def answered(yes: bool | None) -> None:
@@ -230,8 +261,11 @@ class QueueScreen(Screen):
                 (rid, job), = self.app.session.resubmit([run_id])
                 msg = f"resubmitted {rid} as job {job}"
         except Exception as exc:
-            self.app.call_from_thread(self.notify, describe(exc), title=f"{what} failed",
-                                      severity="error", timeout=10, markup=False)
+            self.post_message(EngineFailed(what, describe(exc)))
             return
-        self.app.call_from_thread(self.notify, msg, markup=False)
-        self.app.call_from_thread(self.app.poll_now)
+        self.post_message(JobActed(msg))
+
+    def on_job_acted(self, message: JobActed) -> None:
+        message.stop()
+        self.notify(message.message, markup=False)
+        self.app.poll_now()

@@ -1,6 +1,8 @@
-"""The results screen: the study's table (throughput with CI95, speedup, efficiency,
-time-to-accuracy, the baseline named) and a plotext chart, metric and model switched by keys.
-Numbers come from engine.analysis; the chart text from engine.charts, as in the CLI."""
+"""The results screen: the study's table (throughput with CI95, speedup, efficiency beside
+the efficiency model's prediction, images per joule, time-to-accuracy, the baseline named)
+and a plotext chart, metric and model switched by keys. Numbers come from engine.analysis;
+the chart text from engine.charts, as in the CLI. A number the engine could not give is "-",
+and the selected row's line under the table says why."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,11 +18,20 @@ from textual.widgets import DataTable, Footer, Header, Static
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
-from .messages import EngineFailed, ResultsLoaded
+from .messages import EngineFailed, ReportWritten, ResultsLoaded
 from .widgets import Banner
 
 COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
-           "eff.", "TTA s", "state")
+           "eff.", "pred. eff.", "images/J", "TTA s", "state")
+# The columns whose "-" the engine explains (a result's `unmeasured`: field -> why).
+EXPLAINED = {"pred. eff.": "predicted_efficiency", "images/J": "images_per_joule"}
+
+
+def why_missing(r: dict[str, Any]) -> str:
+    """Why this result's explained columns are empty, one clause each; "" when none is."""
+    why = r.get("unmeasured") or {}
+    return "; ".join(f"{col} -: {why[key]}" for col, key in EXPLAINED.items()
+                     if r.get(key) is None and why.get(key))
 
 
 class Chart(Widget):
@@ -47,7 +58,7 @@ class ResultsScreen(Screen):
         Binding("o", "next_model", "Model"),
         Binding("r", "reload", "Reload"),
         Binding("w", "write_report", "Report"),
-        Binding("e", "next_experiment", "Next exp."),
+        Binding("e", "app.next_experiment", "Next exp."),
     ]
 
     def __init__(self) -> None:
@@ -61,25 +72,33 @@ class ResultsScreen(Screen):
         yield Header()
         yield Banner(id="banner")
         yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="why", markup=False)
         yield Static("", id="baselines", markup=False)
         yield Chart(id="chart")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.app.views["results"] = self
         table = self.query_one("#results", DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
         self.action_reload()
+        self.watch(self.app, "snapshot", self.show_snapshot, init=False)
+        self.watch(self.app, "experiment", self.experiment_changed, init=False)
 
     def on_screen_resume(self) -> None:
         self.action_reload()
 
-    def show_snapshot(self, snap: Snapshot) -> None:
+    def show_snapshot(self, snap: Snapshot | None) -> None:
         """Reload when runs finish (new numbers), not on every tick."""
+        if snap is None:
+            return
         done = sum(snap.counts.get(s, 0) for s in ("COMPLETED", "FAILED", "TIMEOUT"))
         if done != self._completed:
             self._completed = done
+            self.action_reload()
+
+    def experiment_changed(self) -> None:
+        if self.is_current:  # a hidden screen reloads when it is shown again
             self.action_reload()
 
     def action_reload(self) -> None:
@@ -110,15 +129,30 @@ class ResultsScreen(Screen):
                 str(r["ranks"]), str(r["per_device_batch"]), f"{r['n']}/{r['repetitions']}",
                 Text(tables.throughput_text(r), style="yellow" if r["noisy"] else ""),
                 tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]),
+                tables.fmt(r.get("predicted_efficiency")),
+                tables.fmt(r.get("images_per_joule"), 1),
                 tables.fmt(r["time_to_accuracy_s"], 1), r["state"])
         note = tables.baselines_note(self.results)
         skipped = "".join(f"\n{n}" for n in message.notes)
         where = message.experiment or "this store"
         self.query_one("#baselines", Static).update(
-            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   m: metric   o: model"
+            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
+             "compute + allreduce model   m: metric   o: model"
              if self.results else f"no results for {where} yet: runs appear here as they "
              "complete") + skipped)
+        self.show_why(table.cursor_row)
         self.draw_chart()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_why(event.cursor_row)
+
+    def show_why(self, row: int) -> None:
+        """The selected result's reasons for its "-" cells (hidden when it has none)."""
+        why = why_missing(self.results[row]) if 0 <= row < len(self.results) else ""
+        box = self.query_one("#why", Static)
+        box.update(f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
+                   f"{self.results[row]['ranks_per_node']}: {why}" if why else "")
+        box.display = bool(why)
 
     def models(self) -> list[str]:
         return sorted({r["model"] for r in self.results})
@@ -147,13 +181,8 @@ class ResultsScreen(Screen):
         except Exception as exc:
             self.post_message(EngineFailed("report", describe(exc)))
             return
-        self.app.call_from_thread(self.notify, f"report written: {path.resolve()}",
-                                  title="report", timeout=15)
+        self.post_message(ReportWritten(path.resolve()))
 
-    def action_next_experiment(self) -> None:
-        snap = self.app.snapshot
-        names = snap.experiments if snap else []
-        if len(names) > 1:
-            at = names.index(self.app.experiment) if self.app.experiment in names else -1
-            self.app.experiment = names[(at + 1) % len(names)]
-            self.action_reload()
+    def on_report_written(self, message: ReportWritten) -> None:
+        message.stop()
+        self.notify(f"report written: {message.path}", title="report", timeout=15)

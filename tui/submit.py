@@ -16,6 +16,7 @@ from textual.widgets import Button, Input
 from ..engine.config import specfile
 from ..engine.config.spec import load_spec
 from .errors import describe
+from .messages import SubmitFailed, Submitted
 
 
 class SubmitFromForm:
@@ -59,17 +60,20 @@ class SubmitFromForm:
                 specfile.save(data, path)
             report = self.app.session.submit(load_spec(path))
         except Exception as exc:  # the engine released any run it claimed, with why
-            self.app.call_from_thread(self._submit_failed, describe(exc), name)
+            self.post_message(SubmitFailed(describe(exc), name))
             return
-        self.app.call_from_thread(self._submitted, report, path)
+        self.post_message(Submitted(report, path))
 
-    def _submit_failed(self, message: str, name: str | None) -> None:
+    def on_submit_failed(self, message: SubmitFailed) -> None:
+        message.stop()
         self._submitting(False)
-        self.notify(message, title="not submitted", severity="error", timeout=15,
+        self.notify(message.problem, title="not submitted", severity="error", timeout=15,
                     markup=False)
-        self._show_queue_of(name)
+        self._show_queue_of(message.name)
 
-    def _submitted(self, report, path: str) -> None:
+    def on_submitted(self, message: Submitted) -> None:
+        message.stop()
+        report, path = message.report, message.spec_path
         self._submitting(False)
         name = (report.all_runs[0].experiment if report.all_runs else None)
         text = (f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "

@@ -16,6 +16,9 @@ METRICS = {
     "efficiency": ("efficiency", "scaling efficiency"),
     "throughput": ("throughput", "throughput (images/s)"),
     "tta": ("time_to_accuracy_s", "time-to-accuracy (s)"),
+    # The efficiency model (compute + benchmarked allreduce) and the energy, where measured.
+    "predicted": ("predicted_efficiency", "predicted efficiency (model)"),
+    "images-per-joule": ("images_per_joule", "images per joule"),
 }
 
 
@@ -58,7 +61,7 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
         if noisy:
             plt.scatter([x for x, _ in noisy], [y for _, y in noisy], marker="x",
                         label="noisy (CV > 5%)")
-    if metric in ("speedup", "efficiency"):
+    if metric in ("speedup", "efficiency", "predicted"):
         ideal = [float(d) if metric == "speedup" else 1.0 for d in all_devices]
         plt.plot(all_devices, ideal, label="ideal", marker="dot")
     plt.xticks(all_devices)

@@ -1,0 +1,105 @@
+"""The results screen explains the efficiency (issue 17, item 3): the efficiency model's
+prediction beside the measured efficiency, images per joule where energy was measured, a
+"-" with the engine's reason where a part was not measured, and both as chart metrics."""
+from __future__ import annotations
+
+import json
+
+from test_tui import field, until
+
+from dlscale.engine.results import charts
+from dlscale.engine.session import Session
+from dlscale.tui.app import DlscaleApp
+from dlscale.tui.results import COLUMNS, ResultsScreen
+from tui_text import recorded_study, screen_text
+
+ENERGY_J = 0.25  # per image, on the 1-device runs only: 4.0 images per joule
+
+
+def with_breakdown(run_id: str, lines: list[str]) -> list[str]:
+    """The recorded runs as a trainer of today writes them: a step-time breakdown in every
+    summary, and energy measured on one device only (the other scale says why not)."""
+    devices = json.loads(lines[0])["world_size"]
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec["kind"] == "summary":
+            rec.update(compute_time_s=0.5, exposed_comm_s=0.0 if devices == 1 else 0.2)
+            if devices == 1:
+                rec["energy_per_image_j"] = ENERGY_J
+        elif rec["kind"] == "env" and devices > 1:
+            rec["energy_unavailable"] = "no RAPL counters readable on this node"
+        out.append(json.dumps(rec) + "\n")
+    return out
+
+
+def row_of(app, devices: int) -> dict[str, str]:
+    table = field(app, "results")
+    for i in range(table.row_count):
+        cells = dict(zip(COLUMNS, map(str, table.get_row_at(i))))
+        if cells["dev"] == str(devices):
+            return cells | {"index": str(i)}
+    raise AssertionError(f"no {devices}-device row")
+
+
+async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home):
+    recorded_study(home, edit=with_breakdown)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("f4")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen) and
+                    field(app, "results").row_count == 2, 30, "two results")
+        one, two = row_of(app, 1), row_of(app, 2)
+        # One device: the model predicts its own compute (1.00); 4 images per joule.
+        assert (one["pred. eff."], one["images/J"]) == ("1.00", f"{1 / ENERGY_J:.1f}")
+        assert one["eff."] == "1.00"
+        # Two devices: no communication benchmark, no energy: "-", and the engine's reasons
+        # on the line under the table once the row is selected.
+        assert (two["pred. eff."], two["images/J"]) == ("-", "-")
+        assert two["eff."] not in ("-", "")  # measured, beside the missing prediction
+        table = field(app, "results")
+        table.focus()
+        table.move_cursor(row=int(one["index"]))
+        await pilot.pause()
+        assert not field(app, "why").display  # nothing to explain on this row
+        table.move_cursor(row=int(two["index"]))
+        await until(pilot, lambda: field(app, "why").display, 10, "the reasons shown")
+        why = str(field(app, "why").render())
+        assert "1x2" in why
+        assert "pred. eff. -: no allreduce time for this scale: no communication " \
+               "benchmark" in why
+        assert "images/J -: no RAPL counters readable on this node" in why
+        assert "pred. eff." in screen_text(app) and "images/J" in screen_text(app)
+
+
+async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
+    recorded_study(home, edit=with_breakdown)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f4")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen) and
+                    field(app, "results").row_count == 2, 30, "two results")
+        seen = []
+        for _ in charts.METRICS:
+            seen.append(app.screen.metric)
+            await pilot.press("m")
+            await pilot.pause()
+            if app.screen.metric == "predicted":
+                # One point has a prediction: the chart draws it, not "no results yet".
+                text = screen_text(app)
+                assert "predicted efficiency (model)" in text
+                assert "no completed results" not in text
+        assert {"predicted", "images-per-joule"} <= set(seen)
+        while app.screen.metric != "images-per-joule":
+            await pilot.press("m")
+        await pilot.pause()
+        assert "images per joule" in screen_text(app)
+
+
+def test_a_result_without_any_unmeasured_part_explains_nothing():
+    from dlscale.tui.results import why_missing
+    assert why_missing({"predicted_efficiency": 0.9, "images_per_joule": 3.0,
+                        "unmeasured": {"comm_busbw_gbps": "one device"}}) == ""
+    assert why_missing({"predicted_efficiency": None, "images_per_joule": 3.0,
+                        "unmeasured": {"predicted_efficiency": "no 1-device baseline point"}}
+                       ) == "pred. eff. -: no 1-device baseline point"
