@@ -219,6 +219,16 @@ class Profile(StrictModel):
     # "auto": `--backend slurm` talks to Slurm through pyslurm where one built for the
     # cluster's release imports (else through its commands, saying why)
     pyslurm: Literal["auto", "off"] = "off"
+    # Job arrays (README: "Job arrays, throttles and waves"). Runs of one job shape go as
+    # one `sbatch --array`; these cap it where the site's own answers (scontrol show config,
+    # sacctmgr) are missing, unreadable or larger than what the user may use.
+    arrays: StrictBool = True
+    max_array_size: StrictInt | None = Field(default=None, ge=1)   # tasks per array
+    max_jobs: StrictInt | None = Field(default=None, ge=1)         # queued jobs per user
+    max_concurrent: StrictInt | None = Field(default=None, ge=1)   # %N: running at once
+    # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
+    # exit marker each job script writes (unset: learnt from sacct's answer)
+    accounting: StrictBool | None = None
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 

@@ -186,6 +186,9 @@ class Experiment(StrictModel):
     # Before the training runs, one short job per framework, model, scale and precision
     # that times the gradient's allreduce (plan.py: comm runs).
     comm_benchmark: StrictBool = False
+    # At most this many of the study's runs at once on Slurm: a job array's %N throttle
+    # (overrides the profile's max_concurrent). Not part of any run's identity.
+    max_concurrent: StrictInt | None = Field(default=None, ge=1)
 
     @field_validator("lr_schedules")
     @classmethod
