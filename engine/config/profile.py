@@ -223,9 +223,12 @@ class Profile(StrictModel):
     # one `sbatch --array`; these cap it where the site's own answers (scontrol show config,
     # sacctmgr) are missing, unreadable or larger than what the user may use.
     arrays: StrictBool = True
-    max_array_size: StrictInt | None = Field(default=None, ge=1)   # tasks per array
-    max_jobs: StrictInt | None = Field(default=None, ge=1)         # queued jobs per user
-    max_concurrent: StrictInt | None = Field(default=None, ge=1)   # %N: running at once
+    max_array_size: limit(StrictInt, "Slurm's MaxArraySize goes no higher", ge=1,  # tasks
+                          le=4_000_001) | None = None                             # per array
+    max_jobs: limit(StrictInt, "Slurm's MaxJobCount goes no higher", ge=1,  # queued jobs
+                    le=2**26) | None = None                                 # per user
+    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,  # %N
+                          le=2**26) | None = None
     # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
     # exit marker each job script writes (unset: learnt from sacct's answer)
     accounting: StrictBool | None = None

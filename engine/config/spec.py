@@ -188,7 +188,8 @@ class Experiment(StrictModel):
     comm_benchmark: StrictBool = False
     # At most this many of the study's runs at once on Slurm: a job array's %N throttle
     # (overrides the profile's max_concurrent). Not part of any run's identity.
-    max_concurrent: StrictInt | None = Field(default=None, ge=1)
+    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,
+                          le=2**26) | None = None
 
     @field_validator("lr_schedules")
     @classmethod
