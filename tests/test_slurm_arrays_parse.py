@@ -61,11 +61,11 @@ def test_each_array_task_runs_its_own_run_from_the_index(tmp_path, name):
 
 def test_scontrol_answers_without_accounting():
     jobs = parse_scontrol_jobs((FIXTURES / "scontrol-show-job.txt").read_text())
-    assert jobs["23"].state == "COMPLETED" and jobs["23"].exit_code == 0
-    assert jobs["24"].state == "FAILED" and jobs["24"].exit_code == 3
-    assert [jobs[f"25_{i}"].state for i in range(5)] == ["PENDING"] * 5  # held array
-    assert jobs["25_0"].reason == "JobHeldUser"
-    assert jobs["26"].state == "RUNNING" and jobs["26"].nodes
+    assert jobs["54"].state == "COMPLETED" and jobs["54"].exit_code == 0
+    assert jobs["55"].state == "FAILED" and jobs["55"].exit_code == 3
+    assert [jobs[f"56_{i}"].state for i in range(5)] == ["PENDING"] * 5  # held array
+    assert jobs["56_0"].reason == "JobHeldUser"
+    assert jobs["57"].state == "RUNNING" and jobs["57"].nodes
     assert parse_scontrol_jobs("No jobs in the system\n") == {}
 
 
@@ -91,12 +91,12 @@ def test_a_cluster_without_accounting_is_followed_through_scontrol(tmp_path):
                      "scontrol": (0, (FIXTURES / "scontrol-show-job.txt").read_text(), ""),
                      "squeue": (0, "", "")})
     s = SlurmCLI(runner=replay)
-    out = s.poll(["24", "25_3", "99"])
-    assert out["24"].state == "FAILED" and out["24"].exit_code == 3
-    assert out["25_3"].state == "PENDING" and "99" not in out and s.last_poll_ok
+    out = s.poll(["55", "56_3", "99"])
+    assert out["55"].state == "FAILED" and out["55"].exit_code == 3
+    assert out["56_3"].state == "PENDING" and "99" not in out and s.last_poll_ok
     assert s.accounting is False
     replay.calls.clear()
-    s.poll(["25_3", "99"])  # from now on one scontrol call per poll, no sacct
+    s.poll(["56_3", "99"])  # from now on one scontrol call per poll, no sacct
     assert [c[0] for c in replay.calls] == ["scontrol"]
     # a job the controller forgot ends as its marker says
     run_dir = tmp_path / "run"
