@@ -166,8 +166,7 @@ def submit_many(backend: SlurmCLI, requests: list[JobRequest], profile=None,
             take = limits.array_size if room is None else min(limits.array_size, room)
             if take <= 0:
                 for i in members:
-                    out[i] = WaitForSlots(f"{WAITING_REASON} ({limits.why}); the watcher "
-                                          "submits it when the queue has room")
+                    out[i] = WaitForSlots(f"{WAITING_REASON} ({limits.why})")
                 break
             chunk, members = members[:take], members[take:]
             ids = _submit_chunk(backend, [requests[i] for i in chunk], script_shape, limits)
