@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,7 +140,6 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
         lines.append(f"{i}\t{request.run_id}\t{run_dir}\n")
         (d / "logs" / f"{i}.log").symlink_to(RunPaths(Path(run_dir)).log)
     (d / "runs.tsv").write_text("".join(lines))
-    import shlex
     script = d / "array.sh"
     script.write_text(_ARRAY_SCRIPT.format(
         n=len(group), name=_plain(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
