@@ -47,6 +47,12 @@ class RunPaths:
         return self.root / "run.log"
 
     @property
+    def exit_marker(self) -> Path:
+        """`exit N` or `signal TERM`, written by the job script as it ends: the final state
+        where Slurm keeps no accounting."""
+        return self.root / "job.exit"
+
+    @property
     def metrics(self) -> Path:
         return self.root / METRICS_NAME
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backends.base import Backend, JobRequest
+from .backends.base import WAITING, Backend, JobRequest, NotYet
 from .config.spec import LoadedSpec
 from .errors import DlscaleError, PlanError, SubmitError, UserError
 from .launching import envs
@@ -51,10 +51,12 @@ class SubmitReport:
     completed: list[Run] = field(default_factory=list)    # finished earlier: skipped
     active: list[Run] = field(default_factory=list)       # queued or running already
     failed_to_submit: list[tuple[Run, str]] = field(default_factory=list)
+    waiting: list[Run] = field(default_factory=list)      # beyond the site's limits: waves
 
     @property
     def all_runs(self) -> list[Run]:
-        return self.submitted + self.resubmitted + self.completed + self.active + [
+        return self.submitted + self.resubmitted + self.completed + self.active + \
+            self.waiting + [
             r for r, _ in self.failed_to_submit]
 
 
@@ -80,7 +82,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
         if mine is None:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
-        claimed.append((run, mine, row["state"] not in ("PLANNED", SUBMITTING)))
+        claimed.append((run, mine, row["state"] not in ("PLANNED", SUBMITTING, WAITING)))
 
     def prepare(run: Run, row: dict) -> JobRequest:
         paths = RunPaths.of(row)
@@ -115,6 +117,11 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
         outcomes = backend.submit_many([request for *_, request in ready]) if ready else []
         for (run, row, again, request), outcome in zip(ready, outcomes):
             settled.add(row["run_id"])
+            if isinstance(outcome, NotYet):  # the place's limits: a later wave submits it
+                store.release_run(row["run_id"], WAITING, str(outcome))
+                store.update_run(row["run_id"], backend=backend.name)  # whose wave takes it
+                report.waiting.append(run)
+                continue
             if isinstance(outcome, Exception):
                 _release(store, row, outcome, backend)
                 report.failed_to_submit.append((run, not_submitted_because(outcome)))

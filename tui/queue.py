@@ -23,7 +23,8 @@ from .widgets import Banner
 
 STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
                "FAILED": "bold red", "TIMEOUT": "red", "NODE_FAIL": "red",
-               "CANCELLED": "magenta", "PLANNED": "bold yellow", "SUBMITTING": "italic yellow"}
+               "CANCELLED": "magenta", "PLANNED": "bold yellow", "SUBMITTING": "italic yellow",
+               "WAITING": "yellow"}  # for room in the queue: a later wave submits it
 
 
 def cell_markup(col: int, text: str, state: str) -> str:

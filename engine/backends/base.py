@@ -23,6 +23,16 @@ if TYPE_CHECKING:
     from ..tracking.store import Store
 
 
+# A run's state while it is not submitted yet because the place's limits (a site's job
+# limits) leave no room: Backend.next_wave submits it later.
+WAITING = "WAITING"
+
+
+class NotYet(DlscaleError):
+    """submit_many's answer for a job the place has no room for now (its limits): the run
+    is left WAITING and next_wave submits it."""
+
+
 @dataclass(frozen=True)
 class JobRequest:
     run_id: str
@@ -146,6 +156,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
+
+    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+        """How a job the scheduler no longer knows ended, from what it left in the run's
+        folder, where the backend has such a record (Slurm without accounting)."""
+        return None
+
+    def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        """Submit runs left WAITING for the place's limits, as far as it has room now;
+        how many went. The watcher calls it every tick."""
+        return 0
 
     def observed(self, store: Store, status: JobStatus) -> None:
         """Keep what a poll saw of a job in the store (a backend whose own worker keeps its

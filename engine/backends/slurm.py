@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
-from ..tracking.store import TERMINAL
+from ..tracking.store import TERMINAL, Store
+from . import slurm_arrays, slurm_noacct
 from .base import Backend, JobRequest, JobStatus
 from .slurm_jobs import SlurmJobs
 from .slurm_parse import (
@@ -95,6 +96,15 @@ class SlurmCLI(SlurmJobs, Backend):
     controller_ok: bool = True
     last_poll_ok: bool = True      # False while failures are still being tolerated
     last_error: str | None = None
+    throttle: int | None = None    # %N for job arrays: the spec's max_concurrent, if set
+    accounting: bool | None = None  # None: the profile's, else learnt from sacct's answer
+    wave_every: float = 5.0        # seconds between tries of the next wave
+    _last_wave: float = -1e9
+    limits: slurm_arrays.Limits | None = None  # the site's, once asked
+
+    def __post_init__(self) -> None:
+        if self.accounting is None and self.profile is not None:
+            self.accounting = self.profile.profile.accounting
 
     def _retrying(self, argv: list[str], env: dict[str, str] | None = None) -> CommandResult:
         delay = 1.0
@@ -108,8 +118,34 @@ class SlurmCLI(SlurmJobs, Backend):
         return res
 
     def submit(self, request: JobRequest) -> str:
-        script = RunPaths(request.run_dir).job_script
-        res = self._retrying(["sbatch", "--parsable", str(script)], env=clean_env())
+        job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)])
+        self.submitted(job_id)
+        return job_id
+
+    def submitted(self, job_id: str) -> None:
+        """Known PENDING until sacct or squeue says more (sacct may not know it yet)."""
+        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Runs of one job shape as one job array, within the site's limits; the rest
+        WAITING for a later wave (slurm_arrays)."""
+        if not requests or (self.profile is not None and not self.profile.profile.arrays):
+            return super().submit_many(requests)
+        return slurm_arrays.submit_many(self, requests, self.profile, self.throttle)
+
+    def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        # at most one try every few seconds: each asks the controller for the queue
+        if time.monotonic() - self._last_wave < self.wave_every:
+            return 0
+        self._last_wave = time.monotonic()
+        return slurm_arrays.next_wave(self, store, experiment)
+
+    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+        return slurm_noacct.last_word(row) if self.accounting is False else None
+
+    def sbatch(self, args: list[str]) -> str:
+        """`sbatch --parsable ARGS`; the job id. Raises SubmitError, ControllerUnreachable."""
+        res = self._retrying(["sbatch", "--parsable", *args], env=clean_env())
         if res.returncode != 0:
             message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
             if any(t in res.stderr for t in TRANSIENT):
@@ -119,12 +155,13 @@ class SlurmCLI(SlurmJobs, Backend):
             job_id = parse_sbatch(res.stdout)
         except ParseError as exc:
             raise SubmitError(str(exc)) from None
-        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
         self._need_squeue = True  # a fresh job: learn its pending reason soon
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """One sacct call for every job not known to be finished; squeue every few polls."""
+        if self.accounting is False:
+            return slurm_noacct.poll(self, job_ids)
         self._polls += 1
         live = [j for j in job_ids if not (j in self._cache and
                                            self._cache[j].state in TERMINAL)]
@@ -146,6 +183,9 @@ class SlurmCLI(SlurmJobs, Backend):
                             job = SlurmJob(jid, job.state, job.slurm_state, job.exit_code,
                                            job.signal, job.elapsed_s, job.nodes, old.reason)
                         self._cache[jid] = job
+            elif slurm_noacct.disabled(res.stderr):
+                self.accounting = False  # no slurmdbd here: follow without it from now on
+                return slurm_noacct.poll(self, job_ids)
             else:
                 ok = False
                 self.last_error = f"sacct: {_first_line(res.stderr) or res.returncode}"

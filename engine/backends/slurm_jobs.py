@@ -30,6 +30,7 @@ class SlurmJobs:
     profile: LoadedProfile | None = None
     partition: str | None = None
     home: Path | None = None
+    throttle: int | None = None  # the spec's max_concurrent: job arrays' %N
     # each backend's own poll state, which _answer settles
     _cache: dict[str, Any]
     _failures: int
@@ -88,6 +89,8 @@ class SlurmJobs:
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
         from ..launching import jobscript
         profile = self._profile()
+        # the study's own throttle for the arrays its runs go in (submit_many)
+        self.throttle = loaded.spec.experiment.max_concurrent or self.throttle
         script = paths.job_script
         script.write_text(jobscript.render(run, profile, paths.root, loaded.path,
                                            self.partition, home=self.home))

@@ -219,3 +219,37 @@ def _clock(text: str) -> int | None:
         return None
     d, h, mi, s = (int(x) if x else 0 for x in m.groups())
     return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def parse_scontrol_jobs(stdout: str) -> dict[str, SlurmJob]:
+    """`scontrol --oneliner show job`: every job the controller still remembers (ended ones
+    until MinJobAge), one line each; `KEY=VALUE` words. An array's pending remainder is one
+    line whose ArrayTaskId is a range (`2-59%5`). What a site without accounting has."""
+    out: dict[str, SlurmJob] = {}
+    for line in stdout.splitlines():
+        if "JobId=" not in line:
+            continue  # "No jobs in the system"
+        f = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
+        array_job, task = f.get("ArrayJobId"), f.get("ArrayTaskId")
+        jids = (expand_array(f"{array_job}_[{task}]") if array_job and task
+                else [f.get("JobId", "")])
+        raw = f.get("JobState", "UNKNOWN")
+        exit_code, sig = _exit(f.get("ExitCode", ""))
+        reason = f.get("Reason")
+        for jid in jids:
+            out[jid] = SlurmJob(jid, map_state(raw), raw, exit_code, sig,
+                                _clock(f.get("RunTime", "")), _nodes(f.get("NodeList")),
+                                reason if reason and reason != "None" else None)
+    return out
+
+
+def parse_exit_marker(text: str) -> tuple[str, int | None] | None:
+    """The job script's `job.exit` (`exit N` or `signal TERM`): (state, exit code), or None
+    while it is being written."""
+    words = text.split()
+    if words[:1] == ["exit"] and len(words) == 2 and words[1].isdigit():
+        code = int(words[1])
+        return ("COMPLETED" if code == 0 else "FAILED"), code
+    if words[:1] == ["signal"] and len(words) == 2:
+        return "CANCELLED", None
+    return None

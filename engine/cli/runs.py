@@ -6,6 +6,7 @@ import sys
 import click
 
 from .. import study
+from ..backends.base import WAITING
 from ..backends.registry import BACKENDS, make_backend
 from ..config.profile import load_profile
 from ..config.spec import load_spec
@@ -95,8 +96,10 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
     where = target.describe() + (f" via {target.via}" if target.via else "")
     out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
               f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
-              f"earlier (skipped), {len(report.active)} already queued or running "
-              f"[backend: {where}]", soft_wrap=True)
+              f"earlier (skipped), {len(report.active)} already queued or running"
+              + (f", {len(report.waiting)} waiting for room in the queue (submitted in waves "
+                 "by `--wait`, `dlscale status` or the TUI)" if report.waiting else "")
+              + f" [backend: {where}]", soft_wrap=True)
     if target.note:
         out.print(target.note, soft_wrap=True)
     for r, why in report.failed_to_submit:
@@ -137,7 +140,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
         # completed under another job is live too).
         live = {j["run_id"] for j in store.live_jobs()}
         ids += [r["run_id"] for r in store.runs(experiment)
-                if r["state"] in ACTIVE or r["run_id"] in live]
+                if r["state"] in ACTIVE + (WAITING,) or r["run_id"] in live]
         if not ids:
             out.print(f"nothing to cancel: {experiment} has no queued or running runs")
             return

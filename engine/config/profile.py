@@ -219,6 +219,19 @@ class Profile(StrictModel):
     # "auto": `--backend slurm` talks to Slurm through pyslurm where one built for the
     # cluster's release imports (else through its commands, saying why)
     pyslurm: Literal["auto", "off"] = "off"
+    # Job arrays (README: "Job arrays, throttles and waves"). Runs of one job shape go as
+    # one `sbatch --array`; these cap it where the site's own answers (scontrol show config,
+    # sacctmgr) are missing, unreadable or larger than what the user may use.
+    arrays: StrictBool = True
+    max_array_size: limit(StrictInt, "Slurm's MaxArraySize goes no higher", ge=1,  # tasks
+                          le=4_000_001) | None = None                             # per array
+    max_jobs: limit(StrictInt, "Slurm's MaxJobCount goes no higher", ge=1,  # queued jobs
+                    le=2**26) | None = None                                 # per user
+    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,  # %N
+                          le=2**26) | None = None
+    # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
+    # exit marker each job script writes (unset: learnt from sacct's answer)
+    accounting: StrictBool | None = None
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 

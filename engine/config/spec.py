@@ -167,6 +167,10 @@ class Experiment(StrictModel):
     # Before the training runs, one short job per framework, model, scale and precision
     # that times the gradient's allreduce (plan.py: comm runs).
     comm_benchmark: StrictBool = False
+    # At most this many of the study's runs at once on Slurm: a job array's %N throttle
+    # (overrides the profile's max_concurrent). Not part of any run's identity.
+    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,
+                          le=2**26) | None = None
 
     @property
     def batches(self) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from ..backends.base import WAITING
 from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
 from .monitor import sync
@@ -41,7 +42,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
             jobs.append((row["backend"], row["job_id"]))
         for backend, job_id in jobs:
             by_backend.setdefault(backend, []).append(job_id)
-        if jobs:
+        if jobs or row["state"] == WAITING:  # a waiting run has no job: no wave takes it
             done.append(rid)
     for backend, job_ids in by_backend.items():
         make_backend(backend, store).cancel(job_ids)
@@ -67,4 +68,5 @@ def refresh(store: Store) -> list[str]:
 
 
 def backends_in_use(store: Store) -> list[str]:
-    return sorted({r["backend"] for r in store.runs(states=ACTIVE) if r["backend"]})
+    return sorted({r["backend"] for r in store.runs(states=ACTIVE + (WAITING,))
+                   if r["backend"]})

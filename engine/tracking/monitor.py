@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.base import Backend
+from ..backends.base import WAITING, Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
 from .logs import failure_reason
@@ -49,6 +49,8 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     """One tick: ask the backend about every live job at once, ingest, settle."""
     # A submission killed mid-way (its process gone) shows as not submitted, with why.
     store.release_stale_claims()
+    # runs left waiting for the site's limits go as far as the queue has room now
+    backend.next_wave(store, experiment)
     live = [r for r in store.runs(experiment, states=ACTIVE)
             if r["backend"] == backend.name and r["job_id"]]
     reachable, new = True, 0
@@ -60,6 +62,8 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
         answered = reachable and backend.last_poll_ok
         for r in live:
             st = statuses.get(r["job_id"])
+            if st is None and answered:
+                st = backend.last_word(r)  # forgotten by the scheduler: what the job left
             if st is None and answered and r["reason"] != VANISHED:
                 # Neither the queue nor accounting knows the job (purged, or a controller
                 # that lost its state): say so on the run, keep its last known state.
@@ -118,7 +122,7 @@ def wait_until_done(store: Store, backend: Backend, run_ids: list[str],
         rows = [store.run(rid) for rid in run_ids]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.
-        if not any(r["state"] in ACTIVE + (SUBMITTING,) for r in rows):
+        if not any(r["state"] in ACTIVE + (SUBMITTING, WAITING) for r in rows):
             return tick
         if tick.states != last or tick.new_records:
             backoff.reset()

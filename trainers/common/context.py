@@ -99,7 +99,7 @@ class Context:
             hostnames=hosts, devices=gather(device), world_size=self.world,
             dlscale_version=dlscale_version(), launcher=self.launched_by,
             backend=backend if self.launch.distributed else None,
-            job_id=os.environ.get("SLURM_JOB_ID"), nodes=sorted(set(hosts)),
+            job_id=slurm_job_id(), nodes=sorted(set(hosts)),
             omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_affinity=gather(self.cores),
             **extra)
 
@@ -135,3 +135,12 @@ def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) 
     if on_cpu and args.cpu_bind == "auto" and "SLURM_JOB_ID" not in os.environ:
         cores = bind_cpus(launch.local_rank, local_world_size(), args.threads)
     return Context(prog, framework, args, launch, launched_by, cores)
+
+
+def slurm_job_id() -> str | None:
+    """The job as dlscale tracks it: `ARRAYID_TASK` for a task of a job array (the id
+    sacct, squeue and scancel take for it), else Slurm's job id."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID")

@@ -5,8 +5,9 @@ that feeds it; and what its first convolution really computed in."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

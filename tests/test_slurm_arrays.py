@@ -1,0 +1,202 @@
+"""Job arrays, waves and clusters without accounting, against real Slurm 22.05 test clusters:
+the shared one (accounting, arrays limited by the profile) and the one
+`tests/slurm/cluster --no-accounting up` starts (no slurmdbd, MaxArraySize 10)."""
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CLUSTER, REPO, dlscale, write_spec
+from dlscale.engine import study
+from dlscale.engine.backends.base import WAITING
+from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.config.profile import load_profile
+from dlscale.engine.config.spec import load_spec
+from dlscale.engine.tracking import follow
+from dlscale.engine.tracking.monitor import sync
+from dlscale.engine.tracking.store import ACTIVE, Store
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+
+
+def profile_copy(tmp_path, top=""):
+    """The test cluster's profile; `top` lines go before its first table."""
+    text = PROFILE.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
+    text = text.replace('time_limit = "00:10:00"\n', f'time_limit = "00:10:00"\n{top}\n')
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+class Counting:
+    """The real runner, counting what it ran."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, argv, env=None, timeout=60):
+        self.calls.append(list(argv))
+        return run_command(argv, env, timeout)
+
+    def sbatch(self):
+        return [c for c in self.calls if c[0] == "sbatch"]
+
+
+def wait_for(predicate, timeout=600, every=2.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+def settle(store, backend, experiment, timeout=900):
+    """Sync (which submits waves) until no run of the experiment is queued, running or
+    waiting."""
+    assert wait_for(lambda: sync(store, backend, experiment) and not [
+        r for r in store.runs(experiment) if r["state"] in ACTIVE + (WAITING,)], timeout), \
+        {r["run_id"]: r["state"] for r in store.runs(experiment)}
+
+
+def assert_own_records(store, row):
+    kinds = [rec["kind"] for rec in store.records(row["run_id"])]
+    assert kinds.count("params") == 1 and kinds.count("env") == 1, kinds
+    assert kinds.count("summary") == 1 and kinds.count("interval") >= 1, kinds
+    env = store.records(row["run_id"], "env")[0]
+    assert env["job_id"] == row["job_id"]  # the array task, as dlscale tracks it
+    log = (Path(row["run_dir"]) / "run.log").read_text()
+    assert f"of run {row['run_id']} on" in log  # its own log, in its own folder
+
+
+@pytest.fixture(scope="module")
+def noacct_cluster():
+    """A 22.05 cluster without slurmdbd and with MaxArraySize 10, apart from the shared
+    ones (its own state dir and ports)."""
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster starts daemons and needs root")
+    proc = subprocess.run([str(CLUSTER), "--no-accounting", "up"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().split("=", 1)[1]
+
+
+@pytest.fixture
+def noacct(noacct_cluster, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", noacct_cluster)
+    return noacct_cluster
+
+
+def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
+        slurm_cluster, tmp_path, home):
+    # two job shapes (1 node x 1 rank, 1 node x 2 ranks), 30 runs each; arrays of 25 at most
+    spec = write_spec(tmp_path / "s.toml", name="sixty", scales='"1x1", "1x2"', steps=2,
+                      experiment="repetitions = 30\nmax_concurrent = 3")
+    spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
+    store = Store(home)
+    runner = Counting()
+    backend = SlurmCLI(profile=load_profile(profile_copy(tmp_path, "max_array_size = 25")),
+                       home=store.home, runner=runner)
+    report = study.submit(store, load_spec(spec), backend)
+    assert len(report.submitted) == 60 and not report.waiting and not report.failed_to_submit
+    calls = runner.sbatch()
+    assert len(calls) == 2 * math.ceil(30 / 25)  # per shape: ceil(runs / array limit)
+    sizes = sorted(int(c[c.index("--array") + 1].split("%")[0].split("-")[1]) + 1
+                   for c in calls)
+    assert sizes == [5, 5, 25, 25]
+    assert all(c[c.index("--array") + 1].endswith("%3") for c in calls)  # the throttle
+    rows = store.runs("sixty")
+    assert all("_" in r["job_id"] for r in rows)
+    assert len({r["job_id"] for r in rows}) == 60
+    # one run mid-array: its task alone is cancelled
+    victim = next(r for r in rows if r["job_id"].endswith("_20"))
+    assert follow.cancel(store, [victim["run_id"]]) == [victim["run_id"]]
+    settle(store, backend, "sixty")
+    rows = {r["run_id"]: r for r in store.runs("sixty")}
+    assert rows.pop(victim["run_id"])["state"] == "CANCELLED"
+    assert {r["state"] for r in rows.values()} == {"COMPLETED"}
+    for row in rows.values():
+        assert_own_records(store, row)
+    # it never ran (22.05 keeps no accounting row of its own for a task cancelled before it
+    # left the array's pending remainder), while the tasks after it did
+    said = subprocess.run(["sacct", "-n", "-X", "-P", "-j", victim["job_id"], "-o", "State"],
+                          capture_output=True, text=True).stdout
+    assert "COMPLETED" not in said and "RUNNING" not in said, said
+    assert not (Path(victim["run_dir"]) / "metrics.jsonl").exists()
+
+
+def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="waves", scales='"1x1"', steps=2,
+                      experiment="repetitions = 30")
+    spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
+    store = Store(home)
+    runner = Counting()
+    backend = SlurmCLI(profile=load_profile(profile_copy(tmp_path, "max_jobs = 15")),
+                       home=store.home, runner=runner, wave_every=0)
+    report = study.submit(store, load_spec(spec), backend)
+    # the site's MaxArraySize (10) splits the first wave; the job limit (15) ends it
+    assert len(report.submitted) == 15 and len(report.waiting) == 15
+    waiting = store.runs("waves", states=(WAITING,))
+    assert len(waiting) == 15 and all("MaxArraySize 10" in r["reason"] for r in waiting)
+    # a waiting run cancelled is never submitted
+    skipped = waiting[-1]
+    assert follow.cancel(store, [skipped["run_id"]]) == [skipped["run_id"]]
+    settle(store, backend, "waves")
+    rows = {r["run_id"]: r for r in store.runs("waves")}
+    assert rows.pop(skipped["run_id"])["state"] == "CANCELLED"
+    assert {r["state"] for r in rows.values()} == {"COMPLETED"}
+    for row in rows.values():
+        assert_own_records(store, row)
+    tasks = []
+    for c in runner.sbatch():
+        first, last = c[c.index("--array") + 1].split("%")[0].split("-") if "--array" in c \
+            else ("0", "0")
+        tasks.append(int(last) - int(first) + 1)
+    assert max(tasks) <= 10 and sum(tasks) == 29
+    assert len(tasks) > math.ceil(29 / 10)  # more than one wave was needed
+
+
+def test_quickstart_without_accounting(noacct, home):
+    spec = REPO / "examples" / "quickstart-slurm.toml"
+    dlscale("run", str(spec), "--profile", str(PROFILE), "--backend", "slurm", "--wait",
+            check=0, timeout=400)
+    store = Store(home)
+    rows = store.runs("quickstart-slurm")
+    assert len(rows) == 2 and {r["state"] for r in rows} == {"COMPLETED"}
+    for r in rows:
+        assert store.job("slurm", r["job_id"])["state"] == "COMPLETED"
+        assert (Path(r["run_dir"]) / "job.exit").read_text().strip() == "exit 0"
+        assert len(store.records(r["run_id"], "summary")) == 1
+
+
+def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
+    crash = write_spec(tmp_path / "c.toml", name="crash", scales='"1x1"',
+                       training='inject_fault = "crash@step2"')
+    slow = write_spec(tmp_path / "l.toml", name="slow", scales='"1x1"', steps=1000000)
+    prof = str(profile_copy(tmp_path))
+    for spec in (crash, slow):
+        dlscale("run", str(spec), "--profile", prof, "--backend", "slurm", check=0)
+    store = Store(home)
+    [failed], [cancelled] = store.runs("crash"), store.runs("slow")
+    backend = SlurmCLI()
+    assert wait_for(lambda: sync(store, backend) and
+                    store.run(cancelled["run_id"])["state"] == "RUNNING", 180)
+    assert "cancelled 1 run(s)" in dlscale("cancel", cancelled["run_id"], check=0).stdout
+    # the crash ends; nobody asks until the controller has forgotten it (MinJobAge 10 s):
+    # its end comes from the marker its job script wrote
+    marker = Path(failed["run_dir"]) / "job.exit"
+    assert wait_for(marker.exists, 180, every=1)
+    assert wait_for(lambda: f"JobId={failed['job_id']} " not in subprocess.run(
+        ["scontrol", "-o", "show", "job"], capture_output=True, text=True).stdout, 180)
+    dlscale("status", "--all", check=0)  # a fresh process: learns sacct has no accounting
+    row = store.run(failed["run_id"])
+    assert row["state"] == "FAILED", row
+    code = int(marker.read_text().split()[1])
+    assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
+    assert "injected fault at step 2" in row["reason"]
+    assert wait_for(lambda: sync(store, SlurmCLI()) and
+                    store.run(cancelled["run_id"])["state"] == "CANCELLED", 60)
