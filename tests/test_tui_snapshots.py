@@ -4,6 +4,7 @@ look with `scripts/test tests/test_tui_snapshots.py --snapshot-update`, and revi
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from conftest import REPO
 from dlscale.engine.session import Session
@@ -36,6 +37,10 @@ def test_build_screen(snap_compare, home, size):
     async def preview(pilot):
         await settle(pilot, lambda: app.screen.query("#preview") and "runs" in str(
             app.screen.query_one("#preview").render()) and app.screen.frameworks_checked)
+        # A blinking cursor is on or off by when the capture lands: a busy machine chose.
+        for field in app.screen.query(Input):
+            field.cursor_blink = False
+        await pilot.pause(0.1)
     assert snap_compare(app, terminal_size=size, run_before=preview)
 
 

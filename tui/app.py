@@ -15,6 +15,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive, var
+from textual.timer import Timer
 from textual.worker import get_current_worker
 
 from ..engine.cli.options import backend_for, check_home, given_as
@@ -60,7 +61,7 @@ class DlscaleApp(App):
         self.spec_path = spec_path
         self._watch = watch
         self._backoff = Backoff(first=0.5, cap=5.0)
-        self._poll_timer = None
+        self._poll_timer: Timer | None = None
 
     def on_mount(self) -> None:
         self.sub_title = self.session.where

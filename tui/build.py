@@ -14,7 +14,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
@@ -57,7 +56,7 @@ def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[,\s]+", text.strip()) if w]
 
 
-class BuildScreen(SubmitFromForm, Screen):
+class BuildScreen(SubmitFromForm):
     BINDINGS = [
         Binding("ctrl+r", "submit", "Submit", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),

@@ -8,7 +8,6 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
@@ -19,6 +18,7 @@ from .dialogs import ConfirmScreen
 from .errors import describe
 from .logtail import LogTail
 from .messages import EngineFailed, JobActed, LogFound
+from .screens import AppScreen
 from .widgets import Banner
 
 STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
@@ -133,7 +133,7 @@ class JobTable(DataTable):
         return key.value
 
 
-class QueueScreen(Screen):
+class QueueScreen(AppScreen):
     BINDINGS = [
         Binding("enter", "open_log", "Log", show=False),
         Binding("c", "cancel", "Cancel"),

@@ -11,7 +11,6 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static
 
@@ -19,6 +18,7 @@ from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
 from .messages import EngineFailed, ReportWritten, ResultsLoaded
+from .screens import AppScreen
 from .widgets import Banner
 
 COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
@@ -40,7 +40,8 @@ class Chart(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.results: list[dict[str, Any]] = []
-        self.metric, self.model = "speedup", None
+        self.metric: str = "speedup"
+        self.model: str | None = None
 
     def show(self, results: list[dict[str, Any]], metric: str, model: str | None) -> None:
         self.results, self.metric, self.model = results, metric, model
@@ -52,7 +53,7 @@ class Chart(Widget):
                                            max(width, 30), max(height, 8), color=True))
 
 
-class ResultsScreen(Screen):
+class ResultsScreen(AppScreen):
     BINDINGS = [
         Binding("m", "next_metric", "Metric"),
         Binding("o", "next_model", "Model"),

@@ -8,7 +8,7 @@ while the queue shows the run as PLANNED with the reason it was not submitted.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.widgets import Button, Input
@@ -17,10 +17,21 @@ from ..engine.config import specfile
 from ..engine.config.spec import load_spec
 from .errors import describe
 from .messages import SubmitFailed, Submitted
+from .screens import AppScreen
+
+if TYPE_CHECKING:
+    from ..engine.session import Preview
 
 
-class SubmitFromForm:
-    """Mixed into BuildScreen: uses its form (read_form, preview, _spec_name)."""
+class SubmitFromForm(AppScreen):
+    """BuildScreen's base: submitting uses its form (read_form, preview, _spec_name)."""
+
+    if TYPE_CHECKING:
+        preview: Preview | None
+        loaded_from: str | None
+
+        def read_form(self) -> tuple[dict[str, Any], dict[str, str]]: ...
+        def _spec_name(self, data: dict[str, Any]) -> str: ...
 
     submitting = False
 

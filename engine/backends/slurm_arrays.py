@@ -197,9 +197,9 @@ def _submit_chunk(backend: SlurmCLI, group: list[JobRequest], script_shape: tupl
         array_id = backend.sbatch(["--array", spec, str(script)])
     except (SubmitError, ControllerUnreachable) as exc:
         return [exc] * len(group)
-    ids = [f"{array_id}_{i}" for i in range(len(group))]
-    for job_id in ids:
-        backend.submitted(job_id)
+    ids: list[str | Exception] = [f"{array_id}_{i}" for i in range(len(group))]
+    for i in range(len(group)):
+        backend.submitted(f"{array_id}_{i}")
     return ids
 
 
