@@ -14,13 +14,13 @@ from pathlib import Path
 
 from .backends.base import Backend, JobRequest
 from .config.spec import LoadedSpec
-from .errors import DlscaleError, PlanError, SubmitError, UserError
+from .errors import DlscaleError, PlanError, StoreError, SubmitError, UserError
 from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import RunPaths
 from .tracking.follow import find_run
-from .tracking.recovery import write_run_file
+from .tracking.recovery import link_or_copy, shared_spec, write_run_file
 from .tracking.store import ACTIVE, SUBMITTING, Store
 
 
@@ -70,21 +70,23 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     spec_path = str(Path(loaded.path).resolve())
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
+    # Every run stored, then every run not done claimed, each in one transaction.
+    rows = store.add_runs(p.runs)
+    wanted = [run for run in p.runs if rows[run.run_id]["state"] != "COMPLETED"]
+    report.completed = [run for run in p.runs if rows[run.run_id]["state"] == "COMPLETED"]
+    mine = store.claim_runs([run.run_id for run in wanted], skip=("COMPLETED",))
     claimed: list[tuple[Run, dict, bool]] = []
-    for run in p.runs:
-        row = store.add_run(run)
-        if row["state"] == "COMPLETED":
-            report.completed.append(run)
-            continue
-        mine = store.claim_run(run.run_id, skip=("COMPLETED",))
-        if mine is None:  # queued, running, or being submitted by another dlscale
+    for run in wanted:
+        if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
-        claimed.append((run, mine, row["state"] not in ("PLANNED", SUBMITTING)))
+        claimed.append((run, mine[run.run_id],
+                        rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING)))
+    spec_file = shared_spec(store.home, loaded.text, loaded.digest)
 
     def prepare(run: Run, row: dict) -> JobRequest:
         paths = RunPaths.of(row)
-        paths.spec.write_text(loaded.text)
+        link_or_copy(spec_file, paths.spec)
         return backend.prepare(run, paths, loaded)
     _hand_over_all(store, backend, claimed, prepare, report, spec_path, loaded.digest)
     return report
@@ -113,14 +115,21 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
                     stop = exc
                     break
         outcomes = backend.submit_many([request for *_, request in ready]) if ready else []
+        accepted = []
         for (run, row, again, request), outcome in zip(ready, outcomes):
             settled.add(row["run_id"])
             if isinstance(outcome, Exception):
                 _release(store, row, outcome, backend)
                 report.failed_to_submit.append((run, not_submitted_because(outcome)))
                 continue
-            _record(store, backend, row, outcome, request)
-            (report.resubmitted if again else report.submitted).append(run)
+            accepted.append((run, row, again, request, outcome))
+        refused = _record_all(store, backend, [(row, job_id, request)
+                                               for _, row, _, request, job_id in accepted])
+        for (run, row, again, _, _), why in zip(accepted, refused):
+            if why is not None:
+                report.failed_to_submit.append((run, why))
+            else:
+                (report.resubmitted if again else report.submitted).append(run)
     except BaseException as exc:
         stop = exc
         raise
@@ -136,15 +145,30 @@ def _record(store: Store, backend: Backend, row: dict, job_id: str,
             request: JobRequest) -> None:
     """The job the backend accepted, in the store; if the store refuses it, the run says
     so (the job exists: cancel it there or let it run)."""
-    if backend.records_its_jobs():
-        return
-    try:
-        store.add_job(backend.name, job_id, row["run_id"], "PENDING", backend.payload(request))
-    except Exception as exc:
-        store.release_run(row["run_id"], "FAILED", (
-            f"not recorded: {backend.name} job {job_id} was submitted but the store refused "
-            f"it ({not_submitted_because(exc)}); cancel it there or let it run"))
-        raise
+    why = _record_all(store, backend, [(row, job_id, request)])[0]
+    if why is not None:
+        raise StoreError(why)
+
+
+def _record_all(store: Store, backend: Backend,
+                accepted: list[tuple[dict, str, JobRequest]]) -> list[str | None]:
+    """The jobs the backend accepted, in the store in one transaction; for each one the
+    store refused, its run is FAILED saying so (the job exists: cancel it there or let it
+    run) and that reason is returned in its place."""
+    if backend.records_its_jobs() or not accepted:
+        return [None] * len(accepted)
+    refusals = store.add_jobs(backend.name, [
+        (job_id, row["run_id"], "PENDING", backend.payload(request))
+        for row, job_id, request in accepted])
+    out: list[str | None] = []
+    for (row, job_id, _), exc in zip(accepted, refusals):
+        why = None
+        if exc is not None:
+            why = (f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                   f"refused it ({not_submitted_because(exc)}); cancel it there or let it run")
+            store.release_run(row["run_id"], "FAILED", why)
+        out.append(why)
+    return out
 
 
 def _release(store: Store, row: dict, exc: BaseException, backend: Backend,

@@ -159,14 +159,37 @@ class LocalBackend(Backend):
         log.close()
 
     def submit(self, request: JobRequest) -> str:
-        check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
-                   request.name)
-        job_id = f"local-{self.store.next_counter('local_job')}"
-        self.store.add_job(self.name, job_id, request.run_id, "PENDING", {
-            "argv": request.argv, "env": request.env, "run_dir": str(request.run_dir),
-            "log": str(request.log_path)})
+        result = self.submit_many([request])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Queue them all in the store at once: their job numbers taken together and their
+        jobs recorded in one transaction, then the worker started once (a study of 10,000
+        runs made 10,000 of each)."""
+        out: list[str | Exception] = []
+        fits: list[JobRequest] = []
+        for request in requests:
+            try:
+                check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
+                           request.name)
+                fits.append(request)
+                out.append("")
+            except PlanError as exc:
+                out.append(exc)
+        if not fits:
+            return out
+        first = self.store.next_counter("local_job", len(fits))
+        ids = [f"local-{first + i}" for i in range(len(fits))]
+        refused = self.store.add_jobs(self.name, [
+            (job_id, r.run_id, "PENDING", {"argv": r.argv, "env": r.env,
+                                           "run_dir": str(r.run_dir), "log": str(r.log_path)})
+            for job_id, r in zip(ids, fits)])
+        given = iter(exc or job_id for job_id, exc in zip(ids, refused))
+        out = [next(given) if o == "" else o for o in out]
         self.ensure_worker()
-        return job_id
+        return out
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         rows = self.store.jobs(self.name, job_ids)
