@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK  # noqa: F401
 from ..config.spec import LoadedSpec, model_fits_dataset
 
 
@@ -91,20 +92,6 @@ def _identity_digest(identity: dict[str, Any]) -> str:
     text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
     text = text.replace(json.dumps(_SLOT), cached[1], 1)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-# The trainers with a --comm-benchmark mode (the PyTorch family); the others, and why not.
-COMM_BENCHMARK_FRAMEWORKS = ("pytorch-ddp", "deepspeed", "horovod-pytorch")
-_ANOTHER_LIBRARY = ("timing torch's gloo instead would measure another library's collective, "
-                    "not the one its runs use")
-NO_COMM_BENCHMARK = {
-    "tensorflow": "its trainer has no communication benchmark yet (its collectives are "
-                  f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
-    "horovod-tensorflow": "its trainer has no communication benchmark yet (Horovod's "
-                          f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
-    "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
-             "pushes and pulls through parameter servers rather than allreducing",
-}
 
 
 @dataclass

@@ -22,6 +22,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from ..config.frameworks import NO_COMM_BENCHMARK
 from ..tracking.store import Store
 
 if TYPE_CHECKING:
@@ -93,7 +94,6 @@ def _breakdown_why(p: Point) -> str:
 
 
 def _comm_why(p: Point) -> str:
-    from ..launching.plan import NO_COMM_BENCHMARK  # noqa: PLC0415  (planning loads pydantic)
     if p.framework in NO_COMM_BENCHMARK:
         return f"no communication benchmark for {p.framework}: {NO_COMM_BENCHMARK[p.framework]}"
     if p.comm is None:

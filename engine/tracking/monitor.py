@@ -49,7 +49,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     """One tick: ask the backend about every live job at once, ingest, settle."""
     # A submission killed mid-way (its process gone) shows as not submitted, with why.
     store.release_stale_claims()
-    live = [r for r in store.runs(experiment, states=ACTIVE)
+    live = [r for r in store.live_runs(experiment)
             if r["backend"] == backend.name and r["job_id"]]
     reachable, new = True, 0
     if live:
@@ -80,9 +80,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                     finalize_run(store, r["run_id"], st.state)
             elif st.state != r["state"]:
                 store.update_run(r["run_id"], state=st.state, reason=st.reason)
-    counts: dict[str, int] = {}
-    for r in store.runs(experiment):
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    counts = store.state_counts(experiment)
     warning = None
     if live and not backend.last_poll_ok:
         warning = backend.last_error or "the scheduler did not answer"

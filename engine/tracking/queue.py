@@ -42,14 +42,19 @@ QUEUE_COLUMNS = ("job", "framework", "model", "scale", "batch", "rep", "state", 
                  "elapsed", "images/s", "reason")
 
 
+_RUN_COLUMNS = ("run_id", "experiment", "framework", "model", "nodes", "ranks_per_node",
+                "per_device_batch", "repetition", "backend", "job_id", "state", "reason")
+
+
 def rows(store: Store, experiment: str | None = None,
          now: float | None = None) -> list[QueueRow]:
-    runs = store.runs(experiment)
+    runs = store.runs(experiment, columns=_RUN_COLUMNS)
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
     for backend in {r["backend"] for r in runs if r["backend"]}:
-        for j in store.jobs(backend):
+        for j in store.jobs(backend, payload=False):
             jobs[(backend, j["job_id"])] = j
-    ids = [r["run_id"] for r in runs]
+    # Every run's, when every run is asked for: no list of 10,000 ids to bind.
+    ids = [r["run_id"] for r in runs] if experiment else None
     progress = store.last_records("interval", ids)
     progress.update(store.last_records("summary", ids))
     skipped = store.skipped(ids)
