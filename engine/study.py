@@ -71,7 +71,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
     # Every run stored, then every run not done claimed, each in one transaction.
-    rows = store.add_runs(p.runs)
+    rows = store.add_runs(p.runs, rows=False)
     wanted = [run for run in p.runs if rows[run.run_id]["state"] != "COMPLETED"]
     report.completed = [run for run in p.runs if rows[run.run_id]["state"] == "COMPLETED"]
     mine = store.claim_runs([run.run_id for run in wanted], skip=("COMPLETED",))

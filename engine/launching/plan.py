@@ -43,7 +43,7 @@ class Run:
         return f"{self.nodes}x{self.ranks_per_node}"
 
     def identity(self, with_repetition: bool = True) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {name: getattr(self, name) for name in _RUN_FIELDS}
         if not with_repetition:
             d.pop("repetition")
         return d
@@ -69,6 +69,10 @@ class Run:
                     f"{self.precision} communication benchmark")
         return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
                 f"b{self.per_device_batch} {self.precision} #{self.repetition}")
+
+
+# Asked once: dataclasses.fields() walks the class at every call, twice per run.
+_RUN_FIELDS = tuple(f.name for f in fields(Run))
 
 
 def digest(d: dict[str, Any]) -> str:

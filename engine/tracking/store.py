@@ -162,8 +162,9 @@ class Store(Claims, Records):
         """Insert the run if new; return its row either way."""
         return self.add_runs([run])[run.run_id]
 
-    def add_runs(self, runs: list[Run]) -> dict[str, dict[str, Any]]:
-        """Insert the runs that are new, in one transaction; every run's row, by id."""
+    def add_runs(self, runs: list[Run], rows: bool = True) -> dict[str, dict[str, Any]]:
+        """Insert the runs that are new, in one transaction; every run's row, by id (with
+        rows=False only its state: a submission reads whole rows only of those it claims)."""
         now = time.time()
         texts: dict[int, str] = {}  # a plan's runs share a few recipes: each dumped once
 
@@ -184,7 +185,8 @@ class Store(Claims, Records):
                   run.per_device_batch, run.global_batch, run.scaling, run.precision,
                   run.loader, run.repetition, training(run),
                   os.path.join(runs_dir, run.run_id), now, now) for run in runs])
-        return self.rows_of([run.run_id for run in runs])
+        return self.rows_of([run.run_id for run in runs],
+                            columns=None if rows else ("run_id", "state"))
 
     def restore_run(self, row: dict[str, Any]) -> None:
         """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
