@@ -31,6 +31,10 @@ scales = ["1x1", "1x2"]
 per_device_batch = [16, 32, 64, 128]
 precisions = ["fp32"]
 repetitions = 25
+
+[training]
+steps = 30
+warmup_steps = 5
 """
 
 

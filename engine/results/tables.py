@@ -154,8 +154,9 @@ def status_table(queue: list) -> str:
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
     right = {head.index(c) for c in ("batch", "rep", "elapsed", "images/s")}
 
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join([c.rjust(w) if i in right else c.ljust(w)
-                          for i, (c, w) in enumerate(zip(cells, widths))] + [cells[-1]]).rstrip()
-    top = line(head)
-    return "\n".join(["Runs", top, "─" * len(top), *(line(r) for r in rows)])
+    # One format for every row: str.format pads in C.
+    form = "  ".join([f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths)]
+                     + ["{}"])
+    top = form.format(*head).rstrip()
+    return "\n".join(["Runs", top, "─" * len(top),
+                      *(form.format(*r).rstrip() for r in rows)])
