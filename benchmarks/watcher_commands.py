@@ -73,10 +73,12 @@ def main() -> None:
               + (" (target < 200 ms)" if n == 10_000 else ""))
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({"benchmark": "watcher_commands", "date": time.strftime("%Y-%m-%d %H:%M"),
+        fh.write(json.dumps({"benchmark": "watcher_commands",
+                             "date": time.strftime("%Y-%m-%d %H:%M"),
                              "load": round(os.getloadavg()[0], 1),
                              "commands_per_tick": {n: r["per_tick"] for n, r in results.items()},
-                             "sacct_calls": {n: [r["sacct"], r["ticks"]] for n, r in results.items()},
+                             "sacct_calls": {n: [r["sacct"], r["ticks"]]
+                                             for n, r in results.items()},
                              "tick_ms": {n: round(v, 2) for n, v in tick_ms.items()},
                              "parse_1000_ms": parse_ms[1000],
                              "parse_10000_ms": parse_ms[10_000]}) + "\n")

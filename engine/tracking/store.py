@@ -313,39 +313,6 @@ class Store(Claims, Records):
             last = c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
         return last - count + 1
 
-    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
-                payload: dict[str, Any] | None = None) -> None:
-        refused = self.add_jobs(backend, [(job_id, run_id, state, payload)])[0]
-        if refused is not None:
-            raise refused
-
-    def add_jobs(self, backend: str,
-                 jobs: list[tuple[str, str, str, dict[str, Any] | None]]
-                 ) -> list[StoreError | None]:
-        """Record (job id, run id, state, payload) jobs and put their runs in that state,
-        in one transaction. Each job the schema refuses (its run has a queued or running
-        job already, or the job id is taken) gets its StoreError, in order; None where
-        recorded. A refused job changes nothing; the others are recorded all the same."""
-        now = time.time()
-        out: list[StoreError | None] = []
-        with self.transaction() as c:
-            for job_id, run_id, state, payload in jobs:
-                try:
-                    c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
-                              "payload) VALUES (?,?,?,?,?,?)",
-                              (backend, job_id, run_id, state, now, json.dumps(payload or {})))
-                except sqlite3.IntegrityError as exc:  # this statement only: the rest stand
-                    out.append(StoreError(
-                        f"job {job_id} ({backend}) is in the store already"
-                        if "jobs.run_id" not in str(exc) else
-                        f"run {run_id} already has a queued or running job; job {job_id} "
-                        f"({backend}) is not recorded for it"))
-                    continue
-                c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, "
-                          "updated=? WHERE run_id=?", (state, backend, job_id, now, run_id))
-                out.append(None)
-        return out
-
     def job(self, backend: str, job_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM jobs WHERE backend=? AND job_id=?",
                                 (backend, job_id)).fetchone()

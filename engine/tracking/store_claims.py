@@ -10,13 +10,15 @@ write, not 10,000, and two submissions of one spec at once still never both get 
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError
+from ..errors import NotFoundError, StoreError
 
 ACTIVE = ("PENDING", "RUNNING")
 SUBMITTING = "SUBMITTING"
@@ -85,6 +87,54 @@ class Claims:
                                          f"({','.join('?' * len(part))})", part):
                 out[row["run_id"]] = dict(row)
         return out
+
+    # --- ending a claim: the job recorded, or the run released ---------------------------
+
+    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
+                payload: dict[str, Any] | None = None) -> None:
+        refused = self.add_jobs(backend, [(job_id, run_id, state, payload)])[0]
+        if refused is not None:
+            raise refused
+
+    def add_jobs(self, backend: str,
+                 jobs: list[tuple[str, str, str, dict[str, Any] | None]]
+                 ) -> list[StoreError | None]:
+        """Record (job id, run id, state, payload) jobs and put their runs in that state,
+        in one transaction. Each job the schema refuses (its run has a queued or running
+        job already, or the job id is taken) gets its StoreError, in order; None where
+        recorded. A refused job changes nothing; the others are recorded all the same."""
+        now = time.time()
+        rows = [(backend, job_id, run_id, state, now, json.dumps(payload or {}))
+                for job_id, run_id, state, payload in jobs]
+        with self.transaction() as c:
+            c.execute("SAVEPOINT jobs")
+            try:  # all at once; only if the schema refuses one are they taken one by one
+                c.executemany("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
+                              "payload) VALUES (?,?,?,?,?,?)", rows)
+                out: list[StoreError | None] = [None] * len(rows)
+            except sqlite3.IntegrityError:
+                c.execute("ROLLBACK TO jobs")
+                out = [self._insert_job(c, row) for row in rows]
+            c.execute("RELEASE jobs")
+            c.executemany("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, "
+                          "updated=? WHERE run_id=?",
+                          [(state, backend, job_id, now, run_id) for (_, job_id, run_id, state,
+                                                                      *_), refused
+                           in zip(rows, out) if refused is None])
+        return out
+
+    @staticmethod
+    def _insert_job(c: sqlite3.Connection, row: tuple) -> StoreError | None:
+        backend, job_id, run_id = row[:3]
+        try:
+            c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
+                      "VALUES (?,?,?,?,?,?)", row)
+        except sqlite3.IntegrityError as exc:  # this statement only: the rest stand
+            if "jobs.run_id" not in str(exc):
+                return StoreError(f"job {job_id} ({backend}) is in the store already")
+            return StoreError(f"run {run_id} already has a queued or running job; job "
+                              f"{job_id} ({backend}) is not recorded for it")
+        return None
 
     def release_run(self, run_id: str, state: str, reason: str) -> None:
         """End this process's claim on a run that was not submitted, saying why; a run a
