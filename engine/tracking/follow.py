@@ -67,4 +67,4 @@ def refresh(store: Store) -> list[str]:
 
 
 def backends_in_use(store: Store) -> list[str]:
-    return sorted({r["backend"] for r in store.live_runs() if r["backend"]})
+    return store.live_backends()

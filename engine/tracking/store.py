@@ -254,6 +254,12 @@ class Store(Claims, Records):
             sql, args = sql + " WHERE experiment=?", [experiment]
         return dict(self.conn.execute(sql + " GROUP BY state", args).fetchall())
 
+    def live_backends(self) -> list[str]:
+        """The backends that have queued or running runs."""
+        return sorted(r[0] for r in self.conn.execute(
+            "SELECT DISTINCT backend FROM runs WHERE state IN ('PENDING', 'RUNNING') AND "
+            "backend IS NOT NULL AND backend != ''"))
+
     def live_runs(self, experiment: str | None = None) -> list[dict[str, Any]]:
         """The queued and running runs, with only what a watcher's tick reads of them."""
         sql = ("SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
