@@ -157,9 +157,16 @@ def _record_all(store: Store, backend: Backend,
     run) and that reason is returned in its place."""
     if backend.records_its_jobs() or not accepted:
         return [None] * len(accepted)
-    refusals = store.add_jobs(backend.name, [
-        (job_id, row["run_id"], "PENDING", backend.payload(request))
-        for row, job_id, request in accepted])
+    try:
+        refusals: list = store.add_jobs(backend.name, [
+            (job_id, row["run_id"], "PENDING", backend.payload(request))
+            for row, job_id, request in accepted])
+    except Exception as exc:  # the store itself failed (locked, disk full): none recorded
+        for row, job_id, _ in accepted:
+            store.release_run(row["run_id"], "FAILED", (
+                f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                f"refused it ({not_submitted_because(exc)}); cancel it there or let it run"))
+        raise
     out: list[str | None] = []
     for (row, job_id, _), exc in zip(accepted, refusals):
         why = None
