@@ -200,3 +200,34 @@ def test_sacct_columns_are_read_by_name_in_any_order():
     assert jobs["102_2"].state == "PENDING" and jobs["102_2"].reason == "Resources"
     assert jobs["102_2"].nodes is None
     assert (jobs["103"].state, jobs["103"].exit_code, jobs["103"].signal) == ("FAILED", 2, 0)
+
+
+class _Queues(LocalBackend):
+    """A backend whose jobs the study records (as Slurm's are): ids from a counter, one of
+    them a number the store already holds."""
+
+    name = "fake"
+
+    def records_its_jobs(self):
+        return False
+
+    def submit_many(self, requests):
+        return ["7"] + [str(100 + i) for i in range(len(requests) - 1)]
+
+
+def test_a_batch_of_jobs_is_recorded_and_a_refused_one_said(tmp_path, home):
+    spec = _spec_text(tmp_path / "big.toml", "big")
+    store = Store(home)
+    earlier = make_run(repetition=99, experiment="other")
+    store.add_run(earlier)
+    store.add_job("fake", "7", earlier.run_id, "COMPLETED")  # job 7 is taken
+    began = _transactions(store)
+    report = study.submit(store, load_spec(str(spec)), _Queues(store, start_worker=False))
+    assert len(began) < 12, len(began)
+    assert len(report.submitted) == 299 and len(report.failed_to_submit) == 1
+    run, why = report.failed_to_submit[0]
+    assert why.startswith("not recorded: fake job 7 was submitted but the store refused it")
+    assert store.run(run.run_id)["state"] == "FAILED" and store.run(run.run_id)["reason"] == why
+    jobs = {j["run_id"]: j["job_id"] for j in store.jobs("fake")}
+    assert all(store.run(r.run_id)["job_id"] == jobs[r.run_id] for r in report.submitted)
+    assert {store.run(r.run_id)["state"] for r in report.submitted} == {"PENDING"}
