@@ -14,13 +14,13 @@ from pathlib import Path
 
 from .backends.base import WAITING, Backend, JobRequest, NotYet
 from .config.spec import LoadedSpec
-from .errors import DlscaleError, PlanError, SubmitError, UserError
+from .errors import DlscaleError, PlanError, StoreError, SubmitError, UserError
 from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import RunPaths
 from .tracking.follow import find_run
-from .tracking.recovery import write_run_file
+from .tracking.recovery import link_or_copy, shared_spec, write_run_file
 from .tracking.store import ACTIVE, SUBMITTING, Store
 
 
@@ -72,21 +72,23 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     spec_path = str(Path(loaded.path).resolve())
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
+    # Every run stored, then every run not done claimed, each in one transaction.
+    rows = store.add_runs(p.runs, rows=False)
+    wanted = [run for run in p.runs if rows[run.run_id]["state"] != "COMPLETED"]
+    report.completed = [run for run in p.runs if rows[run.run_id]["state"] == "COMPLETED"]
+    mine = store.claim_runs([run.run_id for run in wanted], skip=("COMPLETED",))
     claimed: list[tuple[Run, dict, bool]] = []
-    for run in p.runs:
-        row = store.add_run(run)
-        if row["state"] == "COMPLETED":
-            report.completed.append(run)
-            continue
-        mine = store.claim_run(run.run_id, skip=("COMPLETED",))
-        if mine is None:  # queued, running, or being submitted by another dlscale
+    for run in wanted:
+        if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
-        claimed.append((run, mine, row["state"] not in ("PLANNED", SUBMITTING, WAITING)))
+        claimed.append((run, mine[run.run_id],
+                        rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING)))
+    spec_file = shared_spec(store.home, loaded.text, loaded.digest)
 
     def prepare(run: Run, row: dict) -> JobRequest:
         paths = RunPaths.of(row)
-        paths.spec.write_text(loaded.text)
+        link_or_copy(spec_file, paths.spec)
         return backend.prepare(run, paths, loaded)
     _hand_over_all(store, backend, claimed, prepare, report, spec_path, loaded.digest)
     return report
@@ -115,6 +117,7 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
                     stop = exc
                     break
         outcomes = backend.submit_many([request for *_, request in ready]) if ready else []
+        accepted = []
         for (run, row, again, request), outcome in zip(ready, outcomes):
             settled.add(row["run_id"])
             if isinstance(outcome, NotYet):  # the place's limits: a later wave submits it
@@ -126,8 +129,14 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
                 _release(store, row, outcome, backend)
                 report.failed_to_submit.append((run, not_submitted_because(outcome)))
                 continue
-            _record(store, backend, row, outcome, request)
-            (report.resubmitted if again else report.submitted).append(run)
+            accepted.append((run, row, again, request, outcome))
+        refused = _record_all(store, backend, [(row, job_id, request)
+                                               for _, row, _, request, job_id in accepted])
+        for (run, _, again, _, _), why in zip(accepted, refused):
+            if why is not None:
+                report.failed_to_submit.append((run, why))
+            else:
+                (report.resubmitted if again else report.submitted).append(run)
     except BaseException as exc:
         stop = exc
         raise
@@ -143,15 +152,38 @@ def _record(store: Store, backend: Backend, row: dict, job_id: str,
             request: JobRequest) -> None:
     """The job the backend accepted, in the store; if the store refuses it, the run says
     so (the job exists: cancel it there or let it run)."""
-    if backend.records_its_jobs():
-        return
+    why = _record_all(store, backend, [(row, job_id, request)])[0]
+    if why is not None:
+        raise StoreError(why)
+
+
+def _record_all(store: Store, backend: Backend,
+                accepted: list[tuple[dict, str, JobRequest]]) -> list[str | None]:
+    """The jobs the backend accepted, in the store in one transaction; for each one the
+    store refused, its run is FAILED saying so (the job exists: cancel it there or let it
+    run) and that reason is returned in its place."""
+    if backend.records_its_jobs() or not accepted:
+        return [None] * len(accepted)
     try:
-        store.add_job(backend.name, job_id, row["run_id"], "PENDING", backend.payload(request))
-    except Exception as exc:
-        store.release_run(row["run_id"], "FAILED", (
-            f"not recorded: {backend.name} job {job_id} was submitted but the store refused "
-            f"it ({not_submitted_because(exc)}); cancel it there or let it run"))
+        refusals: list = store.add_jobs(backend.name, [
+            (job_id, row["run_id"], "PENDING", backend.payload(request))
+            for row, job_id, request in accepted])
+    except Exception as exc:  # the store itself failed (locked, disk full): none recorded
+        for row, job_id, _ in accepted:
+            store.release_run(row["run_id"], "FAILED", (
+                f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                f"refused it ({not_submitted_because(exc)}); cancel it there or let it run"))
         raise
+    out: list[str | None] = []
+    for (row, job_id, _), refusal in zip(accepted, refusals):
+        why = None
+        if refusal is not None:
+            why = (f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                   f"refused it ({not_submitted_because(refusal)}); cancel it there or let it "
+                   "run")
+            store.release_run(row["run_id"], "FAILED", why)
+        out.append(why)
+    return out
 
 
 def _release(store: Store, row: dict, exc: BaseException, backend: Backend,
@@ -205,7 +237,8 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
                             "running job; `dlscale status` shows which")
         backend = backend_for(row["backend"])
 
-        def request(claimed: dict = claimed, payload: dict = payload) -> JobRequest:
+        def request(claimed: dict = claimed, payload: dict = payload,
+                    backend: Backend = backend) -> JobRequest:
             paths = RunPaths.of(claimed)
             previous = paths.attempt(claimed["attempts"] - 1)
             for old, new in zip(previous.submission, paths.submission):

@@ -221,12 +221,13 @@ def test_claiming_a_job_goes_through_the_store(home):
 
 
 def test_only_the_store_runs_sql():
-    """The store's tables change only through the store's own modules (its methods, record
+    """The store's tables change only through the store's own modules (its methods, claims, record
     ingest, health checks and rebuild)."""
     sql = ("execute", "executemany", "executescript", "transaction")
     found = []
     for path in (REPO / "engine").rglob("*.py"):
-        if path.name in ("store.py", "store_records.py", "store_health.py", "recovery.py"):
+        if path.name in ("store.py", "store_claims.py", "store_records.py", "store_health.py",
+                         "recovery.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in sql:

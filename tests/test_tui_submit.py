@@ -31,9 +31,13 @@ def notes(app) -> list[str]:
 
 
 class RefusesEverything(LocalBackend):
-    """The local backend with a bug in its submit: not a DlscaleError, not expected."""
+    """The local backend with a bug in its submit: not a DlscaleError, not expected. (A
+    study's runs go through submit_many, which the local backend batches.)"""
 
     def submit(self, request):
+        raise RuntimeError("the scheduler fell over")
+
+    def submit_many(self, requests):
         raise RuntimeError("the scheduler fell over")
 
 

@@ -159,17 +159,40 @@ class LocalBackend(Backend):
         log.close()
 
     def submit(self, request: JobRequest) -> str:
-        check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
-                   request.name)
-        job_id = f"local-{self.store.next_counter('local_job')}"
-        self.store.add_job(self.name, job_id, request.run_id, "PENDING", {
-            "argv": request.argv, "env": request.env, "run_dir": str(request.run_dir),
-            "log": str(request.log_path)})
+        result = self.submit_many([request])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Queue them all in the store at once: their job numbers taken together and their
+        jobs recorded in one transaction, then the worker started once (a study of 10,000
+        runs made 10,000 of each)."""
+        out: list[str | Exception] = []
+        fits: list[JobRequest] = []
+        for request in requests:
+            try:
+                check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
+                           request.name)
+                fits.append(request)
+                out.append("")
+            except PlanError as exc:
+                out.append(exc)
+        if not fits:
+            return out
+        first = self.store.next_counter("local_job", len(fits))
+        ids = [f"local-{first + i}" for i in range(len(fits))]
+        refused = self.store.add_jobs(self.name, [
+            (job_id, r.run_id, "PENDING", {"argv": r.argv, "env": r.env,
+                                           "run_dir": str(r.run_dir), "log": str(r.log_path)})
+            for job_id, r in zip(ids, fits)])
+        given = iter(exc or job_id for job_id, exc in zip(ids, refused))
+        out = [next(given) if o == "" else o for o in out]
         self.ensure_worker()
-        return job_id
+        return out
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        rows = self.store.jobs(self.name, job_ids)
+        rows = self._jobs(job_ids)
         active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
         if active and not self.worker_alive():
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
@@ -180,7 +203,7 @@ class LocalBackend(Backend):
                     signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGKILL)
                     settle_failed(self.store, r, lost_reason(r))
             self.ensure_worker()
-            rows = self.store.jobs(self.name, job_ids)
+            rows = self._jobs(job_ids)
         now = time.time()
         out = {}
         for r in rows:
@@ -189,6 +212,14 @@ class LocalBackend(Backend):
                                          "localhost" if r["started"] else None, elapsed,
                                          r["exit_code"])
         return out
+
+    def _jobs(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        """The rows of these jobs; of many, every local job's read in one go and picked
+        out (cheaper than binding thousands of ids)."""
+        if len(job_ids) <= 500:
+            return self.store.jobs(self.name, job_ids, payload=False)
+        wanted = set(job_ids)
+        return [j for j in self.store.jobs(self.name, payload=False) if j["job_id"] in wanted]
 
     def cancel(self, job_ids: list[str]) -> None:
         for r in self.store.jobs(self.name, job_ids, states=("PENDING", "RUNNING")):

@@ -175,8 +175,9 @@ class SlurmCLI(SlurmJobs, Backend):
                 except ParseError as exc:
                     found, ok = {}, False
                     self.last_error = str(exc)
+                wanted = set(live)  # a list here made a tick of 10,000 jobs take seconds
                 for jid, job in found.items():
-                    if jid in live:
+                    if jid in wanted:
                         old = self._cache.get(jid)
                         # sacct keeps no pending reason; squeue's stays until the state moves
                         if old and old.reason and not job.reason and old.state == job.state:

@@ -6,6 +6,7 @@ depend on a live controller.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class SlurmJob:
     reason: str | None = None
 
 
+@functools.lru_cache(maxsize=256)
 def map_state(raw: str) -> str:
     word = raw.strip().split(" ")[0].rstrip("+").upper()
     return STATE_MAP.get(word, "UNKNOWN")
@@ -83,6 +85,7 @@ def _nodes(text) -> str | None:
     return None if not text or text in ("None assigned", "(null)") else text
 
 
+@functools.lru_cache(maxsize=256)
 def _exit(code: str) -> tuple[int | None, int | None]:
     m = re.fullmatch(r"(\d+):(\d+)", code.strip())
     return (int(m[1]), int(m[2])) if m else (None, None)
@@ -91,27 +94,34 @@ def _exit(code: str) -> tuple[int | None, int | None]:
 def parse_sacct(stdout: str, fields: str = SACCT_FIELDS) -> dict[str, SlurmJob]:
     """`sacct --parsable2 --noheader --format=FIELDS`: one row per job, array task and step.
     Step rows (`123.batch`, `123.0`, `123.extern`) are skipped: the job row carries the
-    state. Rows of a requeued job repeat; the last one wins."""
+    state. Rows of a requeued job repeat; the last one wins. (Columns are taken by position
+    and states, exit codes and array forms read once each: a watcher of 10,000 jobs parses
+    30,000 rows a tick.)"""
     names = fields.split(",")
+    width, at = len(names), {n: i for i, n in enumerate(names)}
+    job_at = at.get("JobID", at.get("JobIDRaw"))
+    state_at, code_at, elapsed_at = at["State"], at.get("ExitCode"), at.get("ElapsedRaw")
+    nodes_at, reason_at = at.get("NodeList"), at.get("Reason")
     out: dict[str, SlurmJob] = {}
     for line in stdout.splitlines():
-        if not line.strip():
+        if not line or line.isspace():
             continue
         cols = line.split("|")
-        if len(cols) < len(names):
-            raise ParseError(f"sacct row has {len(cols)} fields, expected {len(names)}: "
+        if len(cols) < width:
+            raise ParseError(f"sacct row has {len(cols)} fields, expected {width}: "
                              f"{line[:200]!r}")
-        row = dict(zip(names, cols))
-        job = row.get("JobID", row.get("JobIDRaw", ""))
+        job = cols[job_at] if job_at is not None else ""
         if "." in job:
             continue
-        exit_code, sig = _exit(row.get("ExitCode", ""))
-        elapsed = row.get("ElapsedRaw", "")
-        reason = row.get("Reason", "").strip()
-        for jid in expand_array(job):
+        exit_code, sig = _exit(cols[code_at] if code_at is not None else "")
+        elapsed = cols[elapsed_at] if elapsed_at is not None else ""
+        reason = cols[reason_at].strip() if reason_at is not None else ""
+        raw = cols[state_at]
+        for jid in expand_array(job) if "[" in job else (job,):
             out[jid] = SlurmJob(
-                jid, map_state(row["State"]), row["State"].strip(), exit_code, sig,
-                int(elapsed) if elapsed.isdigit() else None, _nodes(row.get("NodeList")),
+                jid, map_state(raw), raw.strip(), exit_code, sig,
+                int(elapsed) if elapsed.isdigit() else None,
+                _nodes(cols[nodes_at] if nodes_at is not None else None),
                 reason if reason and reason != "None" else None)
     return out
 

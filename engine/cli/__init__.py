@@ -35,9 +35,9 @@ COMMANDS = {
                  "the same job script."),
     "rerun": ("runs", "rerun", "Repeat a finished run exactly, from its record, as a new run "
               "to compare with it."),
-    "report": ("results", "report", "Write up an experiment: set-up, tables, figures, MLLOG "
+    "report": ("report", "report", "Write up an experiment: set-up, tables, figures, MLLOG "
                "exports."),
-    "export": ("results", "export", "Stored runs in other formats."),
+    "export": ("report", "export", "Stored runs in other formats."),
     "data": ("data", "data", "Real datasets: fetch CIFAR-10, check an ImageNet folder, write "
              "a small one."),
     "env": ("env", "env", "Per-framework software environments (their pins conflict, so each "

@@ -1,14 +1,11 @@
-"""`dlscale results|chart|report|export`: what a study measured."""
+"""`dlscale results|chart`: what a study measured. (`report` and `export` are in report.py:
+they need matplotlib, which these two must not wait for.)"""
 from __future__ import annotations
-
-from pathlib import Path
 
 import click
 
 from ...trainers.common.args import MODELS
-from ..errors import DlscaleError
-from ..results import analysis, charts, mllog, tables
-from ..results import report as reporting
+from ..results import analysis, charts, tables
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .console import err, out
@@ -65,61 +62,3 @@ def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | 
     rows = analysis.results(store, experiment)
     click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height,
                             color=out.is_terminal))
-
-
-@click.command()
-@experiment_option("which experiment (needed when the store holds more than one)")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="folder for the report, its figures and exports (default report-NAME)")
-@click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
-              show_default=True, help="md: Markdown with PNG files; html: one self-contained page")
-@click.option("--reference", type=click.Path(dir_okay=False), default=None,
-              help="published numbers to set beside yours (default: reference.toml next to "
-              "the experiment's spec, when there is one)")
-@click.option("--force", is_flag=True,
-              help="write into a folder that is not empty and holds no earlier report "
-              "(nothing of yours there is removed or overwritten, even so)")
-@click.pass_context
-def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt: str,
-           reference: str | None, force: bool) -> None:
-    """Write up an experiment: set-up, tables, figures, MLLOG exports."""
-    store = _store(ctx)
-    following.refresh(store)
-    name = reporting.pick_experiment(store, experiment)["name"]
-    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference, force)
-    out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
-              f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)", soft_wrap=True)
-
-
-@click.group()
-def export() -> None:
-    """Stored runs in other formats."""
-
-
-@export.command("mllog")
-@click.argument("run_ids", nargs=-1, metavar="[RUN...]")
-@experiment_option("every completed run of it")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="write RUN.mllog files here (default: print one run to stdout)")
-@click.pass_context
-def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None,
-                 out_dir: str | None) -> None:
-    """A run's records as MLPerf-style `:::MLLOG {json}` lines."""
-    store = _store(ctx)
-    ids = [following.find_run(store, r)["run_id"] for r in run_ids]
-    if experiment:
-        ids += [r["run_id"] for r in store.runs(reporting.pick_experiment(
-            store, experiment)["name"], states=("COMPLETED",))]
-    if not ids:
-        raise click.UsageError("name runs to export, or --experiment")
-    if out_dir is None:
-        if len(ids) > 1:
-            raise click.UsageError(f"{len(ids)} runs: give --out DIR to write one file each")
-        lines = mllog.lines(store, ids[0])
-        if not lines:
-            raise DlscaleError(f"run {ids[0]} has no records yet")
-        click.echo("\n".join(lines))
-        return
-    written = mllog.write(store, ids, Path(out_dir))
-    out.print(f"wrote {len(written)} MLLOG file(s) to {out_dir}" + (
-        f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))

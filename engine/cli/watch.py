@@ -33,10 +33,10 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     problems = following.refresh(store)
     every = queue.rows(store, experiment)
     rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
-    out.print(tables.status_table(rows))
+    click.echo(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
-    for note in store.skipped_notes([q.run_id for q in every]):
+    for note in store.skipped_notes([q.run_id for q in every] if experiment else None):
         out.print(note, soft_wrap=True)
     for problem in problems:
         err.print(f"dlscale: controller unreachable or not answering ({problem}); "

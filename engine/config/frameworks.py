@@ -82,3 +82,19 @@ def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
 def taking(what: str, value: str) -> list[str]:
     """The frameworks whose trainers take a dataset or loader (`what`: "datasets", "loaders")."""
     return [f.name for f in FRAMEWORKS.values() if value in getattr(f, what)]
+
+
+# Here, not in planning, so that results can say why a point has none without loading
+# planning (pydantic).
+# The trainers with a --comm-benchmark mode (the PyTorch family); the others, and why not.
+COMM_BENCHMARK_FRAMEWORKS = ("pytorch-ddp", "deepspeed", "horovod-pytorch")
+_ANOTHER_LIBRARY = ("timing torch's gloo instead would measure another library's collective, "
+                    "not the one its runs use")
+NO_COMM_BENCHMARK = {
+    "tensorflow": "its trainer has no communication benchmark yet (its collectives are "
+                  f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
+    "horovod-tensorflow": "its trainer has no communication benchmark yet (Horovod's "
+                          f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
+    "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
+             "pushes and pulls through parameter servers rather than allreducing",
+}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK  # noqa: F401
 from ..config.spec import LoadedSpec, model_fits_dataset
 
 
@@ -42,7 +43,7 @@ class Run:
         return f"{self.nodes}x{self.ranks_per_node}"
 
     def identity(self, with_repetition: bool = True) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {name: getattr(self, name) for name in _RUN_FIELDS}
         if not with_repetition:
             d.pop("repetition")
         return d
@@ -70,6 +71,10 @@ class Run:
                 f"b{self.per_device_batch} {self.precision} #{self.repetition}")
 
 
+# Asked once: dataclasses.fields() walks the class at every call, twice per run.
+_RUN_FIELDS = tuple(f.name for f in fields(Run))
+
+
 def digest(d: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -91,20 +96,6 @@ def _identity_digest(identity: dict[str, Any]) -> str:
     text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
     text = text.replace(json.dumps(_SLOT), cached[1], 1)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-# The trainers with a --comm-benchmark mode (the PyTorch family); the others, and why not.
-COMM_BENCHMARK_FRAMEWORKS = ("pytorch-ddp", "deepspeed", "horovod-pytorch")
-_ANOTHER_LIBRARY = ("timing torch's gloo instead would measure another library's collective, "
-                    "not the one its runs use")
-NO_COMM_BENCHMARK = {
-    "tensorflow": "its trainer has no communication benchmark yet (its collectives are "
-                  f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
-    "horovod-tensorflow": "its trainer has no communication benchmark yet (Horovod's "
-                          f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
-    "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
-             "pushes and pulls through parameter servers rather than allreducing",
-}
 
 
 @dataclass

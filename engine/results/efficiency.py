@@ -22,6 +22,7 @@ import math
 import statistics
 from typing import Any
 
+from ..config.frameworks import NO_COMM_BENCHMARK
 from ..tracking.store import Store
 from .points import Point
 
@@ -92,7 +93,6 @@ def _breakdown_why(p: Point) -> str:
 
 
 def _comm_why(p: Point) -> str:
-    from ..launching.plan import NO_COMM_BENCHMARK  # noqa: PLC0415  (planning loads pydantic)
     if p.framework in NO_COMM_BENCHMARK:
         return f"no communication benchmark for {p.framework}: {NO_COMM_BENCHMARK[p.framework]}"
     if p.comm is None:

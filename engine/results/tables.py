@@ -149,11 +149,19 @@ def results_json(rows: list[dict[str, Any]]) -> str:
     return json.dumps(rows, indent=2)
 
 
-def status_table(queue: list) -> Table:
-    """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment."""
-    t = Table(title="Runs", title_justify="left")
-    for col in ("run", "experiment", *QUEUE_COLUMNS):
-        t.add_column(col)
-    for q in queue:
-        t.add_row(q.run_id, q.experiment, *q.cells())
-    return t
+def status_table(queue: list) -> str:
+    """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment, as
+    plain aligned columns. Not a rich Table: laying one out measured and wrapped every cell
+    (2.6 s for 1,000 runs); this is a join per row. The reason comes last and whole (it is
+    cut at 80 characters already), so a narrow terminal wraps only that line's end."""
+    head = ("run", "experiment", *QUEUE_COLUMNS)
+    rows = [(q.run_id, q.experiment, *q.cells()) for q in queue]
+    widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
+    right = {head.index(c) for c in ("batch", "rep", "elapsed", "images/s")}
+
+    # One format for every row: str.format pads in C.
+    form = "  ".join([f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths)]
+                     + ["{}"])
+    top = form.format(*head).rstrip()
+    return "\n".join(["Runs", top, "─" * len(top),
+                      *(form.format(*r).rstrip() for r in rows)])

@@ -68,5 +68,4 @@ def refresh(store: Store) -> list[str]:
 
 
 def backends_in_use(store: Store) -> list[str]:
-    return sorted({r["backend"] for r in store.runs(states=ACTIVE + (WAITING,))
-                   if r["backend"]})
+    return store.live_backends(states=ACTIVE + (WAITING,))

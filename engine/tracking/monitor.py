@@ -51,7 +51,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     store.release_stale_claims()
     # runs left waiting for the site's limits go as far as the queue has room now
     backend.next_wave(store, experiment)
-    live = [r for r in store.runs(experiment, states=ACTIVE)
+    live = [r for r in store.live_runs(experiment)
             if r["backend"] == backend.name and r["job_id"]]
     reachable, new = True, 0
     if live:
@@ -84,9 +84,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                     finalize_run(store, r["run_id"], st.state)
             elif st.state != r["state"]:
                 store.update_run(r["run_id"], state=st.state, reason=st.reason)
-    counts: dict[str, int] = {}
-    for r in store.runs(experiment):
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    counts = store.state_counts(experiment)
     warning = None
     if live and not backend.last_poll_ok:
         warning = backend.last_error or "the scheduler did not answer"

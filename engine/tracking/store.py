@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,16 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
+from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.ACTIVE)
 from .store_health import REBUILD_HINT, damage_message, run_folders
 from .store_records import RECORDS_CHECKED, Records
 
 if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
     from ..launching.plan import Run
 
-ACTIVE = ("PENDING", "RUNNING")
-# A run one process has claimed for submission: between rendering its job and the
-# scheduler's answer. Only one process can hold a run's claim (claim_run).
-SUBMITTING = "SUBMITTING"
+# ACTIVE, SUBMITTING: a run one process has claimed for submission, between rendering its
+# job and the scheduler's answer (store_claims.py); both are named here for every reader.
 RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -69,15 +67,18 @@ _ADDED_JOB_COLUMNS = {"pid_mark": "TEXT", "worker_pid": "INTEGER", "token": "TEX
 # The schema's own guard against duplicate jobs: at most one queued or running job per run.
 _ONE_LIVE_JOB_PER_RUN = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
                          "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')")
-# A claim by a process on another host cannot be checked; after this long it is stale.
-_FOREIGN_CLAIM_S = 600.0
+
+
+# A job's row without its payload.
+_JOB_STATE = ("backend, job_id, run_id, state, reason, nodes, submitted, started, ended, "
+              "exit_code, pid, elapsed, pid_mark, worker_pid, token")
 
 
 def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
-class Store(Records):
+class Store(Claims, Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
@@ -159,19 +160,33 @@ class Store(Records):
 
     def add_run(self, run: Run) -> dict[str, Any]:
         """Insert the run if new; return its row either way."""
+        return self.add_runs([run])[run.run_id]
+
+    def add_runs(self, runs: list[Run], rows: bool = True) -> dict[str, dict[str, Any]]:
+        """Insert the runs that are new, in one transaction; every run's row, by id (with
+        rows=False only its state: a submission reads whole rows only of those it claims)."""
         now = time.time()
-        run_dir = self.runs_dir / run.run_id
+        texts: dict[int, str] = {}  # a plan's runs share a few recipes: each dumped once
+
+        def training(run: Run) -> str:
+            text = texts.get(id(run.training))
+            if text is None:
+                text = texts[id(run.training)] = json.dumps(run.training, sort_keys=True)
+            return text
+        runs_dir = str(self.runs_dir)
         with self.transaction() as c:
-            c.execute(
+            c.executemany(
                 "INSERT OR IGNORE INTO runs (run_id, point_id, experiment, framework, model, "
                 "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
                 "scaling, precision, loader, repetition, training, state, run_dir, created, "
                 "updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'PLANNED',?,?,?)",
-                (run.run_id, run.point_id, run.experiment, run.framework, run.model,
-                 run.dataset, run.nodes, run.ranks_per_node, run.devices, run.per_device_batch,
-                 run.global_batch, run.scaling, run.precision, run.loader, run.repetition,
-                 json.dumps(run.training, sort_keys=True), str(run_dir), now, now))
-        return self.run(run.run_id)
+                [(run.run_id, run.point_id, run.experiment, run.framework, run.model,
+                  run.dataset, run.nodes, run.ranks_per_node, run.devices,
+                  run.per_device_batch, run.global_batch, run.scaling, run.precision,
+                  run.loader, run.repetition, training(run),
+                  os.path.join(runs_dir, run.run_id), now, now) for run in runs])
+        return self.rows_of([run.run_id for run in runs],
+                            columns=None if rows else ("run_id", "state"))
 
     def restore_run(self, row: dict[str, Any]) -> None:
         """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
@@ -220,15 +235,38 @@ class Store(Records):
                             f"{', '.join(m['run_id'] for m in matches[:3])}"
                             f"{' and more' if len(matches) > 3 else ''}; give more digits")
 
-    def runs(self, experiment: str | None = None,
-             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM runs WHERE 1=1", []
+    def runs(self, experiment: str | None = None, states: tuple[str, ...] | None = None,
+             columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        """columns: only these (a queue of 10,000 runs reads a third of each row)."""
+        sql, args = f"SELECT {', '.join(columns) if columns else '*'} FROM runs WHERE 1=1", []
         if experiment:
             sql += " AND experiment=?"
             args.append(experiment)
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+
+    def state_counts(self, experiment: str | None = None) -> dict[str, int]:
+        """Runs by state, counted by SQLite (a watcher's tick, whatever the store's size)."""
+        sql, args = "SELECT state, count(*) FROM runs", []
+        if experiment:
+            sql, args = sql + " WHERE experiment=?", [experiment]
+        return dict(self.conn.execute(sql + " GROUP BY state", args).fetchall())
+
+    def live_backends(self, states: tuple[str, ...] = ("PENDING", "RUNNING")) -> list[str]:
+        """The backends that have runs in `states` (queued or running)."""
+        return sorted(r[0] for r in self.conn.execute(
+            f"SELECT DISTINCT backend FROM runs WHERE state IN ({','.join('?' * len(states))}) "
+            "AND backend IS NOT NULL AND backend != ''", states))
+
+    def live_runs(self, experiment: str | None = None) -> list[dict[str, Any]]:
+        """The queued and running runs, with only what a watcher's tick reads of them."""
+        sql = ("SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
+               "state IN ('PENDING', 'RUNNING')")
+        args = []
+        if experiment:
+            sql, args = sql + " AND experiment=?", [experiment]
         return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
 
     def update_run(self, run_id: str, **fields: Any) -> None:
@@ -249,57 +287,6 @@ class Store(Records):
                       "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
                       (time.time(), run_id))
         return self.run(run_id)
-
-    # --- claiming runs for submission ------------------------------------------------------
-
-    def claim_run(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
-        """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
-        this process, its attempt is counted and the earlier attempt's records dropped.
-        Returns None, changing nothing, when the run is in `skip`, queued or running, has
-        a live job, or is claimed by another process that is still alive; so of two
-        `dlscale run` of one spec, each run is submitted by exactly one. The claimer must
-        end the claim: add_job (submitted) or release_run (not, with why)."""
-        me = _process_id()
-        with self.transaction() as c:
-            row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            if row is None:
-                raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
-            if row["state"] in skip + ACTIVE or (row["state"] == SUBMITTING and
-                                                 _claim_alive(row["claimed_by"], row["updated"])):
-                return None
-            if c.execute("SELECT 1 FROM jobs WHERE run_id=? AND state IN ('PENDING', "
-                         "'RUNNING')", (run_id,)).fetchone():
-                return None
-            c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
-            c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
-            c.execute("UPDATE runs SET state=?, claimed_by=?, reason=?, attempts=attempts+1, "
-                      "ingest_offset=0, ingest_lines=0, bad_records=0, updated=? "
-                      "WHERE run_id=?", (SUBMITTING, me, f"being submitted by {_claimer(me)}",
-                                         time.time(), run_id))
-        return self.run(run_id)
-
-    def release_run(self, run_id: str, state: str, reason: str) -> None:
-        """End this process's claim on a run that was not submitted, saying why; a run a
-        job was recorded for meanwhile (add_job) is left as it is."""
-        with self.transaction() as c:
-            c.execute("UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
-                      "state=? AND claimed_by=?",
-                      (state, reason, time.time(), run_id, SUBMITTING, _process_id()))
-
-    def release_stale_claims(self) -> list[str]:
-        """Claims whose process is gone (killed mid-submission) go back to PLANNED with
-        the reason, so the run shows as not submitted and the next `run` takes it."""
-        stale = [r for r in self.conn.execute(
-            "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,))
-            if not _claim_alive(r["claimed_by"], r["updated"])]
-        for r in stale:
-            with self.transaction() as c:
-                c.execute("UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
-                          "run_id=? AND state=? AND claimed_by IS ?",
-                          (f"not submitted: the submission by {_claimer(r['claimed_by'])} "
-                           "was interrupted; `dlscale run SPEC` submits it", time.time(),
-                           r["run_id"], SUBMITTING, r["claimed_by"]))
-        return [r["run_id"] for r in stale]
 
     def set_aside(self, row: dict[str, Any]) -> None:
         """A claimed run's earlier attempt moves its files to attempts/N, so the new
@@ -324,28 +311,13 @@ class Store(Records):
 
     # --- jobs ----------------------------------------------------------------------------
 
-    def next_counter(self, name: str) -> int:
+    def next_counter(self, name: str, count: int = 1) -> int:
+        """Take `count` numbers of a counter at once; the first of them."""
         with self.transaction() as c:
-            c.execute("INSERT INTO counters VALUES (?, 1) ON CONFLICT(name) DO UPDATE "
-                      "SET value=value+1", (name,))
-            return c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
-
-    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
-                payload: dict[str, Any] | None = None) -> None:
-        now = time.time()
-        with self.transaction() as c:
-            try:
-                c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
-                          "payload) VALUES (?,?,?,?,?,?)",
-                          (backend, job_id, run_id, state, now, json.dumps(payload or {})))
-            except sqlite3.IntegrityError as exc:
-                if "jobs.run_id" not in str(exc):
-                    raise StoreError(f"job {job_id} ({backend}) is in the store already") \
-                        from None
-                raise StoreError(f"run {run_id} already has a queued or running job; job "
-                                 f"{job_id} ({backend}) is not recorded for it") from None
-            c.execute("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, updated=? "
-                      "WHERE run_id=?", (state, backend, job_id, now, run_id))
+            c.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                      "SET value=value+?", (name, count, count))
+            last = c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
+        return last - count + 1
 
     def job(self, backend: str, job_id: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT * FROM jobs WHERE backend=? AND job_id=?",
@@ -353,15 +325,21 @@ class Store(Records):
         return dict(row) if row else None
 
     def jobs(self, backend: str, job_ids: list[str] | None = None,
-             states: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM jobs WHERE backend=?", [backend]
-        if job_ids is not None:
-            sql += f" AND job_id IN ({','.join('?' * len(job_ids))})"
-            args.extend(job_ids)
+             states: tuple[str, ...] | None = None, payload: bool = True
+             ) -> list[dict[str, Any]]:
+        """payload=False: all but the payload (a local job's command line and environment,
+        the bulk of a row), for those who only follow the jobs."""
+        sql, args = f"SELECT {'*' if payload else _JOB_STATE} FROM jobs WHERE backend=?", [backend]
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
-        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+        if job_ids is None:
+            return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
+        out = []  # in parts: a watcher of 10,000 jobs asks for more than SQLite binds at once
+        for part in chunks(job_ids):
+            out += [dict(r) for r in self.conn.execute(
+                sql + f" AND job_id IN ({','.join('?' * len(part))})", [*args, *part])]
+        return sorted(out, key=lambda j: (j["submitted"] or 0))
 
     def claim_next_job(self, backend: str, **fields: Any) -> dict[str, Any] | None:
         """Take the oldest queued job of `backend` to run it: RUNNING, started now, with
@@ -387,31 +365,3 @@ class Store(Records):
             c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
                       (*fields.values(), backend, job_id))
 
-
-def _process_id() -> str:
-    """This process, told apart from a later one that reuses its pid: host, pid and the
-    process's start time (Linux: /proc/self/stat field 22)."""
-    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "-"
-    return stat.rpartition(")")[2].split()[19]  # fields after the command name, 22nd in all
-
-
-def _claim_alive(claimed_by: str | None, since: float | None) -> bool:
-    try:
-        host, pid, start = (claimed_by or "").split(" ")
-    except ValueError:
-        return False
-    if host != socket.gethostname():
-        return time.time() - (since or 0) < _FOREIGN_CLAIM_S
-    return start != "-" and _start_time(int(pid)) == start
-
-
-def _claimer(claimed_by: str | None) -> str:
-    host, _, rest = (claimed_by or "? ?").partition(" ")
-    return f"dlscale pid {rest.split(' ')[0]} on {host}"

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
 from ..paths import METRICS_NAME, RunPaths
+from .store_claims import chunks
 
 # Bumped when stored records must be checked again by newer rules (PRAGMA user_version).
 RECORDS_CHECKED = 1
@@ -87,14 +88,17 @@ class Records:
     def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
         """The latest record of `kind` per run, in one query; only the runs asked for are
         read (the wait loop asks every tick for one run, in a store of any size)."""
-        where, args = "kind=?", [kind]
-        if run_ids is not None:
-            where += f" AND run_id IN ({','.join('?' * len(run_ids))})"
-            args.extend(run_ids)
-        sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS line "
-               f"FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
-               "AND r.line=m.line")
-        return {rid: json.loads(body) for rid, body in self.conn.execute(sql, args)}
+        out: dict[str, dict] = {}
+        for part in [None] if run_ids is None else chunks(run_ids):
+            where, args = "kind=?", [kind]
+            if part is not None:
+                where += f" AND run_id IN ({','.join('?' * len(part))})"
+                args.extend(part)
+            sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS "
+                   f"line FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
+                   "AND r.line=m.line")
+            out.update((rid, json.loads(body)) for rid, body in self.conn.execute(sql, args))
+        return out
 
     def queue_view(self, experiment: str | None = None) -> list[tuple]:
         """(run id, *QUEUE_CHANGES) of each run, oldest first, as plain tuples in one query:
@@ -120,14 +124,15 @@ class Records:
 
     def skipped(self, run_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """The lines ingest skipped, per run: {run_id: [{line, file, reason}, ...]}."""
-        sql, args = "SELECT * FROM skipped_records", []
-        if run_ids is not None:
-            sql += f" WHERE run_id IN ({','.join('?' * len(run_ids))})"
-            args = list(run_ids)
         out: dict[str, list[dict[str, Any]]] = {}
-        for r in self.conn.execute(sql + " ORDER BY run_id, line", args):
-            out.setdefault(r["run_id"], []).append(dict(r))
-        return out
+        for part in [None] if run_ids is None else chunks(run_ids):
+            sql, args = "SELECT * FROM skipped_records", []
+            if part is not None:
+                sql += f" WHERE run_id IN ({','.join('?' * len(part))})"
+                args = list(part)
+            for r in self.conn.execute(sql + " ORDER BY run_id, line", args):
+                out.setdefault(r["run_id"], []).append(dict(r))
+        return dict(sorted(out.items()))
 
     def skipped_notes(self, run_ids: list[str] | None = None) -> list[str]:
         """One line per skipped metric line (a few per run, then how many more), naming the
