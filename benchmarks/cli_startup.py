@@ -8,6 +8,7 @@ scheduler: what is timed is starting, reading the store and printing 1,000 rows.
 
     .venv/bin/python benchmarks/cli_startup.py [--rounds 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,12 +43,14 @@ def build(home: Path, spec: Path) -> int:
     from dlscale.engine.config.spec import load_spec
     from dlscale.engine.launching.plan import plan
     from dlscale.engine.tracking.store import Store
+
     runs = plan(load_spec(str(spec))).runs
     store = Store(home)
     store.add_runs(runs)
     claimed = store.claim_runs([r.run_id for r in runs])
-    store.add_jobs("local", [(f"local-{i + 1}", rid, "COMPLETED", {})
-                             for i, rid in enumerate(claimed)])
+    store.add_jobs(
+        "local", [(f"local-{i + 1}", rid, "COMPLETED", {}) for i, rid in enumerate(claimed)]
+    )
     store.close()
     return len(runs)
 
@@ -71,9 +74,11 @@ def main() -> None:
         n = build(home, spec)
         assert n == RUNS, n
         env = {**os.environ, "DLSCALE_HOME": str(home), "COLUMNS": "160"}
-        commands = {"python -c pass": [sys.executable, "-c", "pass"],
-                    "dlscale --help": [DLSCALE, "--help"],
-                    f"dlscale status ({RUNS} runs)": [DLSCALE, "status"]}
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "dlscale --help": [DLSCALE, "--help"],
+            f"dlscale status ({RUNS} runs)": [DLSCALE, "status"],
+        }
         took: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(rounds):  # alternating, so a busy moment of the machine hits all
             for name, argv in commands.items():
@@ -83,16 +88,27 @@ def main() -> None:
     targets = {"dlscale --help": 0.3, f"dlscale status ({RUNS} runs)": 0.5}
     print(f"{'command':<28} {'median s':>9} {'min s':>7} {'x python':>9} {'target s':>9}")
     for name in commands:
-        print(f"{name:<28} {med[name]:>9.3f} {min(took[name]):>7.3f} "
-              f"{med[name] / base:>9.1f} {targets.get(name, float('nan')):>9.1f}")
+        print(
+            f"{name:<28} {med[name]:>9.3f} {min(took[name]):>7.3f} "
+            f"{med[name] / base:>9.1f} {targets.get(name, float('nan')):>9.1f}"
+        )
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({
-            "benchmark": "cli_startup", "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": f"{os.cpu_count()} cpus", "load": round(os.getloadavg()[0], 1),
-            "rounds": rounds, "runs": RUNS,
-            "median_s": {k: round(v, 3) for k, v in med.items()},
-            "ratio_to_python": {k: round(v / base, 1) for k, v in med.items()}}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "benchmark": "cli_startup",
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "machine": f"{os.cpu_count()} cpus",
+                    "load": round(os.getloadavg()[0], 1),
+                    "rounds": rounds,
+                    "runs": RUNS,
+                    "median_s": {k: round(v, 3) for k, v in med.items()},
+                    "ratio_to_python": {k: round(v / base, 1) for k, v in med.items()},
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

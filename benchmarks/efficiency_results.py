@@ -9,6 +9,7 @@ paired ratios.
 
     .venv/bin/python benchmarks/efficiency_results.py
 """
+
 from __future__ import annotations
 
 import datetime
@@ -36,29 +37,82 @@ def build(home: Path) -> int:
     for fw in ("pytorch-ddp", "deepspeed", "horovod-pytorch", "tensorflow"):
         for nodes in (1, 2, 4, 8, 16):
             for rpn in (1, 2, 4, 8, 16):
-                runs = [Run("big", fw, "resnet20", "synthetic-cifar", nodes, rpn, b,
-                            b * nodes * rpn, "weak", "fp32", "native", rep, {"steps": 30})
-                        for b in (8, 16, 32, 64, 128) for rep in range(4)]
+                runs = [
+                    Run(
+                        "big",
+                        fw,
+                        "resnet20",
+                        "synthetic-cifar",
+                        nodes,
+                        rpn,
+                        b,
+                        b * nodes * rpn,
+                        "weak",
+                        "fp32",
+                        "native",
+                        rep,
+                        {"steps": 30},
+                    )
+                    for b in (8, 16, 32, 64, 128)
+                    for rep in range(4)
+                ]
                 if nodes * rpn > 1 and fw != "tensorflow":
-                    runs.append(Run("big", fw, "resnet20", "synthetic-cifar", nodes, rpn, 8,
-                                    8 * nodes * rpn, "weak", "fp32", "native", 0,
-                                    {"steps": 30, "comm_benchmark": True}))
+                    runs.append(
+                        Run(
+                            "big",
+                            fw,
+                            "resnet20",
+                            "synthetic-cifar",
+                            nodes,
+                            rpn,
+                            8,
+                            8 * nodes * rpn,
+                            "weak",
+                            "fp32",
+                            "native",
+                            0,
+                            {"steps": 30, "comm_benchmark": True},
+                        )
+                    )
                 for run in runs:
                     store.add_run(run)
                     path = home / f"{run.run_id}.jsonl"
-                    body = line("env", framework_versions={}, hostnames=["h"], devices=["cpu"],
-                                world_size=run.devices, dlscale_version="0",
-                                energy_unavailable="no readable RAPL package energy")
+                    body = line(
+                        "env",
+                        framework_versions={},
+                        hostnames=["h"],
+                        devices=["cpu"],
+                        world_size=run.devices,
+                        dlscale_version="0",
+                        energy_unavailable="no readable RAPL package energy",
+                    )
                     if run.comm_benchmark:
-                        body += line("comm", collective="allreduce", backend="gloo",
-                                     world_size=run.devices, comm_bytes=1_078_888,
-                                     bucket_bytes=25 << 20, comm_time_s=0.01,
-                                     comm_algbw_gbps=0.1, comm_busbw_gbps=0.1)
-                    body += line("summary", status="completed", throughput=100.0 + run.repetition,
-                                 timed_steps=10, warmup_steps=1, elapsed_s=1.0,
-                                 compute_time_s=0.1, exposed_comm_s=0.01, forward_s=0.03,
-                                 backward_s=0.05, optimizer_s=0.02, data_wait_s=0.0,
-                                 energy_per_image_j=None)
+                        body += line(
+                            "comm",
+                            collective="allreduce",
+                            backend="gloo",
+                            world_size=run.devices,
+                            comm_bytes=1_078_888,
+                            bucket_bytes=25 << 20,
+                            comm_time_s=0.01,
+                            comm_algbw_gbps=0.1,
+                            comm_busbw_gbps=0.1,
+                        )
+                    body += line(
+                        "summary",
+                        status="completed",
+                        throughput=100.0 + run.repetition,
+                        timed_steps=10,
+                        warmup_steps=1,
+                        elapsed_s=1.0,
+                        compute_time_s=0.1,
+                        exposed_comm_s=0.01,
+                        forward_s=0.03,
+                        backward_s=0.05,
+                        optimizer_s=0.02,
+                        data_wait_s=0.0,
+                        energy_per_image_j=None,
+                    )
                     path.write_text(body)
                     store.ingest(run.run_id, path)
                     store.update_run(run.run_id, state="COMPLETED")
@@ -80,22 +134,32 @@ def main() -> None:
         points = len(analysis.results(store, "big"))  # warm: scipy, the page cache
         for _ in range(ROUNDS):
             for name, fns in (("with", real), ("without", off)):
-                (efficiency.fields, efficiency.attach, efficiency.is_comm,
-                 efficiency.schedule_of) = fns
+                (
+                    efficiency.fields,
+                    efficiency.attach,
+                    efficiency.is_comm,
+                    efficiency.schedule_of,
+                ) = fns
                 t0 = time.perf_counter()
                 analysis.results(store, "big")
                 times[name].append((time.perf_counter() - t0) * 1000)
         store.close()
     ratio = statistics.median(a / b for a, b in zip(times["with"], times["without"]))
-    out = {"benchmark": "efficiency_results",
-           "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "rounds": ROUNDS,
-           "runs": runs, "points": points,
-           "with_ms": round(statistics.median(times["with"]), 1),
-           "without_ms": round(statistics.median(times["without"]), 1),
-           "ratio": round(ratio, 3)}
-    print(f"analysis.results over {runs} runs ({points} points): {out['with_ms']} ms with the "
-          f"efficiency fields, {out['without_ms']} ms without; paired ratio {out['ratio']} "
-          f"(median of {ROUNDS} rounds)")
+    out = {
+        "benchmark": "efficiency_results",
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "rounds": ROUNDS,
+        "runs": runs,
+        "points": points,
+        "with_ms": round(statistics.median(times["with"]), 1),
+        "without_ms": round(statistics.median(times["without"]), 1),
+        "ratio": round(ratio, 3),
+    }
+    print(
+        f"analysis.results over {runs} runs ({points} points): {out['with_ms']} ms with the "
+        f"efficiency fields, {out['without_ms']} ms without; paired ratio {out['ratio']} "
+        f"(median of {ROUNDS} rounds)"
+    )
     with OUT.open("a") as fh:
         fh.write(json.dumps(out) + "\n")
 

@@ -15,6 +15,7 @@ same rounds; status and results alternate over ROUNDS rounds and their medians a
 
     .venv/bin/python benchmarks/engine_scale.py [--runs 10000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,6 +73,7 @@ def plan_and_render(spec: Path, home: Path) -> tuple[int, float, float]:
     from dlscale.engine.config.spec import load_spec
     from dlscale.engine.launching import jobscript
     from dlscale.engine.launching.plan import plan
+
     profile = load_profile(str(PROFILE))
     jobscript.render(plan(load_spec(str(spec))).runs[0], profile, home / "warm", str(spec))
     t0 = time.perf_counter()
@@ -95,18 +97,30 @@ def main() -> None:
         env = {**os.environ, "DLSCALE_HOME": str(home), "COLUMNS": "160"}
 
         n, plan_s, render_s = plan_and_render(spec, home)
-        print(f"{n} runs: plan {plan_s:.2f} s; plan + render every job script {render_s:.2f} s "
-              f"(target < 2 s)")
+        print(
+            f"{n} runs: plan {plan_s:.2f} s; plan + render every job script {render_s:.2f} s "
+            f"(target < 2 s)"
+        )
 
         with open(home / "local-worker.lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a "worker" is alive: none is started
             run_s = timed([DLSCALE, "run", str(spec), "--backend", "local"], env)
-            queued = subprocess.run([sys.executable, "-c", (
-                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute("
-                "\"SELECT count(*) FROM jobs WHERE state='PENDING'\").fetchone()[0])"),
-                str(home / "dlscale.db")], capture_output=True, text=True).stdout.strip()
-            print(f"dlscale run (local backend): {run_s:.2f} s, {queued} jobs queued "
-                  f"(target < 5 s)")
+            queued = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    (
+                        "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute("
+                        "\"SELECT count(*) FROM jobs WHERE state='PENDING'\").fetchone()[0])"
+                    ),
+                    str(home / "dlscale.db"),
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            print(
+                f"dlscale run (local backend): {run_s:.2f} s, {queued} jobs queued (target < 5 s)"
+            )
             took: dict[str, list[float]] = {"python -c pass": [], "status": [], "results": []}
             for _ in range(ROUNDS):
                 took["python -c pass"].append(timed([sys.executable, "-c", "pass"], env))
@@ -115,17 +129,31 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in took.items()}
         base = med["python -c pass"]
         for k in ("status", "results"):
-            print(f"dlscale {k} with {n} runs stored: median {med[k]:.2f} s over {ROUNDS} "
-                  f"(x{med[k] / base:.1f} python -c pass at {base:.3f} s; target < 1 s)")
+            print(
+                f"dlscale {k} with {n} runs stored: median {med[k]:.2f} s over {ROUNDS} "
+                f"(x{med[k] / base:.1f} python -c pass at {base:.3f} s; target < 1 s)"
+            )
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({
-            "benchmark": "engine_scale", "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": f"{os.cpu_count()} cpus", "runs": n, "rounds": ROUNDS,
-            "plan_s": round(plan_s, 3), "plan_render_s": round(render_s, 3),
-            "run_local_s": round(run_s, 3), "python_pass_s": round(base, 3),
-            "status_s": round(med["status"], 3), "results_s": round(med["results"], 3),
-            "status_rounds_s": [round(x, 3) for x in took["status"]],
-            "results_rounds_s": [round(x, 3) for x in took["results"]]}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "benchmark": "engine_scale",
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "machine": f"{os.cpu_count()} cpus",
+                    "runs": n,
+                    "rounds": ROUNDS,
+                    "plan_s": round(plan_s, 3),
+                    "plan_render_s": round(render_s, 3),
+                    "run_local_s": round(run_s, 3),
+                    "python_pass_s": round(base, 3),
+                    "status_s": round(med["status"], 3),
+                    "results_s": round(med["results"], 3),
+                    "status_rounds_s": [round(x, 3) for x in took["status"]],
+                    "results_rounds_s": [round(x, 3) for x in took["results"]],
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ between device synchronisations: the yardstick the trainer's overhead is measure
     python benchmarks/hand_loop.py --model resnet50 --dataset synthetic-imagenet \
         --batch 256 --device cuda --precision bf16 --channels-last     # prints images/s
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout witho
 SIZES = {"synthetic-cifar": (32, 10), "synthetic-imagenet": (224, 1000)}
 
 
-def hand_loop(model_name: str, dataset: str, batch: int, steps: int, warmup: int,
-              device: str = "cpu", precision: str = "fp32", channels_last: bool = False,
-              compile: bool = False, threads: int = 1) -> float:
+def hand_loop(
+    model_name: str,
+    dataset: str,
+    batch: int,
+    steps: int,
+    warmup: int,
+    device: str = "cpu",
+    precision: str = "fp32",
+    channels_last: bool = False,
+    compile: bool = False,
+    threads: int = 1,
+) -> float:
     import torch
     import torch.nn.functional as F
 
@@ -36,8 +46,13 @@ def hand_loop(model_name: str, dataset: str, batch: int, steps: int, warmup: int
     size, classes = SIZES[dataset]
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = build(model_name, classes).to(dev, memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4,
-                          **({"fused": True} if cuda else {}))
+    opt = torch.optim.SGD(
+        model.parameters(),
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+        **({"fused": True} if cuda else {}),
+    )
     net = torch.compile(model) if compile else model
     x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
@@ -79,8 +94,19 @@ def main() -> None:
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
-    print(hand_loop(a.model, a.dataset, a.batch, a.steps, a.warmup, a.device, a.precision,
-                    a.channels_last, a.compile))
+    print(
+        hand_loop(
+            a.model,
+            a.dataset,
+            a.batch,
+            a.steps,
+            a.warmup,
+            a.device,
+            a.precision,
+            a.channels_last,
+            a.compile,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ so it is not run at 1 GB.
 
     .venv/bin/python benchmarks/logs.py [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,13 +63,17 @@ def old_failure_reason(path, context=5):
 
 # --- the logs -------------------------------------------------------------------------------
 
+
 def unit(kind: str) -> bytes:
     """1 MiB of one kind of output."""
     if kind == "no newline":
         text = b"".join(b"step %d loss 0.%04d " % (i, i % 9999) for i in range(60000))
     else:  # "\r progress": a tqdm bar redrawn with \r, never a newline
-        text = b"".join(b"\r%3d%%|%-20s| %d/100000 [00:%02d<00:10, 91.2it/s]"
-                        % (i % 100, b"#" * (i % 100 // 5), i, i % 60) for i in range(30000))
+        text = b"".join(
+            b"\r%3d%%|%-20s| %d/100000 [00:%02d<00:10, 91.2it/s]"
+            % (i % 100, b"#" * (i % 100 // 5), i, i % 60)
+            for i in range(30000)
+        )
     return (text * (MB // len(text) + 1))[:MB]
 
 
@@ -101,9 +106,14 @@ def main() -> None:
 def measure(folder: Path, rounds: int) -> dict:
     kinds = ("no newline", "\r progress")
     ending = b"\ndlscale-torch-ddp: error: rank 0: injected fault\n"
-    result = {"benchmark": "logs", "date": time.strftime("%Y-%m-%d %H:%M"),
-              "machine": f"{os.cpu_count()} cpus", "rounds": rounds, "gb": {},
-              "old_vs_new": {}}
+    result = {
+        "benchmark": "logs",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{os.cpu_count()} cpus",
+        "rounds": rounds,
+        "gb": {},
+        "old_vs_new": {},
+    }
     print(f"{'log':<14} {'size':>6} {'last 2 lines ms':>16} {'failure reason ms':>18}")
     for kind in kinds:
         path = write(folder / "big.log", kind, GB)
@@ -117,8 +127,10 @@ def measure(folder: Path, rounds: int) -> dict:
         result["gb"][kind] = {"tail_ms": tails, "reason_ms": reasons}
         path.unlink()
 
-    print(f"\n{'log':<14} {'size':>6} {'old tail ms':>12} {'new tail ms':>12} {'old/new':>9}"
-          f" {'old reason ms':>14} {'new reason ms':>14}")
+    print(
+        f"\n{'log':<14} {'size':>6} {'old tail ms':>12} {'new tail ms':>12} {'old/new':>9}"
+        f" {'old reason ms':>14} {'new reason ms':>14}"
+    )
     for kind in kinds:
         for size in (1 * MB, 4 * MB, 16 * MB):
             path = write(folder / "small.log", kind, size, ending)
@@ -132,12 +144,17 @@ def measure(folder: Path, rounds: int) -> dict:
             med = {k: statistics.median(v) if v else None for k, v in runs.items()}
             ratio = med["old"] / med["new"]
             old_r = f"{med['old_r']:>14.1f}" if med["old_r"] is not None else f"{'-':>14}"
-            print(f"{LABEL[kind]:<14} {size // MB:>4} MB {med['old']:>12.1f} {med['new']:>12.2f} "
-                  f"{ratio:>9.0f} {old_r} {med['new_r']:>14.2f}")
+            print(
+                f"{LABEL[kind]:<14} {size // MB:>4} MB {med['old']:>12.1f} {med['new']:>12.2f} "
+                f"{ratio:>9.0f} {old_r} {med['new_r']:>14.2f}"
+            )
             result["old_vs_new"][f"{kind} {size // MB} MB"] = {
-                "old_tail_ms": runs["old"], "new_tail_ms": runs["new"],
-                "old_reason_ms": runs["old_r"], "new_reason_ms": runs["new_r"],
-                "tail_ratio": ratio}
+                "old_tail_ms": runs["old"],
+                "new_tail_ms": runs["new"],
+                "old_reason_ms": runs["old_r"],
+                "new_reason_ms": runs["new_r"],
+                "tail_ratio": ratio,
+            }
             path.unlink()
     return result
 

@@ -10,6 +10,7 @@ controller query (`pyslurm.Jobs.load`).
     eval "$(tests/slurm/cluster --slurm 25.11 up)"
     .venv/bin/python benchmarks/slurm_backends.py
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,12 @@ def counting_pyslurm() -> PyslurmBackend:
     backend = PyslurmBackend()
     api = backend.api
     names = {k: getattr(api, k) for k in dir(api) if not k.startswith("__")}
-    names.update(Jobs=_Counted(api.Jobs, "pyslurm.Jobs.load"),
-                 db=SimpleNamespace(Jobs=_Counted(api.db.Jobs, "pyslurm.db.Jobs.load"),
-                                    JobFilter=api.db.JobFilter))
+    names.update(
+        Jobs=_Counted(api.Jobs, "pyslurm.Jobs.load"),
+        db=SimpleNamespace(
+            Jobs=_Counted(api.db.Jobs, "pyslurm.db.Jobs.load"), JobFilter=api.db.JobFilter
+        ),
+    )
     backend.api = SimpleNamespace(**names)
     return backend
 
@@ -63,9 +67,15 @@ def counting_cli() -> SlurmCLI:
 
 
 def held_jobs(n: int) -> list[str]:
-    return [subprocess.run(["sbatch", "--parsable", "-H", "-o", "/dev/null", "--wrap", "true"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-            for _ in range(n)]
+    return [
+        subprocess.run(
+            ["sbatch", "--parsable", "-H", "-o", "/dev/null", "--wrap", "true"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for _ in range(n)
+    ]
 
 
 def tick_seconds(make, ids: list[str]) -> tuple[float, float]:
@@ -97,35 +107,51 @@ def submit_seconds(scheduler, folder: Path) -> tuple[float, list[str]]:
 def main() -> None:
     version = subprocess.run(["scontrol", "version"], capture_output=True, text=True).stdout
     if "25.11" not in version:
-        raise SystemExit("benchmarks/slurm_backends.py: needs the 25.11 test cluster's "
-                         "environment (eval \"$(tests/slurm/cluster --slurm 25.11 up)\")")
+        raise SystemExit(
+            "benchmarks/slurm_backends.py: needs the 25.11 test cluster's "
+            'environment (eval "$(tests/slurm/cluster --slurm 25.11 up)")'
+        )
     results: dict = {"slurm": version.strip()}
     made: list[str] = []
     try:
-        print(f"{'jobs':>5} {'commands ms':>12} {'calls/tick':>10} {'pyslurm ms':>11} "
-              f"{'calls/tick':>10} {'commands/pyslurm':>17}")
+        print(
+            f"{'jobs':>5} {'commands ms':>12} {'calls/tick':>10} {'pyslurm ms':>11} "
+            f"{'calls/tick':>10} {'commands/pyslurm':>17}"
+        )
         made += held_jobs(max(SIZES))
         for n in SIZES:
             ids = made[:n]
             cli, cli_calls = tick_seconds(counting_cli, ids)
             py, py_calls = tick_seconds(counting_pyslurm, ids)
-            results[f"tick_{n}"] = {"commands_ms": cli * 1000, "commands_per_tick": cli_calls,
-                                    "pyslurm_ms": py * 1000, "pyslurm_calls_per_tick": py_calls,
-                                    "ratio": cli / py}
-            print(f"{n:>5} {cli * 1000:>12.1f} {cli_calls:>10.2f} {py * 1000:>11.1f} "
-                  f"{py_calls:>10.2f} {cli / py:>17.1f}")
+            results[f"tick_{n}"] = {
+                "commands_ms": cli * 1000,
+                "commands_per_tick": cli_calls,
+                "pyslurm_ms": py * 1000,
+                "pyslurm_calls_per_tick": py_calls,
+                "ratio": cli / py,
+            }
+            print(
+                f"{n:>5} {cli * 1000:>12.1f} {cli_calls:>10.2f} {py * 1000:>11.1f} "
+                f"{py_calls:>10.2f} {cli / py:>17.1f}"
+            )
         with tempfile.TemporaryDirectory() as tmp:
             cli_s, _ = submit_seconds(SlurmCLI(), Path(tmp))
             py_s, _ = submit_seconds(PyslurmBackend(), Path(tmp))
         results.update(submit_commands_ms=cli_s * 1000, submit_pyslurm_ms=py_s * 1000)
-        print(f"\nsubmit one job (median of {SUBMITS}): commands {cli_s * 1000:.1f} ms, "
-              f"pyslurm {py_s * 1000:.1f} ms; commands/pyslurm {cli_s / py_s:.1f}")
+        print(
+            f"\nsubmit one job (median of {SUBMITS}): commands {cli_s * 1000:.1f} ms, "
+            f"pyslurm {py_s * 1000:.1f} ms; commands/pyslurm {cli_s / py_s:.1f}"
+        )
     finally:
         for i in range(0, len(made), 200):
-            subprocess.run(["scancel", *made[i:i + 200]], capture_output=True)
+            subprocess.run(["scancel", *made[i : i + 200]], capture_output=True)
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({"benchmark": "slurm_backends", "date": time.strftime("%F %H:%M"),
-                             **results}) + "\n")
+        fh.write(
+            json.dumps(
+                {"benchmark": "slurm_backends", "date": time.strftime("%F %H:%M"), **results}
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ this says whether a check at open would be worth its time.
 
     .venv/bin/python benchmarks/store_open.py
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,21 @@ def build(home: Path, runs: int) -> int:
     body = "\n".join(lines[:-1] + [lines[2]] * 53 + lines[-1:]) + "\n"  # 60 records
     store = Store(home)
     for i in range(runs):
-        run = Run("big", "pytorch-ddp", "resnet20", "synthetic-cifar", 1, 1, 64, 64, "weak",
-                  "fp32", "native", i, {"steps": 30})
+        run = Run(
+            "big",
+            "pytorch-ddp",
+            "resnet20",
+            "synthetic-cifar",
+            1,
+            1,
+            64,
+            64,
+            "weak",
+            "fp32",
+            "native",
+            i,
+            {"steps": 30},
+        )
         row = store.add_run(run)
         Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
         (Path(row["run_dir"]) / "metrics.jsonl").write_text(body)
@@ -51,8 +65,10 @@ def timed(fn) -> float:
 
 def main() -> None:
     out = {}
-    print(f"{'runs':>6} {'MB':>6} {'open ms':>8} {'quick_check ms':>15} {'status rows ms':>15} "
-          f"{'check / open':>13}")
+    print(
+        f"{'runs':>6} {'MB':>6} {'open ms':>8} {'quick_check ms':>15} {'status rows ms':>15} "
+        f"{'check / open':>13}"
+    )
     for runs in (100, 1000, 5000):
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp)
@@ -67,13 +83,26 @@ def main() -> None:
                 rows.append(timed(lambda: queue.rows(store)))
                 store.close()
             o, c, r = (statistics.median(x) for x in (opens, checks, rows))
-            out[runs] = {"mb": round(size / 2**20, 1), "open_ms": round(o, 2),
-                         "quick_check_ms": round(c, 2), "status_rows_ms": round(r, 2)}
-            print(f"{runs:>6} {size / 2**20:>6.1f} {o:>8.2f} {c:>15.2f} {r:>15.2f} "
-                  f"{c / o:>13.1f}")
+            out[runs] = {
+                "mb": round(size / 2**20, 1),
+                "open_ms": round(o, 2),
+                "quick_check_ms": round(c, 2),
+                "status_rows_ms": round(r, 2),
+            }
+            print(f"{runs:>6} {size / 2**20:>6.1f} {o:>8.2f} {c:>15.2f} {r:>15.2f} {c / o:>13.1f}")
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({"benchmark": "store_open", "date": time.strftime("%Y-%m-%d %H:%M"),
-                             "rounds": ROUNDS, "records_per_run": 60, "by_runs": out}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "benchmark": "store_open",
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "rounds": ROUNDS,
+                    "records_per_run": 60,
+                    "by_runs": out,
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Prints images/s and the tf.data / direct ratio, and appends them to benchmarks/r
 Runs in the TensorFlow environment `dlscale env create tensorflow [--gpu]` recorded
 (DLSCALE_HOME, or --home); the measuring is done by that environment's python.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 def measure(feed: str, steps: int, cuda: bool) -> float:
     """images/s of `steps` SGD steps after 5 warm-up steps, fed by `feed`."""
     import tensorflow as tf
+
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
@@ -36,8 +38,19 @@ def measure(feed: str, steps: int, cuda: bool) -> float:
     from dlscale.trainers.common.arrays import ArrayData
     from dlscale.trainers.tf_keras.device import pipeline
     from dlscale.trainers.tf_keras.models import build, keras
-    args = build_parser("bench").parse_args(["--model", "resnet20", "--dataset", "digits",
-                                             "--per-device-batch", "32", "--epochs", "100"])
+
+    args = build_parser("bench").parse_args(
+        [
+            "--model",
+            "resnet20",
+            "--dataset",
+            "digits",
+            "--per-device-batch",
+            "32",
+            "--epochs",
+            "100",
+        ]
+    )
     data = ArrayData(args, 1, 0, channels_last=True)
     model = build("resnet20", data.classes)
     opt = keras.optimizers.SGD(0.05, momentum=0.9)
@@ -45,10 +58,14 @@ def measure(feed: str, steps: int, cuda: bool) -> float:
     @tf.function
     def step(x, y):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-                y, model(x, training=True), from_logits=True))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                model.trainable_variables))
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(
+                    y, model(x, training=True), from_logits=True
+                )
+            )
+        opt.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
         return loss
 
     # The trainer's CPU feed (direct) or its GPU feed (tf.data), whatever the device.
@@ -79,31 +96,49 @@ def main() -> None:
     sys.path.insert(0, str(HERE.parent))
     from dlscale.engine.launching import envs
     from dlscale.engine.tracking.store import default_home
+
     home = Path(a.home) if a.home else default_home()
     status = envs.resolve("tensorflow", home, device=a.device)
     if not status.ok or status.python is None:
         sys.exit(f"tf_input.py: {status.problem}")
-    env = {**os.environ, **envs.launch_env(status, home), "OMP_NUM_THREADS": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        **os.environ,
+        **envs.launch_env(status, home),
+        "OMP_NUM_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     results: dict[str, list[float]] = {"direct": [], "tf.data": []}
     for r in range(a.rounds):
         for feed in ("direct", "tf.data") if r % 2 == 0 else ("tf.data", "direct"):
-            out = subprocess.run([status.python, __file__, "--device", a.device, "--measure",
-                                  feed, str(a.steps)], capture_output=True, text=True,
-                                 check=True, env=env)
+            out = subprocess.run(
+                [status.python, __file__, "--device", a.device, "--measure", feed, str(a.steps)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            )
             rate = json.loads(out.stdout.strip().splitlines()[-1])
             results[feed].append(rate)
             print(f"round {r}: {feed:7s} {rate:7.1f} images/s", flush=True)
     direct, tfdata = (statistics.median(results[k]) for k in ("direct", "tf.data"))
-    print(f"\nResNet-20 on digits, 1 rank, 1 thread, {a.device}, median of {a.rounds} rounds: "
-          f"direct {direct:.1f}, tf.data {tfdata:.1f} images/s, tf.data/direct "
-          f"{tfdata / direct:.2f}")
-    record = {"benchmark": "tf_input", "date": time.strftime("%Y-%m-%d %H:%M"),
-              "machine": f"{platform.node()} {os.cpu_count()} cpus", "device": a.device,
-              "rounds": a.rounds, "steps": a.steps, "versions": status.versions,
-              "images_per_s": results, "ratio": tfdata / direct}
+    print(
+        f"\nResNet-20 on digits, 1 rank, 1 thread, {a.device}, median of {a.rounds} rounds: "
+        f"direct {direct:.1f}, tf.data {tfdata:.1f} images/s, tf.data/direct "
+        f"{tfdata / direct:.2f}"
+    )
+    record = {
+        "benchmark": "tf_input",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.node()} {os.cpu_count()} cpus",
+        "device": a.device,
+        "rounds": a.rounds,
+        "steps": a.steps,
+        "versions": status.versions,
+        "images_per_s": results,
+        "ratio": tfdata / direct,
+    }
     with open(HERE / "results.jsonl", "a") as fh:
         fh.write(json.dumps(record) + "\n")
 

@@ -12,6 +12,7 @@
 
     .venv/bin/python benchmarks/tui.py [--jobs 10000] [--log-gb 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,27 @@ from dlscale.tui.app import DlscaleApp
 from dlscale.tui.logtail import LogTail
 from dlscale.tui.queue import ROWS_PER_FRAME, JobTable
 
-RUNNING = 300   # jobs running (their clocks move every tick)
+RUNNING = 300  # jobs running (their clocks move every tick)
 CHANGING = 100  # jobs that start or stop every tick; as many running jobs report a record
 REPEAT = 15
 
 
 def interval(step: int) -> str:
-    return json.dumps({"schema": 1, "kind": "interval", "t": float(step), "step": step,
-                       "images_per_s": 800.0 + step, "loss": 6.9, "lr": 0.1,
-                       "step_time_ms": 80.0}) + "\n"
+    return (
+        json.dumps(
+            {
+                "schema": 1,
+                "kind": "interval",
+                "t": float(step),
+                "step": step,
+                "images_per_s": 800.0 + step,
+                "loss": 6.9,
+                "lr": 0.1,
+                "step_time_ms": 80.0,
+            }
+        )
+        + "\n"
+    )
 
 
 def big_store(home: Path, jobs: int) -> list[str]:
@@ -49,8 +62,21 @@ def big_store(home: Path, jobs: int) -> list[str]:
     store.save_experiment("big", "big.toml", "", "0")
     ids = []
     for i in range(jobs):
-        run = Run("big", "pytorch-ddp", "resnet50", "synthetic-imagenet", 1 + i % 8, 4, 64,
-                  64 * 4 * (1 + i % 8), "weak", "fp32", "native", i // 8, {"steps": 100})
+        run = Run(
+            "big",
+            "pytorch-ddp",
+            "resnet50",
+            "synthetic-imagenet",
+            1 + i % 8,
+            4,
+            64,
+            64 * 4 * (1 + i % 8),
+            "weak",
+            "fp32",
+            "native",
+            i // 8,
+            {"steps": 100},
+        )
         store.add_run(run)
         store.update_run(run.run_id, backend="local", job_id=f"local-{i}", state="PENDING")
         store.add_job("local", f"local-{i}", run.run_id, "PENDING")
@@ -70,9 +96,13 @@ def tick(store: Store, ids: list[str], k: int) -> None:
     """What a watcher tick finds changed in the store (not timed)."""
     start = k % 2 == 0
     for i in range(RUNNING, RUNNING + CHANGING):
-        store.update_job("local", f"local-{i}", state="RUNNING" if start else "PENDING",
-                         started=time.time() if start else None, nodes="node1" if start
-                         else None)
+        store.update_job(
+            "local",
+            f"local-{i}",
+            state="RUNNING" if start else "PENDING",
+            started=time.time() if start else None,
+            nodes="node1" if start else None,
+        )
         store.update_run(ids[i], state="RUNNING" if start else "PENDING")
     for i in range(k % 3, RUNNING, RUNNING // CHANGING):  # a third of them, in turn
         path = Path(store.run(ids[i])["run_dir"]) / "metrics.jsonl"
@@ -126,23 +156,27 @@ async def measure_queue(home: Path, ids: list[str]) -> dict:
         assert any(state in str(shown) for state in ("RUNNING", "PENDING")), shown
     store.close()
     refresh = [e + u for e, u in zip(engine, updates)]
-    return {"engine_rows_ms": ms(statistics.median(engine)),
-            "tick_update_ms": ms(statistics.median(updates)),
-            "refresh_ms": ms(statistics.median(refresh)),
-            "refresh_max_ms": ms(max(refresh)),
-            # CPU time of the refresh: what it costs this process whatever else the shared
-            # machine runs meanwhile (the wall-clock times above include waiting for a core).
-            "refresh_cpu_ms": ms(statistics.median(cpu)),
-            "frame_after_tick_ms": ms(statistics.median(frames)),
-            "first_read_ms": ms(first_read), "first_fill_ms": ms(fill),
-            "first_frame_ms": ms(first_frame), "first_fill_shown_ms": ms(fill_shown)}
+    return {
+        "engine_rows_ms": ms(statistics.median(engine)),
+        "tick_update_ms": ms(statistics.median(updates)),
+        "refresh_ms": ms(statistics.median(refresh)),
+        "refresh_max_ms": ms(max(refresh)),
+        # CPU time of the refresh: what it costs this process whatever else the shared
+        # machine runs meanwhile (the wall-clock times above include waiting for a core).
+        "refresh_cpu_ms": ms(statistics.median(cpu)),
+        "frame_after_tick_ms": ms(statistics.median(frames)),
+        "first_read_ms": ms(first_read),
+        "first_fill_ms": ms(fill),
+        "first_frame_ms": ms(first_frame),
+        "first_fill_shown_ms": ms(fill_shown),
+    }
 
 
 def write_log(path: Path, gib: float) -> None:
     line = b"2026-11-22 10:00:00 rank 0 step 0001234 loss 2.3456 images_per_s 812.5\n"
-    block = line * (4 * 2 ** 20 // len(line))
+    block = line * (4 * 2**20 // len(line))
     with open(path, "wb") as fh:
-        for _ in range(int(gib * 2 ** 30 // len(block))):
+        for _ in range(int(gib * 2**30 // len(block))):
             fh.write(block)
         fh.write(b"the last line\n")
 
@@ -169,9 +203,12 @@ async def measure_log(home: Path, path: Path) -> dict:
             await pilot.pause()
             opens.append(time.perf_counter() - t)
             tail.close()
-    return {"log_bytes": path.stat().st_size, "engine_tail_ms": ms(engine),
-            "open_to_last_line_ms": ms(statistics.median(opens)),
-            "open_runs_ms": [ms(x) for x in opens]}
+    return {
+        "log_bytes": path.stat().st_size,
+        "engine_tail_ms": ms(engine),
+        "open_to_last_line_ms": ms(statistics.median(opens)),
+        "open_runs_ms": [ms(x) for x in opens],
+    }
 
 
 def main() -> None:
@@ -183,25 +220,38 @@ def main() -> None:
         home = Path(tmp) / "home"
         ids = big_store(home, args.jobs)
         q = asyncio.run(measure_queue(home, ids))
-        print(f"queue, {args.jobs} jobs ({RUNNING} running, {CHANGING} changing state per "
-              f"tick): engine rows {q['engine_rows_ms']} ms + table update "
-              f"{q['tick_update_ms']} ms = {q['refresh_ms']} ms per refresh, median of "
-              f"{REPEAT} (slowest {q['refresh_max_ms']} ms; target < 100 ms), CPU time "
-              f"{q['refresh_cpu_ms']} ms; frame after a tick {q['frame_after_tick_ms']} ms; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        print(f"first fill: engine rows {q['first_read_ms']} ms; the table's first "
-              f"{ROWS_PER_FRAME} rows {q['first_fill_ms']} ms, on screen after "
-              f"{q['first_frame_ms']} ms; all rows in and measured after "
-              f"{q['first_fill_shown_ms']} ms")
+        print(
+            f"queue, {args.jobs} jobs ({RUNNING} running, {CHANGING} changing state per "
+            f"tick): engine rows {q['engine_rows_ms']} ms + table update "
+            f"{q['tick_update_ms']} ms = {q['refresh_ms']} ms per refresh, median of "
+            f"{REPEAT} (slowest {q['refresh_max_ms']} ms; target < 100 ms), CPU time "
+            f"{q['refresh_cpu_ms']} ms; frame after a tick {q['frame_after_tick_ms']} ms; "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
+        print(
+            f"first fill: engine rows {q['first_read_ms']} ms; the table's first "
+            f"{ROWS_PER_FRAME} rows {q['first_fill_ms']} ms, on screen after "
+            f"{q['first_frame_ms']} ms; all rows in and measured after "
+            f"{q['first_fill_shown_ms']} ms"
+        )
         log_path = Path(tmp) / "big.log"
         write_log(log_path, args.log_gb)
         lg = asyncio.run(measure_log(home, log_path))
-        print(f"log, {lg['log_bytes'] / 2 ** 30:.2f} GiB: engine tail {lg['engine_tail_ms']} "
-              f"ms; open to last line on screen {lg['open_to_last_line_ms']} ms median of "
-              f"{lg['open_runs_ms']} (target < 200 ms)")
-    record = {"benchmark": "tui", "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": args.jobs,
-              "running": RUNNING, "changing": CHANGING, "load_average": os.getloadavg()[0],
-              **q, **lg}
+        print(
+            f"log, {lg['log_bytes'] / 2**30:.2f} GiB: engine tail {lg['engine_tail_ms']} "
+            f"ms; open to last line on screen {lg['open_to_last_line_ms']} ms median of "
+            f"{lg['open_runs_ms']} (target < 200 ms)"
+        )
+    record = {
+        "benchmark": "tui",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "jobs": args.jobs,
+        "running": RUNNING,
+        "changing": CHANGING,
+        "load_average": os.getloadavg()[0],
+        **q,
+        **lg,
+    }
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
         fh.write(json.dumps(record) + "\n")
 

@@ -8,6 +8,7 @@ at 10,000 (its command faked, so what is timed is dlscale's own work).
 
     .venv/bin/python benchmarks/watcher_commands.py
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,10 @@ def sacct_answer(ids: list[str]) -> str:
 
 
 def main() -> None:
-    print(f"{'jobs':>6} {'ticks':>6} {'commands':>9} {'per tick':>9} {'sacct':>6} {'squeue':>7} "
-          f"{'tick ms':>8}")
+    print(
+        f"{'jobs':>6} {'ticks':>6} {'commands':>9} {'per tick':>9} {'sacct':>6} {'squeue':>7} "
+        f"{'tick ms':>8}"
+    )
     results, tick_ms = {}, {}
     for n in (1, 100, 1000, 10_000):
         ids = [str(100000 + i) for i in range(n)]
@@ -44,6 +47,7 @@ def main() -> None:
         def runner(argv, env=None, timeout=60, answer=answer, queue=queue, calls=calls):
             calls.append(argv[0])
             return CommandResult(argv, 0, answer if argv[0] == "sacct" else queue, "")
+
         watcher = SlurmCLI(runner=runner, squeue_every=3)
         ticks = TICKS if n < 10_000 else 6
         took = []
@@ -52,11 +56,17 @@ def main() -> None:
             watcher.poll(ids)
             took.append(time.perf_counter() - t0)
         per_tick = len(calls) / ticks
-        results[n] = {"per_tick": per_tick, "sacct": calls.count("sacct"),
-                      "squeue": calls.count("squeue"), "ticks": ticks}
+        results[n] = {
+            "per_tick": per_tick,
+            "sacct": calls.count("sacct"),
+            "squeue": calls.count("squeue"),
+            "ticks": ticks,
+        }
         tick_ms[n] = statistics.median(took) * 1000
-        print(f"{n:>6} {ticks:>6} {len(calls):>9} {per_tick:>9.2f} {calls.count('sacct'):>6} "
-              f"{calls.count('squeue'):>7} {tick_ms[n]:>8.1f}")
+        print(
+            f"{n:>6} {ticks:>6} {len(calls):>9} {per_tick:>9.2f} {calls.count('sacct'):>6} "
+            f"{calls.count('squeue'):>7} {tick_ms[n]:>8.1f}"
+        )
         assert calls.count("sacct") == ticks, "more than one sacct per tick"
     parse_ms = {}
     for n in (1000, 10_000):
@@ -68,20 +78,28 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         assert len(jobs) == n
         parse_ms[n] = statistics.median(times) * 1000
-        print(f"\nparse a {n:,}-job sacct answer ({len(text.splitlines())} rows, "
-              f"{len(text) / 1024:.0f} KiB): median {parse_ms[n]:.2f} ms over {len(times)} runs"
-              + (" (target < 200 ms)" if n == 10_000 else ""))
+        print(
+            f"\nparse a {n:,}-job sacct answer ({len(text.splitlines())} rows, "
+            f"{len(text) / 1024:.0f} KiB): median {parse_ms[n]:.2f} ms over {len(times)} runs"
+            + (" (target < 200 ms)" if n == 10_000 else "")
+        )
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps({"benchmark": "watcher_commands",
-                             "date": time.strftime("%Y-%m-%d %H:%M"),
-                             "load": round(os.getloadavg()[0], 1),
-                             "commands_per_tick": {n: r["per_tick"] for n, r in results.items()},
-                             "sacct_calls": {n: [r["sacct"], r["ticks"]]
-                                             for n, r in results.items()},
-                             "tick_ms": {n: round(v, 2) for n, v in tick_ms.items()},
-                             "parse_1000_ms": parse_ms[1000],
-                             "parse_10000_ms": parse_ms[10_000]}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "benchmark": "watcher_commands",
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "load": round(os.getloadavg()[0], 1),
+                    "commands_per_tick": {n: r["per_tick"] for n, r in results.items()},
+                    "sacct_calls": {n: [r["sacct"], r["ticks"]] for n, r in results.items()},
+                    "tick_ms": {n: round(v, 2) for n, v in tick_ms.items()},
+                    "parse_1000_ms": parse_ms[1000],
+                    "parse_10000_ms": parse_ms[10_000],
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

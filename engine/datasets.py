@@ -5,6 +5,7 @@ temporary name in the target folder, is checked against its published MD5, is un
 into a hidden temporary folder (refusing any member that would land outside it), and only
 then is renamed to its final name, which is what `training.data_dir` points at.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,14 +31,17 @@ class Source:
     name: str
     url: str
     md5: str
-    folder: str               # the archive's one top-level folder, kept as the final name
-    files: tuple[str, ...]    # what must be in it
+    folder: str  # the archive's one top-level folder, kept as the final name
+    files: tuple[str, ...]  # what must be in it
 
 
 CIFAR10 = Source(
-    "cifar10", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-    "c58f30108f718f92721af3b95e74349a", "cifar-10-batches-py",
-    tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta"))
+    "cifar10",
+    "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+    "c58f30108f718f92721af3b95e74349a",
+    "cifar-10-batches-py",
+    tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta"),
+)
 SOURCES = {CIFAR10.name: CIFAR10}
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
@@ -63,9 +67,11 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
             scheme = urllib.parse.urlparse(hop).scheme.lower()
             if scheme not in REDIRECT_SCHEMES:
                 fp.close()
-                raise FetchError(f"{req.full_url}: the server redirects ({code}) to {hop!r}; "
-                                 f"only {' and '.join(REDIRECT_SCHEMES)} redirects are "
-                                 "followed (nothing was fetched from there)")
+                raise FetchError(
+                    f"{req.full_url}: the server redirects ({code}) to {hop!r}; "
+                    f"only {' and '.join(REDIRECT_SCHEMES)} redirects are "
+                    "followed (nothing was fetched from there)"
+                )
         return super().http_error_302(req, fp, code, msg, headers)
 
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
@@ -103,16 +109,25 @@ def _safe_members(tar: tarfile.TarFile, folder: str, archive: str) -> list[tarfi
     for m in members:
         parts = Path(m.name).parts
         if m.name.startswith(("/", "\\")) or ".." in parts or not parts or parts[0] != folder:
-            raise FetchError(f"{archive}: member {m.name!r} would land outside "
-                             f"{folder}/; refusing to unpack this archive")
+            raise FetchError(
+                f"{archive}: member {m.name!r} would land outside "
+                f"{folder}/; refusing to unpack this archive"
+            )
         if not (m.isfile() or m.isdir()):
-            raise FetchError(f"{archive}: member {m.name!r} is a link or special file; "
-                             "refusing to unpack this archive")
+            raise FetchError(
+                f"{archive}: member {m.name!r} is a link or special file; "
+                "refusing to unpack this archive"
+            )
     return members
 
 
-def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | None = None,
-          on_progress: Progress = lambda done, total: None) -> Path:
+def fetch(
+    source: Source,
+    dest: str | Path,
+    url: str | None = None,
+    md5: str | None = None,
+    on_progress: Progress = lambda done, total: None,
+) -> Path:
     """Download, verify and unpack `source` into dest/<source.folder>; return that folder.
     Already there and complete: returned as it is, nothing downloaded."""
     url = url or source.url
@@ -127,9 +142,11 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
     if final.is_dir() and all((final / f).is_file() for f in source.files):
         return final
     if final.exists():
-        raise UserError(f"{final} exists but is not a complete {source.name} folder (it lacks "
-                        f"{', '.join(f for f in source.files if not (final / f).is_file())}); "
-                        "move it away and fetch again")
+        raise UserError(
+            f"{final} exists but is not a complete {source.name} folder (it lacks "
+            f"{', '.join(f for f in source.files if not (final / f).is_file())}); "
+            "move it away and fetch again"
+        )
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -141,8 +158,10 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
     try:
         got = _download(url, archive, on_progress)
         if got != md5:
-            raise FetchError(f"{url}: checksum mismatch: MD5 {got}, expected {md5}; the "
-                             "download is corrupt or not the published archive (nothing kept)")
+            raise FetchError(
+                f"{url}: checksum mismatch: MD5 {got}, expected {md5}; the "
+                "download is corrupt or not the published archive (nothing kept)"
+            )
         unpack = Path(tempfile.mkdtemp(dir=dest, prefix=f".{source.name}-unpack-"))
         try:
             with tarfile.open(archive, "r:*") as tar:
@@ -153,8 +172,9 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
             raise FetchError(f"{url}: not a readable tar archive ({exc})") from None
         missing = [f for f in source.files if not (unpack / source.folder / f).is_file()]
         if missing:
-            raise FetchError(f"{url}: the archive lacks {', '.join(missing)} under "
-                             f"{source.folder}/")
+            raise FetchError(
+                f"{url}: the archive lacks {', '.join(missing)} under {source.folder}/"
+            )
         try:
             read_cifar10(str(unpack / source.folder))
         except DataError as exc:
@@ -169,6 +189,7 @@ def fetch(source: Source, dest: str | Path, url: str | None = None, md5: str | N
 
 # --- ImageNet's folder layout ------------------------------------------------------------
 
+
 def check_imagenet(root: str | Path, expect_classes: int = 1000) -> LayoutCheck:
     """The trainers' own layout check (trainers/common/imagenet.py), for `data check`."""
     try:
@@ -182,9 +203,14 @@ def check_imagenet(root: str | Path, expect_classes: int = 1000) -> LayoutCheck:
 SAMPLE_SIZE = (320, 240)  # width x height: a photo's 4:3, cropped and resized like ImageNet's
 
 
-def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 32,
-                          val_per_class: int = 8, seed: int = 0,
-                          size: tuple[int, int] = SAMPLE_SIZE) -> LayoutCheck:
+def write_imagenet_sample(
+    dest: str | Path,
+    classes: int = 10,
+    per_class: int = 32,
+    val_per_class: int = 8,
+    seed: int = 0,
+    size: tuple[int, int] = SAMPLE_SIZE,
+) -> LayoutCheck:
     """Write real images (scikit-learn's bundled handwritten digits, one class per digit,
     upscaled and tinted to RGB JPEGs) in ImageNet's layout at `dest`, for trying the
     ImageNet loaders and testing them without ImageNet. Written into a hidden temporary
@@ -194,14 +220,16 @@ def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 
     from PIL import Image  # noqa: PLC0415  (Pillow comes with matplotlib)
 
     from ..trainers.common.data import load_digits  # noqa: PLC0415
+
     if not 1 <= classes <= 10:
         raise UserError(f"--classes {classes}: the digits sample has 1 to 10 classes")
     if per_class < 1 or val_per_class < 1:
         raise UserError("--per-class and --val-per-class must be 1 or more")
     dest = Path(dest).expanduser()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise UserError(f"{dest} exists and is not an empty folder; name a new one (nothing "
-                        "was written)")
+        raise UserError(
+            f"{dest} exists and is not an empty folder; name a new one (nothing was written)"
+        )
     try:
         train, test = load_digits(seed)
     except DataError as exc:
@@ -213,9 +241,11 @@ def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 
     for cls in range(classes):
         idx = rng.permutation(np.flatnonzero(labels == cls))
         if len(idx) < per_class + val_per_class:
-            raise UserError(f"--per-class {per_class} + --val-per-class {val_per_class}: the "
-                            f"digits have only {len(idx)} images of class {cls}")
-        picked[cls] = idx[:per_class + val_per_class]
+            raise UserError(
+                f"--per-class {per_class} + --val-per-class {val_per_class}: the "
+                f"digits have only {len(idx)} images of class {cls}"
+            )
+        picked[cls] = idx[: per_class + val_per_class]
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
@@ -237,8 +267,9 @@ def write_imagenet_sample(dest: str | Path, classes: int = 10, per_class: int = 
                     Image.fromarray(rgb).save(folder / f"digit_{i:05d}.JPEG", quality=90)
         check = check_layout(tmp, classes)
         if check.problems:  # a bug here, not the user's: say so plainly
-            raise DlscaleError("the sample written does not pass its own check: "
-                               + "; ".join(check.problems))
+            raise DlscaleError(
+                "the sample written does not pass its own check: " + "; ".join(check.problems)
+            )
         os.replace(tmp, dest)  # onto a missing or empty folder: atomic
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -3,6 +3,7 @@
 `UserError`s are bad input (exit status 2): the message names the file, the field and what
 is allowed. Other `DlscaleError`s are failures of the world (exit status 1).
 """
+
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """A run folder's layout, named in one place: what the engine writes there before a job
 starts, what the job writes, and where an earlier attempt's files go."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

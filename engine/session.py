@@ -5,6 +5,7 @@ threads; every method is safe to call from any thread.
 Raises only DlscaleError subclasses (UserError for bad input, SchedulerError/StoreError for
 failures of the world), which the caller shows as a message.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,9 +45,9 @@ class Preview:
     """What submitting the form would do, shown before the user commits to it."""
 
     runs: int = 0
-    to_run: int = 0             # not completed in the store already
-    device_runs: int = 0        # sum of devices over the runs still to run
-    estimate: str = ""          # from measured twins in the store, or says it is unknown
+    to_run: int = 0  # not completed in the store already
+    device_runs: int = 0  # sum of devices over the runs still to run
+    estimate: str = ""  # from measured twins in the store, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
@@ -74,14 +75,19 @@ class Snapshot:
 
 
 class Session:
-    def __init__(self, home: str | Path | None = None, backend: str = "local",
-                 profile_path: str | None = None, partition: str | None = None) -> None:
+    def __init__(
+        self,
+        home: str | Path | None = None,
+        backend: str = "local",
+        profile_path: str | None = None,
+        partition: str | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
         self._local = threading.local()
         self.home = Path(home) if home else default_home()
         _ = self.store  # open it now: a store that cannot open is an error at start, not later
-        self._lock = threading.Lock()       # one backend client, used by one thread at a time
+        self._lock = threading.Lock()  # one backend client, used by one thread at a time
         self._followers: dict[str, Backend] = {}
         # Submitting (sbatch, retried while a controller is slow) can take minutes: it has a
         # lock and a backend client of its own, so the queue refreshes meanwhile and shows
@@ -92,14 +98,14 @@ class Session:
         self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
         self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
 
-    def _choose(self, backend: str, profile: LoadedProfile | None,
-                partition: str | None) -> None:
+    def _choose(self, backend: str, profile: LoadedProfile | None, partition: str | None) -> None:
         """Where submissions go from now on; the target backend is made once per choice
         (pyslurm's probe runs a child process)."""
         target = make_backend(backend, self.store, profile, partition)
         if target.needs_profile and profile is None:
-            raise PlanError(f"--backend {backend} needs --profile CLUSTER.toml (see "
-                            "examples/clusters/)")
+            raise PlanError(
+                f"--backend {backend} needs --profile CLUSTER.toml (see examples/clusters/)"
+            )
         if profile is not None:
             profile.profile.partition(partition)  # raises PlanError when unknown
         with self._choice:
@@ -163,27 +169,38 @@ class Session:
             study.check_plan(loaded, p, self.target, self.home)
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
-        done = {r["run_id"] for r in self.store.runs(loaded.spec.experiment.name,
-                                                      states=("COMPLETED",))}
+        done = {
+            r["run_id"] for r in self.store.runs(loaded.spec.experiment.name, states=("COMPLETED",))
+        }
         todo = [r for r in p.runs if r.run_id not in done]
         secs = self.target.time_limit_s()
         limit = sum(r.devices for r in todo) * secs / 3600 if secs else None
-        return Preview(len(p.runs), len(todo), sum(r.devices for r in todo),
-                       estimate(self.store, todo).text(todo), limit, tuple(refusals), loaded)
+        return Preview(
+            len(p.runs),
+            len(todo),
+            sum(r.devices for r in todo),
+            estimate(self.store, todo).text(todo),
+            limit,
+            tuple(refusals),
+            loaded,
+        )
 
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
-            return study.submit(self.store, loaded,
-                                self.submitter(backend, self.store, profile, partition))
+            return study.submit(
+                self.store, loaded, self.submitter(backend, self.store, profile, partition)
+            )
 
     # --- queue ---------------------------------------------------------------------------
 
     def experiments(self) -> list[str]:
         """Most recently touched first."""
-        return [e["name"] for e in sorted(self.store.experiments(),
-                                          key=lambda e: e["updated"] or 0, reverse=True)]
+        return [
+            e["name"]
+            for e in sorted(self.store.experiments(), key=lambda e: e["updated"] or 0, reverse=True)
+        ]
 
     def refresh(self, experiment: str | None) -> Snapshot:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
@@ -195,8 +212,9 @@ class Session:
                 warning = warning or tick.warning
                 new += tick.new_records
         rows = self._queue.rows(self.store, experiment)
-        return Snapshot(experiment, rows, queue.counts(rows), reachable, warning, new,
-                        self.experiments())
+        return Snapshot(
+            experiment, rows, queue.counts(rows), reachable, warning, new, self.experiments()
+        )
 
     def cancel(self, run_ids: list[str]) -> list[str]:
         with self._lock:
@@ -204,8 +222,9 @@ class Session:
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
         with self._submit_lock:
-            return study.resubmit(self.store, run_ids,
-                                  lambda name: self.submitter(name, self.store))
+            return study.resubmit(
+                self.store, run_ids, lambda name: self.submitter(name, self.store)
+            )
 
     def log_path(self, run_id: str) -> Path:
         return RunPaths.of(self.store.run(run_id)).log
@@ -225,12 +244,14 @@ class Session:
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
         from .results import report as reporting
+
         name = reporting.pick_experiment(self.store, experiment)["name"]
         return Path(reporting.build(self.store, name, f"report-{name}", fmt).path)
 
     @staticmethod
-    def chart(results: list[dict[str, Any]], metric: str, model: str | None, width: int,
-              height: int) -> str:
+    def chart(
+        results: list[dict[str, Any]], metric: str, model: str | None, width: int, height: int
+    ) -> str:
         return charts.chart(results, metric, model, width, height, color=True)
 
 

@@ -4,6 +4,7 @@ Written once for every backend: what differs between the places a run can go (wh
 fits, preparing its job, submitting, repeating it) is the backend's (engine/backends/).
 Both front ends call these functions and nothing below them, so they behave alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,19 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
     if backend.needs_profile and backend.site_profile() is None:
         raise PlanError(backend.refusals(loaded, p.runs)[0])
     site = backend.site_profile()
-    problems = [f"{loaded.path}: experiment.frameworks: {problem}" for problem in
-                envs.check_frameworks(sorted({r.framework for r in p.runs}), home, site,
-                                      backend.site_partition())]
+    problems = [
+        f"{loaded.path}: experiment.frameworks: {problem}"
+        for problem in envs.check_frameworks(
+            sorted({r.framework for r in p.runs}), home, site, backend.site_partition()
+        )
+    ]
     needs: dict[str, set[str]] = {}
     for r in p.runs:
         needs.setdefault(r.framework, set()).add(r.loader)
-    problems += [f"{loaded.path}: experiment.loaders: {problem}" for problem in
-                 envs.check_loaders(needs, home, site, backend.site_partition())]
+    problems += [
+        f"{loaded.path}: experiment.loaders: {problem}"
+        for problem in envs.check_loaders(needs, home, site, backend.site_partition())
+    ]
     problems += backend.refusals(loaded, p.runs)
     if problems:
         raise PlanError("\n".join(problems))
@@ -48,16 +54,21 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
 class SubmitReport:
     submitted: list[Run] = field(default_factory=list)
     resubmitted: list[Run] = field(default_factory=list)  # failed or cancelled earlier
-    completed: list[Run] = field(default_factory=list)    # finished earlier: skipped
-    active: list[Run] = field(default_factory=list)       # queued or running already
+    completed: list[Run] = field(default_factory=list)  # finished earlier: skipped
+    active: list[Run] = field(default_factory=list)  # queued or running already
     failed_to_submit: list[tuple[Run, str]] = field(default_factory=list)
-    waiting: list[Run] = field(default_factory=list)      # beyond the site's limits: waves
+    waiting: list[Run] = field(default_factory=list)  # beyond the site's limits: waves
 
     @property
     def all_runs(self) -> list[Run]:
-        return self.submitted + self.resubmitted + self.completed + self.active + \
-            self.waiting + [
-            r for r, _ in self.failed_to_submit]
+        return (
+            self.submitted
+            + self.resubmitted
+            + self.completed
+            + self.active
+            + self.waiting
+            + [r for r, _ in self.failed_to_submit]
+        )
 
 
 def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
@@ -82,20 +93,33 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
         if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
             continue
-        claimed.append((run, mine[run.run_id],
-                        rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING)))
+        claimed.append(
+            (
+                run,
+                mine[run.run_id],
+                rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING),
+            )
+        )
     spec_file = shared_spec(store.home, loaded.text, loaded.digest)
 
     def prepare(run: Run, row: dict) -> JobRequest:
         paths = RunPaths.of(row)
         link_or_copy(spec_file, paths.spec)
         return backend.prepare(run, paths, loaded)
+
     _hand_over_all(store, backend, claimed, prepare, report, spec_path, loaded.digest)
     return report
 
 
-def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict, bool]],
-                   prepare, report: SubmitReport, spec_path: str, spec_digest: str) -> None:
+def _hand_over_all(
+    store: Store,
+    backend: Backend,
+    claimed: list[tuple[Run, dict, bool]],
+    prepare,
+    report: SubmitReport,
+    spec_path: str,
+    spec_digest: str,
+) -> None:
     """Prepare each claimed run's job, submit them (all at once where the backend can),
     record the jobs. A run whose job could not be made or was refused is released with
     why; anything unexpected (a bug, a folder that cannot be written, Ctrl-C) stops the
@@ -130,8 +154,9 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
                 report.failed_to_submit.append((run, not_submitted_because(outcome)))
                 continue
             accepted.append((run, row, again, request, outcome))
-        refused = _record_all(store, backend, [(row, job_id, request)
-                                               for _, row, _, request, job_id in accepted])
+        refused = _record_all(
+            store, backend, [(row, job_id, request) for _, row, _, request, job_id in accepted]
+        )
         for (run, _, again, _, _), why in zip(accepted, refused):
             if why is not None:
                 report.failed_to_submit.append((run, why))
@@ -148,8 +173,7 @@ def _hand_over_all(store: Store, backend: Backend, claimed: list[tuple[Run, dict
                     report.failed_to_submit.append((run, not_submitted_because(stop)))
 
 
-def _record(store: Store, backend: Backend, row: dict, job_id: str,
-            request: JobRequest) -> None:
+def _record(store: Store, backend: Backend, row: dict, job_id: str, request: JobRequest) -> None:
     """The job the backend accepted, in the store; if the store refuses it, the run says
     so (the job exists: cancel it there or let it run)."""
     why = _record_all(store, backend, [(row, job_id, request)])[0]
@@ -157,39 +181,55 @@ def _record(store: Store, backend: Backend, row: dict, job_id: str,
         raise StoreError(why)
 
 
-def _record_all(store: Store, backend: Backend,
-                accepted: list[tuple[dict, str, JobRequest]]) -> list[str | None]:
+def _record_all(
+    store: Store, backend: Backend, accepted: list[tuple[dict, str, JobRequest]]
+) -> list[str | None]:
     """The jobs the backend accepted, in the store in one transaction; for each one the
     store refused, its run is FAILED saying so (the job exists: cancel it there or let it
     run) and that reason is returned in its place."""
     if backend.records_its_jobs() or not accepted:
         return [None] * len(accepted)
     try:
-        refusals: list = store.add_jobs(backend.name, [
-            (job_id, row["run_id"], "PENDING", backend.payload(request))
-            for row, job_id, request in accepted])
+        refusals: list = store.add_jobs(
+            backend.name,
+            [
+                (job_id, row["run_id"], "PENDING", backend.payload(request))
+                for row, job_id, request in accepted
+            ],
+        )
     except Exception as exc:  # the store itself failed (locked, disk full): none recorded
         for row, job_id, _ in accepted:
-            store.release_run(row["run_id"], "FAILED", (
-                f"not recorded: {backend.name} job {job_id} was submitted but the store "
-                f"refused it ({not_submitted_because(exc)}); cancel it there or let it run"))
+            store.release_run(
+                row["run_id"],
+                "FAILED",
+                (
+                    f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                    f"refused it ({not_submitted_because(exc)}); cancel it there or let it run"
+                ),
+            )
         raise
     out: list[str | None] = []
     for (row, job_id, _), refusal in zip(accepted, refusals):
         why = None
         if refusal is not None:
-            why = (f"not recorded: {backend.name} job {job_id} was submitted but the store "
-                   f"refused it ({not_submitted_because(refusal)}); cancel it there or let it "
-                   "run")
+            why = (
+                f"not recorded: {backend.name} job {job_id} was submitted but the store "
+                f"refused it ({not_submitted_because(refusal)}); cancel it there or let it "
+                "run"
+            )
             store.release_run(row["run_id"], "FAILED", why)
         out.append(why)
     return out
 
 
-def _release(store: Store, row: dict, exc: BaseException, backend: Backend,
-             refused: str = "PLANNED") -> None:
-    store.release_run(row["run_id"], "FAILED" if isinstance(exc, SubmitError) else refused,
-                      f"not submitted: {not_submitted_because(exc)}")
+def _release(
+    store: Store, row: dict, exc: BaseException, backend: Backend, refused: str = "PLANNED"
+) -> None:
+    store.release_run(
+        row["run_id"],
+        "FAILED" if isinstance(exc, SubmitError) else refused,
+        f"not submitted: {not_submitted_because(exc)}",
+    )
 
 
 def not_submitted_because(exc: BaseException) -> str:
@@ -233,18 +273,22 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         payload = _payload(store, row)
         claimed = store.claim_run(row["run_id"])
         if claimed is None:
-            raise UserError(f"run {row['run_id']} is being submitted or has a queued or "
-                            "running job; `dlscale status` shows which")
+            raise UserError(
+                f"run {row['run_id']} is being submitted or has a queued or "
+                "running job; `dlscale status` shows which"
+            )
         backend = backend_for(row["backend"])
 
-        def request(claimed: dict = claimed, payload: dict = payload,
-                    backend: Backend = backend) -> JobRequest:
+        def request(
+            claimed: dict = claimed, payload: dict = payload, backend: Backend = backend
+        ) -> JobRequest:
             paths = RunPaths.of(claimed)
             previous = paths.attempt(claimed["attempts"] - 1)
             for old, new in zip(previous.submission, paths.submission):
                 if old.exists():
                     shutil.copy2(old, new)
             return backend.again(claimed, paths, payload)
+
         out.append((row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED")))
     return out
 
@@ -257,15 +301,18 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     row = find_run(store, ident)
     old_id = row["run_id"]
     if row["state"] in ACTIVE + ("PLANNED", SUBMITTING):
-        raise UserError(f"run {old_id} is {row['state']}; a rerun repeats a finished run "
-                        "(wait for it, or cancel it)")
+        raise UserError(
+            f"run {old_id} is {row['state']}; a rerun repeats a finished run "
+            "(wait for it, or cancel it)"
+        )
     if not row["job_id"]:
         raise UserError(f"run {old_id} was never submitted; use `dlscale run SPEC`")
     backend = backend_for(row["backend"])
     payload = _payload(store, row)
     backend.check_repeatable(row, payload)
-    new_id = plan_digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1,
-                          "at": time.time()})
+    new_id = plan_digest(
+        {"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()}
+    )
     store.add_rerun(row, new_id)
     claimed = store.claim_run(new_id)
     assert claimed is not None  # a run made this instant: nobody else knows it
@@ -274,13 +321,17 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
 
     def moved(text: str) -> str:
         # The run folder and id are the only things that differ between the two runs.
-        return (text.replace(str(old.root), str(new.root)).replace(old_id, new_id)
-                .replace(f"-{old_id[:8]}", f"-{new_id[:8]}"))
+        return (
+            text.replace(str(old.root), str(new.root))
+            .replace(old_id, new_id)
+            .replace(f"-{old_id[:8]}", f"-{new_id[:8]}")
+        )
 
     def request() -> JobRequest:
         if old.spec.exists():
             shutil.copy2(old.spec, new.spec)
         new.rerun_of.write_text(old_id + "\n")
         return backend.repeat(row, claimed, payload, moved)
+
     # refused or no longer fitting here: the rerun stays, FAILED, saying why
     return new_id, _hand_over(store, backend, claimed, request, "FAILED")

@@ -1,5 +1,6 @@
 """Shared fixtures: a private DLSCALE_HOME per test, the real `dlscale` command, and a
 clean-up that stops any local worker a test left behind."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,8 +35,9 @@ def pytest_collection_modifyitems(config, items):
     rather than starting a second one. The GPU tier (tests/gpu/) is marked `gpu` and skipped
     with the reason where there is no CUDA device, so the test command stays green on CPU
     machines and in CI."""
-    items.sort(key=lambda item: ("env_home" in getattr(item, "fixturenames", ()),
-                                 "[25.11" in item.name))
+    items.sort(
+        key=lambda item: ("env_home" in getattr(item, "fixturenames", ()), "[25.11" in item.name)
+    )
     gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
     why = _no_cuda() if gpu else None
     for item in gpu:
@@ -62,24 +64,38 @@ def _stop_workers(h: Path) -> None:
             pass
 
 
-def dlscale(*args: str, home: Path | None = None, timeout: float = 600,
-            check: int | None = None) -> subprocess.CompletedProcess:
+def dlscale(
+    *args: str, home: Path | None = None, timeout: float = 600, check: int | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ}
     if home is not None:
         env["DLSCALE_HOME"] = str(home)
     env.pop("DLSCALE_DEBUG", None)
-    proc = subprocess.run([str(BIN / "dlscale"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(BIN / "dlscale"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
     return proc
 
 
-def write_spec(path: Path, experiment: str = "", training: str = "", name: str = "t",
-               scales: str = '"1x1", "1x2"', steps: int = 4) -> Path:
+def write_spec(
+    path: Path,
+    experiment: str = "",
+    training: str = "",
+    name: str = "t",
+    scales: str = '"1x1", "1x2"',
+    steps: int = 4,
+) -> Path:
     """A small valid spec; `experiment`/`training` lines are appended to their tables,
     `scales` is the TOML text inside `scales = [...]`."""
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         [experiment]
         name = "{name}"
         frameworks = ["pytorch-ddp"]
@@ -95,7 +111,8 @@ def write_spec(path: Path, experiment: str = "", training: str = "", name: str =
         warmup_steps = 1
         log_every = 2
         {training}
-        """))
+        """)
+    )
     return path
 
 
@@ -133,8 +150,12 @@ class SlurmRelease:
         self.release, self.env = release, env
 
     def cluster(self, *args: str) -> None:
-        subprocess.run([str(CLUSTER), "--slurm", self.release, *args], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            [str(CLUSTER), "--slurm", self.release, *args],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
 
 
 def _start_release(release: str) -> SlurmRelease:
@@ -143,23 +164,35 @@ def _start_release(release: str) -> SlurmRelease:
     timeout = 600
     env = {**os.environ, "PYTHON": sys.executable}  # pyslurm's wheel is for this python
     if release != "22.05":
-        check = subprocess.run([str(BUILD_SLURM), "--check"], capture_output=True, text=True,
-                               timeout=120, env=env)
+        check = subprocess.run(
+            [str(BUILD_SLURM), "--check"], capture_output=True, text=True, timeout=120, env=env
+        )
         if check.returncode == 3:  # no archive: say where it was looked for
             pytest.skip(f"Slurm {release}: {check.stderr.strip().removeprefix('[build-slurm] ')}")
         if check.returncode == 1:
-            pytest.skip(f"Slurm {release} is not built: tests/slurm/build-slurm builds it "
-                        "(about 15 minutes on 2 cores; scripts/test does it in the background)")
+            pytest.skip(
+                f"Slurm {release} is not built: tests/slurm/build-slurm builds it "
+                "(about 15 minutes on 2 cores; scripts/test does it in the background)"
+            )
         if check.returncode == 4:
             timeout = 1800  # a build is in progress: `up` waits for it
-    proc = subprocess.run([str(CLUSTER), "--slurm", release, "up"], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [str(CLUSTER), "--slurm", release, "up"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     if proc.returncode == 3:
         pytest.skip(f"Slurm {release}: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the export lines, evaluated by the shell they were written for
-    shown = subprocess.run(["bash", "-c", 'eval "$1" && printf "%s\\0%s" "$SLURM_CONF" "$PATH"',
-                            "-", proc.stdout], capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        ["bash", "-c", 'eval "$1" && printf "%s\\0%s" "$SLURM_CONF" "$PATH"', "-", proc.stdout],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     conf, path = shown.stdout.split("\0")
     return SlurmRelease(release, {"SLURM_CONF": conf, "PATH": path})
 
@@ -186,9 +219,11 @@ class SlurmTarget:
         imported with: only 25.11 uses it)."""
         if self.backend == "pyslurm":
             from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+
             kw.pop("squeue_every", None)
             return PyslurmBackend(**kw)
         from dlscale.engine.backends.slurm import SlurmCLI
+
         return SlurmCLI(**kw)
 
 
@@ -197,8 +232,10 @@ def slurm_target(request, monkeypatch):
     release, backend = request.param
     started = request.getfixturevalue("slurm_22_05" if release == "22.05" else "slurm_25_11")
     if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
-        pytest.skip("pyslurm is not installed in this venv (PYTHON=.venv/bin/python "
-                    "tests/slurm/build-slurm --install builds and installs it)")
+        pytest.skip(
+            "pyslurm is not installed in this venv (PYTHON=.venv/bin/python "
+            "tests/slurm/build-slurm --install builds and installs it)"
+        )
     for name, value in started.env.items():
         monkeypatch.setenv(name, value)
     return SlurmTarget(started, backend)

@@ -1,4 +1,5 @@
 """Speedup, efficiency and CI arithmetic on known numbers, through the real store."""
+
 import math
 
 import pytest
@@ -23,9 +24,18 @@ def add(store, tmp_path, throughputs, tta=None, **over):
         run = make_run(repetition=rep, **over)
         store.add_run(run)
         path = tmp_path / f"{run.run_id}.jsonl"
-        path.write_text(line("summary", status="completed", throughput=value, timed_steps=10,
-                             warmup_steps=1, elapsed_s=1.0, time_to_accuracy_s=tta,
-                             best_top1=0.9 if tta else None))
+        path.write_text(
+            line(
+                "summary",
+                status="completed",
+                throughput=value,
+                timed_steps=10,
+                warmup_steps=1,
+                elapsed_s=1.0,
+                time_to_accuracy_s=tta,
+                best_top1=0.9 if tta else None,
+            )
+        )
         store.ingest(run.run_id, path)
         store.update_run(run.run_id, state="COMPLETED")
 
@@ -70,10 +80,23 @@ def add_on(store, tmp_path, device, throughputs, first_rep=0, **over):
         path = tmp_path / f"{run.run_id}.jsonl"
         ranks = over.get("ranks_per_node", 1)
         path.write_text(
-            line("env", framework_versions={"python": "3"}, hostnames=["n1"] * ranks,
-                 devices=[device] * ranks, world_size=ranks, dlscale_version="0")
-            + line("summary", status="completed", throughput=value, timed_steps=10,
-                   warmup_steps=1, elapsed_s=1.0))
+            line(
+                "env",
+                framework_versions={"python": "3"},
+                hostnames=["n1"] * ranks,
+                devices=[device] * ranks,
+                world_size=ranks,
+                dlscale_version="0",
+            )
+            + line(
+                "summary",
+                status="completed",
+                throughput=value,
+                timed_steps=10,
+                warmup_steps=1,
+                elapsed_s=1.0,
+            )
+        )
         store.ingest(run.run_id, path)
         store.update_run(run.run_id, state="COMPLETED")
 
@@ -84,13 +107,12 @@ def test_a_cpu_point_is_never_compared_with_a_gpu_baseline(tmp_path):
     store = Store(tmp_path)
     cpu, gpu = "cpu: Intel Xeon (2 thread(s))", "NVIDIA H100 80GB HBM3"
     add_on(store, tmp_path, cpu, [100, 100])
-    add_on(store, tmp_path, gpu, [3000, 3000], first_rep=2)          # same point id, on GPUs
+    add_on(store, tmp_path, gpu, [3000, 3000], first_rep=2)  # same point id, on GPUs
     add_on(store, tmp_path, cpu, [150], ranks_per_node=2)
     add_on(store, tmp_path, gpu, [5000], ranks_per_node=2, first_rep=1)
     add_on(store, tmp_path, "NVIDIA A100-SXM4-40GB", [4000], ranks_per_node=2, first_rep=2)
     rows = {(r["device"], r["ranks"]): r for r in results(store)}
-    assert set(rows) == {("cpu", 1), (gpu, 1), ("cpu", 2), (gpu, 2),
-                         ("NVIDIA A100-SXM4-40GB", 2)}
+    assert set(rows) == {("cpu", 1), (gpu, 1), ("cpu", 2), (gpu, 2), ("NVIDIA A100-SXM4-40GB", 2)}
     assert rows[("cpu", 2)]["speedup"] == pytest.approx(1.5)
     assert rows[(gpu, 2)]["speedup"] == pytest.approx(5000 / 3000)
     assert rows[(gpu, 1)]["throughput"] == 3000 and rows[("cpu", 1)]["throughput"] == 100
@@ -102,6 +124,7 @@ def test_the_results_table_names_the_device_when_points_differ_in_it(tmp_path):
     from rich.console import Console
 
     from dlscale.engine.results.tables import results_table
+
     store = Store(tmp_path)
     add_on(store, tmp_path, "cpu: Intel Xeon (2 thread(s))", [100])
     add_on(store, tmp_path, "NVIDIA H100 80GB HBM3", [3000], first_rep=1)

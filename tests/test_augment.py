@@ -2,12 +2,13 @@
 loader, the array trainers' numpy path, DALI), so "the same augmentation" holds: each image
 of a batch is its source at its own one of the 81 whole-pixel crops of the 4-pixel-padded
 image, flipped or not."""
+
 import numpy as np
 import pytest
 import torch
 
 from dlscale.trainers.common.arrays import augment_cifar as numpy_augment
-from dlscale.trainers.torch_ddp.loaders import augment_cifar as torch_augment
+from dlscale.trainers.torch_ddp.batches import augment_cifar as torch_augment
 
 N = 64
 
@@ -22,7 +23,7 @@ def _identify(src: np.ndarray, out: np.ndarray) -> tuple[int, int, bool] | None:
     padded = np.pad(src, ((0, 0), (4, 4), (4, 4)))
     for oy in range(9):
         for ox in range(9):
-            crop = padded[:, oy:oy + 32, ox:ox + 32]
+            crop = padded[:, oy : oy + 32, ox : ox + 32]
             for flip in (False, True):
                 if np.array_equal(crop[:, :, ::-1] if flip else crop, out):
                     return oy, ox, flip
@@ -60,9 +61,20 @@ def test_the_native_cifar10_loader_augments_each_image_of_its_batches(tmp_path):
     from test_data import make_cifar
 
     make_cifar(tmp_path / "cifar", n=8)  # 40 training images
-    args = build_parser("t").parse_args([
-        "--model", "resnet20", "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar"),
-        "--per-device-batch", "8", "--steps", "1"])
+    args = build_parser("t").parse_args(
+        [
+            "--model",
+            "resnet20",
+            "--dataset",
+            "cifar10",
+            "--data-dir",
+            str(tmp_path / "cifar"),
+            "--per-device-batch",
+            "8",
+            "--steps",
+            "1",
+        ]
+    )
     data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
     train, _ = cd.load_real("cifar10", str(tmp_path / "cifar"), 0)
     mean = np.array(cd.CIFAR_MEAN, dtype=np.float32).reshape(3, 1, 1) * 255

@@ -2,6 +2,7 @@
 models, so a new field is covered without a new test) refuses a wrong type, and every number
 beyond what can run, at its line and with the limit's reason; nothing else is raised.
 Command lines and the TUI: test_bad_input.py."""
+
 from __future__ import annotations
 
 import re
@@ -19,13 +20,23 @@ from dlscale.engine.errors import SpecError
 # --- specs: every field, by class -------------------------------------------------------
 
 BASE = {
-    "experiment": {"name": '"t"', "frameworks": '["pytorch-ddp"]', "models": '["resnet20"]',
-                   "datasets": '["synthetic-cifar"]', "scales": '["1x1"]',
-                   "per_device_batch": "[8]", "precisions": '["fp32"]', "repetitions": "1"},
+    "experiment": {
+        "name": '"t"',
+        "frameworks": '["pytorch-ddp"]',
+        "models": '["resnet20"]',
+        "datasets": '["synthetic-cifar"]',
+        "scales": '["1x1"]',
+        "per_device_batch": "[8]",
+        "precisions": '["fp32"]',
+        "repetitions": "1",
+    },
     "training": {"steps": "4", "warmup_steps": "1"},
 }
-HUGE, HUGE_NEGATIVE, INT64_MAX = "100000000000000000000", "-100000000000000000000", \
-    "9223372036854775807"
+HUGE, HUGE_NEGATIVE, INT64_MAX = (
+    "100000000000000000000",
+    "-100000000000000000000",
+    "9223372036854775807",
+)
 
 
 def render(tables: dict[str, dict[str, str]], root: str = "") -> tuple[str, dict[str, int]]:
@@ -109,26 +120,33 @@ def model_fields(model: type[BaseModel]):
     return [(name, f.annotation) for name, f in model.model_fields.items()]
 
 
-SPEC_FIELDS = [("experiment", n, a) for n, a in model_fields(Experiment)] + \
-    [("training", n, a) for n, a in model_fields(Training)]
+SPEC_FIELDS = [("experiment", n, a) for n, a in model_fields(Experiment)] + [
+    ("training", n, a) for n, a in model_fields(Training)
+]
 
 
-@pytest.mark.parametrize("table,key,annotation", SPEC_FIELDS,
-                         ids=[f"{t}.{k}" for t, k, _ in SPEC_FIELDS])
+@pytest.mark.parametrize(
+    "table,key,annotation", SPEC_FIELDS, ids=[f"{t}.{k}" for t, k, _ in SPEC_FIELDS]
+)
 def test_every_spec_field_refuses_a_wrong_type_at_its_line(tmp_path, table, key, annotation):
     for value in WRONG[kind_of(annotation)]:
         path, line = spec_with(tmp_path, table, key, value)
         problems = problems_of(path)
-        assert any(p.startswith(f"{path}:{line}: {table}.{key}") for p in problems), \
-            (value, problems)
+        assert any(p.startswith(f"{path}:{line}: {table}.{key}") for p in problems), (
+            value,
+            problems,
+        )
     for value in TOML_TYPES:  # whatever is given: loads, or says where; never a crash
         path, line = spec_with(tmp_path, table, key, value)
         for problem in problems_of(path):
             assert problem.startswith(f"{path}:"), problem
 
 
-NUMERIC = [(t, k, a) for t, k, a in SPEC_FIELDS
-           if kind_of(a) in ("int", "number") or item_kind(a) in ("int", "number")]
+NUMERIC = [
+    (t, k, a)
+    for t, k, a in SPEC_FIELDS
+    if kind_of(a) in ("int", "number") or item_kind(a) in ("int", "number")
+]
 
 
 @pytest.mark.parametrize("table,key,annotation", NUMERIC, ids=[f"{t}.{k}" for t, k, _ in NUMERIC])
@@ -154,35 +172,49 @@ def test_every_numeric_spec_field_is_bounded_with_a_reason(tmp_path, table, key,
 def test_scales_are_bounded_with_a_reason(tmp_path, key):
     other = next(k for k in Scale.model_fields if k != key)
     for value in (HUGE, "0", "-1"):
-        path, line = spec_with(tmp_path, "experiment", "scales",
-                               f"[{{{key} = {value}, {other} = 1}}]")
+        path, line = spec_with(
+            tmp_path, "experiment", "scales", f"[{{{key} = {value}, {other} = 1}}]"
+        )
         problems = problems_of(path)
-        assert any(p.startswith(f"{path}:{line}: experiment.scales[0].{key}: ")
-                   for p in problems), problems
+        assert any(
+            p.startswith(f"{path}:{line}: experiment.scales[0].{key}: ") for p in problems
+        ), problems
     path, _ = spec_with(tmp_path, "experiment", "scales", f'["{HUGE}x1", "1x{HUGE}"]')
     assert len(problems_of(path)) == 2
     path, line = spec_with(tmp_path, "experiment", "scales", "[{nodes = 1, ranks = 2}]")
     assert sorted(problems_of(path)) == [
         f"{path}:{line}: experiment.scales[0].ranks: unknown key; allowed keys here: nodes, "
-        "ranks_per_node", f"{path}:{line}: experiment.scales[0].ranks_per_node: required, "
-        "but missing"]
+        "ranks_per_node",
+        f"{path}:{line}: experiment.scales[0].ranks_per_node: required, but missing",
+    ]
 
 
 def test_strong_scaling_bounds_the_global_batch_and_each_devices_share(tmp_path):
     tables = {t: dict(keys) for t, keys in BASE.items()}
-    tables["experiment"].update(per_device_batch=None, scaling='"strong"',
-                                global_batch="[131072]", scales='["1x1", "1x2"]')
+    tables["experiment"].update(
+        per_device_batch=None, scaling='"strong"', global_batch="[131072]", scales='["1x1", "1x2"]'
+    )
     text, where = render(tables)
     path = tmp_path / "strong.toml"
     path.write_text(text)
     problems = problems_of(path)
-    assert len(problems) == 1 and "131072 images per device at scale 1x1" in problems[0] \
-        and "65536" in problems[0], problems
+    assert (
+        len(problems) == 1
+        and "131072 images per device at scale 1x1" in problems[0]
+        and "65536" in problems[0]
+    ), problems
 
 
-@pytest.mark.parametrize("root,line", [
-    ('experiment = "x"', 1), ("experiment = 5", 1), ('training = "x"', 1), ("options = 3", 1),
-    ('bogus = "x"', 1)])
+@pytest.mark.parametrize(
+    "root,line",
+    [
+        ('experiment = "x"', 1),
+        ("experiment = 5", 1),
+        ('training = "x"', 1),
+        ("options = 3", 1),
+        ('bogus = "x"', 1),
+    ],
+)
 def test_wrong_tables_are_named_at_their_line(tmp_path, root, line):
     tables = {t: dict(keys) for t, keys in BASE.items() if not root.startswith(t)}
     text, _ = render(tables, root)
@@ -198,33 +230,45 @@ def test_array_of_tables_is_named_as_such(tmp_path):
     text, _ = render(BASE)
     path = tmp_path / "s.toml"
     path.write_text(text.replace("[experiment]", "[[experiment]]"))
-    assert problems_of(path) == [f"{path}:1: experiment: should be a table ([experiment]), "
-                                 "not an array of tables"]
+    assert problems_of(path) == [
+        f"{path}:1: experiment: should be a table ([experiment]), not an array of tables"
+    ]
 
 
 def test_every_table_names_an_unknown_key_and_what_it_allows(tmp_path):
     from dlscale.engine.config.frameworks import FRAMEWORKS
-    for table, allowed in [("experiment", "name"), ("training", "steps"),
-                           ("options", ", ".join(f for f in FRAMEWORKS
-                                                 if FRAMEWORKS[f].options)),
-                           ("options.deepspeed", "zero_stage")]:
+
+    for table, allowed in [
+        ("experiment", "name"),
+        ("training", "steps"),
+        ("options", ", ".join(f for f in FRAMEWORKS if FRAMEWORKS[f].options)),
+        ("options.deepspeed", "zero_stage"),
+    ]:
         path, line = spec_with(tmp_path, table, "bogus", "1")
         problems = problems_of(path)
-        assert any(p.startswith(f"{path}:{line}: {table}.bogus: unknown key; allowed keys "
-                                f"here: ") and allowed in p for p in problems), problems
+        assert any(
+            p.startswith(f"{path}:{line}: {table}.bogus: unknown key; allowed keys here: ")
+            and allowed in p
+            for p in problems
+        ), problems
 
 
 def test_framework_options_refuse_wrong_types_and_values(tmp_path):
     from dlscale.engine.config.frameworks import FRAMEWORKS
+
     for fw in FRAMEWORKS.values():
         for opt in fw.options:
-            wrong = ["1", '"true"'] if isinstance(opt.default, bool) else \
-                ["true", '"1"', "1.5", HUGE, "-1"]
+            wrong = (
+                ["1", '"true"']
+                if isinstance(opt.default, bool)
+                else ["true", '"1"', "1.5", HUGE, "-1"]
+            )
             for value in wrong:
                 path, line = spec_with(tmp_path, f"options.{fw.name}", opt.name, value)
                 problems = problems_of(path)
-                assert any(p.startswith(f"{path}:{line}: options.{fw.name}.{opt.name}: ")
-                           for p in problems), (value, problems)
+                assert any(
+                    p.startswith(f"{path}:{line}: options.{fw.name}.{opt.name}: ") for p in problems
+                ), (value, problems)
 
 
 # --- the cluster profile: every field, by class -------------------------------------------
@@ -238,8 +282,9 @@ PROFILE = {
 
 
 def profile_with(tmp_path: Path, table: str, key: str, value: str) -> tuple[Path, int]:
-    tables = {t: dict(keys) for t, keys in PROFILE.items()
-              if not (table == "" and t.split(".")[0] == key)}  # a key, not also a table
+    tables = {
+        t: dict(keys) for t, keys in PROFILE.items() if not (table == "" and t.split(".")[0] == key)
+    }  # a key, not also a table
     tables[table][key] = value
     lines, where = [], {}
     for t, keys in tables.items():
@@ -253,20 +298,26 @@ def profile_with(tmp_path: Path, table: str, key: str, value: str) -> tuple[Path
     return path, where[f"{table}.{key}"]
 
 
-PROFILE_FIELDS = [("", n, a) for n, a in model_fields(Profile)] + \
-    [("partitions", n, a) for n, a in model_fields(Partition)] + \
-    [("environments.pytorch-ddp", n, a) for n, a in model_fields(Environment)] + \
-    [("environments.mxnet.container", n, a) for n, a in model_fields(Container)]
+PROFILE_FIELDS = (
+    [("", n, a) for n, a in model_fields(Profile)]
+    + [("partitions", n, a) for n, a in model_fields(Partition)]
+    + [("environments.pytorch-ddp", n, a) for n, a in model_fields(Environment)]
+    + [("environments.mxnet.container", n, a) for n, a in model_fields(Container)]
+)
 
 
 def _profile_field(table: str, key: str) -> str:
     return {"": key, "partitions": f"partitions[0].{key}"}.get(table, f"{table}.{key}")
 
 
-@pytest.mark.parametrize("table,key,annotation", PROFILE_FIELDS,
-                         ids=[f"{t or 'profile'}.{k}" for t, k, _ in PROFILE_FIELDS])
-def test_every_profile_field_refuses_a_wrong_type_and_what_cannot_run(tmp_path, table, key,
-                                                                     annotation):
+@pytest.mark.parametrize(
+    "table,key,annotation",
+    PROFILE_FIELDS,
+    ids=[f"{t or 'profile'}.{k}" for t, k, _ in PROFILE_FIELDS],
+)
+def test_every_profile_field_refuses_a_wrong_type_and_what_cannot_run(
+    tmp_path, table, key, annotation
+):
     field = _profile_field(table, key)
     kind = kind_of(annotation)
     for value in WRONG[kind]:
@@ -279,8 +330,9 @@ def test_every_profile_field_refuses_a_wrong_type_and_what_cannot_run(tmp_path, 
             problems = problems_of(path, load_profile)
             assert any(p.startswith(f"{path}:{line}: {field}: ") for p in problems), problems
             if value != HUGE_NEGATIVE:
-                assert any(re.search(r"less than or equal to \d+: \w", p) for p in problems), \
+                assert any(re.search(r"less than or equal to \d+: \w", p) for p in problems), (
                     problems
+                )
     for value in TOML_TYPES:
         path, _ = profile_with(tmp_path, table, key, value)
         for problem in problems_of(path, load_profile):
@@ -290,5 +342,7 @@ def test_every_profile_field_refuses_a_wrong_type_and_what_cannot_run(tmp_path, 
 def test_profile_times_beyond_a_year_are_refused(tmp_path):
     for value in ('"99999999999"', '"400-00:00:00"'):
         path, line = profile_with(tmp_path, "", "time_limit", value)
-        assert any(p.startswith(f"{path}:{line}: time_limit: ") and "365 days" in p
-                   for p in problems_of(path, load_profile))
+        assert any(
+            p.startswith(f"{path}:{line}: time_limit: ") and "365 days" in p
+            for p in problems_of(path, load_profile)
+        )

@@ -5,6 +5,7 @@ command line's own errors. Spec and profile fields: test_bad_fields.py.
 
 Each case ends the same way: exit 2, one line naming the option or the file, line and field
 and what is allowed, no traceback, nothing done."""
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,8 @@ def refused(code: int, err: str, *fragments: str) -> None:
         assert fragment in err, (fragment, err)
 
 
-
 # --- the command line: every command, every option -----------------------------------------
+
 
 def commands(group: click.Group, path: tuple[str, ...] = ()):
     ctx = click.Context(group)
@@ -61,6 +62,7 @@ COMMANDS = list(commands(cli))
 def stocked(home, tmp_path):
     """A store holding one experiment, and a valid spec for commands that take one."""
     from conftest import write_spec
+
     spec = write_spec(tmp_path / "ok.toml", name="alpha")
     Store(home).save_experiment("alpha", str(spec), spec.read_text(), "0" * 12)
     return spec
@@ -82,8 +84,20 @@ def arguments_for(cmd: click.Command, spec: Path) -> list[str]:
 
 def test_the_walk_finds_every_command():
     names = {" ".join(path) for path, _ in COMMANDS}
-    assert {"plan", "run", "status", "results", "chart", "logs", "cancel", "report",
-            "data fetch", "env create", "export mllog", "doctor"} <= names
+    assert {
+        "plan",
+        "run",
+        "status",
+        "results",
+        "chart",
+        "logs",
+        "cancel",
+        "report",
+        "data fetch",
+        "env create",
+        "export mllog",
+        "doctor",
+    } <= names
 
 
 @pytest.mark.parametrize("path,cmd", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
@@ -105,9 +119,12 @@ def test_every_command_refuses_unknown_and_wrong_typed_options(capsys, stocked, 
 def test_dlscale_tui_refuses_unknown_and_wrong_typed_options(capsys):
     """Its command line fails while parsing, before the app starts."""
     from dlscale.tui.app import main as tui_main
-    cases = [["--no-such-option"]] + [[max(o.opts, key=len), "no-such-choice"]
-                                       for o in tui_main.params if isinstance(o, click.Option)
-                                       and isinstance(o.type, click.Choice)]
+
+    cases = [["--no-such-option"]] + [
+        [max(o.opts, key=len), "no-such-choice"]
+        for o in tui_main.params
+        if isinstance(o, click.Option) and isinstance(o.type, click.Choice)
+    ]
     assert len(cases) > 1
     for args in cases:
         with pytest.raises(SystemExit) as info:
@@ -119,20 +136,31 @@ def test_every_integer_option_says_its_range(capsys, stocked):
     for path, cmd in COMMANDS:
         for opt in cmd.params:
             if isinstance(opt, click.Option) and isinstance(opt.type, click.types.IntParamType):
-                assert isinstance(opt.type, click.IntRange) and opt.type.min is not None \
-                    and opt.type.max is not None, (path, opt.name)
-                code, _, err = invoke(capsys, *path, *arguments_for(cmd, stocked),
-                                      max(opt.opts, key=len), str(opt.type.max + 1))
+                assert (
+                    isinstance(opt.type, click.IntRange)
+                    and opt.type.min is not None
+                    and opt.type.max is not None
+                ), (path, opt.name)
+                code, _, err = invoke(
+                    capsys,
+                    *path,
+                    *arguments_for(cmd, stocked),
+                    max(opt.opts, key=len),
+                    str(opt.type.max + 1),
+                )
                 refused(code, err, f"{opt.type.min}<=x<={opt.type.max}")
 
 
-EXPERIMENT_COMMANDS = [(p, c) for p, c in COMMANDS
-                       if any(isinstance(o, click.Option) and o.name == "experiment"
-                              for o in c.params)]
+EXPERIMENT_COMMANDS = [
+    (p, c)
+    for p, c in COMMANDS
+    if any(isinstance(o, click.Option) and o.name == "experiment" for o in c.params)
+]
 
 
-@pytest.mark.parametrize("path,cmd", EXPERIMENT_COMMANDS,
-                         ids=[" ".join(p) for p, _ in EXPERIMENT_COMMANDS])
+@pytest.mark.parametrize(
+    "path,cmd", EXPERIMENT_COMMANDS, ids=[" ".join(p) for p, _ in EXPERIMENT_COMMANDS]
+)
 def test_an_unknown_experiment_is_refused_naming_the_known_ones(capsys, stocked, path, cmd):
     for flag in ("--experiment", "-e"):
         code, out, err = invoke(capsys, *path, flag, "NOPE")
@@ -162,25 +190,37 @@ def test_an_option_the_backend_would_ignore_is_refused(capsys, stocked, home):
     """--profile with --backend local, --partition without a profile: once dropped silently
     (a plan for this machine when the user named a cluster)."""
     from conftest import REPO
+
     profile = str(REPO / "examples" / "clusters" / "test-cluster.toml")
     for command in ("plan", "run"):
-        for extra, says in [(["--backend", "local", "--profile", profile], "--backend slurm"),
-                            (["--partition", "debug"], "--profile")]:
+        for extra, says in [
+            (["--backend", "local", "--profile", profile], "--backend slurm"),
+            (["--partition", "debug"], "--profile"),
+        ]:
             code, out, err = invoke(capsys, command, str(stocked), *extra)
             refused(code, err, says)
             assert len(err.strip().splitlines()) == 1 and not out, err
     assert Store(home).runs() == []
     import subprocess
-    proc = subprocess.run([str(BIN / "dlscale-tui"), "--partition", "debug"], text=True,
-                          capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+
+    proc = subprocess.run(
+        [str(BIN / "dlscale-tui"), "--partition", "debug"],
+        text=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
     refused(proc.returncode, proc.stderr, "--profile")
 
 
 def test_home_that_cannot_be_made_or_written_is_refused(capsys, tmp_path, monkeypatch):
     afile = tmp_path / "a-file"
     afile.write_text("mine\n")
-    for bad, why in [("/proc/x", "/proc"), (str(afile), "not a folder"),
-                     (str(afile / "sub"), "not a folder")]:
+    for bad, why in [
+        ("/proc/x", "/proc"),
+        (str(afile), "not a folder"),
+        (str(afile / "sub"), "not a folder"),
+    ]:
         for args in (["--home", bad, "status"], ["--home", bad, "env", "list"]):
             code, _, err = invoke(capsys, *args)
             refused(code, err, bad, why)
@@ -193,8 +233,14 @@ def test_home_that_cannot_be_made_or_written_is_refused(capsys, tmp_path, monkey
     proc = dlscale("--home", "/proc/x", "status")
     refused(proc.returncode, proc.stderr, "/proc/x")
     import subprocess
-    proc = subprocess.run([str(BIN / "dlscale-tui"), "--home", str(afile)], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=120)
+
+    proc = subprocess.run(
+        [str(BIN / "dlscale-tui"), "--home", str(afile)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
     refused(proc.returncode, proc.stderr, str(afile), "not a folder")
 
 
@@ -210,10 +256,12 @@ def server(tmp_path):
 
         def log_message(self, *args):
             pass
+
     (tmp_path / "www").mkdir()
     (tmp_path / "www" / "c.tar.gz").write_bytes(b"not an archive")
     httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "www")))
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "www"))
+    )
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/c.tar.gz", hits
     httpd.shutdown()
@@ -223,12 +271,23 @@ def server(tmp_path):
 def test_a_malformed_md5_is_refused_before_downloading(capsys, tmp_path, server, monkeypatch):
     url, hits = server
     for md5 in ("xyz", "0" * 31, "g" * 32, "0" * 33, ""):
-        code, _, err = invoke(capsys, "data", "fetch", "cifar10", "--dir",
-                              str(tmp_path / "data"), "--url", url, "--md5", md5)
+        code, _, err = invoke(
+            capsys,
+            "data",
+            "fetch",
+            "cifar10",
+            "--dir",
+            str(tmp_path / "data"),
+            "--url",
+            url,
+            "--md5",
+            md5,
+        )
         refused(code, err, "--md5", "32 hex digits")
     monkeypatch.setenv("DLSCALE_CIFAR10_MD5", "xyz")
-    code, _, err = invoke(capsys, "data", "fetch", "cifar10", "--dir", str(tmp_path / "data"),
-                          "--url", url)
+    code, _, err = invoke(
+        capsys, "data", "fetch", "cifar10", "--dir", str(tmp_path / "data"), "--url", url
+    )
     refused(code, err, "DLSCALE_CIFAR10_MD5")
     assert hits == [] and not (tmp_path / "data").exists()
 
@@ -283,6 +342,7 @@ async def test_tui_opens_wrong_shaped_specs_with_the_command_lines_errors(home, 
 
     from dlscale.engine.session import Session
     from dlscale.tui.app import DlscaleApp
+
     specs = [tui_spec(tmp_path, case) for case in TUI_CASES] + _tables_of_arrays(tmp_path)
     app = DlscaleApp(Session(home, "local"), str(specs[0]), watch=False)
     async with app.run_test(size=(120, 60)) as pilot:
@@ -294,6 +354,10 @@ async def test_tui_opens_wrong_shaped_specs_with_the_command_lines_errors(home, 
                 await pilot.pause(0.2)
                 app.screen.query_one("#path-input").value = str(spec)
                 await pilot.press("enter")
-            await until(pilot, lambda: all(p in str(field(app, "preview").render())
-                                           for p in expected), 30, f"the errors of {spec}")
+            await until(
+                pilot,
+                lambda: all(p in str(field(app, "preview").render()) for p in expected),
+                30,
+                f"the errors of {spec}",
+            )
             assert "does not validate" in str(field(app, "preview").render())

@@ -1,6 +1,7 @@
 """Records trusted by type (issue 11, items 10 and 11): a metric line of the wrong type or a
 torn one is skipped and counted, every front end names its run, file and line, and the rest
 of the store reads as before: in a store made now, and in one an older dlscale filled."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,11 @@ BASELINE = "4b75ba1fc982"  # the quickstart's best 1x1 run: its summary stays go
 def _bad_study(home) -> dict[str, str]:
     """The recorded quickstart with one damaged line in four of its six runs; returns
     {run_id: what its note must say}."""
-    runs = sorted(json.loads((Path(__file__).parent / "fixtures" / "tui-quickstart" /
-                              "jobs.json").read_text()))
+    runs = sorted(
+        json.loads(
+            (Path(__file__).parent / "fixtures" / "tui-quickstart" / "jobs.json").read_text()
+        )
+    )
     victims = [r for r in runs if r != BASELINE][:4]
     expect = {}
 
@@ -38,10 +42,12 @@ def _bad_study(home) -> dict[str, str]:
         raise AssertionError(kind)
 
     def edit(run_id, lines):
-        if run_id == victims[0]:    # a string where a number belongs
+        if run_id == victims[0]:  # a string where a number belongs
             n = set_field(lines, "interval", "images_per_s", "abc")
-            expect[run_id] = (f"metrics.jsonl line {n} skipped: interval.images_per_s is "
-                              "'abc', not a finite number >= 0")
+            expect[run_id] = (
+                f"metrics.jsonl line {n} skipped: interval.images_per_s is "
+                "'abc', not a finite number >= 0"
+            )
         elif run_id == victims[1]:  # NaN throughput
             n = set_field(lines, "summary", "throughput", float("nan"))
             expect[run_id] = f"metrics.jsonl line {n} skipped: summary.throughput is NaN"
@@ -52,6 +58,7 @@ def _bad_study(home) -> dict[str, str]:
             lines.insert(3, lines[3][:40] + "\n")
             expect[run_id] = "metrics.jsonl line 4 skipped: not JSON"
         return lines
+
     recorded_study(home, edit)
     return expect
 
@@ -61,17 +68,23 @@ def test_a_bad_line_is_skipped_kept_with_its_line_and_counted(tmp_path):
     run = make_run()
     store.add_run(run)
     metrics = tmp_path / "m.jsonl"
-    metrics.write_text(line("interval", step=1, images_per_s=1.0, loss=0.5)
-                       + line("interval", step=2, images_per_s="abc", loss=0.5)
-                       + '{"kind": "interval", "st\n'
-                       + line("interval", step=3, images_per_s=2.0, loss=0.5))
+    metrics.write_text(
+        line("interval", step=1, images_per_s=1.0, loss=0.5)
+        + line("interval", step=2, images_per_s="abc", loss=0.5)
+        + '{"kind": "interval", "st\n'
+        + line("interval", step=3, images_per_s=2.0, loss=0.5)
+    )
     assert store.ingest(run.run_id, metrics) == 2
     assert store.run(run.run_id)["bad_records"] == 2
     assert [(s["line"], s["file"]) for s in store.skipped()[run.run_id]] == [
-        (2, "m.jsonl"), (3, "m.jsonl")]
+        (2, "m.jsonl"),
+        (3, "m.jsonl"),
+    ]
     notes = store.skipped_notes()
-    assert notes[0] == (f"run {run.run_id}: m.jsonl line 2 skipped: interval.images_per_s "
-                        "is 'abc', not a finite number >= 0")
+    assert notes[0] == (
+        f"run {run.run_id}: m.jsonl line 2 skipped: interval.images_per_s "
+        "is 'abc', not a finite number >= 0"
+    )
     assert "m.jsonl line 3 skipped: not JSON" in notes[1]
     # a new attempt starts clean
     store.start_attempt(run.run_id)
@@ -110,12 +123,14 @@ def test_a_store_from_before_type_checks_is_checked_once_when_opened(home):
     conn = sqlite3.connect(home / "dlscale.db")
     bodies = {}
     for run_id, bad in zip(runs, (float("nan"), None, "abc")):
-        body, number = conn.execute("SELECT body, line FROM records WHERE run_id=? AND "
-                                    "kind='summary'", (run_id,)).fetchone()
+        body, number = conn.execute(
+            "SELECT body, line FROM records WHERE run_id=? AND kind='summary'", (run_id,)
+        ).fetchone()
         rec = json.loads(body)
         rec["throughput"] = bad
-        conn.execute("UPDATE records SET body=? WHERE run_id=? AND line=?",
-                     (json.dumps(rec), run_id, number))
+        conn.execute(
+            "UPDATE records SET body=? WHERE run_id=? AND line=?", (json.dumps(rec), run_id, number)
+        )
         bodies[run_id] = number + 1
     # a torn line an older ingest counted and dropped, its number not kept
     torn = runs[3]
@@ -123,8 +138,10 @@ def test_a_store_from_before_type_checks_is_checked_once_when_opened(home):
     text = metrics.read_text().splitlines(keepends=True)
     text.insert(2, '{"kind": "inter\n')
     metrics.write_text("".join(text))
-    conn.execute("UPDATE runs SET bad_records=1, ingest_offset=? WHERE run_id=?",
-                 (metrics.stat().st_size, torn))
+    conn.execute(
+        "UPDATE runs SET bad_records=1, ingest_offset=? WHERE run_id=?",
+        (metrics.stat().st_size, torn),
+    )
     conn.execute("DROP TABLE skipped_records")
     conn.execute("PRAGMA user_version=0")
     conn.commit()
@@ -133,8 +150,10 @@ def test_a_store_from_before_type_checks_is_checked_once_when_opened(home):
     status = dlscale("status", "--all", check=0)
     assert "Traceback" not in status.stderr
     for run_id, number in bodies.items():
-        assert f"run {run_id}: metrics.jsonl line {number} skipped: summary.throughput" \
+        assert (
+            f"run {run_id}: metrics.jsonl line {number} skipped: summary.throughput"
             in status.stdout
+        )
     assert f"run {torn}: metrics.jsonl line 3 skipped: not JSON" in status.stdout
     rows = json.loads(dlscale("results", "--format", "json", check=0).stdout)
     assert sum(r["n"] for r in rows) == 3
@@ -151,10 +170,12 @@ def test_analysis_and_charts_survive_values_that_slipped_in(tmp_path, value):
         store.add_run(run)
         store.update_run(run.run_id, state="COMPLETED")
         body = {"kind": "summary", "throughput": throughput, "status": "completed"}
-        store.conn.execute("INSERT INTO records VALUES (?,?,?,?)",
-                           (run.run_id, 0, "summary", json.dumps(body)))
+        store.conn.execute(
+            "INSERT INTO records VALUES (?,?,?,?)", (run.run_id, 0, "summary", json.dumps(body))
+        )
     (row,) = analysis.results(store)
     assert row["n"] == 1 and row["throughput"] == 10.0
-    assert "no completed results" not in charts.chart([row, {**row, "throughput": value}],
-                                                      "throughput")
+    assert "no completed results" not in charts.chart(
+        [row, {**row, "throughput": value}], "throughput"
+    )
     assert queue.rows(store)[1].images_per_s is None

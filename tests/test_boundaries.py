@@ -1,4 +1,5 @@
 """The design's boundaries, checked in fresh interpreters and in the source."""
+
 import ast
 import importlib.util
 import subprocess
@@ -6,8 +7,15 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FORBIDDEN_IN_TRAINERS = ("dlscale.engine", "dlscale.tui", "textual", "rich", "jinja2", "click",
-                         "pydantic")
+FORBIDDEN_IN_TRAINERS = (
+    "dlscale.engine",
+    "dlscale.tui",
+    "textual",
+    "rich",
+    "jinja2",
+    "click",
+    "pydantic",
+)
 
 
 def _type_only(tree: ast.AST) -> set[int]:
@@ -34,7 +42,7 @@ def imported_modules(folder: Path, run_time_only: bool = False) -> set[tuple[str
                 if node.level:  # relative: resolve against the package path
                     pkg = path.relative_to(REPO).parent.parts
                     pkg = ("dlscale",) + pkg
-                    base = ".".join(pkg[:len(pkg) - node.level + 1] + ((base,) if base else ()))
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ((base,) if base else ()))
                 found.add((str(path), base))
                 # `from ..engine import specfile` uses the module dlscale.engine.config.specfile
                 found |= {(str(path), f"{base}.{a.name}") for a in node.names}
@@ -42,23 +50,33 @@ def imported_modules(folder: Path, run_time_only: bool = False) -> set[tuple[str
 
 
 def test_trainers_import_no_engine_tui_or_ui_libraries():
-    bad = [(f, m) for f, m in imported_modules(REPO / "trainers")
-           if m.startswith(FORBIDDEN_IN_TRAINERS) or m.startswith("dlscale.jobscripts")]
+    bad = [
+        (f, m)
+        for f, m in imported_modules(REPO / "trainers")
+        if m.startswith(FORBIDDEN_IN_TRAINERS) or m.startswith("dlscale.jobscripts")
+    ]
     assert bad == []
 
 
 def test_engine_never_imports_textual():
-    assert [(f, m) for f, m in imported_modules(REPO / "engine") if m.startswith(
-        ("textual", "dlscale.tui"))] == []
+    assert [
+        (f, m)
+        for f, m in imported_modules(REPO / "engine")
+        if m.startswith(("textual", "dlscale.tui"))
+    ] == []
 
 
 def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
-    code = ("import sys, dlscale.engine.cli, dlscale.engine.tracking.monitor;"
-            "assert 'textual' not in sys.modules, 'textual'")
+    code = (
+        "import sys, dlscale.engine.cli, dlscale.engine.tracking.monitor;"
+        "assert 'textual' not in sys.modules, 'textual'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
-    code = ("import sys, dlscale.trainers.torch_ddp.train;"
-            "bad = [m for m in sys.modules if m.startswith(('dlscale.engine', 'rich', 'textual',"
-            " 'jinja2', 'pydantic', 'click'))]; assert not bad, bad")
+    code = (
+        "import sys, dlscale.trainers.torch_ddp.train;"
+        "bad = [m for m in sys.modules if m.startswith(('dlscale.engine', 'rich', 'textual',"
+        " 'jinja2', 'pydantic', 'click'))]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -68,8 +86,10 @@ def test_the_command_line_starts_without_the_heavy_libraries():
     (pydantic) and job templates (jinja2): they are the commands typed most."""
     heavy = ("scipy", "matplotlib", "textual", "torch", "pydantic", "jinja2", "numpy")
     for module in ("dlscale.engine.cli", "dlscale.engine.cli.watch"):
-        code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}}"
-                f" & set({heavy!r})); assert not bad, bad")
+        code = (
+            f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}}"
+            f" & set({heavy!r})); assert not bad, bad"
+        )
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert proc.returncode == 0, f"{module}: {proc.stderr.strip().splitlines()[-1]}"
 
@@ -80,6 +100,7 @@ def test_the_help_lists_every_command_with_its_own_short_help():
     import click
 
     from dlscale.engine.cli import COMMANDS, cli
+
     ctx = click.Context(cli)
     for name, (_, _, short) in COMMANDS.items():
         command = cli.get_command(ctx, name)
@@ -89,21 +110,30 @@ def test_the_help_lists_every_command_with_its_own_short_help():
 
 def test_no_generic_top_level_packages_installed(tmp_path):
     """From a neutral folder only `dlscale.*` is importable, not `engine` or `tui`."""
-    code = ("import importlib.util as u;"
-            "print([n for n in ('engine', 'trainers', 'tui', 'jobscripts') if u.find_spec(n)])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout
+    code = (
+        "import importlib.util as u;"
+        "print([n for n in ('engine', 'trainers', 'tui', 'jobscripts') if u.find_spec(n)])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 # The TUI renders and calls the engine through its front-end modules; Slurm commands,
 # scheduler backends, the store's SQL and record parsing stay behind them.
 TUI_MAY_USE = (
-    "dlscale.engine.session", "dlscale.engine.errors", "dlscale.engine.config.spec",
-    "dlscale.engine.config.specfile", "dlscale.engine.tracking.queue",
-    "dlscale.engine.tracking.logs", "dlscale.engine.tracking.monitor",
-    "dlscale.engine.results.charts", "dlscale.engine.results.tables",
-    "dlscale.engine.cli.options")  # dlscale-tui's own command line checks
+    "dlscale.engine.session",
+    "dlscale.engine.errors",
+    "dlscale.engine.config.spec",
+    "dlscale.engine.config.specfile",
+    "dlscale.engine.tracking.queue",
+    "dlscale.engine.tracking.logs",
+    "dlscale.engine.tracking.monitor",
+    "dlscale.engine.results.charts",
+    "dlscale.engine.results.tables",
+    "dlscale.engine.cli.options",
+)  # dlscale-tui's own command line checks
 
 
 def _module_file(name: str) -> bool:
@@ -116,11 +146,19 @@ def _module_file(name: str) -> bool:
 
 
 def test_tui_uses_only_the_engines_front_end_modules():
-    engine = sorted({(Path(f).name, m) for f, m in imported_modules(REPO / "tui")
-                     if m.startswith("dlscale.engine.") and _module_file(m)})
+    engine = sorted(
+        {
+            (Path(f).name, m)
+            for f, m in imported_modules(REPO / "tui")
+            if m.startswith("dlscale.engine.") and _module_file(m)
+        }
+    )
     assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
-    assert not [(f, m) for f, m in imported_modules(REPO / "tui") if m.startswith(
-        ("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.backends"))]
+    assert not [
+        (f, m)
+        for f, m in imported_modules(REPO / "tui")
+        if m.startswith(("subprocess", "sqlite3", "dlscale.trainers", "dlscale.engine.backends"))
+    ]
 
 
 def test_the_engine_has_no_import_cycle():
@@ -147,7 +185,7 @@ def test_the_engine_has_no_import_cycle():
         state[m] = "open"
         for d in sorted(graph[m]):
             if state.get(d) == "open":
-                cycles.append(trail[trail.index(d):] + [d] if d in trail else [m, d])
+                cycles.append(trail[trail.index(d) :] + [d] if d in trail else [m, d])
             elif d not in state:
                 visit(d, trail + [d])
         state[m] = "done"

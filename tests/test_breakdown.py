@@ -1,6 +1,7 @@
 """Where a step's time goes: forward, backward, optimizer, and the communication that was not
 hidden behind them, measured after the timed steps by pairs of steps with and without the
 framework's gradient synchronisation."""
+
 import contextlib
 import json
 import subprocess
@@ -27,9 +28,15 @@ def fake_phases(comm_s: float, with_local: bool = True) -> breakdown.Phases:
 
     def backward(_):
         time.sleep(0.03 + (0 if state["local"] else comm_s))
-    return breakdown.Phases(lambda: time.sleep(0.02), backward, lambda: time.sleep(0.01),
-                            lambda: None, local if with_local else None,
-                            None if with_local else "no step without synchronisation")
+
+    return breakdown.Phases(
+        lambda: time.sleep(0.02),
+        backward,
+        lambda: time.sleep(0.01),
+        lambda: None,
+        local if with_local else None,
+        None if with_local else "no step without synchronisation",
+    )
 
 
 def test_exposed_communication_is_the_difference_of_the_paired_steps():
@@ -61,10 +68,17 @@ def test_the_probe_costs_a_quarter_of_the_timed_steps_at_most_ten_pairs(timed, p
 
 def torch_summary(tmp_path, nproc):
     out = tmp_path / "m.jsonl"
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-              f"--nproc-per-node={nproc}"] if nproc > 1 else [sys.executable]
-    proc = subprocess.run([*launch, "-m", "dlscale.trainers.torch_ddp", *SMALL, "--output",
-                           str(out)], capture_output=True, text=True, timeout=300)
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
+    proc = subprocess.run(
+        [*launch, "-m", "dlscale.trainers.torch_ddp", *SMALL, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text().splitlines()[-1])
 

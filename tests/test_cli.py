@@ -1,4 +1,5 @@
 """The `dlscale` command end to end on the local backend, with real trainer runs."""
+
 import json
 import os
 import signal
@@ -11,9 +12,24 @@ import pytest
 from conftest import BIN, dlscale, write_spec
 from dlscale.engine.tracking.store import Store
 
-REQUIRED = {"run_id", "experiment", "framework", "model", "dataset", "nodes", "ranks",
-            "per_device_batch", "precision", "state", "throughput", "throughput_ci95",
-            "speedup", "efficiency", "baseline_run_id", "time_to_accuracy_s"}
+REQUIRED = {
+    "run_id",
+    "experiment",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks",
+    "per_device_batch",
+    "precision",
+    "state",
+    "throughput",
+    "throughput_ci95",
+    "speedup",
+    "efficiency",
+    "baseline_run_id",
+    "time_to_accuracy_s",
+}
 
 
 @pytest.mark.slow
@@ -75,15 +91,21 @@ def test_interrupting_wait_keeps_the_store_and_rerun_resumes(tmp_path, home):
     # A shell that runs the suite in the background (`nohup scripts/test &`) hands its
     # children SIGINT ignored, and Python then installs no KeyboardInterrupt handler: give
     # the command Ctrl-C's default, as a terminal would.
-    proc = subprocess.Popen([str(BIN / "dlscale"), "run", str(spec), "--wait"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [str(BIN / "dlscale"), "run", str(spec), "--wait"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     store = Store(home)
 
     def training():
         # The trainer's own first record, not the store's RUNNING: --wait polls with a
         # backoff, and on a loaded machine a short run can pass between two polls.
         return any(Path(r["run_dir"], "metrics.jsonl").exists() for r in store.runs())
+
     deadline = time.time() + 120
     while time.time() < deadline and not training():
         time.sleep(0.1)

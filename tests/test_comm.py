@@ -1,6 +1,7 @@
 """The communication benchmark on the trainers' side: nccl-tests' bandwidth definitions, the
 buckets each framework fills with a step's gradient, and real runs of `--comm-benchmark`
 (2 ranks over gloo here; DeepSpeed and Horovod in their own environments)."""
+
 import subprocess
 import sys
 
@@ -26,10 +27,11 @@ DDP_LIMITS = [comm.DDP_FIRST_BUCKET_BYTES, comm.DDP_BUCKET_BYTES]
 
 # --- nccl-tests' definitions (doc/PERFORMANCE.md) ----------------------------------------
 
+
 @pytest.mark.parametrize("ranks,factor", [(2, 1.0), (4, 1.5), (8, 1.75), (1024, 2 * 1023 / 1024)])
 def test_bus_bandwidth_is_algorithm_bandwidth_times_2_n_minus_1_over_n(ranks, factor):
     alg = comm.algbw_gbps(3 * 10**9, 1.5)  # 3 GB in 1.5 s
-    assert alg == pytest.approx(2.0)       # GB/s: 10^9 bytes a second, as nccl-tests print
+    assert alg == pytest.approx(2.0)  # GB/s: 10^9 bytes a second, as nccl-tests print
     assert comm.busbw_gbps(alg, ranks) == pytest.approx(2.0 * factor)
 
 
@@ -47,20 +49,25 @@ def test_the_record_takes_the_slowest_rank_of_each_round_and_their_median():
 
 # --- buckets -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sizes,limits,expected", [
-    ([10, 10, 10], [25], [30]),                 # a bucket closes once it holds its limit
-    ([10, 15, 10], [25], [25, 10]),             # exactly at the limit closes it
-    ([100, 5, 5], [25], [100, 10]),             # a tensor is never split
-    ([5, 5, 30, 30], [10, 50], [10, 60]),       # the first bucket has a limit of its own
-    ([], [10], []),
-    ([4, 4, 4], [0], [4, 4, 4]),                # a limit of 0: every tensor alone
-])
+
+@pytest.mark.parametrize(
+    "sizes,limits,expected",
+    [
+        ([10, 10, 10], [25], [30]),  # a bucket closes once it holds its limit
+        ([10, 15, 10], [25], [25, 10]),  # exactly at the limit closes it
+        ([100, 5, 5], [25], [100, 10]),  # a tensor is never split
+        ([5, 5, 30, 30], [10, 50], [10, 60]),  # the first bucket has a limit of its own
+        ([], [10], []),
+        ([4, 4, 4], [0], [4, 4, 4]),  # a limit of 0: every tensor alone
+    ],
+)
 def test_buckets_fill_in_order_and_close_at_their_limit(sizes, limits, expected):
     assert comm.buckets(sizes, limits) == expected
 
 
-@pytest.mark.parametrize("model,classes", [("resnet20", 10), ("resnet110", 10),
-                                           ("resnet50", 1000), ("resnet152", 1000)])
+@pytest.mark.parametrize(
+    "model,classes", [("resnet20", 10), ("resnet110", 10), ("resnet50", 1000), ("resnet152", 1000)]
+)
 def test_ddp_buckets_are_the_reducers_own(model, classes):
     """The sizes the benchmark allreduces are those torch's reducer computes when it
     rebuilds DDP's buckets in gradient order (dist._compute_bucket_assignment_by_size)."""
@@ -75,6 +82,7 @@ def test_horovod_issues_each_gradient_and_fuses_up_to_its_threshold(monkeypatch)
     from argparse import Namespace
 
     from dlscale.trainers.horovod_torch.train import HorovodTorch
+
     grads = gradient_elements(build("resnet50", 1000))
     plan = HorovodTorch().comm_plan(grads, Namespace(fp16_allreduce=False))
     assert plan.sizes == [4 * n for n in grads] and plan.fused_by == "library"
@@ -87,14 +95,31 @@ def test_horovod_issues_each_gradient_and_fuses_up_to_its_threshold(monkeypatch)
 
 # --- real runs ---------------------------------------------------------------------------
 
+
 def comm_run(tmp_path, nproc, *extra):
     out = tmp_path / "m.jsonl"
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-              f"--nproc-per-node={nproc}"] if nproc > 1 else [sys.executable]
-    proc = subprocess.run([*launch, "-m", "dlscale.trainers.torch_ddp", *SMALL,
-                           "--comm-benchmark", "--run-id", "c0ffee", "--output", str(out),
-                           *extra],
-                          capture_output=True, text=True, timeout=300)
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
+    proc = subprocess.run(
+        [
+            *launch,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            *SMALL,
+            "--comm-benchmark",
+            "--run-id",
+            "c0ffee",
+            "--output",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, out
 
 
@@ -121,7 +146,8 @@ def test_two_ranks_time_ddps_buckets_over_gloo(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     c = check_comm_records(out, "pytorch-ddp", "gloo", 2, TORCH_RESNET20_PARAMETERS)
     assert c["buckets"] == comm.buckets(
-        [4 * n for n in gradient_elements(build("resnet20", 10))], DDP_LIMITS)
+        [4 * n for n in gradient_elements(build("resnet20", 10))], DDP_LIMITS
+    )
     assert c["bucket_bytes"] == 25 * 1024 * 1024
     assert "allreduce of 1.08 MB in 2 bucket(s) over gloo x2" in proc.stdout
 
@@ -131,13 +157,22 @@ def test_one_rank_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "dlscale-torch-ddp: error: rank 0: TrainerError: --comm-benchmark needs 2 or more "
-        "ranks: one rank has nothing to communicate")
+        "ranks: one rank has nothing to communicate"
+    )
 
 
 @pytest.mark.slow
 def test_deepspeed_times_its_reduce_bucket(deepspeed_env, env_home, tmp_path):
-    proc, out = run_trainer(deepspeed_env, env_home, "deepspeed", tmp_path, *SMALL,
-                            "--comm-benchmark", "--run-id", "c0ffee")
+    proc, out = run_trainer(
+        deepspeed_env,
+        env_home,
+        "deepspeed",
+        tmp_path,
+        *SMALL,
+        "--comm-benchmark",
+        "--run-id",
+        "c0ffee",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     c = check_comm_records(out, "deepspeed", "gloo", 2, TORCH_RESNET20_PARAMETERS)
     assert c["buckets"] == [c["comm_bytes"]] and c["bucket_bytes"] == 4 * 500_000_000
@@ -147,8 +182,17 @@ def test_deepspeed_times_its_reduce_bucket(deepspeed_env, env_home, tmp_path):
 @pytest.mark.parametrize("fp16", [False, True])
 def test_horovod_times_its_fused_allreduce(horovod_env, env_home, tmp_path, fp16):
     extra = ["--fp16-allreduce"] if fp16 else []
-    proc, out = run_trainer(horovod_env, env_home, "horovod-pytorch", tmp_path, *SMALL,
-                            "--comm-benchmark", "--run-id", "c0ffee", *extra)
+    proc, out = run_trainer(
+        horovod_env,
+        env_home,
+        "horovod-pytorch",
+        tmp_path,
+        *SMALL,
+        "--comm-benchmark",
+        "--run-id",
+        "c0ffee",
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = records(out)
     c = recs[2]

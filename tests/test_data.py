@@ -1,4 +1,5 @@
 """The CIFAR-10 reader against files written in the published python-pickle format."""
+
 import pickle
 
 import numpy as np
@@ -11,9 +12,12 @@ def write_cifar_batch(path, n, seed, label_key=b"labels"):
     """Exactly the layout of cifar-10-batches-py: a pickled dict with bytes keys, data as
     N x 3072 uint8 rows (1024 red, 1024 green, 1024 blue, row-major)."""
     rng = np.random.default_rng(seed)
-    batch = {b"batch_label": b"training batch", label_key: rng.integers(0, 10, n).tolist(),
-             b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-             b"filenames": [f"img_{i}.png".encode() for i in range(n)]}
+    batch = {
+        b"batch_label": b"training batch",
+        label_key: rng.integers(0, 10, n).tolist(),
+        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        b"filenames": [f"img_{i}.png".encode() for i in range(n)],
+    }
     with open(path, "wb") as fh:
         pickle.dump(batch, fh, protocol=2)
     return batch

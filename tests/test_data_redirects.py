@@ -1,6 +1,7 @@
 """`dlscale data fetch` against a real HTTP server on 127.0.0.1 that redirects: every hop
 must be http or https (ftp and file are refused, naming the hop, before anything is opened
 there), and an --md5 that is not one is refused before any download."""
+
 import http.server
 import socket
 import threading
@@ -39,6 +40,7 @@ def redirects(tmp_path):
 
         def log_message(self, *args):
             pass
+
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     ftp = socket.create_server(("127.0.0.1", 0))
@@ -53,9 +55,16 @@ def redirects(tmp_path):
                 continue
             ftp_calls.append(1)
             conn.close()
+
     threading.Thread(target=accept, daemon=True).start()
-    yield (root, f"http://127.0.0.1:{httpd.server_address[1]}", routes, hits,
-           f"ftp://127.0.0.1:{ftp.getsockname()[1]}", ftp_calls)
+    yield (
+        root,
+        f"http://127.0.0.1:{httpd.server_address[1]}",
+        routes,
+        hits,
+        f"ftp://127.0.0.1:{ftp.getsockname()[1]}",
+        ftp_calls,
+    )
     stop.set()
     httpd.shutdown()
     httpd.server_close()
@@ -65,11 +74,21 @@ def redirects(tmp_path):
 def test_a_redirect_to_ftp_is_refused_naming_the_hop(tmp_path, redirects, home):
     root, url, routes, hits, ftp_url, ftp_calls = redirects
     md5 = cifar_archive(root / "c.tar.gz", tmp_path)
-    routes["/start"] = (302, "/next")                   # an http hop is followed
-    routes["/next"] = (302, f"{ftp_url}/c.tar.gz")      # the ftp hop is not
+    routes["/start"] = (302, "/next")  # an http hop is followed
+    routes["/next"] = (302, f"{ftp_url}/c.tar.gz")  # the ftp hop is not
     dest = tmp_path / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/start",
-                   "--md5", md5, check=1)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/start",
+        "--md5",
+        md5,
+        check=1,
+    )
     assert f"{url}/next: the server redirects (302) to '{ftp_url}/c.tar.gz'" in proc.stderr
     assert "only https and http redirects are followed" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -96,13 +115,33 @@ def test_a_redirect_to_a_local_file_is_refused(tmp_path, redirects, home):
     md5 = cifar_archive(archive, tmp_path)  # a good archive: following would "work"
     routes["/c.tar.gz"] = (302, archive.as_uri())
     dest = tmp_path / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
-                   "--md5", md5, check=1)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/c.tar.gz",
+        "--md5",
+        md5,
+        check=1,
+    )
     assert f"redirects (302) to '{archive.as_uri()}'" in proc.stderr
     assert list(dest.iterdir()) == []
     # the same archive named by the user as a file URL is theirs to ask for
-    dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", archive.as_uri(),
-            "--md5", md5, check=0)
+    dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        archive.as_uri(),
+        "--md5",
+        md5,
+        check=0,
+    )
     assert (dest / "cifar-10-batches-py" / "test_batch").is_file()
 
 
@@ -113,8 +152,18 @@ def test_an_md5_that_is_not_one_is_refused_before_downloading(tmp_path, redirect
     for md5 in ["", "g" * 32, "0" * 31, "0" * 33, "0" * 32 + "\n", " " + "0" * 32]:
         with pytest.raises(UserError, match="an MD5 is 32 hexadecimal digits"):
             datasets.fetch(datasets.CIFAR10, dest, f"{url}/c.tar.gz", md5)
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
-                   "--md5", "abc", check=2)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/c.tar.gz",
+        "--md5",
+        "abc",
+        check=2,
+    )
     assert "'abc'" in proc.stderr and "32 hex" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert hits == [] and not dest.exists()

@@ -1,5 +1,6 @@
 """`dlscale data`: CIFAR-10 fetched from a real HTTP server on this machine (an archive made
 here in the published format, with its own MD5), and ImageNet folder layouts checked."""
+
 import functools
 import hashlib
 import http.server
@@ -30,8 +31,10 @@ def server(tmp_path):
 
         def log_message(self, *args):
             pass
+
     httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
+    )
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield root, f"http://127.0.0.1:{httpd.server_address[1]}", hits
@@ -56,20 +59,39 @@ def test_fetch_cifar10_verifies_unpacks_and_skips_a_second_time(tmp_path, server
     root, url, hits = server
     md5 = cifar_archive(root / "c.tar.gz", tmp_path)
     dest = tmp_path / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
-                   "--md5", md5, check=0)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/c.tar.gz",
+        "--md5",
+        md5,
+        check=0,
+    )
     folder = dest / "cifar-10-batches-py"
     assert f'training.data_dir = "{folder}"' in proc.stdout
     assert sorted(p.name for p in dest.iterdir()) == ["cifar-10-batches-py"]  # no leftovers
     train, test = read_cifar10(str(folder))
     assert train.images.shape == (80, 3, 32, 32) and test.images.shape == (16, 3, 32, 32)
-    again = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
-                    "--md5", md5, check=0)
+    again = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/c.tar.gz",
+        "--md5",
+        md5,
+        check=0,
+    )
     assert str(folder) in again.stdout and hits == ["/c.tar.gz"]  # not downloaded twice
 
 
-def test_the_url_and_checksum_come_from_the_environment_too(tmp_path, server, home,
-                                                              monkeypatch):
+def test_the_url_and_checksum_come_from_the_environment_too(tmp_path, server, home, monkeypatch):
     root, url, _ = server
     md5 = cifar_archive(root / "c.tar.gz", tmp_path)
     monkeypatch.setenv("DLSCALE_CIFAR10_URL", f"{url}/c.tar.gz")
@@ -82,8 +104,9 @@ def test_a_bad_checksum_fails_and_keeps_nothing(tmp_path, server, home):
     root, url, _ = server
     cifar_archive(root / "c.tar.gz", tmp_path)
     dest = tmp_path / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz",
-                   check=1)  # the published MD5 cannot match the archive made here
+    proc = dlscale(
+        "data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/c.tar.gz", check=1
+    )  # the published MD5 cannot match the archive made here
     assert "checksum mismatch" in proc.stderr and "c58f30108f718f92721af3b95e74349a" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(dest.iterdir()) == []
@@ -92,8 +115,9 @@ def test_a_bad_checksum_fails_and_keeps_nothing(tmp_path, server, home):
 def test_missing_file_on_the_server_is_a_clear_error(tmp_path, server, home):
     _, url, _ = server
     dest = tmp_path / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/nope.tgz",
-                   check=1)
+    proc = dlscale(
+        "data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/nope.tgz", check=1
+    )
     assert "404" in proc.stderr and "Traceback" not in proc.stderr
     assert list(dest.iterdir()) == []
 
@@ -108,10 +132,22 @@ def test_an_archive_escaping_its_folder_is_refused(tmp_path, server, home):
         tar.addfile(info, io.BytesIO(body))
     md5 = hashlib.md5(path.read_bytes()).hexdigest()
     dest = tmp_path / "deep" / "data"
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", f"{url}/evil.tar.gz",
-                   "--md5", md5, check=1)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(dest),
+        "--url",
+        f"{url}/evil.tar.gz",
+        "--md5",
+        md5,
+        check=1,
+    )
     assert "would land outside" in proc.stderr
-    assert not (tmp_path / "deep" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+    assert (
+        not (tmp_path / "deep" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+    )
     assert list(dest.iterdir()) == []
 
 
@@ -125,13 +161,26 @@ def test_bad_options_exit_2(tmp_path, home):
 def test_a_fetched_cifar10_folder_trains_as_data_dir(tmp_path, server, home):
     root, url, _ = server
     md5 = cifar_archive(root / "c.tar.gz", tmp_path, n=32)
-    proc = dlscale("data", "fetch", "cifar10", "--dir", str(tmp_path / "data"), "--url",
-                   f"{url}/c.tar.gz", "--md5", md5, check=0)
+    proc = dlscale(
+        "data",
+        "fetch",
+        "cifar10",
+        "--dir",
+        str(tmp_path / "data"),
+        "--url",
+        f"{url}/c.tar.gz",
+        "--md5",
+        md5,
+        check=0,
+    )
     folder = proc.stdout.split('training.data_dir = "')[1].split('"')[0]
     spec = tmp_path / "s.toml"
     write_spec(spec, scales='"1x1"', training=f'data_dir = "{folder}"')
-    text = spec.read_text().replace("synthetic-cifar", "cifar10").replace("steps = 4\n",
-                                                                          "epochs = 1\n")
+    text = (
+        spec.read_text()
+        .replace("synthetic-cifar", "cifar10")
+        .replace("steps = 4\n", "epochs = 1\n")
+    )
     spec.write_text(text.replace("warmup_steps = 1", "warmup_steps = 2"))
     dlscale("run", str(spec), "--wait", check=0)
     rows = json.loads(dlscale("results", "--format", "json", check=0).stdout)
@@ -183,5 +232,7 @@ def test_imagenet_without_splits(tmp_path, home):
     (tmp_path / "x").mkdir()
     proc = dlscale("data", "check", "imagenet", str(tmp_path / "x"), check=2)
     assert "train: missing" in proc.stderr and "val: missing" in proc.stderr
-    assert "not a folder" in dlscale("data", "check", "imagenet", str(tmp_path / "nope"),
-                                     check=2).stderr
+    assert (
+        "not a folder"
+        in dlscale("data", "check", "imagenet", str(tmp_path / "nope"), check=2).stderr
+    )

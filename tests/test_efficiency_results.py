@@ -1,6 +1,7 @@
 """Where the efficiency goes, in results and the report: the efficiency model on known numbers
 through the real store, every field null with why where a part was not measured, the CSV,
 JSON and table, the report's table and figures (stacked bars, accuracy per lr schedule)."""
+
 import json
 
 import pytest
@@ -16,8 +17,17 @@ from dlscale.engine.tracking.store import Store
 RAPL = "no readable RAPL package energy under /sys/class/powercap (not exposed on this machine)"
 
 
-def add(store, tmp_path, summaries, state="COMPLETED", env=None, evals=(), reason=None,
-        schedule=None, **over):
+def add(
+    store,
+    tmp_path,
+    summaries,
+    state="COMPLETED",
+    env=None,
+    evals=(),
+    reason=None,
+    schedule=None,
+    **over,
+):
     """One run per summary (repetitions of one point); `summaries`: extra summary fields."""
     ids = []
     for rep, extra in enumerate(summaries):
@@ -26,10 +36,18 @@ def add(store, tmp_path, summaries, state="COMPLETED", env=None, evals=(), reaso
         store.add_run(run)
         text = "".join(line("eval", step=e, epoch=e, top1=a, elapsed_s=1.0) for e, a in evals)
         if env is not None:
-            text += line("env", framework_versions={}, hostnames=["h"], devices=["cpu"],
-                         world_size=run.devices, dlscale_version="0", **env)
-        text += line("summary", status="completed", timed_steps=10, warmup_steps=1,
-                     elapsed_s=1.0, **extra)
+            text += line(
+                "env",
+                framework_versions={},
+                hostnames=["h"],
+                devices=["cpu"],
+                world_size=run.devices,
+                dlscale_version="0",
+                **env,
+            )
+        text += line(
+            "summary", status="completed", timed_steps=10, warmup_steps=1, elapsed_s=1.0, **extra
+        )
         path = tmp_path / f"{run.run_id}.jsonl"
         path.write_text(text)
         store.ingest(run.run_id, path)
@@ -43,28 +61,60 @@ def add_comm(store, tmp_path, comm_time, busbw, state="COMPLETED", reason=None, 
     assert run.comm_benchmark
     store.add_run(run)
     path = tmp_path / f"{run.run_id}.jsonl"
-    path.write_text(line("comm", collective="allreduce", backend="gloo", world_size=run.devices,
-                         comm_bytes=1_078_888, bucket_bytes=25 << 20, comm_time_s=comm_time,
-                         comm_algbw_gbps=busbw, comm_busbw_gbps=busbw)
-                    + line("summary", status="completed", throughput=0.0, timed_steps=0,
-                           warmup_steps=0, elapsed_s=1.0) if state == "COMPLETED" else "")
+    path.write_text(
+        line(
+            "comm",
+            collective="allreduce",
+            backend="gloo",
+            world_size=run.devices,
+            comm_bytes=1_078_888,
+            bucket_bytes=25 << 20,
+            comm_time_s=comm_time,
+            comm_algbw_gbps=busbw,
+            comm_busbw_gbps=busbw,
+        )
+        + line(
+            "summary",
+            status="completed",
+            throughput=0.0,
+            timed_steps=0,
+            warmup_steps=0,
+            elapsed_s=1.0,
+        )
+        if state == "COMPLETED"
+        else ""
+    )
     store.ingest(run.run_id, path)
     store.update_run(run.run_id, state=state, reason=reason)
     return run.run_id
 
 
 def breakdown(throughput, compute, exposed, energy=None):
-    return {"throughput": throughput, "compute_time_s": compute, "exposed_comm_s": exposed,
-            "forward_s": compute / 3, "backward_s": compute / 2, "optimizer_s": compute / 6,
-            "breakdown_unavailable": None, "energy_per_image_j": energy}
+    return {
+        "throughput": throughput,
+        "compute_time_s": compute,
+        "exposed_comm_s": exposed,
+        "forward_s": compute / 3,
+        "backward_s": compute / 2,
+        "optimizer_s": compute / 6,
+        "breakdown_unavailable": None,
+        "energy_per_image_j": energy,
+    }
 
 
 @pytest.fixture
 def study(tmp_path):
     """pytorch-ddp at 1 and 2 ranks (batch 8), with a benchmark at 2 ranks."""
     store = Store(tmp_path)
-    add(store, tmp_path, [breakdown(100, 0.07, 0.0, 0.5), breakdown(100, 0.09, 0.0, 0.25),
-                          breakdown(100, 0.071, 0.0, 0.4)])
+    add(
+        store,
+        tmp_path,
+        [
+            breakdown(100, 0.07, 0.0, 0.5),
+            breakdown(100, 0.09, 0.0, 0.25),
+            breakdown(100, 0.071, 0.0, 0.4),
+        ],
+    )
     add(store, tmp_path, [breakdown(160, 0.075, 0.02, 0.3)], ranks_per_node=2)
     comm = add_comm(store, tmp_path, 0.01, 0.5, ranks_per_node=2)
     return store, comm
@@ -97,8 +147,14 @@ def test_the_model_predicts_the_step_from_1_device_compute_and_the_allreduce(stu
 def test_strong_scaling_scales_the_baseline_compute_to_the_per_device_batch(tmp_path):
     store = Store(tmp_path)
     add(store, tmp_path, [breakdown(100, 0.16, 0.0)], per_device_batch=16, scaling="strong")
-    add(store, tmp_path, [breakdown(150, 0.085, 0.01)], per_device_batch=8, ranks_per_node=2,
-        scaling="strong")
+    add(
+        store,
+        tmp_path,
+        [breakdown(150, 0.085, 0.01)],
+        per_device_batch=8,
+        ranks_per_node=2,
+        scaling="strong",
+    )
     add_comm(store, tmp_path, 0.02, 1.0, per_device_batch=8, ranks_per_node=2, scaling="strong")
     two = by_ranks(analysis.results(store))[2]
     assert two["predicted_step_s"] == pytest.approx(0.16 * 8 / 16 + 0.02)
@@ -112,33 +168,68 @@ def test_every_part_not_measured_is_null_with_why(tmp_path):
         add(store, tmp_path, [breakdown(100, 0.07, 0.0)], framework=fw, env=env)
     # tensorflow records no breakdown; deepspeed says why it has none
     add(store, tmp_path, [{"throughput": 150}], framework="tensorflow", ranks_per_node=2, env=env)
-    add(store, tmp_path, [{**breakdown(150, 0.07, 0.0), "compute_time_s": None,
-                           "exposed_comm_s": None, "breakdown_unavailable": "deepspeed has no "
-                           "step without gradient synchronisation to compare with"}],
-        framework="deepspeed", ranks_per_node=2, env=env)
+    add(
+        store,
+        tmp_path,
+        [
+            {
+                **breakdown(150, 0.07, 0.0),
+                "compute_time_s": None,
+                "exposed_comm_s": None,
+                "breakdown_unavailable": "deepspeed has no "
+                "step without gradient synchronisation to compare with",
+            }
+        ],
+        framework="deepspeed",
+        ranks_per_node=2,
+        env=env,
+    )
     add(store, tmp_path, [breakdown(150, 0.07, 0.01)], ranks_per_node=2, env=env)  # no comm run
-    add(store, tmp_path, [breakdown(150, 0.07, 0.01)], framework="horovod-pytorch",
-        ranks_per_node=2, env=env)
-    failed = add_comm(store, tmp_path, 0, 0, state="FAILED", reason="gloo timed out\nmore",
-                      framework="horovod-pytorch", ranks_per_node=2)
+    add(
+        store,
+        tmp_path,
+        [breakdown(150, 0.07, 0.01)],
+        framework="horovod-pytorch",
+        ranks_per_node=2,
+        env=env,
+    )
+    failed = add_comm(
+        store,
+        tmp_path,
+        0,
+        0,
+        state="FAILED",
+        reason="gloo timed out\nmore",
+        framework="horovod-pytorch",
+        ranks_per_node=2,
+    )
     rows = {(r["framework"], r["ranks"]): r for r in analysis.results(store)}
     tf = rows[("tensorflow", 2)]
     assert tf["compute_time_s"] is None and tf["exposed_comm_s"] is None
-    assert tf["unmeasured"]["compute_time_s"] == "the tensorflow trainer records no step-time " \
-                                                 "breakdown"
+    assert (
+        tf["unmeasured"]["compute_time_s"] == "the tensorflow trainer records no step-time "
+        "breakdown"
+    )
     assert tf["comm_busbw_gbps"] is None and tf["predicted_efficiency"] is None
-    assert tf["unmeasured"]["comm_busbw_gbps"] == ("no communication benchmark for tensorflow: "
-                                                   + NO_COMM_BENCHMARK["tensorflow"])
+    assert tf["unmeasured"]["comm_busbw_gbps"] == (
+        "no communication benchmark for tensorflow: " + NO_COMM_BENCHMARK["tensorflow"]
+    )
     ds = rows[("deepspeed", 2)]
-    assert ds["exposed_comm_s"] is None and "deepspeed has no step without" in \
-        ds["unmeasured"]["exposed_comm_s"]
+    assert (
+        ds["exposed_comm_s"] is None
+        and "deepspeed has no step without" in ds["unmeasured"]["exposed_comm_s"]
+    )
     ddp = rows[("pytorch-ddp", 2)]
     assert "experiment.comm_benchmark = true" in ddp["unmeasured"]["comm_busbw_gbps"]
-    assert ddp["predicted_efficiency"] is None and "no allreduce time for this scale" in \
-        ddp["unmeasured"]["predicted_efficiency"]
+    assert (
+        ddp["predicted_efficiency"] is None
+        and "no allreduce time for this scale" in ddp["unmeasured"]["predicted_efficiency"]
+    )
     hvd = rows[("horovod-pytorch", 2)]
-    assert hvd["unmeasured"]["comm_busbw_gbps"] == \
-        f"the communication benchmark run {failed} is FAILED (gloo timed out)"
+    assert (
+        hvd["unmeasured"]["comm_busbw_gbps"]
+        == f"the communication benchmark run {failed} is FAILED (gloo timed out)"
+    )
     for r in rows.values():
         assert r["images_per_joule"] is None and r["unmeasured"]["images_per_joule"] == RAPL
     # a baseline without compute leaves its points without a prediction, naming it
@@ -149,15 +240,21 @@ def test_every_part_not_measured_is_null_with_why(tmp_path):
     two = by_ranks(analysis.results(store2))[2]
     assert two["comm_busbw_gbps"] == 1.0 and two["predicted_efficiency"] is None
     assert two["unmeasured"]["predicted_efficiency"].startswith(
-        "its baseline (tensorflow 1x1) has no compute time")
+        "its baseline (tensorflow 1x1) has no compute time"
+    )
 
 
 def test_csv_json_and_the_table_carry_the_new_fields(study, tmp_path):
     store, _ = study
     rows = analysis.results(store)
     as_json = json.loads(tables.results_json(rows))
-    new = ("compute_time_s", "exposed_comm_s", "predicted_efficiency", "comm_busbw_gbps",
-           "images_per_joule")
+    new = (
+        "compute_time_s",
+        "exposed_comm_s",
+        "predicted_efficiency",
+        "comm_busbw_gbps",
+        "images_per_joule",
+    )
     assert all(k in r for r in as_json for k in new)
     assert as_json[0]["unmeasured"] == {"comm_busbw_gbps": "one device: nothing to communicate"}
     csv_rows = tables.results_csv(rows).splitlines()
@@ -217,8 +314,10 @@ def test_the_report_draws_accuracy_against_epoch_per_schedule(tmp_path):
     assert sorted(fig.legend) == ["cosine", "step"] and fig.xlabel == "epoch"
     image = check_png(fig.path)
     assert all(pixels_of(image, c) > 20 for c in fig.colors.values())
-    shown = {r["lr schedule"] for r in md_table(made.path.read_text(),
-                                                "Throughput, speedup and efficiency")}
+    shown = {
+        r["lr schedule"]
+        for r in md_table(made.path.read_text(), "Throughput, speedup and efficiency")
+    }
     assert shown == {"step", "cosine"}
 
 
@@ -229,7 +328,6 @@ def test_without_a_benchmark_the_report_shows_the_breakdown_but_draws_no_bars(tm
     store.save_experiment("e", str(tmp_path / "no" / "spec.toml"), "[experiment]\n", "0")
     made = reporting.build(store, "e", tmp_path / "rep")
     assert "efficiency-breakdown" not in {f.name for f in made.figures}
-    table = {r["devices"]: r for r in md_table(made.path.read_text(),
-                                               "Where the efficiency goes")}
+    table = {r["devices"]: r for r in md_table(made.path.read_text(), "Where the efficiency goes")}
     assert table["2"]["exposed comm ms"] == "20.0" and table["2"]["allreduce ms"] == "-"
     assert "experiment.comm_benchmark = true" in made.path.read_text()  # says how to get it

@@ -2,6 +2,7 @@
 then the training runs; results carry the breakdown, the benchmark, the model beside the
 measurement and the energy (or why not), and the report shows them. On the local backend and
 on the two-node Slurm test cluster."""
+
 import json
 import re
 from pathlib import Path
@@ -17,8 +18,12 @@ PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 
 def small(example: str, tmp_path: Path) -> Path:
     text = (REPO / "examples" / example).read_text()
-    for old, new in (("steps = 30", "steps = 4"), ("warmup_steps = 5", "warmup_steps = 1"),
-                     ("repetitions = 3", "repetitions = 1"), ("log_every = 10", "log_every = 2")):
+    for old, new in (
+        ("steps = 30", "steps = 4"),
+        ("warmup_steps = 5", "warmup_steps = 1"),
+        ("repetitions = 3", "repetitions = 1"),
+        ("log_every = 10", "log_every = 2"),
+    ):
         assert old in text
         text = text.replace(old, new)
     path = tmp_path / example
@@ -31,12 +36,14 @@ def check_study(home: Path, tmp_path: Path, name: str, scales: list[str]) -> lis
     runs = store.runs(name)
     assert all(r["state"] == "COMPLETED" for r in runs), [(r["state"], r["reason"]) for r in runs]
     comm = [r for r in runs if '"comm_benchmark": true' in r["training"]]
-    assert sorted(f"{r['nodes']}x{r['ranks_per_node']}" for r in comm) == \
-        sorted(s for s in scales if s != "1x1")
+    assert sorted(f"{r['nodes']}x{r['ranks_per_node']}" for r in comm) == sorted(
+        s for s in scales if s != "1x1"
+    )
     # the benchmarks ran before the training runs (the same order on Slurm: submitted first)
     started = {j["run_id"]: j["submitted"] for b in ("local", "slurm") for j in store.jobs(b)}
     assert max(started[r["run_id"]] for r in comm) <= min(
-        started[r["run_id"]] for r in runs if r not in comm)
+        started[r["run_id"]] for r in runs if r not in comm
+    )
     for r in comm:
         (bench,) = store.records(r["run_id"], "comm")
         assert bench["backend"] == "gloo" and bench["world_size"] == r["devices"]
@@ -89,12 +96,24 @@ def test_efficiency_study_on_the_local_backend(tmp_path, home):
 @pytest.mark.slow
 def test_efficiency_study_on_two_slurm_nodes(slurm_cluster, tmp_path, home):
     spec = small("efficiency-cpu-slurm.toml", tmp_path)
-    dlscale("run", str(spec), "--profile", str(PROFILE), "--backend", "slurm", "--wait",
-            check=0, timeout=900)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(PROFILE),
+        "--backend",
+        "slurm",
+        "--wait",
+        check=0,
+        timeout=900,
+    )
     rows = check_study(home, tmp_path, "efficiency-cpu-slurm", ["1x1", "1x2", "2x1"])
     store = Store(home)
-    (across,) = [r for r in store.runs("efficiency-cpu-slurm")
-                 if '"comm_benchmark": true' in r["training"] and r["nodes"] == 2]
+    (across,) = [
+        r
+        for r in store.runs("efficiency-cpu-slurm")
+        if '"comm_benchmark": true' in r["training"] and r["nodes"] == 2
+    ]
     env = store.records(across["run_id"], "env")[0]
     assert sorted(env["nodes"]) == ["node1", "node2"] and env["job_id"]
     assert {r["ranks"] for r in rows} == {1, 2}

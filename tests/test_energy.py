@@ -1,6 +1,7 @@
 """Energy and utilisation over the timed steps: RAPL package counters read from a powercap
 tree (a fake one here, with counters that move while a real trainer runs), their wrap-around,
 and the null path with its reason where nothing can be read. NVML is in tests/gpu."""
+
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from dlscale.trainers.common.energy import Meter, Reading, summary_fields
 
 
-def fake_powercap(root, packages=2, start=1_000_000, wrap=10 ** 9):
+def fake_powercap(root, packages=2, start=1_000_000, wrap=10**9):
     for i in range(packages):
         zone = root / f"intel-rapl:{i}"
         sub = root / f"intel-rapl:{i}:0"  # a core sub-zone: not counted
@@ -34,22 +35,22 @@ def test_package_energy_over_the_metered_segments_only(tmp_path):
     meter = Meter(powercap=str(root))
     assert meter.source == "powercap" and meter.unavailable is None
     meter.resume()
-    set_energy(root, 0, 3_000_000)   # +2 J
-    set_energy(root, 1, 1_500_000)   # +0.5 J
+    set_energy(root, 0, 3_000_000)  # +2 J
+    set_energy(root, 1, 1_500_000)  # +0.5 J
     meter.pause()
-    set_energy(root, 0, 9_000_000)   # between segments (an evaluation): not counted
+    set_energy(root, 0, 9_000_000)  # between segments (an evaluation): not counted
     meter.resume()
-    set_energy(root, 0, 9_250_000)   # +0.25 J
+    set_energy(root, 0, 9_250_000)  # +0.25 J
     r = meter.reading()
     assert r.energy_j == pytest.approx(2.75) and r.seconds > 0
     assert r.util is not None and 0 <= r.util
 
 
 def test_a_counter_that_wraps_is_unwrapped(tmp_path):
-    root = fake_powercap(tmp_path / "powercap", packages=1, start=999_000_000, wrap=10 ** 9)
+    root = fake_powercap(tmp_path / "powercap", packages=1, start=999_000_000, wrap=10**9)
     meter = Meter(powercap=str(root))
     meter.resume()
-    set_energy(root, 0, 1_000_000)   # wrapped: 1 J to the top, 1 J after
+    set_energy(root, 0, 1_000_000)  # wrapped: 1 J to the top, 1 J after
     assert meter.reading().energy_j == pytest.approx(2.0)
 
 
@@ -68,8 +69,11 @@ def test_no_readable_counter_is_null_with_the_reason(tmp_path, why):
     meter.resume()
     assert meter.reading().energy_j is None
     assert summary_fields([meter.reading()], 100) == {
-        "energy_j": None, "energy_per_image_j": None, "mean_power_w": None,
-        "device_util": None}
+        "energy_j": None,
+        "energy_per_image_j": None,
+        "mean_power_w": None,
+        "device_util": None,
+    }
 
 
 def test_only_the_nodes_first_rank_meters_its_shared_packages(tmp_path):
@@ -78,8 +82,9 @@ def test_only_the_nodes_first_rank_meters_its_shared_packages(tmp_path):
 
 
 def test_the_jobs_energy_is_the_sum_over_the_ranks_that_metered():
-    fields = summary_fields([Reading(30.0, 2.0, 0.5), Reading(None, 2.0, None),
-                             Reading(10.0, 1.0, 0.7)], images=400)
+    fields = summary_fields(
+        [Reading(30.0, 2.0, 0.5), Reading(None, 2.0, None), Reading(10.0, 1.0, 0.7)], images=400
+    )
     assert fields["energy_j"] == 40.0 and fields["energy_per_image_j"] == 0.1
     assert fields["mean_power_w"] == 20.0 and fields["device_util"] == pytest.approx(0.6)
 
@@ -87,10 +92,30 @@ def test_the_jobs_energy_is_the_sum_over_the_ranks_that_metered():
 def run_trainer(tmp_path, powercap):
     out = tmp_path / "m.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "dlscale.trainers.torch_ddp", "--model", "resnet20", "--dataset",
-         "synthetic-cifar", "--per-device-batch", "8", "--steps", "6", "--warmup-steps", "1",
-         "--log-every", "3", "--output", str(out)], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "DLSCALE_POWERCAP": str(powercap)})
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            "--model",
+            "resnet20",
+            "--dataset",
+            "synthetic-cifar",
+            "--per-device-batch",
+            "8",
+            "--steps",
+            "6",
+            "--warmup-steps",
+            "1",
+            "--log-every",
+            "3",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DLSCALE_POWERCAP": str(powercap)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     return recs[1], recs[-1]
@@ -106,6 +131,7 @@ def test_a_real_run_reports_joules_per_image_from_the_counters(tmp_path):
         while not stop.wait(0.01):
             uj = int((time.monotonic() - t0) * 50e6)
             set_energy(root, 0, uj)
+
     t = threading.Thread(target=burn)
     t.start()
     try:
@@ -116,7 +142,8 @@ def test_a_real_run_reports_joules_per_image_from_the_counters(tmp_path):
     assert env["energy_source"] == "powercap" and env["energy_unavailable"] is None
     assert summary["energy_j"] > 0
     assert summary["energy_per_image_j"] == pytest.approx(
-        summary["energy_j"] / summary["images_timed"])
+        summary["energy_j"] / summary["images_timed"]
+    )
     assert 20 < summary["mean_power_w"] < 80  # about the 50 W it drew, over the timed steps
 
 

@@ -4,6 +4,7 @@ the two-node Slurm test cluster.
 
 Environments are built once per machine into DLSCALE_ENV_CACHE (scripts/test sets it to
 /var/cache/dlscale), so only a machine's first run pays for the installs."""
+
 import json
 import os
 import socket
@@ -25,8 +26,20 @@ from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store
 
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
-SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "8",
-         "--steps", "4", "--warmup-steps", "1", "--log-every", "2"]
+SMALL = [
+    "--model",
+    "resnet20",
+    "--dataset",
+    "synthetic-cifar",
+    "--per-device-batch",
+    "8",
+    "--steps",
+    "4",
+    "--warmup-steps",
+    "1",
+    "--log-every",
+    "2",
+]
 TORCH_RESNET20_PARAMETERS = 269_722  # the reference: trainers/torch_ddp/models.py
 
 
@@ -68,6 +81,7 @@ def framework_env(env_home, framework):
 
 # --- environments and planning, no framework needed ------------------------------------
 
+
 def spec_for(tmp_path, framework, scales='"1x1", "1x2"', name="fw"):
     path = write_spec(tmp_path / f"{name}.toml", name=name, scales=scales)
     path.write_text(path.read_text().replace('"pytorch-ddp"', f'"{framework}"'))
@@ -76,11 +90,14 @@ def spec_for(tmp_path, framework, scales='"1x1", "1x2"', name="fw"):
 
 def test_planning_refuses_a_missing_environment_with_the_command_that_builds_it(tmp_path, home):
     assert envs.resolve("deepspeed", home).source == "missing" or pytest.skip(
-        "dlscale's own interpreter has deepspeed")
+        "dlscale's own interpreter has deepspeed"
+    )
     spec = spec_for(tmp_path, "deepspeed")
     proc = dlscale("run", str(spec), check=2)
-    assert f"{spec}: experiment.frameworks: deepspeed: no environment with torch, deepspeed " \
-           "was found; create one with `dlscale env create deepspeed`" in proc.stderr
+    assert (
+        f"{spec}: experiment.frameworks: deepspeed: no environment with torch, deepspeed "
+        "was found; create one with `dlscale env create deepspeed`" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     # nothing was submitted, nothing even recorded
     assert Store(home).runs() == []
@@ -94,8 +111,10 @@ def test_every_framework_without_an_environment_is_refused_in_one_plan(tmp_path,
     spec = spec_for(tmp_path, "horovod-pytorch")
     spec.write_text(spec.read_text().replace('"horovod-pytorch"', '"horovod-pytorch", "mxnet"'))
     proc = dlscale("plan", str(spec), check=2)
-    assert "horovod-pytorch: no environment with torch, horovod.torch was found; create one " \
-           "with `dlscale env create horovod-pytorch`" in proc.stderr
+    assert (
+        "horovod-pytorch: no environment with torch, horovod.torch was found; create one "
+        "with `dlscale env create horovod-pytorch`" in proc.stderr
+    )
     assert "`dlscale env create mxnet`" in proc.stderr and "internal error" not in proc.stderr
 
 
@@ -114,7 +133,8 @@ def test_the_fix_command_names_a_home_that_is_not_implied(tmp_path, monkeypatch)
     monkeypatch.setenv("DLSCALE_HOME", str(tmp_path / "a"))
     assert envs.create_command("deepspeed", tmp_path / "a") == "dlscale env create deepspeed"
     assert envs.create_command("deepspeed", tmp_path / "b w") == (
-        f"dlscale --home '{tmp_path}/b w' env create deepspeed")
+        f"dlscale --home '{tmp_path}/b w' env create deepspeed"
+    )
 
 
 def test_a_profile_that_sets_up_the_framework_is_trusted_on_slurm(tmp_path, home):
@@ -122,8 +142,9 @@ def test_a_profile_that_sets_up_the_framework_is_trusted_on_slurm(tmp_path, home
     text = PROFILE.read_text() + '\n[environments.deepspeed]\nmodules = ["deepspeed/0.19"]\n'
     (tmp_path / "p.toml").write_text(text)
     profile = load_profile(tmp_path / "p.toml")
-    study.check_plan(loaded, plan(loaded), make_backend("slurm", Store(home), profile),
-                     home)  # no refusal
+    study.check_plan(
+        loaded, plan(loaded), make_backend("slurm", Store(home), profile), home
+    )  # no refusal
     script = jobscript.render(plan(loaded).runs[0], profile, tmp_path / "r", "s.toml", home=home)
     assert "module load deepspeed/0.19" in script
     assert "-m dlscale.trainers.deepspeed_zero" in script
@@ -145,9 +166,15 @@ def test_a_recorded_environment_is_activated_inside_the_job(tmp_path, home):
 
 
 def test_build_failures_show_their_key_lines_not_a_wall():
-    wall = "\n".join([f"-- building object {i}" for i in range(400)] + [
-        "/tmp/x/horovod/common/ops.cc:42:10: error: 'optional' in namespace 'std' does not "
-        "name a template type", "compilation terminated.", "make[2]: *** Error 1"])
+    wall = "\n".join(
+        [f"-- building object {i}" for i in range(400)]
+        + [
+            "/tmp/x/horovod/common/ops.cc:42:10: error: 'optional' in namespace 'std' does not "
+            "name a template type",
+            "compilation terminated.",
+            "make[2]: *** Error 1",
+        ]
+    )
     lines = envbuild.key_lines(wall)
     assert lines[0].endswith("does not name a template type") and len(lines) <= 12
     assert not any("building object" in ln for ln in lines)
@@ -173,8 +200,17 @@ def local_and_two_slurm_nodes(framework, env_home, tmp_path, options=""):
     (tmp_path / "cluster.toml").write_text(text)
     spec = spec_for(tmp_path, framework, scales='"2x1"', name=f"{name}-slurm")
     spec.write_text(spec.read_text() + options)
-    dlscale("run", str(spec), "--profile", str(tmp_path / "cluster.toml"), "--backend", "slurm",
-            "--wait", home=env_home, check=0)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(tmp_path / "cluster.toml"),
+        "--backend",
+        "slurm",
+        "--wait",
+        home=env_home,
+        check=0,
+    )
     store = Store(env_home)
     local = store.runs(f"{name}-local")
     assert {r["state"] for r in local} == {"COMPLETED"} and len(local) == 2
@@ -195,6 +231,7 @@ def assert_every_run_recorded(env_home, local_experiment, slurm_run, **params):
 
 # --- DeepSpeed --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def deepspeed_env(env_home):
     return framework_env(env_home, "deepspeed")
@@ -203,18 +240,26 @@ def deepspeed_env(env_home):
 def run_trainer(status, home, framework, tmp_path, *args, nproc=2):
     """The framework's trainer at `nproc` ranks, started as the local backend starts it."""
     out = tmp_path / "metrics.jsonl"
-    argv, extra = local_command_for(framework, nproc, status, home, tmp_path,
-                                          [*args, "--output", str(out)])
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **extra})
+    argv, extra = local_command_for(
+        framework, nproc, status, home, tmp_path, [*args, "--output", str(out)]
+    )
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **extra},
+    )
     return proc, out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 2])
 def test_deepspeed_two_ranks_end_with_identical_weights(deepspeed_env, env_home, tmp_path, stage):
-    proc, out = run_trainer(deepspeed_env, env_home, "deepspeed", tmp_path, *SMALL,
-                            "--zero-stage", str(stage))
+    proc, out = run_trainer(
+        deepspeed_env, env_home, "deepspeed", tmp_path, *SMALL, "--zero-stage", str(stage)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = records(out)
     params, env, summary = recs[0], recs[1], recs[-1]
@@ -238,22 +283,31 @@ def test_doctor_smoke_runs_deepspeed_on_two_ranks(deepspeed_env, env_home):
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_deepspeed_on_two_slurm_nodes(slurm_cluster, deepspeed_env, env_home, tmp_path):
-    run = local_and_two_slurm_nodes("deepspeed", env_home, tmp_path,
-                                    "\n[options.deepspeed]\nzero_stage = 2\n")
+    run = local_and_two_slurm_nodes(
+        "deepspeed", env_home, tmp_path, "\n[options.deepspeed]\nzero_stage = 2\n"
+    )
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {deepspeed_env.prefix}/bin/activate" in script
     assert "--zero-stage 2" in script
     assert_every_run_recorded(env_home, "deepspeed-local", run, zero_stage=2)  # not 1
 
+
 # --- Horovod + PyTorch ------------------------------------------------------------------
+
 
 def test_horovod_variables_follow_slurms_block_layout():
     from dlscale.trainers.common.horovod_rendezvous import horovod_variables
     from dlscale.trainers.common.launch_env import LaunchEnv, LaunchError
+
     slurm = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_NTASKS_PER_NODE": "2"}
     v = horovod_variables(LaunchEnv(3, 4, 1, "10.0.0.1", 21000, "srun"), slurm)
-    assert (v["HOROVOD_RANK"], v["HOROVOD_LOCAL_RANK"], v["HOROVOD_CROSS_RANK"],
-            v["HOROVOD_CROSS_SIZE"], v["HOROVOD_LOCAL_SIZE"]) == ("3", "1", "1", "2", "2")
+    assert (
+        v["HOROVOD_RANK"],
+        v["HOROVOD_LOCAL_RANK"],
+        v["HOROVOD_CROSS_RANK"],
+        v["HOROVOD_CROSS_SIZE"],
+        v["HOROVOD_LOCAL_SIZE"],
+    ) == ("3", "1", "1", "2", "2")
     assert v["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.1"
     assert v["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "21001"  # beside the job's MASTER_PORT
     with pytest.raises(LaunchError, match="block distribution"):  # cyclic: rank 1 on node 1
@@ -273,18 +327,22 @@ def horovod_tf_env(env_home):
 
 
 # framework -> (its environment's fixture, its trainer)
-HOROVOD = {"horovod-pytorch": ("horovod_env", "dlscale.trainers.horovod_torch"),
-           "horovod-tensorflow": ("horovod_tf_env", "dlscale.trainers.horovod_tf")}
+HOROVOD = {
+    "horovod-pytorch": ("horovod_env", "dlscale.trainers.horovod_torch"),
+    "horovod-tensorflow": ("horovod_tf_env", "dlscale.trainers.horovod_tf"),
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fp16", [False, True])
 @pytest.mark.parametrize("framework", sorted(HOROVOD))
 def test_horovod_two_ranks_under_horovodrun_end_with_identical_weights(
-        request, env_home, tmp_path, framework, fp16):
+    request, env_home, tmp_path, framework, fp16
+):
     status = request.getfixturevalue(HOROVOD[framework][0])
-    proc, out = run_trainer(status, env_home, framework, tmp_path, *SMALL,
-                            *(["--fp16-allreduce"] if fp16 else []))
+    proc, out = run_trainer(
+        status, env_home, framework, tmp_path, *SMALL, *(["--fp16-allreduce"] if fp16 else [])
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     recs = records(out)
     params, env, summary = recs[0], recs[1], recs[-1]
@@ -301,7 +359,8 @@ def test_horovod_two_ranks_under_horovodrun_end_with_identical_weights(
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", sorted(HOROVOD))
 def test_horovod_under_srun_variables_runs_its_own_rendezvous(
-        request, env_home, tmp_path, framework):
+    request, env_home, tmp_path, framework
+):
     """What srun gives each task, and nothing of horovodrun's: rank 0 serves the gloo
     rendezvous itself and both ranks train together."""
     fixture, module = HOROVOD[framework]
@@ -312,13 +371,27 @@ def test_horovod_under_srun_variables_runs_its_own_rendezvous(
     procs = []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "RANK"))}
-        env.update(extra, OMP_NUM_THREADS="1", SLURM_PROCID=str(rank), SLURM_NTASKS="2",
-                   SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_NNODES="1",
-                   SLURM_NTASKS_PER_NODE="2", SLURMD_NODENAME="node1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [status.python, "-m", module, *SMALL, "--output", str(out)], env=env,
-            stderr=subprocess.PIPE, text=True))
+        env.update(
+            extra,
+            OMP_NUM_THREADS="1",
+            SLURM_PROCID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID=str(rank),
+            SLURM_NODEID="0",
+            SLURM_NNODES="1",
+            SLURM_NTASKS_PER_NODE="2",
+            SLURMD_NODENAME="node1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [status.python, "-m", module, *SMALL, "--output", str(out)],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
     recs = records(out)
@@ -332,26 +405,35 @@ def test_horovod_under_srun_variables_runs_its_own_rendezvous(
 @pytest.mark.slurm
 @pytest.mark.parametrize("framework", sorted(HOROVOD))
 def test_horovod_from_the_command_line_and_on_two_slurm_nodes(
-        request, slurm_cluster, env_home, tmp_path, framework):
+    request, slurm_cluster, env_home, tmp_path, framework
+):
     status = request.getfixturevalue(HOROVOD[framework][0])
-    run = local_and_two_slurm_nodes(framework, env_home, tmp_path,
-                                    f"\n[options.{framework}]\nfp16_allreduce = true\n")
+    run = local_and_two_slurm_nodes(
+        framework, env_home, tmp_path, f"\n[options.{framework}]\nfp16_allreduce = true\n"
+    )
     script = (Path(run["run_dir"]) / "job.sh").read_text()
     assert f"source {status.prefix}/bin/activate" in script
     assert "--fp16-allreduce" in script
-    assert_every_run_recorded(env_home, framework.replace("-", "") + "-local", run,
-                              fp16_allreduce=True)
+    assert_every_run_recorded(
+        env_home, framework.replace("-", "") + "-local", run, fp16_allreduce=True
+    )
+
 
 # --- TensorFlow (MultiWorkerMirroredStrategy + tf_keras) ---------------------------------
+
 
 def test_tf_config_from_slurm_variables_and_on_one_machine():
     from dlscale.trainers.common.launch_env import LaunchEnv, LaunchError
     from dlscale.trainers.common.tf_cluster import tf_config
+
     env = {"DLSCALE_NODE_ADDRS": "10.0.0.1 10.0.0.2", "SLURM_NTASKS_PER_NODE": "2"}
     cfg = tf_config(LaunchEnv(2, 4, 0, "10.0.0.1", 21000, "srun"), env)
-    assert cfg == {"cluster": {"worker": ["10.0.0.1:21002", "10.0.0.1:21003", "10.0.0.2:21004",
-                                          "10.0.0.2:21005"]},
-                   "task": {"type": "worker", "index": 2}}
+    assert cfg == {
+        "cluster": {
+            "worker": ["10.0.0.1:21002", "10.0.0.1:21003", "10.0.0.2:21004", "10.0.0.2:21005"]
+        },
+        "task": {"type": "worker", "index": 2},
+    }
     one = tf_config(LaunchEnv(1, 2, 1, "127.0.0.1", 3000, "spawn"), {})
     assert one["cluster"]["worker"] == ["127.0.0.1:3002", "127.0.0.1:3003"]
     with pytest.raises(LaunchError, match="DLSCALE_NODE_ADDRS names 1 node"):
@@ -359,11 +441,25 @@ def test_tf_config_from_slurm_variables_and_on_one_machine():
 
 
 def test_spawn_stops_every_rank_when_one_fails(tmp_path):
-    code = ("import os, sys, time; r = int(os.environ['RANK']);"
-            "sys.exit(3) if r == 1 else time.sleep(60)")
+    code = (
+        "import os, sys, time; r = int(os.environ['RANK']);"
+        "sys.exit(3) if r == 1 else time.sleep(60)"
+    )
     start = __import__("time").monotonic()
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.common.spawn", "--ranks", "2",
-                           "--", sys.executable, "-c", code], timeout=30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.common.spawn",
+            "--ranks",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        timeout=30,
+    )
     assert proc.returncode == 3 and __import__("time").monotonic() - start < 20
 
 
@@ -378,16 +474,26 @@ def test_tensorflow_model_has_the_torch_parameter_count(request, env_home, fixtu
     """The one Keras model file, under tf_keras (TensorFlow 2.21) and under TensorFlow
     2.15's own tf.keras (the Horovod environment)."""
     status = request.getfixturevalue(fixture)
-    code = ("from dlscale.trainers.tf_keras.models import build, keras, parameter_count;"
-            "print(parameter_count(build('resnet20', 10)), parameter_count(build('resnet50', 1000)),"
-            " keras.__name__.split('.')[0])")
-    proc = subprocess.run([status.python, "-c", code], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **envs.launch_env(status, env_home)})
+    code = (
+        "from dlscale.trainers.tf_keras.models import build, keras, parameter_count;"
+        "print(parameter_count(build('resnet20', 10)), parameter_count(build('resnet50', 1000)),"
+        " keras.__name__.split('.')[0])"
+    )
+    proc = subprocess.run(
+        [status.python, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **envs.launch_env(status, env_home)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from dlscale.trainers.torch_ddp.models import build, parameter_count
-    assert proc.stdout.split() == [str(TORCH_RESNET20_PARAMETERS),
-                                   str(parameter_count(build("resnet50", 1000))),
-                                   "tf_keras" if fixture == "tf_env" else "keras"]
+
+    assert proc.stdout.split() == [
+        str(TORCH_RESNET20_PARAMETERS),
+        str(parameter_count(build("resnet50", 1000))),
+        "tf_keras" if fixture == "tf_env" else "keras",
+    ]
 
 
 @pytest.mark.slow
@@ -408,11 +514,13 @@ def test_tensorflow_two_ranks_end_with_identical_weights(tf_env, env_home, tmp_p
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_tensorflow_from_the_command_line_and_on_two_slurm_nodes(
-        slurm_cluster, tf_env, env_home, tmp_path):
+    slurm_cluster, tf_env, env_home, tmp_path
+):
     local_and_two_slurm_nodes("tensorflow", env_home, tmp_path)
 
 
 # --- MXNet Gluon (dist_sync kvstore) -----------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def mxnet_env(env_home):
@@ -431,15 +539,19 @@ def test_mxnet_two_workers_with_their_own_scheduler_and_server(mxnet_env, env_ho
     digests = summary["weights_digest_per_rank"]
     assert len(digests) == 2 and digests[0] == digests[1]
     # the scheduler and server it started are gone with it
-    left = subprocess.run(["pgrep", "-f", f"{mxnet_env.prefix}/bin/python -c import mxnet"],
-                          capture_output=True, text=True).stdout
+    left = subprocess.run(
+        ["pgrep", "-f", f"{mxnet_env.prefix}/bin/python -c import mxnet"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert left == ""
 
 
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_mxnet_from_the_command_line_and_on_two_slurm_nodes(
-        slurm_cluster, mxnet_env, env_home, tmp_path):
+    slurm_cluster, mxnet_env, env_home, tmp_path
+):
     local_and_two_slurm_nodes("mxnet", env_home, tmp_path)
 
 
@@ -447,13 +559,18 @@ def test_env_create_waits_for_a_build_of_the_same_environment_in_progress(mxnet_
     """scripts/test builds the environments in the background while tests ask for them: a
     second `env create` must wait for the first, never build into the same folder."""
     import fcntl  # noqa: PLC0415
+
     prefix = Path(mxnet_env.prefix)
     with open(prefix.with_name(prefix.name + ".lock"), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as a build in progress holds it
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "dlscale"), "env", "create",
-                                 "mxnet"], env={**os.environ, "DLSCALE_HOME": str(env_home)},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dlscale"), "env", "create", "mxnet"],
+            env={**os.environ, "DLSCALE_HOME": str(env_home)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         first = proc.stdout.readline()
         assert "waiting for another build of" in first and str(prefix) in first
         with pytest.raises(subprocess.TimeoutExpired):
@@ -468,20 +585,42 @@ def test_mxnet_workers_stop_when_the_scheduler_cannot_start(mxnet_env, env_home,
     """The scheduler's port is taken, so it dies at start: the workers must end with an
     error naming it, not wait on the parameter server until a time limit."""
     from dlscale.trainers.mxnet_gluon.train import ROLE_PORT_OFFSET
+
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1] - ROLE_PORT_OFFSET
         procs = []
         for rank in range(2):
-            env = {**os.environ, **envs.launch_env(mxnet_env, env_home), "OMP_NUM_THREADS": "1",
-                   "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
-                   "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2",
-                   "SLURMD_NODENAME": "node1", "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port)}
-            procs.append(subprocess.Popen(
-                [mxnet_env.python, "-m", "dlscale.trainers.mxnet_gluon", *SMALL, "--output",
-                 str(tmp_path / "metrics.jsonl")], env=env, stderr=subprocess.PIPE, text=True))
+            env = {
+                **os.environ,
+                **envs.launch_env(mxnet_env, env_home),
+                "OMP_NUM_THREADS": "1",
+                "SLURM_PROCID": str(rank),
+                "SLURM_NTASKS": "2",
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NODEID": "0",
+                "SLURM_NNODES": "1",
+                "SLURM_NTASKS_PER_NODE": "2",
+                "SLURMD_NODENAME": "node1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [
+                        mxnet_env.python,
+                        "-m",
+                        "dlscale.trainers.mxnet_gluon",
+                        *SMALL,
+                        "--output",
+                        str(tmp_path / "metrics.jsonl"),
+                    ],
+                    env=env,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         rank0 = procs[0]
         err = rank0.communicate(timeout=120)[1]
     assert rank0.returncode == 1, err[-3000:]

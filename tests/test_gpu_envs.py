@@ -3,6 +3,7 @@ recipe and its cache keys (apart from the CPU one's, which stay as they were), b
 load a profile's modules first, what the probe reads of a built environment (its CUDA,
 Horovod's NCCL), `env list` showing it, and `env create` refusing a build the site's GPUs
 could not run."""
+
 import json
 import os
 import subprocess
@@ -21,8 +22,12 @@ def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
         assert gpu.device == "cuda" and gpu.digest != cpu.digest and gpu.cuda
         assert "nvidia-ml-py==13.580.82" in packages  # the energy meter reads NVML
         assert "nvidia-ml-py" in gpu.versions
-        assert not {"torch==2.13.0", "tensorflow-cpu==2.21.0", "tensorflow-cpu==2.15.1",
-                    "mxnet==1.9.1"} & set(packages)  # no CPU build
+        assert not {
+            "torch==2.13.0",
+            "tensorflow-cpu==2.21.0",
+            "tensorflow-cpu==2.15.1",
+            "mxnet==1.9.1",
+        } & set(packages)  # no CPU build
         assert envbuild.default_prefix(gpu, home).name == f"{fw}-cuda-{gpu.digest}"
         assert gpu.imports == cpu.imports  # the same trainer runs in either
     # PyPI's CUDA torch, by its exact version string: never a +cpu wheel a site keeps
@@ -59,23 +64,27 @@ def test_the_cpu_recipes_keep_the_cache_keys_they_had():
     wheels, minutes each) are found again, not rebuilt."""
     for fw in envs.RECIPES:
         assert envs.recipe_for(fw).name == fw
-        assert all(not s.site_env for s in envs.RECIPES[fw].steps
-                   if isinstance(s, envs.WheelBuild))
+        assert all(not s.site_env for s in envs.RECIPES[fw].steps if isinstance(s, envs.WheelBuild))
     hvd = envs.RECIPES["horovod-pytorch"].steps[1]
-    assert hvd.digest == recipes.WheelBuild(hvd.requirement, hvd.key, hvd.env,
-                                                 hvd.cxx_std).digest
+    assert hvd.digest == recipes.WheelBuild(hvd.requirement, hvd.key, hvd.env, hvd.cxx_std).digest
 
 
 def test_a_build_loads_the_profiles_modules_first_without_pasting_their_names(tmp_path):
     """`module` as a login shell defines it (here by ~/.bash_profile, as Lmod's init does):
     it gets each name whole, and the command runs after it."""
     (tmp_path / ".bash_profile").write_text(
-        'module() { printf "%s\\n" "$@" > "$HOME/module.args"; }\n')
+        'module() { printf "%s\\n" "$@" > "$HOME/module.args"; }\n'
+    )
     hostile = "NCCL/2.18; touch pwned"
-    argv = envbuild.in_modules(["sh", "-c", 'echo "built with $0"', "x y"],
-                               ("CUDA/12.2", hostile))
-    proc = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
+    argv = envbuild.in_modules(["sh", "-c", 'echo "built with $0"', "x y"], ("CUDA/12.2", hostile))
+    proc = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "built with x y"
     assert (tmp_path / "module.args").read_text().splitlines() == ["load", "CUDA/12.2", hostile]
@@ -83,19 +92,27 @@ def test_a_build_loads_the_profiles_modules_first_without_pasting_their_names(tm
     assert envbuild.in_modules(["true"], ()) == ["true"]
     # where there is no module command, the build stops and says why
     (tmp_path / ".bash_profile").write_text("unset -f module 2>/dev/null; true\n")
-    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 127 and "no module command" in proc.stderr
-
-
 
 
 def test_env_create_refuses_a_gpu_build_the_sites_gpus_cannot_run(tmp_path, home):
     """Before its downloads (the MXNet CUDA wheel alone is 509 MB), with exit 2."""
     profile = gpu_profile(tmp_path, "sm_90")
     proc = dlscale("env", "create", "mxnet", "--gpu", "--profile", str(profile), check=2)
-    assert f"mxnet --gpu: it cannot run on partition gpu's GPUs (sm_90, {profile}): MXNet " \
-           "1.9.1's CUDA wheels" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        f"mxnet --gpu: it cannot run on partition gpu's GPUs (sm_90, {profile}): MXNet "
+        "1.9.1's CUDA wheels"
+        in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
     proc = dlscale("env", "create", "mxnet", "--gpu", "--partition", "gpu", check=2)
     assert "--partition needs --profile CLUSTER.toml" in proc.stderr
     assert not (home / "envs").exists() and not (home / "envs.json").exists()
@@ -108,11 +125,23 @@ def test_env_list_shows_each_gpu_environments_build(home):
     if prefix is None:
         pytest.skip(f"no cached Horovod environment under {CACHE}")
     home.mkdir(parents=True)
-    (home / "envs.json").write_text(json.dumps({"horovod-pytorch@cuda": {
-        "prefix": str(prefix), "device": "cuda", "gpu": {"cuda": "13.0", "nccl": False}}}))
+    (home / "envs.json").write_text(
+        json.dumps(
+            {
+                "horovod-pytorch@cuda": {
+                    "prefix": str(prefix),
+                    "device": "cuda",
+                    "gpu": {"cuda": "13.0", "nccl": False},
+                }
+            }
+        )
+    )
     out = dlscale("env", "list", home=home, check=0).stdout
-    rows = {tuple(cell.strip() for cell in line.split("│")[1:3]): line
-            for line in out.splitlines() if line.startswith("│")}
+    rows = {
+        tuple(cell.strip() for cell in line.split("│")[1:3]): line
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
     gpu_row = rows[("horovod-pytorch", "cuda")]
     assert "CUDA 13.0, Horovod" in gpu_row and "registered" in gpu_row
     assert ("tensorflow", "cuda") not in rows  # GPU rows only where recorded, on this machine
@@ -129,7 +158,10 @@ def test_the_probe_reads_how_a_built_environment_was_built(framework, nccl):
     python = str(prefix / "bin" / "python")
     problem, _, facts = envs.probe_facts(python, envs.recipe_for(framework), full_import=True)
     assert problem is None and facts == {"cuda": None, "nccl": nccl}
-    assert envs.probe_facts(python, envs.recipe_for(framework), full_import=False)[2] == \
-        {"cuda": None, "nccl": None}
-    assert envs.describe_build(facts) == ("CPU build, Horovod without NCCL" if nccl is False
-                                          else "CPU build")
+    assert envs.probe_facts(python, envs.recipe_for(framework), full_import=False)[2] == {
+        "cuda": None,
+        "nccl": None,
+    }
+    assert envs.describe_build(facts) == (
+        "CPU build, Horovod without NCCL" if nccl is False else "CPU build"
+    )

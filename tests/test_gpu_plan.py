@@ -3,6 +3,7 @@ with GPUs; on the local backend, the GPUs this machine shows, read from nvidia-s
 recorded here by a stand-in), the profile's GPU fields, and what it refuses before anything
 is submitted. Environments: test_gpu_envs.py; job scripts: test_gpu_jobscript.py; the
 trainers: test_gpu_trainers.py and tests/gpu."""
+
 import json
 import os
 import re
@@ -24,8 +25,10 @@ from dlscale.engine.tracking.store import Store
 CACHE = Path(os.environ.get("DLSCALE_ENV_CACHE") or "/var/cache/dlscale") / "envs"
 # `nvidia-smi --query-gpu=index,uuid,name,compute_cap --format=csv,noheader` on a node with
 # two H100s (the format of driver 550); an older driver refuses compute_cap.
-SMI_H100 = ("0, GPU-5d3c1c1e-8e8b-4d1a-9a7e-3f0b1c2d4e5f, NVIDIA H100 80GB HBM3, 9.0\n"
-            "1, GPU-9a8b7c6d-1e2f-4a5b-8c9d-0e1f2a3b4c5d, NVIDIA H100 80GB HBM3, 9.0\n")
+SMI_H100 = (
+    "0, GPU-5d3c1c1e-8e8b-4d1a-9a7e-3f0b1c2d4e5f, NVIDIA H100 80GB HBM3, 9.0\n"
+    "1, GPU-9a8b7c6d-1e2f-4a5b-8c9d-0e1f2a3b4c5d, NVIDIA H100 80GB HBM3, 9.0\n"
+)
 SMI_OLD_DRIVER = 'Field "compute_cap" is not a valid field to query.\n'
 
 
@@ -33,11 +36,15 @@ def fake_smi(folder: Path, answer: str = SMI_H100, old_driver: bool = False) -> 
     """An nvidia-smi that answers as a GPU node's does, first on PATH."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "answer").write_text(answer)
-    refuse = (f'case "$1" in *compute_cap*) printf %s {json.dumps(SMI_OLD_DRIVER)} >&2; '
-              'exit 2;; esac\n') if old_driver else ""
+    refuse = (
+        (f'case "$1" in *compute_cap*) printf %s {json.dumps(SMI_OLD_DRIVER)} >&2; exit 2;; esac\n')
+        if old_driver
+        else ""
+    )
     (folder / "nvidia-smi").write_text(
         f'#!/bin/sh\n{refuse}sed "s/, 9.0$//" "{folder}/answer" | '
-        f'{{ case "$1" in *compute_cap*) cat "{folder}/answer";; *) cat;; esac; }}\n')
+        f'{{ case "$1" in *compute_cap*) cat "{folder}/answer";; *) cat;; esac; }}\n'
+    )
     (folder / "nvidia-smi").chmod(0o755)
     return folder
 
@@ -51,11 +58,13 @@ def two_h100(tmp_path, monkeypatch):
     return stub
 
 
-def spec_for(tmp_path, frameworks='"pytorch-ddp"', scales='"1x1"', precisions='"fp32"',
-             name="g"):
+def spec_for(tmp_path, frameworks='"pytorch-ddp"', scales='"1x1"', precisions='"fp32"', name="g"):
     path = write_spec(tmp_path / f"{name}.toml", name=name, scales=scales)
-    path.write_text(path.read_text().replace('"pytorch-ddp"', frameworks)
-                    .replace('precisions = ["fp32"]', f"precisions = [{precisions}]"))
+    path.write_text(
+        path.read_text()
+        .replace('"pytorch-ddp"', frameworks)
+        .replace('precisions = ["fp32"]', f"precisions = [{precisions}]")
+    )
     return load_spec(path)
 
 
@@ -70,7 +79,7 @@ name = "gpu"
 nodes = 4
 cpus_per_node = 32
 gpus_per_node = 4
-{f'gpu_arch = "{arch}"' if arch else ''}
+{f'gpu_arch = "{arch}"' if arch else ""}
 default = true
 
 [[partitions]]
@@ -83,32 +92,56 @@ cpus_per_node = 32
 
 def refusals(loaded, backend="local", profile=None, partition=None, home=None) -> str:
     with pytest.raises(PlanError) as info:
-        study.check_plan(loaded, plan(loaded),
-                         make_backend(backend, Store(home), profile, partition, connect=False),
-                         home)
+        study.check_plan(
+            loaded,
+            plan(loaded),
+            make_backend(backend, Store(home), profile, partition, connect=False),
+            home,
+        )
     return str(info.value)
 
 
 # --- the GPUs this machine shows ----------------------------------------------------------
 
-@pytest.mark.parametrize("text,arch", [("sm_90", (9, 0)), ("9.0", (9, 0)), (8.6, (8, 6)),
-                                       ("compute_80", (8, 0)), ("70", (7, 0)),
-                                       ("sm_120", (12, 0)), ("sm_90a", (9, 0))])
+
+@pytest.mark.parametrize(
+    "text,arch",
+    [
+        ("sm_90", (9, 0)),
+        ("9.0", (9, 0)),
+        (8.6, (8, 6)),
+        ("compute_80", (8, 0)),
+        ("70", (7, 0)),
+        ("sm_120", (12, 0)),
+        ("sm_90a", (9, 0)),
+    ],
+)
 def test_gpu_architectures_are_read_as_people_write_them(text, arch):
     assert gpus.parse_arch(text) == arch
 
 
-@pytest.mark.parametrize("text", ["hopper", "9", "sm_9.0", ""])
+@pytest.mark.parametrize("text", ["hopper", "9", "sm_9.0", "", "0.1", "sm_05"])
 def test_a_gpu_architecture_that_is_none_is_refused(text):
     with pytest.raises(ValueError, match="is not a GPU architecture"):
         gpus.parse_arch(text)
 
 
-@pytest.mark.parametrize("visible,count", [(None, 2), ("", 0), ("1", 1), ("0,1", 2),
-                                           ("1,0", 2), ("0,7,1", 1), ("GPU-9a8b", 1),
-                                           ("GPU-", 0), ("0,0", 1), ("-1", 0)])
-def test_the_local_gpus_are_those_cuda_visible_devices_lets_a_process_see(
-        two_h100, visible, count):
+@pytest.mark.parametrize(
+    "visible,count",
+    [
+        (None, 2),
+        ("", 0),
+        ("1", 1),
+        ("0,1", 2),
+        ("1,0", 2),
+        ("0,7,1", 1),
+        ("GPU-9a8b", 1),
+        ("GPU-", 0),
+        ("0,0", 1),
+        ("-1", 0),
+    ],
+)
+def test_the_local_gpus_are_those_cuda_visible_devices_lets_a_process_see(two_h100, visible, count):
     environ = {**os.environ}
     environ.pop("CUDA_VISIBLE_DEVICES", None)
     if visible is not None:
@@ -142,9 +175,11 @@ def test_without_nvidia_smi_the_drivers_folders_are_counted(tmp_path, monkeypatc
 
 # --- profiles -------------------------------------------------------------------------------
 
+
 def test_a_partitions_gpu_arch_and_nccl_settings_are_read_and_checked(tmp_path):
-    loaded = load_profile(gpu_profile(tmp_path, "9.0", extra='[nccl]\nNCCL_IB_HCA = "mlx5"\n'
-                                                           "NCCL_NET_GDR_LEVEL = 2\n"))
+    loaded = load_profile(
+        gpu_profile(tmp_path, "9.0", extra='[nccl]\nNCCL_IB_HCA = "mlx5"\nNCCL_NET_GDR_LEVEL = 2\n')
+    )
     assert loaded.profile.partitions[0].gpu_arch == "sm_90"
     assert loaded.profile.nccl == {"NCCL_IB_HCA": "mlx5", "NCCL_NET_GDR_LEVEL": "2"}
     path = gpu_profile(tmp_path, "hopper")
@@ -152,15 +187,20 @@ def test_a_partitions_gpu_arch_and_nccl_settings_are_read_and_checked(tmp_path):
         load_profile(path)
     line = 1 + path.read_text().splitlines().index('gpu_arch = "hopper"')
     assert f"{path}:{line}: partitions[0].gpu_arch" in str(info.value)
-    assert "write it as \"sm_90\" or \"9.0\"" in str(info.value)
-    for bad, why in [('[nccl]\nSOCKET_IFNAME = "ib0"\n', "is not an NCCL variable"),
-                     ('[env]\nNCCL_DEBUG = "INFO"\n[nccl]\nNCCL_DEBUG = "WARN"\n',
-                      "NCCL_DEBUG set in both [env] and [nccl]")]:
+    assert 'write it as "sm_90" or "9.0"' in str(info.value)
+    for bad, why in [
+        ('[nccl]\nSOCKET_IFNAME = "ib0"\n', "is not an NCCL variable"),
+        (
+            '[env]\nNCCL_DEBUG = "INFO"\n[nccl]\nNCCL_DEBUG = "WARN"\n',
+            "NCCL_DEBUG set in both [env] and [nccl]",
+        ),
+    ]:
         with pytest.raises(SpecError, match=re.escape(why)):
             load_profile(gpu_profile(tmp_path, extra=bad))
 
 
 # --- planning ---------------------------------------------------------------------------
+
 
 def test_a_gpu_partition_refuses_a_cpu_build_and_names_the_gpu_one(tmp_path, home):
     """dlscale's own .venv holds the CPU torch: on a GPU partition its runs would train on
@@ -170,12 +210,20 @@ def test_a_gpu_partition_refuses_a_cpu_build_and_names_the_gpu_one(tmp_path, hom
         pytest.skip(f"dlscale's own torch is a CUDA {own.cuda} build")
     loaded, profile = spec_for(tmp_path), load_profile(gpu_profile(tmp_path, "sm_90"))
     said = refusals(loaded, "slurm", profile, home=home)
-    assert (f"{loaded.path}: experiment.frameworks: pytorch-ddp: partition gpu of "
-            f"{profile.path} has 4 GPU(s) per node, and its environment") in said
-    assert "holds a CPU build of pytorch-ddp: it would train on the CPU; build a GPU one " \
-           f"with `dlscale env create pytorch-ddp --gpu --profile {profile.path}`" in said
-    study.check_plan(loaded, plan(loaded),  # no refusal
-                     make_backend("slurm", Store(home), profile, "cpu", connect=False), home)
+    assert (
+        f"{loaded.path}: experiment.frameworks: pytorch-ddp: partition gpu of "
+        f"{profile.path} has 4 GPU(s) per node, and its environment"
+    ) in said
+    assert (
+        "holds a CPU build of pytorch-ddp: it would train on the CPU; build a GPU one "
+        f"with `dlscale env create pytorch-ddp --gpu --profile {profile.path}`" in said
+    )
+    study.check_plan(
+        loaded,
+        plan(loaded),  # no refusal
+        make_backend("slurm", Store(home), profile, "cpu", connect=False),
+        home,
+    )
 
 
 def test_a_registered_cpu_environment_is_no_gpu_environment(tmp_path, home):
@@ -200,51 +248,85 @@ def test_a_gpu_horovod_without_nccl_is_refused(tmp_path, home):
     if prefix is None:
         pytest.skip(f"no cached Horovod environment under {CACHE}")
     home.mkdir(parents=True)
-    (home / "envs.json").write_text(json.dumps({"horovod-pytorch@cuda": {
-        "prefix": str(prefix), "device": "cuda", "gpu": {"cuda": "13.0", "nccl": False}}}))
+    (home / "envs.json").write_text(
+        json.dumps(
+            {
+                "horovod-pytorch@cuda": {
+                    "prefix": str(prefix),
+                    "device": "cuda",
+                    "gpu": {"cuda": "13.0", "nccl": False},
+                }
+            }
+        )
+    )
     loaded = spec_for(tmp_path, '"horovod-pytorch"')
     profile = load_profile(gpu_profile(tmp_path, None))
     said = refusals(loaded, "slurm", profile, home=home)
     assert "horovod-pytorch: partition gpu of" in said
-    assert "has a Horovod built without NCCL: its first broadcast of a CUDA tensor would " \
-           "fail; build one with NCCL with `dlscale env create horovod-pytorch --gpu" in said
+    assert (
+        "has a Horovod built without NCCL: its first broadcast of a CUDA tensor would "
+        "fail; build one with NCCL with `dlscale env create horovod-pytorch --gpu" in said
+    )
 
 
-@pytest.mark.parametrize("framework,arch,refused", [
-    ("mxnet", "sm_90", True), ("mxnet", "sm_100", True), ("mxnet", "sm_89", False),
-    ("mxnet", "sm_70", False), ("horovod-pytorch", "sm_70", True),
-    ("deepspeed", "sm_60", True), ("deepspeed", "sm_75", False), ("tensorflow", "sm_90", False)])
+@pytest.mark.parametrize(
+    "framework,arch,refused",
+    [
+        ("mxnet", "sm_90", True),
+        ("mxnet", "sm_100", True),
+        ("mxnet", "sm_89", False),
+        ("mxnet", "sm_70", False),
+        ("horovod-pytorch", "sm_70", True),
+        ("deepspeed", "sm_60", True),
+        ("deepspeed", "sm_75", False),
+        ("tensorflow", "sm_90", False),
+    ],
+)
 def test_a_framework_whose_gpu_build_has_no_kernels_for_the_site_is_refused(
-        tmp_path, home, framework, arch, refused):
+    tmp_path, home, framework, arch, refused
+):
     loaded = spec_for(tmp_path, f'"{framework}"')
     profile = load_profile(gpu_profile(tmp_path, arch))
     problems = gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
     line = 1 + profile.text.splitlines().index(f'gpu_arch = "{arch}"')
-    expected = (f"{loaded.path}:3: experiment.frameworks: {framework} cannot run on partition "
-                f"gpu's GPUs ({arch}, {profile.path}:{line}): ")
+    expected = (
+        f"{loaded.path}:3: experiment.frameworks: {framework} cannot run on partition "
+        f"gpu's GPUs ({arch}, {profile.path}:{line}): "
+    )
     assert any(p.startswith(expected) for p in problems) is refused, problems
     if refused and framework == "mxnet":
         assert "carry kernels for sm_50, sm_60, sm_70, sm_80 and sm_86 only" in problems[0]
 
 
-@pytest.mark.parametrize("framework,precision,arch,why", [
-    ("pytorch-ddp", "bf16", "sm_70", "bf16 needs compute capability 8.0 or newer"),
-    ("tensorflow", "tf32", "7.5", "tf32 needs compute capability 8.0 or newer"),
-    ("mxnet", "bf16", "sm_80", "MXNet 1.9 has no bf16 kernels on GPUs"),
-    ("mxnet", "fp16", "sm_70", None), ("tensorflow", "bf16", "sm_80", None)])
-def test_precisions_the_sites_gpus_lack_are_refused(tmp_path, home, framework, precision,
-                                                    arch, why):
+@pytest.mark.parametrize(
+    "framework,precision,arch,why",
+    [
+        ("pytorch-ddp", "bf16", "sm_70", "bf16 needs compute capability 8.0 or newer"),
+        ("tensorflow", "tf32", "7.5", "tf32 needs compute capability 8.0 or newer"),
+        ("mxnet", "bf16", "sm_80", "MXNet 1.9 has no bf16 kernels on GPUs"),
+        ("mxnet", "fp16", "sm_70", None),
+        ("tensorflow", "bf16", "sm_80", None),
+    ],
+)
+def test_precisions_the_sites_gpus_lack_are_refused(
+    tmp_path, home, framework, precision, arch, why
+):
     loaded = spec_for(tmp_path, f'"{framework}"', precisions=f'"{precision}"')
     profile = load_profile(gpu_profile(tmp_path, arch))
-    problems = [p for p in gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
-                if "experiment.precisions" in p]
+    problems = [
+        p
+        for p in gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
+        if "experiment.precisions" in p
+    ]
     if why is None:
         assert problems == []
         return
     line = 1 + loaded.text.splitlines().index(f'precisions = ["{precision}"]')
     (problem,) = problems
-    assert problem.startswith(f"{loaded.path}:{line}: experiment.precisions: {framework}: "
-                              f"precision {precision} on partition gpu's GPUs (")
+    assert problem.startswith(
+        f"{loaded.path}:{line}: experiment.precisions: {framework}: "
+        f"precision {precision} on partition gpu's GPUs ("
+    )
     assert why in problem
 
 
@@ -265,16 +347,24 @@ def test_the_local_backend_refuses_more_ranks_than_gpus_and_a_cpu_build(tmp_path
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "DLSCALE_HOME": str(home)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     for command in ("plan", "run"):
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "dlscale"), command, str(spec)],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "dlscale"), command, str(spec)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 2, proc.stderr
         for ranks in (3, 4):
-            assert (f"{spec}:6: experiment.scales: scale 1x{ranks} runs {ranks} ranks on this "
-                    "machine, which shows 2 NVIDIA GPU(s): each rank needs a GPU of its own") \
-                in proc.stderr
+            assert (
+                f"{spec}:6: experiment.scales: scale 1x{ranks} runs {ranks} ranks on this "
+                "machine, which shows 2 NVIDIA GPU(s): each rank needs a GPU of its own"
+            ) in proc.stderr
         assert "scale 1x2 runs" not in proc.stderr
-        assert "this machine shows 2 NVIDIA GPU(s) (set CUDA_VISIBLE_DEVICES= to measure its " \
-               "CPU instead), and its environment" in proc.stderr
+        assert (
+            "this machine shows 2 NVIDIA GPU(s) (set CUDA_VISIBLE_DEVICES= to measure its "
+            "CPU instead), and its environment" in proc.stderr
+        )
         assert "`dlscale env create pytorch-ddp --gpu`" in proc.stderr
         assert "Traceback" not in proc.stderr
     assert Store(home).runs() == []
@@ -282,8 +372,13 @@ def test_the_local_backend_refuses_more_ranks_than_gpus_and_a_cpu_build(tmp_path
     for hidden, rc in ((None, 2), ("", 0)):
         if hidden is not None:
             env["CUDA_VISIBLE_DEVICES"] = hidden
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "dlscale"), "plan", str(one)],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "dlscale"), "plan", str(one)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == rc, proc.stderr
 
 
@@ -292,6 +387,8 @@ def test_mxnet_bf16_is_refused_on_any_gpu_partition(tmp_path, home):
     loaded = spec_for(tmp_path, '"mxnet"', precisions='"bf16"')
     profile = load_profile(gpu_profile(tmp_path, None))
     (problem,) = gpu_checks.check_gpus(loaded, plan(loaded).runs, profile, None, home)
-    assert problem.endswith("experiment.precisions: mxnet: precision bf16 on partition gpu's "
-                            "GPUs: MXNet 1.9 has no bf16 kernels on GPUs; use fp16 "
-                            "(multi-precision SGD) or fp32")
+    assert problem.endswith(
+        "experiment.precisions: mxnet: precision bf16 on partition gpu's "
+        "GPUs: MXNet 1.9 has no bf16 kernels on GPUs; use fp16 "
+        "(multi-precision SGD) or fp32"
+    )

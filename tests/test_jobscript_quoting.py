@@ -1,7 +1,9 @@
 """Hostile names reaching a job script: the spec's and the profile's file names (newlines,
-quotes, $(...), backticks, #SBATCH), profile values (its [env] and [nccl]) and a data folder. The rendered script
-must parse, sbatch must read only dlscale's own #SBATCH lines, and running it (with stub
-srun, scontrol and module on PATH) must run nothing the names say."""
+quotes, $(...), backticks, #SBATCH), profile values (its [env] and [nccl]) and a data
+folder. The rendered script must parse, sbatch must read only dlscale's own #SBATCH lines,
+and running it (with stub srun, scontrol and module on PATH) must run nothing the names
+say."""
+
 import os
 import subprocess
 from pathlib import Path
@@ -44,8 +46,11 @@ NCCL_IB_HCA = {note}
 
 def toml_str(text: str) -> str:
     """A TOML basic string holding `text` exactly."""
-    return '"' + "".join(c if c.isprintable() and c not in '"\\' else f"\\u{ord(c):04x}"
-                         for c in text) + '"'
+    return (
+        '"'
+        + "".join(c if c.isprintable() and c not in '"\\' else f"\\u{ord(c):04x}" for c in text)
+        + '"'
+    )
 
 
 def sbatch_directives(script: str) -> list[str]:
@@ -60,14 +65,16 @@ def sbatch_directives(script: str) -> list[str]:
     return found
 
 
-def render(tmp_path: Path, name: str, module: str = "gcc", note: str = "x",
-           data_dir: str = "/data") -> tuple[Path, str]:
+def render(
+    tmp_path: Path, name: str, module: str = "gcc", note: str = "x", data_dir: str = "/data"
+) -> tuple[Path, str]:
     """job.sh of a 2x1 run, from a spec and a profile in folders called `name`."""
     spec_dir, prof_dir = tmp_path / f"spec {name}", tmp_path / f"profile {name}"
     spec_dir.mkdir()
     prof_dir.mkdir()
-    spec = write_spec(spec_dir / f"{name}.toml", scales='"2x1"',
-                      training=f"data_dir = {toml_str(data_dir)}")
+    spec = write_spec(
+        spec_dir / f"{name}.toml", scales='"2x1"', training=f"data_dir = {toml_str(data_dir)}"
+    )
     profile = prof_dir / f"{name}.toml"
     profile.write_text(PROFILE.format(module=toml_str(module), note=toml_str(note)))
     run = plan(load_spec(spec)).runs[0]
@@ -78,10 +85,10 @@ def render(tmp_path: Path, name: str, module: str = "gcc", note: str = "x",
 
 STUBS = {
     "srun": 'printf "%s\\0" "$@" > "$STUB_OUT/srun.args"\n'
-            'printf "%s" "$DLSCALE_NOTE" > "$STUB_OUT/note"\n'
-            'printf "%s" "$NCCL_IB_HCA" > "$STUB_OUT/nccl"\n',
+    'printf "%s" "$DLSCALE_NOTE" > "$STUB_OUT/note"\n'
+    'printf "%s" "$NCCL_IB_HCA" > "$STUB_OUT/nccl"\n',
     "scontrol": 'case "$2" in hostnames) echo node1 ;; '
-                'node) echo "NodeName=node1 NodeAddr=127.0.0.1 State=IDLE" ;; esac\n',
+    'node) echo "NodeName=node1 NodeAddr=127.0.0.1 State=IDLE" ;; esac\n',
     "module": 'printf "%s\\0" "$@" >> "$STUB_OUT/module.args"\n',
 }
 
@@ -95,20 +102,27 @@ def run_with_stubs(tmp_path: Path, script: str) -> Path:
         (stubs / name).chmod(0o755)
     path = tmp_path / "job.sh"
     path.write_text(script)
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(tmp_path), "STUB_OUT": str(out),
-           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node1", "SLURM_CPUS_PER_TASK": "1"}
-    proc = subprocess.run(["bash", str(path)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "STUB_OUT": str(out),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_CPUS_PER_TASK": "1",
+    }
+    proc = subprocess.run(
+        ["bash", str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
 
-@pytest.mark.parametrize("payload", PAYLOADS, ids=["newline", "subst", "backtick", "semicolon",
-                                                   "carriage-return"])
+@pytest.mark.parametrize(
+    "payload", PAYLOADS, ids=["newline", "subst", "backtick", "semicolon", "carriage-return"]
+)
 def test_hostile_names_are_text_never_commands_or_directives(tmp_path, payload):
     (tmp_path / "benign").mkdir()
-    _, benign = render(tmp_path / "benign", "plain", module=payload, note=payload,
-                       data_dir=payload)
+    _, benign = render(tmp_path / "benign", "plain", module=payload, note=payload, data_dir=payload)
     benign = benign.replace(str(tmp_path / "benign"), str(tmp_path))
     run_dir, script = render(tmp_path, payload, module=payload, note=payload, data_dir=payload)
     path = tmp_path / "job.sh"
@@ -123,8 +137,9 @@ def test_hostile_names_are_text_never_commands_or_directives(tmp_path, payload):
         assert payload.replace("\n", "\\n").replace("\r", "\\r") in head
 
     out = run_with_stubs(tmp_path, script)
-    assert not [p for p in tmp_path.rglob("*pwned*") if "spec " not in str(p)
-                and "profile " not in str(p)], "a payload ran"
+    assert not [
+        p for p in tmp_path.rglob("*pwned*") if "spec " not in str(p) and "profile " not in str(p)
+    ], "a payload ran"
     # where user text is a value, it arrives whole, as data
     args = (out / "srun.args").read_bytes().decode().split("\0")[:-1]
     assert args[args.index("--data-dir") + 1] == payload
@@ -144,10 +159,15 @@ def test_values_no_quoting_protects_are_refused_not_pasted(tmp_path):
         jobscript.render(run, loaded, tmp_path / "runs\n#SBATCH --chdir=x" / run.run_id, "s")
     # and should a value ever get past validation, the template refuses it too
     p = loaded.profile
-    bad = p.model_copy(update={"partitions": [p.partitions[0].model_copy(
-        update={"name": "debug\n#SBATCH --chdir=/"})]})
-    with pytest.raises(PlanError, match="partition 'debug\\\\n#SBATCH --chdir=/' cannot go "
-                                        "into a job script's #SBATCH line"):
+    bad = p.model_copy(
+        update={
+            "partitions": [p.partitions[0].model_copy(update={"name": "debug\n#SBATCH --chdir=/"})]
+        }
+    )
+    with pytest.raises(
+        PlanError,
+        match="partition 'debug\\\\n#SBATCH --chdir=/' cannot go into a job script's #SBATCH line",
+    ):
         jobscript.render(run, loaded.model_copy(update={"profile": bad}), run_dir, "s")
     for table in ("env", "nccl"):
         bad = p.model_copy(update={table: {"NCCL_X=1; touch pwned; Y": "v"}})
@@ -156,20 +176,25 @@ def test_values_no_quoting_protects_are_refused_not_pasted(tmp_path):
 
 
 @pytest.mark.slurm
-def test_a_hostile_script_submitted_to_slurm_carries_only_dlscales_options(
-        slurm_cluster, tmp_path):
+def test_a_hostile_script_submitted_to_slurm_carries_only_dlscales_options(slurm_cluster, tmp_path):
     """sbatch itself, not our reading of it: the job it queues (held, then cancelled)."""
     run_dir, script = render(tmp_path, PAYLOADS[0])
     path = run_dir / "job.sh"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
-    proc = subprocess.run(["sbatch", "--hold", "--parsable", str(path)], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        ["sbatch", "--hold", "--parsable", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip().split(";")[0]
     try:
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
-                               text=True, timeout=60).stdout
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60
+        ).stdout
     finally:
         subprocess.run(["scancel", job], timeout=60)
     assert "pwned" not in shown  # no --comment, no --chdir from the name

@@ -6,6 +6,7 @@ cluster.
 DALI runs in an environment of its own (`dlscale env create pytorch-ddp --with dali`), built
 once per machine into DLSCALE_ENV_CACHE; the checks that need it run their code in that
 environment's python, the way the trainers run."""
+
 import json
 import os
 import subprocess
@@ -38,22 +39,51 @@ def sample(tmp_path_factory):
 
 def args_for(dataset, loader="native", batch=4, data_dir=None, workers=0):
     model = "resnet50" if dataset == "imagenet" else "resnet20"
-    argv = ["--model", model, "--dataset", dataset, "--per-device-batch", str(batch),
-            "--steps", "1", "--loader", loader, "--loader-workers", str(workers)]
-    return build_parser("test").parse_args(argv + (["--data-dir", str(data_dir)] if data_dir
-                                                   else []))
+    argv = [
+        "--model",
+        model,
+        "--dataset",
+        dataset,
+        "--per-device-batch",
+        str(batch),
+        "--steps",
+        "1",
+        "--loader",
+        loader,
+        "--loader-workers",
+        str(workers),
+    ]
+    return build_parser("test").parse_args(
+        argv + (["--data-dir", str(data_dir)] if data_dir else [])
+    )
 
 
 # --- the sample ---------------------------------------------------------------------------
 
+
 def test_data_sample_writes_a_layout_that_data_check_accepts(tmp_path, home):
     dest = tmp_path / "sample"
-    proc = dlscale("data", "sample", "imagenet", str(dest), "--classes", "3", "--per-class",
-                   "5", "--val-per-class", "2", check=0)
-    assert "train: 3 classes, 15 images" in proc.stdout and "val: 3 classes, 6 images" in proc.stdout
+    proc = dlscale(
+        "data",
+        "sample",
+        "imagenet",
+        str(dest),
+        "--classes",
+        "3",
+        "--per-class",
+        "5",
+        "--val-per-class",
+        "2",
+        check=0,
+    )
+    assert (
+        "train: 3 classes, 15 images" in proc.stdout and "val: 3 classes, 6 images" in proc.stdout
+    )
     assert f'training.data_dir = "{dest}"' in proc.stdout
-    assert "layout OK" in dlscale("data", "check", "imagenet", str(dest), "--classes", "3",
-                                  check=0).stdout
+    assert (
+        "layout OK"
+        in dlscale("data", "check", "imagenet", str(dest), "--classes", "3", check=0).stdout
+    )
     assert sorted(p.name for p in (dest / "train").iterdir()) == ["digit-0", "digit-1", "digit-2"]
     first = next((dest / "val" / "digit-1").iterdir())
     assert first.suffix == ".JPEG" and first.read_bytes()[:3] == b"\xff\xd8\xff"
@@ -75,6 +105,7 @@ def test_data_sample_refuses_what_the_digits_cannot_give(tmp_path):
 
 
 # --- the native ImageNet reader (dlscale's own torch) -------------------------------------
+
 
 def test_labels_come_from_the_sorted_class_folders(sample):
     folders = read_folders(str(sample))
@@ -106,14 +137,23 @@ def test_a_broken_imagenet_folder_is_named_before_training(tmp_path):
     (tmp_path / "train" / "a").mkdir(parents=True)
     (tmp_path / "train" / "a" / "x.JPEG").write_bytes(b"PNG...")
     from dlscale.trainers.common.data import DataError
+
     with pytest.raises(DataError) as info:
-        loaders.build(args_for("imagenet", data_dir=tmp_path), 1, 0, 0, torch.device("cpu"),
-                      False, "pytorch-ddp")
+        loaders.build(
+            args_for("imagenet", data_dir=tmp_path),
+            1,
+            0,
+            0,
+            torch.device("cpu"),
+            False,
+            "pytorch-ddp",
+        )
     text = str(info.value)
     assert f"{tmp_path}/val: missing" in text and "named .JPEG but not JPEG data" in text
 
 
 # --- DALI (in its own environment) --------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def dali_home(env_home):
@@ -123,8 +163,7 @@ def dali_home(env_home):
 
 @pytest.fixture(scope="session")
 def dali_env(dali_home):
-    proc = dlscale("env", "create", "pytorch-ddp", "--with", "dali", home=dali_home,
-                   timeout=1800)
+    proc = dlscale("env", "create", "pytorch-ddp", "--with", "dali", home=dali_home, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     status = envs.resolve("pytorch-ddp", dali_home)
     assert status.ok and status.extras == ("dali",), status
@@ -133,10 +172,13 @@ def dali_env(dali_home):
 
 def in_env(status, home, code, *argv):
     """Run `code` in the environment's python, as a trainer runs; its JSON answer."""
-    proc = subprocess.run([status.python, "-c", textwrap.dedent(code), *map(str, argv)],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1",
-                               **envs.launch_env(status, home)})
+    proc = subprocess.run(
+        [status.python, "-c", textwrap.dedent(code), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **envs.launch_env(status, home)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -183,12 +225,13 @@ def test_dali_gives_digits_exactly_the_native_loaders_batches(dali_env, dali_hom
 
 
 @pytest.mark.slow
-def test_dali_pads_crops_and_flips_cifar10_as_the_native_loader_does(dali_env, dali_home,
-                                                                    tmp_path):
+def test_dali_pads_crops_and_flips_cifar10_as_the_native_loader_does(dali_env, dali_home, tmp_path):
     """Every DALI image is the native path's image at one of its 81 whole-pixel crops of
     the 4-pixel-padded image, flipped or not; labels and steps are the native loader's."""
     make_cifar(tmp_path / "cifar", n=16)  # 80 training images
-    code = COMPARE.replace("print(json.dumps(out))", """
+    code = COMPARE.replace(
+        "print(json.dumps(out))",
+        """
 import torch.nn.functional as F
 from dlscale.trainers.common import data as cd
 train, _ = cd.load_real("cifar10", data_dir, 0)
@@ -222,7 +265,8 @@ for step, (x, y) in enumerate(data.epoch(0)):
             break
 print(json.dumps({"cmp": out, "matched": matched, "images": len(order) // 8 * 8,
                   "variety": len(seen)}))
-""")
+""",
+    )
     r = in_env(dali_env, dali_home, code, "cifar10", tmp_path / "cifar", 8, "1,2")
     for c in r["cmp"]:
         assert c["planned"] == c["steps"] == [80 // c["world"] // 8] * 2, c
@@ -232,12 +276,18 @@ print(json.dumps({"cmp": out, "matched": matched, "images": len(order) // 8 * 8,
 
 
 @pytest.mark.slow
-def test_dali_and_native_imagenet_epochs_have_the_same_steps_and_labels(dali_env, dali_home,
-                                                                       sample):
+def test_dali_and_native_imagenet_epochs_have_the_same_steps_and_labels(
+    dali_env, dali_home, sample
+):
     out = in_env(dali_env, dali_home, COMPARE, "imagenet", sample, 5, "1,2,3")
     for r in out:
-        assert r["planned"][0] == r["planned"][1] == r["steps"][0] == r["steps"][1] == \
-            48 // r["world"] // 5, r
+        assert (
+            r["planned"][0]
+            == r["planned"][1]
+            == r["steps"][0]
+            == r["steps"][1]
+            == 48 // r["world"] // 5
+        ), r
         assert r["shapes"] == [[5, 3, 224, 224]] * 2 and r["dtypes"] == ["torch.int64"] * 2
     # one rank, 48 images in batches of 4: each epoch is the whole training set, either way
     one = in_env(dali_env, dali_home, COMPARE, "imagenet", sample, 4, "1")
@@ -256,7 +306,10 @@ def test_dali_and_native_imagenet_epochs_have_the_same_steps_and_labels(dali_env
 def test_dali_decodes_only_the_crop_of_each_imagenet_jpeg(dali_env, dali_home, sample):
     """DALI's ResNet-50 recipe: the random crop is chosen before decoding, and only that
     region is decoded (then resized), instead of decoding the whole JPEG and cropping."""
-    r = in_env(dali_env, dali_home, """
+    r = in_env(
+        dali_env,
+        dali_home,
+        """
 import json, sys, torch
 from dlscale.trainers.common.args import build_parser
 from dlscale.trainers.torch_ddp import loaders
@@ -268,19 +321,55 @@ x, y = next(iter(data.epoch(0)))
 print(json.dumps({"crop_decoder": "ImageRandomCrop" in graph,
                   "whole_decoder": 'decoders__Image"' in graph or 'ImageDecoder"' in graph,
                   "shape": list(x.shape)}))
-""", sample)
+""",
+        sample,
+    )
     assert r == {"crop_decoder": True, "whole_decoder": False, "shape": [4, 3, 224, 224]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["digits", "imagenet"])
-def test_two_ranks_train_with_dali_to_identical_weights(dali_env, dali_home, tmp_path, sample,
-                                                         dataset):
-    model = ["--model", "resnet50", "--dataset", "imagenet", "--data-dir", str(sample),
-             "--per-device-batch", "4", "--epochs", "1"] if dataset == "imagenet" else [
-        "--model", "resnet20", "--dataset", "digits", "--per-device-batch", "32", "--steps", "6"]
-    proc, out = run_trainer(dali_env, dali_home, "pytorch-ddp", tmp_path, *model, "--loader",
-                            "dali", "--warmup-steps", "1", "--log-every", "2")
+def test_two_ranks_train_with_dali_to_identical_weights(
+    dali_env, dali_home, tmp_path, sample, dataset
+):
+    model = (
+        [
+            "--model",
+            "resnet50",
+            "--dataset",
+            "imagenet",
+            "--data-dir",
+            str(sample),
+            "--per-device-batch",
+            "4",
+            "--epochs",
+            "1",
+        ]
+        if dataset == "imagenet"
+        else [
+            "--model",
+            "resnet20",
+            "--dataset",
+            "digits",
+            "--per-device-batch",
+            "32",
+            "--steps",
+            "6",
+        ]
+    )
+    proc, out = run_trainer(
+        dali_env,
+        dali_home,
+        "pytorch-ddp",
+        tmp_path,
+        *model,
+        "--loader",
+        "dali",
+        "--warmup-steps",
+        "1",
+        "--log-every",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = records(out)
     params, env, summary = recs[0], recs[1], recs[-1]
@@ -296,11 +385,20 @@ def test_two_ranks_train_with_dali_to_identical_weights(dali_env, dali_home, tmp
 
 # --- planning -----------------------------------------------------------------------------
 
+
 def loaders_spec(tmp_path, data_dir, name="loaders", scales='"1x1"'):
-    path = write_spec(tmp_path / f"{name}.toml", 'loaders = ["native", "dali"]',
-                      f'data_dir = "{data_dir}"', name=name, scales=scales)
-    path.write_text(path.read_text().replace('"synthetic-cifar"', '"digits"')
-                    .replace("per_device_batch = [8]", "per_device_batch = [32]"))
+    path = write_spec(
+        tmp_path / f"{name}.toml",
+        'loaders = ["native", "dali"]',
+        f'data_dir = "{data_dir}"',
+        name=name,
+        scales=scales,
+    )
+    path.write_text(
+        path.read_text()
+        .replace('"synthetic-cifar"', '"digits"')
+        .replace("per_device_batch = [8]", "per_device_batch = [32]")
+    )
     return path
 
 
@@ -311,8 +409,10 @@ def test_dali_without_dali_in_the_environment_is_refused_with_the_fix(tmp_path, 
     spec = loaders_spec(tmp_path, tmp_path)
     for command in ("plan", "run"):
         proc = dlscale(command, str(spec), check=2)
-        assert f"{spec}: experiment.loaders: pytorch-ddp: loader dali needs nvidia.dali in " \
-               "pytorch-ddp's environment" in proc.stderr
+        assert (
+            f"{spec}: experiment.loaders: pytorch-ddp: loader dali needs nvidia.dali in "
+            "pytorch-ddp's environment" in proc.stderr
+        )
         assert "build one with `dlscale env create pytorch-ddp --with dali`" in proc.stderr
         assert "Traceback" not in proc.stderr
     assert Store(home).runs() == []  # nothing submitted, nothing recorded
@@ -328,36 +428,61 @@ def test_dali_environments_are_opt_in_and_keyed_apart(home):
     proc = dlscale("env", "create", "tensorflow", "--with", "dali", check=2)
     assert "--with dali: only for pytorch-ddp, horovod-pytorch, deepspeed" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert envs.create_command("deepspeed", home, ("dali",)) == \
-        "dlscale env create deepspeed --with dali"
+    assert (
+        envs.create_command("deepspeed", home, ("dali",))
+        == "dlscale env create deepspeed --with dali"
+    )
 
 
 # --- both loaders on the Slurm test cluster -----------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_native_and_dali_side_by_side_on_two_slurm_nodes(slurm_cluster, dali_env, dali_home,
-                                                          tmp_path):
+def test_native_and_dali_side_by_side_on_two_slurm_nodes(
+    slurm_cluster, dali_env, dali_home, tmp_path
+):
     # Without the profile's own pytorch-ddp environment, jobs activate the one that
     # `env create --with dali` recorded (on this machine's file system, which the nodes share).
-    text = PROFILE.read_text().replace("[environments.pytorch-ddp]", "").replace(
-        'venv = "../../.venv"', "")
+    text = (
+        PROFILE.read_text()
+        .replace("[environments.pytorch-ddp]", "")
+        .replace('venv = "../../.venv"', "")
+    )
     (tmp_path / "cluster.toml").write_text(text)
     spec = loaders_spec(tmp_path, tmp_path, name="loaders-slurm", scales='"2x1"')
-    dlscale("run", str(spec), "--profile", str(tmp_path / "cluster.toml"), "--backend", "slurm",
-            "--wait", home=dali_home, check=0, timeout=900)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(tmp_path / "cluster.toml"),
+        "--backend",
+        "slurm",
+        "--wait",
+        home=dali_home,
+        check=0,
+        timeout=900,
+    )
     runs = Store(dali_home).runs("loaders-slurm")
-    assert {(r["loader"], r["state"]) for r in runs} == {("native", "COMPLETED"),
-                                                         ("dali", "COMPLETED")}
+    assert {(r["loader"], r["state"]) for r in runs} == {
+        ("native", "COMPLETED"),
+        ("dali", "COMPLETED"),
+    }
     for run in runs:
         env = Store(dali_home).records(run["run_id"], "env")[0]
         assert sorted(env["hostnames"]) == ["node1", "node2"]
-        assert f"source {dali_env.prefix}/bin/activate" in (Path(run["run_dir"]) / "job.sh").read_text()
+        assert (
+            f"source {dali_env.prefix}/bin/activate"
+            in (Path(run["run_dir"]) / "job.sh").read_text()
+        )
     table = dlscale("results", "-e", "loaders-slurm", home=dali_home, check=0).stdout
     cells = [[c for c in ln.split() if c != "│"] for ln in table.splitlines() if "resnet20" in ln]
     assert "loader" in table and sorted(c[2] for c in cells) == ["dali", "native"]
-    rows = json.loads(dlscale("results", "-e", "loaders-slurm", "--format", "json",
-                              home=dali_home, check=0).stdout)
+    rows = json.loads(
+        dlscale(
+            "results", "-e", "loaders-slurm", "--format", "json", home=dali_home, check=0
+        ).stdout
+    )
     assert {r["loader"]: r["throughput"] > 0 for r in rows} == {"native": True, "dali": True}
 
 
@@ -366,16 +491,36 @@ def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
     import sys
 
     def trainer(module, dataset):
-        return subprocess.run([sys.executable, "-m", module, "--model", "resnet20", "--dataset",
-                               dataset, "--per-device-batch", "4", "--steps", "1", "--loader",
-                               "dali", "--output", str(tmp_path / "m.jsonl")],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                module,
+                "--model",
+                "resnet20",
+                "--dataset",
+                dataset,
+                "--per-device-batch",
+                "4",
+                "--steps",
+                "1",
+                "--loader",
+                "dali",
+                "--output",
+                str(tmp_path / "m.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     proc = trainer("dlscale.trainers.torch_ddp", "synthetic-cifar")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "--loader dali reads data, and synthetic-cifar has none" in proc.stderr
     # TensorFlow's and MXNet's trainers take the array datasets and the native loader only
     from dlscale.engine.config.frameworks import FRAMEWORKS
     from dlscale.trainers.common.args import ARRAY_DATASETS, NATIVE_ONLY
+
     for fw in ("tensorflow", "mxnet", "horovod-tensorflow"):
         assert (FRAMEWORKS[fw].datasets, FRAMEWORKS[fw].loaders) == (ARRAY_DATASETS, NATIVE_ONLY)
         # The trainer itself refuses, before it imports its framework (not installed here).
@@ -384,6 +529,18 @@ def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
         assert "--loader: invalid choice: 'dali' (choose from 'native')" in proc.stderr
     parser = build_parser("tf", ARRAY_DATASETS, NATIVE_ONLY)
     with pytest.raises(SystemExit) as info:
-        parser.parse_args(["--model", "resnet20", "--dataset", "digits", "--per-device-batch",
-                           "4", "--steps", "1", "--loader", "dali"])
+        parser.parse_args(
+            [
+                "--model",
+                "resnet20",
+                "--dataset",
+                "digits",
+                "--per-device-batch",
+                "4",
+                "--steps",
+                "1",
+                "--loader",
+                "dali",
+            ]
+        )
     assert info.value.code == 2

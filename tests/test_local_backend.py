@@ -2,6 +2,7 @@
 
 Real processes throughout: unrelated `sleep`s stand for processes that were handed a
 recorded pid, and a real 2-rank PyTorch DDP run stands for a job whose worker is killed."""
+
 import ast
 import os
 import signal
@@ -22,10 +23,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _run() -> Run:
-    return Run(experiment="e", framework="pytorch-ddp", model="resnet20",
-               dataset="synthetic-cifar", nodes=1, ranks_per_node=1, per_device_batch=8,
-               global_batch=8, scaling="weak", precision="fp32", loader="native",
-               repetition=0, training={"steps": 4})
+    return Run(
+        experiment="e",
+        framework="pytorch-ddp",
+        model="resnet20",
+        dataset="synthetic-cifar",
+        nodes=1,
+        ranks_per_node=1,
+        per_device_batch=8,
+        global_batch=8,
+        scaling="weak",
+        precision="fp32",
+        loader="native",
+        repetition=0,
+        training={"steps": 4},
+    )
 
 
 def _running_job(home: Path, **job) -> str:
@@ -34,9 +46,18 @@ def _running_job(home: Path, **job) -> str:
     store = Store(home)
     run = _run()
     row = store.add_run(run)
-    store.add_job("local", "local-1", run.run_id, "PENDING",
-                  {"argv": ["true"], "env": {}, "run_dir": row["run_dir"],
-                   "log": str(Path(row["run_dir"]) / "run.log")})
+    store.add_job(
+        "local",
+        "local-1",
+        run.run_id,
+        "PENDING",
+        {
+            "argv": ["true"],
+            "env": {},
+            "run_dir": row["run_dir"],
+            "log": str(Path(row["run_dir"]) / "run.log"),
+        },
+    )
     store.update_job("local", "local-1", state="RUNNING", started=time.time(), **job)
     store.update_run(run.run_id, state="RUNNING")
     Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
@@ -53,6 +74,7 @@ def bystander():
     def start(**kw):
         procs.append(subprocess.Popen(["sleep", "300"], start_new_session=True, **kw))
         return procs[-1]
+
     yield start
     for p in procs:
         p.kill()
@@ -131,8 +153,19 @@ def test_what_is_left_of_a_lost_job_is_stopped_and_nothing_else(home, bystander)
 def test_spawned_ranks_die_with_their_spawner(tmp_path):
     pids = tmp_path / "pids"
     spawner = subprocess.Popen(
-        [sys.executable, "-m", "dlscale.trainers.common.spawn", "--ranks", "2", "--",
-         "sh", "-c", f"echo $$ >> {pids}; exec sleep 300"], start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.common.spawn",
+            "--ranks",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            f"echo $$ >> {pids}; exec sleep 300",
+        ],
+        start_new_session=True,
+    )
     deadline = time.time() + 30
     while time.time() < deadline and len(_read_pids(pids)) < 2:
         time.sleep(0.1)
@@ -164,16 +197,18 @@ def _zombie(pid: int) -> bool:
 
 
 def _run_processes(run_id: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "--", f"--run-id {run_id}"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["pgrep", "-f", "--", f"--run-id {run_id}"], capture_output=True, text=True
+    ).stdout
     return [int(p) for p in out.split()]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
-    spec = write_spec(tmp_path / "s.toml", scales='"1x2"', steps=100000,
-                      name=f"lost-{sig.name.lower()}")
+    spec = write_spec(
+        tmp_path / "s.toml", scales='"1x2"', steps=100000, name=f"lost-{sig.name.lower()}"
+    )
     dlscale("run", str(spec), home=home, check=0)
     store = Store(home)
     (run,) = store.runs()
@@ -185,12 +220,16 @@ def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
     ranks = {p: process_mark(p) for p in _run_processes(run["run_id"])}
     try:
         assert len(ranks) >= 3  # torchrun and its two ranks
-        worker = int(subprocess.run(["pgrep", "-f", f"local_worker {home}"],
-                                    capture_output=True, text=True).stdout.split()[0])
+        worker = int(
+            subprocess.run(
+                ["pgrep", "-f", f"local_worker {home}"], capture_output=True, text=True
+            ).stdout.split()[0]
+        )
         os.kill(worker, sig)
         dlscale("status", home=home, check=0)
-        assert _all_gone(list(ranks), within=30), \
+        assert _all_gone(list(ranks), within=30), (
             f"ranks still alive: {_run_processes(run['run_id'])}"
+        )
         deadline = time.time() + 30
         while time.time() < deadline and store.run(run["run_id"])["state"] == "RUNNING":
             dlscale("status", home=home)
@@ -226,8 +265,14 @@ def test_only_the_store_runs_sql():
     sql = ("execute", "executemany", "executescript", "transaction")
     found = []
     for path in (REPO / "engine").rglob("*.py"):
-        if path.name in ("store.py", "store_claims.py", "store_records.py", "store_health.py",
-                         "recovery.py"):
+        if path.name in (
+            "store.py",
+            "store_claims.py",
+            "store_jobs.py",
+            "store_records.py",
+            "store_health.py",
+            "recovery.py",
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in sql:

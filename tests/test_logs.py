@@ -1,6 +1,7 @@
 """The log reader: tails of huge files in one block, bounded reads however few line breaks
 a log has, progress-bar redraws (\\r) as lines, and a follower that survives a file
 appearing late, being truncated, and being replaced."""
+
 import threading
 import time
 
@@ -29,6 +30,7 @@ def test_tail_of_a_large_log_reads_only_its_end(tmp_path, monkeypatch):
         orig = f.read
         f.read = lambda n=-1: read.append(n) or orig(n)
         return f
+
     monkeypatch.setattr("builtins.open", counting_open)
     assert tail_lines(path, 3) == ["line 97", "line 98", "line 99"]
     assert sum(read) <= 64 * 1024
@@ -36,8 +38,10 @@ def test_tail_of_a_large_log_reads_only_its_end(tmp_path, monkeypatch):
 
 def test_failure_reason_prefers_the_trainers_line(tmp_path):
     log = tmp_path / "run.log"
-    log.write_text("starting\ndlscale-torch-ddp: error: rank 1: TrainerError: boom\n"
-                   "torch.distributed.elastic... ChildFailedError\n  more noise\n")
+    log.write_text(
+        "starting\ndlscale-torch-ddp: error: rank 1: TrainerError: boom\n"
+        "torch.distributed.elastic... ChildFailedError\n  more noise\n"
+    )
     reason = failure_reason(log)
     assert reason.splitlines()[0] == "dlscale-torch-ddp: error: rank 1: TrainerError: boom"
     assert reason.splitlines()[-1] == "  |   more noise"
@@ -48,8 +52,9 @@ def test_follow_survives_late_file_truncation_and_replacement(tmp_path):
     path = tmp_path / "run.log"
     seen = []
     stop = threading.Event()
-    t = threading.Thread(daemon=True, target=lambda: seen.extend(follow(path, interval=0.05,
-                                                           stop=stop.is_set)))
+    t = threading.Thread(
+        daemon=True, target=lambda: seen.extend(follow(path, interval=0.05, stop=stop.is_set))
+    )
     t.start()
 
     def wait_for(line):
@@ -59,19 +64,19 @@ def test_follow_survives_late_file_truncation_and_replacement(tmp_path):
         assert line in seen, seen
 
     time.sleep(0.2)
-    path.write_text("first\n")              # appears late
+    path.write_text("first\n")  # appears late
     wait_for("first")
     with open(path, "a") as fh:
         fh.write("sec")
         fh.flush()
         time.sleep(0.2)
-        fh.write("ond\n")                  # a line written in two pieces arrives whole
+        fh.write("ond\n")  # a line written in two pieces arrives whole
     wait_for("second")
-    path.write_text("after truncate\n")     # truncated and rewritten
+    path.write_text("after truncate\n")  # truncated and rewritten
     wait_for("after truncate")
     other = tmp_path / "new.log"
     other.write_text("rotated in\n")
-    other.replace(path)                     # replaced (log rotation)
+    other.replace(path)  # replaced (log rotation)
     wait_for("rotated in")
     stop.set()
     t.join(5)
@@ -79,6 +84,7 @@ def test_follow_survives_late_file_truncation_and_replacement(tmp_path):
 
 
 # --- logs with few line breaks: linear, bounded, \r as a line break (issue 11) ------------
+
 
 def counting_reads(monkeypatch) -> list[int]:
     """The bytes each read() of a log returns, however the reader asks."""
@@ -90,6 +96,7 @@ def counting_reads(monkeypatch) -> list[int]:
         orig = f.read
         f.read = lambda n=-1: (lambda b: got.append(len(b)) or b)(orig(n))
         return f
+
     monkeypatch.setattr("builtins.open", counting_open)
     return got
 
@@ -120,8 +127,7 @@ def test_carriage_returns_end_lines_like_newlines(tmp_path, monkeypatch):
     bar = b"".join(b"\r%3d%%|%-10s| %d/100" % (i, b"#" * (i // 10), i) for i in range(101))
     path = sparse(tmp_path / "run.log", 4 << 20, b"epoch 1\n" + bar * 2000 + b"\nDone\r\n")
     reads = counting_reads(monkeypatch)
-    assert tail_lines(path, 3) == [" 99%|######### | 99/100", "100%|##########| 100/100",
-                                   "Done"]
+    assert tail_lines(path, 3) == [" 99%|######### | 99/100", "100%|##########| 100/100", "Done"]
     assert sum(reads) <= 64 * 1024  # one block holds plenty of redraws
     small = tmp_path / "crlf.log"
     small.write_bytes(b"a\r\nb\r\n\r\nc\rd\ne")
@@ -139,8 +145,11 @@ def test_long_lines_are_cut_and_short_ones_kept_whole(tmp_path):
 
 def test_the_trainers_error_line_is_found_behind_a_wall_of_progress(tmp_path):
     path = tmp_path / "run.log"
-    path.write_bytes(b"dlscale-torch-ddp: error: rank 0: CUDA out of memory\n"
-                     + b"\r 50%|#####     | 5/10" * 50000 + b"\nKilled\n")
+    path.write_bytes(
+        b"dlscale-torch-ddp: error: rank 0: CUDA out of memory\n"
+        + b"\r 50%|#####     | 5/10" * 50000
+        + b"\nKilled\n"
+    )
     reason = failure_reason(path).splitlines()
     assert reason[0] == "dlscale-torch-ddp: error: rank 0: CUDA out of memory"
     assert reason[-2:] == ["  |  50%|#####     | 5/10", "  | Killed"]
@@ -163,7 +172,7 @@ def test_follow_shows_progress_redraws_and_cuts_a_line_that_never_ends(tmp_path)
         while len(got) < 2:
             got += next(chunks)
         assert got == [" 20%", "z" * MAX_LINE + CUT]  # shown at once, cut
-        fh.write(b"z" * (1 << 20) + b"\rafter\n")    # the rest of that line is skipped
+        fh.write(b"z" * (1 << 20) + b"\rafter\n")  # the rest of that line is skipped
         fh.flush()
         got = []
         while not got:

@@ -31,32 +31,45 @@ def test_strong_scaling_splits_the_global_batch(tmp_path):
     path = write_spec(tmp_path / "s.toml", 'scaling = "strong"\nglobal_batch = [16]')
     path.write_text(path.read_text().replace("per_device_batch = [8]\n", ""))
     runs = plan(load_spec(path)).runs
-    assert [(r.devices, r.per_device_batch, r.global_batch) for r in runs] == [(1, 16, 16), (2, 8, 16)]
+    assert [(r.devices, r.per_device_batch, r.global_batch) for r in runs] == [
+        (1, 16, 16),
+        (2, 8, 16),
+    ]
 
 
 def test_models_pair_only_with_fitting_data(tmp_path):
     path = write_spec(tmp_path / "m.toml")
-    path.write_text(path.read_text()
-                    .replace('["resnet20"]', '["resnet20", "resnet50"]')
-                    .replace('["synthetic-cifar"]', '["synthetic-cifar", "synthetic-imagenet"]'))
+    path.write_text(
+        path.read_text()
+        .replace('["resnet20"]', '["resnet20", "resnet50"]')
+        .replace('["synthetic-cifar"]', '["synthetic-cifar", "synthetic-imagenet"]')
+    )
     p = plan(load_spec(path))
-    assert {(r.model, r.dataset) for r in p.runs} == {("resnet20", "synthetic-cifar"),
-                                                      ("resnet50", "synthetic-imagenet")}
-    assert sorted(p.skipped_pairs) == [("resnet20", "synthetic-imagenet"),
-                                       ("resnet50", "synthetic-cifar")]
+    assert {(r.model, r.dataset) for r in p.runs} == {
+        ("resnet20", "synthetic-cifar"),
+        ("resnet50", "synthetic-imagenet"),
+    }
+    assert sorted(p.skipped_pairs) == [
+        ("resnet20", "synthetic-imagenet"),
+        ("resnet50", "synthetic-cifar"),
+    ]
 
 
 def test_framework_options_reach_only_their_frameworks_runs_and_trainer(tmp_path):
     from dlscale.engine.launching.launch import trainer_args
+
     path = write_spec(tmp_path / "s.toml")
-    path.write_text(path.read_text().replace('"pytorch-ddp"', '"pytorch-ddp", "deepspeed", '
-                                             '"horovod-pytorch"'))
+    path.write_text(
+        path.read_text().replace('"pytorch-ddp"', '"pytorch-ddp", "deepspeed", "horovod-pytorch"')
+    )
     before = {r.run_id: r for r in plan(load_spec(path)).runs}
     # Spelling out a default changes nothing: the same runs, found again by their ids.
     path.write_text(path.read_text() + "\n[options.deepspeed]\nzero_stage = 1\n")
     assert {r.run_id for r in plan(load_spec(path)).runs} == set(before)
-    path.write_text(path.read_text().replace("zero_stage = 1", "zero_stage = 2")
-                    + "[options.horovod-pytorch]\nfp16_allreduce = true\n")
+    path.write_text(
+        path.read_text().replace("zero_stage = 1", "zero_stage = 2")
+        + "[options.horovod-pytorch]\nfp16_allreduce = true\n"
+    )
     after = plan(load_spec(path)).runs
     for run in after:
         args = trainer_args(run)
@@ -80,9 +93,15 @@ def test_every_training_knob_reaches_the_trainer_as_the_spec_says(knob):
 
     from dlscale.engine.launching.launch import trainer_args
     from dlscale.trainers.common.args import build_parser
+
     k = KNOBS[knob]
-    value = {"int": 3, "number": 0.25, "bool": True, "str": "/data/x",
-             "choice": (k.choices[-1] if k.choices else None)}[k.kind]
+    value = {
+        "int": 3,
+        "number": 0.25,
+        "bool": True,
+        "str": "/data/x",
+        "choice": (k.choices[-1] if k.choices else None),
+    }[k.kind]
     if k.pattern:
         value = "crash@step3"
     training = {"steps": 4} if knob != "steps" else {}

@@ -2,6 +2,7 @@
 without TF32, DeepSpeed's mixed precision through its own autocast, and every PyTorch-family
 trainer's summary naming the dtype its forward pass really ran in. The CUDA side of this is
 in tests/gpu/; here, what holds on CPU."""
+
 import subprocess
 import sys
 
@@ -13,10 +14,19 @@ from dlscale.trainers.torch_ddp.device import COMPUTE_DTYPE, pick_gpu, resolve_p
 from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 
 
-@pytest.mark.parametrize("requested,capability,ran", [
-    ("auto", (9, 0), "bf16"), ("auto", (8, 0), "bf16"), ("auto", (7, 0), "fp16"),
-    ("auto", (6, 0), "fp16"), ("fp32", (9, 0), "fp32"), ("tf32", (8, 6), "tf32"),
-    ("fp16", (7, 0), "fp16"), ("bf16", (8, 9), "bf16")])
+@pytest.mark.parametrize(
+    "requested,capability,ran",
+    [
+        ("auto", (9, 0), "bf16"),
+        ("auto", (8, 0), "bf16"),
+        ("auto", (7, 0), "fp16"),
+        ("auto", (6, 0), "fp16"),
+        ("fp32", (9, 0), "fp32"),
+        ("tf32", (8, 6), "tf32"),
+        ("fp16", (7, 0), "fp16"),
+        ("bf16", (8, 9), "bf16"),
+    ],
+)
 def test_precision_on_a_gpu_follows_its_compute_capability(requested, capability, ran):
     assert resolve_precision(requested, True, capability) == ran
 
@@ -36,13 +46,13 @@ def test_precision_on_cpu():
 
 
 def test_ranks_get_their_own_gpu_or_a_reason():
-    assert pick_gpu(3, 4, 4, srun_task=False) == 3          # torchrun: the node's GPUs
-    assert pick_gpu(3, 4, 1, srun_task=True) == 0           # srun bound one GPU per task
+    assert pick_gpu(3, 4, 4, srun_task=False) == 3  # torchrun: the node's GPUs
+    assert pick_gpu(3, 4, 1, srun_task=True) == 0  # srun bound one GPU per task
     assert pick_gpu(0, 1, 1, srun_task=False) == 0
     with pytest.raises(TrainerError, match="local rank 2 has no GPU of its own.*2 GPU"):
-        pick_gpu(2, 4, 2, srun_task=False)                   # more ranks than GPUs
+        pick_gpu(2, 4, 2, srun_task=False)  # more ranks than GPUs
     with pytest.raises(TrainerError, match="local rank 1 has no GPU"):
-        pick_gpu(1, 2, 1, srun_task=False)                   # never two ranks on one GPU
+        pick_gpu(1, 2, 1, srun_task=False)  # never two ranks on one GPU
     with pytest.raises(TrainerError, match="no CUDA device"):
         pick_gpu(0, 1, 0, srun_task=True)
 
@@ -61,9 +71,22 @@ def test_deepspeed_full_precision_has_no_autocast(precision):
 
 def _one_rank_torch(tmp_path, precision):
     out = tmp_path / f"{precision}.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", *SMALL,
-                           "--precision", precision, "--output", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            *SMALL,
+            "--precision",
+            precision,
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return records(out)
 
@@ -79,8 +102,9 @@ def test_the_recorded_precision_is_the_dtype_the_forward_pass_ran_in(tmp_path, p
 
 @pytest.mark.slow
 def test_deepspeed_bf16_on_cpu_computes_in_bf16(deepspeed_env, env_home, tmp_path):
-    proc, out = run_trainer(deepspeed_env, env_home, "deepspeed", tmp_path, *SMALL,
-                            "--precision", "bf16", nproc=1)
+    proc, out = run_trainer(
+        deepspeed_env, env_home, "deepspeed", tmp_path, *SMALL, "--precision", "bf16", nproc=1
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = records(out)
     assert recs[0]["precision"] == "bf16"

@@ -1,5 +1,6 @@
 """Cluster profiles and rendered job scripts, without a cluster: validation, refusals
 before submission, quoting, and `bash -n`."""
+
 import subprocess
 from pathlib import Path
 
@@ -20,23 +21,40 @@ def test_shipped_profiles_validate(path):
     assert load_profile(path).profile.partitions
 
 
-@pytest.mark.parametrize("text,seconds", [("30", 1800), ("30:00", 1800), ("01:00:00", 3600),
-                                          ("2-00:00:00", 172800), ("1-12", 129600),
-                                          ("UNLIMITED", None)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("30", 1800),
+        ("30:00", 1800),
+        ("01:00:00", 3600),
+        ("2-00:00:00", 172800),
+        ("1-12", 129600),
+        ("UNLIMITED", None),
+    ],
+)
 def test_slurm_time_formats(text, seconds):
     assert time_to_seconds(text) == seconds
 
 
-@pytest.mark.parametrize("change,fragments", [
-    (('time_limit = "00:10:00"', 'time_limit = "ten minutes"'),
-     ["test.toml:6: time_limit", "not a Slurm time"]),
-    (('max_time = "30:00"', 'max_time = "30:00:00:00"'),
-     ["test.toml:12: partitions[0].max_time", "not a Slurm time"]),
-    (('cpus_per_node = 2\nmax_time = "1"', 'cpus_per_node = 0\nmax_time = "1"'),
-     ["test.toml:18: partitions[1].cpus_per_node"]),
-    (("[environments.pytorch-ddp]", "[environments.pytorch-dpp]"), ["unknown framework"]),
-    (('name = "debug"', 'name = "de bug"'), ["partitions[0].name", "should match pattern"]),
-])
+@pytest.mark.parametrize(
+    "change,fragments",
+    [
+        (
+            ('time_limit = "00:10:00"', 'time_limit = "ten minutes"'),
+            ["test.toml:6: time_limit", "not a Slurm time"],
+        ),
+        (
+            ('max_time = "30:00"', 'max_time = "30:00:00:00"'),
+            ["test.toml:12: partitions[0].max_time", "not a Slurm time"],
+        ),
+        (
+            ('cpus_per_node = 2\nmax_time = "1"', 'cpus_per_node = 0\nmax_time = "1"'),
+            ["test.toml:18: partitions[1].cpus_per_node"],
+        ),
+        (("[environments.pytorch-ddp]", "[environments.pytorch-dpp]"), ["unknown framework"]),
+        (('name = "debug"', 'name = "de bug"'), ["partitions[0].name", "should match pattern"]),
+    ],
+)
 def test_bad_profiles_name_file_line_and_field(tmp_path, change, fragments):
     path = tmp_path / "test.toml"
     path.write_text(TEST_PROFILE.read_text().replace(*change))
@@ -48,8 +66,12 @@ def test_bad_profiles_name_file_line_and_field(tmp_path, change, fragments):
 
 def test_unsafe_sbatch_options_are_refused(tmp_path):
     path = tmp_path / "p.toml"
-    path.write_text(TEST_PROFILE.read_text().replace(
-        'time_limit = "00:10:00"', 'time_limit = "00:10:00"\nsbatch_extra = ["--comment=$(reboot)"]'))
+    path.write_text(
+        TEST_PROFILE.read_text().replace(
+            'time_limit = "00:10:00"',
+            'time_limit = "00:10:00"\nsbatch_extra = ["--comment=$(reboot)"]',
+        )
+    )
     with pytest.raises(SpecError, match="sbatch_extra.*must look like --name"):
         load_profile(path)
 
@@ -59,10 +81,13 @@ def _runs(tmp_path, scales='"1x1", "2x1"', training=""):
     return load_spec(spec), plan(load_spec(spec)).runs
 
 
-@pytest.mark.parametrize("scales,message", [
-    ('"3x1"', "partition debug has 2 node(s); scale 3x1 asks for 3"),
-    ('"1x3"', "partition debug has 2 CPU(s) per node; scale 1x3 x 1 thread(s) asks for 3"),
-])
+@pytest.mark.parametrize(
+    "scales,message",
+    [
+        ('"3x1"', "partition debug has 2 node(s); scale 3x1 asks for 3"),
+        ('"1x3"', "partition debug has 2 CPU(s) per node; scale 1x3 x 1 thread(s) asks for 3"),
+    ],
+)
 def test_runs_larger_than_the_partition_are_refused(tmp_path, scales, message):
     _, runs = _runs(tmp_path, scales)
     with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -85,7 +110,7 @@ def test_gpu_runs_larger_than_the_node_are_refused(tmp_path):
 def render(tmp_path, profile_text=None, launcher=None, scales='"2x1"', training=""):
     profile_path = tmp_path / "p.toml"
     text = profile_text or TEST_PROFILE.read_text()
-    text = text.replace("venv = \"../../.venv\"", f"venv = \"{REPO / '.venv'}\"")
+    text = text.replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
     if launcher:
         text += f'launcher = "{launcher}"\n'
     profile_path.write_text(text)
@@ -101,7 +126,7 @@ def test_rendered_scripts_parse_and_launch_right(tmp_path, launcher):
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --partition=debug\n" in script
-    assert "scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1" in script
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1' in script
     assert "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in script
     if launcher == "srun":  # one task per device
         assert "#SBATCH --ntasks-per-node=2\n" in script
@@ -117,83 +142,107 @@ def test_user_values_are_quoted_never_executed(tmp_path):
     text = TEST_PROFILE.read_text().replace(
         'time_limit = "00:10:00"',
         'time_limit = "00:10:00"\nmodules = ["mod; rm -rf /tmp/x"]\n'
-        '[env]\nDLSCALE_NOTE = "x\'; touch /tmp/dlscale-pwned; echo \'$(id)`id`\\nline2"')
-    run, script = render(tmp_path, profile_text=text,
-                         training='data_dir = "/data/a b;$(touch /tmp/dlscale-pwned)"')
+        "[env]\nDLSCALE_NOTE = \"x'; touch /tmp/dlscale-pwned; echo '$(id)`id`\\nline2\"",
+    )
+    run, script = render(
+        tmp_path, profile_text=text, training='data_dir = "/data/a b;$(touch /tmp/dlscale-pwned)"'
+    )
     path = tmp_path / "job.sh"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert "module load 'mod; rm -rf /tmp/x'" in script
     # run the export line alone: the variable holds the text, and nothing ran
     start = script.index("export DLSCALE_NOTE=")
-    export = script[start:script.index("\nexport ", start)]
+    export = script[start : script.index("\nexport ", start)]
     probe = tmp_path / "probe.sh"
     probe.write_text(export + '\nprintf %s "$DLSCALE_NOTE"\n')
     out = subprocess.run(["bash", str(probe)], capture_output=True, text=True).stdout
     assert out == "x'; touch /tmp/dlscale-pwned; echo '$(id)`id`\nline2"
     assert not Path("/tmp/dlscale-pwned").exists()
-    assert "'--data-dir' '/data/a b;$(touch /tmp/dlscale-pwned)'" in script or \
-        "--data-dir '/data/a b;$(touch /tmp/dlscale-pwned)'" in script
+    assert (
+        "'--data-dir' '/data/a b;$(touch /tmp/dlscale-pwned)'" in script
+        or "--data-dir '/data/a b;$(touch /tmp/dlscale-pwned)'" in script
+    )
 
 
 # --- sbatch_extra: never over a directive dlscale sets itself ------------------------------
 
+
 def profile_with_extra(tmp_path: Path, *options: str) -> Path:
     path = tmp_path / "p.toml"
-    path.write_text(TEST_PROFILE.read_text().replace(
-        'time_limit = "00:10:00"', "time_limit = \"00:10:00\"\nsbatch_extra = ["
-        + ", ".join(f'"{o}"' for o in options) + "]"))
+    path.write_text(
+        TEST_PROFILE.read_text().replace(
+            'time_limit = "00:10:00"',
+            'time_limit = "00:10:00"\nsbatch_extra = ['
+            + ", ".join(f'"{o}"' for o in options)
+            + "]",
+        )
+    )
     return path
 
 
-@pytest.mark.parametrize("option,named,where", [
-    ("--output=/tmp/elsewhere.log", "--output", "where dlscale reads it"),
-    ("--chdir=/tmp", "--chdir", "runs in its run folder"),
-    ("--export=NONE", "--export", "profile's [env]"),
-    ("--time=2:00:00", "--time", "profile's time_limit"),
-    ("--partition=gpu", "--partition", "--partition or the profile's [[partitions]]"),
-    ("--nodes=4", "--nodes", "spec's scales"),
-    ("--ntasks-per-node=8", "--ntasks-per-node", "spec's scales"),
-    ("--cpus-per-task=4", "--cpus-per-task", "threads_per_rank"),
-    ("--job-name=mine", "--job-name", "named after its run"),
-    ("--open-mode=truncate", "--open-mode", "appends"),
-    ("--gpus-per-node=2", "--gpus-per-node", "gpus_per_node"),
-    ("--account=other", "--account", "profile's account"),
-    ("--qos=high", "--qos", "profile's qos"),
-    ("--dependency=afterok:1", "--dependency", "singleton"),
-    ("--array=0-9", "--array", "one job per run"),
-    ("--error=/tmp/err", "--error", "where dlscale reads it"),
-    ("--out=/tmp/x", "--out (sbatch may read it as --output)", "where dlscale reads it"),
-    ("--chd=/tmp", "--chd (sbatch may read it as --chdir)", "run folder"),
-    ("-o", "-o (sbatch may read it as --output)", "where dlscale reads it"),
-    ("-D/tmp", "-D (sbatch may read it as --chdir)", "run folder"),
-    ("-J", "-J (sbatch may read it as --job-name)", "named after its run"),
-    ("-p", "-p (sbatch may read it as --partition)", "--partition"),
-    ("-N", "-N (sbatch may read it as --nodes)", "scales"),
-    ("-t", "-t (sbatch may read it as --time)", "time_limit"),
-])
+@pytest.mark.parametrize(
+    "option,named,where",
+    [
+        ("--output=/tmp/elsewhere.log", "--output", "where dlscale reads it"),
+        ("--chdir=/tmp", "--chdir", "runs in its run folder"),
+        ("--export=NONE", "--export", "profile's [env]"),
+        ("--time=2:00:00", "--time", "profile's time_limit"),
+        ("--partition=gpu", "--partition", "--partition or the profile's [[partitions]]"),
+        ("--nodes=4", "--nodes", "spec's scales"),
+        ("--ntasks-per-node=8", "--ntasks-per-node", "spec's scales"),
+        ("--cpus-per-task=4", "--cpus-per-task", "threads_per_rank"),
+        ("--job-name=mine", "--job-name", "named after its run"),
+        ("--open-mode=truncate", "--open-mode", "appends"),
+        ("--gpus-per-node=2", "--gpus-per-node", "gpus_per_node"),
+        ("--account=other", "--account", "profile's account"),
+        ("--qos=high", "--qos", "profile's qos"),
+        ("--dependency=afterok:1", "--dependency", "singleton"),
+        ("--array=0-9", "--array", "one job per run"),
+        ("--error=/tmp/err", "--error", "where dlscale reads it"),
+        ("--out=/tmp/x", "--out (sbatch may read it as --output)", "where dlscale reads it"),
+        ("--chd=/tmp", "--chd (sbatch may read it as --chdir)", "run folder"),
+        ("-o", "-o (sbatch may read it as --output)", "where dlscale reads it"),
+        ("-D/tmp", "-D (sbatch may read it as --chdir)", "run folder"),
+        ("-J", "-J (sbatch may read it as --job-name)", "named after its run"),
+        ("-p", "-p (sbatch may read it as --partition)", "--partition"),
+        ("-N", "-N (sbatch may read it as --nodes)", "scales"),
+        ("-t", "-t (sbatch may read it as --time)", "time_limit"),
+    ],
+)
 def test_sbatch_extra_may_not_override_dlscales_own_directives(tmp_path, option, named, where):
     path = profile_with_extra(tmp_path, "--constraint=v100", option)
     with pytest.raises(SpecError) as info:
         load_profile(path)
     (problem,) = info.value.problems
-    line = 1 + path.read_text().splitlines().index(next(
-        ln for ln in path.read_text().splitlines() if ln.startswith("sbatch_extra")))
-    assert problem.startswith(f"{path}:{line}: sbatch_extra[1]: {named} is set by dlscale "
-                              "itself")
+    line = 1 + path.read_text().splitlines().index(
+        next(ln for ln in path.read_text().splitlines() if ln.startswith("sbatch_extra"))
+    )
+    assert problem.startswith(f"{path}:{line}: sbatch_extra[1]: {named} is set by dlscale itself")
     assert where in problem
 
 
 def test_sbatch_extra_keeps_options_dlscale_does_not_set(tmp_path):
-    ok = ["--constraint=v100", "--gres=gpu:1", "--gpus=2", "--time-min=10", "--no-kill",
-          "--mem=0", "--exclude=node3", "--mail-type=END"]
+    ok = [
+        "--constraint=v100",
+        "--gres=gpu:1",
+        "--gpus=2",
+        "--time-min=10",
+        "--no-kill",
+        "--mem=0",
+        "--exclude=node3",
+        "--mail-type=END",
+    ]
     assert load_profile(profile_with_extra(tmp_path, *ok)).profile.sbatch_extra == ok
 
 
 def test_every_directive_of_the_templates_is_reserved():
     own = set()
     for t in (REPO / "jobscripts").glob("*.j2"):
-        own |= {line.split()[1].split("=")[0] for line in t.read_text().splitlines()
-                if line.startswith("#SBATCH --")}
+        own |= {
+            line.split()[1].split("=")[0]
+            for line in t.read_text().splitlines()
+            if line.startswith("#SBATCH --")
+        }
     assert own and own <= set(RESERVED)
     assert {"--chdir", "--export", "--array", "--output"} <= set(RESERVED)

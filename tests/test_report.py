@@ -1,6 +1,7 @@
 """`dlscale report`, `export mllog` and `rerun` on real runs: a study on the real Slurm test
 cluster, and a time-to-accuracy experiment on the local backend. The report's numbers must
 be analysis.results' numbers, and its figures must be real PNGs showing those series."""
+
 import base64
 import json
 import re
@@ -36,7 +37,7 @@ def check_png(path: Path) -> np.ndarray:
 
 
 def pixels_of(image: np.ndarray, hex_colour: str, tol: float = 0.03) -> int:
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
     return int((np.abs(image[..., :3] - rgb) < tol).all(axis=-1).sum())
 
 
@@ -62,7 +63,8 @@ def check_figures(made: reporting.Report) -> None:
         if metric in ("speedup", "efficiency"):
             devices = sorted({r["ranks"] for r in rows})
             assert fig.series["ideal"] == pytest.approx(
-                [(d, d if metric == "speedup" else 1.0) for d in devices])
+                [(d, d if metric == "speedup" else 1.0) for d in devices]
+            )
         assert ("noisy (CV > 5%)" in fig.legend) == any(r["noisy"] for r in rows)
     bars = by_name["frameworks"]
     for fw in {r["framework"] for r in rows}:
@@ -78,8 +80,13 @@ def check_results_table(text: str, rows: list[dict]) -> None:
     assert len(shown) == len(rows)
     for r in rows:
         scale = f"{r['nodes']}x{r['ranks_per_node']}"
-        (cells,) = [c for c in shown if c["framework"] == r["framework"] and c["scale"] == scale
-                    and c["batch/dev"] == str(r["per_device_batch"])]
+        (cells,) = [
+            c
+            for c in shown
+            if c["framework"] == r["framework"]
+            and c["scale"] == scale
+            and c["batch/dev"] == str(r["per_device_batch"])
+        ]
         assert cells["images/s"] == tables.fmt(r["throughput"], 1)
         assert cells["CI95"] == tables.fmt(r["throughput_ci95"], 1)
         assert cells["speedup"] == tables.fmt(r["speedup"])
@@ -99,8 +106,17 @@ def check_results_table(text: str, rows: list[dict]) -> None:
 def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_path, home):
     spec = REPO / "examples/studies/ccgrid2020/cpu.toml"
     profile = REPO / "examples/clusters/test-cluster.toml"
-    dlscale("run", str(spec), "--profile", str(profile), "--backend", "slurm", "--wait",
-            check=0, timeout=900)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(profile),
+        "--backend",
+        "slurm",
+        "--wait",
+        check=0,
+        timeout=900,
+    )
     store = Store(home)
     rows = analysis.results(store, "ccgrid2020-cpu")
     assert len(rows) == 4 and all(r["state"] == "COMPLETED" for r in rows)
@@ -110,15 +126,19 @@ def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_
     text = (tmp_path / "md" / "report.md").read_text()
     check_results_table(text, rows)
     assert json.loads((tmp_path / "md" / "results.json").read_text()) == json.loads(
-        json.dumps(rows))
+        json.dumps(rows)
+    )
     assert "| cluster profile | test-cluster" in text and "| nodes | node1, node2 |" in text
     assert "torch 2.13.0" in text and "| backend | slurm |" in text
     assert 'name = "ccgrid2020-cpu"' in text  # the spec text
     for link in re.findall(r"\]\((figures/[^)]+)\)", text):
         check_png(tmp_path / "md" / link)
     # the paper's number beside the user's largest-scale DDP speedup
-    (speedup_ref, _) = md_table(text, "Against the paper: S. Mahon, S. Varrette, V. Plugaru, "
-                                      "F. Pinel, P. Bouvry, IEEE/ACM CCGRID 2020")
+    (speedup_ref, _) = md_table(
+        text,
+        "Against the paper: S. Mahon, S. Varrette, V. Plugaru, "
+        "F. Pinel, P. Bouvry, IEEE/ACM CCGRID 2020",
+    )
     best2 = max(r["speedup"] for r in rows if r["ranks"] == 2)
     assert speedup_ref["paper"] == "10.11" and speedup_ref["yours"] == tables.fmt(best2)
     assert "not the paper's scale" in speedup_ref["your point"]
@@ -129,8 +149,16 @@ def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_
     assert made.rows == rows
     check_figures(made)
 
-    dlscale("report", "-e", "ccgrid2020-cpu", "--format", "html", "--out",
-            str(tmp_path / "html"), check=0)
+    dlscale(
+        "report",
+        "-e",
+        "ccgrid2020-cpu",
+        "--format",
+        "html",
+        "--out",
+        str(tmp_path / "html"),
+        check=0,
+    )
     page = (tmp_path / "html" / "report.html").read_text()
     uris = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
     assert len(uris) == len(made.figures) and 'src="figures/' not in page
@@ -145,13 +173,19 @@ def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_
     assert new["job_id"] != one["job_id"]
     old_script = (Path(one["run_dir"]) / "job.sh").read_text().splitlines()
     new_script = (Path(new["run_dir"]) / "job.sh").read_text().splitlines()
-    assert new_script[1] == f"# dlscale rerun of run {one['run_id']}: its job script, with " \
-                            "the run id and folder moved"
+    assert (
+        new_script[1] == f"# dlscale rerun of run {one['run_id']}: its job script, with "
+        "the run id and folder moved"
+    )
     del new_script[1]
     assert len(old_script) == len(new_script)
     for a, b in zip(old_script, new_script):
-        assert a.replace(one["run_dir"], new["run_dir"]).replace(one["run_id"], new["run_id"]) \
-            .replace(one["run_id"][:8], new["run_id"][:8]) == b
+        assert (
+            a.replace(one["run_dir"], new["run_dir"])
+            .replace(one["run_id"], new["run_id"])
+            .replace(one["run_id"][:8], new["run_id"][:8])
+            == b
+        )
     env = store.records(new["run_id"], "env")[0]
     assert env["job_id"] == new["job_id"] and sorted(env["nodes"]) == ["node1", "node2"]
     assert (Path(new["run_dir"]) / "spec.toml").read_text() == spec.read_text()
@@ -187,18 +221,19 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
     # MLLOG: one `:::MLLOG {json}` line per event, in the mlcommons/logging shape
     text = dlscale("export", "mllog", one["run_id"][:8], check=0).stdout.splitlines()
     events = [mllog.parse(line) for line in text]
-    assert all(set(e) == {"namespace", "time_ms", "event_type", "key", "value", "metadata"}
-               for e in events)
+    assert all(
+        set(e) == {"namespace", "time_ms", "event_type", "key", "value", "metadata"} for e in events
+    )
     keys = [e["key"] for e in events]
     assert keys[0] == "submission_benchmark" and events[0]["value"] == "resnet20"
     assert keys.count("run_start") == 1 and keys[-1] == "run_stop"
     assert events[-1]["event_type"] == "INTERVAL_END"
     assert events[-1]["metadata"]["status"] == "success"  # the target was reached
     evals = store.records(one["run_id"], "eval")
-    assert [e["value"] for e in events if e["key"] == "eval_accuracy"] == \
-        [r["top1"] for r in evals]
-    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == \
-        [r["epoch"] for r in evals]
+    assert [e["value"] for e in events if e["key"] == "eval_accuracy"] == [r["top1"] for r in evals]
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [
+        r["epoch"] for r in evals
+    ]
     summary = store.records(one["run_id"], "summary")[0]
     (tput,) = [e for e in events if e["key"] == "dlscale_throughput"]
     assert tput["value"] == summary["throughput"]
@@ -207,7 +242,8 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
     assert times == sorted(times)
     dlscale("export", "mllog", "-e", "tta", "--out", str(tmp_path / "ml"), check=0)
     assert sorted(p.name for p in (tmp_path / "ml").iterdir()) == sorted(
-        f"{r['run_id']}.mllog" for r in store.runs("tta"))
+        f"{r['run_id']}.mllog" for r in store.runs("tta")
+    )
 
     # rerun: a new run repeating the 1-rank one; the original stays as it was
     before = store.records(one["run_id"])
@@ -228,20 +264,22 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
     page = (tmp_path / "rep" / "report.md").read_text()
     check_results_table(page, rows)
     assert json.loads((tmp_path / "rep" / "reruns.json").read_text()) == json.loads(
-        json.dumps(analysis.reruns(store, "tta")))
+        json.dumps(analysis.reruns(store, "tta"))
+    )
     assert not (tmp_path / "rep" / "reference.json").exists()  # no paper for this spec
     (rerun_row,) = md_table(page, "Reruns (original against its exact repeat)")
-    assert rerun_row["rerun"] == new["run_id"] and rerun_row["rerun / original"] == \
-        f"{t1 / t0:.3f}"
+    assert rerun_row["rerun"] == new["run_id"] and rerun_row["rerun / original"] == f"{t1 / t0:.3f}"
     tta = md_table(page, "Time-to-accuracy")
     assert [c["TTA s"] for c in tta] == [tables.fmt(r["time_to_accuracy_s"], 1) for r in rows]
     made = reporting.build(store, None, tmp_path / "api", "md")
     check_figures(made)  # with the time-to-accuracy figure
 
     bad = tmp_path / "bad.toml"
-    bad.write_text('[paper]\ntitle = "x"\nauthors = "y"\nvenue = "z"\n\n[[numbers]]\n'
-                   'metric = "speedup"\nmodel = "resnet20"\ndevices = 0\nvalue = 1.0\n'
-                   'hardware = "h"\n')
+    bad.write_text(
+        '[paper]\ntitle = "x"\nauthors = "y"\nvenue = "z"\n\n[[numbers]]\n'
+        'metric = "speedup"\nmodel = "resnet20"\ndevices = 0\nvalue = 1.0\n'
+        'hardware = "h"\n'
+    )
     proc = dlscale("report", "--reference", str(bad), "--out", str(tmp_path / "x"), check=2)
     assert f"{bad}:9: numbers[0].devices" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -257,18 +295,28 @@ def test_bad_report_export_and_rerun_input(tmp_path, home):
 
 
 def _point(loader, devices, throughput):
-    return {"model": "resnet50", "framework": "pytorch-ddp", "nodes": devices // 4,
-            "ranks_per_node": 4, "per_device_batch": 64, "precision": "bf16", "loader": loader,
-            "throughput": throughput, "throughput_ci95": 1.0, "noisy": False}
+    return {
+        "model": "resnet50",
+        "framework": "pytorch-ddp",
+        "nodes": devices // 4,
+        "ranks_per_node": 4,
+        "per_device_batch": 64,
+        "precision": "bf16",
+        "loader": loader,
+        "throughput": throughput,
+        "throughput_ci95": 1.0,
+        "noisy": False,
+    }
 
 
 def test_the_loader_table_sets_each_loader_against_native():
     rows = [_point("native", 4, 100.0), _point("dali", 4, 150.0), _point("native", 8, 180.0)]
     t = reporting._loader_table(rows)
     assert t.headers[-3:] == ["native images/s", "dali images/s", "dali / native"]
-    assert t.rows == [["resnet50", "pytorch-ddp", "1x4", "64", "bf16", "100.0 ± 1.0",
-                       "150.0 ± 1.0", "1.50"],
-                      ["resnet50", "pytorch-ddp", "2x4", "64", "bf16", "180.0 ± 1.0", "-", "-"]]
+    assert t.rows == [
+        ["resnet50", "pytorch-ddp", "1x4", "64", "bf16", "100.0 ± 1.0", "150.0 ± 1.0", "1.50"],
+        ["resnet50", "pytorch-ddp", "2x4", "64", "bf16", "180.0 ± 1.0", "-", "-"],
+    ]
     assert reporting._loader_table(rows[:1]) is None  # one loader: no comparison
 
 
@@ -279,10 +327,19 @@ def test_figures_of_a_large_matrix_use_a_log_axis_and_name_each_series(tmp_path)
         for loader in ("native", "dali"):
             for d in (4, 16, 64, 256, 1024):
                 tput = 1000.0 * d * (0.9 - 0.05 * i) * (1.5 if loader == "dali" else 1.0)
-                rows.append({**_point(loader, d, tput), "framework": fw, "ranks": d,
-                             "speedup": tput / 1000.0 / 4, "efficiency": tput / 1000.0 / d,
-                             "noisy": d == 16, "baseline": "pytorch-ddp 1x4",
-                             "time_to_accuracy_s": None, "time_to_accuracy_ci95": None})
+                rows.append(
+                    {
+                        **_point(loader, d, tput),
+                        "framework": fw,
+                        "ranks": d,
+                        "speedup": tput / 1000.0 / 4,
+                        "efficiency": tput / 1000.0 / d,
+                        "noisy": d == 16,
+                        "baseline": "pytorch-ddp 1x4",
+                        "time_to_accuracy_s": None,
+                        "time_to_accuracy_ci95": None,
+                    }
+                )
     made = {f.name: f for f in figures.draw_all(rows, tmp_path, "big")}
     assert set(made) == {"speedup", "efficiency", "throughput", "frameworks"}  # no TTA
     speed = made["speedup"]
@@ -294,4 +351,5 @@ def test_figures_of_a_large_matrix_use_a_log_axis_and_name_each_series(tmp_path)
     bars = made["frameworks"].series
     assert sorted(bars) == ["deepspeed", "horovod-pytorch", "pytorch-ddp"]
     assert [y for _, y in bars["pytorch-ddp"]] == pytest.approx(
-        [1000.0 * d * 0.8 * 1.5 for d in (4, 16, 64, 256, 1024)])  # its best loader
+        [1000.0 * d * 0.8 * 1.5 for d in (4, 16, 64, 256, 1024)]
+    )  # its best loader

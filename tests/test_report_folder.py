@@ -2,6 +2,7 @@
 earlier report there wrote (its manifest), writes nothing through links, and refuses a
 non-empty folder that holds no report of dlscale's unless --force. The store is filled
 through its own API (no training), the report made by the real command."""
+
 import hashlib
 import json
 import shutil
@@ -19,17 +20,27 @@ from dlscale.engine.tracking.store import Store
 
 def add_experiment(store: Store, tmp_path: Path, name: str, tta: bool = False) -> list[str]:
     """A completed 1- and 2-rank experiment; with `tta`, a time-to-accuracy figure too."""
-    store.save_experiment(name, str(tmp_path / f"{name}.toml"),
-                          f'[experiment]\nname = "{name}"\n', "0" * 64)
+    store.save_experiment(
+        name, str(tmp_path / f"{name}.toml"), f'[experiment]\nname = "{name}"\n', "0" * 64
+    )
     ids = []
     for rpn in (1, 2):
         run = make_run(experiment=name, ranks_per_node=rpn)
         store.add_run(run)
         metrics = tmp_path / f"{run.run_id}.jsonl"
-        metrics.write_text(line("params", run_id=run.run_id) + line(
-            "summary", status="completed", throughput=100.0 * rpn, timed_steps=10,
-            warmup_steps=1, elapsed_s=1.0, time_to_accuracy_s=5.0 / rpn if tta else None,
-            best_top1=0.9 if tta else None))
+        metrics.write_text(
+            line("params", run_id=run.run_id)
+            + line(
+                "summary",
+                status="completed",
+                throughput=100.0 * rpn,
+                timed_steps=10,
+                warmup_steps=1,
+                elapsed_s=1.0,
+                time_to_accuracy_s=5.0 / rpn if tta else None,
+                best_top1=0.9 if tta else None,
+            )
+        )
         store.ingest(run.run_id, metrics)
         store.update_run(run.run_id, state="COMPLETED")
         ids.append(run.run_id)
@@ -62,9 +73,13 @@ def test_user_files_beside_a_report_survive_the_next_report(store, tmp_path):
     made = reporting.build(store, "first", out)
     assert (out / "figures" / "tta.png").is_file()
     assert {p.name for p in (out / "mllog").iterdir()} == {f"{r}.mllog" for r in first}
-    mine = {"figures/mine.png": b"my figure", "mllog/notes.mllog": b"my notes",
-            "reruns.json": b'{"mine": 1}', "reference.json": b'{"mine": 2}',
-            "notes.md": b"# my notes"}
+    mine = {
+        "figures/mine.png": b"my figure",
+        "mllog/notes.mllog": b"my notes",
+        "reruns.json": b'{"mine": 1}',
+        "reference.json": b'{"mine": 2}',
+        "notes.md": b"# my notes",
+    }
     for rel, data in mine.items():
         (out / rel).write_bytes(data)
 
@@ -74,20 +89,25 @@ def test_user_files_beside_a_report_survive_the_next_report(store, tmp_path):
     # the first report's own files that the second did not write again are gone
     assert not (out / "figures" / "tta.png").exists()
     assert {p.name for p in (out / "mllog").iterdir()} == {"notes.mllog"} | {
-        f"{r}.mllog" for r in second}
+        f"{r}.mllog" for r in second
+    }
     assert "figures/tta.png" in made.removed and f"mllog/{first[0]}.mllog" in made.removed
     listed = json.loads((out / MANIFEST).read_text())["files"]
-    assert set(listed) == {str(p.relative_to(out)) for p in
-                           [made.path, *(f.path for f in made.figures), *made.mllogs]} | {
-        "results.csv", "results.json"}
+    assert set(listed) == {
+        str(p.relative_to(out)) for p in [made.path, *(f.path for f in made.figures), *made.mllogs]
+    } | {"results.csv", "results.json"}
     assert not list(out.glob(".dlscale-report-*"))  # no staging folder left behind
 
 
 def test_a_folder_with_no_manifest_is_refused_and_force_keeps_its_files(store, tmp_path):
     add_experiment(store, tmp_path, "e")
     out = tmp_path / "old"
-    files = {"figures/x.png": b"not dlscale's", "mllog/y.mllog": b"mine",
-             "reruns.json": b"[1]", "reference.json": b"[2]"}
+    files = {
+        "figures/x.png": b"not dlscale's",
+        "mllog/y.mllog": b"mine",
+        "reruns.json": b"[1]",
+        "reference.json": b"[2]",
+    }
     for rel, data in files.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(data)

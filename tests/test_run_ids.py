@@ -1,6 +1,7 @@
 """Run ids the user types (issue 11, item 7): a literal hex prefix or a job id, never a SQL
 pattern. `%`, `_`, `*`, `""` and other non-hex text are refused with exit 2 by every
 command that takes one, and nothing is touched."""
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def test_patterns_and_non_hex_are_refused_and_touch_nothing(home, one_run, capsy
         code, out, err = dlscale_in_process(capsys, *command, ident)
         assert code == 2, (ident, out, err)
         assert RULE in err and "Traceback" not in err, (ident, err)
-    assert Store(home).runs() == before          # nothing cancelled, resubmitted or rerun
+    assert Store(home).runs() == before  # nothing cancelled, resubmitted or rerun
     assert Store(home).jobs("local")[0]["state"] == "PENDING"
 
 

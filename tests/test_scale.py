@@ -4,6 +4,7 @@ one run at a time (one claimer, one live job per run); the store reads thousands
 and jobs in parts that any SQLite binds; status prints one line per run; the commands
 that read results load no report libraries. Timings are benchmarks/engine_scale.py's and
 cli_startup.py's, not tests'."""
+
 from __future__ import annotations
 
 import fcntl
@@ -93,8 +94,9 @@ def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
     store.add_runs(MANY)
     queue = multiprocessing.Queue()
     start = time.time() + 2
-    procs = [multiprocessing.Process(target=_claim_many, args=(tmp_path, start, queue))
-             for _ in range(3)]
+    procs = [
+        multiprocessing.Process(target=_claim_many, args=(tmp_path, start, queue)) for _ in range(3)
+    ]
     for p in procs:
         p.start()
     claimed = [rid for _ in procs for rid in queue.get(timeout=120)]
@@ -112,9 +114,16 @@ def test_two_dlscale_run_of_a_big_spec_at_once_submit_each_run_once(tmp_path, ho
     # A live "worker" (its lock held): the jobs stay queued, no trainer starts.
     with open(home / "local-worker.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        procs = [subprocess.Popen([str(BIN / "dlscale"), "run", str(spec), "--backend", "local"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [str(BIN / "dlscale"), "run", str(spec), "--backend", "local"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     store = Store(home)
@@ -129,8 +138,7 @@ def test_many_ids_are_bound_in_parts_any_sqlite_takes(tmp_path):
     """SQLite builds before 3.32 bind at most 999 values a statement: a watcher of 1,200
     jobs must still read them all."""
     store = Store(tmp_path)
-    runs = [make_run(repetition=i % 100, per_device_batch=8 * (1 + i // 100))
-            for i in range(1200)]
+    runs = [make_run(repetition=i % 100, per_device_batch=8 * (1 + i // 100)) for i in range(1200)]
     for i, r in enumerate(runs):
         store.add_run(r)
         store.add_job("slurm", str(1000 + i), r.run_id, "PENDING")
@@ -148,9 +156,14 @@ def test_add_jobs_refuses_only_the_duplicate(tmp_path):
     a, b = make_run(repetition=0), make_run(repetition=1)
     store.add_runs([a, b])
     store.add_job("local", "local-1", a.run_id, "PENDING")
-    refused = store.add_jobs("local", [("local-2", a.run_id, "PENDING", None),
-                                       ("local-3", b.run_id, "PENDING", None),
-                                       ("local-3", b.run_id, "COMPLETED", None)])
+    refused = store.add_jobs(
+        "local",
+        [
+            ("local-2", a.run_id, "PENDING", None),
+            ("local-3", b.run_id, "PENDING", None),
+            ("local-3", b.run_id, "COMPLETED", None),
+        ],
+    )
     assert refused[0] is not None and "already has a queued or running job" in str(refused[0])
     assert refused[1] is None
     assert refused[2] is not None and "in the store already" in str(refused[2])
@@ -167,8 +180,9 @@ def test_status_prints_each_run_on_one_line_with_its_whole_reason(tmp_path, home
     for r in runs:
         store.update_run(r.run_id, reason=reason)
     env = {**os.environ, "DLSCALE_HOME": str(home), "COLUMNS": "100"}
-    out = subprocess.run([str(BIN / "dlscale"), "status"], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [str(BIN / "dlscale"), "status"], env=env, capture_output=True, text=True, check=True
+    ).stdout
     lines = out.splitlines()
     for r in runs:
         mine = [ln for ln in lines if r.run_id in ln]
@@ -179,20 +193,24 @@ def test_status_prints_each_run_on_one_line_with_its_whole_reason(tmp_path, home
 def test_the_results_commands_load_no_report_libraries():
     """`dlscale results` and `chart` need neither the report's figures (matplotlib) nor
     planning's validation (pydantic): they are typed often, on big stores."""
-    code = ("import sys, dlscale.engine.cli.results, dlscale.engine.results.efficiency; "
-            "bad = sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pydantic', "
-            "'textual', 'torch'}); assert not bad, bad")
+    code = (
+        "import sys, dlscale.engine.cli.results, dlscale.engine.results.efficiency; "
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pydantic', "
+        "'textual', 'torch'}); assert not bad, bad"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr.strip().splitlines()[-1]
 
 
 def test_sacct_columns_are_read_by_name_in_any_order():
     fields = "State,JobID,NodeList,ExitCode,Reason,ElapsedRaw,JobIDRaw"
-    text = ("RUNNING|101|node[1-2]|0:0|None|120|101\n"
-            "RUNNING|101.batch|node1|0:0||120|101.batch\n"
-            "PENDING|102_[1-3]|None assigned|0:0|Resources|0|102\n"
-            "FAILED|103|node1|2:0|None|7|103\n"
-            "\n")
+    text = (
+        "RUNNING|101|node[1-2]|0:0|None|120|101\n"
+        "RUNNING|101.batch|node1|0:0||120|101.batch\n"
+        "PENDING|102_[1-3]|None assigned|0:0|Resources|0|102\n"
+        "FAILED|103|node1|2:0|None|7|103\n"
+        "\n"
+    )
     jobs = parse_sacct(text, fields)
     assert sorted(jobs) == ["101", "102_1", "102_2", "102_3", "103"]
     assert jobs["101"].state == "RUNNING" and jobs["101"].nodes == "node[1-2]"

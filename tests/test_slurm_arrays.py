@@ -1,6 +1,7 @@
 """Job arrays, waves and clusters without accounting, against real Slurm 22.05 test clusters:
 the shared one (accounting, arrays limited by the profile) and the one
 `tests/slurm/cluster --no-accounting up` starts (no slurmdbd, MaxArraySize 10)."""
+
 import math
 import os
 import subprocess
@@ -58,9 +59,13 @@ def wait_for(predicate, timeout=600, every=2.0):
 def settle(store, backend, experiment, timeout=900):
     """Sync (which submits waves) until no run of the experiment is queued, running or
     waiting."""
-    assert wait_for(lambda: sync(store, backend, experiment) and not [
-        r for r in store.runs(experiment) if r["state"] in ACTIVE + (WAITING,)], timeout), \
-        {r["run_id"]: r["state"] for r in store.runs(experiment)}
+    assert wait_for(
+        lambda: (
+            sync(store, backend, experiment)
+            and not [r for r in store.runs(experiment) if r["state"] in ACTIVE + (WAITING,)]
+        ),
+        timeout,
+    ), {r["run_id"]: r["state"] for r in store.runs(experiment)}
 
 
 def assert_own_records(store, row):
@@ -79,8 +84,9 @@ def noacct_cluster():
     ones (its own state dir and ports)."""
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster starts daemons and needs root")
-    proc = subprocess.run([str(CLUSTER), "--no-accounting", "up"], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [str(CLUSTER), "--no-accounting", "up"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().split("=", 1)[1]
 
@@ -92,21 +98,29 @@ def noacct(noacct_cluster, monkeypatch):
 
 
 def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
-        slurm_cluster, tmp_path, home):
+    slurm_cluster, tmp_path, home
+):
     # two job shapes (1 node x 1 rank, 1 node x 2 ranks), 30 runs each; arrays of 25 at most
-    spec = write_spec(tmp_path / "s.toml", name="sixty", scales='"1x1", "1x2"', steps=2,
-                      experiment="repetitions = 30\nmax_concurrent = 3")
+    spec = write_spec(
+        tmp_path / "s.toml",
+        name="sixty",
+        scales='"1x1", "1x2"',
+        steps=2,
+        experiment="repetitions = 30\nmax_concurrent = 3",
+    )
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     store = Store(home)
     runner = Counting()
-    backend = SlurmCLI(profile=load_profile(profile_copy(tmp_path, "max_array_size = 25")),
-                       home=store.home, runner=runner)
+    backend = SlurmCLI(
+        profile=load_profile(profile_copy(tmp_path, "max_array_size = 25")),
+        home=store.home,
+        runner=runner,
+    )
     report = study.submit(store, load_spec(spec), backend)
     assert len(report.submitted) == 60 and not report.waiting and not report.failed_to_submit
     calls = runner.sbatch()
     assert len(calls) == 2 * math.ceil(30 / 25)  # per shape: ceil(runs / array limit)
-    sizes = sorted(int(c[c.index("--array") + 1].split("%")[0].split("-")[1]) + 1
-                   for c in calls)
+    sizes = sorted(int(c[c.index("--array") + 1].split("%")[0].split("-")[1]) + 1 for c in calls)
     assert sizes == [5, 5, 25, 25]
     assert all(c[c.index("--array") + 1].endswith("%3") for c in calls)  # the throttle
     rows = store.runs("sixty")
@@ -123,20 +137,28 @@ def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
         assert_own_records(store, row)
     # it never ran (22.05 keeps no accounting row of its own for a task cancelled before it
     # left the array's pending remainder), while the tasks after it did
-    said = subprocess.run(["sacct", "-n", "-X", "-P", "-j", victim["job_id"], "-o", "State"],
-                          capture_output=True, text=True).stdout
+    said = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", victim["job_id"], "-o", "State"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "COMPLETED" not in said and "RUNNING" not in said, said
     assert not (Path(victim["run_dir"]) / "metrics.jsonl").exists()
 
 
 def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="waves", scales='"1x1"', steps=2,
-                      experiment="repetitions = 30")
+    spec = write_spec(
+        tmp_path / "s.toml", name="waves", scales='"1x1"', steps=2, experiment="repetitions = 30"
+    )
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     store = Store(home)
     runner = Counting()
-    backend = SlurmCLI(profile=load_profile(profile_copy(tmp_path, "max_jobs = 15")),
-                       home=store.home, runner=runner, wave_every=0)
+    backend = SlurmCLI(
+        profile=load_profile(profile_copy(tmp_path, "max_jobs = 15")),
+        home=store.home,
+        runner=runner,
+        wave_every=0,
+    )
     report = study.submit(store, load_spec(spec), backend)
     # the site's MaxArraySize (10) splits the first wave; the job limit (15) ends it
     assert len(report.submitted) == 15 and len(report.waiting) == 15
@@ -153,8 +175,9 @@ def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
         assert_own_records(store, row)
     tasks = []
     for c in runner.sbatch():
-        first, last = c[c.index("--array") + 1].split("%")[0].split("-") if "--array" in c \
-            else ("0", "0")
+        first, last = (
+            c[c.index("--array") + 1].split("%")[0].split("-") if "--array" in c else ("0", "0")
+        )
         tasks.append(int(last) - int(first) + 1)
     assert max(tasks) <= 10 and sum(tasks) == 29
     assert len(tasks) > math.ceil(29 / 10)  # more than one wave was needed
@@ -162,8 +185,17 @@ def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
 
 def test_quickstart_without_accounting(noacct, home):
     spec = REPO / "examples" / "quickstart-slurm.toml"
-    dlscale("run", str(spec), "--profile", str(PROFILE), "--backend", "slurm", "--wait",
-            check=0, timeout=400)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(PROFILE),
+        "--backend",
+        "slurm",
+        "--wait",
+        check=0,
+        timeout=400,
+    )
     store = Store(home)
     rows = store.runs("quickstart-slurm")
     assert len(rows) == 2 and {r["state"] for r in rows} == {"COMPLETED"}
@@ -174,8 +206,9 @@ def test_quickstart_without_accounting(noacct, home):
 
 
 def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
-    crash = write_spec(tmp_path / "c.toml", name="crash", scales='"1x1"',
-                       training='inject_fault = "crash@step2"')
+    crash = write_spec(
+        tmp_path / "c.toml", name="crash", scales='"1x1"', training='inject_fault = "crash@step2"'
+    )
     slow = write_spec(tmp_path / "l.toml", name="slow", scales='"1x1"', steps=1000000)
     prof = str(profile_copy(tmp_path))
     for spec in (crash, slow):
@@ -183,20 +216,30 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     store = Store(home)
     [failed], [cancelled] = store.runs("crash"), store.runs("slow")
     backend = SlurmCLI()
-    assert wait_for(lambda: sync(store, backend) and
-                    store.run(cancelled["run_id"])["state"] == "RUNNING", 180)
+    assert wait_for(
+        lambda: sync(store, backend) and store.run(cancelled["run_id"])["state"] == "RUNNING", 180
+    )
     assert "cancelled 1 run(s)" in dlscale("cancel", cancelled["run_id"], check=0).stdout
     # the crash ends; nobody asks until the controller has forgotten it (MinJobAge 10 s):
     # its end comes from the marker its job script wrote
     marker = Path(failed["run_dir"]) / "job.exit"
     assert wait_for(marker.exists, 180, every=1)
-    assert wait_for(lambda: f"JobId={failed['job_id']} " not in subprocess.run(
-        ["scontrol", "-o", "show", "job"], capture_output=True, text=True).stdout, 180)
+    assert wait_for(
+        lambda: (
+            f"JobId={failed['job_id']} "
+            not in subprocess.run(
+                ["scontrol", "-o", "show", "job"], capture_output=True, text=True
+            ).stdout
+        ),
+        180,
+    )
     dlscale("status", "--all", check=0)  # a fresh process: learns sacct has no accounting
     row = store.run(failed["run_id"])
     assert row["state"] == "FAILED", row
     code = int(marker.read_text().split()[1])
     assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
     assert "injected fault at step 2" in row["reason"]
-    assert wait_for(lambda: sync(store, SlurmCLI()) and
-                    store.run(cancelled["run_id"])["state"] == "CANCELLED", 60)
+    assert wait_for(
+        lambda: sync(store, SlurmCLI()) and store.run(cancelled["run_id"])["state"] == "CANCELLED",
+        60,
+    )

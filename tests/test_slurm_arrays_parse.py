@@ -1,5 +1,6 @@
 """Job arrays and accounting-less following, on recorded output and plain files: the job
 shape, the array script and its index, scontrol's answer, the exit marker."""
+
 import subprocess
 from pathlib import Path
 
@@ -46,16 +47,25 @@ def test_each_array_task_runs_its_own_run_from_the_index(tmp_path, name):
     shape = slurm_arrays.shape((runs / f"{name}0" / "job.sh").read_text())
     script = slurm_arrays.write_array(requests, shape)
     for i in range(3):
-        out = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                             env={"SLURM_ARRAY_TASK_ID": str(i), "PATH": "/usr/bin:/bin"},
-                             cwd=tmp_path)
+        out = subprocess.run(
+            ["bash", str(script)],
+            capture_output=True,
+            text=True,
+            env={"SLURM_ARRAY_TASK_ID": str(i), "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+        )
         assert out.returncode == 0, out.stderr
         assert f"ran r{i} in" in out.stdout and f"task {i}" in out.stdout
-        assert (script.parent / "logs" / f"{i}.log").resolve() == \
-            (runs / f"{name}{i}" / "run.log").resolve()
+        assert (script.parent / "logs" / f"{i}.log").resolve() == (
+            runs / f"{name}{i}" / "run.log"
+        ).resolve()
     assert not (tmp_path / "PWNED").exists()
-    lost = subprocess.run(["bash", str(script)], capture_output=True, text=True,
-                          env={"SLURM_ARRAY_TASK_ID": "7", "PATH": "/usr/bin:/bin"})
+    lost = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        env={"SLURM_ARRAY_TASK_ID": "7", "PATH": "/usr/bin:/bin"},
+    )
     assert lost.returncode == 2 and "has no run" in lost.stderr
 
 
@@ -69,9 +79,18 @@ def test_scontrol_answers_without_accounting():
     assert parse_scontrol_jobs("No jobs in the system\n") == {}
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("exit 0\n", ("COMPLETED", 0)), ("exit 3\n", ("FAILED", 3)), ("exit 143", ("FAILED", 143)),
-    ("signal TERM\n", ("CANCELLED", None)), ("", None), ("exit", None), ("exit x", None)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("exit 0\n", ("COMPLETED", 0)),
+        ("exit 3\n", ("FAILED", 3)),
+        ("exit 143", ("FAILED", 143)),
+        ("signal TERM\n", ("CANCELLED", None)),
+        ("", None),
+        ("exit", None),
+        ("exit x", None),
+    ],
+)
 def test_exit_marker(text, expected):
     assert parse_exit_marker(text) == expected
 
@@ -87,9 +106,13 @@ class Replay:
 
 
 def test_a_cluster_without_accounting_is_followed_through_scontrol(tmp_path):
-    replay = Replay({"sacct": (1, "", (FIXTURES / "sacct.stderr").read_text()),
-                     "scontrol": (0, (FIXTURES / "scontrol-show-job.txt").read_text(), ""),
-                     "squeue": (0, "", "")})
+    replay = Replay(
+        {
+            "sacct": (1, "", (FIXTURES / "sacct.stderr").read_text()),
+            "scontrol": (0, (FIXTURES / "scontrol-show-job.txt").read_text(), ""),
+            "squeue": (0, "", ""),
+        }
+    )
     s = SlurmCLI(runner=replay)
     out = s.poll(["55", "56_3", "99"])
     assert out["55"].state == "FAILED" and out["55"].exit_code == 3

@@ -2,6 +2,7 @@
 issue names. Slow: each test waits for real jobs. Tests taking `slurm_target` run on Slurm
 22.05 and 25.11 through the commands, and on 25.11 through pyslurm (conftest.SLURM_TARGETS);
 the others on 22.05."""
+
 import json
 import subprocess
 import time
@@ -34,8 +35,9 @@ def profile_copy(tmp_path, extra="", replace=None):
 
 def slurm_says(job_id: str) -> str:
     """The job's state in Slurm's accounting."""
-    return subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def wait_for(predicate, timeout=180, every=1.0):
@@ -49,8 +51,16 @@ def wait_for(predicate, timeout=180, every=1.0):
 
 def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
     spec = REPO / "examples" / "quickstart-slurm.toml"
-    proc = dlscale("run", str(spec), "--profile", str(PROFILE), "--backend",
-                   slurm_target.backend, "--wait", check=0)
+    proc = dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(PROFILE),
+        "--backend",
+        slurm_target.backend,
+        "--wait",
+        check=0,
+    )
     via = "pyslurm" if slurm_target.backend == "pyslurm" else "Slurm's commands"
     assert "2 submitted" in proc.stdout and f"via {via}" in proc.stdout
     store = Store(home)
@@ -58,7 +68,8 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
     assert {r["state"] for r in runs.values()} == {"COMPLETED"}
     # the same study gives the same runs and records on every release and backend
     assert sorted(r["run_id"] for r in runs.values()) == sorted(
-        r.run_id for r in plan(load_spec(spec)).runs)
+        r.run_id for r in plan(load_spec(spec)).runs
+    )
     for r in runs.values():
         kinds = [rec["kind"] for rec in store.records(r["run_id"])]
         assert {k: kinds.count(k) for k in set(kinds)} == RECORDS, (r["nodes"], kinds)
@@ -69,21 +80,31 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
     run_dir = Path(runs[2]["run_dir"])
     for name in ("job.sh", "run.log", "metrics.jsonl", "spec.toml", "profile.toml"):
         assert (run_dir / name).exists(), name
-    rows = json.loads(dlscale("results", "-e", "quickstart-slurm", "--format", "json",
-                              check=0).stdout)
+    rows = json.loads(
+        dlscale("results", "-e", "quickstart-slurm", "--format", "json", check=0).stdout
+    )
     assert [r["ranks"] for r in rows] == [1, 2] and rows[1]["speedup"] is not None
     # state lives in the store: a fresh process still knows every job
     status = dlscale("status", "--all", check=0).stdout
     assert runs[1]["job_id"] in status and runs[2]["job_id"] in status
     # accounting agrees (slurmdbd may lag the controller by a few seconds)
-    assert wait_for(lambda: subprocess.run(
-        ["sacct", "-P", "-n", "-X", "-j", runs[2]["job_id"], "-o", "State,NNodes"],
-        capture_output=True, text=True).stdout.strip() == "COMPLETED|2", timeout=30)
+    assert wait_for(
+        lambda: (
+            subprocess.run(
+                ["sacct", "-P", "-n", "-X", "-j", runs[2]["job_id"], "-o", "State,NNodes"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            == "COMPLETED|2"
+        ),
+        timeout=30,
+    )
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_sbatch_test_only_accepts_the_rendered_scripts(slurm_cluster, tmp_path, home, launcher):
     from dlscale.engine.launching import jobscript
+
     spec = write_spec(tmp_path / "s.toml", scales='"2x2"')
     prof = load_profile(profile_copy(tmp_path, f'launcher = "{launcher}"\n'))
     run = plan(load_spec(spec)).runs[0]
@@ -103,13 +124,17 @@ def test_torchrun_launcher_trains_across_two_nodes(slurm_cluster, tmp_path, home
     assert sorted(env["hostnames"]) == ["node1", "node2"]
 
 
-@pytest.mark.parametrize("scale,replace,message", [
-    ('"3x1"', None, "partition debug has 2 node(s); scale 3x1 asks for 3"),
-    ('"1x1"', ('name = "debug"', 'name = "gpu"'), None),
-    ('"1x1"', ('time_limit = "00:10:00"', 'time_limit = "10 min"'), "time_limit"),
-])
-def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, scale, replace,
-                                              message):
+@pytest.mark.parametrize(
+    "scale,replace,message",
+    [
+        ('"3x1"', None, "partition debug has 2 node(s); scale 3x1 asks for 3"),
+        ('"1x1"', ('name = "debug"', 'name = "gpu"'), None),
+        ('"1x1"', ('time_limit = "00:10:00"', 'time_limit = "10 min"'), "time_limit"),
+    ],
+)
+def test_refused_before_anything_is_submitted(
+    slurm_cluster, tmp_path, home, scale, replace, message
+):
     spec = write_spec(tmp_path / "s.toml", name="refused", scales=scale)
     prof = profile_copy(tmp_path, replace=replace)
     args = ["run", str(spec), "--profile", str(prof), "--backend", "slurm"]
@@ -126,13 +151,27 @@ def test_refused_before_anything_is_submitted(slurm_cluster, tmp_path, home, sca
 
 def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path, home):
     good = write_spec(tmp_path / "g.toml", name="kept", scales='"1x1"')
-    dlscale("run", str(good), "--profile", str(profile_copy(tmp_path)), "--backend",
-            slurm_target.backend, "--wait", check=0)
-    bad_prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"',
-                            'time_limit = "00:10:00"\nsbatch_extra = ["--gres=gpu:1"]'))
+    dlscale(
+        "run",
+        str(good),
+        "--profile",
+        str(profile_copy(tmp_path)),
+        "--backend",
+        slurm_target.backend,
+        "--wait",
+        check=0,
+    )
+    bad_prof = profile_copy(
+        tmp_path,
+        replace=(
+            'time_limit = "00:10:00"',
+            'time_limit = "00:10:00"\nsbatch_extra = ["--gres=gpu:1"]',
+        ),
+    )
     bad = write_spec(tmp_path / "b.toml", name="refused-by-sbatch")
-    proc = dlscale("run", str(bad), "--profile", str(bad_prof), "--backend",
-                   slurm_target.backend, check=1)
+    proc = dlscale(
+        "run", str(bad), "--profile", str(bad_prof), "--backend", slurm_target.backend, check=1
+    )
     assert "Invalid generic resource (gres) specification" in proc.stderr
     store = Store(home)
     assert {r["state"] for r in store.runs("refused-by-sbatch")} == {"FAILED"}
@@ -143,10 +182,19 @@ def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path
 
 
 def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="crash", training='inject_fault = "crash@step2"',
-                      scales='"2x1"')
-    proc = dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
-                   "slurm", "--wait", check=1)
+    spec = write_spec(
+        tmp_path / "s.toml", name="crash", training='inject_fault = "crash@step2"', scales='"2x1"'
+    )
+    proc = dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(profile_copy(tmp_path)),
+        "--backend",
+        "slurm",
+        "--wait",
+        check=1,
+    )
     assert "1 of 1 runs did not complete" in proc.stderr
     run = Store(home).runs("crash")[0]
     assert run["state"] == "FAILED"
@@ -156,8 +204,19 @@ def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home
 def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="timeout", scales='"1x1"', steps=1000000)
     prof = profile_copy(tmp_path, replace=('time_limit = "00:10:00"', 'time_limit = "1"'))
-    dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--partition",
-            "short", "--wait", check=1, timeout=400)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(prof),
+        "--backend",
+        "slurm",
+        "--partition",
+        "short",
+        "--wait",
+        check=1,
+        timeout=400,
+    )
     store = Store(home)
     run = store.runs("timeout")[0]
     assert run["state"] == "TIMEOUT"
@@ -166,16 +225,30 @@ def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
 
 def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="nodefail", scales='"2x1"', steps=1000000)
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
-            slurm_target.backend, check=0)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(profile_copy(tmp_path)),
+        "--backend",
+        slurm_target.backend,
+        check=0,
+    )
     store = Store(home)
     scheduler = slurm_target.scheduler(squeue_every=1)
-    assert wait_for(lambda: sync(store, scheduler) and store.runs("nodefail")[0]["state"] == "RUNNING")
+    assert wait_for(
+        lambda: sync(store, scheduler) and store.runs("nodefail")[0]["state"] == "RUNNING"
+    )
     try:
         slurm_target.cluster("stop-node", "node2")
-        assert wait_for(lambda: sync(store, scheduler) and
-                        store.runs("nodefail")[0]["state"] not in ("RUNNING", "PENDING"),
-                        timeout=240, every=2)
+        assert wait_for(
+            lambda: (
+                sync(store, scheduler)
+                and store.runs("nodefail")[0]["state"] not in ("RUNNING", "PENDING")
+            ),
+            timeout=240,
+            every=2,
+        )
     finally:
         slurm_target.cluster("start-node", "node2")
     run = store.runs("nodefail")[0]
@@ -186,14 +259,22 @@ def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
 
 def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="ctld", scales='"1x1"', steps=1000000)
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
-            slurm_target.backend, check=0)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(profile_copy(tmp_path)),
+        "--backend",
+        slurm_target.backend,
+        check=0,
+    )
     store = Store(home)
     scheduler = slurm_target.scheduler(squeue_every=1, max_failures=2)
     run_id = store.runs("ctld")[0]["run_id"]
     job_id = store.run(run_id)["job_id"]
-    assert wait_for(lambda: sync(store, scheduler).reachable and
-                    store.run(run_id)["state"] == "RUNNING")
+    assert wait_for(
+        lambda: sync(store, scheduler).reachable and store.run(run_id)["state"] == "RUNNING"
+    )
     try:
         slurm_target.cluster("stop-ctld")
         ticks = [sync(store, scheduler) for _ in range(3)]
@@ -216,8 +297,16 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
 
 def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="resub", scales='"1x1"')
-    dlscale("run", str(spec), "--profile", str(profile_copy(tmp_path)), "--backend",
-            slurm_target.backend, "--wait", check=0)
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(profile_copy(tmp_path)),
+        "--backend",
+        slurm_target.backend,
+        "--wait",
+        check=0,
+    )
     store = Store(home)
     first = store.runs("resub")[0]
     scheduler = slurm_target.scheduler()
@@ -230,11 +319,16 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
     if slurm_target.backend == "slurm":
         assert "cancelled 1 run(s)" in dlscale("cancel", job, check=0).stdout
     else:
-        assert wait_for(lambda: sync(store, scheduler) and
-                        store.run(first["run_id"])["state"] in ("PENDING", "RUNNING"))
+        assert wait_for(
+            lambda: (
+                sync(store, scheduler)
+                and store.run(first["run_id"])["state"] in ("PENDING", "RUNNING")
+            )
+        )
         scheduler.cancel([job])
-    assert wait_for(lambda: sync(store, scheduler) and
-                    store.run(first["run_id"])["state"] == "CANCELLED")
+    assert wait_for(
+        lambda: sync(store, scheduler) and store.run(first["run_id"])["state"] == "CANCELLED"
+    )
     assert wait_for(lambda: slurm_says(job).startswith("CANCELLED"), timeout=30)
     if slurm_target.backend == "pyslurm":
         assert store.job("slurm", job)["state"] == "CANCELLED"
@@ -246,13 +340,31 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
 def test_metacharacters_in_options_are_never_executed(slurm_target, tmp_path, home):
     marker = Path("/tmp/dlscale-pwned")
     marker.unlink(missing_ok=True)
-    hostile = "a'; touch /tmp/dlscale-pwned; echo '$(touch /tmp/dlscale-pwned)`touch /tmp/dlscale-pwned`"
-    prof = profile_copy(tmp_path, replace=(
-        'time_limit = "00:10:00"', f'time_limit = "00:10:00"\n[env]\nDLSCALE_NOTE = "{hostile}\\nline2"'))
-    spec = write_spec(tmp_path / "s.toml", name="meta",
-                      training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"',
-                      scales='"1x1"')
-    dlscale("run", str(spec), "--profile", str(prof), "--backend", slurm_target.backend,
-            "--wait", check=0)
+    hostile = (
+        "a'; touch /tmp/dlscale-pwned; echo '$(touch /tmp/dlscale-pwned)`touch /tmp/dlscale-pwned`"
+    )
+    prof = profile_copy(
+        tmp_path,
+        replace=(
+            'time_limit = "00:10:00"',
+            f'time_limit = "00:10:00"\n[env]\nDLSCALE_NOTE = "{hostile}\\nline2"',
+        ),
+    )
+    spec = write_spec(
+        tmp_path / "s.toml",
+        name="meta",
+        training='data_dir = "/nowhere/$(touch /tmp/dlscale-pwned); x"',
+        scales='"1x1"',
+    )
+    dlscale(
+        "run",
+        str(spec),
+        "--profile",
+        str(prof),
+        "--backend",
+        slurm_target.backend,
+        "--wait",
+        check=0,
+    )
     assert Store(home).runs("meta")[0]["state"] == "COMPLETED"
     assert not marker.exists()

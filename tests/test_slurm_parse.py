@@ -1,4 +1,5 @@
 """Parsers against output recorded from Slurm 22.05 and 25.11 (tests/fixtures/README.md)."""
+
 from pathlib import Path
 
 import pytest
@@ -41,12 +42,29 @@ def test_sbatch_parsable():
 
 def test_sacct_text_skips_steps_and_expands_arrays():
     jobs = parse_sacct((R22 / "sacct-parsable2.txt").read_text())
-    assert sorted(jobs) == ["10_1", "10_2", "10_3", "10_4", "10_5", "11", "12", "6", "7", "8",
-                            "9_1", "9_2", "9_3"]
+    assert sorted(jobs) == [
+        "10_1",
+        "10_2",
+        "10_3",
+        "10_4",
+        "10_5",
+        "11",
+        "12",
+        "6",
+        "7",
+        "8",
+        "9_1",
+        "9_2",
+        "9_3",
+    ]
     assert (jobs["6"].state, jobs["6"].nodes, jobs["6"].exit_code) == ("COMPLETED", "node[1-2]", 0)
     assert (jobs["7"].state, jobs["7"].exit_code) == ("FAILED", 3)
     assert (jobs["8"].state, jobs["8"].slurm_state, jobs["8"].nodes, jobs["8"].reason) == (
-        "CANCELLED", "CANCELLED by 0", None, "JobHeldUser")
+        "CANCELLED",
+        "CANCELLED by 0",
+        None,
+        "JobHeldUser",
+    )
     assert jobs["12"].state == "RUNNING" and jobs["12"].elapsed_s == 12
     assert jobs["10_3"].state == "PENDING" and jobs["10_3"].reason == "JobHeldUser"
     assert jobs["9_3"].state == "COMPLETED"
@@ -78,7 +96,11 @@ def test_sacct_json_matches_the_text_answer_on_every_release(release):
     for jid, t in text.items():
         j = js[jid]
         assert (j.state, j.nodes, j.elapsed_s, j.signal) == (
-            t.state, t.nodes, t.elapsed_s, t.signal), jid
+            t.state,
+            t.nodes,
+            t.elapsed_s,
+            t.signal,
+        ), jid
         if release != "22.05":  # 22.05's JSON reports 0 for a job that exited 3
             assert j.exit_code == t.exit_code, jid
     with pytest.raises(ParseError):
@@ -135,10 +157,14 @@ def test_sbatch_25_11():
 def test_fixtures_were_recorded_with_the_formats_the_code_asks_for():
     fields = len(SACCT_FIELDS.split(","))
     for release in RELEASES:
-        assert {line.count("|") + 1 for line in read(release, "sacct-parsable2.txt").splitlines()
-                if line} == {fields}
-        assert {line.count("|") + 1 for line in read(release, "squeue.txt").splitlines()
-                if line} == {SQUEUE_FORMAT.count("|") + 1}
+        assert {
+            line.count("|") + 1
+            for line in read(release, "sacct-parsable2.txt").splitlines()
+            if line
+        } == {fields}
+        assert {
+            line.count("|") + 1 for line in read(release, "squeue.txt").splitlines() if line
+        } == {SQUEUE_FORMAT.count("|") + 1}
 
 
 def test_squeue_with_reasons_and_compressed_arrays():
@@ -151,11 +177,19 @@ def test_squeue_with_reasons_and_compressed_arrays():
         parse_squeue("123|RUNNING\n")
 
 
-@pytest.mark.parametrize("raw,state", [
-    ("CANCELLED by 1000", "CANCELLED"), ("COMPLETING", "RUNNING"), ("OUT_OF_MEMORY", "FAILED"),
-    ("NODE_FAIL", "NODE_FAIL"), ("REQUEUED", "PENDING"), ("DEADLINE", "TIMEOUT"),
-    ("RUNNING+", "RUNNING"), ("SOMETHING_NEW", "UNKNOWN"),
-])
+@pytest.mark.parametrize(
+    "raw,state",
+    [
+        ("CANCELLED by 1000", "CANCELLED"),
+        ("COMPLETING", "RUNNING"),
+        ("OUT_OF_MEMORY", "FAILED"),
+        ("NODE_FAIL", "NODE_FAIL"),
+        ("REQUEUED", "PENDING"),
+        ("DEADLINE", "TIMEOUT"),
+        ("RUNNING+", "RUNNING"),
+        ("SOMETHING_NEW", "UNKNOWN"),
+    ],
+)
 def test_states(raw, state):
     assert map_state(raw) == state
 

@@ -1,5 +1,6 @@
 """The Slurm backend's watcher against a replaying runner: one command per tick, squeue
 only every few ticks, terminal states cached, failed polls tolerated then reported."""
+
 import pytest
 
 from dlscale.engine.backends.base import JobRequest
@@ -19,15 +20,23 @@ class Replay:
         self.calls.append(argv)
         cmd = argv[0]
         if cmd in self.fail:
-            return CommandResult(argv, 1, "", f"{cmd}: error: Unable to contact slurm controller (connect failure)")
+            return CommandResult(
+                argv, 1, "", f"{cmd}: error: Unable to contact slurm controller (connect failure)"
+            )
         if cmd == "sacct":
             ids = argv[argv.index("--jobs") + 1].split(",")
             rows = [f"{j}|{j}|{self.states[j]}|0:0|5|node1|None" for j in ids if j in self.states]
-            rows += [f"{j}.batch|{j}.batch|{self.states[j]}|0:0|5|node1|" for j in ids if j in self.states]
+            rows += [
+                f"{j}.batch|{j}.batch|{self.states[j]}|0:0|5|node1|"
+                for j in ids
+                if j in self.states
+            ]
             return CommandResult(argv, 0, "\n".join(rows) + "\n", "")
         if cmd == "squeue":
-            rows = [f"{j}|{s}|{'Resources' if s == 'PENDING' else 'None'}|node1|0:05"
-                    for j, s in self.states.items()]
+            rows = [
+                f"{j}|{s}|{'Resources' if s == 'PENDING' else 'None'}|node1|0:05"
+                for j, s in self.states.items()
+            ]
             return CommandResult(argv, 0, "\n".join(rows) + "\n", "")
         if cmd == "sbatch":
             return CommandResult(argv, 0, "4242;cluster\n", "")
@@ -117,6 +126,7 @@ def test_sbatch_runs_with_sbatch_variables_cleared(monkeypatch, tmp_path):
     def runner(argv, env=None, timeout=60):
         seen["argv"], seen["env"] = argv, env
         return CommandResult(argv, 0, "99\n", "")
+
     job = SlurmCLI(runner=runner).submit(JobRequest("r", tmp_path, []))
     assert job == "99" and seen["argv"] == ["sbatch", "--parsable", str(tmp_path / "job.sh")]
     assert "SBATCH_PARTITION" not in seen["env"]
@@ -127,19 +137,29 @@ def test_sbatch_refusal_carries_slurms_message_and_transients_are_retried(tmp_pa
 
     def refusing(argv, env=None, timeout=60):
         calls.append(argv)
-        return CommandResult(argv, 1, "", "sbatch: error: Batch job submission failed: "
-                             "Invalid partition name specified\n")
+        return CommandResult(
+            argv,
+            1,
+            "",
+            "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+        )
+
     with pytest.raises(SubmitError, match="Invalid partition name specified"):
         SlurmCLI(runner=refusing).submit(JobRequest("r", tmp_path, []))
     assert len(calls) == 1  # a refusal is not retried
-    answers = iter([CommandResult([], 1, "", "sbatch: error: Socket timed out on send/recv"),
-                    CommandResult([], 0, "77\n", "")])
+    answers = iter(
+        [
+            CommandResult([], 1, "", "sbatch: error: Socket timed out on send/recv"),
+            CommandResult([], 0, "77\n", ""),
+        ]
+    )
     s = SlurmCLI(runner=lambda argv, env=None, timeout=60: next(answers), sleep=lambda s: None)
     assert s.submit(JobRequest("r", tmp_path, [])) == "77"
 
 
 def test_backoff_grows_while_idle_is_capped_and_resets():
     from dlscale.engine.tracking.monitor import Backoff
+
     b = Backoff(first=0.5, factor=2, cap=3)
     assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
     b.reset()

@@ -1,4 +1,5 @@
 """Store ingest: idempotent, whole lines only, safe against a second ingesting process."""
+
 import json
 import multiprocessing
 
@@ -7,10 +8,21 @@ from dlscale.engine.tracking.store import Store
 
 
 def make_run(**over):
-    fields = dict(experiment="e", framework="pytorch-ddp", model="resnet20",
-                  dataset="synthetic-cifar", nodes=1, ranks_per_node=1, per_device_batch=8,
-                  global_batch=8, scaling="weak", precision="fp32", loader="native",
-                  repetition=0, training={"steps": 4})
+    fields = dict(
+        experiment="e",
+        framework="pytorch-ddp",
+        model="resnet20",
+        dataset="synthetic-cifar",
+        nodes=1,
+        ranks_per_node=1,
+        per_device_batch=8,
+        global_batch=8,
+        scaling="weak",
+        precision="fp32",
+        loader="native",
+        repetition=0,
+        training={"steps": 4},
+    )
     fields.update(over)
     fields["global_batch"] = fields["per_device_batch"] * fields["nodes"] * fields["ranks_per_node"]
     return Run(**fields)
@@ -53,8 +65,12 @@ def test_concurrent_ingest_never_doubles(tmp_path):
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(INTERVAL * 200)
     queue = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=_ingest_in_child,
-                                     args=(tmp_path, run.run_id, metrics, queue)) for _ in range(4)]
+    procs = [
+        multiprocessing.Process(
+            target=_ingest_in_child, args=(tmp_path, run.run_id, metrics, queue)
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -86,6 +102,7 @@ def test_add_run_is_idempotent(tmp_path):
 
 def test_a_store_from_before_reruns_gains_the_column_and_keeps_its_runs(tmp_path):
     import sqlite3
+
     store = Store(tmp_path)
     store.add_run(make_run())
     store.close()

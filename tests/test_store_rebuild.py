@@ -1,6 +1,7 @@
 """A damaged store (issue 11, item 12): an empty or damaged dlscale.db says what is wrong
 and how to recover, never taken as empty and never an internal error; `dlscale store
 rebuild` keeps the damaged file aside and re-ingests every run folder, with real files."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ HINT = "dlscale store rebuild"
 
 
 def _results(home, experiment):
-    rows = json.loads(dlscale("results", "-e", experiment, "--format", "json",
-                              home=home, check=0).stdout)
+    rows = json.loads(
+        dlscale("results", "-e", experiment, "--format", "json", home=home, check=0).stdout
+    )
     return [(r["ranks"], r["n"], round(r["throughput"], 6)) for r in rows]
 
 
@@ -63,7 +65,7 @@ def _break(home, how: str) -> None:
     else:  # every page after the first two: what a failing disk leaves
         data = bytearray(db.read_bytes())
         for page in range(2, len(data) // 4096):
-            data[page * 4096 + 8:page * 4096 + 64] = b"\xff" * 56
+            data[page * 4096 + 8 : page * 4096 + 64] = b"\xff" * 56
         db.write_bytes(bytes(data))
 
 
@@ -106,8 +108,7 @@ def test_rebuild_recovers_every_run_folder_and_keeps_the_file_aside(home, tmp_pa
     proc = dlscale("store", "rebuild", check=0)
     assert "kept aside:" in proc.stdout and "recovered 8 run(s)" in proc.stdout, proc.stdout
     assert "8 completed" in proc.stdout
-    (aside,) = [p for p in home.glob("dlscale.db.damaged-*") if p.name[-4:] not in
-                ("-wal", "-shm")]
+    (aside,) = [p for p in home.glob("dlscale.db.damaged-*") if p.name[-4:] not in ("-wal", "-shm")]
     assert aside.read_bytes() == broken  # kept as it was, for whoever wants to look
     # Runs submitted now come back exactly (run.json); the older local folders hold
     # neither run.json nor their spec, and come back under `recovered` with their numbers.

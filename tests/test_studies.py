@@ -1,6 +1,7 @@
 """examples/studies: the full GPU matrices parse, expand and load as runnable (every
 framework, dataset and loader they name has a trainer now), the CPU versions load too, and
 each study's published numbers load and are set beside a user's results."""
+
 from pathlib import Path
 
 import pytest
@@ -50,22 +51,39 @@ def test_cpu_versions_are_runnable_with_pytorch_ddp_only(study):
 
 def test_published_numbers_load():
     cc = load_reference(STUDIES / "ccgrid2020/reference.toml").reference
-    assert [(n.metric, n.framework, n.model, n.devices, n.value) for n in cc.numbers][0] == \
-        ("speedup", "pytorch-ddp", "resnet44", 12, 10.11)
+    assert [(n.metric, n.framework, n.model, n.devices, n.value) for n in cc.numbers][0] == (
+        "speedup",
+        "pytorch-ddp",
+        "resnet44",
+        12,
+        10.11,
+    )
     jb = load_reference(STUDIES / "jbigdata2023/reference.toml").reference
-    assert [(n.devices, n.value, n.bound) for n in jb.numbers] == [(4, 43200, ">"),
-                                                                   (1024, 200, "<")]
+    assert [(n.devices, n.value, n.bound) for n in jb.numbers] == [
+        (4, 43200, ">"),
+        (1024, 200, "<"),
+    ]
 
 
 def _row(fw, devices, speedup, loader="native", runtime=None):
-    return {"framework": fw, "model": "resnet44", "ranks": devices, "loader": loader,
-            "speedup": speedup, "runtime_s": runtime}
+    return {
+        "framework": fw,
+        "model": "resnet44",
+        "ranks": devices,
+        "loader": loader,
+        "speedup": speedup,
+        "runtime_s": runtime,
+    }
 
 
 def test_compare_takes_the_same_scale_or_else_the_largest_and_says_so():
     ref = load_reference(STUDIES / "ccgrid2020/reference.toml").reference
-    rows = [_row("pytorch-ddp", 1, 1.0), _row("pytorch-ddp", 2, 1.9),
-            _row("pytorch-ddp", 12, 9.5), _row("horovod-pytorch", 12, 11.0)]
+    rows = [
+        _row("pytorch-ddp", 1, 1.0),
+        _row("pytorch-ddp", 2, 1.9),
+        _row("pytorch-ddp", 12, 9.5),
+        _row("horovod-pytorch", 12, 11.0),
+    ]
     first = compare(ref, rows)[0]
     assert (first["yours"], first["your_devices"], first["same_scale"]) == (9.5, 12, True)
     first = compare(ref, rows[:2])[0]
@@ -87,19 +105,22 @@ def test_a_bad_reference_names_file_line_and_field(tmp_path):
 def test_plan_include_planned_on_the_command_line(home):
     spec = str(STUDIES / "ccgrid2020/gpu.toml")
     profile = str(REPO / "examples/clusters/ulhpc-iris.toml")
-    out = dlscale("plan", spec, "--profile", profile, "--backend", "slurm",
-                  "--include-planned", check=0).stdout
+    out = dlscale(
+        "plan", spec, "--profile", profile, "--backend", "slurm", "--include-planned", check=0
+    ).stdout
     assert "225 runs, 225 still to run" in out
     # Without environments (an empty home) the plan is refused, naming each fix: on a GPU
     # partition the GPU environment, built with the profile's modules.
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert ("create one with `dlscale env create horovod-tensorflow --gpu --profile "
-            f"{profile}`") in proc.stderr
+    assert (
+        f"create one with `dlscale env create horovod-tensorflow --gpu --profile {profile}`"
+    ) in proc.stderr
     spec = str(STUDIES / "jbigdata2023/gpu.toml")
     profile = str(REPO / "examples/clusters/juwels-booster.toml")
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)
-    assert f"create one with `dlscale env create deepspeed --gpu --profile {profile}`" in \
-        proc.stderr
+    assert (
+        f"create one with `dlscale env create deepspeed --gpu --profile {profile}`" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
 
 

@@ -2,6 +2,7 @@
 schema refuses a second live job for a run, and cancel reaches every live job of a run. And
 (item 14) a submission that fails part-way leaves no run half-submitted: it is released
 with the reason, and the CLI says so."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -37,8 +38,9 @@ def test_racing_processes_claim_each_run_exactly_once(tmp_path):
         store.add_run(r)
     queue = multiprocessing.Queue()
     start = time.time() + 2
-    procs = [multiprocessing.Process(target=_claim_all, args=(tmp_path, start, queue))
-             for _ in range(4)]
+    procs = [
+        multiprocessing.Process(target=_claim_all, args=(tmp_path, start, queue)) for _ in range(4)
+    ]
     for p in procs:
         p.start()
     claimed = [rid for _ in procs for rid in queue.get(timeout=120)]
@@ -57,8 +59,11 @@ def test_the_schema_refuses_a_second_live_job_for_a_run(tmp_path):
     with pytest.raises(StoreError, match="already has a queued or running job"):
         store.add_job("local", "local-2", run.run_id, "PENDING")
     with pytest.raises(sqlite3.IntegrityError):  # the schema itself, not only add_job
-        store.conn.execute("INSERT INTO jobs (backend, job_id, run_id, state) VALUES "
-                           "('slurm', '99', ?, 'RUNNING')", (run.run_id,))
+        store.conn.execute(
+            "INSERT INTO jobs (backend, job_id, run_id, state) VALUES "
+            "('slurm', '99', ?, 'RUNNING')",
+            (run.run_id,),
+        )
     store.update_job("local", "local-1", state="COMPLETED")
     store.add_job("local", "local-2", run.run_id, "PENDING")  # one live job again is fine
     assert store.claim_run(run.run_id) is None  # and it is not claimable while it lives
@@ -89,8 +94,11 @@ def test_cancel_reaches_every_live_job_of_a_run_in_an_older_store(home):
     assert "cancelled 2 run(s)" in out
     assert store.live_jobs() == []
     assert {j["job_id"]: j["state"] for j in store.jobs("local")} == {
-        "local-1": "CANCELLED", "local-2": "CANCELLED", "local-3": "CANCELLED",
-        "local-4": "COMPLETED"}
+        "local-1": "CANCELLED",
+        "local-2": "CANCELLED",
+        "local-3": "CANCELLED",
+        "local-4": "COMPLETED",
+    }
     Store(home)  # the next open makes the guard
     with pytest.raises(StoreError, match="already has a queued or running job"):
         s = Store(home)
@@ -104,12 +112,16 @@ def test_a_claim_whose_process_died_is_released_with_the_reason(tmp_path):
     store.add_run(run)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    store.conn.execute("UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
-                       (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id))
+    store.conn.execute(
+        "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
+        (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
+    )
     assert store.claim_run(run.run_id) is not None  # a dead claimer's run is taken over
     store.release_run(run.run_id, "PLANNED", "not submitted: test")
-    store.conn.execute("UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
-                       (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id))
+    store.conn.execute(
+        "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
+        (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
+    )
     assert store.release_stale_claims() == [run.run_id]
     row = store.run(run.run_id)
     assert row["state"] == "PLANNED"
@@ -127,6 +139,7 @@ def test_a_run_folder_that_cannot_be_made_is_not_left_half_submitted(tmp_path, h
     are not tried, the CLI says so on stderr with exit 1, and `status` shows it."""
     from dlscale.engine.config.spec import load_spec
     from dlscale.engine.launching.plan import plan
+
     spec = write_spec(tmp_path / "s.toml", scales='"1x1"', steps=100000)
     first = plan(load_spec(spec)).runs[0].run_id
     (home / "runs").mkdir(parents=True)
@@ -153,13 +166,19 @@ def test_a_run_folder_that_cannot_be_made_is_not_left_half_submitted(tmp_path, h
 def test_two_dlscale_runs_of_one_spec_make_one_job_per_run(tmp_path, home):
     """The issue's own case: two `dlscale run` of a spec with many runs, started together,
     made 22 and 23 jobs for 20 runs. Real processes on the local backend."""
-    spec = write_spec(tmp_path / "s.toml", "repetitions = 60", scales='"1x1", "1x2"',
-                      steps=100000)
+    spec = write_spec(tmp_path / "s.toml", "repetitions = 60", scales='"1x1", "1x2"', steps=100000)
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     env = {**os.environ, "DLSCALE_HOME": str(home)}
-    procs = [subprocess.Popen([str(BIN / "dlscale"), "run", str(spec)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "dlscale"), "run", str(spec)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     try:
         assert [p.returncode for p in procs] == [0, 0], outs

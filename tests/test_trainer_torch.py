@@ -1,5 +1,6 @@
 """The PyTorch DDP trainer for real: 2 ranks on gloo, under torchrun and under plain
 Slurm-style variables, with its records, its failure path and time-to-accuracy."""
+
 import json
 import os
 import socket
@@ -10,8 +11,20 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "8",
-         "--steps", "4", "--warmup-steps", "1", "--log-every", "2"]
+SMALL = [
+    "--model",
+    "resnet20",
+    "--dataset",
+    "synthetic-cifar",
+    "--per-device-batch",
+    "8",
+    "--steps",
+    "4",
+    "--warmup-steps",
+    "1",
+    "--log-every",
+    "2",
+]
 
 
 def records(path):
@@ -20,10 +33,23 @@ def records(path):
 
 def torchrun(tmp_path, *args, nproc=2):
     out = tmp_path / "metrics.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={nproc}", "-m", "dlscale.trainers.torch_ddp",
-                           *args, "--output", str(out)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            *args,
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, out
 
 
@@ -67,11 +93,22 @@ def test_plain_slurm_variables_launch_two_ranks(tmp_path):
     procs = []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE"))}
-        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
-                   SLURMD_NODENAME=f"node{rank + 1}", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        procs.append(subprocess.Popen([sys.executable, "-m", "dlscale.trainers.torch_ddp", *SMALL,
-                                       "--output", str(out)], env=env, stderr=subprocess.PIPE,
-                                      text=True))
+        env.update(
+            SLURM_PROCID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID=str(rank),
+            SLURMD_NODENAME=f"node{rank + 1}",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "dlscale.trainers.torch_ddp", *SMALL, "--output", str(out)],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()
     recs = records(out)
@@ -82,33 +119,85 @@ def test_plain_slurm_variables_launch_two_ranks(tmp_path):
 
 
 def test_failure_exits_nonzero_with_a_one_line_reason(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", *SMALL,
-                           "--inject-fault", "crash@step3", "--output", str(tmp_path / "m")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            *SMALL,
+            "--inject-fault",
+            "crash@step3",
+            "--output",
+            str(tmp_path / "m"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "dlscale-torch-ddp: error: rank 0: TrainerError: injected fault at step 3")
+        "dlscale-torch-ddp: error: rank 0: TrainerError: injected fault at step 3"
+    )
     assert "Traceback" not in proc.stderr
     kinds = [r["kind"] for r in records(tmp_path / "m")]
     assert "summary" not in kinds and kinds[:2] == ["params", "env"]
 
 
 def test_bad_flags_exit_2_in_one_line():
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", "--model",
-                           "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "0",
-                           "--steps", "1"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            "--model",
+            "resnet20",
+            "--dataset",
+            "synthetic-cifar",
+            "--per-device-batch",
+            "0",
+            "--steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("dlscale-torch-ddp: error: argument --per-device-batch: "
-                                   "must be a positive integer, got 0")
+    assert proc.stderr.strip() == (
+        "dlscale-torch-ddp: error: argument --per-device-batch: must be a positive integer, got 0"
+    )
 
 
 def test_digits_reach_the_target_and_report_time_to_accuracy(tmp_path):
     out = tmp_path / "m.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "dlscale.trainers.torch_ddp", "--model",
-                           "resnet20", "--dataset", "digits", "--per-device-batch", "32",
-                           "--epochs", "8", "--lr", "0.05", "--lr-base-batch", "32",
-                           "--lr-schedule", "cosine", "--target-accuracy", "0.9",
-                           "--output", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            "--model",
+            "resnet20",
+            "--dataset",
+            "digits",
+            "--per-device-batch",
+            "32",
+            "--epochs",
+            "8",
+            "--lr",
+            "0.05",
+            "--lr-base-batch",
+            "32",
+            "--lr-schedule",
+            "cosine",
+            "--target-accuracy",
+            "0.9",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     recs = records(out)
     evals = [r for r in recs if r["kind"] == "eval"]

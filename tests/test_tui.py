@@ -1,6 +1,7 @@
 """dlscale-tui driven by Textual's Pilot: the form refuses bad values at the field, a study
 built in the form is submitted, its jobs appear, a log tail follows, and results and a chart
 appear: against the local backend (real trainer runs) and the real Slurm test cluster."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,9 @@ async def until(pilot, condition, timeout: float = 120, what: str = "") -> None:
     end = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what or condition}:\n"
-                                 + screen_text(pilot.app))
+            raise AssertionError(
+                f"timed out waiting for {what or condition}:\n" + screen_text(pilot.app)
+            )
         await pilot.pause(0.2)
 
 
@@ -44,11 +46,16 @@ def field(app, wid: str):
 
 # --- the build form ----------------------------------------------------------------------
 
+
 async def test_build_form_refuses_bad_values_at_the_field(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(100, 40)) as pilot:
-        await until(pilot, lambda: app.screen.query("#preview") and "runs" in str(
-            field(app, "preview").render()), 20, "the first preview")
+        await until(
+            pilot,
+            lambda: app.screen.query("#preview") and "runs" in str(field(app, "preview").render()),
+            20,
+            "the first preview",
+        )
         await type_into(pilot, "scales", "1x1, 2y2")
         await type_into(pilot, "batch", "64, lots")
         await type_into(pilot, "repetitions", "0")
@@ -105,8 +112,12 @@ async def test_a_spec_that_fails_validation_opens_with_the_error(home, tmp_path)
     spec = write_spec(tmp_path / "bad.toml", training="lr = -1")
     app = DlscaleApp(Session(home, "local"), str(spec))
     async with app.run_test(size=(100, 40)) as pilot:
-        await until(pilot, lambda: "does not validate" in str(field(app, "preview").render()),
-                    20, "the file's error")
+        await until(
+            pilot,
+            lambda: "does not validate" in str(field(app, "preview").render()),
+            20,
+            "the file's error",
+        )
         text = str(field(app, "preview").render())
         assert f"{spec}:" in text and "training.lr" in text
         # The rest of the file was loaded into the form.
@@ -130,8 +141,10 @@ async def test_unusable_frameworks_say_why_and_cannot_be_chosen(home):
 async def test_save_and_load_round_trip(home, tmp_path):
     target = tmp_path / "saved.toml"
     source = tmp_path / "with-options.toml"  # a table the form has no field for
-    source.write_text((REPO / "examples" / "quickstart.toml").read_text()
-                      + "\n[options.deepspeed]\nzero_stage = 2\n")
+    source.write_text(
+        (REPO / "examples" / "quickstart.toml").read_text()
+        + "\n[options.deepspeed]\nzero_stage = 2\n"
+    )
     app = DlscaleApp(Session(home, "local"), str(source))
     async with app.run_test(size=(100, 40)) as pilot:
         await until(pilot, lambda: not field(app, "submit").disabled, 20)
@@ -140,6 +153,7 @@ async def test_save_and_load_round_trip(home, tmp_path):
         await pilot.press("ctrl+s")
         await until(pilot, target.exists, 10, "the saved file")
     from dlscale.engine.config.spec import load_spec
+
     saved = load_spec(target).spec
     assert [str(s) for s in saved.experiment.scales] == ["1x2"]
     # Keys the form does not show survive: the quickstart's warm-up and threads.
@@ -150,17 +164,28 @@ async def test_save_and_load_round_trip(home, tmp_path):
 
 # --- queue, log, results from a recorded study -------------------------------------------
 
+
 async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
     name = recorded_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.current_mode == "queue" and
-                    app.screen.query_one("#jobs", DataTable).row_count == 6, 20)
+        await until(
+            pilot,
+            lambda: (
+                app.current_mode == "queue"
+                and app.screen.query_one("#jobs", DataTable).row_count == 6
+            ),
+            20,
+        )
         assert app.experiment == name
         assert "6 completed" in str(field(app, "queue-summary").render())
         await pilot.press("f4")
-        await until(pilot, lambda: app.screen.query_one("#results", DataTable).row_count == 2,
-                    20, "results rows")
+        await until(
+            pilot,
+            lambda: app.screen.query_one("#results", DataTable).row_count == 2,
+            20,
+            "results rows",
+        )
         text = screen_text(app)
         assert "speedup (vs best 1-device run)" in text and "ideal" in text
         assert "baseline of quickstart resnet20: best 1-device point pytorch-ddp 1x1" in text
@@ -182,8 +207,14 @@ async def test_log_tail_follows_pauses_and_searches(home):
     recorded_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(100, 30)) as pilot:
-        await until(pilot, lambda: app.current_mode == "queue" and
-                    app.screen.query_one("#jobs", DataTable).row_count == 6, 20)
+        await until(
+            pilot,
+            lambda: (
+                app.current_mode == "queue"
+                and app.screen.query_one("#jobs", DataTable).row_count == 6
+            ),
+            20,
+        )
         app.screen.query_one("#jobs", DataTable).focus()
         await pilot.press("enter")
         tail = app.screen.query_one(LogTail)
@@ -191,8 +222,12 @@ async def test_log_tail_follows_pauses_and_searches(home):
         path = tail.path
         with open(path, "a") as fh:
             fh.write("a new line written while the tail is open\n")
-        await until(pilot, lambda: "a new line written" in tail.query_one(Log).lines[-1], 10,
-                    "the followed line")
+        await until(
+            pilot,
+            lambda: "a new line written" in tail.query_one(Log).lines[-1],
+            10,
+            "the followed line",
+        )
         await pilot.press("p")
         with open(path, "a") as fh:
             fh.write("held while paused\n")
@@ -225,8 +260,9 @@ async def test_missing_log_is_shown_and_picked_up_when_it_appears(home, tmp_path
     async with log_tail_of_recorded_study(home) as (pilot, tail):
         late = tmp_path / "late.log"
         tail.open(late, "a job not started")
-        await until(pilot, lambda: "no log yet" in str(tail.query_one("#log-status",
-                                                                       Static).render()), 10)
+        await until(
+            pilot, lambda: "no log yet" in str(tail.query_one("#log-status", Static).render()), 10
+        )
         late.write_text("first line\n")
         await until(pilot, lambda: tail.query_one(Log).lines == ["first line"], 10)
 
@@ -235,7 +271,7 @@ async def test_huge_log_opens_at_its_tail(home, tmp_path):
     big = tmp_path / "big.log"
     with open(big, "wb") as fh:  # 64 MB of lines, then a last line to look for
         block = b"".join(b"step %08d images_per_s 123.4\n" % i for i in range(20_000))
-        for _ in range(64 * 2 ** 20 // len(block)):
+        for _ in range(64 * 2**20 // len(block)):
             fh.write(block)
         fh.write(b"the very last line\n")
     async with log_tail_of_recorded_study(home) as (pilot, tail):
@@ -257,19 +293,25 @@ async def test_controller_unreachable_shows_a_banner(home):
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
 
     def down(argv, env=None, timeout=30):
-        return CommandResult(argv, 1, "", "slurm_load_jobs error: Unable to contact slurm "
-                             "controller (connect failure)")
+        return CommandResult(
+            argv,
+            1,
+            "",
+            "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+        )
+
     session._followers["slurm"] = SlurmCLI(runner=down, max_failures=1)
     app = DlscaleApp(session)
     async with app.run_test(size=(100, 30)) as pilot:
-        await until(pilot, lambda: app.warning and "unreachable" in app.warning, 30,
-                    "the banner")
+        await until(pilot, lambda: app.warning and "unreachable" in app.warning, 30, "the banner")
         banner = app.screen.query_one("#banner", Static)
         assert banner.has_class("shown")
         assert "Unable to contact slurm controller" in str(banner.render())
         # The last known state is still shown.
-        assert any("RUNNING" in str(c) for c in app.screen.query_one(
-            "#jobs", DataTable).get_row(run["run_id"]))
+        assert any(
+            "RUNNING" in str(c)
+            for c in app.screen.query_one("#jobs", DataTable).get_row(run["run_id"])
+        )
 
 
 async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
@@ -283,12 +325,17 @@ async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     run = store.runs()[0]
     store.add_job("slurm", "777", run["run_id"], "PENDING")
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
-    session._followers["slurm"] = SlurmCLI(runner=lambda argv, env=None, timeout=30:
-                                            CommandResult(argv, 0, "", ""))
+    session._followers["slurm"] = SlurmCLI(
+        runner=lambda argv, env=None, timeout=30: CommandResult(argv, 0, "", "")
+    )
     app = DlscaleApp(session)
     async with app.run_test(size=(160, 30)) as pilot:
-        await until(pilot, lambda: app.snapshot and any(
-            r.reason == VANISHED for r in app.snapshot.rows), 30, "the vanished reason")
+        await until(
+            pilot,
+            lambda: app.snapshot and any(r.reason == VANISHED for r in app.snapshot.rows),
+            30,
+            "the vanished reason",
+        )
         await pilot.pause(0.3)
         assert "the scheduler no longer knows this job" in screen_text(app), screen_text(app)
         assert app.snapshot.counts.get("PENDING") == 1
@@ -315,9 +362,11 @@ async def test_help_screen_and_keyboard_navigation(home):
 
 # --- the whole path, with real jobs ------------------------------------------------------
 
+
 def _no_follow_threads() -> bool:
-    return not [t for t in threading.enumerate() if "_follow" in t.name or
-                "_refresh_queue" in t.name]
+    return not [
+        t for t in threading.enumerate() if "_follow" in t.name or "_refresh_queue" in t.name
+    ]
 
 
 async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str) -> None:
@@ -337,10 +386,19 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     await pilot.press("enter")
     tail = app.screen.query_one(LogTail)
     await until(pilot, lambda: tail.query_one(Log).line_count > 0, 120, "the log tail")
-    await until(pilot, lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 2,
-                420, "both runs completed")
-    assert any("summary" in line or "images/s" in line or "images_per_s" in line
-               for line in tail.query_one(Log).lines) or tail.query_one(Log).line_count > 1
+    await until(
+        pilot,
+        lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 2,
+        420,
+        "both runs completed",
+    )
+    assert (
+        any(
+            "summary" in line or "images/s" in line or "images_per_s" in line
+            for line in tail.query_one(Log).lines
+        )
+        or tail.query_one(Log).line_count > 1
+    )
     assert nodes_expected in screen_text(app), screen_text(app)
     await pilot.press("f4")
     results = app.screen.query_one("#results", DataTable)
@@ -388,8 +446,9 @@ async def test_cancel_and_resubmit_ask_first(home, tmp_path):
         await type_into(pilot, "repetitions", "1")
         await until(pilot, lambda: "1 run " in str(field(app, "preview").render()), 20)
         await pilot.press("ctrl+r")
-        await until(pilot, lambda: app.current_mode == "queue" and app.snapshot and
-                    app.snapshot.rows, 60)
+        await until(
+            pilot, lambda: app.current_mode == "queue" and app.snapshot and app.snapshot.rows, 60
+        )
         app.screen.query_one("#jobs", DataTable).focus()
         await pilot.press("c")
         assert isinstance(app.screen, ConfirmScreen)
@@ -404,23 +463,37 @@ async def test_cancel_and_resubmit_ask_first(home, tmp_path):
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
-        await until(pilot, lambda: Store(home).runs()[0]["state"] in ("PENDING", "RUNNING"),
-                    30, "the resubmitted run")
+        await until(
+            pilot,
+            lambda: Store(home).runs()[0]["state"] in ("PENDING", "RUNNING"),
+            30,
+            "the resubmitted run",
+        )
         assert Store(home).runs()[0]["attempts"] == 2
         await pilot.press("c", "y")
         await until(pilot, lambda: Store(home).runs()[0]["state"] == "CANCELLED", 30)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--backend", "slurm"], "--backend slurm needs --profile"),
-    (["no-such-spec.toml"], "no-such-spec.toml: no such file"),
-    (["--profile", "README.md"], "README.md:3:1: invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backend", "slurm"], "--backend slurm needs --profile"),
+        (["no-such-spec.toml"], "no-such-spec.toml: no such file"),
+        (["--profile", "README.md"], "README.md:3:1: invalid TOML"),
+    ],
+)
 def test_bad_command_line_exits_2_with_one_line(home, args, message):
     import subprocess
 
     from conftest import BIN
-    proc = subprocess.run([str(BIN / "dlscale-tui"), *args], capture_output=True, text=True,
-                          cwd=REPO, stdin=subprocess.DEVNULL, timeout=60)
+
+    proc = subprocess.run(
+        [str(BIN / "dlscale-tui"), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -1,6 +1,7 @@
 """The TUI follows Textual's conventions (issue 12, item 5): public API only, screens that
 watch the app's reactive state instead of being called by name, one app action per thing
 the user does, and workers that report back by posting a message."""
+
 from __future__ import annotations
 
 import ast
@@ -28,12 +29,18 @@ def _textual_private_names() -> set[str]:
     names = set()
     for path in Path(textual.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                    node.value.id in ("self", "cls"):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
                 names.add(node.attr)
             elif isinstance(node, ast.ClassDef):
-                names |= {b.name for b in node.body
-                          if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                names |= {
+                    b.name
+                    for b in node.body
+                    if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
     return {n for n in names if n.startswith("_") and not n.endswith("__")}
 
 
@@ -54,27 +61,34 @@ def test_tui_uses_no_private_textual_api():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 found.append(f"{name}:{node.lineno}: .{node.attr}")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                    node.name in private:
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in private:
                 found.append(f"{name}:{node.lineno}: def {node.name}")
-            elif isinstance(node, ast.ImportFrom) and node.module and any(
-                    part.startswith("_") and part != "__future__"
-                    for part in node.module.split(".")):
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and any(
+                    part.startswith("_") and part != "__future__" for part in node.module.split(".")
+                )
+            ):
                 found.append(f"{name}:{node.lineno}: from {node.module}")
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    node.func.id in ("getattr", "setattr", "hasattr") and \
-                    len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and \
-                    str(node.args[1].value).startswith("_"):
-                found.append(f"{name}:{node.lineno}: {node.func.id}(..., "
-                             f"{node.args[1].value!r})")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr")
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("_")
+            ):
+                found.append(f"{name}:{node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
     assert found == []
 
 
 def _workers(tree: ast.Module):
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and any(
-                isinstance(d, ast.Call) and getattr(d.func, "id", None) == "work"
-                for d in node.decorator_list):
+            isinstance(d, ast.Call) and getattr(d.func, "id", None) == "work"
+            for d in node.decorator_list
+        ):
             yield node
 
 
@@ -82,8 +96,14 @@ def test_workers_report_back_by_posting_messages_only():
     """Every worker ends by posting a Message (tui/messages.py): no call_from_thread, no
     return value for someone to collect, and every message class is one of messages.py."""
     from dlscale.tui import messages
-    kinds = {n for n, v in vars(messages).items() if isinstance(v, type) and
-             issubclass(v, textual.message.Message) and v.__module__ == messages.__name__}
+
+    kinds = {
+        n
+        for n, v in vars(messages).items()
+        if isinstance(v, type)
+        and issubclass(v, textual.message.Message)
+        and v.__module__ == messages.__name__
+    }
     workers, bad = [], []
     for name, tree in _tui_sources():
         for node in ast.walk(tree):
@@ -91,16 +111,21 @@ def test_workers_report_back_by_posting_messages_only():
                 bad.append(f"{name}:{node.lineno}: call_from_thread")
         for fn in _workers(tree):
             workers.append(f"{name}:{fn.name}")
-            posted = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and
-                      getattr(c.func, "attr", None) == "post_message"]
+            posted = [
+                c
+                for c in ast.walk(fn)
+                if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "post_message"
+            ]
             if not posted:
                 bad.append(f"{name}:{fn.name}: posts no message")
             for c in posted:
                 made = c.args[0] if c.args else None
                 kind = getattr(getattr(made, "func", None), "id", None)
                 if kind not in kinds:
-                    bad.append(f"{name}:{fn.name}:{c.lineno}: posts {kind}, not a message "
-                               "of tui/messages.py")
+                    bad.append(
+                        f"{name}:{fn.name}:{c.lineno}: posts {kind}, not a message "
+                        "of tui/messages.py"
+                    )
             if any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(fn)):
                 bad.append(f"{name}:{fn.name}: returns a value")
     # The watcher, previews, framework checks, the profile, submit, results, the report,
@@ -110,9 +135,26 @@ def test_workers_report_back_by_posting_messages_only():
 
 
 def _rows(experiment: str, n: int, state: str = "PENDING") -> list[QueueRow]:
-    return [QueueRow(f"{experiment[:4]}{i:08x}", experiment, "pytorch-ddp", "resnet20", "1x2",
-                     64, i, "local", f"local-{i}", state, "", None, None, None, None)
-            for i in range(n)]
+    return [
+        QueueRow(
+            f"{experiment[:4]}{i:08x}",
+            experiment,
+            "pytorch-ddp",
+            "resnet20",
+            "1x2",
+            64,
+            i,
+            "local",
+            f"local-{i}",
+            state,
+            "",
+            None,
+            None,
+            None,
+            None,
+        )
+        for i in range(n)
+    ]
 
 
 def _snapshot(experiment: str, rows: list[QueueRow], experiments=()) -> Snapshot:
@@ -161,8 +203,23 @@ def test_next_experiment_is_one_app_action():
 def _second_experiment(home, name: str = "other") -> None:
     store = Store(home)
     store.save_experiment(name, f"{name}.toml", "", "0")
-    store.add_run(Run(name, "pytorch-ddp", "resnet20", "synthetic-cifar", 1, 1, 8, 8, "weak",
-                      "fp32", "native", 0, {"steps": 4}))
+    store.add_run(
+        Run(
+            name,
+            "pytorch-ddp",
+            "resnet20",
+            "synthetic-cifar",
+            1,
+            1,
+            8,
+            8,
+            "weak",
+            "fp32",
+            "native",
+            0,
+            {"steps": 4},
+        )
+    )
     store.close()
 
 
@@ -171,14 +228,24 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
     _second_experiment(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.snapshot and len(app.snapshot.experiments) == 2, 20,
-                    "both experiments")
+        await until(
+            pilot,
+            lambda: app.snapshot and len(app.snapshot.experiments) == 2,
+            20,
+            "both experiments",
+        )
         shown = app.experiment
         await pilot.press("e")
         assert app.experiment != shown
-        await until(pilot, lambda: app.snapshot.experiment == app.experiment and
-                    app.screen.query_one("#jobs").row_count == len(app.snapshot.rows), 20,
-                    "the other experiment's jobs")
+        await until(
+            pilot,
+            lambda: (
+                app.snapshot.experiment == app.experiment
+                and app.screen.query_one("#jobs").row_count == len(app.snapshot.rows)
+            ),
+            20,
+            "the other experiment's jobs",
+        )
         await pilot.press("f4")
         before = app.experiment
         await pilot.press("e")
@@ -186,8 +253,12 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
         # Results reload for the study now chosen, as they did when the screen had its own e:
         # the recorded study's two points, or the other study's one planned run.
         points = 2 if app.experiment == first else 1
-        await until(pilot, lambda: field(app, "results").row_count == points, 20,
-                    f"the results of {app.experiment}")
+        await until(
+            pilot,
+            lambda: field(app, "results").row_count == points,
+            20,
+            f"the results of {app.experiment}",
+        )
         assert ("PLANNED" in screen_text(app)) == (app.experiment != first)
         assert "Next exp." in screen_text(app)  # still offered in the footer
 
@@ -205,8 +276,9 @@ async def test_a_refused_profile_is_cleared_when_the_field_goes_back(home, tmp_p
         await until(pilot, lambda: field(app, "profile").has_class("invalid"), 20)
         assert field(app, "submit").disabled
         await type_into(pilot, "profile", "")
-        await until(pilot, lambda: not field(app, "profile").has_class("invalid"), 20,
-                    "the mark cleared")
+        await until(
+            pilot, lambda: not field(app, "profile").has_class("invalid"), 20, "the mark cleared"
+        )
         assert field(app, "profile").border_subtitle is None
         await until(pilot, lambda: not field(app, "submit").disabled, 20, "submit again")
         assert app.session.backend == "local"

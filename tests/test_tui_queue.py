@@ -1,6 +1,7 @@
 """The queue at scale (issue 16, item 5): the engine rebuilds only the rows of runs that
 changed (QueueReader), and the table shows every change correctly whatever the order of
 drawing and widening, through Textual's public API only."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,21 @@ def _study(home: Path, n: int = 6, name: str = "big") -> Store:
     store = Store(home)
     store.save_experiment(name, f"{name}.toml", "", "0")
     for i in range(n):
-        run = Run(name, "pytorch-ddp", "resnet50", "synthetic-imagenet", 1 + i % 2, 4, 64,
-                  256, "weak", "fp32", "native", i, {"steps": 100})
+        run = Run(
+            name,
+            "pytorch-ddp",
+            "resnet50",
+            "synthetic-imagenet",
+            1 + i % 2,
+            4,
+            64,
+            256,
+            "weak",
+            "fp32",
+            "native",
+            i,
+            {"steps": 100},
+        )
         store.add_run(run)
         store.update_run(run.run_id, state="PENDING", backend="local", job_id=f"{name}-{i}")
         store.add_job("local", f"{name}-{i}", run.run_id, "PENDING")
@@ -40,10 +54,29 @@ def _record(store: Store, run_id: str, kind: str = "interval", **fields) -> None
     """Append a metric line to the run's file and ingest it, as the watcher does."""
     rd = Path(store.run(run_id)["run_dir"])
     rd.mkdir(parents=True, exist_ok=True)
-    line = {"schema": 1, "kind": "interval", "t": 1.0, "step": 10, "images_per_s": 800.0,
-            "loss": 6.9, "lr": 0.1, "step_time_ms": 80.0, **fields} if kind == "interval" \
-        else {"schema": 1, "kind": kind, "status": "completed", "timed_steps": 20,
-              "warmup_steps": 5, "elapsed_s": 9.0, **fields}
+    line = (
+        {
+            "schema": 1,
+            "kind": "interval",
+            "t": 1.0,
+            "step": 10,
+            "images_per_s": 800.0,
+            "loss": 6.9,
+            "lr": 0.1,
+            "step_time_ms": 80.0,
+            **fields,
+        }
+        if kind == "interval"
+        else {
+            "schema": 1,
+            "kind": kind,
+            "status": "completed",
+            "timed_steps": 20,
+            "warmup_steps": 5,
+            "elapsed_s": 9.0,
+            **fields,
+        }
+    )
     with open(rd / "metrics.jsonl", "a") as fh:
         fh.write(json.dumps(line) + "\n")
     store.ingest(run_id, rd / "metrics.jsonl")
@@ -53,9 +86,20 @@ def _by_id(rows: list[QueueRow]) -> dict[str, QueueRow]:
     return {r.run_id: r for r in rows}
 
 
-@pytest.mark.parametrize("change", [
-    "job state", "pending reason", "run reason", "new record", "summary record",
-    "skipped line", "resubmitted", "job started (clock)", "job ended"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "job state",
+        "pending reason",
+        "run reason",
+        "new record",
+        "summary record",
+        "skipped line",
+        "resubmitted",
+        "job started (clock)",
+        "job ended",
+    ],
+)
 def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
     """Each kind of change to a run shows in its row on the next read, exactly as a
     one-off read (`dlscale status`) shows it, while every other row keeps its object."""
@@ -89,8 +133,7 @@ def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
         store.update_job("local", "big-2", state="RUNNING", started=now - 65)
         store.update_run(target, state="RUNNING")
     elif change == "job ended":
-        store.update_job("local", "big-2", state="COMPLETED", started=now - 65,
-                         ended=now - 5)
+        store.update_job("local", "big-2", state="COMPLETED", started=now - 65, ended=now - 5)
         store.update_run(target, state="COMPLETED")
     after = reader.rows(store, "big", now=now + 2)
     assert after == queue.rows(store, "big", now=now + 2)
@@ -99,10 +142,14 @@ def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
     assert [i for i in ids if after_by_id[i] is not first[i]] == [target]
     row = after_by_id[target]
     expected = {
-        "job state": ("RUNNING", "node3"), "pending reason": ("PENDING", None),
-        "new record": (456.5, 20), "summary record": (999.0, None),
-        "resubmitted": (None, None), "job started (clock)": ("RUNNING", "1:07"),
-        "job ended": ("COMPLETED", "1:00")}
+        "job state": ("RUNNING", "node3"),
+        "pending reason": ("PENDING", None),
+        "new record": (456.5, 20),
+        "summary record": (999.0, None),
+        "resubmitted": (None, None),
+        "job started (clock)": ("RUNNING", "1:07"),
+        "job ended": ("COMPLETED", "1:00"),
+    }
     if change == "job state":
         assert (row.state, row.nodes) == expected[change]
     elif change == "pending reason":
@@ -138,20 +185,39 @@ def test_a_reader_follows_the_experiment_it_is_asked_for(home):
 
 # --- the table ------------------------------------------------------------------------------
 
+
 def _rows(n: int, **changes) -> list[QueueRow]:
     """n pending jobs; changes = {index: {field: value}}."""
     out = []
     for i in range(n):
-        r = QueueRow(f"run{i:05d}", "big", "pytorch-ddp", "resnet20", "1x2", 64, i, "local",
-                     f"job-{i:04d}", "PENDING", "Priority", None, None, None, None)
+        r = QueueRow(
+            f"run{i:05d}",
+            "big",
+            "pytorch-ddp",
+            "resnet20",
+            "1x2",
+            64,
+            i,
+            "local",
+            f"job-{i:04d}",
+            "PENDING",
+            "Priority",
+            None,
+            None,
+            None,
+            None,
+        )
         out.append(QueueRow(**{**r.__dict__, **changes.get(i, {})}))
     return out
 
 
 def _lines(app) -> dict[str, str]:
     """The table's visible rows as text, by job id (the first cell)."""
-    return {line.split()[0]: line for line in screen_text(app).splitlines()
-            if line.strip().startswith("job-")}
+    return {
+        line.split()[0]: line
+        for line in screen_text(app).splitlines()
+        if line.strip().startswith("job-")
+    }
 
 
 def _check_shown(app, rows: list[QueueRow]) -> int:
@@ -179,25 +245,43 @@ def _draw_before_idle(table: JobTable) -> None:
     table.render_lines(Region(0, 0, table.size.width, table.size.height))
 
 
-@pytest.mark.parametrize("sequence", [
-    "reason widens", "job id widens", "nodes widen then narrow", "state narrows",
-    "state narrows and widens", "elapsed widens past the label"])
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        "reason widens",
+        "job id widens",
+        "nodes widen then narrow",
+        "state narrows",
+        "state narrows and widens",
+        "elapsed widens past the label",
+    ],
+)
 async def test_changed_cells_show_whole_after_narrowing_and_widening(home, sequence):
     """A cell that narrows or widens, drawn before or after DataTable is idle, shows whole
     on every visible row: no row left cropped to an old width, no old text left over."""
     steps = {
-        "reason widens": [{3: {"reason": "ReqNodeNotAvail, UnavailableNodes:node[001-128]"}},
-                          {4: {"reason": "[bold red]not markup[/] C:\\runs\\"}}],
+        "reason widens": [
+            {3: {"reason": "ReqNodeNotAvail, UnavailableNodes:node[001-128]"}},
+            {4: {"reason": "[bold red]not markup[/] C:\\runs\\"}},
+        ],
         "job id widens": [{0: {"job_id": "job-0000_[1-1000%50]"}}],
-        "nodes widen then narrow": [{i: {"state": "RUNNING", "nodes": "node[001-064]"}
-                                     for i in range(5)},
-                                    {i: {"state": "RUNNING", "nodes": "n1"} for i in range(5)}],
-        "state narrows": [{i: {"state": "SUBMITTING"} for i in range(8)},
-                          {i: {"state": "FAILED"} for i in range(8)}],
-        "state narrows and widens": [{1: {"state": "SUBMITTING"}}, {1: {"state": "RUNNING"}},
-                                     {1: {"state": "NODE_FAIL", "reason": "node7 died"}}],
-        "elapsed widens past the label": [{2: {"state": "RUNNING", "elapsed_s": 5.0}},
-                                          {2: {"state": "RUNNING", "elapsed_s": 400000.0}}],
+        "nodes widen then narrow": [
+            {i: {"state": "RUNNING", "nodes": "node[001-064]"} for i in range(5)},
+            {i: {"state": "RUNNING", "nodes": "n1"} for i in range(5)},
+        ],
+        "state narrows": [
+            {i: {"state": "SUBMITTING"} for i in range(8)},
+            {i: {"state": "FAILED"} for i in range(8)},
+        ],
+        "state narrows and widens": [
+            {1: {"state": "SUBMITTING"}},
+            {1: {"state": "RUNNING"}},
+            {1: {"state": "NODE_FAIL", "reason": "node7 died"}},
+        ],
+        "elapsed widens past the label": [
+            {2: {"state": "RUNNING", "elapsed_s": 5.0}},
+            {2: {"state": "RUNNING", "elapsed_s": 400000.0}},
+        ],
     }[sequence]
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(200, 40)) as pilot:
@@ -207,8 +291,7 @@ async def test_changed_cells_show_whole_after_narrowing_and_widening(home, seque
         await pilot.pause()
         assert _check_shown(app, rows) > 20
         for step in steps:
-            rows = [QueueRow(**{**r.__dict__, **step.get(i, {})}) for i, r in
-                    enumerate(rows)]
+            rows = [QueueRow(**{**r.__dict__, **step.get(i, {})}) for i, r in enumerate(rows)]
             table.show_rows(rows)
             _draw_before_idle(table)
             await pilot.pause()
@@ -229,8 +312,17 @@ async def test_another_experiment_replaces_the_rows(home):
         table.show_rows(_rows(300)[:5] + _rows(300)[6:])  # one run gone
         await pilot.pause()
         assert table.row_count == 299 and table.selected_run() == "run00003"
-        others = [QueueRow(**{**r.__dict__, "run_id": f"oth{i:05d}", "experiment": "other",
-                              "job_id": f"job-9{i:03d}"}) for i, r in enumerate(_rows(150))]
+        others = [
+            QueueRow(
+                **{
+                    **r.__dict__,
+                    "run_id": f"oth{i:05d}",
+                    "experiment": "other",
+                    "job_id": f"job-9{i:03d}",
+                }
+            )
+            for i, r in enumerate(_rows(150))
+        ]
         t = time.perf_counter()
         table.show_rows(others)
         assert time.perf_counter() - t < 5  # removing 299 rows one by one is quadratic
@@ -250,24 +342,37 @@ async def test_the_queue_screen_shows_a_big_snapshot(home):
         app.snapshot = Snapshot("big", rows, {"PENDING": 2500}, experiments=["big"])
         table = app.screen.query_one(JobTable)
         assert table.row_count == ROWS_PER_FRAME  # the rest come in the next frames
-        rows = [QueueRow(**{**r.__dict__, "state": "RUNNING", "nodes": "node1"})
-                if i % 25 == 0 else r for i, r in enumerate(rows)]
-        app.snapshot = Snapshot("big", rows, {"PENDING": 2400, "RUNNING": 100},
-                                experiments=["big"])
+        rows = [
+            QueueRow(**{**r.__dict__, "state": "RUNNING", "nodes": "node1"}) if i % 25 == 0 else r
+            for i, r in enumerate(rows)
+        ]
+        app.snapshot = Snapshot("big", rows, {"PENDING": 2400, "RUNNING": 100}, experiments=["big"])
         await until(pilot, lambda: table.row_count == 2500, 30, "every row")
         await pilot.pause()
-        assert [table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value
-                for i in range(2500)] == [r.run_id for r in rows]
-        assert "2400 pending, 100 running" in str(app.screen.query_one(
-            "#queue-summary").render())
+        assert [
+            table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value for i in range(2500)
+        ] == [r.run_id for r in rows]
+        assert "2400 pending, 100 running" in str(app.screen.query_one("#queue-summary").render())
         assert _check_shown(app, rows) > 20
         for i in (0, 1000, 2475):
             assert "RUNNING" in str(table.get_row(rows[i].run_id))
 
 
-@pytest.mark.parametrize("text", ["plain", "node[001-128]", "[bold red]not markup[/]",
-                                  "C:\\runs\\", "[a] b\\", "\\", "x\\\\", "a\\[bold]b",
-                                  "[/]", "[link=file:///etc]x[/link]"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        "node[001-128]",
+        "[bold red]not markup[/]",
+        "C:\\runs\\",
+        "[a] b\\",
+        "\\",
+        "x\\\\",
+        "a\\[bold]b",
+        "[/]",
+        "[link=file:///etc]x[/link]",
+    ],
+)
 def test_a_cell_shows_its_text_as_it_is(text):
     """Whatever a reason, a node list or a job id holds, the cell shows it literally: no
     tag read from it, no backslash doubled (a trailing one was, before). A state the
@@ -275,6 +380,7 @@ def test_a_cell_shows_its_text_as_it_is(text):
     from rich.text import Text
 
     from dlscale.tui.queue import STATE_STYLE, cell_markup
+
     state = QUEUE_COLUMNS.index("state")
     for col in range(len(QUEUE_COLUMNS)):
         assert Text.from_markup(cell_markup(col, text, text)).plain == text

@@ -1,6 +1,7 @@
 """The results screen explains the efficiency (issue 17, item 3): the efficiency model's
 prediction beside the measured efficiency, images per joule where energy was measured, a
 "-" with the engine's reason where a part was not measured, and both as chart metrics."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,12 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("f4")
-        await until(pilot, lambda: isinstance(app.screen, ResultsScreen) and
-                    field(app, "results").row_count == 2, 30, "two results")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ResultsScreen) and field(app, "results").row_count == 2,
+            30,
+            "two results",
+        )
         one, two = row_of(app, 1), row_of(app, 2)
         # One device: the model predicts its own compute (1.00); 4 images per joule.
         assert (one["pred. eff."], one["images/J"]) == ("1.00", f"{1 / ENERGY_J:.1f}")
@@ -66,8 +71,7 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         await until(pilot, lambda: field(app, "why").display, 10, "the reasons shown")
         why = str(field(app, "why").render())
         assert "1x2" in why
-        assert "pred. eff. -: no allreduce time for this scale: no communication " \
-               "benchmark" in why
+        assert "pred. eff. -: no allreduce time for this scale: no communication benchmark" in why
         assert "images/J -: no RAPL counters readable on this node" in why
         assert "pred. eff." in screen_text(app) and "images/J" in screen_text(app)
 
@@ -77,8 +81,12 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f4")
-        await until(pilot, lambda: isinstance(app.screen, ResultsScreen) and
-                    field(app, "results").row_count == 2, 30, "two results")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ResultsScreen) and field(app, "results").row_count == 2,
+            30,
+            "two results",
+        )
         seen = []
         for _ in charts.METRICS:
             seen.append(app.screen.metric)
@@ -98,8 +106,24 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
 
 def test_a_result_without_any_unmeasured_part_explains_nothing():
     from dlscale.tui.results import why_missing
-    assert why_missing({"predicted_efficiency": 0.9, "images_per_joule": 3.0,
-                        "unmeasured": {"comm_busbw_gbps": "one device"}}) == ""
-    assert why_missing({"predicted_efficiency": None, "images_per_joule": 3.0,
-                        "unmeasured": {"predicted_efficiency": "no 1-device baseline point"}}
-                       ) == "pred. eff. -: no 1-device baseline point"
+
+    assert (
+        why_missing(
+            {
+                "predicted_efficiency": 0.9,
+                "images_per_joule": 3.0,
+                "unmeasured": {"comm_busbw_gbps": "one device"},
+            }
+        )
+        == ""
+    )
+    assert (
+        why_missing(
+            {
+                "predicted_efficiency": None,
+                "images_per_joule": 3.0,
+                "unmeasured": {"predicted_efficiency": "no 1-device baseline point"},
+            }
+        )
+        == "pred. eff. -: no 1-device baseline point"
+    )

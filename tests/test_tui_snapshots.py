@@ -1,6 +1,7 @@
 """Snapshots of every screen at 80x24 (an SSH terminal's default) and 120x40, from a study
 recorded from real runs (tests/fixtures/tui-quickstart). Update after a deliberate change of
 look with `scripts/test tests/test_tui_snapshots.py --snapshot-update`, and review the SVGs."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,6 +24,7 @@ def fixed_home_folder(monkeypatch, tmp_path):
 async def settle(pilot, condition, timeout: float = 20) -> None:
     """Wait for the workers' answers (not a fixed sleep: the machine may be busy)."""
     import time
+
     end = time.monotonic() + timeout
     while not condition() and time.monotonic() < end:
         await pilot.pause(0.1)
@@ -31,16 +33,24 @@ async def settle(pilot, condition, timeout: float = 20) -> None:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_build_screen(snap_compare, home, size):
-    app = DlscaleApp(Session(home, "local"), str(REPO / "examples" / "quickstart.toml"),
-                     watch=False)
+    app = DlscaleApp(
+        Session(home, "local"), str(REPO / "examples" / "quickstart.toml"), watch=False
+    )
 
     async def preview(pilot):
-        await settle(pilot, lambda: app.screen.query("#preview") and "runs" in str(
-            app.screen.query_one("#preview").render()) and app.screen.frameworks_checked)
+        await settle(
+            pilot,
+            lambda: (
+                app.screen.query("#preview")
+                and "runs" in str(app.screen.query_one("#preview").render())
+                and app.screen.frameworks_checked
+            ),
+        )
         # A blinking cursor is on or off by when the capture lands: a busy machine chose.
         for field in app.screen.query(Input):
             field.cursor_blink = False
         await pilot.pause(0.1)
+
     assert snap_compare(app, terminal_size=size, run_before=preview)
 
 
@@ -50,11 +60,14 @@ def test_queue_screen_with_log(snap_compare, home, size):
     app = DlscaleApp(Session(home, "local"))
 
     async def open_log(pilot):
-        await settle(pilot, lambda: app.screen.query("#jobs") and
-                     app.screen.query_one("#jobs").row_count == 6)
+        await settle(
+            pilot,
+            lambda: app.screen.query("#jobs") and app.screen.query_one("#jobs").row_count == 6,
+        )
         app.screen.query_one("#jobs").focus()
         await pilot.press("down", "enter")
         await settle(pilot, lambda: app.screen.query_one("#log-lines").line_count > 3)
+
     assert snap_compare(app, terminal_size=size, run_before=open_log)
 
 
@@ -66,8 +79,13 @@ def test_results_screen(snap_compare, home, size):
     async def results(pilot):
         await settle(pilot, lambda: app.snapshot is not None)
         await pilot.press("f4")
-        await settle(pilot, lambda: app.screen.query("#results") and
-                     app.screen.query_one("#results").row_count == 2)
+        await settle(
+            pilot,
+            lambda: (
+                app.screen.query("#results") and app.screen.query_one("#results").row_count == 2
+            ),
+        )
+
     assert snap_compare(app, terminal_size=size, run_before=results)
 
 

@@ -2,6 +2,7 @@
 driven by Textual's Pilot: a submission that fails part-way says so, the queue shows the
 run as not submitted with the reason, ctrl+r works again; a slow submission never freezes
 the queue; records of the wrong type are named, not crashed on."""
+
 from __future__ import annotations
 
 import threading
@@ -43,7 +44,8 @@ class RefusesEverything(LocalBackend):
 
 @pytest.mark.parametrize("failure", ["folder in the way", "scheduler raises"])
 async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried(
-        home, tmp_path, failure):
+    home, tmp_path, failure
+):
     spec = write_spec(tmp_path / "s.toml", name="fails", scales='"1x1"', steps=100000)
     run_id = plan(load_spec(spec)).runs[0].run_id
     session = Session(home, "local")
@@ -57,15 +59,31 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         why = "RuntimeError: the scheduler fell over"
     app = DlscaleApp(session, str(spec))
     async with app.run_test(size=(160, 40)) as pilot:
-        await until(pilot, lambda: app.screen.frameworks_checked and app.screen.preview
-                    and app.screen.preview.ok and not field(app, "submit").disabled, 60,
-                    "a submittable form")
+        await until(
+            pilot,
+            lambda: (
+                app.screen.frameworks_checked
+                and app.screen.preview
+                and app.screen.preview.ok
+                and not field(app, "submit").disabled
+            ),
+            60,
+            "a submittable form",
+        )
         await pilot.press("ctrl+r")
-        await until(pilot, lambda: any("not" in n and why in n for n in notes(app)), 60,
-                    "the failure's notification")
+        await until(
+            pilot,
+            lambda: any("not" in n and why in n for n in notes(app)),
+            60,
+            "the failure's notification",
+        )
         # The queue shows the study's run, not "no runs yet": PLANNED, with the reason.
-        await until(pilot, lambda: app.current_mode == "queue" and app.snapshot and
-                    app.snapshot.rows, 30, "the run in the queue")
+        await until(
+            pilot,
+            lambda: app.current_mode == "queue" and app.snapshot and app.snapshot.rows,
+            30,
+            "the run in the queue",
+        )
         (row,) = app.snapshot.rows
         assert row.state == "PLANNED" and row.reason.startswith("not submitted: ")
         assert why in row.reason
@@ -80,8 +98,12 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         await pilot.press("f2")
         await until(pilot, lambda: not field(app, "submit").disabled, 30, "submit again")
         await pilot.press("ctrl+r")
-        await until(pilot, lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
-                    60, "the run submitted the second time")
+        await until(
+            pilot,
+            lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
+            60,
+            "the run submitted the second time",
+        )
         assert Store(home).run(run_id)["attempts"] == 2
         follow.cancel(Store(home), [run_id])
 
@@ -98,16 +120,22 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
         if argv[0] == "sbatch":
             go.wait(120)
         return run_command(argv, env, timeout)
+
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
     session.submitter = lambda name, store, profile=None, partition=None: SlurmCLI(
-        runner=slow_sbatch, profile=profile, partition=partition, home=store.home)
+        runner=slow_sbatch, profile=profile, partition=partition, home=store.home
+    )
     app = DlscaleApp(session)
     try:
         async with app.run_test(size=(160, 40)) as pilot:
             await until(pilot, lambda: app.screen.frameworks_checked, 60, "frameworks")
             await pilot.press("home")
-            for wid, text in (("name", "slow"), ("scales", "1x1"), ("repetitions", "1"),
-                              ("steps", "100000")):
+            for wid, text in (
+                ("name", "slow"),
+                ("scales", "1x1"),
+                ("repetitions", "1"),
+                ("steps", "100000"),
+            ):
                 app.screen.query_one(f"#{wid}").focus()
                 await pilot.press("home", "ctrl+k", *text)
             await until(pilot, lambda: not field(app, "submit").disabled, 30, "submittable")
@@ -117,13 +145,24 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             assert any("a submission is under way" in n for n in notes(app)), notes(app)
             await pilot.press("f3")
             app.experiment = "slow"
-            await until(pilot, lambda: app.snapshot and app.snapshot.experiment == "slow" and
-                        [r.state for r in app.snapshot.rows] == ["SUBMITTING"], 60,
-                        "the run shown as SUBMITTING while sbatch waits")
+            await until(
+                pilot,
+                lambda: (
+                    app.snapshot
+                    and app.snapshot.experiment == "slow"
+                    and [r.state for r in app.snapshot.rows] == ["SUBMITTING"]
+                ),
+                60,
+                "the run shown as SUBMITTING while sbatch waits",
+            )
             assert "being submitted by dlscale" in app.snapshot.rows[0].reason
             go.set()
-            await until(pilot, lambda: app.snapshot.rows[0].state in ("PENDING", "RUNNING"),
-                        120, "the job queued")
+            await until(
+                pilot,
+                lambda: app.snapshot.rows[0].state in ("PENDING", "RUNNING"),
+                120,
+                "the job queued",
+            )
             assert len(Store(home).jobs("slurm")) == 1
     finally:
         go.set()
@@ -134,14 +173,25 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
     expect = _bad_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(200, 50)) as pilot:
-        await until(pilot, lambda: app.current_mode == "queue" and
-                    app.screen.query_one("#jobs", DataTable).row_count == 6, 30, "the queue")
+        await until(
+            pilot,
+            lambda: (
+                app.current_mode == "queue"
+                and app.screen.query_one("#jobs", DataTable).row_count == 6
+            ),
+            30,
+            "the queue",
+        )
         reasons = {r.run_id: r.reason for r in app.snapshot.rows}
         for run_id, note in expect.items():
             assert reasons[run_id].startswith(note[:60]), (reasons[run_id], note)
         await pilot.press("f4")
-        await until(pilot, lambda: app.screen.query_one("#results", DataTable).row_count == 2,
-                    30, "results rows")
+        await until(
+            pilot,
+            lambda: app.screen.query_one("#results", DataTable).row_count == 2,
+            30,
+            "results rows",
+        )
         await pilot.pause(0.5)
         text = screen_text(app)
         assert "speedup (vs best 1-device run)" in text

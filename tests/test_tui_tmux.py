@@ -1,5 +1,6 @@
 """End to end in a real terminal: `dlscale-tui` runs in tmux, keystrokes go in with
 send-keys, the screen comes back with capture-pane, as a user over SSH would see it."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,11 @@ import pytest
 
 from conftest import BIN, write_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+]
 
 
 class Terminal:
@@ -21,22 +25,39 @@ class Terminal:
         self.name = f"dlscale-test-{uuid.uuid4().hex[:8]}"
         # tmux starts the command through a shell: pass it one quoted word per argument.
         import shlex
+
         command = " ".join(shlex.quote(a) for a in argv)
         env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(size[0]),
-                        "-y", str(size[1]), *env_args, command], check=True)
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                str(size[0]),
+                "-y",
+                str(size[1]),
+                *env_args,
+                command,
+            ],
+            check=True,
+        )
 
     def keys(self, *keys: str, literal: bool = False) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []),
-                        *keys], check=True)
+        subprocess.run(
+            ["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), *keys], check=True
+        )
         time.sleep(0.3)
 
     def type(self, text: str) -> None:
         self.keys(text, literal=True)
 
     def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        ).stdout
 
     def wait_for(self, text: str, timeout: float = 60) -> str:
         end = time.monotonic() + timeout
@@ -48,8 +69,10 @@ class Terminal:
         raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
 
     def alive(self) -> bool:
-        return subprocess.run(["tmux", "has-session", "-t", self.name],
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
+            == 0
+        )
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
@@ -57,13 +80,16 @@ class Terminal:
 
 @pytest.fixture
 def terminal_env(home):
-    return {"DLSCALE_HOME": str(home), "TERM": "xterm-256color", "COLORTERM": "truecolor",
-            "PATH": os.environ["PATH"]}
+    return {
+        "DLSCALE_HOME": str(home),
+        "TERM": "xterm-256color",
+        "COLORTERM": "truecolor",
+        "PATH": os.environ["PATH"],
+    }
 
 
 def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env):
-    spec = write_spec(tmp_path / "tmux.toml", name="tmux-study", scales='"1x1", "1x2"',
-                      steps=4)
+    spec = write_spec(tmp_path / "tmux.toml", name="tmux-study", scales='"1x1", "1x2"', steps=4)
     term = Terminal([str(BIN / "dlscale-tui"), str(spec)], terminal_env)
     try:
         screen = term.wait_for("2 runs (2 to run", 60)
@@ -97,5 +123,7 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
     finally:
         term.close()
     left = subprocess.run(["pgrep", "-f", "dlscale-tui"], capture_output=True, text=True)
-    assert str(spec) not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
-                                           text=True).stdout, left.stdout
+    assert (
+        str(spec)
+        not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ), left.stdout

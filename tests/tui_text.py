@@ -1,4 +1,5 @@
 """The app's screen as plain text, for assertions (the same render export_screenshot uses)."""
+
 from __future__ import annotations
 
 import io
@@ -8,11 +9,19 @@ from rich.console import Console
 
 def screen_text(app) -> str:
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
-                      color_system="truecolor", record=True, legacy_windows=False,
-                      safe_box=False)
-    console.print(app.screen._compositor.render_update(
-        full=True, screen_stack=app._background_screens))
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(
+        app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    )
     return console.export_text()
 
 
@@ -45,8 +54,14 @@ def recorded_study(home, edit=None) -> str:
             lines = edit(run.run_id, metrics.read_text().splitlines(keepends=True))
             metrics.write_text("".join(lines))
         store.add_job("local", job["job_id"], run.run_id, job["state"])
-        store.update_job("local", job["job_id"], state=job["state"], nodes="localhost",
-                         started=1_000.0, ended=1_000.0 + job["elapsed_s"])
+        store.update_job(
+            "local",
+            job["job_id"],
+            state=job["state"],
+            nodes="localhost",
+            started=1_000.0,
+            ended=1_000.0 + job["elapsed_s"],
+        )
         store.ingest(run.run_id, Path(row["run_dir"]) / "metrics.jsonl")
         store.update_run(run.run_id, state=job["state"])
     store.close()

@@ -5,6 +5,7 @@ worker threads, whose news comes back as messages.
 What the screens show of the study is the app's reactive state (the last snapshot, the
 warning, the experiment): each screen watches what it needs, so the app never has to know
 which screens exist."""
+
 from __future__ import annotations
 
 import sys
@@ -50,12 +51,11 @@ class DlscaleApp(App):
         Binding("q", "quit", "Quit", show=False),
     ]
 
-    snapshot: var[Snapshot | None] = var(None)          # the watcher's last tick
-    warning: reactive[str | None] = reactive(None)      # controller unreachable: why
-    experiment: reactive[str | None] = reactive(None)   # the study the screens show
+    snapshot: var[Snapshot | None] = var(None)  # the watcher's last tick
+    warning: reactive[str | None] = reactive(None)  # controller unreachable: why
+    experiment: reactive[str | None] = reactive(None)  # the study the screens show
 
-    def __init__(self, session: Session, spec_path: str | None = None,
-                 watch: bool = True) -> None:
+    def __init__(self, session: Session, spec_path: str | None = None, watch: bool = True) -> None:
         super().__init__()
         self.session = session
         self.spec_path = spec_path
@@ -134,8 +134,9 @@ class DlscaleApp(App):
         if snap.reachable and not snap.warning:
             self.warning = None
         elif not snap.reachable:
-            self.warning = (f"controller unreachable: {snap.warning}; states shown as last "
-                            "seen, retrying")
+            self.warning = (
+                f"controller unreachable: {snap.warning}; states shown as last seen, retrying"
+            )
         else:
             self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
@@ -147,27 +148,52 @@ class DlscaleApp(App):
             self._rearm()
         else:
             # Engine text is shown as it is: a path or a reason may hold [brackets].
-            self.notify(message.message, title=f"{message.what} failed", severity="error",
-                        timeout=10, markup=False)
+            self.notify(
+                message.message,
+                title=f"{message.what} failed",
+                severity="error",
+                timeout=10,
+                markup=False,
+            )
 
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.
         if self._watch:
-            self._poll_timer = self.set_timer(self._backoff.next(),
-                                              lambda: self._refresh_queue(self.experiment))
+            self._poll_timer = self.set_timer(
+                self._backoff.next(), lambda: self._refresh_queue(self.experiment)
+            )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("spec", required=False, type=click.Path(dir_okay=False))
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              help="cluster profile TOML (examples/clusters/)")
-@click.option("--backend", type=click.Choice(["local", "slurm"]), default=None,
-              help="default: slurm with --profile, else local")
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="cluster profile TOML (examples/clusters/)",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "slurm"]),
+    default=None,
+    help="default: slurm with --profile, else local",
+)
 @click.option("--partition", default=None, help="partition of the profile")
-@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(), default=None,
-              help="where the store and run folders live (default ~/.dlscale)")
-def main(spec: str | None, profile_path: str | None, backend: str | None,
-         partition: str | None, home: str | None) -> None:
+@click.option(
+    "--home",
+    envvar="DLSCALE_HOME",
+    type=click.Path(),
+    default=None,
+    help="where the store and run folders live (default ~/.dlscale)",
+)
+def main(
+    spec: str | None,
+    profile_path: str | None,
+    backend: str | None,
+    partition: str | None,
+    home: str | None,
+) -> None:
     """The dlscale terminal app: build a scaling study, watch its jobs, read its results."""
     try:
         backend = backend_for(backend, profile_path, partition)

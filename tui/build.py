@@ -3,10 +3,10 @@ count and device-hours before submitting, load and save the choices as a spec fi
 
 The form keeps the spec as a dict (what was loaded, with the form's fields on top), so keys
 the form does not show (warm-up, threads, target accuracy) survive a load-edit-save."""
+
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,38 +22,25 @@ from ..engine.config import specfile
 from ..engine.session import Preview
 from .dialogs import PathScreen
 from .errors import describe
+from .form import FIELDS, LISTS, TITLES, _as_list, _n, _words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady
 from .submit import SubmitFromForm
 from .widgets import Banner
 
 DEFAULTS: dict[str, Any] = {
-    "experiment": {"name": "my-study", "frameworks": ["pytorch-ddp"], "models": ["resnet20"],
-                   "datasets": ["synthetic-cifar"], "scales": ["1x1", "1x2"],
-                   "per_device_batch": [64], "precisions": ["auto"], "loaders": ["native"],
-                   "repetitions": 3},
+    "experiment": {
+        "name": "my-study",
+        "frameworks": ["pytorch-ddp"],
+        "models": ["resnet20"],
+        "datasets": ["synthetic-cifar"],
+        "scales": ["1x1", "1x2"],
+        "per_device_batch": [64],
+        "precisions": ["auto"],
+        "loaders": ["native"],
+        "repetitions": 3,
+    },
     "training": {"steps": 30, "warmup_steps": 5},
 }
-
-# form widget id -> the spec field it edits (problems are reported against these)
-FIELDS = {
-    "name": "experiment.name", "frameworks": "experiment.frameworks",
-    "models": "experiment.models", "datasets": "experiment.datasets",
-    "scales": "experiment.scales", "batch": "experiment.per_device_batch",
-    "precisions": "experiment.precisions", "loaders": "experiment.loaders",
-    "repetitions": "experiment.repetitions", "steps": "training.steps",
-}
-LISTS = ("frameworks", "models", "datasets", "precisions", "loaders")
-TITLES = {
-    "name": "Experiment name", "frameworks": "Frameworks", "models": "Models",
-    "datasets": "Datasets", "scales": "Scales (nodes x ranks per node)",
-    "batch": "Batch per device", "precisions": "Precision", "loaders": "Data loader",
-    "repetitions": "Repetitions", "steps": "Timed steps per run", "path": "Spec file",
-    "profile": "Cluster profile (Slurm)",
-}
-
-
-def _words(text: str) -> list[str]:
-    return [w for w in re.split(r"[,\s]+", text.strip()) if w]
 
 
 class BuildScreen(SubmitFromForm):
@@ -66,10 +53,10 @@ class BuildScreen(SubmitFromForm):
     def __init__(self) -> None:
         super().__init__()
         self.data: dict[str, Any] = copy.deepcopy(DEFAULTS)
-        self.loaded_from: str | None = None    # the file the form was filled from, unchanged
+        self.loaded_from: str | None = None  # the file the form was filled from, unchanged
         self.loaded_data: dict[str, Any] | None = None
         self.preview: Preview | None = None
-        self.file_problems: list[str] = []     # the opened file's own errors (file:line)
+        self.file_problems: list[str] = []  # the opened file's own errors (file:line)
         self._serial = 0
         self._filling = False
         self._bad: dict[str, str] = {}
@@ -111,12 +98,16 @@ class BuildScreen(SubmitFromForm):
         # Whether a framework's environment works is asked of its python (a subprocess per
         # framework): in a worker, with the list filled in when the answers come.
         self.query_one("#frameworks", SelectionList).add_options(
-            [Selection(f"{name} (checking its environment...)", name, False, disabled=True)
-             for name in specfile.CHOICES["frameworks"]])
+            [
+                Selection(f"{name} (checking its environment...)", name, False, disabled=True)
+                for name in specfile.CHOICES["frameworks"]
+            ]
+        )
         self._check_frameworks()
         for wid in LISTS[1:]:
             self.query_one(f"#{wid}", SelectionList).add_options(
-                [Selection(v, v, False) for v in specfile.CHOICES[wid]])
+                [Selection(v, v, False) for v in specfile.CHOICES[wid]]
+            )
         profile = self.app.session.profile
         self.query_one("#profile", Input).value = profile.path if profile else ""
         if self.app.spec_path:
@@ -142,8 +133,17 @@ class BuildScreen(SubmitFromForm):
         wanted |= set(fw.selected)
         self._filling = True
         fw.clear_options()
-        fw.add_options([Selection(c.name if c.usable else f"{c.name} ({c.why})", c.name,
-                                  c.name in wanted, disabled=not c.usable) for c in choices])
+        fw.add_options(
+            [
+                Selection(
+                    c.name if c.usable else f"{c.name} ({c.why})",
+                    c.name,
+                    c.name in wanted,
+                    disabled=not c.usable,
+                )
+                for c in choices
+            ]
+        )
         self._filling = False
         self.frameworks_checked = True
         self.changed()
@@ -156,9 +156,10 @@ class BuildScreen(SubmitFromForm):
         batch = exp.get("per_device_batch", exp.get("global_batch", []))
         texts = {
             "name": exp.get("name") if isinstance(exp.get("name"), str) else "",
-            "scales": ", ".join(str(s) if not isinstance(s, dict) else
-                                f"{s.get('nodes')}x{s.get('ranks_per_node')}"
-                                for s in _as_list(exp.get("scales", []))),
+            "scales": ", ".join(
+                str(s) if not isinstance(s, dict) else f"{s.get('nodes')}x{s.get('ranks_per_node')}"
+                for s in _as_list(exp.get("scales", []))
+            ),
             "batch": ", ".join(str(b) for b in _as_list(batch)),
             "repetitions": str(exp.get("repetitions", 3)),
             "steps": str(training.get("steps", "")),
@@ -178,8 +179,9 @@ class BuildScreen(SubmitFromForm):
 
     def batch_title(self) -> None:
         strong = self.data.get("experiment", {}).get("scaling") == "strong"
-        self.query_one("#batch").border_title = ("Global batch (strong scaling)" if strong
-                                                 else TITLES["batch"])
+        self.query_one("#batch").border_title = (
+            "Global batch (strong scaling)" if strong else TITLES["batch"]
+        )
 
     def read_form(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The spec dict the form shows, and the fields that do not even parse."""
@@ -192,8 +194,11 @@ class BuildScreen(SubmitFromForm):
             exp[wid] = list(self.query_one(f"#{wid}", SelectionList).selected)
         exp["scales"] = _words(self.query_one("#scales", Input).value)
         batch_key = "global_batch" if exp.get("scaling") == "strong" else "per_device_batch"
-        for wid, (table, key) in {"batch": (exp, batch_key), "repetitions": (exp, "repetitions"),
-                                  "steps": (training, "steps")}.items():
+        for wid, (table, key) in {
+            "batch": (exp, batch_key),
+            "repetitions": (exp, "repetitions"),
+            "steps": (training, "steps"),
+        }.items():
             words = _words(self.query_one(f"#{wid}", Input).value)
             try:
                 values = [int(w) for w in words]
@@ -235,11 +240,17 @@ class BuildScreen(SubmitFromForm):
         by_field: dict[str, list[str]] = {}
         general: list[str] = []
         for pr in p.problems:
-            wid = next((w for w, f in FIELDS.items()
-                        if pr.field == f or (w == "batch" and pr.field ==
-                                             "experiment.global_batch")), None)
+            wid = next(
+                (
+                    w
+                    for w, f in FIELDS.items()
+                    if pr.field == f or (w == "batch" and pr.field == "experiment.global_batch")
+                ),
+                None,
+            )
             (by_field.setdefault(wid, []) if wid else general).append(
-                pr.message if wid else str(pr))
+                pr.message if wid else str(pr)
+            )
         for wid, msg in self._bad.items():
             by_field[wid] = [msg]
         for wid in FIELDS:
@@ -254,10 +265,13 @@ class BuildScreen(SubmitFromForm):
                 lines.append("(the form shows defaults; ctrl+s saves a valid spec)")
             lines.append("")
         if p.ok and not self._bad:
-            lines += [f"{_n(p.runs, 'run')} ({p.to_run} to run, {p.runs - p.to_run} "
-                      "completed earlier)", f"{_n(p.device_runs, 'device-run')}",
-                      p.estimate if p.to_run else "nothing to run: every run completed "
-                      "earlier (results: F4)"]
+            lines += [
+                f"{_n(p.runs, 'run')} ({p.to_run} to run, {p.runs - p.to_run} completed earlier)",
+                f"{_n(p.device_runs, 'device-run')}",
+                p.estimate
+                if p.to_run
+                else "nothing to run: every run completed earlier (results: F4)",
+            ]
             if p.limit_hours is not None:
                 lines.append(f"at most {p.limit_hours:.2f} device-hours at the time limit")
             lines += ["", "ctrl+r submits"]
@@ -266,8 +280,11 @@ class BuildScreen(SubmitFromForm):
             if by_field:
                 lines.append(f"- {len(by_field)} field(s) marked in red")
         self.query_one("#preview", Static).update("\n".join(lines))
-        self.query_one("#submit", Button).disabled = not (p.ok and not self._bad) or \
-            self.query_one("#profile", Input).has_class("invalid") or self.submitting
+        self.query_one("#submit", Button).disabled = (
+            not (p.ok and not self._bad)
+            or self.query_one("#profile", Input).has_class("invalid")
+            or self.submitting
+        )
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "profile":
@@ -318,14 +335,23 @@ class BuildScreen(SubmitFromForm):
         data, problems = specfile.read(path)
         self.file_problems = problems
         if problems:
-            self.notify("\n".join(problems[:5]), title=f"{path} does not validate",
-                        severity="error", timeout=15)
+            self.notify(
+                "\n".join(problems[:5]),
+                title=f"{path} does not validate",
+                severity="error",
+                timeout=15,
+            )
         self.loaded_from = path
         self._file_had_data = bool(data)
         # Tables the form does not show ride along; a misshapen one (`training = 5`) starts empty.
-        self.data = {**copy.deepcopy(data), **{t: dict(v if isinstance(v := data.get(t), dict)
-                                                       else {}) for t in DEFAULTS}} if data \
+        self.data = (
+            {
+                **copy.deepcopy(data),
+                **{t: dict(v if isinstance(v := data.get(t), dict) else {}) for t in DEFAULTS},
+            }
+            if data
             else copy.deepcopy(DEFAULTS)
+        )
         self.loaded_data = copy.deepcopy(self.data) if not problems else None
         self.fill(self.data)
         name = self.data["experiment"].get("name")
@@ -339,13 +365,15 @@ class BuildScreen(SubmitFromForm):
                     self.notify(f"{path}: no such file", severity="error")
                     return
                 self.load(path)
+
         self.app.push_screen(PathScreen("Open a spec file", self.loaded_from or ""), opened)
 
     def action_save(self) -> None:
         path = self.query_one("#path", Input).value.strip()
         if not path:
-            self.notify("give the spec file's path in the 'Spec file' field first",
-                        severity="warning")
+            self.notify(
+                "give the spec file's path in the 'Spec file' field first", severity="warning"
+            )
             self.query_one("#path", Input).focus()
             return
         data, bad = self.read_form()
@@ -365,11 +393,3 @@ class BuildScreen(SubmitFromForm):
             return self.loaded_from
         name = data.get("experiment", {}).get("name") or "study"
         return str(self.app.session.home / "specs" / f"{name}.toml")
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _as_list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else [v] if v not in (None, "") else []

@@ -1,4 +1,5 @@
 """Modal screens: help, a yes/no confirmation, and a file-path prompt."""
+
 from __future__ import annotations
 
 from textual.app import ComposeResult

@@ -1,4 +1,5 @@
 """Turning anything a worker raised into one line for the user (never a traceback)."""
+
 from __future__ import annotations
 
 from ..engine.errors import DlscaleError

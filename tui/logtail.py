@@ -1,5 +1,6 @@
 """The log tail: a job's log opened at its end, following new lines from a worker thread,
 with pause and search. Reading is the engine's (engine.logs); this widget only shows."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,8 @@ from textual.worker import get_current_worker
 from ..engine.tracking.logs import follow_chunks
 from .messages import LogLines
 
-TAIL_LINES = 500        # what opening a log shows at once, whatever its size
-KEEP_LINES = 20_000     # what the view holds; older lines drop off the top
+TAIL_LINES = 500  # what opening a log shows at once, whatever its size
+KEEP_LINES = 20_000  # what the view holds; older lines drop off the top
 
 
 class LogTail(Vertical):
@@ -23,11 +24,11 @@ class LogTail(Vertical):
         self.path: Path | None = None
         self.title = ""
         self.paused = False
-        self.held: list[str] = []      # lines that arrived while paused
+        self.held: list[str] = []  # lines that arrived while paused
         self.matches: list[int] = []
         self.match_at = -1
-        self._serial = 0               # which open() a LogLines message belongs to
-        self.waiting = False           # the log file does not exist yet
+        self._serial = 0  # which open() a LogLines message belongs to
+        self.waiting = False  # the log file does not exist yet
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-status", markup=False)
@@ -54,14 +55,16 @@ class LogTail(Vertical):
     def _follow(self, path: Path, serial: int) -> None:
         worker = get_current_worker()
         first = True
-        for chunk in follow_chunks(path, TAIL_LINES, interval=0.25,
-                                   stop=lambda: worker.is_cancelled):
+        for chunk in follow_chunks(
+            path, TAIL_LINES, interval=0.25, stop=lambda: worker.is_cancelled
+        ):
             if worker.is_cancelled:
                 return
             note = None
             if first and not chunk and not path.exists():
-                note = (f"{self.title}: no log yet at {_short(path)} (the job has not "
-                        "started); waiting")
+                note = (
+                    f"{self.title}: no log yet at {_short(path)} (the job has not started); waiting"
+                )
             first = False
             if chunk or note:
                 self.post_message(LogLines(serial, chunk, note))
@@ -119,8 +122,11 @@ class LogTail(Vertical):
     def find(self, text: str) -> None:
         log = self.query_one(Log)
         needle = text.lower()
-        self.matches = [i for i, line in enumerate(log.lines) if needle and needle in
-                        line.lower()] if needle else []
+        self.matches = (
+            [i for i, line in enumerate(log.lines) if needle and needle in line.lower()]
+            if needle
+            else []
+        )
         self.match_at = -1
         if not self.matches:
             self._status(f"{self.title}: {text!r} not found")
@@ -138,8 +144,9 @@ class LogTail(Vertical):
         log = self.query_one(Log)
         log.scroll_to(y=max(0, line - 2), animate=False)
         text = log.lines[line]
-        self._status(f"match {self.match_at + 1}/{len(self.matches)}, line {line + 1}: "
-                     f"{text[:100]}")
+        self._status(
+            f"match {self.match_at + 1}/{len(self.matches)}, line {line + 1}: {text[:100]}"
+        )
 
     def _status(self, text: str) -> None:
         self.query_one("#log-status", Static).update(text)

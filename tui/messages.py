@@ -2,6 +2,7 @@
 
 Workers run the engine in threads and report back one way only: the last thing a worker
 does is post one of these (or EngineFailed), and a handler on the UI's side acts on it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,12 +17,14 @@ from ..engine.session import FrameworkChoice, Preview, Snapshot
 @dataclass
 class QueueRefreshed(Message):
     """A watcher tick: the current experiment's rows and whether the scheduler answered."""
+
     snapshot: Snapshot
 
 
 @dataclass
 class EngineFailed(Message):
     """An engine call failed; `what` says which ("refresh", "submit"...), `message` why."""
+
     what: str
     message: str
 
@@ -29,6 +32,7 @@ class EngineFailed(Message):
 @dataclass
 class PreviewReady(Message):
     """The run count and device-hours of the form as it was at `serial`."""
+
     preview: Preview
     serial: int
 
@@ -36,6 +40,7 @@ class PreviewReady(Message):
 @dataclass
 class FrameworksChecked(Message):
     """Whether each framework's environment works here, and why not."""
+
     choices: list[FrameworkChoice]
 
 
@@ -43,6 +48,7 @@ class FrameworksChecked(Message):
 class ClusterChosen(Message):
     """The profile field's file was taken (`problem` None) or refused, with why;
     `changed` is False when it named the profile already in use."""
+
     problem: str | None = None
     changed: bool = True
 
@@ -51,6 +57,7 @@ class ClusterChosen(Message):
 class Submitted(Message):
     """A submission ended; `report` (engine.study.SubmitReport) says what became of each
     run, including any it could not hand to the scheduler."""
+
     report: Any
     spec_path: str
 
@@ -58,6 +65,7 @@ class Submitted(Message):
 @dataclass
 class SubmitFailed(Message):
     """A submission failed as a whole; `name` is the study's experiment, when it has one."""
+
     problem: str
     name: str | None
 
@@ -77,6 +85,7 @@ class ReportWritten(Message):
 @dataclass
 class LogFound(Message):
     """Where the selected run's log is, and the title the log panel gives it."""
+
     path: Path
     title: str
 
@@ -84,12 +93,14 @@ class LogFound(Message):
 @dataclass
 class JobActed(Message):
     """A cancel or resubmit went through; `message` says what happened."""
+
     message: str
 
 
 @dataclass
 class LogLines(Message):
     """New lines of the followed log; `note` replaces the tail's status line when given."""
+
     serial: int
     lines: list[str]
     note: str | None = None

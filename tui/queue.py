@@ -1,6 +1,7 @@
 """The queue screen: the study's jobs as a live table, the selected job's log below it, and
 cancel / resubmit with confirmation. Rows come from the app's watcher: the screen watches
 the app's snapshot and shows each new one."""
+
 from __future__ import annotations
 
 from rich.cells import cell_len
@@ -21,10 +22,18 @@ from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
 from .widgets import Banner
 
-STATE_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
-               "FAILED": "bold red", "TIMEOUT": "red", "NODE_FAIL": "red",
-               "CANCELLED": "magenta", "PLANNED": "bold yellow", "SUBMITTING": "italic yellow",
-               "WAITING": "yellow"}  # for room in the queue: a later wave submits it
+STATE_STYLE = {
+    "PENDING": "yellow",
+    "RUNNING": "bold cyan",
+    "COMPLETED": "green",
+    "FAILED": "bold red",
+    "TIMEOUT": "red",
+    "NODE_FAIL": "red",
+    "CANCELLED": "magenta",
+    "PLANNED": "bold yellow",
+    "SUBMITTING": "italic yellow",
+    "WAITING": "yellow",
+}  # for room in the queue: a later wave submits it
 
 
 def cell_markup(col: int, text: str, state: str) -> str:
@@ -64,10 +73,10 @@ class JobTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        self.shown: dict[str, QueueRow] = {}         # what each row shows, by run id
+        self.shown: dict[str, QueueRow] = {}  # what each row shows, by run id
         self.texts: dict[str, tuple[str, ...]] = {}  # and its cells' text
-        self.latest: list[QueueRow] = []             # the rows last asked for
-        self.filling = False                         # more of them to add next frame
+        self.latest: list[QueueRow] = []  # the rows last asked for
+        self.filling = False  # more of them to add next frame
         for col in QUEUE_COLUMNS:
             self.add_column(col, key=col, width=cell_len(col))
         self.job_columns = [self.columns[ColumnKey(col)] for col in QUEUE_COLUMNS]
@@ -99,8 +108,9 @@ class JobTable(DataTable):
             texts = self.texts[r.run_id] = r.cells()
             if old is None:
                 self._widen(range(len(texts)), texts)
-                self.add_row(*(cell_markup(i, t, r.state) for i, t in enumerate(texts)),
-                             key=r.run_id)
+                self.add_row(
+                    *(cell_markup(i, t, r.state) for i, t in enumerate(texts)), key=r.run_id
+                )
                 continue
             changed = [i for i, (t, w) in enumerate(zip(texts, was)) if t != w]
             if old.state != r.state and _STATE not in changed:
@@ -109,8 +119,12 @@ class JobTable(DataTable):
             for i in changed:
                 # update_width only where the column just grew: DataTable then recomputes
                 # the table's scrollable width, measuring this one cell (none is wider).
-                self.update_cell(r.run_id, QUEUE_COLUMNS[i], cell_markup(i, texts[i], r.state),
-                                 update_width=i in wider)
+                self.update_cell(
+                    r.run_id,
+                    QUEUE_COLUMNS[i],
+                    cell_markup(i, texts[i], r.state),
+                    update_width=i in wider,
+                )
 
     def fill_more(self) -> None:
         self.filling = False
@@ -167,14 +181,18 @@ class QueueScreen(AppScreen):
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
         exp = snap.experiment or "all experiments"
         more = f"  (e: {len(snap.experiments)} experiments)" if len(snap.experiments) > 1 else ""
-        hint = "  enter: log of the selected job" if snap.rows else \
-            "  no runs yet: build a study on the Build screen (F2)"
+        hint = (
+            "  enter: log of the selected job"
+            if snap.rows
+            else "  no runs yet: build a study on the Build screen (F2)"
+        )
         planned = snap.counts.get("PLANNED", 0)
         if planned:  # stored but not handed to the scheduler: the reason column says why
-            hint = (f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
-                    "or `dlscale run SPEC` submits them")
-        self.query_one("#queue-summary", Static).update(
-            f"{exp}: {counts or 'no runs'}{more}{hint}")
+            hint = (
+                f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
+                "or `dlscale run SPEC` submits them"
+            )
+        self.query_one("#queue-summary", Static).update(f"{exp}: {counts or 'no runs'}{more}{hint}")
 
     # --- log ----------------------------------------------------------------------------
 
@@ -195,8 +213,10 @@ class QueueScreen(AppScreen):
         except Exception as exc:
             self.post_message(EngineFailed("opening the log", describe(exc)))
             return
-        title = (f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
-                 f"#{run['repetition']} (job {run['job_id'] or '-'})")
+        title = (
+            f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
+            f"#{run['repetition']} (job {run['job_id'] or '-'})"
+        )
         if not get_current_worker().is_cancelled:  # another row was chosen meanwhile
             self.post_message(LogFound(path, title))
 
@@ -244,12 +264,16 @@ class QueueScreen(AppScreen):
             return
         cells = table.shown[run_id].cells()
         label = " ".join(cells[1:6])
-        question = (f"Cancel run {run_id} ({label}, job {cells[0]})?" if what == "cancel" else
-                    f"Resubmit run {run_id} ({label}) with the same job script?")
+        question = (
+            f"Cancel run {run_id} ({label}, job {cells[0]})?"
+            if what == "cancel"
+            else f"Resubmit run {run_id} ({label}) with the same job script?"
+        )
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._act(what, run_id)
+
         self.app.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, group="act", exit_on_error=False)
@@ -259,7 +283,7 @@ class QueueScreen(AppScreen):
                 done = self.app.session.cancel([run_id])
                 msg = f"cancelled {run_id}" if done else f"{run_id} was not queued or running"
             else:
-                (rid, job), = self.app.session.resubmit([run_id])
+                ((rid, job),) = self.app.session.resubmit([run_id])
                 msg = f"resubmitted {rid} as job {job}"
         except Exception as exc:
             self.post_message(EngineFailed(what, describe(exc)))

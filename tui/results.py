@@ -3,6 +3,7 @@ the efficiency model's prediction, images per joule, time-to-accuracy, the basel
 and a plotext chart, metric and model switched by keys. Numbers come from engine.analysis;
 the chart text from engine.charts, as in the CLI. A number the engine could not give is "-",
 and the selected row's line under the table says why."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,21 @@ from .messages import EngineFailed, ReportWritten, ResultsLoaded
 from .screens import AppScreen
 from .widgets import Banner
 
-COLUMNS = ("model", "framework", "scale", "dev", "batch", "n", "images/s ± CI95", "speedup",
-           "eff.", "pred. eff.", "images/J", "TTA s", "state")
+COLUMNS = (
+    "model",
+    "framework",
+    "scale",
+    "dev",
+    "batch",
+    "n",
+    "images/s ± CI95",
+    "speedup",
+    "eff.",
+    "pred. eff.",
+    "images/J",
+    "TTA s",
+    "state",
+)
 # The columns whose "-" the engine explains (a result's `unmeasured`: field -> why).
 EXPLAINED = {"pred. eff.": "predicted_efficiency", "images/J": "images_per_joule"}
 
@@ -30,8 +44,11 @@ EXPLAINED = {"pred. eff.": "predicted_efficiency", "images/J": "images_per_joule
 def why_missing(r: dict[str, Any]) -> str:
     """Why this result's explained columns are empty, one clause each; "" when none is."""
     why = r.get("unmeasured") or {}
-    return "; ".join(f"{col} -: {why[key]}" for col, key in EXPLAINED.items()
-                     if r.get(key) is None and why.get(key))
+    return "; ".join(
+        f"{col} -: {why[key]}"
+        for col, key in EXPLAINED.items()
+        if r.get(key) is None and why.get(key)
+    )
 
 
 class Chart(Widget):
@@ -49,8 +66,11 @@ class Chart(Widget):
 
     def render(self) -> Text:
         width, height = self.size
-        return Text.from_ansi(charts.chart(self.results, self.metric, self.model,
-                                           max(width, 30), max(height, 8), color=True))
+        return Text.from_ansi(
+            charts.chart(
+                self.results, self.metric, self.model, max(width, 30), max(height, 8), color=True
+            )
+        )
 
 
 class ResultsScreen(AppScreen):
@@ -126,21 +146,32 @@ class ResultsScreen(AppScreen):
         table.clear()
         for r in self.results:
             table.add_row(
-                r["model"], r["framework"], f"{r['nodes']}x{r['ranks_per_node']}",
-                str(r["ranks"]), str(r["per_device_batch"]), f"{r['n']}/{r['repetitions']}",
+                r["model"],
+                r["framework"],
+                f"{r['nodes']}x{r['ranks_per_node']}",
+                str(r["ranks"]),
+                str(r["per_device_batch"]),
+                f"{r['n']}/{r['repetitions']}",
                 Text(tables.throughput_text(r), style="yellow" if r["noisy"] else ""),
-                tables.fmt(r["speedup"]), tables.fmt(r["efficiency"]),
+                tables.fmt(r["speedup"]),
+                tables.fmt(r["efficiency"]),
                 tables.fmt(r.get("predicted_efficiency")),
                 tables.fmt(r.get("images_per_joule"), 1),
-                tables.fmt(r["time_to_accuracy_s"], 1), r["state"])
+                tables.fmt(r["time_to_accuracy_s"], 1),
+                r["state"],
+            )
         note = tables.baselines_note(self.results)
         skipped = "".join(f"\n{n}" for n in message.notes)
         where = message.experiment or "this store"
         self.query_one("#baselines", Static).update(
-            ((note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
-             "compute + allreduce model   m: metric   o: model"
-             if self.results else f"no results for {where} yet: runs appear here as they "
-             "complete") + skipped)
+            (
+                (note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
+                "compute + allreduce model   m: metric   o: model"
+                if self.results
+                else f"no results for {where} yet: runs appear here as they complete"
+            )
+            + skipped
+        )
         self.show_why(table.cursor_row)
         self.draw_chart()
 
@@ -151,8 +182,12 @@ class ResultsScreen(AppScreen):
         """The selected result's reasons for its "-" cells (hidden when it has none)."""
         why = why_missing(self.results[row]) if 0 <= row < len(self.results) else ""
         box = self.query_one("#why", Static)
-        box.update(f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
-                   f"{self.results[row]['ranks_per_node']}: {why}" if why else "")
+        box.update(
+            f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
+            f"{self.results[row]['ranks_per_node']}: {why}"
+            if why
+            else ""
+        )
         box.display = bool(why)
 
     def models(self) -> list[str]:

@@ -1,5 +1,6 @@
 """The base of dlscale's screens: Textual's Screen, whose `app` is known to be dlscale's (its
 session, experiment and poll), for the type checker; nothing changes at run time."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -6,6 +6,7 @@ queue keeps refreshing and shows its runs as SUBMITTING, a second ctrl+r says a
 submission is under way, and a failure, however it happens, arrives as a notification
 while the queue shows the run as PLANNED with the reason it was not submitted.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -37,19 +38,29 @@ class SubmitFromForm(AppScreen):
 
     def action_submit(self) -> None:
         if self.submitting:
-            self.notify("a submission is under way; the queue (F3) shows its runs as "
-                        "SUBMITTING, and a message says when it is done", severity="warning")
+            self.notify(
+                "a submission is under way; the queue (F3) shows its runs as "
+                "SUBMITTING, and a message says when it is done",
+                severity="warning",
+            )
             return
         data, bad = self.read_form()
         p = self.preview
-        if bad or p is None or not p.ok or self.preview_stale(data) or \
-                self.query_one("#profile", Input).has_class("invalid"):
-            self.notify("the study cannot be submitted yet: see the fields in red and the "
-                        "panel on the right", severity="error")
+        if (
+            bad
+            or p is None
+            or not p.ok
+            or self.preview_stale(data)
+            or self.query_one("#profile", Input).has_class("invalid")
+        ):
+            self.notify(
+                "the study cannot be submitted yet: see the fields in red and the "
+                "panel on the right",
+                severity="error",
+            )
             return
         self._submitting(True)
-        self.notify(f"submitting {p.to_run} run(s) to {self.app.session.where}...",
-                    markup=False)
+        self.notify(f"submitting {p.to_run} run(s) to {self.app.session.where}...", markup=False)
         self._submit(data)
 
     def _submitting(self, busy: bool) -> None:
@@ -59,8 +70,11 @@ class SubmitFromForm(AppScreen):
         button.label = "Submitting..." if busy else "Submit (ctrl+r)"
 
     def preview_stale(self, data: dict[str, Any]) -> bool:
-        return self.preview is None or self.preview.loaded is None or \
-            self.preview.loaded.spec.model_dump() != spec_dump(data)
+        return (
+            self.preview is None
+            or self.preview.loaded is None
+            or self.preview.loaded.spec.model_dump() != spec_dump(data)
+        )
 
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
     def _submit(self, data: dict[str, Any]) -> None:
@@ -78,24 +92,30 @@ class SubmitFromForm(AppScreen):
     def on_submit_failed(self, message: SubmitFailed) -> None:
         message.stop()
         self._submitting(False)
-        self.notify(message.problem, title="not submitted", severity="error", timeout=15,
-                    markup=False)
+        self.notify(
+            message.problem, title="not submitted", severity="error", timeout=15, markup=False
+        )
         self._show_queue_of(message.name)
 
     def on_submitted(self, message: Submitted) -> None:
         message.stop()
         report, path = message.report, message.spec_path
         self._submitting(False)
-        name = (report.all_runs[0].experiment if report.all_runs else None)
-        text = (f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "
-                f"{len(report.completed)} completed earlier, {len(report.active)} already "
-                f"queued or being submitted (spec: {path})")
+        name = report.all_runs[0].experiment if report.all_runs else None
+        text = (
+            f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "
+            f"{len(report.completed)} completed earlier, {len(report.active)} already "
+            f"queued or being submitted (spec: {path})"
+        )
         for run, why in report.failed_to_submit:
             text += f"\nnot submitted: {run.label()}: {why}"
-        self.notify(text, title="not all submitted" if report.failed_to_submit else
-                    "submitted", severity="error" if report.failed_to_submit else
-                    "information", timeout=15 if report.failed_to_submit else 10,
-                    markup=False)
+        self.notify(
+            text,
+            title="not all submitted" if report.failed_to_submit else "submitted",
+            severity="error" if report.failed_to_submit else "information",
+            timeout=15 if report.failed_to_submit else 10,
+            markup=False,
+        )
         self._show_queue_of(name)
 
     def _show_queue_of(self, name: str | None) -> None:

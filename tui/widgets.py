@@ -1,4 +1,5 @@
 """Widgets every screen shares: the banner that says the controller is not answering."""
+
 from __future__ import annotations
 
 from textual.widgets import Static

@@ -5,6 +5,7 @@ never asks which backend it has. In the manner of submitit's executors.
 
 Each method raises only the errors it names, so callers know what to catch.
 """
+
 from __future__ import annotations
 
 import abc
@@ -64,9 +65,9 @@ class Backend(abc.ABC):
     "slurm"): a run is followed, cancelled and repeated by the backend of that name."""
 
     name: str
-    needs_profile = False           # planning needs a cluster profile (--profile)
-    via: str = ""                   # how it is reached, in the user's words
-    note: str | None = None         # why this way (pyslurm or the commands), said once
+    needs_profile = False  # planning needs a cluster profile (--profile)
+    via: str = ""  # how it is reached, in the user's words
+    note: str | None = None  # why this way (pyslurm or the commands), said once
     # Health: whether the last poll answered, and if not why (a few failed polls are
     # tolerated before poll raises ControllerUnreachable).
     last_poll_ok: bool = True
@@ -114,8 +115,13 @@ class Backend(abc.ABC):
         command line is gone), before anything is made for a rerun."""
 
     @abc.abstractmethod
-    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
-               moved: Callable[[str], str]) -> JobRequest:
+    def repeat(
+        self,
+        old_row: dict[str, Any],
+        new_row: dict[str, Any],
+        payload: dict[str, Any],
+        moved: Callable[[str], str],
+    ) -> JobRequest:
         """The old run's job as the new run's (rerun), in the new run's folder: `moved`
         rewrites the old run's id and folder in a text into the new one's (check_repeatable
         has passed)."""
@@ -170,6 +176,12 @@ class Backend(abc.ABC):
     def observed(self, store: Store, status: JobStatus) -> None:
         """Keep what a poll saw of a job in the store (a backend whose own worker keeps its
         job rows does nothing here)."""
-        store.update_job(self.name, status.job_id, state=status.state, reason=status.reason,
-                         nodes=status.nodes, elapsed=status.elapsed_s,
-                         exit_code=status.exit_code)
+        store.update_job(
+            self.name,
+            status.job_id,
+            state=status.state,
+            reason=status.reason,
+            nodes=status.nodes,
+            elapsed=status.elapsed_s,
+            exit_code=status.exit_code,
+        )

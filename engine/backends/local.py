@@ -4,6 +4,7 @@ Jobs queue in the store; one detached worker process (local_worker.py) runs them
 another, so a measurement never shares cores with another measurement, and runs go on when
 the CLI or TUI that submitted them exits, as they would under Slurm.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -41,13 +42,17 @@ def usable_cores() -> int:
 def check_fits(nodes: int, ranks_per_node: int, threads_per_rank: int, what: str) -> None:
     """Refuse a run the local backend cannot run without oversubscribing cores."""
     if nodes != 1:
-        raise PlanError(f"{what}: scale {nodes}x{ranks_per_node} needs {nodes} nodes; the local "
-                        "backend is one node (use --backend slurm, or scales of 1xN)")
+        raise PlanError(
+            f"{what}: scale {nodes}x{ranks_per_node} needs {nodes} nodes; the local "
+            "backend is one node (use --backend slurm, or scales of 1xN)"
+        )
     cores = usable_cores()
     if ranks_per_node * threads_per_rank > cores:
-        raise PlanError(f"{what}: {ranks_per_node} ranks x {threads_per_rank} thread(s) need "
-                        f"{ranks_per_node * threads_per_rank} cores; this machine has {cores} "
-                        "(oversubscribed cores would measure contention, not scaling)")
+        raise PlanError(
+            f"{what}: {ranks_per_node} ranks x {threads_per_rank} thread(s) need "
+            f"{ranks_per_node * threads_per_rank} cores; this machine has {cores} "
+            "(oversubscribed cores would measure contention, not scaling)"
+        )
 
 
 def lost_reason(job: dict) -> str:
@@ -58,8 +63,14 @@ def lost_reason(job: dict) -> str:
 def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = None) -> None:
     """Mark a job and its run FAILED for a reason the backend knows (not the trainer's):
     the reason says what happened, and the log's last lines follow it as usual."""
-    store.update_job("local", job["job_id"], state="FAILED", ended=time.time(), reason=reason,
-                     exit_code=exit_code)
+    store.update_job(
+        "local",
+        job["job_id"],
+        state="FAILED",
+        ended=time.time(),
+        reason=reason,
+        exit_code=exit_code,
+    )
     finalize_run(store, job["run_id"], "FAILED")
     log_tail = (store.run(job["run_id"])["reason"] or "").split("\n")[1:]
     store.update_run(job["run_id"], reason="\n".join([reason, *log_tail]))
@@ -80,6 +91,7 @@ class LocalBackend(Backend):
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
         from ..launching import gpu_checks
+
         # this machine's GPUs: one per rank, builds with kernels for them
         problems = gpu_checks.check_gpus(loaded, runs, None, None, self.store.home)
         seen = set()
@@ -89,8 +101,12 @@ class LocalBackend(Backend):
                 continue
             seen.add(key)
             try:
-                check_fits(run.nodes, run.ranks_per_node, run.training["threads_per_rank"],
-                           f"{loaded.path}: experiment.scales {run.scale}")
+                check_fits(
+                    run.nodes,
+                    run.ranks_per_node,
+                    run.training["threads_per_rank"],
+                    f"{loaded.path}: experiment.scales {run.scale}",
+                )
             except PlanError as exc:
                 problems.append(str(exc))
         data_dir = loaded.spec.training.data_dir
@@ -101,33 +117,60 @@ class LocalBackend(Backend):
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
         from ..launching import envs
         from ..launching.launch import local_command
+
         if run.framework not in self._envs:
             self._envs[run.framework] = envs.resolve(run.framework, self.store.home, check=False)
         argv, env = local_command(run, paths.root, self._envs[run.framework], self.store.home)
-        return JobRequest(run.run_id, paths.root, argv, env, run.nodes, run.ranks_per_node,
-                          run.training["threads_per_rank"], f"{run.experiment}:{run.label()}")
+        return JobRequest(
+            run.run_id,
+            paths.root,
+            argv,
+            env,
+            run.nodes,
+            run.ranks_per_node,
+            run.training["threads_per_rank"],
+            f"{run.experiment}:{run.label()}",
+        )
 
     def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
         return self._from_record(row, paths, payload.get("argv"), payload.get("env"))
 
     def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
         if "argv" not in payload:
-            raise UserError(f"run {row['run_id']}: its command line is not in the store; "
-                            "it cannot be repeated exactly")
+            raise UserError(
+                f"run {row['run_id']}: its command line is not in the store; "
+                "it cannot be repeated exactly"
+            )
 
-    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
-               moved: Callable[[str], str]) -> JobRequest:
-        return self._from_record(new_row, RunPaths.of(new_row),
-                                 [moved(a) for a in payload["argv"]], payload.get("env"))
+    def repeat(
+        self,
+        old_row: dict[str, Any],
+        new_row: dict[str, Any],
+        payload: dict[str, Any],
+        moved: Callable[[str], str],
+    ) -> JobRequest:
+        return self._from_record(
+            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], payload.get("env")
+        )
 
     @staticmethod
-    def _from_record(row: dict[str, Any], paths: RunPaths, argv: list[str] | None,
-                     env: dict[str, str] | None) -> JobRequest:
+    def _from_record(
+        row: dict[str, Any], paths: RunPaths, argv: list[str] | None, env: dict[str, str] | None
+    ) -> JobRequest:
         if not argv:
-            raise UserError(f"run {row['run_id']}: its command line is not in the store; "
-                            "it cannot be submitted again")
-        return JobRequest(row["run_id"], paths.root, argv, env or {}, row["nodes"],
-                          row["ranks_per_node"], json.loads(row["training"])["threads_per_rank"])
+            raise UserError(
+                f"run {row['run_id']}: its command line is not in the store; "
+                "it cannot be submitted again"
+            )
+        return JobRequest(
+            row["run_id"],
+            paths.root,
+            argv,
+            env or {},
+            row["nodes"],
+            row["ranks_per_node"],
+            json.loads(row["training"])["threads_per_rank"],
+        )
 
     def records_its_jobs(self) -> bool:
         return True  # its queue is the store's jobs table
@@ -153,9 +196,14 @@ class LocalBackend(Backend):
         if not self.start_worker or self.worker_alive():
             return
         log = open(self.store.home / "local-worker.log", "ab")
-        subprocess.Popen([sys.executable, "-m", "dlscale.engine.backends.local_worker",
-                          str(self.store.home)], stdin=subprocess.DEVNULL, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "dlscale.engine.backends.local_worker", str(self.store.home)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
         log.close()
 
     def submit(self, request: JobRequest) -> str:
@@ -172,8 +220,9 @@ class LocalBackend(Backend):
         fits: list[JobRequest] = []
         for request in requests:
             try:
-                check_fits(request.nodes, request.ranks_per_node, request.threads_per_rank,
-                           request.name)
+                check_fits(
+                    request.nodes, request.ranks_per_node, request.threads_per_rank, request.name
+                )
                 fits.append(request)
                 out.append("")
             except PlanError as exc:
@@ -182,10 +231,23 @@ class LocalBackend(Backend):
             return out
         first = self.store.next_counter("local_job", len(fits))
         ids = [f"local-{first + i}" for i in range(len(fits))]
-        refused = self.store.add_jobs(self.name, [
-            (job_id, r.run_id, "PENDING", {"argv": r.argv, "env": r.env,
-                                           "run_dir": str(r.run_dir), "log": str(r.log_path)})
-            for job_id, r in zip(ids, fits)])
+        refused = self.store.add_jobs(
+            self.name,
+            [
+                (
+                    job_id,
+                    r.run_id,
+                    "PENDING",
+                    {
+                        "argv": r.argv,
+                        "env": r.env,
+                        "run_dir": str(r.run_dir),
+                        "log": str(r.log_path),
+                    },
+                )
+                for job_id, r in zip(ids, fits)
+            ],
+        )
         given = iter(exc or job_id for job_id, exc in zip(ids, refused))
         out = [next(given) if o == "" else o for o in out]
         self.ensure_worker()
@@ -208,9 +270,14 @@ class LocalBackend(Backend):
         out = {}
         for r in rows:
             elapsed = ((r["ended"] or now) - r["started"]) if r["started"] else None
-            out[r["job_id"]] = JobStatus(r["job_id"], r["state"], r["reason"],
-                                         "localhost" if r["started"] else None, elapsed,
-                                         r["exit_code"])
+            out[r["job_id"]] = JobStatus(
+                r["job_id"],
+                r["state"],
+                r["reason"],
+                "localhost" if r["started"] else None,
+                elapsed,
+                r["exit_code"],
+            )
         return out
 
     def _jobs(self, job_ids: list[str]) -> list[dict[str, Any]]:
@@ -223,7 +290,12 @@ class LocalBackend(Backend):
 
     def cancel(self, job_ids: list[str]) -> None:
         for r in self.store.jobs(self.name, job_ids, states=("PENDING", "RUNNING")):
-            self.store.update_job(self.name, r["job_id"], state="CANCELLED", ended=time.time(),
-                                  reason="cancelled by the user")
+            self.store.update_job(
+                self.name,
+                r["job_id"],
+                state="CANCELLED",
+                ended=time.time(),
+                reason="cancelled by the user",
+            )
             if r["state"] == "RUNNING":  # the worker follows up (SIGKILL after a grace)
                 signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGTERM)

@@ -8,6 +8,7 @@ and every process of the job (ranks in sessions of their own included) by a per-
 its environment, which every descendant inherits whatever launcher, group or session it is in.
 Where /proc is missing (not Linux) nothing can be proven, and nothing is signalled.
 """
+
 from __future__ import annotations
 
 import os

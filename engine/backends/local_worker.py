@@ -7,6 +7,7 @@ Every job's launcher gets a parent-death signal and the job's token in its envir
 worker killed outright takes the job down with it, and whatever of the job is left can be
 told apart from the processes that merely inherited its numbers.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -44,10 +45,16 @@ def _start(job: dict, payload: dict, log) -> subprocess.Popen | str:
     """The launcher, in a session of its own, dying with this worker; or why it could not
     start."""
     try:
-        return subprocess.Popen(payload["argv"], cwd=payload["run_dir"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **payload["env"], TOKEN_VAR: job["token"]},
-                                start_new_session=True, preexec_fn=parent_watch())
+        return subprocess.Popen(
+            payload["argv"],
+            cwd=payload["run_dir"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **payload["env"], TOKEN_VAR: job["token"]},
+            start_new_session=True,
+            preexec_fn=parent_watch(),
+        )
     except OSError as exc:
         log.write(f"dlscale: cannot start the job: {exc}\n".encode())
         return str(exc)
@@ -59,13 +66,21 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics = RunPaths(run_dir).metrics
     with open(payload["log"], "ab") as log:
-        log.write(f"dlscale: local job {job['job_id']} of run {job['run_id']} started "
-                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        log.write(
+            f"dlscale: local job {job['job_id']} of run {job['run_id']} started "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode()
+        )
         log.flush()
         proc = _start(job, payload, log)
         if isinstance(proc, str):
-            store.update_job("local", job["job_id"], state="FAILED", ended=time.time(),
-                             exit_code=127, reason=proc)
+            store.update_job(
+                "local",
+                job["job_id"],
+                state="FAILED",
+                ended=time.time(),
+                exit_code=127,
+                reason=proc,
+            )
             finalize_run(store, job["run_id"], "FAILED")
             return
         # Recorded while it is our unreaped child, so the mark is this launcher's own.
@@ -88,16 +103,23 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
         # Ranks in sessions of their own are not in the launcher's group: none may go on.
         left = stop_leftovers(job["token"])
         if left:
-            log.write(f"dlscale: stopped {left} process(es) of this job that outlived its "
-                      "launcher\n".encode())
+            log.write(
+                f"dlscale: stopped {left} process(es) of this job that outlived its "
+                "launcher\n".encode()
+            )
     row = store.job("local", job["job_id"])
     assert row is not None  # the worker's own job: nothing deletes it while it runs
     if row["state"] == "CANCELLED":
         finalize_run(store, job["run_id"], "CANCELLED")
     elif term_sent and stopping.get("signal"):  # not a job that ended on its own meanwhile
         name = signal.Signals(stopping["signal"]).name
-        settle_failed(store, row, f"the local worker was stopped by {name} (pid {os.getpid()}); "
-                      "this job's ranks were stopped", exit_code=rc)
+        settle_failed(
+            store,
+            row,
+            f"the local worker was stopped by {name} (pid {os.getpid()}); "
+            "this job's ranks were stopped",
+            exit_code=rc,
+        )
     else:
         state = "COMPLETED" if rc == 0 else "FAILED"
         store.update_job("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
@@ -117,8 +139,9 @@ def main(home: str) -> int:
     stopping: dict = {}
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.update(signal=signum))
     while not stopping.get("signal"):
-        job = store.claim_next_job("local", nodes="localhost", worker_pid=os.getpid(),
-                                   token=new_token())
+        job = store.claim_next_job(
+            "local", nodes="localhost", worker_pid=os.getpid(), token=new_token()
+        )
         if job is None:
             break
         _run_job(store, job, stopping)

@@ -8,6 +8,7 @@ tracked jobs the controller has already forgotten or while it does not answer. F
 are cached and never asked about again; a few failed polls are tolerated before the
 controller is reported unreachable, as in slurm.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -82,17 +83,17 @@ class PyslurmBackend(SlurmJobs, Backend):
     profile: Any = None
     partition: str | None = None
     home: Path | None = None
-    max_failures: int = 3          # failed polls in a row before "unreachable"
-    retries: int = 3               # submit/cancel attempts on transient errors
+    max_failures: int = 3  # failed polls in a row before "unreachable"
+    retries: int = 3  # submit/cancel attempts on transient errors
     sleep: Callable[[float], None] = time.sleep
-    name: str = "slurm"            # the same Slurm jobs as the command-line backend tracks
+    name: str = "slurm"  # the same Slurm jobs as the command-line backend tracks
     via: str = "pyslurm"
     note: str | None = None
     _cache: dict[str, SlurmJob] = field(default_factory=dict)  # last known, terminal kept
-    _raw: dict[str, int] = field(default_factory=dict)         # tracked id -> Slurm's own
+    _raw: dict[str, int] = field(default_factory=dict)  # tracked id -> Slurm's own
     _failures: int = 0
     controller_ok: bool = True
-    last_poll_ok: bool = True      # False while failures are still being tolerated
+    last_poll_ok: bool = True  # False while failures are still being tolerated
     last_error: str | None = None
 
     def __post_init__(self) -> None:
@@ -112,8 +113,11 @@ class PyslurmBackend(SlurmJobs, Backend):
             except self.api.RPCError as exc:
                 message = " ".join(str(exc).split()) or f"{what} failed"
             if not any(t in message for t in TRANSIENT):
-                raise SubmitError(message) if what == "submit" else SchedulerError(
-                    f"{what}: {message}")
+                raise (
+                    SubmitError(message)
+                    if what == "submit"
+                    else SchedulerError(f"{what}: {message}")
+                )
             if attempt < self.retries - 1:
                 self.sleep(delay)
                 delay *= 2
@@ -128,8 +132,11 @@ class PyslurmBackend(SlurmJobs, Backend):
             raise SubmitError(str(exc)) from None
         env = clean_env()
         # What sbatch adds to the job's environment, so that jobs see the same.
-        env.update(SLURM_SUBMIT_DIR=os.getcwd(), SLURM_SUBMIT_HOST=socket.gethostname(),
-                   SLURM_UMASK=f"0{_umask():03o}")
+        env.update(
+            SLURM_SUBMIT_DIR=os.getcwd(),
+            SLURM_SUBMIT_HOST=socket.gethostname(),
+            SLURM_UMASK=f"0{_umask():03o}",
+        )
         env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
         options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
         try:
@@ -144,8 +151,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        live = [j for j in job_ids if not (j in self._cache and
-                                           self._cache[j].state in TERMINAL)]
+        live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
         ok = True
         if live:
             seen: set[str] = set()
@@ -201,8 +207,16 @@ class PyslurmBackend(SlurmJobs, Backend):
             reason = job.state_reason if state == "PENDING" else None
         else:  # the reason a job last pended for, as sacct shows it
             nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
-        return SlurmJob(key, state, raw, job.exit_code, job.exit_code_signal,
-                        int(elapsed or 0), _text(nodes), _reason(reason))
+        return SlurmJob(
+            key,
+            state,
+            raw,
+            job.exit_code,
+            job.exit_code_signal,
+            int(elapsed or 0),
+            _text(nodes),
+            _reason(reason),
+        )
 
     def cancel(self, job_ids: list[str]) -> None:
         for jid in job_ids:

@@ -5,6 +5,7 @@ slurm.conf the moment it is imported; a libslurm that cannot read the configurat
 process. So it is first imported in a child process, and used only when that child's
 libslurm is of the release that `scontrol version` reports for the cluster.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -21,9 +22,9 @@ PROBE = "import pyslurm; print('.'.join(map(str, pyslurm.slurm_api_version())))"
 @dataclass(frozen=True)
 class PyslurmCheck:
     usable: bool
-    why: str                       # one line, for `dlscale run` and `dlscale doctor`
-    version: str | None = None     # pyslurm's
-    slurm: str | None = None       # the cluster's, from `scontrol version`
+    why: str  # one line, for `dlscale run` and `dlscale doctor`
+    version: str | None = None  # pyslurm's
+    slurm: str | None = None  # the cluster's, from `scontrol version`
 
 
 def _release(version: str) -> str:
@@ -44,20 +45,34 @@ def check(runner: Runner = run_command, python: str = sys.executable) -> Pyslurm
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", res.stdout) if res.returncode == 0 else None
     if not m:
         said = _last_line(res.stderr) or _last_line(res.stdout) or f"exit {res.returncode}"
-        return PyslurmCheck(False, f"`scontrol version` did not name a Slurm release ({said})",
-                            version)
+        return PyslurmCheck(
+            False, f"`scontrol version` did not name a Slurm release ({said})", version
+        )
     slurm = m[0]
     if _release(version) != _release(slurm):
-        return PyslurmCheck(False, f"pyslurm {version} is for Slurm {_release(version)}, "
-                            f"this cluster runs Slurm {slurm}", version, slurm)
+        return PyslurmCheck(
+            False,
+            f"pyslurm {version} is for Slurm {_release(version)}, this cluster runs Slurm {slurm}",
+            version,
+            slurm,
+        )
     res = runner([python, "-c", PROBE], timeout=60)
     if res.returncode != 0:
         said = _last_line(res.stderr) or f"exit {res.returncode}"
-        return PyslurmCheck(False, f"pyslurm {version} does not import here: {said}",
-                            version, slurm)
+        return PyslurmCheck(
+            False, f"pyslurm {version} does not import here: {said}", version, slurm
+        )
     built = _last_line(res.stdout)
     if _release(built) != _release(slurm):
-        return PyslurmCheck(False, f"pyslurm {version} was built against Slurm {built}, "
-                            f"this cluster runs Slurm {slurm}", version, slurm)
-    return PyslurmCheck(True, f"pyslurm {version} (built against Slurm {built}) matches "
-                        f"this cluster's Slurm {slurm}", version, slurm)
+        return PyslurmCheck(
+            False,
+            f"pyslurm {version} was built against Slurm {built}, this cluster runs Slurm {slurm}",
+            version,
+            slurm,
+        )
+    return PyslurmCheck(
+        True,
+        f"pyslurm {version} (built against Slurm {built}) matches this cluster's Slurm {slurm}",
+        version,
+        slurm,
+    )

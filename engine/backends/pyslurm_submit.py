@@ -6,6 +6,7 @@ lacks (`partition`), drops options it does not know without a word and splits va
 every `=`, so dlscale reads them here: the options its job scripts and profiles write,
 each one mapped explicitly, anything else refused with its name rather than lost.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,20 +14,38 @@ import shlex
 
 # sbatch option -> JobSubmitDescription attribute (values passed as written)
 VALUED = {
-    "job-name": "name", "partition": "partitions", "nodes": "nodes", "ntasks": "ntasks",
-    "ntasks-per-node": "ntasks_per_node", "cpus-per-task": "cpus_per_task",
-    "time": "time_limit", "output": "standard_output", "error": "standard_error",
-    "open-mode": "log_files_open_mode", "account": "account", "qos": "qos",
-    "gres": "gres_per_node", "dependency": "dependencies", "mem": "memory_per_node",
-    "mem-per-cpu": "memory_per_cpu", "constraint": "constraints",
-    "reservation": "reservations", "exclude": "excluded_nodes", "nodelist": "required_nodes",
-    "comment": "comment", "wckey": "wckey", "chdir": "working_directory",
-    "begin": "begin_time", "nice": "nice",
+    "job-name": "name",
+    "partition": "partitions",
+    "nodes": "nodes",
+    "ntasks": "ntasks",
+    "ntasks-per-node": "ntasks_per_node",
+    "cpus-per-task": "cpus_per_task",
+    "time": "time_limit",
+    "output": "standard_output",
+    "error": "standard_error",
+    "open-mode": "log_files_open_mode",
+    "account": "account",
+    "qos": "qos",
+    "gres": "gres_per_node",
+    "dependency": "dependencies",
+    "mem": "memory_per_node",
+    "mem-per-cpu": "memory_per_cpu",
+    "constraint": "constraints",
+    "reservation": "reservations",
+    "exclude": "excluded_nodes",
+    "nodelist": "required_nodes",
+    "comment": "comment",
+    "wckey": "wckey",
+    "chdir": "working_directory",
+    "begin": "begin_time",
+    "nice": "nice",
 }
 # sbatch flag -> (attribute, value)
 FLAGS = {
-    "no-requeue": ("is_requeueable", False), "requeue": ("is_requeueable", True),
-    "exclusive": ("resource_sharing", "no"), "overcommit": ("overcommit", True),
+    "no-requeue": ("is_requeueable", False),
+    "requeue": ("is_requeueable", True),
+    "exclusive": ("resource_sharing", "no"),
+    "overcommit": ("overcommit", True),
     "contiguous": ("requires_contiguous_nodes", True),
 }
 # numbers pyslurm passes to C unconverted (a "1" minute time limit would be a str there)
@@ -40,7 +59,7 @@ def _sbatch_lines(text: str):
         if stripped and not stripped.startswith("#"):
             return
         if stripped.startswith("#SBATCH"):
-            yield n, stripped[len("#SBATCH"):]
+            yield n, stripped[len("#SBATCH") :]
 
 
 def job_description(text: str, path: str = "job.sh") -> dict:
@@ -59,8 +78,10 @@ def job_description(text: str, path: str = "job.sh") -> dict:
             word = words[i]
             m = re.fullmatch(r"--([a-z][a-z-]*)(?:=(.*))?", word, re.S)
             if not m:
-                raise ValueError(f"{path}:{n}: #SBATCH {word}: the pyslurm backend passes "
-                                 "long options (--name=value) only; use --backend slurm")
+                raise ValueError(
+                    f"{path}:{n}: #SBATCH {word}: the pyslurm backend passes "
+                    "long options (--name=value) only; use --backend slurm"
+                )
             name, value = m[1], m[2]
             if name in FLAGS and value is None:
                 attr, value = FLAGS[name]
@@ -71,9 +92,11 @@ def job_description(text: str, path: str = "job.sh") -> dict:
                 if value is None and i + 1 < len(words):
                     i, value = i + 1, words[i + 1]
             else:
-                raise ValueError(f"{path}:{n}: #SBATCH --{name}: not an option the pyslurm "
-                                 f"backend passes ({', '.join(sorted({*VALUED, *FLAGS}))}, "
-                                 "gpus-per-node); use --backend slurm")
+                raise ValueError(
+                    f"{path}:{n}: #SBATCH --{name}: not an option the pyslurm "
+                    f"backend passes ({', '.join(sorted({*VALUED, *FLAGS}))}, "
+                    "gpus-per-node); use --backend slurm"
+                )
             if value is None:
                 raise ValueError(f"{path}:{n}: #SBATCH --{name} needs a value")
             if attr in NUMERIC and isinstance(value, str) and value.isdigit():

@@ -1,4 +1,5 @@
 """The places a run can go, by name: the backends the CLI and the TUI offer."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -31,15 +32,18 @@ def slurm_via(backend: str, profile: LoadedProfile | None) -> tuple[bool, str]:
     if backend == "pyslurm":
         found = pyslurm_probe.check()
         if not found.usable:
-            raise UserError(f"--backend pyslurm: {found.why}; --backend slurm uses "
-                            "Slurm's commands")
+            raise UserError(
+                f"--backend pyslurm: {found.why}; --backend slurm uses Slurm's commands"
+            )
         return True, f"using pyslurm: {found.why}"
     if profile is None or profile.profile.pyslurm != "auto":
-        return False, ("using Slurm's commands (pyslurm only with --backend pyslurm, or "
-                       "with pyslurm = \"auto\" in the profile)")
+        return False, (
+            "using Slurm's commands (pyslurm only with --backend pyslurm, or "
+            'with pyslurm = "auto" in the profile)'
+        )
     found = pyslurm_probe.check()
     if found.usable:
-        return True, f"using pyslurm (the profile's pyslurm = \"auto\"): {found.why}"
+        return True, f'using pyslurm (the profile\'s pyslurm = "auto"): {found.why}'
     return False, f"using Slurm's commands, not pyslurm: {found.why}"
 
 
@@ -48,12 +52,19 @@ def pyslurm_status(profile: LoadedProfile | None = None) -> str:
     pyslurm could."""
     _, why = slurm_via("slurm", profile)
     found = pyslurm_probe.check()
-    return (f"slurm backend: {why}; pyslurm {'usable' if found.usable else 'not usable'} "
-            f"here: {found.why}")
+    return (
+        f"slurm backend: {why}; pyslurm {'usable' if found.usable else 'not usable'} "
+        f"here: {found.why}"
+    )
 
 
-def make_backend(backend: str, store: Store, profile: LoadedProfile | None = None,
-                 partition: str | None = None, connect: bool = True) -> Backend:
+def make_backend(
+    backend: str,
+    store: Store,
+    profile: LoadedProfile | None = None,
+    partition: str | None = None,
+    connect: bool = True,
+) -> Backend:
     """The backend for `--backend` (or a run's recorded one), where it sends runs; a Slurm
     backend's `note` says which way it talks to Slurm and why. A Slurm backend without a
     profile can follow, cancel and repeat jobs; planning new runs needs the profile.

@@ -5,6 +5,7 @@ not slurmctld), `squeue` only every few polls for pending reasons, terminal stat
 and never asked again, and a few failed polls tolerated before the controller is reported
 unreachable. Every command goes through one injectable runner.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,9 +33,15 @@ from .slurm_parse import (
 )
 
 # Messages of a controller or database that is busy or restarting: worth a retry.
-TRANSIENT = ("Socket timed out", "Unable to contact slurm controller", "Connection refused",
-             "Resource temporarily unavailable", "Slurm backup controller in standby mode",
-             "Zero Bytes were transmitted or received", "Connection reset")
+TRANSIENT = (
+    "Socket timed out",
+    "Unable to contact slurm controller",
+    "Connection refused",
+    "Resource temporarily unavailable",
+    "Slurm backup controller in standby mode",
+    "Zero Bytes were transmitted or received",
+    "Connection reset",
+)
 
 
 @dataclass(frozen=True)
@@ -46,21 +53,25 @@ class CommandResult:
 
 
 class Runner(Protocol):
-    def __call__(self, argv: list[str], env: dict[str, str] | None = None,
-                 timeout: float = 60) -> CommandResult: ...
+    def __call__(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 60
+    ) -> CommandResult: ...
 
 
-def run_command(argv: list[str], env: dict[str, str] | None = None,
-                timeout: float = 60) -> CommandResult:
+def run_command(
+    argv: list[str], env: dict[str, str] | None = None, timeout: float = 60
+) -> CommandResult:
     """The real runner: argv only, never a shell."""
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return CommandResult(argv, 124, "", f"{argv[0]}: no answer in {timeout:.0f} s "
-                             "(Socket timed out)")
+        return CommandResult(
+            argv, 124, "", f"{argv[0]}: no answer in {timeout:.0f} s (Socket timed out)"
+        )
     return CommandResult(argv, p.returncode, p.stdout, p.stderr)
 
 
@@ -78,13 +89,13 @@ def _first_line(text: str) -> str:
 class SlurmCLI(SlurmJobs, Backend):
     """Slurm through sbatch, sacct, squeue and scancel."""
 
-    profile: Any = None            # where runs go (SlurmJobs): the cluster profile,
-    partition: str | None = None   # its partition,
-    home: Path | None = None       # and where `dlscale env create` recorded environments
+    profile: Any = None  # where runs go (SlurmJobs): the cluster profile,
+    partition: str | None = None  # its partition,
+    home: Path | None = None  # and where `dlscale env create` recorded environments
     runner: Runner = run_command
-    squeue_every: int = 3          # polls between squeue calls (pending reasons, liveness)
-    max_failures: int = 3          # failed polls in a row before "unreachable"
-    retries: int = 3               # sbatch/scancel attempts on transient errors
+    squeue_every: int = 3  # polls between squeue calls (pending reasons, liveness)
+    max_failures: int = 3  # failed polls in a row before "unreachable"
+    retries: int = 3  # sbatch/scancel attempts on transient errors
     sleep: Callable[[float], None] = time.sleep
     name: str = "slurm"
     via: str = "Slurm's commands"
@@ -94,11 +105,11 @@ class SlurmCLI(SlurmJobs, Backend):
     _failures: int = 0
     _need_squeue: bool = True
     controller_ok: bool = True
-    last_poll_ok: bool = True      # False while failures are still being tolerated
+    last_poll_ok: bool = True  # False while failures are still being tolerated
     last_error: str | None = None
-    throttle: int | None = None    # %N for job arrays: the spec's max_concurrent, if set
+    throttle: int | None = None  # %N for job arrays: the spec's max_concurrent, if set
     accounting: bool | None = None  # None: the profile's, else learnt from sacct's answer
-    wave_every: float = 5.0        # seconds between tries of the next wave
+    wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
     limits: slurm_arrays.Limits | None = None  # the site's, once asked
 
@@ -163,12 +174,19 @@ class SlurmCLI(SlurmJobs, Backend):
         if self.accounting is False:
             return slurm_noacct.poll(self, job_ids)
         self._polls += 1
-        live = [j for j in job_ids if not (j in self._cache and
-                                           self._cache[j].state in TERMINAL)]
+        live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
         ok = True
         if live:
-            res = self.runner(["sacct", "--parsable2", "--noheader", "--jobs", ",".join(live),
-                               f"--format={SACCT_FIELDS}"])
+            res = self.runner(
+                [
+                    "sacct",
+                    "--parsable2",
+                    "--noheader",
+                    "--jobs",
+                    ",".join(live),
+                    f"--format={SACCT_FIELDS}",
+                ]
+            )
             if res.returncode == 0:
                 try:
                     found = parse_sacct(res.stdout)
@@ -181,8 +199,16 @@ class SlurmCLI(SlurmJobs, Backend):
                         old = self._cache.get(jid)
                         # sacct keeps no pending reason; squeue's stays until the state moves
                         if old and old.reason and not job.reason and old.state == job.state:
-                            job = SlurmJob(jid, job.state, job.slurm_state, job.exit_code,
-                                           job.signal, job.elapsed_s, job.nodes, old.reason)
+                            job = SlurmJob(
+                                jid,
+                                job.state,
+                                job.slurm_state,
+                                job.exit_code,
+                                job.signal,
+                                job.elapsed_s,
+                                job.nodes,
+                                old.reason,
+                            )
                         self._cache[jid] = job
             elif slurm_noacct.disabled(res.stderr):
                 self.accounting = False  # no slurmdbd here: follow without it from now on
@@ -190,18 +216,23 @@ class SlurmCLI(SlurmJobs, Backend):
             else:
                 ok = False
                 self.last_error = f"sacct: {_first_line(res.stderr) or res.returncode}"
-            still_live = [j for j in live if self._cache.get(j) is None
-                          or self._cache[j].state not in TERMINAL]
-            if still_live and (self._need_squeue or self._polls % self.squeue_every == 0
-                               or not self.controller_ok):
+            still_live = [
+                j
+                for j in live
+                if self._cache.get(j) is None or self._cache[j].state not in TERMINAL
+            ]
+            if still_live and (
+                self._need_squeue or self._polls % self.squeue_every == 0 or not self.controller_ok
+            ):
                 ok &= self._squeue(still_live)
         return self._answer(ok, job_ids)
 
     def _squeue(self, job_ids: list[str]) -> bool:
         # By user, not by id list: squeue fails the whole call if one id is already purged.
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
-        res = self.runner(["squeue", "--noheader", "--states=all", "--user", user,
-                           f"--format={SQUEUE_FORMAT}"])
+        res = self.runner(
+            ["squeue", "--noheader", "--states=all", "--user", user, f"--format={SQUEUE_FORMAT}"]
+        )
         if res.returncode != 0:
             self.controller_ok = False
             self.last_error = f"squeue: {_first_line(res.stderr) or res.returncode}"
@@ -219,10 +250,16 @@ class SlurmCLI(SlurmJobs, Backend):
             old = self._cache.get(jid)
             if old is None or old.state not in TERMINAL:
                 # sacct lags the controller by seconds; squeue's state and reason are fresher
-                self._cache[jid] = SlurmJob(jid, q.state, q.slurm_state,
-                                            old.exit_code if old else None, None,
-                                            q.elapsed_s, q.nodes or (old.nodes if old else None),
-                                            q.reason)
+                self._cache[jid] = SlurmJob(
+                    jid,
+                    q.state,
+                    q.slurm_state,
+                    old.exit_code if old else None,
+                    None,
+                    q.elapsed_s,
+                    q.nodes or (old.nodes if old else None),
+                    q.reason,
+                )
         return True
 
     def cancel(self, job_ids: list[str]) -> None:

@@ -14,6 +14,7 @@ from MaxSubmitJobs (`sacctmgr show assoc`), each lowered by the profile's max_ar
 and max_jobs. Runs beyond them stay WAITING (not submitted) and go in a later wave, which
 the watcher submits (Backend.next_wave) when the user's queue has room.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,16 +60,19 @@ class WaitForSlots(NotYet):
 
 @dataclass(frozen=True)
 class Limits:
-    array_size: int           # tasks per array
-    jobs: int | None          # queued jobs (array tasks count one each) per user
-    throttle: int | None      # %N: tasks of one array running at once
-    why: str                  # where the limits came from, for the waiting runs' reason
+    array_size: int  # tasks per array
+    jobs: int | None  # queued jobs (array tasks count one each) per user
+    throttle: int | None  # %N: tasks of one array running at once
+    why: str  # where the limits came from, for the waiting runs' reason
 
 
 def shape(script: str) -> tuple[str, ...]:
     """The job shape of a rendered job script: its #SBATCH lines, less the per-run ones."""
-    return tuple(line.strip() for line in script.splitlines()
-                 if line.startswith("#SBATCH") and line.split()[1].split("=")[0] not in _PER_RUN)
+    return tuple(
+        line.strip()
+        for line in script.splitlines()
+        if line.startswith("#SBATCH") and line.split()[1].split("=")[0] not in _PER_RUN
+    )
 
 
 def _config_value(text: str, key: str) -> int | None:
@@ -88,15 +92,29 @@ def site_limits(backend: SlurmCLI, profile=None, throttle: int | None = None) ->
     site_array = _config_value(res.stdout, "MaxArraySize") if res.returncode == 0 else None
     site_array = site_array or 1001  # Slurm's default
     # MaxArraySize N allows task ids 0..N-1: N tasks
-    res = backend.runner(["sacctmgr", "--noheader", "--parsable2", "show", "assoc",
-                          f"user={_user()}", "format=MaxSubmit"])
-    site_jobs = min((int(v) for v in res.stdout.split() if v.isdigit()), default=None) \
-        if res.returncode == 0 else None
+    res = backend.runner(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "assoc",
+            f"user={_user()}",
+            "format=MaxSubmit",
+        ]
+    )
+    site_jobs = (
+        min((int(v) for v in res.stdout.split() if v.isdigit()), default=None)
+        if res.returncode == 0
+        else None
+    )
     p = profile.profile if profile is not None else None
     array = min(x for x in (site_array, p and p.max_array_size) if x)
     jobs = min((x for x in (site_jobs, p and p.max_jobs) if x), default=None)
-    why.append(f"MaxArraySize {site_array}" + (f", profile max_array_size {p.max_array_size}"
-                                               if p and p.max_array_size else ""))
+    why.append(
+        f"MaxArraySize {site_array}"
+        + (f", profile max_array_size {p.max_array_size}" if p and p.max_array_size else "")
+    )
     if jobs:
         why.append(f"{jobs} queued jobs per user")
     throttle = throttle or (p.max_concurrent if p else None)
@@ -105,8 +123,7 @@ def site_limits(backend: SlurmCLI, profile=None, throttle: int | None = None) ->
 
 def queued(backend: SlurmCLI) -> int:
     """The user's queued and running jobs, array tasks one each (MaxSubmitJobs counts so)."""
-    res = backend.runner(["squeue", "--noheader", "--array", "--user", _user(),
-                          "--format=%i"])
+    res = backend.runner(["squeue", "--noheader", "--array", "--user", _user(), "--format=%i"])
     if res.returncode != 0:
         raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
     return sum(1 for line in res.stdout.splitlines() if line.strip())
@@ -129,6 +146,7 @@ def _array_dir(request: JobRequest) -> Path:
 def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
     """The array script, its runs.tsv and the log links; returns the script's path."""
     from ..launching.jobscript import _plain  # the one rule for #SBATCH values
+
     d = _array_dir(group[0])
     (d / "logs").mkdir()
     lines = []
@@ -140,15 +158,21 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
         (d / "logs" / f"{i}.log").symlink_to(RunPaths(Path(run_dir)).log)
     (d / "runs.tsv").write_text("".join(lines))
     script = d / "array.sh"
-    script.write_text(_ARRAY_SCRIPT.format(
-        n=len(group), name=_plain(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
-        shape="\n".join(script_shape), logs=_plain(str(d / "logs"), "array log folder"),
-        index=shlex.quote(str(d / "runs.tsv"))))
+    script.write_text(
+        _ARRAY_SCRIPT.format(
+            n=len(group),
+            name=_plain(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
+            shape="\n".join(script_shape),
+            logs=_plain(str(d / "logs"), "array log folder"),
+            index=shlex.quote(str(d / "runs.tsv")),
+        )
+    )
     return script
 
 
-def submit_many(backend: SlurmCLI, requests: list[JobRequest], profile=None,
-                throttle: int | None = None) -> list[str | Exception]:
+def submit_many(
+    backend: SlurmCLI, requests: list[JobRequest], profile=None, throttle: int | None = None
+) -> list[str | Exception]:
     """Each request's job id (`ARRAYID_TASK`, or a plain id for a shape of one run), or
     why not: WaitForSlots for runs beyond the limits (a later wave), SubmitError and
     ControllerUnreachable as sbatch's."""
@@ -181,8 +205,9 @@ def submit_many(backend: SlurmCLI, requests: list[JobRequest], profile=None,
     return out  # type: ignore[return-value]
 
 
-def _submit_chunk(backend: SlurmCLI, group: list[JobRequest], script_shape: tuple[str, ...],
-                  limits: Limits) -> list[str | Exception]:
+def _submit_chunk(
+    backend: SlurmCLI, group: list[JobRequest], script_shape: tuple[str, ...], limits: Limits
+) -> list[str | Exception]:
     if len(group) == 1:
         try:
             return [backend.submit(group[0])]
@@ -203,8 +228,12 @@ def _submit_chunk(backend: SlurmCLI, group: list[JobRequest], script_shape: tupl
     return ids
 
 
-def next_wave(backend: SlurmCLI, store: Store, experiment: str | None = None,
-              load_profile: Callable | None = None) -> int:
+def next_wave(
+    backend: SlurmCLI,
+    store: Store,
+    experiment: str | None = None,
+    load_profile: Callable | None = None,
+) -> int:
     """Submit the WAITING runs the queue has room for now; returns how many went. Their job
     scripts were written when they were planned; the limits and throttle come from the
     profile and spec kept in their folders."""
@@ -213,6 +242,7 @@ def next_wave(backend: SlurmCLI, store: Store, experiment: str | None = None,
         return 0
     from ..config.profile import load_profile as load
     from ..config.spec import load_spec
+
     first = RunPaths.of(waiting[0])
     profile = load(first.profile) if first.profile.exists() else backend.profile
     throttle = None
@@ -229,8 +259,7 @@ def next_wave(backend: SlurmCLI, store: Store, experiment: str | None = None,
         store.update_run(row["run_id"], attempts=max(1, row["attempts"] - 1))
         claimed.append(row)
         paths = RunPaths.of(row)
-        requests.append(JobRequest(row["run_id"], paths.root,
-                                   ["sbatch", str(paths.job_script)]))
+        requests.append(JobRequest(row["run_id"], paths.root, ["sbatch", str(paths.job_script)]))
     if not claimed:
         return 0
     try:
@@ -244,10 +273,12 @@ def next_wave(backend: SlurmCLI, store: Store, experiment: str | None = None,
         if isinstance(outcome, WaitForSlots):
             store.release_run(row["run_id"], WAITING, str(outcome))
         elif isinstance(outcome, Exception):
-            store.release_run(row["run_id"], "FAILED" if isinstance(outcome, SubmitError)
-                              else WAITING, f"not submitted: {outcome}")
+            store.release_run(
+                row["run_id"],
+                "FAILED" if isinstance(outcome, SubmitError) else WAITING,
+                f"not submitted: {outcome}",
+            )
         else:
-            store.add_job(backend.name, outcome, row["run_id"], "PENDING",
-                          backend.payload(request))
+            store.add_job(backend.name, outcome, row["run_id"], "PENDING", backend.payload(request))
             went += 1
     return went

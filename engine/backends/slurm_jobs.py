@@ -1,6 +1,7 @@
 """What the Slurm backends share, whichever way they reach Slurm (its commands or pyslurm): a
 run's job is a batch script rendered into its folder, with the spec and the cluster profile
 beside it, checked by bash before Slurm sees it; repeating a run submits that script again."""
+
 from __future__ import annotations
 
 import shutil
@@ -53,9 +54,11 @@ class SlurmJobs:
         if self.profile is None:
             return None
         from ..config.profile import time_to_seconds
+
         p = self.profile.profile
-        limits = [time_to_seconds(t) for t in (p.time_limit, p.partition(self.partition).max_time)
-                  if t]
+        limits = [
+            time_to_seconds(t) for t in (p.time_limit, p.partition(self.partition).max_time) if t
+        ]
         return min((s for s in limits if s), default=None)
 
     def site_profile(self) -> LoadedProfile | None:
@@ -66,6 +69,7 @@ class SlurmJobs:
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
         from ..launching import gpu_checks, jobscript
+
         if self.profile is None:
             return [NEEDS_PROFILE]
         partition = self.profile.profile.partition(self.partition)
@@ -79,8 +83,10 @@ class SlurmJobs:
             seen.add(key)
             try:
                 jobscript.check_fits(run, partition, self.profile.path)
-                jobscript.launcher_for(run, self.profile.profile.environments.get(
-                    run.framework, jobscript.Environment()))
+                jobscript.launcher_for(
+                    run,
+                    self.profile.profile.environments.get(run.framework, jobscript.Environment()),
+                )
             except PlanError as exc:
                 if str(exc) not in problems:
                     problems.append(str(exc))
@@ -88,20 +94,30 @@ class SlurmJobs:
 
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
         from ..launching import jobscript
+
         profile = self._profile()
         # the study's own throttle for the arrays its runs go in (submit_many)
         self.throttle = loaded.spec.experiment.max_concurrent or self.throttle
         script = paths.job_script
-        script.write_text(jobscript.render(run, profile, paths.root, loaded.path,
-                                           self.partition, home=self.home))
+        script.write_text(
+            jobscript.render(run, profile, paths.root, loaded.path, self.partition, home=self.home)
+        )
         paths.profile.write_text(profile.text)
         check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         if check.returncode != 0:
-            raise PlanError(f"{script}: the rendered job script does not parse: "
-                            f"{check.stderr.strip()}")
-        return JobRequest(run.run_id, paths.root, ["sbatch", str(script)], {}, run.nodes,
-                          run.ranks_per_node, run.training["threads_per_rank"],
-                          f"{run.experiment}:{run.label()}")
+            raise PlanError(
+                f"{script}: the rendered job script does not parse: {check.stderr.strip()}"
+            )
+        return JobRequest(
+            run.run_id,
+            paths.root,
+            ["sbatch", str(script)],
+            {},
+            run.nodes,
+            run.ranks_per_node,
+            run.training["threads_per_rank"],
+            f"{run.experiment}:{run.label()}",
+        )
 
     def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
         return JobRequest(row["run_id"], paths.root, ["sbatch", str(paths.job_script)])
@@ -109,15 +125,24 @@ class SlurmJobs:
     def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
         script = RunPaths.of(row).job_script
         if not script.is_file():
-            raise UserError(f"run {row['run_id']}: its job script {script} is gone; it cannot "
-                            "be repeated exactly")
+            raise UserError(
+                f"run {row['run_id']}: its job script {script} is gone; it cannot "
+                "be repeated exactly"
+            )
 
-    def repeat(self, old_row: dict[str, Any], new_row: dict[str, Any], payload: dict[str, Any],
-               moved: Callable[[str], str]) -> JobRequest:
+    def repeat(
+        self,
+        old_row: dict[str, Any],
+        new_row: dict[str, Any],
+        payload: dict[str, Any],
+        moved: Callable[[str], str],
+    ) -> JobRequest:
         old, new = RunPaths.of(old_row), RunPaths.of(new_row)
         shebang, _, rest = moved(old.job_script.read_text()).partition("\n")
-        new.job_script.write_text(f"{shebang}\n# dlscale rerun of run {old_row['run_id']}: its "
-                                  f"job script, with the run id and folder moved\n{rest}")
+        new.job_script.write_text(
+            f"{shebang}\n# dlscale rerun of run {old_row['run_id']}: its "
+            f"job script, with the run id and folder moved\n{rest}"
+        )
         if old.profile.exists():
             shutil.copy2(old.profile, new.profile)
         return JobRequest(new_row["run_id"], new.root, ["sbatch", str(new.job_script)])
@@ -136,12 +161,18 @@ class SlurmJobs:
             self._failures += 1
             if self._failures >= self.max_failures:
                 raise ControllerUnreachable(
-                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}")
+                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}"
+                )
         out = {}
         for j in job_ids:
             job = self._cache.get(j)
             if job is not None:
-                out[j] = JobStatus(j, job.state, job.reason, job.nodes,
-                                   float(job.elapsed_s) if job.elapsed_s is not None else None,
-                                   job.exit_code)
+                out[j] = JobStatus(
+                    j,
+                    job.state,
+                    job.reason,
+                    job.nodes,
+                    float(job.elapsed_s) if job.elapsed_s is not None else None,
+                    job.exit_code,
+                )
         return out

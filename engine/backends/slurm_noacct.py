@@ -7,6 +7,7 @@ state and exit code for as long as Slurm remembers them (MinJobAge). A job it ha
 forgotten is settled from the marker its job script wrote in the run folder as it ended
 (`job.exit`: `exit N` or `signal TERM`; Backend.last_word).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -29,8 +30,7 @@ def disabled(stderr: str) -> bool:
 def poll(backend: SlurmCLI, job_ids: list[str]) -> dict[str, JobStatus]:
     """One `scontrol show job` for every job not known to be finished."""
     backend._polls += 1
-    live = [j for j in job_ids if not (j in backend._cache and
-                                       backend._cache[j].state in TERMINAL)]
+    live = [j for j in job_ids if not (j in backend._cache and backend._cache[j].state in TERMINAL)]
     ok = True
     if live:
         res = backend.runner(["scontrol", "--oneliner", "show", "job"])
@@ -55,15 +55,21 @@ def poll(backend: SlurmCLI, job_ids: list[str]) -> dict[str, JobStatus]:
     else:
         backend._failures += 1
         if backend._failures >= backend.max_failures:
-            raise ControllerUnreachable(f"Slurm did not answer {backend._failures} polls in "
-                                        f"a row: {backend.last_error}")
+            raise ControllerUnreachable(
+                f"Slurm did not answer {backend._failures} polls in a row: {backend.last_error}"
+            )
     out = {}
     for j in job_ids:
         job = backend._cache.get(j)
         if job is not None:
-            out[j] = JobStatus(j, job.state, job.reason, job.nodes,
-                               float(job.elapsed_s) if job.elapsed_s is not None else None,
-                               job.exit_code)
+            out[j] = JobStatus(
+                j,
+                job.state,
+                job.reason,
+                job.nodes,
+                float(job.elapsed_s) if job.elapsed_s is not None else None,
+                job.exit_code,
+            )
     return out
 
 
@@ -77,5 +83,11 @@ def last_word(row: dict[str, Any]) -> JobStatus | None:
     if ended is None:
         return None
     state, code = ended
-    return JobStatus(row["job_id"], state, None if state != "CANCELLED" else
-                     "ended by SIGTERM (scancel, or the time limit)", None, None, code)
+    return JobStatus(
+        row["job_id"],
+        state,
+        None if state != "CANCELLED" else "ended by SIGTERM (scancel, or the time limit)",
+        None,
+        None,
+        code,
+    )

@@ -4,6 +4,7 @@
 Pure functions of text, tested against recorded output, so the watcher's logic does not
 depend on a live controller.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,15 +15,29 @@ from dataclasses import dataclass
 # Slurm's job states, mapped onto the ones dlscale shows. Unknown states read as UNKNOWN
 # rather than being guessed.
 STATE_MAP = {
-    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING",
-    "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "RESV_DEL_HOLD": "PENDING",
-    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "RESIZING": "RUNNING",
-    "SUSPENDED": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
+    "PENDING": "PENDING",
+    "CONFIGURING": "PENDING",
+    "REQUEUED": "PENDING",
+    "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING",
+    "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING",
+    "COMPLETING": "RUNNING",
+    "RESIZING": "RUNNING",
+    "SUSPENDED": "RUNNING",
+    "STAGE_OUT": "RUNNING",
+    "SIGNALING": "RUNNING",
     "STOPPED": "RUNNING",
     "COMPLETED": "COMPLETED",
-    "FAILED": "FAILED", "OUT_OF_MEMORY": "FAILED", "BOOT_FAIL": "FAILED",
-    "SPECIAL_EXIT": "FAILED", "PREEMPTED": "FAILED", "REVOKED": "FAILED",
-    "CANCELLED": "CANCELLED", "DEADLINE": "TIMEOUT", "TIMEOUT": "TIMEOUT",
+    "FAILED": "FAILED",
+    "OUT_OF_MEMORY": "FAILED",
+    "BOOT_FAIL": "FAILED",
+    "SPECIAL_EXIT": "FAILED",
+    "PREEMPTED": "FAILED",
+    "REVOKED": "FAILED",
+    "CANCELLED": "CANCELLED",
+    "DEADLINE": "TIMEOUT",
+    "TIMEOUT": "TIMEOUT",
     "NODE_FAIL": "NODE_FAIL",
 }
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
@@ -35,9 +50,9 @@ class ParseError(ValueError):
 
 @dataclass(frozen=True)
 class SlurmJob:
-    job_id: str          # as dlscale tracks it: "123", or "123_4" for an array task
-    state: str           # dlscale's state (STATE_MAP)
-    slurm_state: str     # Slurm's own word, e.g. "CANCELLED by 0"
+    job_id: str  # as dlscale tracks it: "123", or "123_4" for an array task
+    state: str  # dlscale's state (STATE_MAP)
+    slurm_state: str  # Slurm's own word, e.g. "CANCELLED by 0"
     exit_code: int | None = None
     signal: int | None = None
     elapsed_s: int | None = None
@@ -108,8 +123,7 @@ def parse_sacct(stdout: str, fields: str = SACCT_FIELDS) -> dict[str, SlurmJob]:
             continue
         cols = line.split("|")
         if len(cols) < width:
-            raise ParseError(f"sacct row has {len(cols)} fields, expected {width}: "
-                             f"{line[:200]!r}")
+            raise ParseError(f"sacct row has {len(cols)} fields, expected {width}: {line[:200]!r}")
         job = cols[job_at] if job_at is not None else ""
         if "." in job:
             continue
@@ -119,10 +133,15 @@ def parse_sacct(stdout: str, fields: str = SACCT_FIELDS) -> dict[str, SlurmJob]:
         raw = cols[state_at]
         for jid in expand_array(job) if "[" in job else (job,):
             out[jid] = SlurmJob(
-                jid, map_state(raw), raw.strip(), exit_code, sig,
+                jid,
+                map_state(raw),
+                raw.strip(),
+                exit_code,
+                sig,
                 int(elapsed) if elapsed.isdigit() else None,
                 _nodes(cols[nodes_at] if nodes_at is not None else None),
-                reason if reason and reason != "None" else None)
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 
@@ -165,17 +184,27 @@ def parse_sacct_json(stdout: str) -> dict[str, SlurmJob]:
         raw = _current_state(job.get("state"))
         ec = job.get("exit_code") or {}
         rc = _number(ec.get("return_code"))
-        sig = _number((ec.get("signal") or {}).get("id") if isinstance(ec.get("signal"), dict)
-                      else ec.get("signal"))
+        sig = _number(
+            (ec.get("signal") or {}).get("id")
+            if isinstance(ec.get("signal"), dict)
+            else ec.get("signal")
+        )
         if sig is None and rc is not None:
             sig = 0  # 23.02+ leave an absent signal unset; the text answer says `rc:0`
-        reason = (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) \
-            else None
+        reason = (
+            (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) else None
+        )
         for jid in jids:
-            out[jid] = SlurmJob(jid, map_state(raw), raw, rc, sig,
-                                _number((job.get("time") or {}).get("elapsed")),
-                                _nodes(job.get("nodes")),
-                                reason if reason and reason != "None" else None)
+            out[jid] = SlurmJob(
+                jid,
+                map_state(raw),
+                raw,
+                rc,
+                sig,
+                _number((job.get("time") or {}).get("elapsed")),
+                _nodes(job.get("nodes")),
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 
@@ -190,8 +219,16 @@ def parse_squeue(stdout: str) -> dict[str, SlurmJob]:
             raise ParseError(f"squeue row has {len(cols)} fields, expected 5: {line[:200]!r}")
         jid, state, reason, nodes, elapsed = (c.strip() for c in cols[:5])
         for j in expand_array(jid):
-            out[j] = SlurmJob(j, map_state(state), state, None, None, _clock(elapsed),
-                              _nodes(nodes), reason if reason and reason != "None" else None)
+            out[j] = SlurmJob(
+                j,
+                map_state(state),
+                state,
+                None,
+                None,
+                _clock(elapsed),
+                _nodes(nodes),
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 
@@ -217,8 +254,16 @@ def parse_squeue_json(stdout: str) -> dict[str, SlurmJob]:
         sig = _number((ec.get("signal") or {}).get("id"))
         reason = job.get("state_reason")
         for jid in jids:
-            out[jid] = SlurmJob(jid, map_state(raw), raw, rc, sig, None, _nodes(job.get("nodes")),
-                                reason if reason and reason != "None" else None)
+            out[jid] = SlurmJob(
+                jid,
+                map_state(raw),
+                raw,
+                rc,
+                sig,
+                None,
+                _nodes(job.get("nodes")),
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 
@@ -241,15 +286,21 @@ def parse_scontrol_jobs(stdout: str) -> dict[str, SlurmJob]:
             continue  # "No jobs in the system"
         f = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
         array_job, task = f.get("ArrayJobId"), f.get("ArrayTaskId")
-        jids = (expand_array(f"{array_job}_[{task}]") if array_job and task
-                else [f.get("JobId", "")])
+        jids = expand_array(f"{array_job}_[{task}]") if array_job and task else [f.get("JobId", "")]
         raw = f.get("JobState", "UNKNOWN")
         exit_code, sig = _exit(f.get("ExitCode", ""))
         reason = f.get("Reason")
         for jid in jids:
-            out[jid] = SlurmJob(jid, map_state(raw), raw, exit_code, sig,
-                                _clock(f.get("RunTime", "")), _nodes(f.get("NodeList")),
-                                reason if reason and reason != "None" else None)
+            out[jid] = SlurmJob(
+                jid,
+                map_state(raw),
+                raw,
+                exit_code,
+                sig,
+                _clock(f.get("RunTime", "")),
+                _nodes(f.get("NodeList")),
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 

@@ -4,6 +4,7 @@ problem; failures of the world exit 1; neither prints a traceback.
 Commands live in modules by concern and are imported only when used, so `dlscale --help`
 and `dlscale status` start without loading what `results` or `run` need (scipy, matplotlib,
 pydantic, jinja2)."""
+
 from __future__ import annotations
 
 import os
@@ -20,42 +21,83 @@ _chosen: dict[str, str | None] = {"home": None}  # for messages outside a comman
 
 # name: (module, attribute, the short help `dlscale --help` shows without importing it)
 COMMANDS = {
-    "plan": ("runs", "plan_cmd", "Dry run: the runs a spec makes, grouped, with their "
-             "device-hours."),
+    "plan": (
+        "runs",
+        "plan_cmd",
+        "Dry run: the runs a spec makes, grouped, with their device-hours.",
+    ),
     "run": ("runs", "run", "Submit the runs of SPEC that have not completed yet."),
-    "status": ("watch", "status", "Runs, their jobs and states (live ones first asked of "
-               "the scheduler)."),
-    "results": ("results", "results", "Throughput (mean ± CI95), speedup, efficiency and "
-                "time-to-accuracy per point."),
-    "chart": ("results", "chart", "A terminal chart of a metric against devices, with the "
-              "ideal line."),
+    "status": (
+        "watch",
+        "status",
+        "Runs, their jobs and states (live ones first asked of the scheduler).",
+    ),
+    "results": (
+        "results",
+        "results",
+        "Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point.",
+    ),
+    "chart": (
+        "results",
+        "chart",
+        "A terminal chart of a metric against devices, with the ideal line.",
+    ),
     "logs": ("watch", "logs", "The log of a run (unique id prefixes work)."),
     "cancel": ("runs", "cancel", "Cancel queued or running runs."),
-    "resubmit": ("runs", "resubmit", "Submit finished, failed or cancelled runs again, with "
-                 "the same job script."),
-    "rerun": ("runs", "rerun", "Repeat a finished run exactly, from its record, as a new run "
-              "to compare with it."),
-    "report": ("report", "report", "Write up an experiment: set-up, tables, figures, MLLOG "
-               "exports."),
+    "resubmit": (
+        "runs",
+        "resubmit",
+        "Submit finished, failed or cancelled runs again, with the same job script.",
+    ),
+    "rerun": (
+        "runs",
+        "rerun",
+        "Repeat a finished run exactly, from its record, as a new run to compare with it.",
+    ),
+    "report": (
+        "report",
+        "report",
+        "Write up an experiment: set-up, tables, figures, MLLOG exports.",
+    ),
     "export": ("report", "export", "Stored runs in other formats."),
-    "data": ("data", "data", "Real datasets: fetch CIFAR-10, check an ImageNet folder, write "
-             "a small one."),
-    "env": ("env", "env", "Per-framework software environments (their pins conflict, so each "
-            "has its own)."),
-    "doctor": ("env", "doctor", "Per framework: does its environment import, which versions "
-               "and build (CUDA, Horovod's NCCL), and (--smoke) does a 2-rank run train; and "
-               "which way the Slurm backend talks to Slurm here. Exits 1 when a framework with "
-               "a trainer cannot run."),
-    "store": ("store", "store", "The store (DLSCALE_HOME/dlscale.db): rebuild it from the run "
-              "folders."),
+    "data": (
+        "data",
+        "data",
+        "Real datasets: fetch CIFAR-10, check an ImageNet folder, write a small one.",
+    ),
+    "env": (
+        "env",
+        "env",
+        "Per-framework software environments (their pins conflict, so each has its own).",
+    ),
+    "doctor": (
+        "env",
+        "doctor",
+        "Per framework: does its environment import, which versions "
+        "and build (CUDA, Horovod's NCCL), and (--smoke) does a 2-rank run train; and "
+        "which way the Slurm backend talks to Slurm here. Exits 1 when a framework with "
+        "a trainer cannot run.",
+    ),
+    "store": (
+        "store",
+        "store",
+        "The store (DLSCALE_HOME/dlscale.db): rebuild it from the run folders.",
+    ),
 }
 
 
-@click.group(cls=LazyGroup, lazy={n: (f"{__name__}.{m}", a, h) for n, (m, a, h)
-                                   in COMMANDS.items()},
-             context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="DLSCALE_HOME", type=click.Path(), callback=home_callback,
-              help="where the store and run folders live (default ~/.dlscale)")
+@click.group(
+    cls=LazyGroup,
+    lazy={n: (f"{__name__}.{m}", a, h) for n, (m, a, h) in COMMANDS.items()},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--home",
+    envvar="DLSCALE_HOME",
+    type=click.Path(),
+    callback=home_callback,
+    help="where the store and run folders live (default ~/.dlscale)",
+)
 @click.version_option(package_name="dlscale")
 @click.pass_context
 def cli(ctx: click.Context, home: str | None) -> None:
@@ -66,6 +108,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
 
 def _say(line: str) -> None:
     from .console import err  # rich: loaded only once there is something to say
+
     err.print(line, markup=False, soft_wrap=True)
 
 
@@ -91,12 +134,15 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
         # ...unless SQLite found a damaged page only now, when a query read it
         from ..tracking.store import damage_message, default_home
+
         damage = damage_message(exc, Path(_chosen["home"] or default_home()))
         if damage is not None:
             _say(f"dlscale: error: {damage}")
             sys.exit(1)
         if os.environ.get("DLSCALE_DEBUG"):
             raise
-        _say(f"dlscale: internal error: {type(exc).__name__}: {exc} "
-             "(set DLSCALE_DEBUG=1 for the traceback)")
+        _say(
+            f"dlscale: internal error: {type(exc).__name__}: {exc} "
+            "(set DLSCALE_DEBUG=1 for the traceback)"
+        )
         sys.exit(1)

@@ -1,4 +1,5 @@
 """Where the command line writes: stdout for what was asked, stderr for errors and progress."""
+
 from __future__ import annotations
 
 import sys
@@ -9,7 +10,9 @@ from ..tracking.store import TERMINAL, Store  # noqa: TC001
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 160)
+err = Console(
+    stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 160
+)
 
 
 def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
@@ -17,9 +20,16 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..tracking.monitor import wait_until_done
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=err,
-                  transient=False) as progress:
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[now]}"),
+        console=err,
+        transient=False,
+    ) as progress:
         task = progress.add_task("runs", total=len(run_ids), now="")
 
         def on_tick(tick, rows) -> None:
@@ -29,11 +39,17 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
             if running:
                 r = running[0]
                 last = store.last_records("interval", [r["run_id"]]).get(r["run_id"])
-                now = (f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-                       f"#{r['repetition']}" + (f": step {last['step']}, "
-                                                f"{last['images_per_s']:.0f} images/s"
-                                                if last else ": starting"))
+                now = (
+                    f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
+                    f"#{r['repetition']}"
+                    + (
+                        f": step {last['step']}, {last['images_per_s']:.0f} images/s"
+                        if last
+                        else ": starting"
+                    )
+                )
             if not tick.reachable:
                 now = f"controller unreachable, retrying: {tick.warning}"
             progress.update(task, completed=done, now=now)
+
         wait_until_done(store, scheduler, run_ids, on_tick)

@@ -1,6 +1,7 @@
 """`dlscale env` and `dlscale doctor`: each framework's software environment (their pins
 conflict, so each has its own), for CPUs and for NVIDIA GPUs (`--gpu`): built, listed,
 forgotten and checked."""
+
 from __future__ import annotations
 
 import sys
@@ -11,7 +12,7 @@ import click
 from ..config.frameworks import FRAMEWORKS
 from ..config.profile import load_profile
 from ..errors import UserError
-from ..launching import envbuild, envs, gpus
+from ..launching import env_registry, envbuild, envs, gpus
 from ..launching import smoke as smoke_run
 from ..results.tables import Table
 from ..tracking.store import default_home
@@ -22,8 +23,9 @@ def _home(ctx: click.Context) -> Path:
     return Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
 
 
-def _site(framework: str, profile_path: str | None, partition: str | None,
-          gpu: bool) -> tuple[tuple, dict]:
+def _site(
+    framework: str, profile_path: str | None, partition: str | None, gpu: bool
+) -> tuple[tuple, dict]:
     """What a build takes from a cluster profile: the modules it loads first (CUDA, NCCL),
     and the partition's GPU architecture for the kernels Horovod compiles. A GPU build that
     could not run on that partition's GPUs is refused before its downloads."""
@@ -37,8 +39,10 @@ def _site(framework: str, profile_path: str | None, partition: str | None,
     if gpu and part.gpu_arch:
         limit = gpus.GPU_BUILD_ARCHS.get(framework)
         if limit is not None and not limit.runs_on(gpus.parse_arch(part.gpu_arch)):
-            raise UserError(f"{framework} --gpu: it cannot run on partition {part.name}'s "
-                            f"GPUs ({part.gpu_arch}, {profile_path}): {limit.why}")
+            raise UserError(
+                f"{framework} --gpu: it cannot run on partition {part.name}'s "
+                f"GPUs ({part.gpu_arch}, {profile_path}): {limit.why}"
+            )
         environ["HOROVOD_BUILD_CUDA_CC_LIST"] = str(part.gpu_arch).removeprefix("sm_")
     return tuple(loaded.profile.modules), environ
 
@@ -50,26 +54,58 @@ def env() -> None:
 
 @env.command("create")
 @click.argument("framework", type=click.Choice(list(FRAMEWORKS)))
-@click.option("--gpu", is_flag=True, help="the NVIDIA GPU variant: CUDA builds of the "
-              "framework (and Horovod with NCCL), nvidia-ml-py; cached apart from the CPU one")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              help="a cluster profile whose modules (CUDA, NCCL) are loaded before building "
-              "(in a login shell), and whose partition's gpu_arch Horovod's kernels are built for")
+@click.option(
+    "--gpu",
+    is_flag=True,
+    help="the NVIDIA GPU variant: CUDA builds of the "
+    "framework (and Horovod with NCCL), nvidia-ml-py; cached apart from the CPU one",
+)
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="a cluster profile whose modules (CUDA, NCCL) are loaded before building "
+    "(in a login shell), and whose partition's gpu_arch Horovod's kernels are built for",
+)
 @click.option("--partition", default=None, help="the profile's partition (default: its default)")
-@click.option("--prefix", type=click.Path(file_okay=False), default=None,
-              help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
-              "then envs/FRAMEWORK-RECIPE)")
-@click.option("--with", "extras", multiple=True, type=click.Choice(list(envs.EXTRAS)),
-              help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
-              "horovod-pytorch)")
+@click.option(
+    "--prefix",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
+    "then envs/FRAMEWORK-RECIPE)",
+)
+@click.option(
+    "--with",
+    "extras",
+    multiple=True,
+    type=click.Choice(list(envs.EXTRAS)),
+    help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
+    "horovod-pytorch)",
+)
 @click.pass_context
-def env_create(ctx: click.Context, framework: str, gpu: bool, profile_path: str | None,
-               partition: str | None, prefix: str | None, extras: tuple[str, ...]) -> None:
+def env_create(
+    ctx: click.Context,
+    framework: str,
+    gpu: bool,
+    profile_path: str | None,
+    partition: str | None,
+    prefix: str | None,
+    extras: tuple[str, ...],
+) -> None:
     """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
     modules, environ = _site(framework, profile_path, partition, gpu)
-    envbuild.create(framework, _home(ctx), Path(prefix) if prefix else None,
-                say=lambda line: err.print(line, soft_wrap=True), extras=extras,
-                device="cuda" if gpu else "cpu", modules=modules, environ=environ)
+    envbuild.create(
+        framework,
+        _home(ctx),
+        Path(prefix) if prefix else None,
+        say=lambda line: err.print(line, soft_wrap=True),
+        extras=extras,
+        device="cuda" if gpu else "cpu",
+        modules=modules,
+        environ=environ,
+    )
 
 
 def _variants(home: Path) -> list[tuple[str, str]]:
@@ -111,26 +147,35 @@ def env_list(ctx: click.Context) -> None:
 @click.pass_context
 def env_remove(ctx: click.Context, framework: str, gpu: bool) -> None:
     """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
-    prefix = envs.remove(framework, _home(ctx), "cuda" if gpu else "cpu")
+    prefix = env_registry.remove(framework, _home(ctx), "cuda" if gpu else "cpu")
     out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
 
 
 @click.command()
-@click.option("--smoke/--no-smoke", default=False, help="also train 2 ranks for a few "
-              "steps in each working environment (tens of seconds each)")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              help="cluster profile TOML: say which way --backend slurm talks to Slurm with it")
+@click.option(
+    "--smoke/--no-smoke",
+    default=False,
+    help="also train 2 ranks for a few steps in each working environment (tens of seconds each)",
+)
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="cluster profile TOML: say which way --backend slurm talks to Slurm with it",
+)
 @click.argument("frameworks", nargs=-1, type=click.Choice(list(FRAMEWORKS)))
 @click.pass_context
-def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
-           frameworks: tuple[str, ...]) -> None:
+def doctor(
+    ctx: click.Context, smoke: bool, profile_path: str | None, frameworks: tuple[str, ...]
+) -> None:
     """Per framework: does its environment import, which versions and build (CUDA, Horovod's
     NCCL), and (--smoke) does a 2-rank run train; and which way the Slurm backend talks to
     Slurm here. Exits 1 when a framework with a trainer cannot run."""
     from ..backends.registry import pyslurm_status
+
     home = _home(ctx)
-    out.print(pyslurm_status(load_profile(profile_path) if profile_path else None),
-              soft_wrap=True)
+    out.print(pyslurm_status(load_profile(profile_path) if profile_path else None), soft_wrap=True)
     broken = 0
     shown = len(gpus.local_gpus())
     # One plain line per framework and device: long paths and versions stay whole and greppable.
@@ -145,16 +190,20 @@ def doctor(ctx: click.Context, smoke: bool, profile_path: str | None,
             problem, versions = st.problem, {}
         else:
             problem, versions, facts = envs.probe_facts(
-                st.python, envs.recipe_for(fw, st.extras, st.device), full_import=True)
+                st.python, envs.recipe_for(fw, st.extras, st.device), full_import=True
+            )
             if problem:
                 problem += f"; rebuild with `{envs.create_command(fw, home, st.extras, device)}`"
             elif device == "cuda":
                 st.cuda, st.nccl = facts.get("cuda"), facts.get("nccl")
                 problem = envs.gpu_problem(st, home, "a GPU run needs a CUDA build")
-        line = f"{name}: " + (f"imports ok ({st.source}: {st.prefix or st.python}); "
-                              + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-                              + f"; {envs.describe_build(facts)}"
-                              if not problem else f"NO: {problem}")
+        line = f"{name}: " + (
+            f"imports ok ({st.source}: {st.prefix or st.python}); "
+            + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+            + f"; {envs.describe_build(facts)}"
+            if not problem
+            else f"NO: {problem}"
+        )
         if smoke and not problem and (device == "cpu" or shown):
             ok, said = smoke_run.smoke(fw, home, st, ranks=2 if device == "cpu" else min(2, shown))
             line += f"; smoke: {said}"

@@ -1,4 +1,5 @@
 """A click group whose commands are imported when they run, not when the group is built."""
+
 from __future__ import annotations
 
 import importlib
@@ -28,5 +29,9 @@ class LazyGroup(click.Group):
         rows = [(name, self.lazy[name][2]) for name in self.list_commands(ctx)]
         limit = formatter.width - 6 - max(len(name) for name, _ in rows)
         with formatter.section("Commands"):
-            formatter.write_dl([(name, click.utils.make_default_short_help(text, limit))  # type: ignore[operator]
-                                for name, text in rows])
+            formatter.write_dl(
+                [
+                    (name, click.utils.make_default_short_help(text, limit))  # type: ignore[operator]
+                    for name, text in rows
+                ]
+            )

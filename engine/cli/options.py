@@ -2,6 +2,7 @@
 store's folder (--home, DLSCALE_HOME) can be made and written, a named experiment is in the
 store, an MD5 looks like one. `dlscale` and `dlscale-tui` share them; numbers are bounded
 where each option is declared (click.IntRange says its range itself)."""
+
 from __future__ import annotations
 
 import re
@@ -37,6 +38,7 @@ def check_home(home: str | Path | None, source: str = "--home") -> Path:
     """The store's folder, if it exists or can be made, and can be written; UserError (exit 2)
     naming the path and why not. Nothing is created: a probe file is made and removed."""
     from ..tracking.store import default_home
+
     path = Path(home).expanduser() if home else default_home()
     where = f"home {path} ({source})"
     try:
@@ -64,6 +66,7 @@ def home_callback(ctx: click.Context, param: click.Parameter, value: str | None)
 
 def store_of(ctx: click.Context) -> Store:
     from ..tracking.store import Store
+
     """The command's store, opened once (by the first check or the command itself)."""
     obj = ctx.find_root().obj or {}
     if "store" not in obj:
@@ -71,28 +74,29 @@ def store_of(ctx: click.Context) -> Store:
     return obj["store"]
 
 
-def known_experiment(ctx: click.Context, param: click.Parameter,
-                     value: str | None) -> str | None:
+def known_experiment(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None or ctx.resilient_parsing:
         return value
     store = store_of(ctx)
     known = store.experiment_names()
     if value not in known:
-        raise NotFoundError(f"no experiment {value!r} in the store ({store.home}); it has: "
-                            f"{', '.join(known) or 'none yet'}")
+        raise NotFoundError(
+            f"no experiment {value!r} in the store ({store.home}); it has: "
+            f"{', '.join(known) or 'none yet'}"
+        )
     return value
 
 
 def experiment_option(help: str | None = None):  # noqa: A002  (click's own word)
     """--experiment/-e, checked against the store before the command does anything."""
-    return click.option("--experiment", "-e", default=None, callback=known_experiment,
-                        help=help)
+    return click.option("--experiment", "-e", default=None, callback=known_experiment, help=help)
 
 
 def md5_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", value):
-        raise click.BadParameter(f"{value!r} (from {_source(ctx, param)}) is not an MD5: give "
-                                 "32 hex digits", ctx, param)
+        raise click.BadParameter(
+            f"{value!r} (from {_source(ctx, param)}) is not an MD5: give 32 hex digits", ctx, param
+        )
     return value
 
 
@@ -100,10 +104,15 @@ def backend_for(backend: str | None, profile_path: str | None, partition: str | 
     """The backend a command runs on: slurm with a cluster profile, else local (as in
     dlscale-tui). An option the chosen backend would ignore is refused, not dropped."""
     from ..backends.registry import takes_profile
+
     if backend and profile_path and not takes_profile(backend):
-        raise UserError(f"--profile describes a Slurm cluster, and --backend {backend} runs on "
-                        "this machine; give --backend slurm, or leave --profile out")
+        raise UserError(
+            f"--profile describes a Slurm cluster, and --backend {backend} runs on "
+            "this machine; give --backend slurm, or leave --profile out"
+        )
     if partition and not profile_path:
-        raise UserError(f"--partition {partition}: a partition belongs to a cluster profile; "
-                        "give --profile CLUSTER.toml too")
+        raise UserError(
+            f"--partition {partition}: a partition belongs to a cluster profile; "
+            "give --profile CLUSTER.toml too"
+        )
     return backend or ("slurm" if profile_path else "local")

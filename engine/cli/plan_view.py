@@ -1,5 +1,6 @@
 """`dlscale plan`'s views of a plan: grouped by framework x model x scale (the default, readable
 at 10,000 runs), one row per run (--all), or JSON for scripts."""
+
 from __future__ import annotations
 
 import json
@@ -35,28 +36,69 @@ class PlanView:
         for r in self.plan.runs:
             groups[(r.framework, r.model, r.dataset, r.nodes, r.ranks_per_node)].append(r)
         t = Table(title=self._title(), title_justify="left")
-        for col in ("framework", "model", "dataset", "scale", "devices", "runs", "to run",
-                    "device-runs", "est. device-hours"):
-            t.add_column(col, justify="right" if col in ("devices", "runs", "to run",
-                                                          "device-runs", "est. device-hours")
-                         else "left")
+        for col in (
+            "framework",
+            "model",
+            "dataset",
+            "scale",
+            "devices",
+            "runs",
+            "to run",
+            "device-runs",
+            "est. device-hours",
+        ):
+            t.add_column(
+                col,
+                justify="right"
+                if col in ("devices", "runs", "to run", "device-runs", "est. device-hours")
+                else "left",
+            )
         for (fw, model, dataset, nodes, rpn), runs in groups.items():
             todo = [r for r in runs if self.state(r) != "COMPLETED"]
-            t.add_row(fw, model, dataset, f"{nodes}x{rpn}", str(nodes * rpn), str(len(runs)),
-                      str(len(todo)), str(sum(r.devices for r in todo)),
-                      fmt(self._hours(todo), 3))
+            t.add_row(
+                fw,
+                model,
+                dataset,
+                f"{nodes}x{rpn}",
+                str(nodes * rpn),
+                str(len(runs)),
+                str(len(todo)),
+                str(sum(r.devices for r in todo)),
+                fmt(self._hours(todo), 3),
+            )
         return t
 
     def runs_table(self) -> Table:
         t = Table(title=self._title(), title_justify="left")
-        for col in ("run", "framework", "model", "dataset", "scale", "devices", "batch/dev",
-                    "precision", "rep", "state", "est. minutes"):
+        for col in (
+            "run",
+            "framework",
+            "model",
+            "dataset",
+            "scale",
+            "devices",
+            "batch/dev",
+            "precision",
+            "rep",
+            "state",
+            "est. minutes",
+        ):
             t.add_column(col)
         for run in self.plan.runs:
             secs = self.estimate.per_run.get(run.run_id)
-            t.add_row(run.run_id, run.framework, run.model, run.dataset, run.scale,
-                      str(run.devices), str(run.per_device_batch), run.precision,
-                      str(run.repetition), self.state(run), fmt(secs / 60 if secs else None, 1))
+            t.add_row(
+                run.run_id,
+                run.framework,
+                run.model,
+                run.dataset,
+                run.scale,
+                str(run.devices),
+                str(run.per_device_batch),
+                run.precision,
+                str(run.repetition),
+                self.state(run),
+                fmt(secs / 60 if secs else None, 1),
+            )
         return t
 
     def _hours(self, runs: list[Run]) -> float | None:
@@ -68,22 +110,46 @@ class PlanView:
 
     def totals_line(self) -> str:
         todo = self.todo
-        return (f"{len(self.plan.runs)} runs, {len(todo)} still to run, "
-                f"{sum(r.devices for r in todo)} device-runs; {self.estimate.text(todo)}")
+        return (
+            f"{len(self.plan.runs)} runs, {len(todo)} still to run, "
+            f"{sum(r.devices for r in todo)} device-runs; {self.estimate.text(todo)}"
+        )
 
     def json(self, refusals: str = "") -> str:
-        runs = [{"run_id": r.run_id, "framework": r.framework, "model": r.model,
-                 "dataset": r.dataset, "nodes": r.nodes, "ranks_per_node": r.ranks_per_node,
-                 "devices": r.devices, "per_device_batch": r.per_device_batch,
-                 "global_batch": r.global_batch, "scaling": r.scaling,
-                 "precision": r.precision, "loader": r.loader, "repetition": r.repetition,
-                 "state": self.state(r), "est_seconds": self.estimate.per_run.get(r.run_id)}
-                for r in self.plan.runs]
+        runs = [
+            {
+                "run_id": r.run_id,
+                "framework": r.framework,
+                "model": r.model,
+                "dataset": r.dataset,
+                "nodes": r.nodes,
+                "ranks_per_node": r.ranks_per_node,
+                "devices": r.devices,
+                "per_device_batch": r.per_device_batch,
+                "global_batch": r.global_batch,
+                "scaling": r.scaling,
+                "precision": r.precision,
+                "loader": r.loader,
+                "repetition": r.repetition,
+                "state": self.state(r),
+                "est_seconds": self.estimate.per_run.get(r.run_id),
+            }
+            for r in self.plan.runs
+        ]
         todo = self.todo
-        return json.dumps({
-            "experiment": self.loaded.spec.experiment.name, "spec": self.loaded.path,
-            "runs": runs, "skipped": [list(pair) for pair in self.plan.skipped_pairs],
-            "totals": {"runs": len(runs), "to_run": len(todo),
-                       "device_runs": sum(r.devices for r in todo),
-                       "est_device_hours": self._hours(todo)},
-            "refused": refusals.splitlines()}, indent=1)
+        return json.dumps(
+            {
+                "experiment": self.loaded.spec.experiment.name,
+                "spec": self.loaded.path,
+                "runs": runs,
+                "skipped": [list(pair) for pair in self.plan.skipped_pairs],
+                "totals": {
+                    "runs": len(runs),
+                    "to_run": len(todo),
+                    "device_runs": sum(r.devices for r in todo),
+                    "est_device_hours": self._hours(todo),
+                },
+                "refused": refusals.splitlines(),
+            },
+            indent=1,
+        )

@@ -1,4 +1,5 @@
 """`dlscale report|export`: an experiment written up, stored runs in other formats."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,26 +21,53 @@ def _store(ctx: click.Context) -> Store:
 
 @click.command()
 @experiment_option("which experiment (needed when the store holds more than one)")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="folder for the report, its figures and exports (default report-NAME)")
-@click.option("--format", "fmt", type=click.Choice(reporting.FORMATS), default="md",
-              show_default=True, help="md: Markdown with PNG files; html: one self-contained page")
-@click.option("--reference", type=click.Path(dir_okay=False), default=None,
-              help="published numbers to set beside yours (default: reference.toml next to "
-              "the experiment's spec, when there is one)")
-@click.option("--force", is_flag=True,
-              help="write into a folder that is not empty and holds no earlier report "
-              "(nothing of yours there is removed or overwritten, even so)")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="folder for the report, its figures and exports (default report-NAME)",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(reporting.FORMATS),
+    default="md",
+    show_default=True,
+    help="md: Markdown with PNG files; html: one self-contained page",
+)
+@click.option(
+    "--reference",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="published numbers to set beside yours (default: reference.toml next to "
+    "the experiment's spec, when there is one)",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="write into a folder that is not empty and holds no earlier report "
+    "(nothing of yours there is removed or overwritten, even so)",
+)
 @click.pass_context
-def report(ctx: click.Context, experiment: str | None, out_dir: str | None, fmt: str,
-           reference: str | None, force: bool) -> None:
+def report(
+    ctx: click.Context,
+    experiment: str | None,
+    out_dir: str | None,
+    fmt: str,
+    reference: str | None,
+    force: bool,
+) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
     following.refresh(store)
     name = reporting.pick_experiment(store, experiment)["name"]
     made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference, force)
-    out.print(f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
-              f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)", soft_wrap=True)
+    out.print(
+        f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
+        f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)",
+        soft_wrap=True,
+    )
 
 
 @click.group()
@@ -50,17 +78,27 @@ def export() -> None:
 @export.command("mllog")
 @click.argument("run_ids", nargs=-1, metavar="[RUN...]")
 @experiment_option("every completed run of it")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="write RUN.mllog files here (default: print one run to stdout)")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="write RUN.mllog files here (default: print one run to stdout)",
+)
 @click.pass_context
-def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None,
-                 out_dir: str | None) -> None:
+def export_mllog(
+    ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None, out_dir: str | None
+) -> None:
     """A run's records as MLPerf-style `:::MLLOG {json}` lines."""
     store = _store(ctx)
     ids = [following.find_run(store, r)["run_id"] for r in run_ids]
     if experiment:
-        ids += [r["run_id"] for r in store.runs(reporting.pick_experiment(
-            store, experiment)["name"], states=("COMPLETED",))]
+        ids += [
+            r["run_id"]
+            for r in store.runs(
+                reporting.pick_experiment(store, experiment)["name"], states=("COMPLETED",)
+            )
+        ]
     if not ids:
         raise click.UsageError("name runs to export, or --experiment")
     if out_dir is None:
@@ -72,5 +110,7 @@ def export_mllog(ctx: click.Context, run_ids: tuple[str, ...], experiment: str |
         click.echo("\n".join(lines))
         return
     written = mllog.write(store, ids, Path(out_dir))
-    out.print(f"wrote {len(written)} MLLOG file(s) to {out_dir}" + (
-        f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else ""))
+    out.print(
+        f"wrote {len(written)} MLLOG file(s) to {out_dir}"
+        + (f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else "")
+    )

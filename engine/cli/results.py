@@ -1,5 +1,6 @@
 """`dlscale results|chart`: what a study measured. (`report` and `export` are in report.py:
 they need matplotlib, which these two must not wait for.)"""
+
 from __future__ import annotations
 
 import click
@@ -18,8 +19,13 @@ def _store(ctx: click.Context) -> Store:
 
 @click.command()
 @experiment_option()
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
 @click.pass_context
 def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
@@ -46,19 +52,33 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
 
 @click.command()
 @experiment_option()
-@click.option("--metric", type=click.Choice(list(charts.METRICS)), default="speedup",
-              show_default=True)
+@click.option(
+    "--metric", type=click.Choice(list(charts.METRICS)), default="speedup", show_default=True
+)
 @click.option("--model", type=click.Choice(MODELS), default=None, help="only this model")
 # Below 40x10 plotext has no room for the axes and the legend.
-@click.option("--width", type=click.IntRange(40, 1000), default=None,
-              help="columns (default: the terminal's, at most 100)")
+@click.option(
+    "--width",
+    type=click.IntRange(40, 1000),
+    default=None,
+    help="columns (default: the terminal's, at most 100)",
+)
 @click.option("--height", type=click.IntRange(10, 200), default=22, show_default=True)
 @click.pass_context
-def chart(ctx: click.Context, experiment: str | None, metric: str, model: str | None,
-          width: int | None, height: int) -> None:
+def chart(
+    ctx: click.Context,
+    experiment: str | None,
+    metric: str,
+    model: str | None,
+    width: int | None,
+    height: int,
+) -> None:
     """A terminal chart of a metric against devices, with the ideal line."""
     store = _store(ctx)
     following.refresh(store)
     rows = analysis.results(store, experiment)
-    click.echo(charts.chart(rows, metric, model, width or min(out.width, 100), height,
-                            color=out.is_terminal))
+    click.echo(
+        charts.chart(
+            rows, metric, model, width or min(out.width, 100), height, color=out.is_terminal
+        )
+    )

@@ -1,4 +1,5 @@
 """`dlscale plan|run|cancel|resubmit|rerun`: what a study submits and changes."""
+
 from __future__ import annotations
 
 import sys
@@ -26,26 +27,60 @@ def _store(ctx: click.Context) -> Store:
 
 
 def _backend_options(f):
-    f = click.option("--partition", default=None, help="partition of the profile "
-                     "(default: the profile's default partition)")(f)
-    f = click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-                     help="cluster profile TOML (needed with --backend slurm)")(f)
-    return click.option("--backend", default=None, type=click.Choice(BACKENDS),
-                        help="default: slurm with --profile, else local")(f)
+    f = click.option(
+        "--partition",
+        default=None,
+        help="partition of the profile (default: the profile's default partition)",
+    )(f)
+    f = click.option(
+        "--profile",
+        "profile_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="cluster profile TOML (needed with --backend slurm)",
+    )(f)
+    return click.option(
+        "--backend",
+        default=None,
+        type=click.Choice(BACKENDS),
+        help="default: slurm with --profile, else local",
+    )(f)
 
 
 @click.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @_backend_options
-@click.option("--include-planned", is_flag=True, help="show the whole matrix even where `run` "
-              "would refuse it (missing environments, GPUs), the refusals beside it")
-@click.option("--all", "every_run", is_flag=True, help="one row per run instead of one per "
-              "framework x model x scale")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="json: every run and the totals, for scripts")
+@click.option(
+    "--include-planned",
+    is_flag=True,
+    help="show the whole matrix even where `run` "
+    "would refuse it (missing environments, GPUs), the refusals beside it",
+)
+@click.option(
+    "--all",
+    "every_run",
+    is_flag=True,
+    help="one row per run instead of one per framework x model x scale",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="json: every run and the totals, for scripts",
+)
 @click.pass_context
-def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
-             partition: str | None, include_planned: bool, every_run: bool, fmt: str) -> None:
+def plan_cmd(
+    ctx: click.Context,
+    spec: str,
+    backend: str | None,
+    profile_path: str | None,
+    partition: str | None,
+    include_planned: bool,
+    every_run: bool,
+    fmt: str,
+) -> None:
     """Dry run: the runs a spec makes, grouped, with their device-hours."""
     backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec)
@@ -54,15 +89,19 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
     store = _store(ctx)
     refusals = ""
     try:
-        study.check_plan(loaded, p, make_backend(backend, store, profile, partition,
-                                                 connect=False), store.home)
+        study.check_plan(
+            loaded, p, make_backend(backend, store, profile, partition, connect=False), store.home
+        )
     except PlanError as exc:
         if not include_planned:
             raise
         refusals = str(exc)  # the whole matrix is still shown; `run` would refuse these
-    view = plan_view.PlanView(loaded, p, estimate(store, p.runs),
-                              {r["run_id"]: r["state"]
-                               for r in store.runs(loaded.spec.experiment.name)})
+    view = plan_view.PlanView(
+        loaded,
+        p,
+        estimate(store, p.runs),
+        {r["run_id"]: r["state"] for r in store.runs(loaded.spec.experiment.name)},
+    )
     if fmt == "json":
         click.echo(view.json(refusals))
         return
@@ -73,18 +112,28 @@ def plan_cmd(ctx: click.Context, spec: str, backend: str | None, profile_path: s
         out.print(note, soft_wrap=True)
     out.print(view.totals_line(), soft_wrap=True)
     if refusals:
-        err.print("not runnable here yet (`dlscale run` refuses these):\n" + refusals,
-                  soft_wrap=True)
+        err.print(
+            "not runnable here yet (`dlscale run` refuses these):\n" + refusals, soft_wrap=True
+        )
 
 
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @_backend_options
-@click.option("--wait/--no-wait", default=False, help="follow the runs to the end, then "
-              "print the results table and speedup chart")
+@click.option(
+    "--wait/--no-wait",
+    default=False,
+    help="follow the runs to the end, then print the results table and speedup chart",
+)
 @click.pass_context
-def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | None,
-        partition: str | None, wait: bool) -> None:
+def run(
+    ctx: click.Context,
+    spec: str,
+    backend: str | None,
+    profile_path: str | None,
+    partition: str | None,
+    wait: bool,
+) -> None:
     """Submit the runs of SPEC that have not completed yet."""
     backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec)
@@ -94,12 +143,19 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
     report = study.submit(store, loaded, target)
     name = loaded.spec.experiment.name
     where = target.describe() + (f" via {target.via}" if target.via else "")
-    out.print(f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
-              f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
-              f"earlier (skipped), {len(report.active)} already queued or running"
-              + (f", {len(report.waiting)} waiting for room in the queue (submitted in waves "
-                 "by `--wait`, `dlscale status` or the TUI)" if report.waiting else "")
-              + f" [backend: {where}]", soft_wrap=True)
+    out.print(
+        f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
+        f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
+        f"earlier (skipped), {len(report.active)} already queued or running"
+        + (
+            f", {len(report.waiting)} waiting for room in the queue (submitted in waves "
+            "by `--wait`, `dlscale status` or the TUI)"
+            if report.waiting
+            else ""
+        )
+        + f" [backend: {where}]",
+        soft_wrap=True,
+    )
     if target.note:
         out.print(target.note, soft_wrap=True)
     for r, why in report.failed_to_submit:
@@ -112,9 +168,11 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
         wait_with_progress(store, target, run_ids)
     except KeyboardInterrupt:
         live = [rid for rid in run_ids if store.run(rid)["state"] in ACTIVE]
-        err.print(f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
-                  f"{backend} backend (they go on). Rerun the same command to wait again, "
-                  "`dlscale cancel --experiment " + name + "` to stop them.")
+        err.print(
+            f"\nstopped waiting; {len(live)} run(s) still queued or running on the "
+            f"{backend} backend (they go on). Rerun the same command to wait again, "
+            "`dlscale cancel --experiment " + name + "` to stop them."
+        )
         sys.exit(130)
     rows = analysis.results(store, name)
     out.print(tables.results_table(rows))
@@ -122,8 +180,10 @@ def run(ctx: click.Context, spec: str, backend: str | None, profile_path: str | 
     click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
     failed = [rid for rid in run_ids if store.run(rid)["state"] != "COMPLETED"]
     if failed:
-        err.print(f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
-                  "`dlscale status` shows why")
+        err.print(
+            f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
+            "`dlscale status` shows why"
+        )
         sys.exit(1)
 
 
@@ -139,8 +199,11 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
         # Every run with a live job, whatever its row says (a duplicate job of a run that
         # completed under another job is live too).
         live = {j["run_id"] for j in store.live_jobs()}
-        ids += [r["run_id"] for r in store.runs(experiment)
-                if r["state"] in ACTIVE + (WAITING,) or r["run_id"] in live]
+        ids += [
+            r["run_id"]
+            for r in store.runs(experiment)
+            if r["state"] in ACTIVE + (WAITING,) or r["run_id"] in live
+        ]
         if not ids:
             out.print(f"nothing to cancel: {experiment} has no queued or running runs")
             return
@@ -163,16 +226,21 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@click.option("--wait/--no-wait", default=False,
-              help="follow the new run to its end, then compare it with the original")
+@click.option(
+    "--wait/--no-wait",
+    default=False,
+    help="follow the new run to its end, then compare it with the original",
+)
 @click.pass_context
 def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
     """Repeat a finished run exactly, from its record, as a new run to compare with it."""
     store = _store(ctx)
     original = following.find_run(store, run_id)
     new_id, job_id = study.rerun(store, original["run_id"], lambda name: make_backend(name, store))
-    out.print(f"run {new_id} repeats run {original['run_id']}: job {job_id} "
-              f"[backend: {original['backend']}]")
+    out.print(
+        f"run {new_id} repeats run {original['run_id']}: job {job_id} "
+        f"[backend: {original['backend']}]"
+    )
     if not wait:
         out.print("follow it with `dlscale status`; compare with `dlscale report`")
         return
@@ -182,9 +250,11 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)
     row = next(r for r in analysis.reruns(store, original["experiment"]) if r["run_id"] == new_id)
-    out.print(f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
-              f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
-              f"rerun / original {tables.fmt(row['ratio'], 3)}")
+    out.print(
+        f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
+        f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
+        f"rerun / original {tables.fmt(row['ratio'], 3)}"
+    )
     if row["state"] != "COMPLETED":
         err.print(f"dlscale: the rerun ended {row['state']}; `dlscale status` shows why")
         sys.exit(1)

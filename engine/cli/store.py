@@ -1,4 +1,5 @@
 """`dlscale store`: looking after the store itself, apart from the studies in it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,12 @@ def store() -> None:
 
 
 @store.command("rebuild")
-@click.option("--force", is_flag=True, help="rebuild even a store that opens and checks fine "
-              "(its local queue and job history are lost; the file is kept aside)")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="rebuild even a store that opens and checks fine "
+    "(its local queue and job history are lost; the file is kept aside)",
+)
 @click.pass_context
 def rebuild(ctx: click.Context, force: bool) -> None:
     """Make a new store from the run folders under runs/, keeping the old file aside as
@@ -28,15 +33,23 @@ def rebuild(ctx: click.Context, force: bool) -> None:
         out.print(f"kept aside: {path}", soft_wrap=True)
     total = sum(done.runs.values())
     states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(done.runs.items()))
-    out.print(f"recovered {total} run(s) of {len(done.experiments)} experiment(s) "
-              f"({states or 'none'}), {done.records} records, {done.skipped_lines} skipped "
-              f"line(s), into {home / 'dlscale.db'}", soft_wrap=True)
+    out.print(
+        f"recovered {total} run(s) of {len(done.experiments)} experiment(s) "
+        f"({states or 'none'}), {done.records} records, {done.skipped_lines} skipped "
+        f"line(s), into {home / 'dlscale.db'}",
+        soft_wrap=True,
+    )
     if done.guessed:
-        out.print(f"{len(done.guessed)} run(s) had neither run.json nor their spec; placed "
-                  "from their params record under the experiment 'recovered': "
-                  + " ".join(done.guessed), soft_wrap=True)
+        out.print(
+            f"{len(done.guessed)} run(s) had neither run.json nor their spec; placed "
+            "from their params record under the experiment 'recovered': " + " ".join(done.guessed),
+            soft_wrap=True,
+        )
     for problem in done.unreadable:
         out.print(f"not recovered: {problem}", soft_wrap=True)
     if any(s in done.runs for s in ("RUNNING", "FAILED", "PLANNED")):
-        out.print("`dlscale status` shows each run; runs that had not finished can be run "
-                  "again with `dlscale run SPEC`", soft_wrap=True)
+        out.print(
+            "`dlscale status` shows each run; runs that had not finished can be run "
+            "again with `dlscale run SPEC`",
+            soft_wrap=True,
+        )

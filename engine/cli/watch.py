@@ -1,5 +1,6 @@
 """`dlscale status|logs`: following a study's runs while they go. Light on imports: these
 are the commands typed many times a day."""
+
 from __future__ import annotations
 
 import time
@@ -39,14 +40,18 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     for note in store.skipped_notes([q.run_id for q in every] if experiment else None):
         out.print(note, soft_wrap=True)
     for problem in problems:
-        err.print(f"dlscale: controller unreachable or not answering ({problem}); "
-                  "states shown as last seen", soft_wrap=True)
+        err.print(
+            f"dlscale: controller unreachable or not answering ({problem}); "
+            "states shown as last seen",
+            soft_wrap=True,
+        )
 
 
 @click.command()
 @click.argument("run_id")
-@click.option("--follow", "-f", "follow_log", is_flag=True,
-              help="keep printing new lines until the run ends")
+@click.option(
+    "--follow", "-f", "follow_log", is_flag=True, help="keep printing new lines until the run ends"
+)
 @click.option("--lines", "-n", type=click.IntRange(1, 1_000_000), default=40, show_default=True)
 @click.pass_context
 def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
@@ -69,6 +74,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
         last_check[0] = time.time()
         sync(store, backend)
         return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
+
     try:
         for line in follow(path, lines, stop=finished):
             click.echo(line)

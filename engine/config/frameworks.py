@@ -1,4 +1,5 @@
 """The frameworks dlscale knows, which ones it can run today, and how their trainers start."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,13 +15,17 @@ class Option:
     name: str
     flag: str
     default: bool | int
-    allowed: tuple[int, ...] = ()   # for an int: its values
+    allowed: tuple[int, ...] = ()  # for an int: its values
     help: str = ""
 
 
 # Horovod's allreduce compression, the knob Mahon et al. (CCGRID 2020) turned.
-FP16_ALLREDUCE = Option("fp16_allreduce", "--fp16-allreduce", False,
-                        help="compress gradients to fp16 for Horovod's allreduce")
+FP16_ALLREDUCE = Option(
+    "fp16_allreduce",
+    "--fp16-allreduce",
+    False,
+    help="compress gradients to fp16 for Horovod's allreduce",
+)
 
 
 @dataclass(frozen=True)
@@ -41,28 +46,61 @@ class Framework:
     options: tuple[Option, ...] = ()
 
 
-FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
-    # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
-    Framework("horovod-pytorch", "dlscale.trainers.horovod_torch", "horovodrun",
-              ("srun",), options=(FP16_ALLREDUCE,)),
-    Framework("horovod-tensorflow", "dlscale.trainers.horovod_tf", "horovodrun",
-              ("srun",), ARRAY_DATASETS, NATIVE_ONLY, options=(FP16_ALLREDUCE,)),
-    # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
-    # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
-    Framework("tensorflow", "dlscale.trainers.tf_keras", "ranks", ("srun",), ARRAY_DATASETS,
-              NATIVE_ONLY),
-    # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
-    # Python 3.11).
-    Framework("mxnet", "dlscale.trainers.mxnet_gluon", "ranks", ("srun",), ARRAY_DATASETS,
-              NATIVE_ONLY),
-    # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
-    # pdsh/ssh launcher of DeepSpeed's own.
-    Framework("deepspeed", "dlscale.trainers.deepspeed_zero", "torchrun", options=(
-        Option("zero_stage", "--zero-stage", 1, (0, 1, 2),
-               "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
-               "partitioned across ranks"),)),
-)}
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
+        # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
+        Framework(
+            "horovod-pytorch",
+            "dlscale.trainers.horovod_torch",
+            "horovodrun",
+            ("srun",),
+            options=(FP16_ALLREDUCE,),
+        ),
+        Framework(
+            "horovod-tensorflow",
+            "dlscale.trainers.horovod_tf",
+            "horovodrun",
+            ("srun",),
+            ARRAY_DATASETS,
+            NATIVE_ONLY,
+            options=(FP16_ALLREDUCE,),
+        ),
+        # TF_CONFIG from the job's node addresses (DLSCALE_NODE_ADDRS, exported by the job
+        # script), never TF's SlurmClusterResolver, which runs nvidia-smi.
+        Framework(
+            "tensorflow",
+            "dlscale.trainers.tf_keras",
+            "ranks",
+            ("srun",),
+            ARRAY_DATASETS,
+            NATIVE_ONLY,
+        ),
+        # The trainer starts MXNet's scheduler and servers itself (MXNet's launch.py crashes on
+        # Python 3.11).
+        Framework(
+            "mxnet", "dlscale.trainers.mxnet_gluon", "ranks", ("srun",), ARRAY_DATASETS, NATIVE_ONLY
+        ),
+        # srun first: one task per rank, rendezvous through the job script's MASTER_ADDR, no
+        # pdsh/ssh launcher of DeepSpeed's own.
+        Framework(
+            "deepspeed",
+            "dlscale.trainers.deepspeed_zero",
+            "torchrun",
+            options=(
+                Option(
+                    "zero_stage",
+                    "--zero-stage",
+                    1,
+                    (0, 1, 2),
+                    "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
+                    "partitioned across ranks",
+                ),
+            ),
+        ),
+    )
+}
 
 
 def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
@@ -88,13 +126,15 @@ def taking(what: str, value: str) -> list[str]:
 # planning (pydantic).
 # The trainers with a --comm-benchmark mode (the PyTorch family); the others, and why not.
 COMM_BENCHMARK_FRAMEWORKS = ("pytorch-ddp", "deepspeed", "horovod-pytorch")
-_ANOTHER_LIBRARY = ("timing torch's gloo instead would measure another library's collective, "
-                    "not the one its runs use")
+_ANOTHER_LIBRARY = (
+    "timing torch's gloo instead would measure another library's collective, "
+    "not the one its runs use"
+)
 NO_COMM_BENCHMARK = {
     "tensorflow": "its trainer has no communication benchmark yet (its collectives are "
-                  f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
+    f"MultiWorkerMirroredStrategy's); {_ANOTHER_LIBRARY}",
     "horovod-tensorflow": "its trainer has no communication benchmark yet (Horovod's "
-                          f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
+    f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
     "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
-             "pushes and pulls through parameter servers rather than allreducing",
+    "pushes and pulls through parameter servers rather than allreducing",
 }

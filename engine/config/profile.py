@@ -1,6 +1,7 @@
 """Cluster profiles: what a site's Slurm looks like and how a framework's environment is
 activated inside a job. TOML, validated by pydantic, errors as file:line: field like specs.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,10 @@ from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
-_TIME = re.compile(r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
-                   r"(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?)$")
+_TIME = re.compile(
+    r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
+    r"(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?)$"
+)
 
 
 def time_to_seconds(text: str) -> int | None:
@@ -38,8 +41,10 @@ def time_to_seconds(text: str) -> int | None:
         return None
     m = _TIME.match(text.strip())
     if not m:
-        raise ValueError(f"time {text!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, "
-                         "D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)")
+        raise ValueError(
+            f"time {text!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, "
+            "D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)"
+        )
     if m[1] is not None:  # with days: D-HH[:MM[:SS]]
         d, h, mi, s = (int(x) if x else 0 for x in m.group(1, 2, 3, 4))
         return ((d * 24 + h) * 60 + mi) * 60 + s
@@ -56,8 +61,10 @@ MAX_TIME_DAYS = 365
 
 def _check_time(value: str | None) -> str | None:
     if value is not None and (time_to_seconds(value) or 0) > MAX_TIME_DAYS * 86400:
-        raise ValueError(f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "
-                         "job that long; write UNLIMITED for no limit")
+        raise ValueError(
+            f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "
+            "job that long; write UNLIMITED for no limit"
+        )
     return value
 
 
@@ -66,6 +73,7 @@ SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
 
 
 # --- sbatch_extra: options for sbatch that dlscale does not set itself -------------------
+
 
 def _own_directives() -> set[str]:
     """The options dlscale's templates put on #SBATCH lines themselves."""
@@ -81,33 +89,57 @@ def _own_directives() -> set[str]:
 # the job runs, its environment, its log, one job per run). The value says where to set it
 # instead, or why it cannot be changed.
 _FIXED = "it cannot be changed in sbatch_extra"
-RESERVED = {opt: _FIXED for opt in sorted(_own_directives() | {
-    "--chdir", "--export", "--export-file", "--array", "--error", "--requeue", "--ntasks"})}
-RESERVED.update({
-    "--job-name": "each job is named after its run", "--chdir": "a job runs in its run folder",
-    "--output": "a job writes to its run's log, where dlscale reads it",
-    "--error": "a job writes to its run's log, where dlscale reads it",
-    "--open-mode": "a resubmitted job appends to its run's log",
-    "--no-requeue": "a requeued job would measure twice into one run",
-    "--requeue": "a requeued job would measure twice into one run",
-    "--array": "dlscale submits and follows one job per run",
-    "--export": "set variables in the profile's [env]",
-    "--export-file": "set variables in the profile's [env]",
-    "--partition": "choose it with --partition or the profile's [[partitions]] default",
-    "--nodes": "the spec's scales set it", "--ntasks": "the spec's scales set it",
-    "--ntasks-per-node": "the spec's scales set it",
-    "--cpus-per-task": "the spec's training.threads_per_rank sets it",
-    "--time": "set the profile's time_limit",
-    "--gpus-per-node": "set the partition's gpus_per_node (and gpu_type)",
-    "--account": "set the profile's account", "--qos": "set the profile's qos",
-    "--exclusive": "set the profile's exclusive = true",
-    "--dependency": "the profile's singleton = true sets --dependency=singleton"})
-_SHORT = {"-a": "--array", "-A": "--account", "-c": "--cpus-per-task", "-d": "--dependency",
-          "-D": "--chdir", "-e": "--error", "-J": "--job-name", "-n": "--ntasks",
-          "-N": "--nodes", "-o": "--output", "-p": "--partition", "-q": "--qos", "-t": "--time"}
+RESERVED = {
+    opt: _FIXED
+    for opt in sorted(
+        _own_directives()
+        | {"--chdir", "--export", "--export-file", "--array", "--error", "--requeue", "--ntasks"}
+    )
+}
+RESERVED.update(
+    {
+        "--job-name": "each job is named after its run",
+        "--chdir": "a job runs in its run folder",
+        "--output": "a job writes to its run's log, where dlscale reads it",
+        "--error": "a job writes to its run's log, where dlscale reads it",
+        "--open-mode": "a resubmitted job appends to its run's log",
+        "--no-requeue": "a requeued job would measure twice into one run",
+        "--requeue": "a requeued job would measure twice into one run",
+        "--array": "dlscale submits and follows one job per run",
+        "--export": "set variables in the profile's [env]",
+        "--export-file": "set variables in the profile's [env]",
+        "--partition": "choose it with --partition or the profile's [[partitions]] default",
+        "--nodes": "the spec's scales set it",
+        "--ntasks": "the spec's scales set it",
+        "--ntasks-per-node": "the spec's scales set it",
+        "--cpus-per-task": "the spec's training.threads_per_rank sets it",
+        "--time": "set the profile's time_limit",
+        "--gpus-per-node": "set the partition's gpus_per_node (and gpu_type)",
+        "--account": "set the profile's account",
+        "--qos": "set the profile's qos",
+        "--exclusive": "set the profile's exclusive = true",
+        "--dependency": "the profile's singleton = true sets --dependency=singleton",
+    }
+)
+_SHORT = {
+    "-a": "--array",
+    "-A": "--account",
+    "-c": "--cpus-per-task",
+    "-d": "--dependency",
+    "-D": "--chdir",
+    "-e": "--error",
+    "-J": "--job-name",
+    "-n": "--ntasks",
+    "-N": "--nodes",
+    "-o": "--output",
+    "-p": "--partition",
+    "-q": "--qos",
+    "-t": "--time",
+}
 # sbatch's long options (22.05, `sbatch --help` and the undocumented ones): sbatch takes
 # any unambiguous abbreviation of them (--out is --output), and an exact name wins.
-SBATCH_OPTIONS = set(RESERVED) | set("""
+SBATCH_OPTIONS = set(RESERVED) | set(
+    """
 --account --acctg-freq --array --batch --bb --bbf --begin --chdir --cluster-constraint
 --clusters --comment --constraint --container --contiguous --core-spec --cores-per-socket
 --cpu-freq --cpus-per-gpu --cpus-per-task --deadline --delay-boot --dependency
@@ -121,7 +153,8 @@ SBATCH_OPTIONS = set(RESERVED) | set("""
 --partition --power --priority --profile --propagate --qos --quiet --reboot --requeue
 --reservation --signal --sockets-per-node --spread-job --switches --test-only
 --thread-spec --threads-per-core --time --time-min --tmp --uid --usage --use-min-nodes
---verbose --version --wait --wait-all-nodes --wckey --wrap""".split())
+--verbose --version --wait --wait-all-nodes --wckey --wrap""".split()
+)
 
 
 def _reserved_in(opt: str) -> tuple[str, list[str]]:
@@ -138,14 +171,19 @@ def _reserved_in(opt: str) -> tuple[str, list[str]]:
 def check_sbatch_option(opt: str) -> str:
     name, reserved = _reserved_in(opt)
     if reserved:
-        what = name if reserved == [name] else \
-            f"{name} (sbatch may read it as {' or '.join(reserved)})"
+        what = (
+            name
+            if reserved == [name]
+            else f"{name} (sbatch may read it as {' or '.join(reserved)})"
+        )
         where = "; ".join(dict.fromkeys(RESERVED[r] for r in reserved))
         raise ValueError(f"{what} is set by dlscale itself: {where}")
     # #SBATCH lines are read by sbatch, not by a shell: no quoting protects them.
     if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_./,:=@+-]+)?", opt):
-        raise ValueError(f"sbatch option {opt!r} must look like --name or --name=value, the "
-                         "value made of letters, digits and ./,:=@+_-")
+        raise ValueError(
+            f"sbatch option {opt!r} must look like --name or --name=value, the "
+            "value made of letters, digits and ./,:=@+_-"
+        )
     return opt
 
 
@@ -168,8 +206,10 @@ class Partition(StrictModel):
     def _no_integer_arch(cls, v: object) -> object:
         # 9 could be 9.0 or sm_90's 90: TOML's types say which, so ask for one of them
         if isinstance(v, int):
-            raise ValueError(f"{v!r} is not a GPU architecture: write it as \"sm_90\" or 9.0 "
-                             "(the compute capability)")
+            raise ValueError(
+                f'{v!r} is not a GPU architecture: write it as "sm_90" or 9.0 '
+                "(the compute capability)"
+            )
         return v
 
     @field_validator("gpu_arch")
@@ -223,12 +263,33 @@ class Profile(StrictModel):
     # one `sbatch --array`; these cap it where the site's own answers (scontrol show config,
     # sacctmgr) are missing, unreadable or larger than what the user may use.
     arrays: StrictBool = True
-    max_array_size: limit(StrictInt, "Slurm's MaxArraySize goes no higher", ge=1,  # tasks
-                          le=4_000_001) | None = None                             # per array
-    max_jobs: limit(StrictInt, "Slurm's MaxJobCount goes no higher", ge=1,  # queued jobs
-                    le=2**26) | None = None                                 # per user
-    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,  # %N
-                          le=2**26) | None = None
+    max_array_size: (
+        limit(
+            StrictInt,
+            "Slurm's MaxArraySize goes no higher",
+            ge=1,  # tasks
+            le=4_000_001,
+        )
+        | None
+    ) = None  # per array
+    max_jobs: (
+        limit(
+            StrictInt,
+            "Slurm's MaxJobCount goes no higher",
+            ge=1,  # queued jobs
+            le=2**26,
+        )
+        | None
+    ) = None  # per user
+    max_concurrent: (
+        limit(
+            StrictInt,
+            "more jobs at once than Slurm can hold",
+            ge=1,  # %N
+            le=2**26,
+        )
+        | None
+    ) = None
     # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
     # exit marker each job script writes (unset: learnt from sacct's answer)
     accounting: StrictBool | None = None
@@ -248,8 +309,10 @@ class Profile(StrictModel):
     def _nccl_names(cls, v: dict[str, str | int]) -> dict[str, str]:
         for k in v:
             if not re.fullmatch(r"NCCL_[A-Z0-9_]+", k):
-                raise ValueError(f"{k!r} is not an NCCL variable: names are NCCL_ and capitals, "
-                                 "digits or _ (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...)")
+                raise ValueError(
+                    f"{k!r} is not an NCCL variable: names are NCCL_ and capitals, "
+                    "digits or _ (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_DEBUG...)"
+                )
         return {k: str(x) for k, x in v.items()}
 
     @field_validator("environments")
@@ -257,8 +320,9 @@ class Profile(StrictModel):
     def _known_frameworks(cls, v: dict[str, Environment]) -> dict[str, Environment]:
         for k in v:
             if k not in FRAMEWORKS:
-                raise ValueError(f"environments.{k}: unknown framework; allowed: "
-                                 f"{', '.join(FRAMEWORKS)}")
+                raise ValueError(
+                    f"environments.{k}: unknown framework; allowed: {', '.join(FRAMEWORKS)}"
+                )
         return v
 
     @model_validator(mode="after")
@@ -279,8 +343,10 @@ class Profile(StrictModel):
         for p in self.partitions:
             if p.name == name:
                 return p
-        raise PlanError(f"profile {self.name}: unknown partition {name!r}; it has "
-                        f"{', '.join(p.name for p in self.partitions)}")
+        raise PlanError(
+            f"profile {self.name}: unknown partition {name!r}; it has "
+            f"{', '.join(p.name for p in self.partitions)}"
+        )
 
 
 class LoadedProfile(BaseModel):
@@ -298,8 +364,9 @@ def load_profile(path: str | Path) -> LoadedProfile:
     for fw, env in profile.environments.items():
         if env.venv:
             venv = Path(env.venv).expanduser()
-            env = env.model_copy(update={"venv": str(venv if venv.is_absolute()
-                                                     else (base / venv).resolve())})
+            env = env.model_copy(
+                update={"venv": str(venv if venv.is_absolute() else (base / venv).resolve())}
+            )
         envs[fw] = env
     profile = profile.model_copy(update={"environments": envs})
     return LoadedProfile(path=str(path), text=text, profile=profile)

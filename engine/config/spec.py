@@ -5,6 +5,7 @@ A spec names the matrix (frameworks x models x datasets x scales x batches x pre
 loaders) and the training recipe shared by every run. Every number is bounded to what can
 run, and the bound's error says why.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,9 +56,15 @@ def _positive(batch: int) -> int:
 
 
 BATCH = Annotated[limit(StrictInt, BATCH_WHY, le=MAX_BATCH), AfterValidator(_positive)]
-GLOBAL_BATCH = Annotated[limit(StrictInt, "a step of more than 2^20 images would hold most of "
-                               "ImageNet's 1.28 million training images", le=2**20),
-                         AfterValidator(_positive)]
+GLOBAL_BATCH = Annotated[
+    limit(
+        StrictInt,
+        "a step of more than 2^20 images would hold most of "
+        "ImageNet's 1.28 million training images",
+        le=2**20,
+    ),
+    AfterValidator(_positive),
+]
 
 
 def _one_of(kind: str, value: str, allowed: list[str] | tuple[str, ...]) -> str:
@@ -78,7 +85,8 @@ def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
             raise ValueError(
                 f"{what[:-1]} {value!r} is taken only by the {', '.join(taking(what, value))} "
                 f"trainers, not by {fw}'s (its {what}: {', '.join(theirs)}); give {fw} a spec "
-                "of its own" + (' with loaders = ["native"]' if what == "loaders" else ""))
+                "of its own" + (' with loaders = ["native"]' if what == "loaders" else "")
+            )
 
 
 def model_fits_dataset(model: str, dataset: str) -> bool:
@@ -98,7 +106,7 @@ class Scale(StrictModel):
         if isinstance(value, str):
             m = re.fullmatch(r"\s*(\d+)\s*[x×]\s*(\d+)\s*", value)
             if not m:
-                raise ValueError(f"scale {value!r} is not NODESxRANKS, e.g. \"1x2\"")
+                raise ValueError(f'scale {value!r} is not NODESxRANKS, e.g. "1x2"')
             return {"nodes": int(m[1]), "ranks_per_node": int(m[2])}
         return value
 
@@ -142,8 +150,13 @@ class _TrainingChecks(StrictModel):
 
 # [training]: one field per knob of the trainers' own table (trainers/common/flags.py), so
 # the spec, the trainers' options and the launch flags cannot drift apart.
-Training: Any = create_model("Training", __base__=_TrainingChecks, **{  # type: ignore[call-overload]
-    k.name: (_knob_type(k), Field(default=k.default, description=k.help)) for k in TRAINING})
+Training: Any = create_model(
+    "Training",
+    __base__=_TrainingChecks,
+    **{  # type: ignore[call-overload]
+        k.name: (_knob_type(k), Field(default=k.default, description=k.help)) for k in TRAINING
+    },
+)
 
 
 class Experiment(StrictModel):
@@ -158,19 +171,25 @@ class Experiment(StrictModel):
     scaling: Literal["weak", "strong"] = "weak"
     precisions: list[Literal[PRECISIONS]] = ["auto"]  # type: ignore[valid-type]
     loaders: list[StrictStr] = Field(default=["native"], min_length=1)
-    repetitions: limit(StrictInt, "beyond 100 repetitions the 95% confidence interval "
-                       "narrows too little to pay for the runs", ge=1, le=100) = 3
+    repetitions: limit(
+        StrictInt,
+        "beyond 100 repetitions the 95% confidence interval narrows too little to pay for the runs",
+        ge=1,
+        le=100,
+    ) = 3
     # A matrix axis: one set of runs per schedule (Aach et al. compared them at scale).
     # Absent, [training].lr_schedule holds for every run.
     lr_schedules: list[Literal[LR_SCHEDULES]] | None = Field(  # type: ignore[valid-type]
-        default=None, min_length=1)
+        default=None, min_length=1
+    )
     # Before the training runs, one short job per framework, model, scale and precision
     # that times the gradient's allreduce (plan.py: comm runs).
     comm_benchmark: StrictBool = False
     # At most this many of the study's runs at once on Slurm: a job array's %N throttle
     # (overrides the profile's max_concurrent). Not part of any run's identity.
-    max_concurrent: limit(StrictInt, "more jobs at once than Slurm can hold", ge=1,
-                          le=2**26) | None = None
+    max_concurrent: (
+        limit(StrictInt, "more jobs at once than Slurm can hold", ge=1, le=2**26) | None
+    ) = None
 
     @property
     def batches(self) -> list[int]:
@@ -205,8 +224,9 @@ class Experiment(StrictModel):
                 raise ValueError(
                     f"loader {loader!r} reads data, and {', '.join(synthetic)} has none (it is "
                     "made on the device: no loader is involved); give synthetic datasets a "
-                    f"spec of their own with loaders = [\"native\"], or use {loader} with "
-                    f"{', '.join(real)}")
+                    f'spec of their own with loaders = ["native"], or use {loader} with '
+                    f"{', '.join(real)}"
+                )
         return values
 
     @field_validator("models")
@@ -243,18 +263,24 @@ class Experiment(StrictModel):
             for g in self.global_batch:
                 for s in self.scales:
                     if g % s.devices:
-                        raise ValueError(f"global_batch {g} does not split evenly over scale "
-                                         f"{s} ({s.devices} devices)")
+                        raise ValueError(
+                            f"global_batch {g} does not split evenly over scale "
+                            f"{s} ({s.devices} devices)"
+                        )
                     if g // s.devices > MAX_BATCH:
-                        raise ValueError(f"global_batch {g} is {g // s.devices} images per "
-                                         f"device at scale {s}, more than {MAX_BATCH}: "
-                                         f"{BATCH_WHY}")
+                        raise ValueError(
+                            f"global_batch {g} is {g // s.devices} images per "
+                            f"device at scale {s}, more than {MAX_BATCH}: "
+                            f"{BATCH_WHY}"
+                        )
         for model in self.models:
             if not any(model_fits_dataset(model, d) for d in self.datasets):
-                raise ValueError(f"model {model} fits none of the datasets "
-                                 f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
-                                 "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
-                                 "synthetic-imagenet, imagenet)")
+                raise ValueError(
+                    f"model {model} fits none of the datasets "
+                    f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
+                    "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
+                    "synthetic-imagenet, imagenet)"
+                )
         return self
 
 
@@ -266,6 +292,7 @@ def _option_type(opt: Option) -> Any:
         if opt.allowed and value not in opt.allowed:
             raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
         return value
+
     # StrictInt first: a Literal[0, 1, 2] would take `true` as 1.
     return Annotated[StrictInt, AfterValidator(allowed)]
 
@@ -273,11 +300,25 @@ def _option_type(opt: Option) -> Any:
 # `[options.FRAMEWORK]` tables, one model per framework with knobs of its own, built from
 # the frameworks table so a new option needs no change here; unknown frameworks and keys
 # are reported with what is allowed, at their line.
-Options: Any = create_model("Options", __base__=StrictModel, **{  # type: ignore[call-overload]
-    fw.name: (create_model(f"Options_{fw.name}", __base__=StrictModel, **{  # type: ignore[call-overload]
-        opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
-        for opt in fw.options}), Field(default=None))
-    for fw in FRAMEWORKS.values() if fw.options})
+Options: Any = create_model(
+    "Options",
+    __base__=StrictModel,
+    **{  # type: ignore[call-overload]
+        fw.name: (
+            create_model(
+                f"Options_{fw.name}",
+                __base__=StrictModel,
+                **{  # type: ignore[call-overload]
+                    opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
+                    for opt in fw.options
+                },
+            ),
+            Field(default=None),
+        )
+        for fw in FRAMEWORKS.values()
+        if fw.options
+    },
+)
 
 
 class Spec(StrictModel):
@@ -289,12 +330,17 @@ class Spec(StrictModel):
     @classmethod
     def _one_schedule_source(cls, value: Any, info: ValidationInfo) -> Any:
         exp = info.data.get("experiment")
-        if (isinstance(value, dict) and "lr_schedule" in value and exp is not None
-                and exp.lr_schedules is not None):
+        if (
+            isinstance(value, dict)
+            and "lr_schedule" in value
+            and exp is not None
+            and exp.lr_schedules is not None
+        ):
             raise ValueError(
                 f"lr_schedule = {value['lr_schedule']!r} and experiment.lr_schedules = "
                 f"{exp.lr_schedules!r} are both given; keep experiment.lr_schedules (one set "
-                "of runs per schedule) or training.lr_schedule (one schedule for every run)")
+                "of runs per schedule) or training.lr_schedule (one schedule for every run)"
+            )
         return value
 
     def options_for(self, framework: str) -> dict[str, bool | int]:
@@ -312,15 +358,20 @@ class Spec(StrictModel):
         if synthetic and t.epochs is not None:
             raise ValueError(f"{', '.join(synthetic)} has no epochs; use training.steps")
         if t.target_accuracy is not None and not real:
-            raise ValueError("training.target_accuracy needs a real dataset (digits, cifar10, "
-                             "imagenet)")
+            raise ValueError(
+                "training.target_accuracy needs a real dataset (digits, cifar10, imagenet)"
+            )
         if "cifar10" in self.experiment.datasets and not t.data_dir:
-            raise ValueError("dataset cifar10 needs training.data_dir (the extracted "
-                             "cifar-10-batches-py folder: `dlscale data fetch cifar10`)")
+            raise ValueError(
+                "dataset cifar10 needs training.data_dir (the extracted "
+                "cifar-10-batches-py folder: `dlscale data fetch cifar10`)"
+            )
         if "imagenet" in self.experiment.datasets and not t.data_dir:
-            raise ValueError("dataset imagenet needs training.data_dir (the folder holding "
-                             "train/ and val/; `dlscale data sample imagenet DIR` writes a "
-                             "small one)")
+            raise ValueError(
+                "dataset imagenet needs training.data_dir (the folder holding "
+                "train/ and val/; `dlscale data sample imagenet DIR` writes a "
+                "small one)"
+            )
         return self
 
 

@@ -4,6 +4,7 @@ wrong, and writing a spec back to the same TOML the CLI reads.
 The TUI's build screen holds a plain dict ({"experiment": {...}, "training": {...}}); this
 module is where that dict meets the Spec model, so the form needs no file-format knowledge.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Problem:
-    field: str     # dotted, e.g. "experiment.scales" or "training.steps"; "" for the whole
+    field: str  # dotted, e.g. "experiment.scales" or "training.steps"; "" for the whole
     message: str
 
     def __str__(self) -> str:
@@ -44,8 +45,9 @@ def _field_of(loc: tuple[Any, ...], kind: str) -> str:
     return re.sub(r"\[\d+\].*$", "", field_name(loc, kind)).removesuffix(".(file)")
 
 
-def check(data: dict[str, Any], path: str = "<unsaved spec>") -> tuple[LoadedSpec | None,
-                                                                        list[Problem]]:
+def check(
+    data: dict[str, Any], path: str = "<unsaved spec>"
+) -> tuple[LoadedSpec | None, list[Problem]]:
     """Validate a spec dict; the loaded spec, or every problem with the field it is in."""
     try:
         spec = Spec.model_validate(data)

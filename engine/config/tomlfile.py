@@ -5,6 +5,7 @@ TOML has types, so models are strict: `per_device_batch = "64"` is a mistake wor
 reporting, not something to coerce. Numbers are bounded to what can run, and the bound's
 error says why it is there (`limit`).
 """
+
 from __future__ import annotations
 
 import re
@@ -40,17 +41,24 @@ class StrictModel(BaseModel):
 def limit(kind: Any, why: str, low_why: str | None = None, **bounds: Any) -> Any:
     """`kind` within `bounds` (ge, gt, le, lt). Past the upper bound the error says `why`
     the bound is there; past the lower one `low_why`, when the reason is not obvious."""
+
     def check(value: Any, handler: Any) -> Any:
         try:
             return handler(value)
         except ValidationError as exc:
             first = exc.errors()[0]
-            reason = {"less_than": why, "less_than_equal": why, "greater_than": low_why,
-                      "greater_than_equal": low_why}.get(first["type"])
+            reason = {
+                "less_than": why,
+                "less_than_equal": why,
+                "greater_than": low_why,
+                "greater_than_equal": low_why,
+            }.get(first["type"])
             if not reason:
                 raise
-            raise PydanticCustomError(first["type"], "{bound}: {why}",
-                                      {"bound": first["msg"], "why": reason}) from None
+            raise PydanticCustomError(
+                first["type"], "{bound}: {why}", {"bound": first["msg"], "why": reason}
+            ) from None
+
     return Annotated[kind, Field(**bounds), WrapValidator(check)]
 
 
@@ -59,16 +67,27 @@ def limit(kind: Any, why: str, low_why: str | None = None, **bounds: Any) -> Any
 # Parts of pydantic's error locations that name a branch of a union or a validator, not a
 # key of the file ("lr.float" is the float branch of lr).
 _TAGS = ("str", "int", "float", "bool")
-_TAG_PREFIXES = ("function-", "constrained-", "lax-or-strict", "list[", "dict[", "literal[",
-                 "nullable[", "json-or-python[")
+_TAG_PREFIXES = (
+    "function-",
+    "constrained-",
+    "lax-or-strict",
+    "list[",
+    "dict[",
+    "literal[",
+    "nullable[",
+    "json-or-python[",
+)
 
 
 def _parts(loc: tuple[Any, ...], kind: str = "") -> list[Any]:
     """The keys and indices of a location, branch tags left out (the last part of an
     unknown key is the key, whatever it is called)."""
     keep = len(loc) - 1 if kind == "extra_forbidden" else len(loc)
-    return [p for i, p in enumerate(loc) if isinstance(p, int) or i >= keep or not (
-        p in _TAGS or p.startswith(_TAG_PREFIXES))]
+    return [
+        p
+        for i, p in enumerate(loc)
+        if isinstance(p, int) or i >= keep or not (p in _TAGS or p.startswith(_TAG_PREFIXES))
+    ]
 
 
 def field_name(loc: tuple[Any, ...], kind: str = "") -> str:
@@ -108,19 +127,24 @@ def line_of(text: str, loc: tuple[Any, ...], kind: str = "") -> int | None:
         for number, line in enumerate(lines, 1):
             header = _HEADER.match(line)
             if header:
-                current = ".".join(x.strip().strip('"\'') for x in header[1].split("."))
+                current = ".".join(x.strip().strip("\"'") for x in header[1].split("."))
                 if current == table:
                     seen += 1
                     if key is None and occurrence in (None, seen):
                         return number
                 continue
-            if (key and current == table and occurrence in (None, seen)
-                    and re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", line)):
+            if (
+                key
+                and current == table
+                and occurrence in (None, seen)
+                and re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", line)
+            ):
                 return number
     return None
 
 
 # --- what the problem is ---------------------------------------------------------------
+
 
 def _model_at(model: Any, parts: list[Any]) -> Any:
     """The type found at a location (a model, a list, a dict...), following fields, list
@@ -148,26 +172,40 @@ def _unwrap(annotation: Any) -> Any:
             annotation = typing.get_args(annotation)[0]
         elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(annotation) if a is not type(None)]
-            annotation = next((a for a in args if typing.get_origin(a) in (list, dict) or (
-                isinstance(a, type) and issubclass(a, BaseModel))), args[0])
+            annotation = next(
+                (
+                    a
+                    for a in args
+                    if typing.get_origin(a) in (list, dict)
+                    or (isinstance(a, type) and issubclass(a, BaseModel))
+                ),
+                args[0],
+            )
         else:
             return annotation
 
 
 def _toml_type(value: Any) -> str:
     if isinstance(value, list):
-        return "an array of tables" if value and all(isinstance(v, dict) for v in value) \
+        return (
+            "an array of tables"
+            if value and all(isinstance(v, dict) for v in value)
             else "an array"
+        )
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
-        type(value), type(value).__name__)
+        type(value), type(value).__name__
+    )
 
 
 def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
     kind, msg, loc = err["type"], err["msg"], tuple(err["loc"])
     if kind == "extra_forbidden":
         parent = _model_at(model, _parts(loc, kind)[:-1])
-        allowed = list(parent.model_fields) if isinstance(parent, type) and issubclass(
-            parent, BaseModel) else []
+        allowed = (
+            list(parent.model_fields)
+            if isinstance(parent, type) and issubclass(parent, BaseModel)
+            else []
+        )
         return f"unknown key; allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
         return "required, but missing"
@@ -176,7 +214,8 @@ def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
         what = f"a table ([{parts[0]}])" if len(parts) == 1 else "a table"
         got = err.get("input")
         return f"should be {what}, not {_toml_type(got)}" + (
-            "" if isinstance(got, (list, dict)) else f" (got {got!r})")
+            "" if isinstance(got, (list, dict)) else f" (got {got!r})"
+        )
     if kind == "finite_number":
         msg += ": nan and inf are not values a run can use"
     msg = msg.removeprefix("Value error, ")
@@ -213,6 +252,7 @@ def problems_from(path: str, text: str, exc: ValidationError, model: type[BaseMo
 
 # --- reading ---------------------------------------------------------------------------
 
+
 def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
     """Read a TOML file; SpecError (file, line, column) when it is missing or malformed."""
     p = Path(path)
@@ -234,8 +274,9 @@ def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_toml_model(path: str | Path, model: type[M],
-                    context: dict[str, Any] | None = None) -> tuple[str, M]:
+def load_toml_model(
+    path: str | Path, model: type[M], context: dict[str, Any] | None = None
+) -> tuple[str, M]:
     """Read and validate a TOML file; SpecError with file:line: field for every problem."""
     text, data = parse_toml(path)
     try:

@@ -2,6 +2,7 @@
 wheels cached once per machine, a lock so two builds of one environment never collide, and
 the record that lets planning find it (engine/envs.py). GPU builds can run after a cluster
 profile's `module load` (CUDA, NCCL), in a login shell where `module` exists."""
+
 from __future__ import annotations
 
 import fcntl
@@ -20,16 +21,20 @@ from pathlib import Path
 
 from ..config.frameworks import FRAMEWORKS
 from ..errors import DlscaleError, UserError
-from . import envs
-from .recipes import CXX_WRAPPER, GPU_RECIPES, RECIPES, Recipe, WheelBuild, recipe_for
+from . import env_registry, envs
+from .recipe_steps import CXX_WRAPPER
+from .recipes import GPU_RECIPES, RECIPES, Recipe, WheelBuild, recipe_for
 
 
 class EnvBuildError(DlscaleError):
     """An environment could not be built; the message holds the key lines of the failure."""
 
 
-_KEY_LINE = re.compile(r"(error|Error|ERROR|fatal|No matching distribution|conflict|"
-                       r"requires|Could not)", re.ASCII)
+_KEY_LINE = re.compile(
+    r"(error|Error|ERROR|fatal|No matching distribution|conflict|"
+    r"requires|Could not)",
+    re.ASCII,
+)
 
 
 def key_lines(text: str, most: int = 12) -> list[str]:
@@ -49,7 +54,8 @@ def key_lines(text: str, most: int = 12) -> list[str]:
 _MODULE_SHELL = (
     'command -v module >/dev/null 2>&1 || { echo "dlscale: error: no module command in a '
     'login shell here, and the profile names modules to load first" >&2; exit 127; }; '
-    'n=$1; shift; module load "${@:1:$n}" || exit; shift "$n"; exec "$@"')
+    'n=$1; shift; module load "${@:1:$n}" || exit; shift "$n"; exec "$@"'
+)
 
 
 def in_modules(argv: list[str], modules: tuple[str, ...]) -> list[str]:
@@ -59,19 +65,28 @@ def in_modules(argv: list[str], modules: tuple[str, ...]) -> list[str]:
     return ["bash", "-lc", _MODULE_SHELL, "dlscale-build", str(len(modules)), *modules, *argv]
 
 
-def _run(argv: list[str], env: dict[str, str], log, what: str,
-         modules: tuple[str, ...] = ()) -> None:
+def _run(
+    argv: list[str], env: dict[str, str], log, what: str, modules: tuple[str, ...] = ()
+) -> None:
     argv = in_modules(argv, modules)
     log.write(f"$ {' '.join(shlex.quote(a) for a in argv)}\n")
     log.flush()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     log.write(proc.stdout)
     log.flush()
     if proc.returncode != 0:
-        raise EnvBuildError(f"{what} failed (exit {proc.returncode}); the key lines:\n  "
-                            + "\n  ".join(key_lines(proc.stdout))
-                            + f"\nthe whole output: {log.name}")
+        raise EnvBuildError(
+            f"{what} failed (exit {proc.returncode}); the key lines:\n  "
+            + "\n  ".join(key_lines(proc.stdout))
+            + f"\nthe whole output: {log.name}"
+        )
 
 
 def cache_dir(home: Path) -> Path:
@@ -100,8 +115,7 @@ def _built_wheel(build: WheelBuild, env_python: Path, home: Path, log, say) -> P
         return _cached_or_built_wheel(build, folder, env_python, log, say)
 
 
-def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, log,
-                           say) -> Path:
+def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, log, say) -> Path:
     found = sorted(folder.glob("*.whl"))
     if found:
         say(f"using the cached wheel {found[-1]}")
@@ -118,10 +132,28 @@ def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, lo
         started = time.time()
         # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone, so it would hand
         # back Horovod as built for another framework (seen: a torch-only build for TF).
-        _run([str(env_python), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-input",
-              "--no-cache-dir", "--no-deps", "--no-build-isolation", "--no-binary", ":all:", "-w",
-              str(Path(tmp) / "out"), build.requirement], env, log,
-             f"building {build.requirement}", build.modules)
+        _run(
+            [
+                str(env_python),
+                "-m",
+                "pip",
+                "wheel",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-cache-dir",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-binary",
+                ":all:",
+                "-w",
+                str(Path(tmp) / "out"),
+                build.requirement,
+            ],
+            env,
+            log,
+            f"building {build.requirement}",
+            build.modules,
+        )
         wheels = sorted((Path(tmp) / "out").glob("*.whl"))
         if not wheels:
             raise EnvBuildError(f"building {build.requirement} made no wheel; see {log.name}")
@@ -144,10 +176,17 @@ def default_prefix(recipe: Recipe, home: Path) -> Path:
 STAMP = "dlscale-env.json"
 
 
-def create(framework: str, home: Path, prefix: Path | None = None,
-           python: str | None = None, say=print, extras: tuple[str, ...] = (),
-           device: str = "cpu", modules: tuple[str, ...] = (),
-           environ: dict[str, str] | None = None) -> envs.EnvStatus:
+def create(
+    framework: str,
+    home: Path,
+    prefix: Path | None = None,
+    python: str | None = None,
+    say=print,
+    extras: tuple[str, ...] = (),
+    device: str = "cpu",
+    modules: tuple[str, ...] = (),
+    environ: dict[str, str] | None = None,
+) -> envs.EnvStatus:
     """Build the framework's pinned environment for `device` at `prefix` (default
     DLSCALE_HOME/envs/...), check that it imports, and record it so planning finds it. An
     environment already built from the same recipe is checked and recorded again, not
@@ -161,54 +200,104 @@ def create(framework: str, home: Path, prefix: Path | None = None,
         raise UserError(f"{framework}: no environment recipe yet (dlscale can build: {have})")
     recipe = recipe_for(framework, extras, device, modules)
     if environ:
-        recipe = replace(recipe, steps=tuple(
-            s.for_site(s.modules, {**os.environ, **environ}) if isinstance(s, WheelBuild)
-            else s for s in recipe.steps))
+        recipe = replace(
+            recipe,
+            steps=tuple(
+                s.for_site(s.modules, {**os.environ, **environ}) if isinstance(s, WheelBuild) else s
+                for s in recipe.steps
+            ),
+        )
     prefix = Path(prefix).expanduser().resolve() if prefix else default_prefix(recipe, home)
     with _exclusive(prefix.with_name(prefix.name + ".lock"), str(prefix), say):
         return _create(framework, recipe, prefix, home, python or sys.executable, say)
 
 
-def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str,
-           say) -> None:
+def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str, say) -> None:
     env_python = prefix / "bin" / "python"
     if prefix.exists() and any(prefix.iterdir()) and not (prefix / "pyvenv.cfg").exists():
-        raise UserError(f"--prefix {prefix} exists and is not a virtual environment; "
-                        "name an empty or new folder")
+        raise UserError(
+            f"--prefix {prefix} exists and is not a virtual environment; "
+            "name an empty or new folder"
+        )
     prefix.mkdir(parents=True, exist_ok=True)
     # Beside the folder, not in it: `venv --clear` empties the folder.
     log_path = prefix.with_name(prefix.name + ".build.log")
     mods = recipe.modules
     started = time.time()
     with open(log_path, "w") as log:
-        say(f"{framework}: building {prefix} (log: {log_path})"
-            + (f" after `module load {' '.join(mods)}`" if mods else ""))
+        say(
+            f"{framework}: building {prefix} (log: {log_path})"
+            + (f" after `module load {' '.join(mods)}`" if mods else "")
+        )
         (prefix / STAMP).unlink(missing_ok=True)  # half-built until the stamp is back
-        _run([python, "-m", "venv", "--clear", str(prefix)], dict(os.environ), log,
-             f"creating the venv {prefix}")
+        _run(
+            [python, "-m", "venv", "--clear", str(prefix)],
+            dict(os.environ),
+            log,
+            f"creating the venv {prefix}",
+        )
         for step in recipe.steps:
             if isinstance(step, WheelBuild):
                 wheel = _built_wheel(step, env_python, home, log, say)
-                _run([str(env_python), "-m", "pip", "install", "--disable-pip-version-check",
-                      "--no-input", "--no-deps", str(wheel)], dict(os.environ), log,
-                     f"installing {wheel.name}")
+                _run(
+                    [
+                        str(env_python),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-input",
+                        "--no-deps",
+                        str(wheel),
+                    ],
+                    dict(os.environ),
+                    log,
+                    f"installing {wheel.name}",
+                )
                 continue
             env = {**os.environ, **dict(step.env)}
             say(f"{framework}: pip install {' '.join(step.packages)}")
-            _run([str(env_python), "-m", "pip", "install", "--disable-pip-version-check",
-                  "--no-input", *step.pip_args, *step.packages], env, log,
-                 f"installing {' '.join(step.packages)}", mods)
+            _run(
+                [
+                    str(env_python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    *step.pip_args,
+                    *step.packages,
+                ],
+                env,
+                log,
+                f"installing {' '.join(step.packages)}",
+                mods,
+            )
         if recipe.warm:
             say(f"{framework}: building its CPU ops once, ahead of the first run")
-            _run([str(env_python), "-c", recipe.warm], dict(os.environ), log,
-                 "building the framework's ops")
-    (prefix / STAMP).write_text(json.dumps({
-        "framework": framework, "recipe": recipe.digest, "device": recipe.device,
-        "created": time.time(), "build_s": round(time.time() - started, 1)}) + "\n")
+            _run(
+                [str(env_python), "-c", recipe.warm],
+                dict(os.environ),
+                log,
+                "building the framework's ops",
+            )
+    (prefix / STAMP).write_text(
+        json.dumps(
+            {
+                "framework": framework,
+                "recipe": recipe.digest,
+                "device": recipe.device,
+                "created": time.time(),
+                "build_s": round(time.time() - started, 1),
+            }
+        )
+        + "\n"
+    )
 
 
-def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str,
-            say) -> envs.EnvStatus:
+def _create(
+    framework: str, recipe: Recipe, prefix: Path, home: Path, python: str, say
+) -> envs.EnvStatus:
     stamp = prefix / STAMP
     env_python = prefix / "bin" / "python"
     try:
@@ -223,23 +312,46 @@ def _create(framework: str, recipe: Recipe, prefix: Path, home: Path, python: st
     problem, versions, facts = envs.probe_facts(str(env_python), recipe, full_import=True)
     if problem:
         stamp.unlink(missing_ok=True)  # so the next `env create` builds it again
-        raise EnvBuildError(f"{framework}: {prefix} was {'built' if built else 'found'} but "
-                            f"does not import: {problem}")
+        raise EnvBuildError(
+            f"{framework}: {prefix} was {'built' if built else 'found'} but "
+            f"does not import: {problem}"
+        )
     key = envs.registry_key(framework, recipe.device)
     before = envs.registered(home).get(key) or {}
     dropped = sorted(set(before.get("extras", [])) - set(recipe.extras))
     if dropped:
-        say(f"{framework}: replaces {before.get('prefix')}, which had {', '.join(dropped)}; "
-            f"runs with loader {', '.join(dropped)} need "
-            f"`{envs.create_command(framework, home, tuple(before.get('extras', [])), recipe.device)}`"
-            " again")
-    envs.register(home, key, {"prefix": str(prefix), "recipe": recipe.digest,
-                              "versions": versions, "registered": time.time(),
-                              "extras": list(recipe.extras), "device": recipe.device,
-                              "gpu": facts, "modules": list(recipe.modules)})
+        again = envs.create_command(framework, home, tuple(before.get("extras", [])), recipe.device)
+        say(
+            f"{framework}: replaces {before.get('prefix')}, which had {', '.join(dropped)}; "
+            f"runs with loader {', '.join(dropped)} need `{again}` again"
+        )
+    env_registry.register(
+        home,
+        key,
+        {
+            "prefix": str(prefix),
+            "recipe": recipe.digest,
+            "versions": versions,
+            "registered": time.time(),
+            "extras": list(recipe.extras),
+            "device": recipe.device,
+            "gpu": facts,
+            "modules": list(recipe.modules),
+        },
+    )
     said = ", ".join(f"{k} {v}" for k, v in versions.items())
     if recipe.device == "cuda":
         said += "; " + envs.describe_build(facts)
     say(f"{framework}: ready: {prefix} ({said})")
-    return envs.EnvStatus(framework, str(env_python), "registered", str(prefix), None, versions,
-                          recipe.extras, recipe.device, facts.get("cuda"), facts.get("nccl"))
+    return envs.EnvStatus(
+        framework,
+        str(env_python),
+        "registered",
+        str(prefix),
+        None,
+        versions,
+        recipe.extras,
+        recipe.device,
+        facts.get("cuda"),
+        facts.get("nccl"),
+    )

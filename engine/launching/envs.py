@@ -15,12 +15,12 @@ recorded apart. Where a framework's interpreter comes from, first match wins:
 Planning refuses a framework none of these provides, naming the command that fixes it; for
 a GPU run also one whose environment has no CUDA build (or a Horovod without NCCL).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,8 +28,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ...trainers.common.entry import dlscale_version
-from ..errors import DlscaleError
 from . import gpus
+from .env_registry import create_command, registered, registry_key
 from .recipes import (  # noqa: F401
     EXTRAS,
     GPU_RECIPES,
@@ -42,83 +42,23 @@ from .recipes import (  # noqa: F401
     recipe_for,
 )
 
-REGISTRY = "envs.json"
-
-
-def _dlscale_command(home: Path, *words: str) -> str:
-    """The exact command line for the user, naming --home only where it is not implied."""
-    implied = Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
-    head = ["dlscale"] + ([] if Path(home) == implied else ["--home", str(home)])
-    return " ".join(shlex.quote(w) for w in head + list(words))
-
-
-def create_command(framework: str, home: Path, extras: tuple[str, ...] = (),
-                   device: str = "cpu", profile: str | None = None) -> str:
-    """`dlscale env create ...` for this framework, device and extras; a GPU one names the
-    profile whose modules (CUDA, NCCL) its build loads, where there is one."""
-    gpu = ["--gpu"] + (["--profile", profile] if profile else []) if device == "cuda" else []
-    return _dlscale_command(home, "env", "create", framework, *gpu,
-                            *[w for e in sorted(extras) for w in ("--with", e)])
-
-
 # --- the registry ----------------------------------------------------------------------
-
-def registry_key(framework: str, device: str = "cpu") -> str:
-    """CPU environments keep the framework's name (as before GPU ones existed)."""
-    return framework if device == "cpu" else f"{framework}@{device}"
-
-
-def _registry_path(home: Path) -> Path:
-    return Path(home) / REGISTRY
-
-
-def registered(home: Path) -> dict[str, dict]:
-    path = _registry_path(home)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DlscaleError(f"{path}: unreadable environment registry ({exc}); remove it and "
-                           "run `dlscale env create` again") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _write_registry(home: Path, data: dict) -> None:
-    path = _registry_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)  # atomic: a planner reading it never sees half a file
-
-
-def register(home: Path, key: str, entry: dict) -> None:
-    _write_registry(home, {**registered(home), key: entry})
-
-
-def remove(framework: str, home: Path, device: str = "cpu") -> str | None:
-    """Forget a framework's environment (the folder stays: it may be a shared cache)."""
-    data = registered(home)
-    entry = data.pop(registry_key(framework, device), None)
-    if entry is None:
-        return None
-    _write_registry(home, data)
-    return entry["prefix"]
 
 
 # --- finding and checking --------------------------------------------------------------
 
+
 @dataclass
 class EnvStatus:
     framework: str
-    python: str | None        # the interpreter that runs the trainer; None when there is none
-    source: str               # "registered", "dlscale's own", "profile", "missing"
+    python: str | None  # the interpreter that runs the trainer; None when there is none
+    source: str  # "registered", "dlscale's own", "profile", "missing"
     prefix: str | None = None  # the venv folder, for `source PREFIX/bin/activate` in jobs
     problem: str | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
     extras: tuple[str, ...] = ()  # what `env create --with` added (registered ones only)
-    device: str = "cpu"       # what it was built for: cpu, or cuda (`env create --gpu`)
-    cuda: str | None = None   # the CUDA its framework was built with; None: a CPU build
+    device: str = "cpu"  # what it was built for: cpu, or cuda (`env create --gpu`)
+    cuda: str | None = None  # the CUDA its framework was built with; None: a CPU build
     nccl: bool | None = None  # Horovod's NCCL operations built in (None: no Horovod, unknown)
 
     @property
@@ -182,16 +122,24 @@ print("DLSCALE-PROBE " + json.dumps(out))
 """
 
 
-def probe_facts(python: str, recipe: Recipe, full_import: bool,
-                timeout: float = 300) -> tuple[str | None, dict, dict]:
+def probe_facts(
+    python: str, recipe: Recipe, full_import: bool, timeout: float = 300
+) -> tuple[str | None, dict, dict]:
     """Ask `python` whether the framework's modules are there (find_spec: milliseconds) or
     really import (seconds: TensorFlow and DeepSpeed load a lot). Returns (problem,
     versions, build facts: {"cuda": ..., "nccl": ...})."""
-    argv = [python, "-c", _PROBE, ",".join(recipe.imports), ",".join(recipe.versions),
-            "import" if full_import else "find"]
+    argv = [
+        python,
+        "-c",
+        _PROBE,
+        ",".join(recipe.imports),
+        ",".join(recipe.versions),
+        "import" if full_import else "find",
+    ]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return f"{python} does not exist", {}, {}
     except subprocess.TimeoutExpired:
@@ -204,7 +152,9 @@ def probe_facts(python: str, recipe: Recipe, full_import: bool,
     return out["failed"], {"python": out["python"], **out["versions"]}, out["facts"]
 
 
-def probe(python: str, recipe: Recipe, full_import: bool, timeout: float = 300) -> tuple[str | None, dict]:
+def probe(
+    python: str, recipe: Recipe, full_import: bool, timeout: float = 300
+) -> tuple[str | None, dict]:
     """(problem, versions): probe_facts without the build facts."""
     problem, versions, _ = probe_facts(python, recipe, full_import, timeout)
     return problem, versions
@@ -240,30 +190,46 @@ def _own_torch_cuda(recipe: Recipe) -> str | None:
     return m[1] if m else None
 
 
-def _from_entry(framework: str, entry: dict, home: Path, check: bool, device: str,
-                profile: str | None) -> EnvStatus:
+def _from_entry(
+    framework: str, entry: dict, home: Path, check: bool, device: str, profile: str | None
+) -> EnvStatus:
     prefix = entry["prefix"]
     built_for = entry.get("device", "cpu")
     extras = tuple(e for e in entry.get("extras", []) if e in EXTRAS)
     facts = entry.get("gpu") or {}
-    status = EnvStatus(framework, str(Path(prefix) / "bin" / "python"), "registered", prefix,
-                       extras=extras, device=built_for, cuda=facts.get("cuda"),
-                       nccl=facts.get("nccl"))
+    status = EnvStatus(
+        framework,
+        str(Path(prefix) / "bin" / "python"),
+        "registered",
+        prefix,
+        extras=extras,
+        device=built_for,
+        cuda=facts.get("cuda"),
+        nccl=facts.get("nccl"),
+    )
     if check:
         assert status.python is not None
         problem, status.versions, found = probe_facts(
-            status.python, recipe_for(framework, extras, built_for), full_import=False)
+            status.python, recipe_for(framework, extras, built_for), full_import=False
+        )
         if problem:
-            status.problem = (f"{framework}: its environment {prefix} is broken ({problem}); "
-                              f"rebuild it with "
-                              f"`{create_command(framework, home, extras, device, profile)}`")
+            status.problem = (
+                f"{framework}: its environment {prefix} is broken ({problem}); "
+                f"rebuild it with "
+                f"`{create_command(framework, home, extras, device, profile)}`"
+            )
         elif not facts:  # recorded before builds were: what its files say
             status.cuda = found.get("cuda")
     return status
 
 
-def resolve(framework: str, home: Path, check: bool = True, device: str | None = None,
-            profile: str | None = None) -> EnvStatus:
+def resolve(
+    framework: str,
+    home: Path,
+    check: bool = True,
+    device: str | None = None,
+    profile: str | None = None,
+) -> EnvStatus:
     """The environment a framework's trainer runs in for `device` ("cpu" or "cuda"; None:
     what the local backend uses on this machine, cuda where it shows NVIDIA GPUs). `check`
     asks its python whether the modules are there; a missing or broken one comes back with
@@ -274,8 +240,12 @@ def resolve(framework: str, home: Path, check: bool = True, device: str | None =
     recipe = (GPU_RECIPES if device == "cuda" else RECIPES).get(framework)
     fix = create_command(framework, home, device=device, profile=profile)
     if recipe is None:
-        return EnvStatus(framework, None, "missing", problem=(
-            f"{framework}: dlscale has no environment recipe for it yet"))
+        return EnvStatus(
+            framework,
+            None,
+            "missing",
+            problem=(f"{framework}: dlscale has no environment recipe for it yet"),
+        )
     entries = registered(home)
     entry = entries.get(registry_key(framework, device)) or entries.get(framework)
     if entry:
@@ -288,9 +258,15 @@ def resolve(framework: str, home: Path, check: bool = True, device: str | None =
             _, _, facts = probe_facts(sys.executable, recipe, full_import=False)
             status.cuda = facts.get("cuda")
         return status
-    return EnvStatus(framework, None, "missing", problem=(
-        f"{framework}: no {'GPU ' if device == 'cuda' else ''}environment with "
-        f"{', '.join(recipe.imports)} was found; create one with `{fix}`"))
+    return EnvStatus(
+        framework,
+        None,
+        "missing",
+        problem=(
+            f"{framework}: no {'GPU ' if device == 'cuda' else ''}environment with "
+            f"{', '.join(recipe.imports)} was found; create one with `{fix}`"
+        ),
+    )
 
 
 def gpu_problem(status: EnvStatus, home: Path, why: str, profile: str | None = None) -> str | None:
@@ -300,16 +276,21 @@ def gpu_problem(status: EnvStatus, home: Path, why: str, profile: str | None = N
     fix = create_command(fw, home, status.extras, "cuda", profile)
     where = f"its environment {status.prefix or status.python} ({status.source})"
     if not status.cuda:
-        return (f"{fw}: {why}, and {where} holds a CPU build of {fw}: it would train on the "
-                f"CPU; build a GPU one with `{fix}`")
+        return (
+            f"{fw}: {why}, and {where} holds a CPU build of {fw}: it would train on the "
+            f"CPU; build a GPU one with `{fix}`"
+        )
     if "horovod" in fw and status.nccl is False:
-        return (f"{fw}: {why}, and {where} has a Horovod built without NCCL: its first "
-                f"broadcast of a CUDA tensor would fail; build one with NCCL with `{fix}`")
+        return (
+            f"{fw}: {why}, and {where} has a Horovod built without NCCL: its first "
+            f"broadcast of a CUDA tensor would fail; build one with NCCL with `{fix}`"
+        )
     return None
 
 
-def check_frameworks(frameworks: list[str], home: Path, profile=None,
-                     partition: str | None = None) -> list[str]:
+def check_frameworks(
+    frameworks: list[str], home: Path, profile=None, partition: str | None = None
+) -> list[str]:
     """Planning's check: one problem line per framework that cannot run; [] when all can.
     A framework whose environment the cluster profile names (modules, container, venv) is
     taken as the site's word: those only exist on the cluster. Runs on a GPU partition (or,
@@ -321,15 +302,19 @@ def check_frameworks(frameworks: list[str], home: Path, profile=None,
             continue
         path = profile.path if profile is not None else None
         status = resolve(fw, home, device=device, profile=path)
-        problem = status.problem if not status.ok else (
-            gpu_problem(status, home, why, path) if device == "cuda" else None)
+        problem = (
+            status.problem
+            if not status.ok
+            else (gpu_problem(status, home, why, path) if device == "cuda" else None)
+        )
         if problem:
             problems.append(problem)
     return problems
 
 
-def check_loaders(needs: dict[str, set[str]], home: Path, profile=None,
-                  partition: str | None = None) -> list[str]:
+def check_loaders(
+    needs: dict[str, set[str]], home: Path, profile=None, partition: str | None = None
+) -> list[str]:
     """Planning's check of loaders that need more than the framework (`needs`: framework ->
     loaders its runs use): one problem line per framework whose environment lacks one, with
     the command that builds an environment that has it. Frameworks without any working
@@ -348,12 +333,18 @@ def check_loaders(needs: dict[str, set[str]], home: Path, profile=None,
             problem, _ = probe(status.python, extra.probe_recipe, full_import=False)
             if problem:
                 where = status.prefix or status.python
-                fix = create_command(fw, home, (*status.extras, loader), device,
-                                     profile.path if profile is not None else None)
+                fix = create_command(
+                    fw,
+                    home,
+                    (*status.extras, loader),
+                    device,
+                    profile.path if profile is not None else None,
+                )
                 problems.append(
                     f"{fw}: loader {loader} needs {', '.join(extra.imports)} in {fw}'s "
                     f"environment, and {where} ({status.source}) lacks it; build one with "
-                    f"`{fix}`")
+                    f"`{fix}`"
+                )
     return problems
 
 
@@ -391,6 +382,7 @@ def slurm_environment(framework: str, profile, home: Path, device: str = "cpu"):
     the nodes share), else the profile's python when dlscale's own interpreter has the
     framework. Returns (Environment, extra variables for the job)."""
     from ..config.profile import Environment  # noqa: PLC0415  (profile imports gpus)
+
     given = profile.environments.get(framework)
     if given is not None:
         return given, {}

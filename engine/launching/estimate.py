@@ -4,6 +4,7 @@ A run's time is taken from a completed run of the same configuration (framework,
 dataset, scale, batch, precision, training recipe) in any experiment; runs with no such
 history are counted and named as unknown rather than given an invented number.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from ..tracking.store import Store
 from .plan import Run
 
 
-def _config_key(framework, model, dataset, nodes, rpn, batch, precision, loader,
-                training: str) -> tuple:
+def _config_key(
+    framework, model, dataset, nodes, rpn, batch, precision, loader, training: str
+) -> tuple:
     return (framework, model, dataset, nodes, rpn, batch, precision, loader, training)
 
 
@@ -28,14 +30,18 @@ class Estimate:
         if not runs:
             return "nothing to run"
         if not known:
-            return (f"time unknown: none of these {len(runs)} runs has a completed twin in "
-                    "the store yet (estimates come from measured runs)")
+            return (
+                f"time unknown: none of these {len(runs)} runs has a completed twin in "
+                "the store yet (estimates come from measured runs)"
+            )
         hours = sum(self.per_run[r.run_id] * r.devices for r in known) / 3600
         wall = sum(self.per_run[r.run_id] for r in known) / 60
         msg = f"estimated {hours:.3f} device-hours, {wall:.1f} min of wall time"
         if unknown:
-            msg += (f" for {len(known)} runs; {unknown} run(s) have no completed twin in the "
-                    "store yet, so their time is unknown")
+            msg += (
+                f" for {len(known)} runs; {unknown} run(s) have no completed twin in the "
+                "store yet, so their time is unknown"
+            )
         return msg + " (from measured runs in this store)"
 
 
@@ -52,9 +58,17 @@ def estimate(store: Store, runs: list[Run]) -> Estimate:
                 durations[j["run_id"]] = j["ended"] - j["started"]
     for r in completed:
         if r["run_id"] in durations:
-            key = _config_key(r["framework"], r["model"], r["dataset"], r["nodes"],
-                              r["ranks_per_node"], r["per_device_batch"], r["precision"],
-                              r["loader"], r["training"])
+            key = _config_key(
+                r["framework"],
+                r["model"],
+                r["dataset"],
+                r["nodes"],
+                r["ranks_per_node"],
+                r["per_device_batch"],
+                r["precision"],
+                r["loader"],
+                r["training"],
+            )
             history.setdefault(key, []).append(durations[r["run_id"]])
     est = Estimate()
     if not history:
@@ -64,8 +78,17 @@ def estimate(store: Store, runs: list[Run]) -> Estimate:
         recipe = recipes.get(id(run.training))
         if recipe is None:
             recipe = recipes[id(run.training)] = json.dumps(run.training, sort_keys=True)
-        key = _config_key(run.framework, run.model, run.dataset, run.nodes, run.ranks_per_node,
-                          run.per_device_batch, run.precision, run.loader, recipe)
+        key = _config_key(
+            run.framework,
+            run.model,
+            run.dataset,
+            run.nodes,
+            run.ranks_per_node,
+            run.per_device_batch,
+            run.precision,
+            run.loader,
+            recipe,
+        )
         if key in history:
             est.per_run[run.run_id] = sum(history[key]) / len(history[key])
     return est

@@ -1,6 +1,7 @@
 """Planning's GPU checks: what a framework's GPU build cannot run on the GPUs a run will get
 (kernels it lacks, precisions they lack), and more ranks per node than this machine shows
 GPUs. Each problem is one line with file:line: field and the fix."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,9 @@ def _line(text: str, loc: tuple) -> str:
     return f":{line}" if line else ""
 
 
-def check_gpus(loaded, runs, profile=None, partition: str | None = None,
-               home: Path | None = None) -> list[str]:
+def check_gpus(
+    loaded, runs, profile=None, partition: str | None = None, home: Path | None = None
+) -> list[str]:
     """Planning's GPU checks, one line each with file:line: field and the fix: a framework
     whose GPU build has no kernels for the site's GPUs, a precision those GPUs lack, more
     ranks per node than this machine shows GPUs (Slurm's partitions are jobscript's)."""
@@ -34,7 +36,10 @@ def check_gpus(loaded, runs, profile=None, partition: str | None = None,
         arch = parse_arch(part.gpu_arch) if part.gpu_arch else None
         where = f"partition {part.name}'s GPUs" + (
             f" ({part.gpu_arch}, {profile.path}"
-            f"{_line(profile.text, ('partitions', index, 'gpu_arch'))})" if arch else "")
+            f"{_line(profile.text, ('partitions', index, 'gpu_arch'))})"
+            if arch
+            else ""
+        )
         shown = None
     else:
         shown = local_gpus()
@@ -55,8 +60,7 @@ def check_gpus(loaded, runs, profile=None, partition: str | None = None,
     for fw, precision in dict.fromkeys((r.framework, r.precision) for r in runs):
         why = precision_problem(fw, precision, arch)
         if why:
-            problems.append(f"{spec('precisions')}: {fw}: precision {precision} on {where}: "
-                            f"{why}")
+            problems.append(f"{spec('precisions')}: {fw}: precision {precision} on {where}: {why}")
     if shown is not None:
         for scale, ranks in dict.fromkeys((r.scale, r.ranks_per_node) for r in runs):
             if ranks > len(shown):
@@ -64,5 +68,6 @@ def check_gpus(loaded, runs, profile=None, partition: str | None = None,
                     f"{spec('scales')}: scale {scale} runs {ranks} ranks on this machine, "
                     f"which shows {len(shown)} NVIDIA GPU(s): each rank needs a GPU of its "
                     f"own; use at most {len(shown)} rank(s) per node, or "
-                    "CUDA_VISIBLE_DEVICES= to measure its CPU")
+                    "CUDA_VISIBLE_DEVICES= to measure its CPU"
+                )
     return problems

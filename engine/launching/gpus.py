@@ -3,6 +3,7 @@ shows (nvidia-smi, else /proc/driver/nvidia), as CUDA_VISIBLE_DEVICES narrows th
 a run is a GPU run (a partition with gpus_per_node; on the local backend, a machine with
 GPUs); and what a framework's GPU build cannot run: GPUs it has no kernels for, precisions
 they lack, more ranks than GPUs."""
+
 from __future__ import annotations
 
 import os
@@ -31,9 +32,13 @@ def _smi(smi: str) -> list[Gpu] | None:
     """nvidia-smi's GPUs, with their compute capability where the driver reports it."""
     for fields in ("index,uuid,name,compute_cap", "index,uuid,name"):
         try:
-            proc = subprocess.run([smi, f"--query-gpu={fields}", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [smi, f"--query-gpu={fields}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         if proc.returncode != 0:
@@ -117,13 +122,16 @@ def plan_device(profile=None, partition: str | None = None) -> tuple[str, str]:
         except PlanError:  # an unknown partition is refused with the scales' checks
             return "cpu", ""
         if part.gpus_per_node:
-            return "cuda", (f"partition {part.name} of {profile.path} has "
-                            f"{part.gpus_per_node} GPU(s) per node")
+            return "cuda", (
+                f"partition {part.name} of {profile.path} has {part.gpus_per_node} GPU(s) per node"
+            )
         return "cpu", ""
     shown = local_gpus()
     if shown:
-        return "cuda", (f"this machine shows {len(shown)} NVIDIA GPU(s) (set "
-                        "CUDA_VISIBLE_DEVICES= to measure its CPU instead)")
+        return "cuda", (
+            f"this machine shows {len(shown)} NVIDIA GPU(s) (set "
+            "CUDA_VISIBLE_DEVICES= to measure its CPU instead)"
+        )
     return "cpu", ""
 
 
@@ -136,20 +144,31 @@ class ArchRange:
     why: str
 
     def runs_on(self, arch: tuple[int, int]) -> bool:
-        return arch >= self.lowest and (self.highest_major is None
-                                        or arch[0] <= self.highest_major)
+        return arch >= self.lowest and (self.highest_major is None or arch[0] <= self.highest_major)
 
 
-_TORCH_CU13 = ArchRange((7, 5), None, (
-    "its GPU environment's torch 2.13.0 is PyPI's CUDA 13.0 build, and CUDA 13 has no "
-    "kernels below compute capability 7.5 (Maxwell, Pascal, Volta)"))
+_TORCH_CU13 = ArchRange(
+    (7, 5),
+    None,
+    (
+        "its GPU environment's torch 2.13.0 is PyPI's CUDA 13.0 build, and CUDA 13 has no "
+        "kernels below compute capability 7.5 (Maxwell, Pascal, Volta)"
+    ),
+)
 # The GPU builds dlscale's recipes (engine/recipes.py) install, where they are narrower than
 # "any GPU the driver runs". SASS for sm_XY runs on X.Y to X.9; PTX would JIT further.
 GPU_BUILD_ARCHS: dict[str, ArchRange] = {
-    "mxnet": ArchRange((5, 0), 8, (
-        "MXNet 1.9.1's CUDA wheels (mxnet-cu117, as cu112) carry kernels for sm_50, sm_60, "
-        "sm_70, sm_80 and sm_86 only, and no PTX to compile for newer GPUs")),
-    "pytorch-ddp": _TORCH_CU13, "deepspeed": _TORCH_CU13, "horovod-pytorch": _TORCH_CU13,
+    "mxnet": ArchRange(
+        (5, 0),
+        8,
+        (
+            "MXNet 1.9.1's CUDA wheels (mxnet-cu117, as cu112) carry kernels for sm_50, sm_60, "
+            "sm_70, sm_80 and sm_86 only, and no PTX to compile for newer GPUs"
+        ),
+    ),
+    "pytorch-ddp": _TORCH_CU13,
+    "deepspeed": _TORCH_CU13,
+    "horovod-pytorch": _TORCH_CU13,
 }
 
 
@@ -159,6 +178,8 @@ def precision_problem(framework: str, precision: str, arch: tuple[int, int] | No
     if framework == "mxnet" and precision == "bf16":
         return "MXNet 1.9 has no bf16 kernels on GPUs; use fp16 (multi-precision SGD) or fp32"
     if precision in ("bf16", "tf32") and arch is not None and arch < (8, 0):
-        return (f"{precision} needs compute capability 8.0 or newer ({arch_name(arch)} has no "
-                f"{precision} tensor cores); use fp16 or fp32")
+        return (
+            f"{precision} needs compute capability 8.0 or newer ({arch_name(arch)} has no "
+            f"{precision} tensor cores); use fp16 or fp32"
+        )
     return None

@@ -4,6 +4,7 @@ Templates are chosen by launcher: `srun` (one task per device) and `torchrun` (o
 node). Later launchers (Horovod, TensorFlow, MXNet roles, DeepSpeed) extend base.sh.j2 and
 fill its blocks: tasks, environment, rendezvous, launch.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,15 +36,21 @@ def _plain(value: object, what: str) -> str:
     """A value for a place no quoting protects (#SBATCH lines), or refused."""
     text = str(value)
     if not _SAFE_SBATCH_VALUE.fullmatch(text):
-        raise PlanError(f"{what} {text!r} cannot go into a job script's #SBATCH line: only "
-                        "letters, digits and ./,:=@+_- are allowed there")
+        raise PlanError(
+            f"{what} {text!r} cannot go into a job script's #SBATCH line: only "
+            "letters, digits and ./,:=@+_- are allowed there"
+        )
     return text
 
 
 def _comment(value: object) -> str:
     """Text for a comment line: on one line, whatever it holds."""
-    return _CONTROL.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256
-                                               else f"\\u{ord(m[0]):04x}"), str(value))
+    return _CONTROL.sub(
+        lambda m: _ESCAPES.get(
+            m[0], f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}"
+        ),
+        str(value),
+    )
 
 
 def _name(value: object) -> str:
@@ -66,8 +73,12 @@ def _map(context, seq, *args, **kwargs):
 _OWN = {"q": lambda v: shlex.quote(str(v)), "plain": _plain, "comment": _comment, "name": _name}
 # auto_reload off: the templates are the installed package's, not edited while it runs.
 _env = jinja2.Environment(
-    loader=jinja2.PackageLoader("dlscale.jobscripts", "."), auto_reload=False,
-    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    loader=jinja2.PackageLoader("dlscale.jobscripts", "."),
+    auto_reload=False,
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+    keep_trailing_newline=True,
+)
 _env.filters.update(_OWN, map=_map)
 
 
@@ -79,8 +90,9 @@ _version = functools.cache(dlscale_version)
 def launcher_for(run: Run, env: Environment) -> str:
     allowed = FRAMEWORKS[run.framework].slurm_launchers
     if env.launcher and env.launcher not in allowed:
-        raise PlanError(f"{run.framework} cannot be launched by {env.launcher}; it can by "
-                        f"{', '.join(allowed)}")
+        raise PlanError(
+            f"{run.framework} cannot be launched by {env.launcher}; it can by {', '.join(allowed)}"
+        )
     return env.launcher or allowed[0]
 
 
@@ -89,15 +101,20 @@ def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
     threads = run.training["threads_per_rank"]
     where = f"{profile_path}: partition {partition.name}"
     if run.nodes > partition.nodes:
-        raise PlanError(f"{where} has {partition.nodes} node(s); scale {run.scale} asks for "
-                        f"{run.nodes}")
+        raise PlanError(
+            f"{where} has {partition.nodes} node(s); scale {run.scale} asks for {run.nodes}"
+        )
     if partition.gpus_per_node and run.ranks_per_node > partition.gpus_per_node:
-        raise PlanError(f"{where} has {partition.gpus_per_node} GPU(s) per node; scale "
-                        f"{run.scale} asks for {run.ranks_per_node} (one GPU per rank)")
+        raise PlanError(
+            f"{where} has {partition.gpus_per_node} GPU(s) per node; scale "
+            f"{run.scale} asks for {run.ranks_per_node} (one GPU per rank)"
+        )
     if run.ranks_per_node * threads > partition.cpus_per_node:
-        raise PlanError(f"{where} has {partition.cpus_per_node} CPU(s) per node; scale "
-                        f"{run.scale} x {threads} thread(s) asks for "
-                        f"{run.ranks_per_node * threads}")
+        raise PlanError(
+            f"{where} has {partition.cpus_per_node} CPU(s) per node; scale "
+            f"{run.scale} x {threads} thread(s) asks for "
+            f"{run.ranks_per_node * threads}"
+        )
 
 
 def cpus_per_rank(run: Run, partition: Partition) -> int:
@@ -109,38 +126,66 @@ def cpus_per_rank(run: Run, partition: Partition) -> int:
     return threads
 
 
-def render(run: Run, loaded: LoadedProfile, run_dir: Path, spec_path: str,
-           partition_name: str | None = None, home: Path | None = None) -> str:
+def render(
+    run: Run,
+    loaded: LoadedProfile,
+    run_dir: Path,
+    spec_path: str,
+    partition_name: str | None = None,
+    home: Path | None = None,
+) -> str:
     """The job script; with `home`, a framework the profile does not set up runs in the
     environment `dlscale env create` recorded there."""
     profile = loaded.profile
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
     device = "cuda" if partition.gpus_per_node else "cpu"
-    env, env_vars = (slurm_environment(run.framework, profile, home, device) if home is not None
-                     else (profile.environments.get(run.framework, Environment()), {}))
+    env, env_vars = (
+        slurm_environment(run.framework, profile, home, device)
+        if home is not None
+        else (profile.environments.get(run.framework, Environment()), {})
+    )
     fw = FRAMEWORKS[run.framework]
     log_path = RunPaths(run_dir).log
     if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
-        raise PlanError(f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
-                        "set DLSCALE_HOME to a path of letters, digits and ./_-")
+        raise PlanError(
+            f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
+            "set DLSCALE_HOME to a path of letters, digits and ./_-"
+        )
     python = profile.python
     if env.venv:
         python = str(Path(env.venv) / "bin" / "python")
     prefix = ""
     if env.container:
         c = env.container
-        words = [c.runtime, "exec"] + (["--nv"] if c.nv else []) + sum(
-            (["-B", b] for b in c.binds), []) + [c.image]
+        words = (
+            [c.runtime, "exec"]
+            + (["--nv"] if c.nv else [])
+            + sum((["-B", b] for b in c.binds), [])
+            + [c.image]
+        )
         prefix = " ".join(shlex.quote(w) for w in words) + " "
     launcher = launcher_for(run, env)
     template = _env.get_template(f"{launcher}.sh.j2")
     return template.render(
-        run=run, label=f"{run.experiment}: {run.label()}", version=_version(),
-        spec_path=spec_path, profile_path=loaded.path, profile=profile, partition=partition,
-        env=env, job_env={**local_env(run), **env_vars}, run_dir=str(run_dir), log_path=str(log_path),
+        run=run,
+        label=f"{run.experiment}: {run.label()}",
+        version=_version(),
+        spec_path=spec_path,
+        profile_path=loaded.path,
+        profile=profile,
+        partition=partition,
+        env=env,
+        job_env={**local_env(run), **env_vars},
+        run_dir=str(run_dir),
+        log_path=str(log_path),
         job_name=f"dlscale-{run.experiment}-{run.run_id[:8]}",
-        time_limit=profile.time_limit, threads=run.training["threads_per_rank"],
-        cpus_per_rank=cpus_per_rank(run, partition), gpus=partition.gpus_per_node > 0,
-        python=python, container_prefix=prefix, trainer_module=fw.trainer_module,
-        trainer_args=trainer_args(run, run_dir, device))
+        time_limit=profile.time_limit,
+        threads=run.training["threads_per_rank"],
+        cpus_per_rank=cpus_per_rank(run, partition),
+        gpus=partition.gpus_per_node > 0,
+        python=python,
+        container_prefix=prefix,
+        trainer_module=fw.trainer_module,
+        trainer_args=trainer_args(run, run_dir, device),
+    )

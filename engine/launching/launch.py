@@ -2,6 +2,7 @@
 
 Everything is built as argv lists; nothing here is pasted into a shell line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,18 +22,33 @@ def trainer_args(run: Run, run_dir: Path | None = None, device: str = "cpu") -> 
     t = run.training
     # The run's own axes, then every training knob from the one table the trainer's parser
     # and the spec's model are made from (trainers/common/flags.py).
-    args = ["--model", run.model, "--dataset", run.dataset,
-            "--per-device-batch", str(run.per_device_batch), "--precision", run.precision,
-            "--loader", run.loader, "--run-id", run.run_id, "--device", device,
-            "--output", str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME),
-            *flags_for(t)]
+    args = [
+        "--model",
+        run.model,
+        "--dataset",
+        run.dataset,
+        "--per-device-batch",
+        str(run.per_device_batch),
+        "--precision",
+        run.precision,
+        "--loader",
+        run.loader,
+        "--run-id",
+        run.run_id,
+        "--device",
+        device,
+        "--output",
+        str(RunPaths(run_dir).metrics if run_dir else METRICS_NAME),
+        *flags_for(t),
+    ]
     if run.comm_benchmark:  # a communication benchmark run (plan.py), not a training run
         args.append("--comm-benchmark")
     return args + option_flags(run.framework, t.get("options") or {})
 
 
-def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
-                      run_dir: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+def local_command_for(
+    framework: str, ranks: int, env: EnvStatus, home: Path, run_dir: Path, args: list[str]
+) -> tuple[list[str], dict[str, str]]:
     """argv and extra variables to start `ranks` ranks of a framework's trainer on this
     machine, with the python of the framework's own environment."""
     fw = FRAMEWORKS[framework]
@@ -41,28 +57,65 @@ def local_command_for(framework: str, ranks: int, env: EnvStatus, home: Path,
     python = env.python
     extra = launch_env(env, home)
     if fw.launcher == "torchrun":  # its standalone rendezvous picks a free port
-        return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc-per-node={ranks}", "-m", fw.trainer_module, *args], extra
+        return [
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={ranks}",
+            "-m",
+            fw.trainer_module,
+            *args,
+        ], extra
     if fw.launcher == "horovodrun":
         horovodrun = str(Path(python).parent / "horovodrun")
-        return [python, horovodrun, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}",
-                python, "-m", fw.trainer_module, *args], extra
+        return [
+            python,
+            horovodrun,
+            "--gloo",
+            "-np",
+            str(ranks),
+            "-H",
+            f"localhost:{ranks}",
+            python,
+            "-m",
+            fw.trainer_module,
+            *args,
+        ], extra
     if fw.launcher == "ranks":  # the trainers' own spawner: Slurm-style variables per rank
-        return [python, "-m", "dlscale.trainers.common.spawn", "--ranks", str(ranks), "--",
-                python, "-m", fw.trainer_module, *args], extra
+        return [
+            python,
+            "-m",
+            "dlscale.trainers.common.spawn",
+            "--ranks",
+            str(ranks),
+            "--",
+            python,
+            "-m",
+            fw.trainer_module,
+            *args,
+        ], extra
     raise NotImplementedError(f"{framework}: unknown local launcher {fw.launcher}")
 
 
-def local_command(run: Run, run_dir: Path, env: EnvStatus, home: Path) -> tuple[list[str], dict[str, str]]:
+def local_command(
+    run: Run, run_dir: Path, env: EnvStatus, home: Path
+) -> tuple[list[str], dict[str, str]]:
     """argv and environment to run `run` on this machine: on its NVIDIA GPUs where it shows
     any (planning has checked that there is one per rank and a GPU build to use them)."""
-    argv, extra = local_command_for(run.framework, run.ranks_per_node, env, home, run_dir,
-                                    trainer_args(run, run_dir, local_device()))
+    argv, extra = local_command_for(
+        run.framework,
+        run.ranks_per_node,
+        env,
+        home,
+        run_dir,
+        trainer_args(run, run_dir, local_device()),
+    )
     return argv, {**local_env(run), **extra}
 
 
 def local_env(run: Run) -> dict[str, str]:
     threads = str(run.training["threads_per_rank"])
     # Libraries that size their own thread pools would otherwise take every core per rank.
-    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-            "PYTHONUNBUFFERED": "1"}
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}

@@ -5,6 +5,7 @@ model, dataset, scale of 2 or more devices and precision, planned before the tra
 the trainer's `--comm-benchmark` mode times one step's gradient allreduce (trainers/common/
 comm.py). Such a run is marked in its recipe (`comm_benchmark: true`), so its id is its own and
 no training run's id changes; specs without the option plan exactly what they always did."""
+
 from __future__ import annotations
 
 import hashlib
@@ -65,10 +66,14 @@ class Run:
 
     def label(self) -> str:
         if self.comm_benchmark:
-            return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
-                    f"{self.precision} communication benchmark")
-        return (f"{self.framework} {self.model} {self.dataset} {self.scale} "
-                f"b{self.per_device_batch} {self.precision} #{self.repetition}")
+            return (
+                f"{self.framework} {self.model} {self.dataset} {self.scale} "
+                f"{self.precision} communication benchmark"
+            )
+        return (
+            f"{self.framework} {self.model} {self.dataset} {self.scale} "
+            f"b{self.per_device_batch} {self.precision} #{self.repetition}"
+        )
 
 
 # Asked once: dataclasses.fields() walks the class at every call, twice per run.
@@ -110,8 +115,9 @@ def plan(loaded: LoadedSpec) -> Plan:
     recipe = training.model_dump()
     # One recipe per schedule, made once: runs share them (see _identity_digest). Without
     # lr_schedules the recipe is the spec's own, so run ids stay what they were.
-    recipes = [{**recipe, "lr_schedule": s} for s in exp.lr_schedules] \
-        if exp.lr_schedules else [recipe]
+    recipes = (
+        [{**recipe, "lr_schedule": s} for s in exp.lr_schedules] if exp.lr_schedules else [recipe]
+    )
     runs: list[Run] = []
     comm: list[Run] = []
     skipped: list[tuple[str, str]] = []
@@ -121,30 +127,48 @@ def plan(loaded: LoadedSpec) -> Plan:
             skipped.append((model, dataset))
             continue
         for fw, scale, batch, prec, loader, sched in itertools.product(
-                exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders, recipes):
+            exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders, recipes
+        ):
             per_device = batch if exp.scaling == "weak" else batch // scale.devices
             # Only a framework's options that differ from its defaults join its recipe, so
             # specs without options keep the run ids they always had.
             options = loaded.spec.options_for(fw)
             fw_recipe = {**sched, "options": options} if options else sched
             for rep in range(exp.repetitions):
-                runs.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
-                                per_device, per_device * scale.devices, exp.scaling, prec,
-                                loader, rep, fw_recipe))
+                runs.append(
+                    Run(
+                        exp.name,
+                        fw,
+                        model,
+                        dataset,
+                        scale.nodes,
+                        scale.ranks_per_node,
+                        per_device,
+                        per_device * scale.devices,
+                        exp.scaling,
+                        prec,
+                        loader,
+                        rep,
+                        fw_recipe,
+                    )
+                )
         if exp.comm_benchmark:
             comm += _comm_runs(loaded, model, dataset, recipe)
     notes = []
     if exp.comm_benchmark:
-        notes = [f"communication benchmark: none for {fw}: {NO_COMM_BENCHMARK[fw]}"
-                 for fw in exp.frameworks if fw in NO_COMM_BENCHMARK]
+        notes = [
+            f"communication benchmark: none for {fw}: {NO_COMM_BENCHMARK[fw]}"
+            for fw in exp.frameworks
+            if fw in NO_COMM_BENCHMARK
+        ]
         if all(s.devices == 1 for s in exp.scales):
-            notes.append("communication benchmark: none, every scale is one device (nothing "
-                         "to communicate)")
+            notes.append(
+                "communication benchmark: none, every scale is one device (nothing to communicate)"
+            )
     return Plan(comm + runs, skipped, notes)
 
 
-def _comm_runs(loaded: LoadedSpec, model: str, dataset: str,
-               recipe: dict[str, Any]) -> list[Run]:
+def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]) -> list[Run]:
     """One benchmark per framework, scale of 2+ devices and precision: the allreduce depends
     on the model and its classes (the gradient), the scale and the framework's options
     (Horovod's fp16 compression), not on the batch, the loader or the lr schedule."""
@@ -157,7 +181,21 @@ def _comm_runs(loaded: LoadedSpec, model: str, dataset: str,
         options = loaded.spec.options_for(fw)
         marked = {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}
         per_device = batch if exp.scaling == "weak" else max(1, batch // scale.devices)
-        out.append(Run(exp.name, fw, model, dataset, scale.nodes, scale.ranks_per_node,
-                       per_device, per_device * scale.devices, exp.scaling, prec,
-                       exp.loaders[0], 0, marked))
+        out.append(
+            Run(
+                exp.name,
+                fw,
+                model,
+                dataset,
+                scale.nodes,
+                scale.ranks_per_node,
+                per_device,
+                per_device * scale.devices,
+                exp.scaling,
+                prec,
+                exp.loaders[0],
+                0,
+                marked,
+            )
+        )
     return out

@@ -9,6 +9,7 @@ the framework's own single-device point is reported too. Where the efficiency go
 step-time breakdown, the communication benchmark, the model beside the measurement) and the
 energy per image are efficiency.py's.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,8 +43,10 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p = by_point.get((r["point_id"], device))
         if p is None:
             p = by_point[(r["point_id"], device)] = Point(
-                **{k: r[k] for k in _POINT_FIELDS}, device=device,
-                lr_schedule=explained.schedule_of(r))
+                **{k: r[k] for k in _POINT_FIELDS},
+                device=device,
+                lr_schedule=explained.schedule_of(r),
+            )
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
@@ -52,8 +55,11 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
             p.summaries.append(s)
-            for values, key in ((p.runtimes, "total_wall_s"), (p.ttas, "time_to_accuracy_s"),
-                                (p.best_top1, "best_top1")):
+            for values, key in (
+                (p.runtimes, "total_wall_s"),
+                (p.ttas, "time_to_accuracy_s"),
+                (p.best_top1, "best_top1"),
+            ):
                 if (value := finite(s.get(key))) is not None:
                     values.append(value)
     out = list(by_point.values())
@@ -70,8 +76,19 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             own = [c for c in candidates if c.framework == p.framework]
             p.own_baseline = max(own, key=_mean) if own else None
     explained.attach(store, out, comm)
-    out.sort(key=lambda p: (p.experiment, p.model, p.dataset, p.framework, p.precision,
-                            p.per_device_batch, str(p.lr_schedule), p.devices, p.nodes))
+    out.sort(
+        key=lambda p: (
+            p.experiment,
+            p.model,
+            p.dataset,
+            p.framework,
+            p.precision,
+            p.per_device_batch,
+            str(p.lr_schedule),
+            p.devices,
+            p.nodes,
+        )
+    )
     return out
 
 
@@ -91,8 +108,9 @@ def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, li
 def notes(store: Store, experiment: str | None = None) -> list[str]:
     """What the results leave out and why: metric lines skipped on ingest, by run, file and
     line (a run whose summary was skipped has no throughput in the table)."""
-    return store.skipped_notes([r["run_id"] for r in store.runs(experiment)]
-                               if experiment else None)
+    return store.skipped_notes(
+        [r["run_id"] for r in store.runs(experiment)] if experiment else None
+    )
 
 
 def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
@@ -110,13 +128,21 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
         t0 = finite((summaries.get(orig["run_id"]) or {}).get("throughput"))
         t1 = finite((summaries.get(r["run_id"]) or {}).get("throughput"))
         ok = orig["state"] == r["state"] == "COMPLETED"
-        out.append({
-            "run_id": r["run_id"], "rerun_of": orig["run_id"], "experiment": r["experiment"],
-            "framework": r["framework"], "model": r["model"], "nodes": r["nodes"],
-            "ranks_per_node": r["ranks_per_node"], "ranks": r["devices"],
-            "state": r["state"], "original_state": orig["state"],
-            "original_throughput": t0 if orig["state"] == "COMPLETED" else None,
-            "rerun_throughput": t1 if r["state"] == "COMPLETED" else None,
-            "ratio": (t1 / t0) if ok and t0 and t1 is not None else None,
-        })
+        out.append(
+            {
+                "run_id": r["run_id"],
+                "rerun_of": orig["run_id"],
+                "experiment": r["experiment"],
+                "framework": r["framework"],
+                "model": r["model"],
+                "nodes": r["nodes"],
+                "ranks_per_node": r["ranks_per_node"],
+                "ranks": r["devices"],
+                "state": r["state"],
+                "original_state": orig["state"],
+                "original_throughput": t0 if orig["state"] == "COMPLETED" else None,
+                "rerun_throughput": t1 if r["state"] == "COMPLETED" else None,
+                "ratio": (t1 / t0) if ok and t0 and t1 is not None else None,
+            }
+        )
     return out

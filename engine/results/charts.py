@@ -1,6 +1,7 @@
 """Terminal charts of results with plotext: one line per framework against devices, the
 ideal-scaling line for speedup and efficiency, and noisy points marked. Returns text so the
 CLI prints it and the TUI renders it alike."""
+
 from __future__ import annotations
 
 import math
@@ -26,23 +27,38 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Result rows as lines against devices: one per framework, and per model, precision,
     device, batch, loader or lr schedule where the rows hold more than one, each sorted by devices.
     Terminal charts and report figures draw the same lines under the same names."""
-    varying = [k for k in ("model", "device", "precision", "per_device_batch", "loader",
-                           "lr_schedule")
-               if len({r.get(k) for r in rows}) > 1]
+    varying = [
+        k
+        for k in ("model", "device", "precision", "per_device_batch", "loader", "lr_schedule")
+        if len({r.get(k) for r in rows}) > 1
+    ]
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        name = " ".join([r["framework"]] + [
-            f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying])
+        name = " ".join(
+            [r["framework"]]
+            + [f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying]
+        )
         out.setdefault(name, []).append(r)
     return {name: sorted(pts, key=lambda r: r["ranks"]) for name, pts in sorted(out.items())}
 
 
-def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | None = None,
-          width: int = 80, height: int = 22, color: bool = False) -> str:
+def chart(
+    results: list[dict[str, Any]],
+    metric: str = "speedup",
+    model: str | None = None,
+    width: int = 80,
+    height: int = 22,
+    color: bool = False,
+) -> str:
     key, ylabel = METRICS[metric]
     # Only finite numbers are drawn: one NaN would break plotext's axis for every line.
-    rows = [r for r in results if isinstance(r.get(key), (int, float)) and
-            math.isfinite(r[key]) and (model is None or r["model"] == model)]
+    rows = [
+        r
+        for r in results
+        if isinstance(r.get(key), (int, float))
+        and math.isfinite(r[key])
+        and (model is None or r["model"] == model)
+    ]
     models = sorted({r["model"] for r in rows})
     title_model = model or (models[0] if len(models) == 1 else "all models")
     plt.clear_figure()
@@ -59,8 +75,9 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
         plt.plot(xs, ys, label=name, marker="hd")
         noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy")]
         if noisy:
-            plt.scatter([x for x, _ in noisy], [y for _, y in noisy], marker="x",
-                        label="noisy (CV > 5%)")
+            plt.scatter(
+                [x for x, _ in noisy], [y for _, y in noisy], marker="x", label="noisy (CV > 5%)"
+            )
     if metric in ("speedup", "efficiency", "predicted"):
         ideal = [float(d) if metric == "speedup" else 1.0 for d in all_devices]
         plt.plot(all_devices, ideal, label="ideal", marker="dot")
@@ -68,8 +85,11 @@ def chart(results: list[dict[str, Any]], metric: str = "speedup", model: str | N
     plt.xlabel("devices (ranks)")
     plt.ylabel(ylabel)
     baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
-    base = f"; baseline {', '.join(baselines)}" if metric in ("speedup", "efficiency") and \
-        baselines else ""
+    base = (
+        f"; baseline {', '.join(baselines)}"
+        if metric in ("speedup", "efficiency") and baselines
+        else ""
+    )
     plt.title(f"{ylabel} - {title_model}{base}")
     text = plt.build()
     # plotext emits colour resets even with the "clear" theme; pipes and files get plain text

@@ -15,6 +15,7 @@ breakdown's exposed_comm_s says how much was left), one below it that something 
 lost (compute slowed by sharing the node, data waits: the breakdown's rest). Every field a
 part could not be measured for is null, and `unmeasured` says why.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,15 @@ def schedule_of(row: dict[str, Any]) -> str | None:
 
 
 def comm_key(r: dict[str, Any]) -> tuple:
-    return (r["experiment"], r["framework"], r["model"], r["dataset"], r["nodes"],
-            r["ranks_per_node"], r["precision"])
+    return (
+        r["experiment"],
+        r["framework"],
+        r["model"],
+        r["dataset"],
+        r["nodes"],
+        r["ranks_per_node"],
+        r["precision"],
+    )
 
 
 def attach(store: Store, points: list[Point], comm_rows: list[dict[str, Any]]) -> None:
@@ -53,18 +61,23 @@ def attach(store: Store, points: list[Point], comm_rows: list[dict[str, Any]]) -
     for r in sorted(comm_rows, key=lambda r: r["created"] or 0):  # the latest one wins
         rec = records.get(r["run_id"]) if r["state"] == "COMPLETED" else None
         if rec is not None or comm_key(r) not in bench or bench[comm_key(r)]["record"] is None:
-            bench[comm_key(r)] = {"run_id": r["run_id"], "state": r["state"], "record": rec,
-                                  "reason": (r.get("reason") or "").split("\n")[0]}
+            bench[comm_key(r)] = {
+                "run_id": r["run_id"],
+                "state": r["state"],
+                "record": rec,
+                "reason": (r.get("reason") or "").split("\n")[0],
+            }
     # Why no energy: the first repetition's env record says it for the point (the others
     # ran on the same kind of node; reading one per point keeps a large study quick).
-    wanting = [p for p in points if p.completed_run_ids and _median(p, "energy_per_image_j")
-               is None]
+    wanting = [
+        p for p in points if p.completed_run_ids and _median(p, "energy_per_image_j") is None
+    ]
     wanting_ids = {id(p) for p in wanting}
-    envs = store.last_records("env", [p.completed_run_ids[0] for p in wanting]) \
-        if wanting else {}
+    envs = store.last_records("env", [p.completed_run_ids[0] for p in wanting]) if wanting else {}
     for p in points:
-        p.comm = bench.get((p.experiment, p.framework, p.model, p.dataset, p.nodes,
-                            p.ranks_per_node, p.precision))
+        p.comm = bench.get(
+            (p.experiment, p.framework, p.model, p.dataset, p.nodes, p.ranks_per_node, p.precision)
+        )
         if id(p) in wanting_ids:
             why = (envs.get(p.completed_run_ids[0]) or {}).get("energy_unavailable")
             p.energy_why = why or "no energy was recorded (runs from before dlscale metered it)"
@@ -87,8 +100,11 @@ def _median(p: Point | None, key: str) -> float | None:
 def _breakdown_why(p: Point) -> str:
     if not p.summaries:
         return "no completed repetition"
-    why = {str(s["breakdown_unavailable"]) for s in p.summaries
-           if s.get("breakdown_unavailable") is not None}
+    why = {
+        str(s["breakdown_unavailable"])
+        for s in p.summaries
+        if s.get("breakdown_unavailable") is not None
+    }
     return "; ".join(sorted(why)) or f"the {p.framework} trainer records no step-time breakdown"
 
 
@@ -98,8 +114,9 @@ def _comm_why(p: Point) -> str:
     if p.comm is None:
         return "no communication benchmark: the spec does not set experiment.comm_benchmark = true"
     c = p.comm
-    return (f"the communication benchmark run {c['run_id']} is {c['state']}"
-            + (f" ({c['reason']})" if c["reason"] else ""))
+    return f"the communication benchmark run {c['run_id']} is {c['state']}" + (
+        f" ({c['reason']})" if c["reason"] else ""
+    )
 
 
 def fields(p: Point) -> dict[str, Any]:
@@ -113,8 +130,11 @@ def fields(p: Point) -> dict[str, Any]:
         why["exposed_comm_s"] = _breakdown_why(p)
     mean = p.throughput.mean
     step = p.global_batch / mean if mean else None  # the timed steps' mean, whole job
-    other = (step - compute - exposed if step is not None and compute is not None
-             and exposed is not None else None)
+    other = (
+        step - compute - exposed
+        if step is not None and compute is not None and exposed is not None
+        else None
+    )
 
     comm_time = busbw = algbw = None
     rec = (p.comm or {}).get("record")
@@ -132,8 +152,9 @@ def fields(p: Point) -> dict[str, Any]:
     if base is None:
         why["predicted_efficiency"] = "no 1-device baseline point"
     elif base_compute is None:
-        why["predicted_efficiency"] = (f"its baseline ({base.label()}) has no compute time: "
-                                       f"{_breakdown_why(base)}")
+        why["predicted_efficiency"] = (
+            f"its baseline ({base.label()}) has no compute time: {_breakdown_why(base)}"
+        )
     elif comm_time is None:
         why["predicted_efficiency"] = "no allreduce time for this scale: " + why["comm_busbw_gbps"]
     else:
@@ -145,16 +166,25 @@ def fields(p: Point) -> dict[str, Any]:
     if per_image is None:
         why["images_per_joule"] = p.energy_why or "no completed repetition"
     return {
-        "lr_schedule": p.lr_schedule, "step_time_s": step, "compute_time_s": compute,
-        "exposed_comm_s": exposed, "other_s": other,
-        "forward_s": _median(p, "forward_s"), "backward_s": _median(p, "backward_s"),
-        "optimizer_s": _median(p, "optimizer_s"), "data_wait_s": _median(p, "data_wait_s"),
-        "comm_time_s": comm_time, "comm_busbw_gbps": busbw, "comm_algbw_gbps": algbw,
+        "lr_schedule": p.lr_schedule,
+        "step_time_s": step,
+        "compute_time_s": compute,
+        "exposed_comm_s": exposed,
+        "other_s": other,
+        "forward_s": _median(p, "forward_s"),
+        "backward_s": _median(p, "backward_s"),
+        "optimizer_s": _median(p, "optimizer_s"),
+        "data_wait_s": _median(p, "data_wait_s"),
+        "comm_time_s": comm_time,
+        "comm_busbw_gbps": busbw,
+        "comm_algbw_gbps": algbw,
         "comm_run_id": (p.comm or {}).get("run_id") if rec is not None else None,
-        "predicted_step_s": predicted_step, "predicted_efficiency": predicted,
+        "predicted_step_s": predicted_step,
+        "predicted_efficiency": predicted,
         "energy_per_image_j": per_image,
         "images_per_joule": 1.0 / per_image if per_image else None,
-        "mean_power_w": _median(p, "mean_power_w"), "device_util": _median(p, "device_util"),
+        "mean_power_w": _median(p, "mean_power_w"),
+        "device_util": _median(p, "device_util"),
         "unmeasured": why,
     }
 
@@ -165,8 +195,11 @@ def accuracy_curves(store: Store, points: list[Point]) -> dict[str, list[tuple[f
     more than one schedule."""
     if len({p.lr_schedule for p in points}) < 2:
         return {}
-    varying = [k for k in ("framework", "model", "scale", "per_device_batch", "precision")
-               if len({_attr(p, k) for p in points}) > 1]
+    varying = [
+        k
+        for k in ("framework", "model", "scale", "per_device_batch", "precision")
+        if len({_attr(p, k) for p in points}) > 1
+    ]
     out: dict[str, list[tuple[float, float]]] = {}
     for p in sorted(points, key=lambda p: (str(p.lr_schedule), p.devices)):
         by_epoch: dict[int, list[float]] = {}

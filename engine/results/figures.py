@@ -5,6 +5,7 @@ here. What each figure shows (its series, their points, the ideal line) is read 
 the drawn axes into a `Figure`, so a test or a reader can check the picture says what the
 tables say.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ NOISY = "noisy (CV > 5%)"
 
 @dataclass
 class Figure:
-    name: str      # file stem, e.g. "speedup"
+    name: str  # file stem, e.g. "speedup"
     path: Path
     title: str
     xlabel: str
@@ -44,8 +45,9 @@ class Figure:
 
 def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
     """What the axes hold, taken from the artists themselves rather than from our inputs."""
-    out = Figure(name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(),
-                 xscale=ax.get_xscale())
+    out = Figure(
+        name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), xscale=ax.get_xscale()
+    )
     for line in ax.get_lines():
         label = line.get_label()
         if label.startswith("_"):  # matplotlib's unlabelled helpers (error-bar caps...)
@@ -63,8 +65,10 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
             out.series[label] = [(float(x), float(y)) for x, y in zip(xs, ys)]
             out.colors[label] = matplotlib.colors.to_hex(line.get_color())
         elif isinstance(container, BarContainer):
-            out.series[label] = [(float(p.get_x() + p.get_width() / 2), float(p.get_height()))
-                                 for p in container.patches]
+            out.series[label] = [
+                (float(p.get_x() + p.get_width() / 2), float(p.get_height()))
+                for p in container.patches
+            ]
             out.colors[label] = matplotlib.colors.to_hex(container.patches[0].get_facecolor())
     for coll in ax.collections:
         label = coll.get_label()
@@ -77,8 +81,9 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
     return out
 
 
-def _against_devices(rows: list[dict[str, Any]], metric: str, out_dir: Path,
-                     title: str) -> Figure | None:
+def _against_devices(
+    rows: list[dict[str, Any]], metric: str, out_dir: Path, title: str
+) -> Figure | None:
     key, ylabel = METRICS[metric]
     rows = [r for r in rows if r.get(key) is not None]
     if not rows:
@@ -122,8 +127,10 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
     rows = [r for r in rows if r.get("throughput") is not None]
     # a bar per framework, and per device where CPU and GPU points share the figure
     devices = len({r.get("device") for r in rows}) > 1
+
     def bar(r: dict[str, Any]) -> str:
         return f"{r['framework']} on {r.get('device') or '-'}" if devices else r["framework"]
+
     frameworks = sorted({bar(r) for r in rows})
     if not rows:
         return None
@@ -134,8 +141,7 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
         xs, ys, errs = [], [], []
         for j, (_, n, rpn) in enumerate(scales):
             # The best configuration of this framework at this scale (a bar per framework).
-            at = [r for r in rows if bar(r) == fw and (r["nodes"], r["ranks_per_node"])
-                  == (n, rpn)]
+            at = [r for r in rows if bar(r) == fw and (r["nodes"], r["ranks_per_node"]) == (n, rpn)]
             if at:
                 best = max(at, key=lambda r: r["throughput"])
                 xs.append(j - 0.4 + width * (i + 0.5))
@@ -152,9 +158,11 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
 
 
 # The parts of a step, stacked in this order, each in one colour at every scale.
-PARTS = (("compute_time_s", "compute", "#4c72b0"),
-         ("exposed_comm_s", "exposed communication", "#dd8452"),
-         ("other_s", "the rest", "#8c8c8c"))
+PARTS = (
+    ("compute_time_s", "compute", "#4c72b0"),
+    ("exposed_comm_s", "exposed communication", "#dd8452"),
+    ("other_s", "the rest", "#8c8c8c"),
+)
 PREDICTED = "predicted step (model)"
 MEASURED = "measured step"
 
@@ -168,8 +176,13 @@ def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> F
     study's breakdown."""
     if not any(r.get("comm_busbw_gbps") is not None for r in rows):
         return None
-    rows = [r for r in rows if r.get("step_time_s") is not None
-            and r.get("compute_time_s") is not None and r.get("exposed_comm_s") is not None]
+    rows = [
+        r
+        for r in rows
+        if r.get("step_time_s") is not None
+        and r.get("compute_time_s") is not None
+        and r.get("exposed_comm_s") is not None
+    ]
     if not rows:
         return None
     names = series(rows)
@@ -181,20 +194,44 @@ def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> F
         heights = [1000 * max(0.0, r[key]) for _, r in bars]  # a negative rest draws nothing
         ax.bar(xs, heights, bottom=bottom, width=0.6, color=colour, label=label)
         bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.plot(xs, [1000 * r["step_time_s"] for _, r in bars], linestyle="none", marker="_",
-            markersize=24, markeredgewidth=2, color="#c44e52", label=MEASURED)
-    predicted = [(x, 1000 * r["predicted_step_s"]) for x, (_, r) in zip(xs, bars)
-                 if r.get("predicted_step_s") is not None]
+    ax.plot(
+        xs,
+        [1000 * r["step_time_s"] for _, r in bars],
+        linestyle="none",
+        marker="_",
+        markersize=24,
+        markeredgewidth=2,
+        color="#c44e52",
+        label=MEASURED,
+    )
+    predicted = [
+        (x, 1000 * r["predicted_step_s"])
+        for x, (_, r) in zip(xs, bars)
+        if r.get("predicted_step_s") is not None
+    ]
     if predicted:
-        ax.plot([x for x, _ in predicted], [y for _, y in predicted], linestyle="none",
-                marker="D", color="black", label=PREDICTED)
+        ax.plot(
+            [x for x, _ in predicted],
+            [y for _, y in predicted],
+            linestyle="none",
+            marker="D",
+            color="black",
+            label=PREDICTED,
+        )
     several = len(names) > 1
-    ax.set_xticks(xs, [f"{r['nodes']}x{r['ranks_per_node']}" + (f"\n{name}" if several else "")
-                       for name, r in bars], fontsize="small")
+    ax.set_xticks(
+        xs,
+        [
+            f"{r['nodes']}x{r['ranks_per_node']}" + (f"\n{name}" if several else "")
+            for name, r in bars
+        ],
+        fontsize="small",
+    )
     ax.set_xlabel("scale (nodes x ranks per node)")
     ax.set_ylabel("time per step (ms)")
-    tops = bottom + [float(y) for line in ax.get_lines()
-                     for y in np.asarray(line.get_ydata(), float)]
+    tops = bottom + [
+        float(y) for line in ax.get_lines() for y in np.asarray(line.get_ydata(), float)
+    ]
     ax.set_ylim(0, 1.15 * max(tops) or 1.0)  # room above the tallest bar for the legend
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
@@ -202,8 +239,9 @@ def _efficiency_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> F
     return _read_back(fig, ax, "efficiency-breakdown", out_dir / "efficiency-breakdown.png")
 
 
-def _accuracy_per_schedule(curves: dict[str, list[tuple[float, float]]], out_dir: Path,
-                           title: str) -> Figure | None:
+def _accuracy_per_schedule(
+    curves: dict[str, list[tuple[float, float]]], out_dir: Path, title: str
+) -> Figure | None:
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
@@ -218,8 +256,12 @@ def _accuracy_per_schedule(curves: dict[str, list[tuple[float, float]]], out_dir
     return _read_back(fig, ax, "accuracy-per-schedule", out_dir / "accuracy-per-schedule.png")
 
 
-def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str,
-             curves: dict[str, list[tuple[float, float]]] | None = None) -> list[Figure]:
+def draw_all(
+    rows: list[dict[str, Any]],
+    out_dir: Path,
+    experiment: str,
+    curves: dict[str, list[tuple[float, float]]] | None = None,
+) -> list[Figure]:
     """Every figure that the rows can fill, written under out_dir; empty ones are skipped.
     `curves`: top-1 against epoch per lr schedule (analysis.accuracy_curves)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -228,14 +270,21 @@ def draw_all(rows: list[dict[str, Any]], out_dir: Path, experiment: str,
     made = [
         _against_devices(rows, "speedup", out_dir, f"{experiment}: speedup{base}"),
         _against_devices(rows, "efficiency", out_dir, f"{experiment}: scaling efficiency{base}"),
-        _against_devices(rows, "throughput", out_dir,
-                         f"{experiment}: throughput (mean, 95% CI)"),
+        _against_devices(rows, "throughput", out_dir, f"{experiment}: throughput (mean, 95% CI)"),
         _against_devices(rows, "tta", out_dir, f"{experiment}: time-to-accuracy"),
-        _framework_bars(rows, out_dir, f"{experiment}: throughput per framework\n"
-                        "(its best configuration at each scale)"),
-        _efficiency_bars(rows, out_dir, f"{experiment}: where the efficiency goes\n(the "
-                         "measured step split by the step-time breakdown)"),
-        _accuracy_per_schedule(curves or {}, out_dir,
-                               f"{experiment}: top-1 against epoch per lr schedule"),
+        _framework_bars(
+            rows,
+            out_dir,
+            f"{experiment}: throughput per framework\n(its best configuration at each scale)",
+        ),
+        _efficiency_bars(
+            rows,
+            out_dir,
+            f"{experiment}: where the efficiency goes\n(the "
+            "measured step split by the step-time breakdown)",
+        ),
+        _accuracy_per_schedule(
+            curves or {}, out_dir, f"{experiment}: top-1 against epoch per lr schedule"
+        ),
     ]
     return [f for f in made if f is not None]

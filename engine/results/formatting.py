@@ -1,5 +1,6 @@
 """Numbers as the tables show them: plain text, no rendering library, so the queue rows and
 every table format alike."""
+
 from __future__ import annotations
 
 import math

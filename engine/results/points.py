@@ -1,5 +1,6 @@
 """A measurement point (all repetitions of one configuration on one kind of device) and the
 arithmetic of its numbers: the spread of its throughput, speedup and efficiency."""
+
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ def spread(values: list[float]) -> Spread:
         return Spread(1, mean, mean, None, None)
     sd = statistics.stdev(values)
     from scipy import stats  # 1 s to import: only where a spread is computed
+
     half = float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
     return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
 
@@ -73,8 +75,8 @@ class Point:
     own_baseline: Point | None = None
     lr_schedule: str | None = None
     summaries: list[dict[str, Any]] = field(default_factory=list)  # completed repetitions'
-    comm: dict[str, Any] | None = None     # the communication benchmark of its scale
-    energy_why: str | None = None          # why no energy was measured, where none was
+    comm: dict[str, Any] | None = None  # the communication benchmark of its scale
+    energy_why: str | None = None  # why no energy was measured, where none was
     medians: dict[str, float | None] = field(default_factory=dict)  # efficiency.py's cache
 
     @property
@@ -93,33 +95,57 @@ class Point:
 
     def baseline_key(self) -> tuple:
         batch = self.per_device_batch if self.scaling == "weak" else self.global_batch
-        return (self.experiment, self.model, self.dataset, self.precision, self.scaling, batch,
-                self.device)
+        return (
+            self.experiment,
+            self.model,
+            self.dataset,
+            self.precision,
+            self.scaling,
+            batch,
+            self.device,
+        )
 
     def label(self) -> str:
         return f"{self.framework} {self.nodes}x{self.ranks_per_node}"
 
     def as_dict(self) -> dict[str, Any]:
         sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)
-        own = speedup(self.throughput.mean,
-                      self.own_baseline.throughput.mean if self.own_baseline else None)
+        own = speedup(
+            self.throughput.mean, self.own_baseline.throughput.mean if self.own_baseline else None
+        )
         tta = spread(self.ttas)
         return {
-            "run_id": self.run_ids[0], "run_ids": self.run_ids, "experiment": self.experiment,
-            "framework": self.framework, "model": self.model, "dataset": self.dataset,
-            "nodes": self.nodes, "ranks": self.devices, "ranks_per_node": self.ranks_per_node,
-            "per_device_batch": self.per_device_batch, "global_batch": self.global_batch,
-            "scaling": self.scaling, "precision": self.precision, "loader": self.loader,
+            "run_id": self.run_ids[0],
+            "run_ids": self.run_ids,
+            "experiment": self.experiment,
+            "framework": self.framework,
+            "model": self.model,
+            "dataset": self.dataset,
+            "nodes": self.nodes,
+            "ranks": self.devices,
+            "ranks_per_node": self.ranks_per_node,
+            "per_device_batch": self.per_device_batch,
+            "global_batch": self.global_batch,
+            "scaling": self.scaling,
+            "precision": self.precision,
+            "loader": self.loader,
             "device": self.device,
-            "state": self.state, "repetitions": len(self.run_ids), "n": self.throughput.n,
-            "throughput": self.throughput.mean, "throughput_median": self.throughput.median,
-            "throughput_ci95": self.throughput.ci95, "throughput_cv": self.throughput.cv,
+            "state": self.state,
+            "repetitions": len(self.run_ids),
+            "n": self.throughput.n,
+            "throughput": self.throughput.mean,
+            "throughput_median": self.throughput.median,
+            "throughput_ci95": self.throughput.ci95,
+            "throughput_cv": self.throughput.cv,
             "noisy": self.throughput.noisy,
-            "speedup": sp, "efficiency": efficiency(sp, self.devices),
+            "speedup": sp,
+            "efficiency": efficiency(sp, self.devices),
             "baseline_run_id": (self.baseline.completed_run_ids[0] if self.baseline else None),
             "baseline": (self.baseline.label() if self.baseline else None),
-            "speedup_own": own, "efficiency_own": efficiency(own, self.devices),
-            "time_to_accuracy_s": tta.mean, "time_to_accuracy_ci95": tta.ci95,
+            "speedup_own": own,
+            "efficiency_own": efficiency(own, self.devices),
+            "time_to_accuracy_s": tta.mean,
+            "time_to_accuracy_ci95": tta.ci95,
             "runtime_s": spread(self.runtimes).mean,
             # "2/3": repetitions that reached the target of those that evaluated
             "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
@@ -127,8 +153,19 @@ class Point:
         }
 
 
-_POINT_FIELDS = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_node",
-                 "per_device_batch", "global_batch", "scaling", "precision", "loader")
+_POINT_FIELDS = (
+    "experiment",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks_per_node",
+    "per_device_batch",
+    "global_batch",
+    "scaling",
+    "precision",
+    "loader",
+)
 
 
 def device_kind(env: dict[str, Any] | None) -> str | None:

@@ -5,6 +5,7 @@ A reference names the paper, then one entry per published number: which result c
 is (the keys of analysis.results), for which framework, model and device count, on what
 hardware, and whether the paper gives it exactly or as a bound ("more than 12 h").
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..config.spec import Number, StrictModel, load_toml_model
 
-METRICS = {"speedup": "x", "efficiency": "fraction of ideal", "throughput": "images/s",
-           "runtime_s": "s (whole run)", "time_to_accuracy_s": "s"}
+METRICS = {
+    "speedup": "x",
+    "efficiency": "fraction of ideal",
+    "throughput": "images/s",
+    "runtime_s": "s (whole run)",
+    "time_to_accuracy_s": "s",
+}
 
 
 class Paper(StrictModel):
@@ -29,7 +35,7 @@ class PublishedNumber(StrictModel):
     metric: Literal[tuple(METRICS)]  # type: ignore[valid-type]
     framework: StrictStr = ""  # "": the paper does not say; the user's best framework is shown
     model: StrictStr
-    loader: StrictStr = ""     # "": any loader
+    loader: StrictStr = ""  # "": any loader
     devices: StrictInt = Field(ge=1)
     value: Number
     bound: Literal["=", "<", ">"] = "="
@@ -67,8 +73,13 @@ def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (a CPU version of a GPU study), so the reader sees both and how far apart they are."""
     out = []
     for n in ref.numbers:
-        mine = [r for r in rows if r["model"] == n.model and r.get(n.metric) is not None
-                and n.framework in ("", r["framework"])]
+        mine = [
+            r
+            for r in rows
+            if r["model"] == n.model
+            and r.get(n.metric) is not None
+            and n.framework in ("", r["framework"])
+        ]
         # The paper's loader when measured; else the user's (a CPU version has no DALI).
         mine = [r for r in mine if n.loader in ("", r["loader"])] or mine
         same = [r for r in mine if r["ranks"] == n.devices]
@@ -76,13 +87,22 @@ def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         # The best of the user's frameworks at that scale: least time, most of the rest.
         sign = -1 if n.metric.endswith("_s") else 1
         pick = max(candidates, key=lambda r: sign * r[n.metric], default=None)
-        out.append({"metric": n.metric, "unit": METRICS[n.metric],
-                    "framework": n.framework or (pick["framework"] if pick else "any"),
-                    "model": n.model, "paper_devices": n.devices, "paper_value": n.value,
-                    "bound": n.bound, "hardware": n.hardware, "note": n.note,
-                    "yours": pick[n.metric] if pick else None,
-                    "your_devices": pick["ranks"] if pick else None,
-                    "your_loader": pick["loader"] if pick else None,
-                    "same_scale": bool(same),
-                    "same_loader": pick is not None and n.loader in ("", pick["loader"])})
+        out.append(
+            {
+                "metric": n.metric,
+                "unit": METRICS[n.metric],
+                "framework": n.framework or (pick["framework"] if pick else "any"),
+                "model": n.model,
+                "paper_devices": n.devices,
+                "paper_value": n.value,
+                "bound": n.bound,
+                "hardware": n.hardware,
+                "note": n.note,
+                "yours": pick[n.metric] if pick else None,
+                "your_devices": pick["ranks"] if pick else None,
+                "your_loader": pick["loader"] if pick else None,
+                "same_scale": bool(same),
+                "same_loader": pick is not None and n.loader in ("", pick["loader"]),
+            }
+        )
     return out

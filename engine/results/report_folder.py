@@ -8,6 +8,7 @@ else there is the user's. A new report is first written into a hidden staging fo
 inside --out, so that what it would write is known exactly before anything is moved
 into place, and a refused or failed report changes nothing there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,10 @@ MANIFEST = ".dlscale-report.json"
 SUBFOLDERS = ("figures", "mllog")
 # The only names a report writes. A manifest is a file in the user's folder that anyone
 # can edit: an entry outside these shapes (`../x`, `notes.txt`) is never acted on.
-_OURS = re.compile(r"(report\.(md|html)|results\.(csv|json)|reruns\.json|reference\.json|"
-                   r"figures/[A-Za-z0-9_.-]+\.png|mllog/[A-Za-z0-9_.-]+\.mllog)")
+_OURS = re.compile(
+    r"(report\.(md|html)|results\.(csv|json)|reruns\.json|reference\.json|"
+    r"figures/[A-Za-z0-9_.-]+\.png|mllog/[A-Za-z0-9_.-]+\.mllog)"
+)
 
 
 def _digest(path: Path) -> str:
@@ -56,7 +59,7 @@ class ReportFolder:
 
     def __init__(self, out: Path, ours: dict[str, str]) -> None:
         self.out = out
-        self.ours = ours          # rel path -> digest: files of dlscale's earlier report
+        self.ours = ours  # rel path -> digest: files of dlscale's earlier report
         self.stage = Path(tempfile.mkdtemp(dir=out, prefix=".dlscale-report-"))
         self.removed: list[str] = []
 
@@ -71,15 +74,19 @@ class ReportFolder:
         for sub in SUBFOLDERS:
             path = out / sub
             if os.path.lexists(path) and not stat.S_ISDIR(os.lstat(path).st_mode):
-                raise UserError(f"--out {out}: {sub} is a link or a file, not a folder of "
-                                f"dlscale's; a report writes nothing through it (move it "
-                                "away, or choose another --out); nothing was written")
+                raise UserError(
+                    f"--out {out}: {sub} is a link or a file, not a folder of "
+                    f"dlscale's; a report writes nothing through it (move it "
+                    "away, or choose another --out); nothing was written"
+                )
         manifest = _read_manifest(out)
         if manifest is None and any(out.iterdir()) and not force:
-            raise UserError(f"--out {out}: the folder is not empty and holds no report of "
-                            f"dlscale's ({MANIFEST}); choose a new or empty folder, or add "
-                            "--force to write into it (nothing of yours is removed or "
-                            "overwritten); nothing was written")
+            raise UserError(
+                f"--out {out}: the folder is not empty and holds no report of "
+                f"dlscale's ({MANIFEST}); choose a new or empty folder, or add "
+                "--force to write into it (nothing of yours is removed or "
+                "overwritten); nothing was written"
+            )
         ours = {}
         for rel, digests in (manifest or {}).items():
             path = out / rel
@@ -100,16 +107,18 @@ class ReportFolder:
 
     def commit(self) -> list[str]:
         """Move the staged files into --out; returns their names, relative to it."""
-        staged = sorted(str(p.relative_to(self.stage)) for p in self.stage.rglob("*")
-                        if p.is_file())
+        staged = sorted(
+            str(p.relative_to(self.stage)) for p in self.stage.rglob("*") if p.is_file()
+        )
         assert all(_OURS.fullmatch(rel) for rel in staged), staged  # a bug, not the user's
-        theirs = [rel for rel in staged
-                  if os.path.lexists(self.out / rel) and rel not in self.ours]
+        theirs = [rel for rel in staged if os.path.lexists(self.out / rel) and rel not in self.ours]
         if theirs:
-            raise UserError(f"--out {self.out}: the report would overwrite {_listing(theirs)}, "
-                            "which dlscale's last report there did not write (or which changed "
-                            "since); move them away or choose another --out; nothing was "
-                            "written")
+            raise UserError(
+                f"--out {self.out}: the report would overwrite {_listing(theirs)}, "
+                "which dlscale's last report there did not write (or which changed "
+                "since); move them away or choose another --out; nothing was "
+                "written"
+            )
         digests = {rel: _digest(self.stage / rel) for rel in staged}
         # Written first, so that a report interrupted while moving files still knows every
         # file of both reports as its own (either content is dlscale's).
@@ -138,24 +147,35 @@ def _read_manifest(out: Path) -> dict[str, list[str]] | None:
     path = out / MANIFEST
     if not os.path.lexists(path):
         return None
-    bad = UserError(f"--out {out}: {MANIFEST} is not a manifest dlscale wrote; move it away "
-                    "or choose another --out; nothing was written")
+    bad = UserError(
+        f"--out {out}: {MANIFEST} is not a manifest dlscale wrote; move it away "
+        "or choose another --out; nothing was written"
+    )
     if not _is_regular(path):
         raise bad
     try:
         data = json.loads(path.read_text())
         files = data["files"]
-        return {rel: [str(d) for d in digests] for rel, digests in files.items()
-                if _OURS.fullmatch(rel)}
+        return {
+            rel: [str(d) for d in digests] for rel, digests in files.items() if _OURS.fullmatch(rel)
+        }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise bad from None
 
 
 def _write_manifest(out: Path, files: dict[str, list[str]]) -> None:
-    text = json.dumps({"about": "files dlscale report wrote here; the next report into this "
-                       "folder removes only these, and only if unchanged",
-                       "sha256": "of each file's content, as written",
-                       "files": dict(sorted(files.items()))}, indent=1) + "\n"
+    text = (
+        json.dumps(
+            {
+                "about": "files dlscale report wrote here; the next report into this "
+                "folder removes only these, and only if unchanged",
+                "sha256": "of each file's content, as written",
+                "files": dict(sorted(files.items())),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".dlscale-report-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
         fh.write(text)

@@ -1,5 +1,6 @@
 """The report's tables as data (title, headers, rows, notes), and those that explain the
 numbers: where the efficiency goes. Every number is a field of analysis.results' rows."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,21 +27,47 @@ def efficiency_table(rows: list[dict[str, Any]]) -> Table | None:
     the benchmark's allreduce at its scale, and the model's step and efficiency beside the
     measured efficiency. None when no point has any of it."""
     rows = [r for r in rows if r.get("throughput") is not None]
-    if not any(r.get("compute_time_s") is not None or r.get("comm_busbw_gbps") is not None
-               for r in rows):
+    if not any(
+        r.get("compute_time_s") is not None or r.get("comm_busbw_gbps") is not None for r in rows
+    ):
         return None
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
-    headers = ["model", "framework"] + (["lr schedule"] if schedules else []) + [
-        "scale", "devices", "step ms", "compute ms", "exposed comm ms", "rest ms",
-        "allreduce ms", "busbw GB/s", "predicted step ms", "predicted eff", "measured eff"]
+    headers = (
+        ["model", "framework"]
+        + (["lr schedule"] if schedules else [])
+        + [
+            "scale",
+            "devices",
+            "step ms",
+            "compute ms",
+            "exposed comm ms",
+            "rest ms",
+            "allreduce ms",
+            "busbw GB/s",
+            "predicted step ms",
+            "predicted eff",
+            "measured eff",
+        ]
+    )
     body = []
     for r in rows:
-        body.append([r["model"], r["framework"]] + (
-            [r.get("lr_schedule") or "-"] if schedules else []) + [
-            f"{r['nodes']}x{r['ranks_per_node']}", str(r["ranks"]), _ms(r["step_time_s"]),
-            _ms(r["compute_time_s"]), _ms(r["exposed_comm_s"]), _ms(r["other_s"]),
-            _ms(r["comm_time_s"]), fmt(r["comm_busbw_gbps"], 3), _ms(r["predicted_step_s"]),
-            fmt(r["predicted_efficiency"]), fmt(r["efficiency"])])
+        body.append(
+            [r["model"], r["framework"]]
+            + ([r.get("lr_schedule") or "-"] if schedules else [])
+            + [
+                f"{r['nodes']}x{r['ranks_per_node']}",
+                str(r["ranks"]),
+                _ms(r["step_time_s"]),
+                _ms(r["compute_time_s"]),
+                _ms(r["exposed_comm_s"]),
+                _ms(r["other_s"]),
+                _ms(r["comm_time_s"]),
+                fmt(r["comm_busbw_gbps"], 3),
+                _ms(r["predicted_step_s"]),
+                fmt(r["predicted_efficiency"]),
+                fmt(r["efficiency"]),
+            ]
+        )
     notes = [
         "step: the timed steps' mean (global batch / images/s). compute: a step without "
         "gradient synchronisation; exposed comm: what a synchronised step takes beyond it "
@@ -58,8 +85,8 @@ def efficiency_table(rows: list[dict[str, Any]]) -> Table | None:
             why = (r.get("unmeasured") or {}).get(key)
             if why and r["ranks"] > 1:
                 seen.setdefault(f"{key}: {why}", []).append(
-                    f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}")
+                    f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}"
+                )
     notes += [f"not measured, {what} ({', '.join(where)})" for what, where in seen.items()]
     first = headers.index("devices")
-    return Table("Where the efficiency goes", headers, body, notes,
-                 set(range(first, len(headers))))
+    return Table("Where the efficiency goes", headers, body, notes, set(range(first, len(headers))))

@@ -1,4 +1,5 @@
 """Text renderings of runs and results, shared by the CLI (rich) and exports (csv, json)."""
+
 from __future__ import annotations
 
 import csv
@@ -16,14 +17,25 @@ from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (table
 def results_table(rows: list[dict[str, Any]]) -> Table:
     experiments = sorted({r["experiment"] for r in rows})
     one = len(experiments) == 1  # then its name goes in the title, and the table narrows
-    title = (f"Results of {experiments[0]}" if one else "Results") + \
-        " (weak scaling unless noted; * = noisy, CV > 5%)"
+    title = (
+        f"Results of {experiments[0]}" if one else "Results"
+    ) + " (weak scaling unless noted; * = noisy, CV > 5%)"
     t = Table(title=title, title_justify="left")
-    columns = [("model", "left"), ("framework", "left"), ("scale", "right"),
-               ("devices", "right"), ("batch/dev", "right"), ("precision", "left"),
-               ("n", "right"), ("images/s ± CI95", "right"), ("speedup", "right"),
-               ("efficiency", "right"), ("baseline", "left"), ("TTA s", "right"),
-               ("state", "left")]
+    columns = [
+        ("model", "left"),
+        ("framework", "left"),
+        ("scale", "right"),
+        ("devices", "right"),
+        ("batch/dev", "right"),
+        ("precision", "left"),
+        ("n", "right"),
+        ("images/s ± CI95", "right"),
+        ("speedup", "right"),
+        ("efficiency", "right"),
+        ("baseline", "left"),
+        ("TTA s", "right"),
+        ("state", "left"),
+    ]
     # Time-to-accuracy, the efficiency model and the energy where any point has them
     # (explained_note says why not otherwise): a narrow table stays narrow.
     tta = any(r["time_to_accuracy_s"] is not None for r in rows)
@@ -40,21 +52,34 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     devices = len({r.get("device") for r in rows}) > 1  # CPU and GPU points side by side
     if devices:
         columns.insert(columns.index(("framework", "left")) + 1, ("device", "left"))
-    extra = [(key, col) for key, col in (("images_per_joule", "images/J"),)
-             if any(r.get(key) is not None for r in rows)]
+    extra = [
+        (key, col)
+        for key, col in (("images_per_joule", "images/J"),)
+        if any(r.get(key) is not None for r in rows)
+    ]
     at = columns.index(("baseline", "left"))
     columns[at:at] = [(col, "right") for _, col in extra]
     for col, just in columns:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for r in rows:
-        cells = [r["model"], r["framework"], f"{r['nodes']}x{r['ranks_per_node']}",
-                 str(r["ranks"]),
-                 str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
-                 r["precision"], f"{r['n']}/{r['repetitions']}", throughput_text(r),
-                 fmt(r["speedup"]), fmt(r["efficiency"])] + [
-                 fmt(r.get(key), 1) for key, _ in extra] + [
-                 r["baseline"] or "-"] + (
-                 [fmt(r["time_to_accuracy_s"], 1)] if tta else []) + [r["state"]]
+        cells = (
+            [
+                r["model"],
+                r["framework"],
+                f"{r['nodes']}x{r['ranks_per_node']}",
+                str(r["ranks"]),
+                str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
+                r["precision"],
+                f"{r['n']}/{r['repetitions']}",
+                throughput_text(r),
+                fmt(r["speedup"]),
+                fmt(r["efficiency"]),
+            ]
+            + [fmt(r.get(key), 1) for key, _ in extra]
+            + [r["baseline"] or "-"]
+            + ([fmt(r["time_to_accuracy_s"], 1)] if tta else [])
+            + [r["state"]]
+        )
         if schedules:
             cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:
@@ -67,29 +92,47 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
 
 def baselines_note(rows: list[dict[str, Any]]) -> str:
     """Which run each speedup is measured against (kept out of the table to keep it narrow)."""
+
     # Each model, dataset, precision and batch (per device for weak scaling, global for
     # strong: analysis.Point.baseline_key) has its own baseline; those that vary in the rows
     # are named, so two baselines with the same label are told apart.
     def batch(r: dict[str, Any]) -> str:
-        return (f"batch {r['per_device_batch']}/device" if r["scaling"] == "weak"
-                else f"global batch {r['global_batch']}")
-    parts = {"dataset": lambda r: r["dataset"], "precision": lambda r: r["precision"],
-             "batch": batch, "device": lambda r: f"on {r.get('device') or '-'}"}
+        return (
+            f"batch {r['per_device_batch']}/device"
+            if r["scaling"] == "weak"
+            else f"global batch {r['global_batch']}"
+        )
+
+    parts = {
+        "dataset": lambda r: r["dataset"],
+        "precision": lambda r: r["precision"],
+        "batch": batch,
+        "device": lambda r: f"on {r.get('device') or '-'}",
+    }
     varying = [f for f in parts.values() if len({f(r) for r in rows}) > 1]
     seen = {}
     for r in rows:
         if r["baseline"]:
             what = " ".join([r["model"]] + [f(r) for f in varying])
             seen[(r["experiment"], what, r["baseline"])] = r["baseline_run_id"]
-    return "\n".join(f"baseline of {exp} {what}: best 1-device point {label}, run {rid}"
-                     for (exp, what, label), rid in sorted(seen.items()))
+    return "\n".join(
+        f"baseline of {exp} {what}: best 1-device point {label}, run {rid}"
+        for (exp, what, label), rid in sorted(seen.items())
+    )
 
 
 # The report's long headers, shortened for a terminal (the title gives the unit).
-_SHORT = {"step ms": "step", "compute ms": "compute", "exposed comm ms": "exp. comm",
-          "rest ms": "rest", "allreduce ms": "allreduce", "busbw GB/s": "busbw GB/s",
-          "predicted step ms": "pred. step", "predicted eff": "pred. eff",
-          "measured eff": "eff"}
+_SHORT = {
+    "step ms": "step",
+    "compute ms": "compute",
+    "exposed comm ms": "exp. comm",
+    "rest ms": "rest",
+    "allreduce ms": "allreduce",
+    "busbw GB/s": "busbw GB/s",
+    "predicted step ms": "pred. step",
+    "predicted eff": "pred. eff",
+    "measured eff": "eff",
+}
 
 
 def efficiency_table(rows: list[dict[str, Any]]) -> Table | None:
@@ -99,12 +142,14 @@ def efficiency_table(rows: list[dict[str, Any]]) -> Table | None:
         return None
     drop = {"devices"} | ({"model"} if len({r["model"] for r in rows}) == 1 else set())
     keep = [i for i, h in enumerate(made.headers) if h not in drop]
-    t = Table(title="Where the efficiency goes (ms per step; pred.: the model, 1-device "
-              "compute + the benchmarked allreduce)", title_justify="left")
+    t = Table(
+        title="Where the efficiency goes (ms per step; pred.: the model, 1-device "
+        "compute + the benchmarked allreduce)",
+        title_justify="left",
+    )
     for i in keep:
         h = made.headers[i]
-        t.add_column(_SHORT.get(h, h), justify="right" if i in made.right else "left",
-                     no_wrap=True)
+        t.add_column(_SHORT.get(h, h), justify="right" if i in made.right else "left", no_wrap=True)
     for row in made.rows:
         t.add_row(*[row[i] for i in keep])
     return t
@@ -121,8 +166,9 @@ def explained_note(rows: list[dict[str, Any]]) -> str:
         for key in ("comm_busbw_gbps", "predicted_efficiency", "images_per_joule"):
             why = (r.get("unmeasured") or {}).get(key)
             if why and (r["ranks"] > 1 or key == "images_per_joule"):
-                seen.setdefault(f"{key}: {why}", set()).add(f"{r['framework']} "
-                                                           f"{r['nodes']}x{r['ranks_per_node']}")
+                seen.setdefault(f"{key}: {why}", set()).add(
+                    f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}"
+                )
     return "\n".join(f"{what} ({', '.join(sorted(where))})" for what, where in seen.items())
 
 
@@ -160,8 +206,8 @@ def status_table(queue: list) -> str:
     right = {head.index(c) for c in ("batch", "rep", "elapsed", "images/s")}
 
     # One format for every row: str.format pads in C.
-    form = "  ".join([f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths)]
-                     + ["{}"])
+    form = "  ".join(
+        [f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths)] + ["{}"]
+    )
     top = form.format(*head).rstrip()
-    return "\n".join(["Runs", top, "─" * len(top),
-                      *(form.format(*r).rstrip() for r in rows)])
+    return "\n".join(["Runs", top, "─" * len(top), *(form.format(*r).rstrip() for r in rows)])

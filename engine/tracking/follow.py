@@ -1,6 +1,7 @@
 """Following a study's live jobs from a front end: find a run by its id or a job's, bring the
 store up to date with every backend that has live jobs, cancel. Light on imports: `dlscale
 status` and `dlscale logs` start with these alone."""
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,10 @@ def find_run(store: Store, ident: str) -> dict:
         if job:
             return store.run(job["run_id"])
     if not RUN_ID_PREFIX.fullmatch(ident):
-        raise NotFoundError(f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
-                            "jobs (local-3 on this machine, 12345 on Slurm)")
+        raise NotFoundError(
+            f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
+            "jobs (local-3 on this machine, 12345 on Slurm)"
+        )
     return store.run(ident)
 
 
@@ -37,8 +40,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
     live = store.live_jobs(list(rows))
     for rid, row in rows.items():
         jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
-        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) \
-                not in jobs:
+        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) not in jobs:
             jobs.append((row["backend"], row["job_id"]))
         for backend, job_id in jobs:
             by_backend.setdefault(backend, []).append(job_id)
@@ -49,8 +51,13 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
         for job in store.jobs(backend, job_ids, states=ACTIVE):
-            store.update_job(backend, job["job_id"], state="CANCELLED", ended=time.time(),
-                             reason="cancelled by the user")
+            store.update_job(
+                backend,
+                job["job_id"],
+                state="CANCELLED",
+                ended=time.time(),
+                reason="cancelled by the user",
+            )
     for rid in done:
         store.update_run(rid, state="CANCELLED", reason="cancelled by the user")
     return done

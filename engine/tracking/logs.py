@@ -1,4 +1,5 @@
 """Reading run logs: the last lines of a file of any size, and following it as it grows."""
+
 from __future__ import annotations
 
 import os
@@ -11,9 +12,9 @@ _TRAINER_ERROR = re.compile(rb"dlscale-[\w-]+: error: [^\r\n]*")
 # A line ends at \n, \r\n or a lone \r: progress bars (tqdm, Keras) redraw themselves with
 # \r, and each redraw is shown as a line rather than one line that never ends.
 _BREAK = re.compile(rb"\r\n|\r|\n")
-MAX_LINE = 4096            # characters of a line shown; a longer one is cut (and marked)
-CUT = " \u2026"            # marks where a line was cut
-REASON_BYTES = 4 << 20     # how far from the end a failed run's error line is looked for
+MAX_LINE = 4096  # characters of a line shown; a longer one is cut (and marked)
+CUT = " \u2026"  # marks where a line was cut
+REASON_BYTES = 4 << 20  # how far from the end a failed run's error line is looked for
 
 
 def _show(raw: bytes) -> str:
@@ -78,20 +79,27 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
         return f"no log at {path}"
     errors = _TRAINER_ERROR.findall(end)
     tail = [line for line in tail_lines(path, 200) if line.strip()][-context:]
-    head = _show(errors[-1]) if errors else tail[-1] if tail else \
-        "the job failed without output"
+    head = _show(errors[-1]) if errors else tail[-1] if tail else "the job failed without output"
     return "\n".join([head, *("  | " + line for line in tail)])
 
 
-def follow(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
-           stop: Callable[[], bool] = lambda: False) -> Iterator[str]:
+def follow(
+    path: str | Path,
+    from_end_lines: int = 20,
+    interval: float = 0.5,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[str]:
     """Yield the last lines, then new lines as they are written (see follow_chunks)."""
     for chunk in follow_chunks(path, from_end_lines, interval, stop):
         yield from chunk
 
 
-def follow_chunks(path: str | Path, from_end_lines: int = 20, interval: float = 0.5,
-                  stop: Callable[[], bool] = lambda: False) -> Iterator[list[str]]:
+def follow_chunks(
+    path: str | Path,
+    from_end_lines: int = 20,
+    interval: float = 0.5,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[list[str]]:
     """The last lines as one list, then each read's new lines as a list, and an empty list
     whenever a poll found nothing (so a viewer can flush and check for cancellation).
     Lines end as tail_lines' do (\\n, \\r\\n or \\r) and are cut at MAX_LINE likewise.

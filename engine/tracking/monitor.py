@@ -1,5 +1,6 @@
 """Following jobs: one backend query per tick for every live job, metrics ingested as
 they are written, run states settled when jobs end."""
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,10 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     state, reason = job_state, None
     if state == "COMPLETED" and not store.records(run_id, "summary"):
         state = "FAILED"
-        reason = ("the job ended without a summary record\n"
-                  + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1])
+        reason = (
+            "the job ended without a summary record\n"
+            + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
+        )
     elif state in ("FAILED", "TIMEOUT", "NODE_FAIL"):
         reason = failure_reason(RunPaths(run_dir).log)
     elif state == "CANCELLED":
@@ -40,9 +43,9 @@ class Tick:
     """What one sync saw: counts by state, and whether the scheduler answered."""
 
     states: dict[str, int]
-    reachable: bool = True        # False once the scheduler's tolerance for failures is spent
+    reachable: bool = True  # False once the scheduler's tolerance for failures is spent
     new_records: int = 0
-    warning: str | None = None    # the last poll failed (still tolerated): why
+    warning: str | None = None  # the last poll failed (still tolerated): why
 
 
 def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
@@ -51,8 +54,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     store.release_stale_claims()
     # runs left waiting for the site's limits go as far as the queue has room now
     backend.next_wave(store, experiment)
-    live = [r for r in store.live_runs(experiment)
-            if r["backend"] == backend.name and r["job_id"]]
+    live = [r for r in store.live_runs(experiment) if r["backend"] == backend.name and r["job_id"]]
     reachable, new = True, 0
     if live:
         try:
@@ -109,8 +111,13 @@ class Backoff:
         return d
 
 
-def wait_until_done(store: Store, backend: Backend, run_ids: list[str],
-                    on_tick=lambda tick, rows: None, cap_s: float = 5.0) -> Tick:
+def wait_until_done(
+    store: Store,
+    backend: Backend,
+    run_ids: list[str],
+    on_tick=lambda tick, rows: None,
+    cap_s: float = 5.0,
+) -> Tick:
     """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
     runs' rows as that tick left them."""
     backoff = Backoff(cap=cap_s)

@@ -6,6 +6,7 @@ The TUI reads the queue again every watcher tick, 10,000 runs included, within i
 for a whole refresh: one query of the columns shown (Store.queue_view), the latest records
 read again only for runs that ingested lines since, and a row rebuilt only when what it
 shows changed, so the screen can pass over the others by identity (QueueReader)."""
+
 from __future__ import annotations
 
 import threading
@@ -29,37 +30,60 @@ class QueueRow:
     backend: str | None
     job_id: str | None
     state: str
-    reason: str            # first line only: the rest is in the log
+    reason: str  # first line only: the rest is in the log
     nodes: str | None
     elapsed_s: float | None
     images_per_s: float | None
-    step: int | None       # last reported step while running
+    step: int | None  # last reported step while running
 
     def cells(self) -> tuple[str, ...]:
         """The row as text, in QUEUE_COLUMNS order."""
-        return (self.job_id or "-", self.framework, self.model, self.scale,
-                str(self.per_device_batch), str(self.repetition), self.state,
-                self.nodes or "-", elapsed_text(self.elapsed_s), fmt(self.images_per_s, 1),
-                self.reason[:80])
+        return (
+            self.job_id or "-",
+            self.framework,
+            self.model,
+            self.scale,
+            str(self.per_device_batch),
+            str(self.repetition),
+            self.state,
+            self.nodes or "-",
+            elapsed_text(self.elapsed_s),
+            fmt(self.images_per_s, 1),
+            self.reason[:80],
+        )
 
 
-QUEUE_COLUMNS = ("job", "framework", "model", "scale", "batch", "rep", "state", "nodes",
-                 "elapsed", "images/s", "reason")
+QUEUE_COLUMNS = (
+    "job",
+    "framework",
+    "model",
+    "scale",
+    "batch",
+    "rep",
+    "state",
+    "nodes",
+    "elapsed",
+    "images/s",
+    "reason",
+)
 
 # Run ids per `IN (...)` list: SQLite takes at most 32,766 parameters in one statement.
 _IDS_PER_QUERY = 5000
 # Where Store.queue_view puts what decides whether a run's records or clock must be read.
-_LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (1 + QUEUE_CHANGES.index(c) for c in (
-    "r.ingest_lines", "r.bad_records", "j.elapsed", "j.started", "j.ended"))
+_LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
+    1 + QUEUE_CHANGES.index(c)
+    for c in ("r.ingest_lines", "r.bad_records", "j.elapsed", "j.started", "j.ended")
+)
 
 
 @dataclass(frozen=True)
 class _Ingested:
     """What a run's records add to its row, as of `lines` (ingested, skipped) lines."""
+
     lines: tuple[int, int]
     images_per_s: float | None
     step: int | None
-    skipped: str                    # the reason when a run has none of its own
+    skipped: str  # the reason when a run has none of its own
 
 
 _NOTHING = _Ingested((0, 0), None, None, "")
@@ -77,11 +101,12 @@ class QueueReader:
         self._lock = threading.Lock()
         self._points: dict[str, tuple] = {}
         self._ingested: dict[str, _Ingested] = {}
-        self._values: dict[str, tuple] = {}    # what each row was last made from
+        self._values: dict[str, tuple] = {}  # what each row was last made from
         self._rows: dict[str, QueueRow] = {}
 
-    def rows(self, store: Store, experiment: str | None = None,
-             now: float | None = None) -> list[QueueRow]:
+    def rows(
+        self, store: Store, experiment: str | None = None, now: float | None = None
+    ) -> list[QueueRow]:
         now = time.time() if now is None else now
         with self._lock:
             view = store.queue_view(experiment)
@@ -96,8 +121,11 @@ class QueueReader:
             for v in view:
                 run_id = v[0]
                 row = rows_before.get(run_id)
-                if row is None or values_before[run_id] != v or (
-                        v[_ELAPSED] is None and v[_STARTED] and not v[_ENDED]):
+                if (
+                    row is None
+                    or values_before[run_id] != v
+                    or (v[_ELAPSED] is None and v[_STARTED] and not v[_ENDED])
+                ):
                     point = points.get(run_id)
                     if point is None:
                         continue  # deleted between the two queries: gone next tick too
@@ -112,7 +140,7 @@ class QueueReader:
         if len(self._points) + len(new) > len(view):  # another experiment: forget the last
             self._points = {v[0]: self._points[v[0]] for v in view if v[0] in self._points}
         for i in range(0, len(new), _IDS_PER_QUERY):
-            for point in store.queue_points(new[i:i + _IDS_PER_QUERY]):
+            for point in store.queue_points(new[i : i + _IDS_PER_QUERY]):
                 self._points[point[0]] = point
 
     def _read_records(self, store: Store, view: list[tuple]) -> None:
@@ -125,7 +153,7 @@ class QueueReader:
         for v in stale:
             known.pop(v[0], None)
         for i in range(0, len(stale), _IDS_PER_QUERY):
-            chunk = stale[i:i + _IDS_PER_QUERY]
+            chunk = stale[i : i + _IDS_PER_QUERY]
             ids = [v[0] for v in chunk]
             progress = store.last_records("interval", ids)
             progress.update(store.last_records("summary", ids))
@@ -135,26 +163,55 @@ class QueueReader:
                 bad = skipped.get(v[0]) or []
                 known[v[0]] = _Ingested(
                     (v[_LINES], v[_BAD]),
-                    finite(last.get("throughput")) if "throughput" in last else
-                    finite(last.get("images_per_s")), last.get("step"),
-                    skipped_text(bad[0]) + (f" (and {len(bad) - 1} more)" if len(bad) > 1
-                                            else "") if bad else "")
+                    finite(last.get("throughput"))
+                    if "throughput" in last
+                    else finite(last.get("images_per_s")),
+                    last.get("step"),
+                    skipped_text(bad[0]) + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                    if bad
+                    else "",
+                )
 
 
 def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueRow:
     run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition = point
-    (_, backend, job_id, state, run_reason, _, _, job_reason, job_nodes, elapsed, started,
-     ended) = v
+    (
+        _,
+        backend,
+        job_id,
+        state,
+        run_reason,
+        _,
+        _,
+        job_reason,
+        job_nodes,
+        elapsed,
+        started,
+        ended,
+    ) = v
     if elapsed is None and started:
         elapsed = (ended or now) - started
     reason = (run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped
-    return QueueRow(run_id, experiment, framework, model, f"{nodes}x{ranks_per_node}", batch,
-                    repetition, backend, job_id, state, reason, job_nodes, elapsed,
-                    ingested.images_per_s, ingested.step)
+    return QueueRow(
+        run_id,
+        experiment,
+        framework,
+        model,
+        f"{nodes}x{ranks_per_node}",
+        batch,
+        repetition,
+        backend,
+        job_id,
+        state,
+        reason,
+        job_nodes,
+        elapsed,
+        ingested.images_per_s,
+        ingested.step,
+    )
 
 
-def rows(store: Store, experiment: str | None = None,
-         now: float | None = None) -> list[QueueRow]:
+def rows(store: Store, experiment: str | None = None, now: float | None = None) -> list[QueueRow]:
     """The queue once (`dlscale status`); a watcher keeps a QueueReader instead."""
     return QueueReader().rows(store, experiment, now)
 

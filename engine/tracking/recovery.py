@@ -6,6 +6,7 @@ backend, which spec). `rebuild` moves the damaged file aside, makes a new store 
 re-ingests every folder under runs/; what it cannot know (a local job's queue entry) it
 says, and a run it cannot place exactly is still kept, under what its records tell.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,15 +29,45 @@ from ..paths import RunPaths
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
 
-_FIELDS = ("run_id", "point_id", "experiment", "framework", "model", "dataset", "nodes",
-           "ranks_per_node", "devices", "per_device_batch", "global_batch", "scaling",
-           "precision", "loader", "repetition", "training", "rerun_of", "created")
-_IDENTITY = ("experiment", "framework", "model", "dataset", "nodes", "ranks_per_node",
-             "per_device_batch", "global_batch", "scaling", "precision", "loader", "training")
+_FIELDS = (
+    "run_id",
+    "point_id",
+    "experiment",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks_per_node",
+    "devices",
+    "per_device_batch",
+    "global_batch",
+    "scaling",
+    "precision",
+    "loader",
+    "repetition",
+    "training",
+    "rerun_of",
+    "created",
+)
+_IDENTITY = (
+    "experiment",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks_per_node",
+    "per_device_batch",
+    "global_batch",
+    "scaling",
+    "precision",
+    "loader",
+    "training",
+)
 
 
-def write_run_file(row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "",
-                   spec_digest: str = "") -> None:
+def write_run_file(
+    row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "", spec_digest: str = ""
+) -> None:
     """The run's row as submitted, beside its records, so a lost store can be rebuilt. A
     resubmission, which has no spec in hand, keeps the one its earlier attempt named."""
     data = {k: row.get(k) for k in _FIELDS}
@@ -93,12 +124,12 @@ def link_or_copy(source: Path, target: Path) -> None:
 @dataclass
 class Rebuilt:
     kept_aside: list[Path]
-    runs: dict[str, int] = field(default_factory=dict)        # by state
+    runs: dict[str, int] = field(default_factory=dict)  # by state
     experiments: list[str] = field(default_factory=list)
     records: int = 0
     skipped_lines: int = 0
-    guessed: list[str] = field(default_factory=list)          # run ids placed from records
-    unreadable: list[str] = field(default_factory=list)       # "folder: why"
+    guessed: list[str] = field(default_factory=list)  # run ids placed from records
+    unreadable: list[str] = field(default_factory=list)  # "folder: why"
 
 
 def rebuild(home: Path, force: bool = False) -> Rebuilt:
@@ -108,12 +139,16 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
     db = home / "dlscale.db"
     problem = store_problem(home)
     if problem is None and db.exists() and not force:
-        raise UserError(f"{db} opens and checks fine; `dlscale store rebuild --force` "
-                        "rebuilds it anyway from the run folders (the current file is kept "
-                        "aside)")
+        raise UserError(
+            f"{db} opens and checks fine; `dlscale store rebuild --force` "
+            "rebuilds it anyway from the run folders (the current file is kept "
+            "aside)"
+        )
     if _worker_alive(home):
-        raise UserError(f"the local worker is running jobs of {home}; rebuild the store once "
-                        "it has stopped (it stops when its queue is empty)")
+        raise UserError(
+            f"the local worker is running jobs of {home}; rebuild the store once "
+            "it has stopped (it stops when its queue is empty)"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     aside = []
     for suffix in ("", "-wal", "-shm"):
@@ -124,9 +159,13 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
             aside.append(target)
     store = Store(home)
     out = Rebuilt(aside)
-    folders = sorted(p for p in store.runs_dir.iterdir()
-                     if p.is_dir() and RUN_ID_PREFIX.fullmatch(p.name)) \
-        if store.runs_dir.is_dir() else []
+    folders = (
+        sorted(
+            p for p in store.runs_dir.iterdir() if p.is_dir() and RUN_ID_PREFIX.fullmatch(p.name)
+        )
+        if store.runs_dir.is_dir()
+        else []
+    )
     for folder in folders:
         try:
             _recover(store, folder, out)
@@ -159,8 +198,9 @@ def _worker_alive(home: Path) -> bool:
 def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     run_id = folder.name
     paths = RunPaths(folder)
-    attempts = [p for p in paths.attempts.glob("*") if p.name.isdigit()] \
-        if paths.attempts.is_dir() else []
+    attempts = (
+        [p for p in paths.attempts.glob("*") if p.name.isdigit()] if paths.attempts.is_dir() else []
+    )
     places = [folder] + sorted(attempts, key=lambda p: -int(p.name))
     saved = _first(places, paths.record.name)
     spec_file = _first(places, paths.spec.name)
@@ -184,8 +224,10 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         spec_digest = data.get("spec_digest") or spec_digest
     if row is None:
         if params is None:
-            raise ValueError("no run.json, no spec.toml that plans this run, and no params "
-                             "record: nothing says what this run was")
+            raise ValueError(
+                "no run.json, no spec.toml that plans this run, and no params "
+                "record: nothing says what this run was"
+            )
         row = _from_records(run_id, params, env)
         out.guessed.append(run_id)
     row["run_id"] = run_id
@@ -196,24 +238,43 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     if spec_text or row["experiment"] not in {e["name"] for e in store.experiments()}:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
     job_id = job_of_records(backend, env)
-    state, reason = "PLANNED", ("recovered by `dlscale store rebuild`: no records yet; "
-                                "`dlscale run SPEC` submits it")
+    state, reason = (
+        "PLANNED",
+        ("recovered by `dlscale store rebuild`: no records yet; `dlscale run SPEC` submits it"),
+    )
     if records:
-        state, reason = "FAILED", ("recovered by `dlscale store rebuild` without a summary "
-                                   "record (it had not finished); `dlscale run SPEC` runs it "
-                                   "again")
-    store.restore_run({**row, "backend": backend, "job_id": job_id, "state": state,
-                       "reason": reason, "attempts": 1 + len(attempts),
-                       "run_dir": str(folder), "devices": row["nodes"] * row["ranks_per_node"],
-                       "training": json.dumps(row.get("training") or {}, sort_keys=True)})
+        state, reason = (
+            "FAILED",
+            (
+                "recovered by `dlscale store rebuild` without a summary "
+                "record (it had not finished); `dlscale run SPEC` runs it "
+                "again"
+            ),
+        )
+    store.restore_run(
+        {
+            **row,
+            "backend": backend,
+            "job_id": job_id,
+            "state": state,
+            "reason": reason,
+            "attempts": 1 + len(attempts),
+            "run_dir": str(folder),
+            "devices": row["nodes"] * row["ranks_per_node"],
+            "training": json.dumps(row.get("training") or {}, sort_keys=True),
+        }
+    )
     out.records += store.ingest(run_id, paths.metrics)
     if store.records(run_id, "summary"):
         store.update_run(run_id, state="COMPLETED", reason=None)
     elif job_id:
         # Slurm may still be running it: the next poll asks, and settles the run.
         store.add_job(backend, job_id, run_id, "RUNNING")
-        store.update_run(run_id, state="RUNNING", reason=f"recovered by `dlscale store "
-                         f"rebuild`: asking Slurm about job {job_id}")
+        store.update_run(
+            run_id,
+            state="RUNNING",
+            reason=f"recovered by `dlscale store rebuild`: asking Slurm about job {job_id}",
+        )
 
 
 def _first(places: list[Path], name: str) -> Path | None:
@@ -240,16 +301,34 @@ def _from_records(run_id: str, params: dict, env: dict | None) -> dict[str, Any]
     `recovered`; repetitions are numbered afterwards by time."""
     world = params["world_size"]
     nodes = max(1, len((env or {}).get("nodes") or [None]))
-    training = {k: params.get(k) for k in ("steps", "epochs", "warmup_steps", "lr", "seed",
-                                           "lr_scaling", "lr_schedule", "threads")}
-    row = {"experiment": "recovered", "framework": params["framework"],
-           "model": params["model"], "dataset": params["dataset"], "nodes": nodes,
-           "ranks_per_node": max(1, world // nodes),
-           "per_device_batch": params["per_device_batch"],
-           "global_batch": params.get("global_batch") or params["per_device_batch"] * world,
-           "scaling": "weak", "precision": params.get("precision") or "-",
-           "loader": params.get("loader") or "native", "training": training,
-           "created": params.get("time")}
+    training = {
+        k: params.get(k)
+        for k in (
+            "steps",
+            "epochs",
+            "warmup_steps",
+            "lr",
+            "seed",
+            "lr_scaling",
+            "lr_schedule",
+            "threads",
+        )
+    }
+    row = {
+        "experiment": "recovered",
+        "framework": params["framework"],
+        "model": params["model"],
+        "dataset": params["dataset"],
+        "nodes": nodes,
+        "ranks_per_node": max(1, world // nodes),
+        "per_device_batch": params["per_device_batch"],
+        "global_batch": params.get("global_batch") or params["per_device_batch"] * world,
+        "scaling": "weak",
+        "precision": params.get("precision") or "-",
+        "loader": params.get("loader") or "native",
+        "training": training,
+        "created": params.get("time"),
+    }
     row["point_id"] = digest({k: row[k] for k in _IDENTITY})
     row["repetition"] = 0
     return row

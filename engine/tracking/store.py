@@ -5,6 +5,7 @@ short explicit transaction and readers never block writers. Ingest is idempotent
 is keyed by (run, line number), and the byte offset read so far moves in the same
 transaction as the records, so a crash mid-ingest neither loses nor doubles a record.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +22,7 @@ from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
 from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.ACTIVE)
 from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
 
 if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
@@ -65,49 +67,55 @@ _ADDED_RUN_COLUMNS = {"rerun_of": "TEXT", "claimed_by": "TEXT"}
 # The local backend's proof of which processes are a job's (schedulers/local_procs.py).
 _ADDED_JOB_COLUMNS = {"pid_mark": "TEXT", "worker_pid": "INTEGER", "token": "TEXT"}
 # The schema's own guard against duplicate jobs: at most one queued or running job per run.
-_ONE_LIVE_JOB_PER_RUN = ("CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
-                         "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')")
+_ONE_LIVE_JOB_PER_RUN = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
+    "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')"
+)
 
 
 # A job's row without its payload.
-_JOB_STATE = ("backend, job_id, run_id, state, reason, nodes, submitted, started, ended, "
-              "exit_code, pid, elapsed, pid_mark, worker_pid, token")
 
 
 def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
-class Store(Claims, Records):
+class Store(Claims, Jobs, Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
         try:
             if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
                 # SQLite would take it as a new, empty store and every run would vanish.
-                raise StoreError(f"{db} is empty (0 bytes) but {self.runs_dir} holds "
-                                 f"{run_folders(self.runs_dir)} run folder(s) it should "
-                                 f"list; {REBUILD_HINT}")
+                raise StoreError(
+                    f"{db} is empty (0 bytes) but {self.runs_dir} holds "
+                    f"{run_folders(self.runs_dir)} run folder(s) it should "
+                    f"list; {REBUILD_HINT}"
+                )
             self.home.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(db, timeout=30, isolation_level=None,
-                                        check_same_thread=False)
+            self.conn = sqlite3.connect(
+                db, timeout=30, isolation_level=None, check_same_thread=False
+            )
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
             self._migrate()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(damage_message(exc, self.home) or
-                             f"cannot open the store in {self.home}: {exc}") from None
+            raise StoreError(
+                damage_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
+            ) from None
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
 
     def _migrate(self) -> None:
         """Columns added after a store was first made: stores from earlier versions gain
         them (NULL), so an upgrade keeps every run measured before it."""
+
         def missing(table: str, added: dict[str, str]) -> list[str]:
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             return [c for c in added if c not in have]
+
         for table, added in (("runs", _ADDED_RUN_COLUMNS), ("jobs", _ADDED_JOB_COLUMNS)):
             if missing(table, added):
                 with self.transaction() as c:  # two processes may open an old store at once
@@ -144,10 +152,12 @@ class Store(Claims, Records):
 
     def save_experiment(self, name: str, path: str, text: str, digest: str) -> None:
         with self.transaction() as c:
-            c.execute("INSERT INTO experiments VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
-                      "SET spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
-                      "spec_digest=excluded.spec_digest, updated=excluded.updated",
-                      (name, path, text, digest, time.time()))
+            c.execute(
+                "INSERT INTO experiments VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
+                "SET spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
+                "spec_digest=excluded.spec_digest, updated=excluded.updated",
+                (name, path, text, digest, time.time()),
+            )
 
     def experiments(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM experiments ORDER BY updated")]
@@ -155,8 +165,14 @@ class Store(Claims, Records):
     def experiment_names(self) -> list[str]:
         """Every experiment the store knows: saved with its spec, or only named by runs (a
         rebuilt store, runs added by hand)."""
-        return sorted({r[0] for r in self.conn.execute(
-            "SELECT name FROM experiments UNION SELECT DISTINCT experiment FROM runs")})
+        return sorted(
+            {
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT name FROM experiments UNION SELECT DISTINCT experiment FROM runs"
+                )
+            }
+        )
 
     def add_run(self, run: Run) -> dict[str, Any]:
         """Insert the run if new; return its row either way."""
@@ -173,6 +189,7 @@ class Store(Claims, Records):
             if text is None:
                 text = texts[id(run.training)] = json.dumps(run.training, sort_keys=True)
             return text
+
         runs_dir = str(self.runs_dir)
         with self.transaction() as c:
             c.executemany(
@@ -180,13 +197,34 @@ class Store(Claims, Records):
                 "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
                 "scaling, precision, loader, repetition, training, state, run_dir, created, "
                 "updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'PLANNED',?,?,?)",
-                [(run.run_id, run.point_id, run.experiment, run.framework, run.model,
-                  run.dataset, run.nodes, run.ranks_per_node, run.devices,
-                  run.per_device_batch, run.global_batch, run.scaling, run.precision,
-                  run.loader, run.repetition, training(run),
-                  os.path.join(runs_dir, run.run_id), now, now) for run in runs])
-        return self.rows_of([run.run_id for run in runs],
-                            columns=None if rows else ("run_id", "state"))
+                [
+                    (
+                        run.run_id,
+                        run.point_id,
+                        run.experiment,
+                        run.framework,
+                        run.model,
+                        run.dataset,
+                        run.nodes,
+                        run.ranks_per_node,
+                        run.devices,
+                        run.per_device_batch,
+                        run.global_batch,
+                        run.scaling,
+                        run.precision,
+                        run.loader,
+                        run.repetition,
+                        training(run),
+                        os.path.join(runs_dir, run.run_id),
+                        now,
+                        now,
+                    )
+                    for run in runs
+                ],
+            )
+        return self.rows_of(
+            [run.run_id for run in runs], columns=None if rows else ("run_id", "state")
+        )
 
     def restore_run(self, row: dict[str, Any]) -> None:
         """Insert a run row as given (`dlscale store rebuild`, from a run folder)."""
@@ -195,27 +233,54 @@ class Store(Claims, Records):
         row.setdefault("created", time.time())
         row["updated"] = time.time()
         with self.transaction() as c:
-            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
-                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+            c.execute(
+                f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
+            )
 
     def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
         """A new run that repeats `original` exactly: the same point and parameters, its own
         id and folder, and `rerun_of` naming the run it repeats."""
         now = time.time()
-        skip = {"run_id", "state", "reason", "backend", "job_id", "run_dir", "attempts",
-                "created", "updated", "ingest_offset", "ingest_lines", "bad_records",
-                "rerun_of"}
+        skip = {
+            "run_id",
+            "state",
+            "reason",
+            "backend",
+            "job_id",
+            "run_dir",
+            "attempts",
+            "created",
+            "updated",
+            "ingest_offset",
+            "ingest_lines",
+            "bad_records",
+            "rerun_of",
+        }
         copied = {k: v for k, v in original.items() if k not in skip}
-        row = {**copied, "run_id": run_id, "state": "PLANNED", "rerun_of": original["run_id"],
-               "run_dir": str(self.runs_dir / run_id), "created": now, "updated": now}
+        row = {
+            **copied,
+            "run_id": run_id,
+            "state": "PLANNED",
+            "rerun_of": original["run_id"],
+            "run_dir": str(self.runs_dir / run_id),
+            "created": now,
+            "updated": now,
+        }
         with self.transaction() as c:
-            c.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
-                      f"({', '.join('?' * len(row))})", tuple(row.values()))
+            c.execute(
+                f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
+            )
         return self.run(run_id)
 
     def reruns(self, run_id: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.conn.execute(
-            "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,))]
+        return [
+            dict(r)
+            for r in self.conn.execute(
+                "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,)
+            )
+        ]
 
     def run(self, run_id: str) -> dict[str, Any]:
         """A run by its id or a unique prefix of it. The prefix is compared as text, never
@@ -225,18 +290,26 @@ class Store(Claims, Records):
             return dict(row)
         if not RUN_ID_PREFIX.fullmatch(run_id):
             raise NotFoundError(f"no run {run_id!r}: {RUN_ID_RULE}")
-        matches = self.conn.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? "
-                                    "ORDER BY run_id LIMIT 4", (len(run_id), run_id)).fetchall()
+        matches = self.conn.execute(
+            "SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 4",
+            (len(run_id), run_id),
+        ).fetchall()
         if len(matches) == 1:
             return dict(matches[0])
         if not matches:
             raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
-        raise NotFoundError(f"run id {run_id!r} is ambiguous: it begins "
-                            f"{', '.join(m['run_id'] for m in matches[:3])}"
-                            f"{' and more' if len(matches) > 3 else ''}; give more digits")
+        raise NotFoundError(
+            f"run id {run_id!r} is ambiguous: it begins "
+            f"{', '.join(m['run_id'] for m in matches[:3])}"
+            f"{' and more' if len(matches) > 3 else ''}; give more digits"
+        )
 
-    def runs(self, experiment: str | None = None, states: tuple[str, ...] | None = None,
-             columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    def runs(
+        self,
+        experiment: str | None = None,
+        states: tuple[str, ...] | None = None,
+        columns: tuple[str, ...] | None = None,
+    ) -> list[dict[str, Any]]:
         """columns: only these (a queue of 10,000 runs reads a third of each row)."""
         sql, args = f"SELECT {', '.join(columns) if columns else '*'} FROM runs WHERE 1=1", []
         if experiment:
@@ -256,14 +329,21 @@ class Store(Claims, Records):
 
     def live_backends(self, states: tuple[str, ...] = ("PENDING", "RUNNING")) -> list[str]:
         """The backends that have runs in `states` (queued or running)."""
-        return sorted(r[0] for r in self.conn.execute(
-            f"SELECT DISTINCT backend FROM runs WHERE state IN ({','.join('?' * len(states))}) "
-            "AND backend IS NOT NULL AND backend != ''", states))
+        return sorted(
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT DISTINCT backend FROM runs WHERE state IN ({','.join('?' * len(states))}) "
+                "AND backend IS NOT NULL AND backend != ''",
+                states,
+            )
+        )
 
     def live_runs(self, experiment: str | None = None) -> list[dict[str, Any]]:
         """The queued and running runs, with only what a watcher's tick reads of them."""
-        sql = ("SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
-               "state IN ('PENDING', 'RUNNING')")
+        sql = (
+            "SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
+            "state IN ('PENDING', 'RUNNING')"
+        )
         args = []
         if experiment:
             sql, args = sql + " AND experiment=?", [experiment]
@@ -283,9 +363,11 @@ class Store(Claims, Records):
         with self.transaction() as c:
             c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
-            c.execute("UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
-                      "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
-                      (time.time(), run_id))
+            c.execute(
+                "UPDATE runs SET attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
+                "bad_records=0, reason=NULL, updated=? WHERE run_id=?",
+                (time.time(), run_id),
+            )
         return self.run(run_id)
 
     def set_aside(self, row: dict[str, Any]) -> None:
@@ -299,69 +381,3 @@ class Store(Claims, Records):
                 if p.is_file():
                     p.rename(old / p.name)
         run_dir.mkdir(parents=True, exist_ok=True)
-
-    def live_jobs(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
-        """Every queued or running job of these runs, in any backend: not only the job a
-        run row names, so a duplicate (from a store made before the guard) is reached."""
-        sql, args = "SELECT * FROM jobs WHERE state IN ('PENDING', 'RUNNING')", []
-        if run_ids is not None:
-            sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
-            args = list(run_ids)
-        return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
-
-    # --- jobs ----------------------------------------------------------------------------
-
-    def next_counter(self, name: str, count: int = 1) -> int:
-        """Take `count` numbers of a counter at once; the first of them."""
-        with self.transaction() as c:
-            c.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
-                      "SET value=value+?", (name, count, count))
-            last = c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
-        return last - count + 1
-
-    def job(self, backend: str, job_id: str) -> dict[str, Any] | None:
-        row = self.conn.execute("SELECT * FROM jobs WHERE backend=? AND job_id=?",
-                                (backend, job_id)).fetchone()
-        return dict(row) if row else None
-
-    def jobs(self, backend: str, job_ids: list[str] | None = None,
-             states: tuple[str, ...] | None = None, payload: bool = True
-             ) -> list[dict[str, Any]]:
-        """payload=False: all but the payload (a local job's command line and environment,
-        the bulk of a row), for those who only follow the jobs."""
-        sql, args = f"SELECT {'*' if payload else _JOB_STATE} FROM jobs WHERE backend=?", [backend]
-        if states:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args.extend(states)
-        if job_ids is None:
-            return [dict(r) for r in self.conn.execute(sql + " ORDER BY submitted", args)]
-        out = []  # in parts: a watcher of 10,000 jobs asks for more than SQLite binds at once
-        for part in chunks(job_ids):
-            out += [dict(r) for r in self.conn.execute(
-                sql + f" AND job_id IN ({','.join('?' * len(part))})", [*args, *part])]
-        return sorted(out, key=lambda j: (j["submitted"] or 0))
-
-    def claim_next_job(self, backend: str, **fields: Any) -> dict[str, Any] | None:
-        """Take the oldest queued job of `backend` to run it: RUNNING, started now, with
-        `fields`, and its run RUNNING, in one transaction, so no job is taken twice.
-        None when nothing is queued."""
-        with self.transaction() as c:
-            row = c.execute("SELECT job_id, run_id FROM jobs WHERE backend=? AND "
-                            "state='PENDING' ORDER BY submitted, job_id LIMIT 1",
-                            (backend,)).fetchone()
-            if row is None:
-                return None
-            now = time.time()
-            fields = {**fields, "state": "RUNNING", "started": now}
-            c.execute(f"UPDATE jobs SET {', '.join(f'{k}=?' for k in fields)} "
-                      "WHERE backend=? AND job_id=?", (*fields.values(), backend, row[0]))
-            c.execute("UPDATE runs SET state='RUNNING', updated=? WHERE run_id=?",
-                      (now, row[1]))
-        return self.job(backend, row[0])
-
-    def update_job(self, backend: str, job_id: str, **fields: Any) -> None:
-        cols = ", ".join(f"{k}=?" for k in fields)
-        with self.transaction() as c:
-            c.execute(f"UPDATE jobs SET {cols} WHERE backend=? AND job_id=?",
-                      (*fields.values(), backend, job_id))
-

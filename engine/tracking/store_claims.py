@@ -8,6 +8,7 @@ own guard (one queued or running job per run) backs the claims up.
 A submission claims all its runs in one transaction (claim_runs): 10,000 runs in one
 write, not 10,000, and two submissions of one spec at once still never both get a run.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ CHUNK = 500
 
 def chunks(items: list, size: int = CHUNK):
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 class Claims:
@@ -63,108 +64,160 @@ class Claims:
         with self.transaction() as c:
             for part in chunks(run_ids):
                 marks = ",".join("?" * len(part))
-                live = {r[0] for r in c.execute(
-                    f"SELECT run_id FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND "
-                    f"run_id IN ({marks})", part)}
-                for row in c.execute(f"SELECT run_id, state, claimed_by, updated FROM runs "
-                                     f"WHERE run_id IN ({marks})", part):
-                    if row["state"] in skip + ACTIVE or row["run_id"] in live or (
-                            row["state"] == SUBMITTING and
-                            _claim_alive(row["claimed_by"], row["updated"])):
+                live = {
+                    r[0]
+                    for r in c.execute(
+                        f"SELECT run_id FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND "
+                        f"run_id IN ({marks})",
+                        part,
+                    )
+                }
+                for row in c.execute(
+                    f"SELECT run_id, state, claimed_by, updated FROM runs "
+                    f"WHERE run_id IN ({marks})",
+                    part,
+                ):
+                    if (
+                        row["state"] in skip + ACTIVE
+                        or row["run_id"] in live
+                        or (
+                            row["state"] == SUBMITTING
+                            and _claim_alive(row["claimed_by"], row["updated"])
+                        )
+                    ):
                         continue
                     claimable.append(row["run_id"])
             now, reason = time.time(), f"being submitted by {_claimer(me)}"
             ids = [(rid,) for rid in claimable]
             c.executemany("DELETE FROM records WHERE run_id=?", ids)
             c.executemany("DELETE FROM skipped_records WHERE run_id=?", ids)
-            c.executemany("UPDATE runs SET state=?, claimed_by=?, reason=?, "
-                          "attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
-                          "bad_records=0, updated=? WHERE run_id=?",
-                          [(SUBMITTING, me, reason, now, rid) for rid in claimable])
+            c.executemany(
+                "UPDATE runs SET state=?, claimed_by=?, reason=?, "
+                "attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
+                "bad_records=0, updated=? WHERE run_id=?",
+                [(SUBMITTING, me, reason, now, rid) for rid in claimable],
+            )
         return self.rows_of(claimable)
 
-    def rows_of(self, run_ids: list[str],
-                columns: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    def rows_of(
+        self, run_ids: list[str], columns: tuple[str, ...] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """The rows of these runs (only `columns`, if given), by id, in as few queries as
         the parameter limit allows."""
         out: dict[str, dict[str, Any]] = {}
         what = ", ".join(columns) if columns else "*"
         for part in chunks(run_ids):
-            for row in self.conn.execute(f"SELECT {what} FROM runs WHERE run_id IN "
-                                         f"({','.join('?' * len(part))})", part):
+            for row in self.conn.execute(
+                f"SELECT {what} FROM runs WHERE run_id IN ({','.join('?' * len(part))})", part
+            ):
                 out[row["run_id"]] = dict(row)
         return out
 
     # --- ending a claim: the job recorded, or the run released ---------------------------
 
-    def add_job(self, backend: str, job_id: str, run_id: str, state: str,
-                payload: dict[str, Any] | None = None) -> None:
+    def add_job(
+        self,
+        backend: str,
+        job_id: str,
+        run_id: str,
+        state: str,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
         refused = self.add_jobs(backend, [(job_id, run_id, state, payload)])[0]
         if refused is not None:
             raise refused
 
-    def add_jobs(self, backend: str,
-                 jobs: list[tuple[str, str, str, dict[str, Any] | None]]
-                 ) -> list[StoreError | None]:
+    def add_jobs(
+        self, backend: str, jobs: list[tuple[str, str, str, dict[str, Any] | None]]
+    ) -> list[StoreError | None]:
         """Record (job id, run id, state, payload) jobs and put their runs in that state,
         in one transaction. Each job the schema refuses (its run has a queued or running
         job already, or the job id is taken) gets its StoreError, in order; None where
         recorded. A refused job changes nothing; the others are recorded all the same."""
         now = time.time()
-        rows = [(backend, job_id, run_id, state, now, json.dumps(payload or {}))
-                for job_id, run_id, state, payload in jobs]
+        rows = [
+            (backend, job_id, run_id, state, now, json.dumps(payload or {}))
+            for job_id, run_id, state, payload in jobs
+        ]
         with self.transaction() as c:
             c.execute("SAVEPOINT jobs")
             try:  # all at once; only if the schema refuses one are they taken one by one
-                c.executemany("INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
-                              "payload) VALUES (?,?,?,?,?,?)", rows)
+                c.executemany(
+                    "INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
+                    "payload) VALUES (?,?,?,?,?,?)",
+                    rows,
+                )
                 out: list[StoreError | None] = [None] * len(rows)
             except sqlite3.IntegrityError:
                 c.execute("ROLLBACK TO jobs")
                 out = [self._insert_job(c, row) for row in rows]
             c.execute("RELEASE jobs")
-            c.executemany("UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, "
-                          "updated=? WHERE run_id=?",
-                          [(state, backend, job_id, now, run_id) for (_, job_id, run_id, state,
-                                                                      *_), refused
-                           in zip(rows, out) if refused is None])
+            c.executemany(
+                "UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, "
+                "updated=? WHERE run_id=?",
+                [
+                    (state, backend, job_id, now, run_id)
+                    for (_, job_id, run_id, state, *_), refused in zip(rows, out)
+                    if refused is None
+                ],
+            )
         return out
 
     @staticmethod
     def _insert_job(c: sqlite3.Connection, row: tuple) -> StoreError | None:
         backend, job_id, run_id = row[:3]
         try:
-            c.execute("INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
-                      "VALUES (?,?,?,?,?,?)", row)
+            c.execute(
+                "INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
+                "VALUES (?,?,?,?,?,?)",
+                row,
+            )
         except sqlite3.IntegrityError as exc:  # this statement only: the rest stand
             if "jobs.run_id" not in str(exc):
                 return StoreError(f"job {job_id} ({backend}) is in the store already")
-            return StoreError(f"run {run_id} already has a queued or running job; job "
-                              f"{job_id} ({backend}) is not recorded for it")
+            return StoreError(
+                f"run {run_id} already has a queued or running job; job "
+                f"{job_id} ({backend}) is not recorded for it"
+            )
         return None
 
     def release_run(self, run_id: str, state: str, reason: str) -> None:
         """End this process's claim on a run that was not submitted, saying why; a run a
         job was recorded for meanwhile (add_job) is left as it is."""
         with self.transaction() as c:
-            c.execute("UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
-                      "state=? AND claimed_by=?",
-                      (state, reason, time.time(), run_id, SUBMITTING, _process_id()))
+            c.execute(
+                "UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
+                "state=? AND claimed_by=?",
+                (state, reason, time.time(), run_id, SUBMITTING, _process_id()),
+            )
 
     def release_stale_claims(self) -> list[str]:
         """Claims whose process is gone (killed mid-submission) go back to PLANNED with
         the reason, so the run shows as not submitted and the next `run` takes it."""
-        stale = [r for r in self.conn.execute(
-            "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,))
-            if not _claim_alive(r["claimed_by"], r["updated"])]
+        stale = [
+            r
+            for r in self.conn.execute(
+                "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,)
+            )
+            if not _claim_alive(r["claimed_by"], r["updated"])
+        ]
         if stale:
             with self.transaction() as c:
                 c.executemany(
                     "UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
                     "run_id=? AND state=? AND claimed_by IS ?",
-                    [(f"not submitted: the submission by {_claimer(r['claimed_by'])} was "
-                      "interrupted; `dlscale run SPEC` submits it", time.time(),
-                      r["run_id"], SUBMITTING, r["claimed_by"]) for r in stale])
+                    [
+                        (
+                            f"not submitted: the submission by {_claimer(r['claimed_by'])} was "
+                            "interrupted; `dlscale run SPEC` submits it",
+                            time.time(),
+                            r["run_id"],
+                            SUBMITTING,
+                            r["claimed_by"],
+                        )
+                        for r in stale
+                    ],
+                )
         return [r["run_id"] for r in stale]
 
 

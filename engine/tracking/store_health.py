@@ -4,6 +4,7 @@ SQLite takes a 0-byte file for a new, empty database, and reports a damaged page
 a query reads it; both would lose the user's runs silently or as an internal error. The
 run folders hold every record, so the way out is always `dlscale store rebuild`.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,10 @@ from pathlib import Path
 
 _RUN_FOLDER = re.compile(r"[0-9a-f]{12}")
 
-REBUILD_HINT = ("`dlscale store rebuild` makes a new store from the run folders (every "
-                "run's records are there) and keeps the damaged file aside")
+REBUILD_HINT = (
+    "`dlscale store rebuild` makes a new store from the run folders (every "
+    "run's records are there) and keeps the damaged file aside"
+)
 
 
 def damage_message(exc: BaseException, home: Path) -> str | None:
@@ -23,8 +26,11 @@ def damage_message(exc: BaseException, home: Path) -> str | None:
         return None
     name = getattr(exc, "sqlite_errorname", "")
     text = str(exc)
-    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in text or \
-            "not a database" in text:
+    if (
+        name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+        or "malformed" in text
+        or "not a database" in text
+    ):
         return f"the store {home / 'dlscale.db'} is damaged ({text}); {REBUILD_HINT}"
     return None
 

@@ -6,6 +6,7 @@ A skipped line is kept as (run, file, line number, reason) so every front end ca
 line of which run's file was left out; a store made by an older dlscale, which kept only a
 count and trusted records by shape, is checked once when opened (`revalidate`).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,29 @@ _SHOWN_PER_RUN = 3
 # What the queue shows of a run that can change from one watcher tick to the next: the
 # run's state and job (r.) and its job's (j.), in the order queue_view returns them after
 # the run id. What cannot change, the run's point, is QUEUE_POINT (queue_points).
-QUEUE_CHANGES = ("r.backend", "r.job_id", "r.state", "r.reason", "r.ingest_lines",
-                 "r.bad_records", "j.reason", "j.nodes", "j.elapsed", "j.started", "j.ended")
-QUEUE_POINT = ("run_id", "experiment", "framework", "model", "nodes", "ranks_per_node",
-               "per_device_batch", "repetition")
+QUEUE_CHANGES = (
+    "r.backend",
+    "r.job_id",
+    "r.state",
+    "r.reason",
+    "r.ingest_lines",
+    "r.bad_records",
+    "j.reason",
+    "j.nodes",
+    "j.elapsed",
+    "j.started",
+    "j.ended",
+)
+QUEUE_POINT = (
+    "run_id",
+    "experiment",
+    "framework",
+    "model",
+    "nodes",
+    "ranks_per_node",
+    "per_device_batch",
+    "repetition",
+)
 
 
 class Records:
@@ -53,7 +73,7 @@ class Records:
         end = chunk.rfind(b"\n")
         if end < 0:
             return 0
-        lines = chunk[:end + 1].splitlines()
+        lines = chunk[: end + 1].splitlines()
         new, bad = [], []
         for i, raw in enumerate(lines):
             number = row["ingest_lines"] + i  # 0-based, as the records table keys them
@@ -66,16 +86,23 @@ class Records:
         with self.transaction() as c:
             # Re-check the offset under the write lock: another process may have ingested
             # the same bytes meanwhile; then this call adds nothing.
-            now_offset = c.execute("SELECT ingest_offset FROM runs WHERE run_id=?",
-                                   (run_id,)).fetchone()[0]
+            now_offset = c.execute(
+                "SELECT ingest_offset FROM runs WHERE run_id=?", (run_id,)
+            ).fetchone()[0]
             if now_offset != row["ingest_offset"]:
                 return 0
             cur = c.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", new)
             c.executemany("INSERT OR REPLACE INTO skipped_records VALUES (?,?,?,?)", bad)
-            c.execute("UPDATE runs SET ingest_offset=?, ingest_lines=?, "
-                      "bad_records=bad_records+? WHERE run_id=?",
-                      (row["ingest_offset"] + end + 1, row["ingest_lines"] + len(lines),
-                       len(bad), run_id))
+            c.execute(
+                "UPDATE runs SET ingest_offset=?, ingest_lines=?, "
+                "bad_records=bad_records+? WHERE run_id=?",
+                (
+                    row["ingest_offset"] + end + 1,
+                    row["ingest_lines"] + len(lines),
+                    len(bad),
+                    run_id,
+                ),
+            )
             return cur.rowcount if cur.rowcount >= 0 else len(new)
 
     def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
@@ -94,9 +121,11 @@ class Records:
             if part is not None:
                 where += f" AND run_id IN ({','.join('?' * len(part))})"
                 args.extend(part)
-            sql = ("SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS "
-                   f"line FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
-                   "AND r.line=m.line")
+            sql = (
+                "SELECT r.run_id, r.body FROM records r JOIN (SELECT run_id, MAX(line) AS "
+                f"line FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
+                "AND r.line=m.line"
+            )
             out.update((rid, json.loads(body)) for rid, body in self.conn.execute(sql, args))
         return out
 
@@ -104,8 +133,10 @@ class Records:
         """(run id, *QUEUE_CHANGES) of each run, oldest first, as plain tuples in one query:
         the TUI reads a 10,000-run queue every tick, and whole rows as dicts (runs() and
         jobs()) took most of its 100 ms."""
-        sql = (f"SELECT r.run_id, {', '.join(QUEUE_CHANGES)} FROM runs r LEFT JOIN jobs j "
-               "ON j.backend=r.backend AND j.job_id=r.job_id")
+        sql = (
+            f"SELECT r.run_id, {', '.join(QUEUE_CHANGES)} FROM runs r LEFT JOIN jobs j "
+            "ON j.backend=r.backend AND j.job_id=r.job_id"
+        )
         args = []
         if experiment:
             sql += " WHERE r.experiment=?"
@@ -114,8 +145,11 @@ class Records:
 
     def queue_points(self, run_ids: list[str]) -> list[tuple]:
         """QUEUE_POINT of these runs (at most a few thousand ids a call)."""
-        return self._tuples(f"SELECT {', '.join(QUEUE_POINT)} FROM runs WHERE run_id IN "
-                            f"({','.join('?' * len(run_ids))})", run_ids)
+        return self._tuples(
+            f"SELECT {', '.join(QUEUE_POINT)} FROM runs WHERE run_id IN "
+            f"({','.join('?' * len(run_ids))})",
+            run_ids,
+        )
 
     def _tuples(self, sql: str, args: list) -> list[tuple]:
         cur = self.conn.cursor()
@@ -141,8 +175,10 @@ class Records:
         for run_id, lines in self.skipped(run_ids).items():
             notes += [f"run {run_id}: {skipped_text(s)}" for s in lines[:_SHOWN_PER_RUN]]
             if len(lines) > _SHOWN_PER_RUN:
-                notes.append(f"run {run_id}: and {len(lines) - _SHOWN_PER_RUN} more skipped "
-                             f"line(s) in {lines[0]['file']}")
+                notes.append(
+                    f"run {run_id}: and {len(lines) - _SHOWN_PER_RUN} more skipped "
+                    f"line(s) in {lines[0]['file']}"
+                )
         return notes
 
     # --- stores from before records were checked by type --------------------------------
@@ -155,22 +191,27 @@ class Records:
             if c.execute("PRAGMA user_version").fetchone()[0] >= RECORDS_CHECKED:
                 return  # another process did it meanwhile
             moved = []
-            for run_id, line, body in c.execute("SELECT run_id, line, body FROM records"
-                                                ).fetchall():
+            for run_id, line, body in c.execute(
+                "SELECT run_id, line, body FROM records"
+            ).fetchall():
                 try:
                     parse_record(body)
                 except RecordError as exc:
                     moved.append((run_id, line, str(exc)))
             for run_id, line, why in moved:
                 c.execute("DELETE FROM records WHERE run_id=? AND line=?", (run_id, line))
-                c.execute("INSERT OR REPLACE INTO skipped_records VALUES (?,?,?,?)",
-                          (run_id, line + 1, METRICS_NAME, why))
+                c.execute(
+                    "INSERT OR REPLACE INTO skipped_records VALUES (?,?,?,?)",
+                    (run_id, line + 1, METRICS_NAME, why),
+                )
                 c.execute("UPDATE runs SET bad_records=bad_records+1 WHERE run_id=?", (run_id,))
-            for r in c.execute("SELECT run_id, run_dir, ingest_offset FROM runs "
-                               "WHERE bad_records > 0").fetchall():
-                c.executemany("INSERT OR IGNORE INTO skipped_records VALUES (?,?,?,?)",
-                              _find_skipped(r["run_id"], RunPaths.of(r).metrics,
-                                            r["ingest_offset"]))
+            for r in c.execute(
+                "SELECT run_id, run_dir, ingest_offset FROM runs WHERE bad_records > 0"
+            ).fetchall():
+                c.executemany(
+                    "INSERT OR IGNORE INTO skipped_records VALUES (?,?,?,?)",
+                    _find_skipped(r["run_id"], RunPaths.of(r).metrics, r["ingest_offset"]),
+                )
             c.execute(f"PRAGMA user_version={RECORDS_CHECKED}")
 
 

@@ -2,6 +2,7 @@
 it records, a rank never shares or invents a GPU, step timing holds few events, DALI decodes
 on the GPU, and a small model reaches its accuracy target. Frameworks and loaders whose
 environment is not on this machine are skipped with that reason."""
+
 import json
 import os
 import subprocess
@@ -14,8 +15,22 @@ import torch
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.trainers.torch_ddp.device import COMPUTE_DTYPE, CudaTimer
 
-SMALL = ["--model", "resnet20", "--dataset", "synthetic-cifar", "--per-device-batch", "64",
-         "--steps", "20", "--warmup-steps", "5", "--log-every", "5", "--device", "cuda"]
+SMALL = [
+    "--model",
+    "resnet20",
+    "--dataset",
+    "synthetic-cifar",
+    "--per-device-batch",
+    "64",
+    "--steps",
+    "20",
+    "--warmup-steps",
+    "5",
+    "--log-every",
+    "5",
+    "--device",
+    "cuda",
+]
 PRECISIONS = ["bf16", "fp16", "fp32", "tf32", "auto"]
 
 
@@ -23,25 +38,43 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def trainer(module: str, tmp_path: Path, *args: str, ranks: int = 1, python=sys.executable,
-            env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def trainer(
+    module: str,
+    tmp_path: Path,
+    *args: str,
+    ranks: int = 1,
+    python=sys.executable,
+    env: dict | None = None,
+) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "metrics.jsonl"
-    launch = [python, "-m", "torch.distributed.run", "--standalone",
-              f"--nproc-per-node={ranks}"] if ranks > 1 else [python]
-    proc = subprocess.run([*launch, "-m", module, *args, "--output", str(out)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                          env={**os.environ, **(env or {})})
+    launch = (
+        [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+        if ranks > 1
+        else [python]
+    )
+    proc = subprocess.run(
+        [*launch, "-m", module, *args, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+    )
     return proc, out
 
 
 def importable(name: str) -> bool:
-    return subprocess.run([sys.executable, "-c", f"import {name}"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True).returncode
+        == 0
+    )
 
 
-FAMILY = {"pytorch-ddp": "dlscale.trainers.torch_ddp",
-          "deepspeed": "dlscale.trainers.deepspeed_zero",
-          "horovod-pytorch": "dlscale.trainers.horovod_torch"}
+FAMILY = {
+    "pytorch-ddp": "dlscale.trainers.torch_ddp",
+    "deepspeed": "dlscale.trainers.deepspeed_zero",
+    "horovod-pytorch": "dlscale.trainers.horovod_torch",
+}
 NEEDS = {"deepspeed": "deepspeed", "horovod-pytorch": "horovod.torch"}
 
 
@@ -107,9 +140,24 @@ def test_cuda_step_timer_keeps_only_the_steps_since_the_last_interval():
 
 
 def test_resnet20_reaches_its_digits_target_on_the_gpu(tmp_path):
-    proc, out = trainer(FAMILY["pytorch-ddp"], tmp_path, "--model", "resnet20", "--dataset",
-                        "digits", "--per-device-batch", "64", "--epochs", "30",
-                        "--target-accuracy", "0.9", "--lr", "0.05", "--device", "cuda")
+    proc, out = trainer(
+        FAMILY["pytorch-ddp"],
+        tmp_path,
+        "--model",
+        "resnet20",
+        "--dataset",
+        "digits",
+        "--per-device-batch",
+        "64",
+        "--epochs",
+        "30",
+        "--target-accuracy",
+        "0.9",
+        "--lr",
+        "0.05",
+        "--device",
+        "cuda",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = records(out)[-1]
     assert summary["reached_target"] and summary["best_top1"] >= 0.9
@@ -143,8 +191,12 @@ for loader in ("native", "dali"):
                    "shape": list(batches[0][0].shape)}
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", code, str(imagenet_sample)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(imagenet_sample)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["native"]["steps"] == r["dali"]["steps"] == 64 // 8

@@ -1,4 +1,5 @@
 """The one command line every trainer takes, so the engine launches all frameworks alike."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,12 @@ LOADERS = ("native", "dali")
 NATIVE_ONLY = ("native",)  # the loaders of trainers without DALI (TensorFlow, MXNet)
 
 
-_BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<="),
-           "lt": (operator.lt, "<")}
+_BOUNDS = {
+    "ge": (operator.ge, ">="),
+    "gt": (operator.gt, ">"),
+    "le": (operator.le, "<="),
+    "lt": (operator.lt, "<"),
+}
 
 
 def _number_type(k: Knob):
@@ -40,9 +45,11 @@ def _number_type(k: Knob):
             holds, sign = _BOUNDS[bound]
             if not holds(value, limit):
                 said = {("ge", 1): "a positive integer", ("ge", 0): "0 or more"}.get(
-                    (bound, limit) if cast is int else None, f"{sign} {limit:g}")
+                    (bound, limit) if cast is int else None, f"{sign} {limit:g}"
+                )
                 raise argparse.ArgumentTypeError(f"must be {said}, got {text}")
         return value
+
     return parse
 
 
@@ -65,21 +72,33 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser(prog: str, datasets: tuple[str, ...] = DATASETS,
-                 loaders: tuple[str, ...] = LOADERS) -> argparse.ArgumentParser:
+def build_parser(
+    prog: str, datasets: tuple[str, ...] = DATASETS, loaders: tuple[str, ...] = LOADERS
+) -> argparse.ArgumentParser:
     """`datasets` and `loaders`: what this trainer reads and how (engine/frameworks.py
     names the same, so planning refuses what a trainer would)."""
     p = _OneLineParser(prog=prog, description="dlscale trainer (one per framework, same flags)")
     p.add_argument("--model", required=True, choices=MODELS)
     p.add_argument("--dataset", required=True, choices=datasets)
-    p.add_argument("--per-device-batch", type=_number_type(Knob("per_device_batch", "int", None,
-                   "", ge=1)), required=True)
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="auto: bf16 on GPUs of compute capability 8.0+, fp16 below, fp32 on CPU")
+    p.add_argument(
+        "--per-device-batch",
+        type=_number_type(Knob("per_device_batch", "int", None, "", ge=1)),
+        required=True,
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto: bf16 on GPUs of compute capability 8.0+, fp16 below, fp32 on CPU",
+    )
     p.add_argument("--loader", choices=loaders, default="native")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--cpu-bind", choices=("auto", "none"), default="auto",
-                   help="auto: pin each rank to its own cores on CPU when they fit")
+    p.add_argument(
+        "--cpu-bind",
+        choices=("auto", "none"),
+        default="auto",
+        help="auto: pin each rank to its own cores on CPU when they fit",
+    )
     p.add_argument("--run-id", default=None, help="recorded in the params record")
     p.add_argument("--output", default="metrics.jsonl", help="metric records (rank 0 writes)")
     # The training knobs, from the one table (flags.py); steps and epochs: exactly one.
@@ -102,6 +121,12 @@ def fault_step(spec: str | None) -> int | None:
 def recipe_fields(args: argparse.Namespace) -> dict:
     """The params record's fields that come straight from this command line, alike in every
     trainer (each adds what it derives: world size, parameters, the scaled lr...)."""
-    names = ("model", "dataset", "per_device_batch", "loader", "run_id",
-             *(k.dest for k in TRAINING if k.name != "inject_fault"))
+    names = (
+        "model",
+        "dataset",
+        "per_device_batch",
+        "loader",
+        "run_id",
+        *(k.dest for k in TRAINING if k.name != "inject_fault"),
+    )
     return {n: getattr(args, n) for n in names}

@@ -2,6 +2,7 @@
 own feed them (TensorFlow, MXNet): numpy batches, the same shares and order on every rank as
 the PyTorch family's DistributedSampler gives, CIFAR-10's augmentation per image, and the
 evaluation over every rank's share of the test set. The framework only wraps the arrays."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -52,8 +53,10 @@ class ArrayData:
         self.train, self.test = common_data.load_real(args.dataset, args.data_dir, args.seed)
         self.steps_per_epoch = len(self.train.labels) // self.global_batch
         if self.steps_per_epoch == 0:
-            raise TrainerError(f"{len(self.train.labels)} training images are fewer than one "
-                               f"global batch ({self.global_batch}); lower the per-device batch")
+            raise TrainerError(
+                f"{len(self.train.labels)} training images are fewer than one "
+                f"global batch ({self.global_batch}); lower the per-device batch"
+            )
         shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
         self.mean = np.array(common_data.CIFAR_MEAN, np.float32).reshape(shape) * 255
         self.std = np.array(common_data.CIFAR_STD, np.float32).reshape(shape) * 255
@@ -62,8 +65,9 @@ class ArrayData:
     def train_images(self) -> int | None:
         return None if self.train is None else len(self.train.labels)
 
-    def prepare(self, images: np.ndarray, augment: bool,
-                rng: np.random.Generator | None) -> np.ndarray:
+    def prepare(
+        self, images: np.ndarray, augment: bool, rng: np.random.Generator | None
+    ) -> np.ndarray:
         """uint8 NCHW -> normalised float32 in this trainer's layout."""
         x = images.astype(np.float32)
         if augment:
@@ -84,17 +88,22 @@ class ArrayData:
         augment = a.dataset == "cifar10"  # digits: none, as in every framework's trainer
         while True:
             order = np.random.default_rng(a.seed + epoch).permutation(len(self.train.labels))
-            mine = order[:self.steps_per_epoch * self.global_batch].reshape(
-                self.steps_per_epoch, self.world, a.per_device_batch)[:, self.rank]
+            mine = order[: self.steps_per_epoch * self.global_batch].reshape(
+                self.steps_per_epoch, self.world, a.per_device_batch
+            )[:, self.rank]
             rng = np.random.default_rng(a.seed + 1000 * epoch + self.rank)
             for idx in mine:
-                yield wrap(self.prepare(self.train.images[idx], augment, rng),
-                           self.train.labels[idx])
+                yield wrap(
+                    self.prepare(self.train.images[idx], augment, rng), self.train.labels[idx]
+                )
             epoch += 1
             yield None
 
-    def evaluate(self, predict: Callable[[np.ndarray], np.ndarray],
-                 all_sum: Callable[[np.ndarray], np.ndarray]) -> float:
+    def evaluate(
+        self,
+        predict: Callable[[np.ndarray], np.ndarray],
+        all_sum: Callable[[np.ndarray], np.ndarray],
+    ) -> float:
         """Top-1 over the whole test set: each rank scores every world-th image, the counts
         are summed over the ranks."""
         assert self.test is not None
@@ -102,7 +111,7 @@ class ArrayData:
         images, labels = self.test.images[part], self.test.labels[part]
         correct = 0
         for i in range(0, len(images), EVAL_BATCH):
-            logits = predict(self.prepare(images[i:i + EVAL_BATCH], False, None))
-            correct += int(np.sum(np.argmax(logits, 1) == labels[i:i + EVAL_BATCH]))
+            logits = predict(self.prepare(images[i : i + EVAL_BATCH], False, None))
+            correct += int(np.sum(np.argmax(logits, 1) == labels[i : i + EVAL_BATCH]))
         total = all_sum(np.array([correct, len(labels)], np.float64))
         return float(total[0] / total[1])

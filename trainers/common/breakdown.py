@@ -6,6 +6,7 @@ split into forward, backward and optimizer by a synchronisation between the phas
 
 Framework-free: a trainer passes its phases. The weights are past caring by then: the run's
 numbers and its weights' digest are taken before the probe."""
+
 from __future__ import annotations
 
 import contextlib
@@ -47,6 +48,7 @@ def pairs_for(timed_steps: int) -> int:
 
 def measure(p: Phases, pairs: int, distributed: bool) -> dict[str, Any]:
     """The summary's breakdown fields (seconds per step, medians over `pairs`)."""
+
     def full() -> None:
         p.backward(p.forward())
         p.optimizer()
@@ -80,10 +82,15 @@ def measure(p: Phases, pairs: int, distributed: bool) -> dict[str, Any]:
     med = statistics.median
     step = med(fulls)
     out: dict[str, Any] = {
-        "breakdown_pairs": pairs, "probe_step_s": step,
-        "forward_s": med(x[0] for x in parts), "backward_s": med(x[1] for x in parts),
-        "optimizer_s": med(x[2] for x in parts), "compute_time_s": None,
-        "exposed_comm_s": None, "breakdown_unavailable": None}
+        "breakdown_pairs": pairs,
+        "probe_step_s": step,
+        "forward_s": med(x[0] for x in parts),
+        "backward_s": med(x[1] for x in parts),
+        "optimizer_s": med(x[2] for x in parts),
+        "compute_time_s": None,
+        "exposed_comm_s": None,
+        "breakdown_unavailable": None,
+    }
     if locals_:
         compute = med(locals_)
         out["compute_time_s"] = compute

@@ -11,6 +11,7 @@ each round is timed alone after a barrier, so a late rank's start is not counted
 communication, and the slowest rank sets each round's time, as in the throughput. Standard
 library only: it runs in every framework's environment.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -81,9 +82,13 @@ def busbw_gbps(algbw: float, ranks: int) -> float:
     return algbw * 2 * (ranks - 1) / ranks
 
 
-def time_rounds(one_round: Callable[[], None], barrier: Callable[[], None],
-                sync_device: Callable[[], None], warmup: int = WARMUP_ROUNDS,
-                rounds: int = ROUNDS) -> list[float]:
+def time_rounds(
+    one_round: Callable[[], None],
+    barrier: Callable[[], None],
+    sync_device: Callable[[], None],
+    warmup: int = WARMUP_ROUNDS,
+    rounds: int = ROUNDS,
+) -> list[float]:
     """Seconds of each timed round on this rank (warm-up rounds run first, untimed: they
     set up connections and buffers)."""
     for _ in range(warmup):
@@ -99,30 +104,45 @@ def time_rounds(one_round: Callable[[], None], barrier: Callable[[], None],
     return times
 
 
-def record_fields(per_rank: list[list[float]], plan: CommPlan, backend: str,
-                  warmup: int = WARMUP_ROUNDS) -> dict:
+def record_fields(
+    per_rank: list[list[float]], plan: CommPlan, backend: str, warmup: int = WARMUP_ROUNDS
+) -> dict:
     """The comm record's fields from every rank's round times."""
     slowest = [max(ts) for ts in zip(*per_rank)]
     t = statistics.median(slowest)
     ranks = len(per_rank)
     alg = algbw_gbps(plan.total_bytes, t)
     ordered = sorted(slowest)
-    return {"collective": "allreduce", "backend": backend, "world_size": ranks,
-            "comm_bytes": plan.total_bytes, "buckets": plan.fused,
-            "bucket_bytes": plan.bucket_bytes, "fused_by": plan.fused_by,
-            "element_bytes": plan.element_bytes, "warmup_rounds": warmup,
-            "repetitions": len(slowest), "comm_time_s": t,
-            "comm_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
-            "comm_time_cv": (statistics.stdev(slowest) / statistics.fmean(slowest)
-                             if len(slowest) > 1 and statistics.fmean(slowest) else None),
-            "comm_algbw_gbps": alg, "comm_busbw_gbps": busbw_gbps(alg, ranks),
-            "elapsed_s": sum(slowest)}
+    return {
+        "collective": "allreduce",
+        "backend": backend,
+        "world_size": ranks,
+        "comm_bytes": plan.total_bytes,
+        "buckets": plan.fused,
+        "bucket_bytes": plan.bucket_bytes,
+        "fused_by": plan.fused_by,
+        "element_bytes": plan.element_bytes,
+        "warmup_rounds": warmup,
+        "repetitions": len(slowest),
+        "comm_time_s": t,
+        "comm_time_p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "comm_time_cv": (
+            statistics.stdev(slowest) / statistics.fmean(slowest)
+            if len(slowest) > 1 and statistics.fmean(slowest)
+            else None
+        ),
+        "comm_algbw_gbps": alg,
+        "comm_busbw_gbps": busbw_gbps(alg, ranks),
+        "elapsed_s": sum(slowest),
+    }
 
 
 def progress_line(fields: dict) -> str:
     """The run log's closing line of a comm benchmark."""
-    return (f"allreduce of {fields['comm_bytes'] / 1e6:.2f} MB in {len(fields['buckets'])} "
-            f"bucket(s) over {fields['backend']} x{fields['world_size']}: "
-            f"{fields['comm_time_s'] * 1e3:.2f} ms (median of {fields['repetitions']}), "
-            f"algbw {fields['comm_algbw_gbps']:.3f} GB/s, busbw "
-            f"{fields['comm_busbw_gbps']:.3f} GB/s")
+    return (
+        f"allreduce of {fields['comm_bytes'] / 1e6:.2f} MB in {len(fields['buckets'])} "
+        f"bucket(s) over {fields['backend']} x{fields['world_size']}: "
+        f"{fields['comm_time_s'] * 1e3:.2f} ms (median of {fields['repetitions']}), "
+        f"algbw {fields['comm_algbw_gbps']:.3f} GB/s, busbw "
+        f"{fields['comm_busbw_gbps']:.3f} GB/s"
+    )

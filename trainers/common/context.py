@@ -1,5 +1,6 @@
 """A run as every trainer starts it: who this rank is, the cores it owns, the recipe the shared
 loop follows, and the records every framework writes alike (env, the closing line)."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,9 @@ class Context:
     prog: str
     framework: str
     args: argparse.Namespace
-    launch: LaunchEnv          # a world of one is "single": no process group, no wrapper
-    launched_by: str           # the launcher that started the job, as it was
-    cores: list[int] | None    # the cores this rank was pinned to, if it was
+    launch: LaunchEnv  # a world of one is "single": no process group, no wrapper
+    launched_by: str  # the launcher that started the job, as it was
+    cores: list[int] | None  # the cores this rank was pinned to, if it was
     writer: RecordWriter | None = None
     meter: Meter | None = None
 
@@ -59,10 +60,16 @@ class Context:
         length, the same in every framework."""
         a = self.args
         peak = scaled_lr(a.lr, a.lr_base_batch, self.global_batch, a.lr_scaling)
-        plan = LRPlan(a.lr, peak, int(a.lr_warmup_epochs * (steps_per_epoch or 0)),
-                      total_steps, a.lr_schedule)
-        return Recipe.from_args(a, total_steps=total_steps, global_batch=self.global_batch,
-                                plan=plan, crash_at=fault_step(a.inject_fault))
+        plan = LRPlan(
+            a.lr, peak, int(a.lr_warmup_epochs * (steps_per_epoch or 0)), total_steps, a.lr_schedule
+        )
+        return Recipe.from_args(
+            a,
+            total_steps=total_steps,
+            global_batch=self.global_batch,
+            plan=plan,
+            crash_at=fault_step(a.inject_fault),
+        )
 
     def total_steps(self, steps_per_epoch: int | None) -> int:
         a = self.args
@@ -84,24 +91,40 @@ class Context:
         readings = gather([r.energy_j, r.seconds, r.util])
         return summary_fields([Reading(*x) for x in readings], images)
 
-    def write_env(self, versions: dict[str, Any], gather: Callable[[Any], list[Any]],
-                  device: str | None = None, backend: str | None = None, **extra: Any) -> None:
+    def write_env(
+        self,
+        versions: dict[str, Any],
+        gather: Callable[[Any], list[Any]],
+        device: str | None = None,
+        backend: str | None = None,
+        **extra: Any,
+    ) -> None:
         """The env record: versions, where every rank ran and on what (gathered to rank 0),
         and what energy could be read there (or why not)."""
         assert self.writer is not None
         if self.meter is not None:
-            extra = {"energy_source": self.meter.source,
-                     "energy_unavailable": self.meter.unavailable, **extra}
+            extra = {
+                "energy_source": self.meter.source,
+                "energy_unavailable": self.meter.unavailable,
+                **extra,
+            }
         device = device or f"cpu: {cpu_model()} ({self.args.threads} thread(s))"
         hosts = gather(node_name())
         self.writer.write(
-            "env", framework_versions={"python": sys.version.split()[0], **versions},
-            hostnames=hosts, devices=gather(device), world_size=self.world,
-            dlscale_version=dlscale_version(), launcher=self.launched_by,
+            "env",
+            framework_versions={"python": sys.version.split()[0], **versions},
+            hostnames=hosts,
+            devices=gather(device),
+            world_size=self.world,
+            dlscale_version=dlscale_version(),
+            launcher=self.launched_by,
             backend=backend if self.launch.distributed else None,
-            job_id=slurm_job_id(), nodes=sorted(set(hosts)),
-            omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_affinity=gather(self.cores),
-            **extra)
+            job_id=slurm_job_id(),
+            nodes=sorted(set(hosts)),
+            omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+            cpu_affinity=gather(self.cores),
+            **extra,
+        )
 
     def progress(self, line: str) -> None:
         """A human line in the run log while it trains (`dlscale logs -f`, the TUI)."""
@@ -113,11 +136,13 @@ class Context:
         if self.launch.rank != 0:
             return
         timed = loop.timed_steps(self.args.warmup_steps)
-        print(f"{self.prog}: {self.args.model} x{self.world} {throughput:.1f} images/s over "
-              f"{timed} timed steps"
-              + (f", top-1 {loop.best_top1:.3f}" if loop.best_top1 is not None else "")
-              + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
-              flush=True)
+        print(
+            f"{self.prog}: {self.args.model} x{self.world} {throughput:.1f} images/s over "
+            f"{timed} timed steps"
+            + (f", top-1 {loop.best_top1:.3f}" if loop.best_top1 is not None else "")
+            + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
+            flush=True,
+        )
 
 
 def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) -> Context:

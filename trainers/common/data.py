@@ -8,6 +8,7 @@
 - digits: scikit-learn's bundled 8x8 handwritten digits (1,797 images, ships offline),
   upscaled to 32x32x3 so CIFAR ResNets train on real data for time-to-accuracy runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,14 +53,16 @@ class Split:
 
 def read_cifar10(data_dir: str) -> tuple[Split, Split]:
     """Read CIFAR-10's python pickles from `data_dir` (the extracted cifar-10-batches-py)."""
+
     def load(name: str) -> Split:
         path = os.path.join(data_dir, name)
         try:
             with open(path, "rb") as fh:
                 batch = pickle.load(fh, encoding="bytes")
         except FileNotFoundError:
-            raise DataError(f"{path}: missing (expected CIFAR-10 python batches "
-                            "data_batch_1..5 and test_batch)") from None
+            raise DataError(
+                f"{path}: missing (expected CIFAR-10 python batches data_batch_1..5 and test_batch)"
+            ) from None
         except (pickle.UnpicklingError, EOFError) as exc:
             raise DataError(f"{path}: not a CIFAR-10 pickle ({exc})") from None
         if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
@@ -73,9 +76,10 @@ def read_cifar10(data_dir: str) -> tuple[Split, Split]:
         return Split(data.reshape(-1, 3, 32, 32), labels)
 
     train = [load(f"data_batch_{i}") for i in range(1, 6)]
-    return (Split(np.concatenate([s.images for s in train]),
-                  np.concatenate([s.labels for s in train])),
-            load("test_batch"))
+    return (
+        Split(np.concatenate([s.images for s in train]), np.concatenate([s.labels for s in train])),
+        load("test_batch"),
+    )
 
 
 def load_digits(seed: int = 0, test_fraction: float = 0.2) -> tuple[Split, Split]:
@@ -83,8 +87,10 @@ def load_digits(seed: int = 0, test_fraction: float = 0.2) -> tuple[Split, Split
     try:
         from sklearn.datasets import load_digits as sk_digits
     except ImportError:
-        raise DataError("dataset 'digits' needs scikit-learn in the trainer's environment "
-                        "(pip install scikit-learn)") from None
+        raise DataError(
+            "dataset 'digits' needs scikit-learn in the trainer's environment "
+            "(pip install scikit-learn)"
+        ) from None
     bunch = sk_digits()
     images = (bunch.images * (255.0 / 16.0)).round().astype(np.uint8)
     images = np.kron(images, np.ones((4, 4), dtype=np.uint8))  # 8x8 -> 32x32, nearest
@@ -95,7 +101,9 @@ def load_digits(seed: int = 0, test_fraction: float = 0.2) -> tuple[Split, Split
     for cls in np.unique(labels):  # stratified so every class is in both splits
         idx = rng.permutation(np.flatnonzero(labels == cls))
         test_mask[idx[: int(round(len(idx) * test_fraction))]] = True
-    return Split(images[~test_mask], labels[~test_mask]), Split(images[test_mask], labels[test_mask])
+    return Split(images[~test_mask], labels[~test_mask]), Split(
+        images[test_mask], labels[test_mask]
+    )
 
 
 def load_real(dataset: str, data_dir: str | None, seed: int = 0) -> tuple[Split, Split]:

@@ -5,6 +5,7 @@ null and `unavailable` says why; nothing is estimated.
 
 One meter per rank. A GPU is a rank's own; a CPU package is shared by the node's ranks, so
 only the node's first rank meters it and the job's energy is the sum over ranks."""
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,13 @@ class Meter:
     """resume()/pause() bracket the timed segments; a background thread samples
     utilisation while they run. `source` names what is read, `unavailable` why nothing is."""
 
-    def __init__(self, gpu: Any | None = None, first_on_node: bool = True,
-                 every_s: float = 0.2, powercap: str | None = None) -> None:
+    def __init__(
+        self,
+        gpu: Any | None = None,
+        first_on_node: bool = True,
+        every_s: float = 0.2,
+        powercap: str | None = None,
+    ) -> None:
         self.source: str | None = None
         self.unavailable: str | None = None
         self.every_s = every_s
@@ -75,19 +81,25 @@ class Meter:
             root = Path(powercap or os.environ.get("DLSCALE_POWERCAP", POWERCAP))
             rapl = _Powercap(root) if root.is_dir() else None
             if rapl is None or not rapl.zones:
-                self.unavailable = (f"no readable RAPL package energy under {root} (not "
-                                    "exposed on this machine, or readable by root only)")
+                self.unavailable = (
+                    f"no readable RAPL package energy under {root} (not "
+                    "exposed on this machine, or readable by root only)"
+                )
             else:
                 self._rapl, self.source = rapl, "powercap"
 
     def _open_nvml(self, gpu: Any) -> None:
         try:
             import pynvml  # nvidia-ml-py
+
             pynvml.nvmlInit()
             # NVML numbers GPUs without CUDA_VISIBLE_DEVICES: the UUID names the same one
             uuid = getattr(gpu, "uuid", None)
-            self._handle = (pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}") if uuid else
-                            pynvml.nvmlDeviceGetHandleByIndex(int(getattr(gpu, "index", 0))))
+            self._handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+                if uuid
+                else pynvml.nvmlDeviceGetHandleByIndex(int(getattr(gpu, "index", 0)))
+            )
             pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)  # Volta and newer
             self._nvml, self.source = pynvml, "nvml"
         except ImportError:
@@ -162,11 +174,18 @@ def summary_fields(readings: list[Reading], images: int) -> dict[str, float | No
     the ranks that metered), joules per image, mean power and mean utilisation."""
     measured = [r for r in readings if r.energy_j is not None]
     if not measured:
-        return {"energy_j": None, "energy_per_image_j": None, "mean_power_w": None,
-                "device_util": None}
+        return {
+            "energy_j": None,
+            "energy_per_image_j": None,
+            "mean_power_w": None,
+            "device_util": None,
+        }
     joules = sum(r.energy_j for r in measured)
     seconds = max(r.seconds for r in measured)
     utils = [r.util for r in measured if r.util is not None]
-    return {"energy_j": joules, "energy_per_image_j": joules / images if images else None,
-            "mean_power_w": joules / seconds if seconds else None,
-            "device_util": sum(utils) / len(utils) if utils else None}
+    return {
+        "energy_j": joules,
+        "energy_per_image_j": joules / images if images else None,
+        "mean_power_w": joules / seconds if seconds else None,
+        "device_util": sum(utils) / len(utils) if utils else None,
+    }

@@ -1,5 +1,6 @@
 """Every trainer's entry point: its exit status, and on failure one line the engine reads as
 the run's reason (`PROG: error: rank R: Type: message`), never a traceback wall."""
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ class TrainerError(RuntimeError):
 def dlscale_version() -> str:
     try:
         from importlib.metadata import version
+
         return version("dlscale")
     except Exception:  # trainers may run in an environment without dlscale installed
         return os.environ.get("DLSCALE_VERSION", "unknown")
@@ -28,12 +30,20 @@ def run_main(prog: str, train: Callable[[], int]) -> int:
     except Exception as exc:  # the engine reads this one line as the run's failure reason
         if os.environ.get("DLSCALE_DEBUG"):
             import traceback
+
             traceback.print_exc()
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        rank = (os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
-                or os.environ.get("HOROVOD_RANK") or "0")
-        print(f"{prog}: error: rank {rank}: {type(exc).__name__}: {reason}", file=sys.stderr,
-              flush=True)
+        rank = (
+            os.environ.get("RANK")
+            or os.environ.get("SLURM_PROCID")
+            or os.environ.get("HOROVOD_RANK")
+            or "0"
+        )
+        print(
+            f"{prog}: error: rank {rank}: {type(exc).__name__}: {reason}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
 
 

@@ -2,6 +2,7 @@
 `[training]` table (engine/spec.py) and the flags the engine launches a run with
 (engine/launch.py) are all made from this table, so a knob, its default and its limits can
 only change in one place. Standard library only: it runs in every framework's environment."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ class Knob:
     low_why: str | None = None
     choices: tuple[str, ...] = ()
     pattern: str | None = None
-    optional: bool = False          # may be left out (None)
-    group: str | None = None        # knobs of one group: exactly one is given
+    optional: bool = False  # may be left out (None)
+    group: str | None = None  # knobs of one group: exactly one is given
 
     @property
     def option(self) -> str:
@@ -55,46 +56,161 @@ class Knob:
 
 
 TRAINING: tuple[Knob, ...] = (
-    Knob("steps", "int", None, "timed steps after warm-up", ge=1, le=10**9, why=STEPS,
-         optional=True, group="length"),
-    Knob("epochs", "int", None, "passes over the training data", ge=1, le=10**5, why=EPOCHS,
-         optional=True, group="length"),
-    Knob("warmup_steps", "int", 5, "first steps excluded from throughput (compilation, "
-         "autotuning)", ge=0, le=10**9, why=STEPS),
-    Knob("lr", "number", 0.1, "learning rate at --lr-base-batch", gt=0, le=100,
-         why="SGD diverges at once with a learning rate above 100"),
-    Knob("lr_base_batch", "int", 128, "the global batch --lr is meant for", ge=1, le=2**20,
-         why="it is a global batch, and those are at most 2^20"),
-    Knob("lr_scaling", "choice", "linear", "how lr grows with the global batch",
-         choices=LR_SCALING),
-    Knob("lr_warmup_epochs", "number", 0.0, "linear lr ramp from lr/world to the scaled lr "
-         "(Goyal et al.)", ge=0, le=10**5, why=f"it counts epochs: {EPOCHS}"),
+    Knob(
+        "steps",
+        "int",
+        None,
+        "timed steps after warm-up",
+        ge=1,
+        le=10**9,
+        why=STEPS,
+        optional=True,
+        group="length",
+    ),
+    Knob(
+        "epochs",
+        "int",
+        None,
+        "passes over the training data",
+        ge=1,
+        le=10**5,
+        why=EPOCHS,
+        optional=True,
+        group="length",
+    ),
+    Knob(
+        "warmup_steps",
+        "int",
+        5,
+        "first steps excluded from throughput (compilation, autotuning)",
+        ge=0,
+        le=10**9,
+        why=STEPS,
+    ),
+    Knob(
+        "lr",
+        "number",
+        0.1,
+        "learning rate at --lr-base-batch",
+        gt=0,
+        le=100,
+        why="SGD diverges at once with a learning rate above 100",
+    ),
+    Knob(
+        "lr_base_batch",
+        "int",
+        128,
+        "the global batch --lr is meant for",
+        ge=1,
+        le=2**20,
+        why="it is a global batch, and those are at most 2^20",
+    ),
+    Knob(
+        "lr_scaling", "choice", "linear", "how lr grows with the global batch", choices=LR_SCALING
+    ),
+    Knob(
+        "lr_warmup_epochs",
+        "number",
+        0.0,
+        "linear lr ramp from lr/world to the scaled lr (Goyal et al.)",
+        ge=0,
+        le=10**5,
+        why=f"it counts epochs: {EPOCHS}",
+    ),
     Knob("lr_schedule", "choice", "constant", "the lr after the warm-up", choices=LR_SCHEDULES),
-    Knob("momentum", "number", 0.9, "SGD momentum", ge=0, lt=1,
-         why="with a momentum of 1 or more no gradient is ever forgotten and training "
-             "diverges"),
-    Knob("weight_decay", "number", 5e-4, "SGD weight decay (added to the gradient)", ge=0,
-         le=1, why="a weight decay above 1 shrinks weights faster than they learn"),
-    Knob("target_accuracy", "number", None, "top-1 at which time-to-accuracy is taken", gt=0,
-         le=1, why="top-1 accuracy is a fraction", optional=True),
-    Knob("eval_every", "int", 1, "epochs between evals", ge=1, le=10**5,
-         why=f"it counts epochs: {EPOCHS}"),
-    Knob("log_every", "int", 10, "steps per interval record", ge=1, le=10**9,
-         why=f"it counts steps: {STEPS}"),
-    Knob("threads_per_rank", "int", 1, "compute threads per rank on CPU (one by default: "
-         "ranks own cores)", flag="--threads", ge=1, le=1024, why=CORES),
-    Knob("seed", "int", 0, "random seed (data order, initial weights)", ge=0, le=2**32 - 1,
-         why=SEED, low_why=SEED),
+    Knob(
+        "momentum",
+        "number",
+        0.9,
+        "SGD momentum",
+        ge=0,
+        lt=1,
+        why="with a momentum of 1 or more no gradient is ever forgotten and training diverges",
+    ),
+    Knob(
+        "weight_decay",
+        "number",
+        5e-4,
+        "SGD weight decay (added to the gradient)",
+        ge=0,
+        le=1,
+        why="a weight decay above 1 shrinks weights faster than they learn",
+    ),
+    Knob(
+        "target_accuracy",
+        "number",
+        None,
+        "top-1 at which time-to-accuracy is taken",
+        gt=0,
+        le=1,
+        why="top-1 accuracy is a fraction",
+        optional=True,
+    ),
+    Knob(
+        "eval_every",
+        "int",
+        1,
+        "epochs between evals",
+        ge=1,
+        le=10**5,
+        why=f"it counts epochs: {EPOCHS}",
+    ),
+    Knob(
+        "log_every",
+        "int",
+        10,
+        "steps per interval record",
+        ge=1,
+        le=10**9,
+        why=f"it counts steps: {STEPS}",
+    ),
+    Knob(
+        "threads_per_rank",
+        "int",
+        1,
+        "compute threads per rank on CPU (one by default: ranks own cores)",
+        flag="--threads",
+        ge=1,
+        le=1024,
+        why=CORES,
+    ),
+    Knob(
+        "seed",
+        "int",
+        0,
+        "random seed (data order, initial weights)",
+        ge=0,
+        le=2**32 - 1,
+        why=SEED,
+        low_why=SEED,
+    ),
     Knob("compile", "bool", False, "torch.compile / XLA where offered"),
-    Knob("memory_format", "choice", "auto", "auto: channels_last on GPU",
-         choices=MEMORY_FORMATS),
-    Knob("loader_workers", "int", 0, "native: worker processes (0: in the training process); "
-         "dali: CPU threads of the pipeline (0 counts as 1)", ge=0, le=1024,
-         why=f"{CORES} to run them"),
-    Knob("data_dir", "str", None, "folder of the dataset's files (cifar10; imagenet: holds "
-         "train/, val/)", optional=True),
-    Knob("inject_fault", "str", None, "for testing failure handling: raise at step N",
-         pattern=r"^crash@step\d+$", optional=True),
+    Knob("memory_format", "choice", "auto", "auto: channels_last on GPU", choices=MEMORY_FORMATS),
+    Knob(
+        "loader_workers",
+        "int",
+        0,
+        "native: worker processes (0: in the training process); "
+        "dali: CPU threads of the pipeline (0 counts as 1)",
+        ge=0,
+        le=1024,
+        why=f"{CORES} to run them",
+    ),
+    Knob(
+        "data_dir",
+        "str",
+        None,
+        "folder of the dataset's files (cifar10; imagenet: holds train/, val/)",
+        optional=True,
+    ),
+    Knob(
+        "inject_fault",
+        "str",
+        None,
+        "for testing failure handling: raise at step N",
+        pattern=r"^crash@step\d+$",
+        optional=True,
+    ),
 )
 KNOBS = {k.name: k for k in TRAINING}
 

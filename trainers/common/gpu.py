@@ -1,6 +1,7 @@
 """What every trainer decides alike about NVIDIA GPUs, framework-free: whether the driver
 shows any, which GPU a rank takes, which precision really runs on it, and the GPU's NVML
 identity for the energy meter."""
+
 from __future__ import annotations
 
 import os
@@ -42,12 +43,12 @@ def pick_gpu(local_rank: int, local_world: int, visible: int, srun_task: bool) -
             f"local rank {local_rank} has no GPU of its own: this node shows {visible} GPU(s) "
             f"to {local_world} rank(s) (CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); run at most {visible} "
-            "rank(s) per node")
+            "rank(s) per node"
+        )
     return local_rank
 
 
-def resolve_precision(requested: str, cuda: bool,
-                      capability: tuple[int, int] | None = None) -> str:
+def resolve_precision(requested: str, cuda: bool, capability: tuple[int, int] | None = None) -> str:
     """What `requested` means on this device. auto: bf16 where the GPU has bf16 tensor cores
     (compute capability 8.0 and newer), fp16 (with a loss scaler) below, fp32 on CPU. fp32
     means fp32: TF32 is its own choice (tf32), so a number never silently changes meaning."""
@@ -61,8 +62,10 @@ def resolve_precision(requested: str, cuda: bool,
         return "bf16" if ampere else "fp16"
     if requested in ("bf16", "tf32") and not ampere:
         cc = f"{capability[0]}.{capability[1]}"
-        raise TrainerError(f"precision {requested} needs compute capability 8.0 or newer (this "
-                           f"GPU has {cc}: no {requested} tensor cores); use fp16 or fp32")
+        raise TrainerError(
+            f"precision {requested} needs compute capability 8.0 or newer (this "
+            f"GPU has {cc}: no {requested} tensor cores); use fp16 or fp32"
+        )
     return requested
 
 

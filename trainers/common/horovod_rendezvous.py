@@ -6,6 +6,7 @@ so rank 0 serves the rendezvous itself, at the job's MASTER_ADDR on MASTER_PORT 
 every rank derives its Horovod variables from Slurm's. No ssh and no MPI are needed.
 Horovod is imported only here and only on rank 0: the module itself is standard library.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,19 +25,29 @@ def horovod_variables(launch: LaunchEnv, env: dict[str, str] | None = None) -> d
     nodes = int(env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or 1)
     node = int(env.get("SLURM_NODEID") or 0)
     if local_size * nodes != launch.world_size:
-        raise LaunchError(f"Horovod under srun needs the same number of ranks on every node; "
-                          f"{launch.world_size} ranks over {nodes} node(s) with {local_size} here")
+        raise LaunchError(
+            f"Horovod under srun needs the same number of ranks on every node; "
+            f"{launch.world_size} ranks over {nodes} node(s) with {local_size} here"
+        )
     if launch.rank != node * local_size + launch.local_rank:
-        raise LaunchError(f"rank {launch.rank} is not node {node} x {local_size} + local rank "
-                          f"{launch.local_rank}: use srun's default block distribution")
+        raise LaunchError(
+            f"rank {launch.rank} is not node {node} x {local_size} + local rank "
+            f"{launch.local_rank}: use srun's default block distribution"
+        )
     assert launch.master_addr and launch.master_port
-    return {"HOROVOD_HOSTNAME": f"slurm-node-{node}", "HOROVOD_RANK": str(launch.rank),
-            "HOROVOD_SIZE": str(launch.world_size), "HOROVOD_LOCAL_RANK": str(launch.local_rank),
-            "HOROVOD_LOCAL_SIZE": str(local_size), "HOROVOD_CROSS_RANK": str(node),
-            "HOROVOD_CROSS_SIZE": str(nodes),
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": launch.master_addr,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(launch.master_port + 1),
-            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+    return {
+        "HOROVOD_HOSTNAME": f"slurm-node-{node}",
+        "HOROVOD_RANK": str(launch.rank),
+        "HOROVOD_SIZE": str(launch.world_size),
+        "HOROVOD_LOCAL_RANK": str(launch.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(local_size),
+        "HOROVOD_CROSS_RANK": str(node),
+        "HOROVOD_CROSS_SIZE": str(nodes),
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": launch.master_addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(launch.master_port + 1),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+    }
 
 
 class _Server:
@@ -59,6 +70,7 @@ def join_under_srun(launch: LaunchEnv, wait_s: float = 120.0) -> _Server | None:
     if launch.rank == 0:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
         nodes, per_node = int(variables["HOROVOD_CROSS_SIZE"]), int(variables["HOROVOD_LOCAL_SIZE"])
         hosts = ",".join(f"slurm-node-{i}:{per_node}" for i in range(nodes))
         httpd = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
@@ -71,6 +83,8 @@ def join_under_srun(launch: LaunchEnv, wait_s: float = 120.0) -> _Server | None:
                 return None
         except OSError:
             if time.monotonic() > deadline:
-                raise LaunchError(f"Horovod's rendezvous at {launch.master_addr}:{port} did not "
-                                  f"answer within {wait_s:.0f} s (did rank 0 start?)") from None
+                raise LaunchError(
+                    f"Horovod's rendezvous at {launch.master_addr}:{port} did not "
+                    f"answer within {wait_s:.0f} s (did rank 0 start?)"
+                ) from None
             time.sleep(0.2)

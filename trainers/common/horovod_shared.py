@@ -3,6 +3,7 @@
 with the launcher's world size asserted, the records, and shutdown. A mixin, listed before
 the framework trainer's own distribution class. Standard library only: the Horovod module
 is passed in."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,11 @@ class HorovodShared:
     framework = "horovod"
 
     def add_args(self, parser) -> None:
-        parser.add_argument("--fp16-allreduce", action="store_true",
-                            help="compress gradients to fp16 for the allreduce")
+        parser.add_argument(
+            "--fp16-allreduce",
+            action="store_true",
+            help="compress gradients to fp16 for the allreduce",
+        )
 
     def join(self, launch: LaunchEnv) -> None:
         """Under srun, the gloo rendezvous variables (and rank 0's server); before hvd.init."""
@@ -28,8 +32,10 @@ class HorovodShared:
         self.hvd = hvd
         hvd.init()
         if hvd.size() != launch.world_size or hvd.rank() != launch.rank:
-            raise TrainerError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}; the launcher "
-                               f"started rank {launch.rank} of {launch.world_size}")
+            raise TrainerError(
+                f"Horovod sees rank {hvd.rank()} of {hvd.size()}; the launcher "
+                f"started rank {launch.rank} of {launch.world_size}"
+            )
 
     def require_nccl(self) -> None:
         """On GPUs Horovod must have NCCL operations: without them the first broadcast of a
@@ -38,13 +44,15 @@ class HorovodShared:
             raise TrainerError(
                 f"{self.framework}: this environment's Horovod was built without NCCL, so it "
                 "cannot reduce GPU tensors; build one with NCCL with `dlscale env create "
-                f"{self.framework} --gpu` (after loading the site's CUDA and NCCL modules)")
+                f"{self.framework} --gpu` (after loading the site's CUDA and NCCL modules)"
+            )
 
     def compression(self, args):
         return self.hvd.Compression.fp16 if args.fp16_allreduce else self.hvd.Compression.none
 
     def versions(self) -> dict[str, Any]:
         import horovod  # noqa: PLC0415
+
         return {"horovod": horovod.__version__}
 
     def record(self, args, *_) -> dict[str, Any]:

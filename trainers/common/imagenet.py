@@ -6,6 +6,7 @@ is not used: its wheel pulls a CUDA torch).
 Framework-free (standard library, numpy, Pillow only where images are decoded), so the
 engine and every trainer share it without importing each other.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,15 +25,15 @@ SPLITS = ("train", "val")
 # Per-channel mean/std in 0..1 units (the values every ImageNet recipe normalises with).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-CROP = 224       # training and evaluation input size
-RESIZE = 256     # evaluation: shorter side resized to this, then the centre CROP taken
+CROP = 224  # training and evaluation input size
+RESIZE = 256  # evaluation: shorter side resized to this, then the centre CROP taken
 
 
 @dataclass
 class LayoutCheck:
     root: Path
-    classes: dict[str, int] = field(default_factory=dict)   # split -> class folders
-    images: dict[str, int] = field(default_factory=dict)    # split -> image files
+    classes: dict[str, int] = field(default_factory=dict)  # split -> class folders
+    images: dict[str, int] = field(default_factory=dict)  # split -> image files
     problems: list[str] = field(default_factory=list)
     # split -> sorted (path, class folder) pairs, for the readers
     files: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
@@ -65,13 +66,13 @@ def check_layout(root: str | Path, expect_classes: int | None = 1000) -> LayoutC
             check.problems.append(
                 f"{base}: {len(loose_images)} image(s) lie directly in {split}/, not in class "
                 f"folders (e.g. {_examples(loose_images, 2)}); sort them into {split}/<class>/ "
-                "(for val: by the devkit's ground-truth labels)")
+                "(for val: by the devkit's ground-truth labels)"
+            )
         names = {e.name for e in class_dirs}
         per_split[split] = names
         check.classes[split] = len(names)
         if expect_classes is not None and len(names) != expect_classes:
-            check.problems.append(f"{base}: {len(names)} class folders, expected "
-                                  f"{expect_classes}")
+            check.problems.append(f"{base}: {len(names)} class folders, expected {expect_classes}")
         elif not names:
             check.problems.append(f"{base}: no class folders")
         empty, not_images, not_jpeg, files = [], [], [], []
@@ -93,17 +94,21 @@ def check_layout(root: str | Path, expect_classes: int | None = 1000) -> LayoutC
             files.extend((e.path, d.name) for e in sorted(images, key=lambda e: e.name))
         check.images[split] = len(files)
         check.files[split] = files
-        for names_, what in ((empty, "class folder(s) hold no JPEG"),
-                             (not_images, "file(s) are not .JPEG/.jpg"),
-                             (not_jpeg, "file(s) named .JPEG but not JPEG data")):
+        for names_, what in (
+            (empty, "class folder(s) hold no JPEG"),
+            (not_images, "file(s) are not .JPEG/.jpg"),
+            (not_jpeg, "file(s) named .JPEG but not JPEG data"),
+        ):
             if names_:
                 check.problems.append(f"{base}: {len(names_)} {what}: {_examples(names_)}")
     if "train" in per_split and "val" in per_split:
         for has, lacks in (("train", "val"), ("val", "train")):
             missing = sorted(per_split[has] - per_split[lacks])
             if missing:
-                check.problems.append(f"{root / lacks}: lacks {len(missing)} class(es) that "
-                                      f"{has}/ has: {_examples(missing)}")
+                check.problems.append(
+                    f"{root / lacks}: lacks {len(missing)} class(es) that "
+                    f"{has}/ has: {_examples(missing)}"
+                )
     return check
 
 
@@ -120,22 +125,29 @@ class Folders:
 def read_folders(root: str | None) -> Folders:
     """The layout check, then the file lists; DataError naming every problem."""
     if not root:
-        raise DataError("dataset 'imagenet' needs --data-dir (the folder holding train/ and "
-                        "val/; `dlscale data sample imagenet DIR` writes a small one)")
+        raise DataError(
+            "dataset 'imagenet' needs --data-dir (the folder holding train/ and "
+            "val/; `dlscale data sample imagenet DIR` writes a small one)"
+        )
     check = check_layout(root, expect_classes=None)
     if check.problems:
-        raise DataError(f"{check.root} is not a usable ImageNet folder (`dlscale data check "
-                        "imagenet` says the same): " + "; ".join(check.problems))
+        raise DataError(
+            f"{check.root} is not a usable ImageNet folder (`dlscale data check "
+            "imagenet` says the same): " + "; ".join(check.problems)
+        )
     classes = sorted({name for _, name in check.files["train"]})
     index = {name: i for i, name in enumerate(classes)}
-    return Folders(classes, *[[(path, index[name]) for path, name in check.files[split]]
-                              for split in SPLITS])
+    return Folders(
+        classes, *[[(path, index[name]) for path, name in check.files[split]] for split in SPLITS]
+    )
 
 
 # --- transforms (torchvision's RandomResizedCrop, flip, Resize + CenterCrop) -------------
 
-def _resized_crop_box(width: int, height: int, rng: random.Random,
-                      scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+
+def _resized_crop_box(
+    width: int, height: int, rng: random.Random, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params: a crop of 8-100% of the area with an
     aspect ratio in 3/4..4/3, ten tries, else the centre crop clamped to the ratio."""
     area = width * height
@@ -162,6 +174,7 @@ def _resized_crop_box(width: int, height: int, rng: random.Random,
 def load_rgb(path: str):
     """Decode a JPEG to RGB (ImageNet holds some greyscale and CMYK files)."""
     from PIL import Image  # noqa: PLC0415  (only the readers decode)
+
     try:
         with Image.open(path) as img:
             return img.convert("RGB")
@@ -172,6 +185,7 @@ def load_rgb(path: str):
 def train_transform(path: str, rng: random.Random, size: int = CROP) -> np.ndarray:
     """Random-resized crop to size x size, then a horizontal flip half the time; HWC uint8."""
     from PIL import Image  # noqa: PLC0415
+
     img = load_rgb(path)
     box = _resized_crop_box(img.width, img.height, rng)
     # resize(box=...) crops and resamples in one pass, as torchvision's crop + resize does
@@ -184,6 +198,7 @@ def train_transform(path: str, rng: random.Random, size: int = CROP) -> np.ndarr
 def eval_transform(path: str, resize: int = RESIZE, size: int = CROP) -> np.ndarray:
     """Shorter side to `resize`, then the centre size x size; HWC uint8."""
     from PIL import Image  # noqa: PLC0415
+
     img = load_rgb(path)
     scale = resize / min(img.width, img.height)
     w, h = max(size, round(img.width * scale)), max(size, round(img.height * scale))

@@ -8,6 +8,7 @@ node that spawns ranks) and under plain `srun` (one task per device):
 - horovodrun: HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK (its own rendezvous).
 With neither, the trainer is a single process.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,10 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchEnv:
     addr = env.get("MASTER_ADDR")
     port = env.get("MASTER_PORT")
     if not addr or not port:
-        raise LaunchError("MASTER_ADDR and MASTER_PORT must be set for a distributed run "
-                          "(the job script exports them from the allocation's first host)")
+        raise LaunchError(
+            "MASTER_ADDR and MASTER_PORT must be set for a distributed run "
+            "(the job script exports them from the allocation's first host)"
+        )
     return LaunchEnv(rank, world, local, addr, _int(env, "MASTER_PORT"), launcher)
 
 
@@ -86,6 +89,7 @@ def cpu_model() -> str:
     except OSError:
         pass
     import platform
+
     return platform.processor() or platform.machine()
 
 
@@ -113,6 +117,6 @@ def bind_cpus(local_rank: int, local_world: int, threads: int) -> list[int] | No
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < local_world * threads or len(allowed) == threads:
         return None  # already bound by the launcher (Slurm's task plugin), or no room
-    mine = allowed[local_rank * threads:(local_rank + 1) * threads]
+    mine = allowed[local_rank * threads : (local_rank + 1) * threads]
     os.sched_setaffinity(0, mine)
     return mine

@@ -7,6 +7,7 @@ after their run has ended. Linux's parent-death signal (prctl PR_SET_PDEATHSIG) 
 process when its parent does, whatever group it is in; under srun the parent is slurmstepd,
 which outlives its tasks, so there it changes nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ def _load_prctl():
     # process that may have threads) never has to dlopen anything.
     try:
         import ctypes
+
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: no parent-death signal to ask for
         return None

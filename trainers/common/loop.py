@@ -3,6 +3,7 @@ outside the timed segments, interval records, a stop at the target accuracy, and
 record. Framework-free: a trainer passes its own step, learning-rate setter, loss reader,
 synchronisation and evaluation as `Hooks`, and its own step timer where the wall clock would
 not see the device's work (CUDA events for torch on a GPU)."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,8 @@ from .schedule import LRPlan, step_time_stats
 class StepTimer(Protocol):
     def begin(self) -> None: ...
     def end(self) -> None: ...
-    def collect(self) -> None: ...        # at a synchronised point: settle finished steps
-    def times(self) -> list[float]: ...   # every timed step, seconds
+    def collect(self) -> None: ...  # at a synchronised point: settle finished steps
+    def times(self) -> list[float]: ...  # every timed step, seconds
 
 
 class WallTimer:
@@ -61,11 +62,21 @@ class Recipe:
     crash_at: int | None = None
 
     @classmethod
-    def from_args(cls, args: Any, *, total_steps: int, global_batch: int, plan: LRPlan,
-                  crash_at: int | None) -> Recipe:
-        return cls(total_steps, global_batch, args.warmup_steps, args.log_every,
-                   args.eval_every, args.steps, args.epochs, args.target_accuracy, plan,
-                   crash_at)
+    def from_args(
+        cls, args: Any, *, total_steps: int, global_batch: int, plan: LRPlan, crash_at: int | None
+    ) -> Recipe:
+        return cls(
+            total_steps,
+            global_batch,
+            args.warmup_steps,
+            args.log_every,
+            args.eval_every,
+            args.steps,
+            args.epochs,
+            args.target_accuracy,
+            plan,
+            crash_at,
+        )
 
 
 @dataclass
@@ -90,13 +101,13 @@ class Loop:
 
     step: int = 0
     epoch: int = 0
-    train_time: float = 0.0          # timed segments only: warm-up and evaluation excluded
+    train_time: float = 0.0  # timed segments only: warm-up and evaluation excluded
     total_wall: float = 0.0
     loss: float = float("nan")
     best_top1: float | None = None
     tta: float | None = None
     times: list[float] = field(default_factory=list)  # per timed step, seconds
-    data_wait: float = 0.0           # seconds the timed steps waited for their batch
+    data_wait: float = 0.0  # seconds the timed steps waited for their batch
 
     def timed_steps(self, warmup_steps: int) -> int:
         return max(0, self.step - warmup_steps)
@@ -108,7 +119,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
     interval_images = 0
     hooks.sync()
     start_wall = time.perf_counter()
-    seg_start = None                 # start of the current timed segment
+    seg_start = None  # start of the current timed segment
     interval_start = start_wall
     stop = False
     while not stop and not (r.steps and out.step >= r.total_steps):
@@ -126,11 +137,9 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 top1 = hooks.evaluate()
                 elapsed = time.perf_counter() - start_wall
                 out.best_top1 = top1 if out.best_top1 is None else max(out.best_top1, top1)
-                if out.tta is None and r.target_accuracy is not None and \
-                        top1 >= r.target_accuracy:
+                if out.tta is None and r.target_accuracy is not None and top1 >= r.target_accuracy:
                     out.tta, stop = elapsed, True  # the run's question is answered (MLPerf)
-                writer.write("eval", step=out.step, epoch=out.epoch, top1=top1,
-                             elapsed_s=elapsed)
+                writer.write("eval", step=out.step, epoch=out.epoch, top1=top1, elapsed_s=elapsed)
                 hooks.sync()
                 seg_start = time.perf_counter() if timing and not stop else None
                 if seg_start is not None:
@@ -158,14 +167,21 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         if out.step % r.log_every == 0 or out.step == r.total_steps:
             out.loss = hooks.loss_of(loss)
             if not math.isfinite(out.loss):
-                raise TrainerError(f"loss became {out.loss} at step {out.step}; lower the lr "
-                                   "or use fp32")
+                raise TrainerError(
+                    f"loss became {out.loss} at step {out.step}; lower the lr or use fp32"
+                )
             hooks.timer.collect()
             now = time.perf_counter()
             rate = interval_images / (now - interval_start)
-            writer.write("interval", step=out.step, epoch=out.epoch, images_per_s=rate,
-                         loss=out.loss, lr=r.plan.lr(out.step - 1),
-                         includes_warmup=out.step - r.log_every < r.warmup_steps)
+            writer.write(
+                "interval",
+                step=out.step,
+                epoch=out.epoch,
+                images_per_s=rate,
+                loss=out.loss,
+                lr=r.plan.lr(out.step - 1),
+                includes_warmup=out.step - r.log_every < r.warmup_steps,
+            )
             if hooks.progress is not None:
                 hooks.progress(progress_line(r, out, rate))
             interval_start, interval_images = now, 0
@@ -188,28 +204,46 @@ def progress_line(recipe: Recipe, loop: Loop, images_per_s: float) -> str:
     """`step 40/200 (20%), epoch 1, loss 2.1034, 312.4 images/s, ETA 0:00:21`: the ETA
     is the steps left at this interval's pace (evaluations not counted)."""
     done = loop.step / recipe.total_steps if recipe.total_steps else 0.0
-    left_s = (recipe.total_steps - loop.step) * recipe.global_batch / images_per_s \
-        if images_per_s > 0 else 0.0
+    left_s = (
+        (recipe.total_steps - loop.step) * recipe.global_batch / images_per_s
+        if images_per_s > 0
+        else 0.0
+    )
     m, s = divmod(int(round(left_s)), 60)
-    return (f"step {loop.step}/{recipe.total_steps} ({100 * done:.0f}%), epoch {loop.epoch}, "
-            f"loss {loop.loss:.4f}, {images_per_s:.1f} images/s, ETA {m // 60}:{m % 60:02d}:{s:02d}")
+    return (
+        f"step {loop.step}/{recipe.total_steps} ({100 * done:.0f}%), epoch {loop.epoch}, "
+        f"loss {loop.loss:.4f}, {images_per_s:.1f} images/s, ETA {m // 60}:{m % 60:02d}:{s:02d}"
+    )
 
 
-def write_summary(writer: RecordWriter, recipe: Recipe, loop: Loop, world: int,
-                  digests: list[str], **extra: Any) -> float:
+def write_summary(
+    writer: RecordWriter, recipe: Recipe, loop: Loop, world: int, digests: list[str], **extra: Any
+) -> float:
     """The summary record; returns the throughput (images/s over the timed steps). `extra`:
     what the framework observed itself (the dtype its forward pass computed in...)."""
     timed = loop.timed_steps(recipe.warmup_steps)
     images = timed * recipe.global_batch
     throughput = (images / loop.train_time) if loop.train_time else 0.0
-    writer.write("summary", status="completed", throughput=throughput,
-                 throughput_per_device=throughput / world, timed_steps=timed,
-                 warmup_steps=min(loop.step, recipe.warmup_steps), elapsed_s=loop.train_time,
-                 total_wall_s=loop.total_wall, steps=loop.step, epochs_done=loop.epoch,
-                 images_timed=images,
-                 final_loss=loop.loss if math.isfinite(loop.loss) else None,
-                 best_top1=loop.best_top1, target_accuracy=recipe.target_accuracy,
-                 time_to_accuracy_s=loop.tta, reached_target=loop.tta is not None,
-                 weights_digest_per_rank=digests, **step_time_stats(loop.times),
-                 data_wait_s=loop.data_wait / timed if timed else None, **extra)
+    writer.write(
+        "summary",
+        status="completed",
+        throughput=throughput,
+        throughput_per_device=throughput / world,
+        timed_steps=timed,
+        warmup_steps=min(loop.step, recipe.warmup_steps),
+        elapsed_s=loop.train_time,
+        total_wall_s=loop.total_wall,
+        steps=loop.step,
+        epochs_done=loop.epoch,
+        images_timed=images,
+        final_loss=loop.loss if math.isfinite(loop.loss) else None,
+        best_top1=loop.best_top1,
+        target_accuracy=recipe.target_accuracy,
+        time_to_accuracy_s=loop.tta,
+        reached_target=loop.tta is not None,
+        weights_digest_per_rank=digests,
+        **step_time_stats(loop.times),
+        data_wait_s=loop.data_wait / timed if timed else None,
+        **extra,
+    )
     return throughput

@@ -9,6 +9,7 @@ records as training goes, and one `summary` record last. A communication benchma
 (`--comm-benchmark`) trains nothing: its measurement is one `comm` record before its summary.
 Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,16 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "interval": ("step", "images_per_s", "loss"),
     "eval": ("step", "epoch", "top1", "elapsed_s"),
     "summary": ("status", "throughput", "timed_steps", "warmup_steps", "elapsed_s"),
-    "comm": ("collective", "backend", "world_size", "comm_bytes", "bucket_bytes",
-             "comm_time_s", "comm_algbw_gbps", "comm_busbw_gbps"),
+    "comm": (
+        "collective",
+        "backend",
+        "world_size",
+        "comm_bytes",
+        "bucket_bytes",
+        "comm_time_s",
+        "comm_algbw_gbps",
+        "comm_busbw_gbps",
+    ),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -39,32 +48,85 @@ COMM_KINDS = ("params", "env", "comm", "summary")
 # "table" (a JSON object); a trailing "?" allows null.
 TYPES: dict[str, dict[str, str]] = {
     "*": {"time": "number", "schema": "count"},
-    "params": {"framework": "text", "model": "text", "dataset": "text",
-               "per_device_batch": "count", "world_size": "count", "global_batch": "count",
-               "precision": "text", "loader": "text", "run_id": "text", "steps": "count?",
-               "epochs": "count?", "warmup_steps": "count", "lr": "number",
-               "lr_scaled": "number", "threads": "count", "seed": "count"},
-    "env": {"framework_versions": "table", "hostnames": "list", "devices": "list",
-            "world_size": "count", "dlscale_version": "text", "nodes": "list?",
-            "job_id": "text?", "launcher": "text?"},
-    "interval": {"step": "count", "images_per_s": "rate", "loss": "number", "epoch": "count?",
-                 "includes_warmup": "flag?"},
+    "params": {
+        "framework": "text",
+        "model": "text",
+        "dataset": "text",
+        "per_device_batch": "count",
+        "world_size": "count",
+        "global_batch": "count",
+        "precision": "text",
+        "loader": "text",
+        "run_id": "text",
+        "steps": "count?",
+        "epochs": "count?",
+        "warmup_steps": "count",
+        "lr": "number",
+        "lr_scaled": "number",
+        "threads": "count",
+        "seed": "count",
+    },
+    "env": {
+        "framework_versions": "table",
+        "hostnames": "list",
+        "devices": "list",
+        "world_size": "count",
+        "dlscale_version": "text",
+        "nodes": "list?",
+        "job_id": "text?",
+        "launcher": "text?",
+    },
+    "interval": {
+        "step": "count",
+        "images_per_s": "rate",
+        "loss": "number",
+        "epoch": "count?",
+        "includes_warmup": "flag?",
+    },
     "eval": {"step": "count", "epoch": "count", "top1": "fraction", "elapsed_s": "rate"},
-    "summary": {"status": "text", "throughput": "rate", "timed_steps": "count",
-                "warmup_steps": "count", "elapsed_s": "rate", "total_wall_s": "rate?",
-                "time_to_accuracy_s": "rate?", "best_top1": "fraction?",
-                "target_accuracy": "fraction?", "reached_target": "flag?",
-                "images_timed": "count?", "final_loss": "number?"},
-    "comm": {"collective": "text", "backend": "text", "world_size": "count",
-             "comm_bytes": "count", "buckets": "list?", "bucket_bytes": "count",
-             "fused_by": "text?", "element_bytes": "count?", "warmup_rounds": "count?",
-             "repetitions": "count?", "comm_time_s": "rate", "comm_time_p90_s": "rate?",
-             "comm_time_cv": "rate?", "comm_algbw_gbps": "rate", "comm_busbw_gbps": "rate",
-             "elapsed_s": "rate?"},
+    "summary": {
+        "status": "text",
+        "throughput": "rate",
+        "timed_steps": "count",
+        "warmup_steps": "count",
+        "elapsed_s": "rate",
+        "total_wall_s": "rate?",
+        "time_to_accuracy_s": "rate?",
+        "best_top1": "fraction?",
+        "target_accuracy": "fraction?",
+        "reached_target": "flag?",
+        "images_timed": "count?",
+        "final_loss": "number?",
+    },
+    "comm": {
+        "collective": "text",
+        "backend": "text",
+        "world_size": "count",
+        "comm_bytes": "count",
+        "buckets": "list?",
+        "bucket_bytes": "count",
+        "fused_by": "text?",
+        "element_bytes": "count?",
+        "warmup_rounds": "count?",
+        "repetitions": "count?",
+        "comm_time_s": "rate",
+        "comm_time_p90_s": "rate?",
+        "comm_time_cv": "rate?",
+        "comm_algbw_gbps": "rate",
+        "comm_busbw_gbps": "rate",
+        "elapsed_s": "rate?",
+    },
 }
-_WHAT = {"count": "a whole number >= 0", "number": "a finite number",
-         "rate": "a finite number >= 0", "fraction": "a number from 0 to 1", "text": "a string",
-         "flag": "true or false", "list": "a list", "table": "a JSON object"}
+_WHAT = {
+    "count": "a whole number >= 0",
+    "number": "a finite number",
+    "rate": "a finite number >= 0",
+    "fraction": "a number from 0 to 1",
+    "text": "a string",
+    "flag": "true or false",
+    "list": "a list",
+    "table": "a JSON object",
+}
 
 
 def _is_number(v: Any) -> bool:

@@ -1,4 +1,5 @@
 """Learning-rate rules and step-time statistics, identical in every framework's trainer."""
+
 from __future__ import annotations
 
 import math

@@ -7,6 +7,7 @@ DLSCALE_LAUNCHER=spawn for each copy, waits for all, and stops the others as soo
 fails, so a dead rank never leaves the rest hanging at a collective. Its exit status is the
 first failure's, else 0. Every rank dies with the spawner (a parent-death signal).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     port = str(_free_port())
     procs = []
     for rank in range(args.ranks):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.ranks),
-               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(args.ranks),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "DLSCALE_LAUNCHER": "spawn"}
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(args.ranks),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(args.ranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "DLSCALE_LAUNCHER": "spawn",
+        }
         # Set before exec, so no rank can miss it: this spawner killed, its ranks end too.
         procs.append(subprocess.Popen(command, env=env, preexec_fn=parent_watch()))
     status = 0

@@ -7,6 +7,7 @@ DLSCALE_NODE_ADDRS (each node's address, in Slurm's node order); ranks are laid 
 on port MASTER_PORT + 2 + r.
 On one machine (common.spawn) every worker is on MASTER_ADDR.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -25,9 +26,11 @@ def tf_config(launch: LaunchEnv, env: Mapping[str, str]) -> dict[str, Any]:
         addrs = env.get("DLSCALE_NODE_ADDRS", "").split()
         per_node = local_world_size(env)
         if not addrs or per_node * len(addrs) != world:
-            raise LaunchError(f"DLSCALE_NODE_ADDRS names {len(addrs)} node(s) with {per_node} "
-                              f"rank(s) each, but the job has {world} ranks (the job script "
-                              "exports it; the same number of ranks on every node)")
+            raise LaunchError(
+                f"DLSCALE_NODE_ADDRS names {len(addrs)} node(s) with {per_node} "
+                f"rank(s) each, but the job has {world} ranks (the job script "
+                "exports it; the same number of ranks on every node)"
+            )
         # A port per rank, not per local rank: nodes may share an address (several slurmd
         # on one host, as on the test cluster), and ports are plentiful.
         workers = [f"{addrs[r // per_node]}:{base + r}" for r in range(world)]

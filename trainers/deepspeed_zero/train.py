@@ -5,6 +5,7 @@ torch_ddp.models, hyperparameters, timing and records): only the engine that wra
 model and steps the optimizer differs. Started by srun or torchrun, never by DeepSpeed's
 pdsh/ssh launcher: the launcher's variables are read by common.launch_env like every trainer.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -37,33 +38,51 @@ class DeepSpeedZeRO(Distribution):
     prog = PROG
 
     def add_args(self, parser) -> None:
-        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2), default=1,
-                            help="ZeRO stage: 0 plain data parallel, 1 optimizer state "
-                                 "partitioned, 2 gradients too")
+        parser.add_argument(
+            "--zero-stage",
+            type=int,
+            choices=(0, 1, 2),
+            default=1,
+            help="ZeRO stage: 0 plain data parallel, 1 optimizer state "
+            "partitioned, 2 gradients too",
+        )
 
     def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
         if device.type == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed  # noqa: PLC0415  (after the variables above)
+
         self.ds = deepspeed
         self.zero_stage = args.zero_stage
         # DeepSpeed's engine needs a process group even for one rank; its init reads the
         # same RANK/WORLD_SIZE/MASTER_* variables the launchers set (srun: set here).
-        os.environ.update(RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size),
-                          LOCAL_RANK=str(launch.local_rank),
-                          MASTER_ADDR=launch.master_addr or "127.0.0.1",
-                          MASTER_PORT=str(launch.master_port or _free_port()))
-        deepspeed.init_distributed(dist_backend=self.comm_backend(device), auto_mpi_discovery=False,
-                                   timeout=datetime.timedelta(minutes=10),
-                                   rank=launch.rank, world_size=launch.world_size)
+        os.environ.update(
+            RANK=str(launch.rank),
+            WORLD_SIZE=str(launch.world_size),
+            LOCAL_RANK=str(launch.local_rank),
+            MASTER_ADDR=launch.master_addr or "127.0.0.1",
+            MASTER_PORT=str(launch.master_port or _free_port()),
+        )
+        deepspeed.init_distributed(
+            dist_backend=self.comm_backend(device),
+            auto_mpi_discovery=False,
+            timeout=datetime.timedelta(minutes=10),
+            rank=launch.rank,
+            world_size=launch.world_size,
+        )
         if dist.get_world_size() != launch.world_size:
-            raise TrainerError(f"DeepSpeed sees {dist.get_world_size()} ranks; the launcher "
-                               f"started {launch.world_size}")
+            raise TrainerError(
+                f"DeepSpeed sees {dist.get_world_size()} ranks; the launcher "
+                f"started {launch.world_size}"
+            )
 
     def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
         engine, optimizer, _, _ = self.ds.initialize(
-            model=model, optimizer=opt, dist_init_required=False,
-            config=deepspeed_config(args.per_device_batch, args.zero_stage, precision))
+            model=model,
+            optimizer=opt,
+            dist_init_required=False,
+            config=deepspeed_config(args.per_device_batch, args.zero_stage, precision),
+        )
         return engine, optimizer
 
     def step(self, net, opt, loss, scaler) -> None:
@@ -122,7 +141,7 @@ def deepspeed_config(per_device_batch: int, zero_stage: int, precision: str) -> 
         # Our SGD (the same optimizer as every framework) is not one DeepSpeed tested
         # ZeRO with; it works, and parity of the recipe matters more here.
         "zero_allow_untested_optimizer": True,
-        "steps_per_print": 10 ** 9,  # our records report progress, not DeepSpeed's log
+        "steps_per_print": 10**9,  # our records report progress, not DeepSpeed's log
         "wall_clock_breakdown": False,
     }
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision)
@@ -133,6 +152,7 @@ def deepspeed_config(per_device_batch: int, zero_stage: int, precision: str) -> 
 
 def _free_port() -> int:
     import socket  # noqa: PLC0415
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -6,6 +6,7 @@ knob), and every rank starts from rank 0's weights and optimizer state.
 horovodrun --gloo starts the ranks locally; under Slurm srun does, and the trainer sets up
 Horovod's gloo rendezvous itself (common.horovod_rendezvous): no ssh, no MPI.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ class HorovodTF(HorovodShared, Distribution):
     def init(self, tf, args, launch: LaunchEnv, device) -> None:
         self.tf, self.launch, self.device = tf, launch, device
         import horovod.tensorflow as hvd  # noqa: PLC0415  (after the rendezvous variables)
+
         self.init_horovod(hvd, launch)
         if device.cuda:
             self.require_nccl()
@@ -55,9 +57,13 @@ class HorovodTF(HorovodShared, Distribution):
         compression = self.compression(args)
         # The tape averages the gradients over ranks: each rank's loss is its own batch's
         # mean, and the whole decay goes onto the averaged gradient, as in PyTorch's SGD.
-        return self.tf.function(make_step(
-            args.per_device_batch, args.weight_decay,
-            lambda tape: self.hvd.DistributedGradientTape(tape, compression=compression)))
+        return self.tf.function(
+            make_step(
+                args.per_device_batch,
+                args.weight_decay,
+                lambda tape: self.hvd.DistributedGradientTape(tape, compression=compression),
+            )
+        )
 
     def gather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj) if self.launch.distributed else [obj]
@@ -65,8 +71,9 @@ class HorovodTF(HorovodShared, Distribution):
     def all_sum(self, values: np.ndarray) -> np.ndarray:
         if not self.launch.distributed:
             return values
-        return self.hvd.allreduce(self.tf.constant(values, self.tf.float64),
-                                  op=self.hvd.Sum).numpy()
+        return self.hvd.allreduce(
+            self.tf.constant(values, self.tf.float64), op=self.hvd.Sum
+        ).numpy()
 
     def backend(self) -> str:
         return "horovod-nccl" if self.device.cuda else "horovod-gloo"

@@ -5,6 +5,7 @@ Everything but the distribution is the PyTorch DDP trainer's (model, data, timin
 Locally horovodrun --gloo starts the ranks; under Slurm srun does, and the trainer sets up
 Horovod's gloo rendezvous itself (common.horovod_rendezvous): no ssh, no MPI.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ class HorovodTorch(HorovodShared, Distribution):
     def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
         self.join(launch)
         import horovod.torch as hvd  # noqa: PLC0415  (after the rendezvous variables)
+
         self.init_horovod(hvd, launch)
         if device.type == "cuda":
             # The rank's GPU is the one train() picked (pick_gpu): under srun's per-task
@@ -42,8 +44,9 @@ class HorovodTorch(HorovodShared, Distribution):
         hvd = self.hvd
         # Every rank starts from rank 0's weights and optimizer state, as DDP does.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                       compression=self.compression(args))
+        opt = hvd.DistributedOptimizer(
+            opt, named_parameters=model.named_parameters(), compression=self.compression(args)
+        )
         hvd.broadcast_optimizer_state(opt, root_rank=0)
         return model, opt
 
@@ -81,13 +84,16 @@ class HorovodTorch(HorovodShared, Distribution):
         to fuse up to its threshold; fp16 when --fp16-allreduce compresses them."""
         element = 2 if args.fp16_allreduce else 4
         threshold = int(os.environ.get("HOROVOD_FUSION_THRESHOLD", comm.HOROVOD_FUSION_BYTES))
-        return comm.CommPlan([element * n for n in grad_elements], threshold, element,
-                             fused_by="library")
+        return comm.CommPlan(
+            [element * n for n in grad_elements], threshold, element, fused_by="library"
+        )
 
     def comm_round(self, tensors: list[torch.Tensor], launch: LaunchEnv) -> None:
         hvd = self.hvd
-        handles = [hvd.allreduce_async_(t, name=f"dlscale.comm.{i}", op=hvd.Sum)
-                   for i, t in enumerate(tensors)]
+        handles = [
+            hvd.allreduce_async_(t, name=f"dlscale.comm.{i}", op=hvd.Sum)
+            for i, t in enumerate(tensors)
+        ]
         for handle in handles:
             hvd.synchronize(handle)
 

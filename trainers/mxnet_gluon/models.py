@@ -1,6 +1,7 @@
 """The ResNet family in MXNet Gluon, layer for layer torch_ddp/models.py (option-A shortcuts
 for CIFAR, bottleneck v1.5 for ImageNet), so the parameter counts match every framework's.
 NCHW, MXNet's native layout."""
+
 from __future__ import annotations
 
 from mxnet import gluon, init
@@ -11,8 +12,15 @@ IMAGENET_LAYERS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet
 
 
 def _conv(cin: int, cout: int, kernel: int, stride: int = 1) -> nn.Conv2D:
-    return nn.Conv2D(cout, kernel, stride, kernel // 2, use_bias=False, in_channels=cin,
-                     weight_initializer=init.MSRAPrelu("out", 0.0))  # He normal, fan_out
+    return nn.Conv2D(
+        cout,
+        kernel,
+        stride,
+        kernel // 2,
+        use_bias=False,
+        in_channels=cin,
+        weight_initializer=init.MSRAPrelu("out", 0.0),
+    )  # He normal, fan_out
 
 
 def _bn(channels: int) -> nn.BatchNorm:
@@ -33,9 +41,12 @@ class _BasicBlock(nn.HybridBlock):
         if self.extra:  # option A: subsample, zero-pad the new channels; no parameters
             x = F.slice(x, begin=(None,) * 4, end=(None,) * 4, step=(1, 1, 2, 2))
             half = self.extra // 2
-            x = F.concat(F.zeros_like(F.slice_axis(x, axis=1, begin=0, end=half)), x,
-                         F.zeros_like(F.slice_axis(x, axis=1, begin=0, end=self.extra - half)),
-                         dim=1)
+            x = F.concat(
+                F.zeros_like(F.slice_axis(x, axis=1, begin=0, end=half)),
+                x,
+                F.zeros_like(F.slice_axis(x, axis=1, begin=0, end=self.extra - half)),
+                dim=1,
+            )
         return F.relu(out + x)
 
 
@@ -62,9 +73,16 @@ class _Bottleneck(nn.HybridBlock):
         super().__init__()
         cout = width * 4
         self.body = nn.HybridSequential()
-        self.body.add(_conv(cin, width, 1), _bn(width), nn.Activation("relu"),
-                      _conv(width, width, 3, stride), _bn(width), nn.Activation("relu"),
-                      _conv(width, cout, 1), _bn(cout))
+        self.body.add(
+            _conv(cin, width, 1),
+            _bn(width),
+            nn.Activation("relu"),
+            _conv(width, width, 3, stride),
+            _bn(width),
+            nn.Activation("relu"),
+            _conv(width, cout, 1),
+            _bn(cout),
+        )
         self.down = None
         if stride != 1 or cin != cout:
             self.down = nn.HybridSequential()

@@ -12,6 +12,7 @@ GPU srun's per-task binding shows it), one rank alone uses the 'device' kvstore,
 casts the network (BatchNorm stays fp32) with multi-precision SGD keeping fp32 master
 weights. MXNet 1.9 has no bf16 on GPUs: refused with that reason.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,17 +51,22 @@ def start_roles(launch: LaunchEnv) -> list[subprocess.Popen]:
     if launch.launcher not in ("srun",):
         nodes = 1  # torchrun/spawn: one machine
     assert launch.master_addr and launch.master_port
-    os.environ.update(DMLC_PS_ROOT_URI=launch.master_addr,
-                      DMLC_PS_ROOT_PORT=str(launch.master_port + ROLE_PORT_OFFSET),
-                      DMLC_NUM_WORKER=str(launch.world_size), DMLC_NUM_SERVER=str(nodes))
+    os.environ.update(
+        DMLC_PS_ROOT_URI=launch.master_addr,
+        DMLC_PS_ROOT_PORT=str(launch.master_port + ROLE_PORT_OFFSET),
+        DMLC_NUM_WORKER=str(launch.world_size),
+        DMLC_NUM_SERVER=str(nodes),
+    )
     roles = []
     for role, mine in (("scheduler", launch.rank == 0), ("server", launch.local_rank == 0)):
         if mine:
-            proc = subprocess.Popen([sys.executable, "-c", "import mxnet"],
-                                    env={**os.environ, "DMLC_ROLE": role},
-                                    stdin=subprocess.DEVNULL,
-                                    # a killed worker takes its roles along
-                                    preexec_fn=parent_watch())
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "import mxnet"],
+                env={**os.environ, "DMLC_ROLE": role},
+                stdin=subprocess.DEVNULL,
+                # a killed worker takes its roles along
+                preexec_fn=parent_watch(),
+            )
             threading.Thread(target=_watch_role, args=(proc, role), daemon=True).start()
             roles.append(proc)
     os.environ["DMLC_ROLE"] = "worker"
@@ -75,8 +81,10 @@ def _watch_role(p: subprocess.Popen, role: str) -> None:
     waiting on the parameter server forever: end this worker at once, saying which."""
     rc = p.wait()
     if rc != 0 and not _leaving.is_set():
-        sys.stderr.write(f"{PROG}: error: MXNet's {role} (pid {p.pid}) exited with code {rc} "
-                         "before training finished (its output is above); stopping\n")
+        sys.stderr.write(
+            f"{PROG}: error: MXNet's {role} (pid {p.pid}) exited with code {rc} "
+            "before training finished (its output is above); stopping\n"
+        )
         sys.stderr.flush()
         os._exit(1)
 
@@ -87,10 +95,14 @@ def train(argv: list[str] | None = None) -> int:
     on_gpu, precision = mx_device.before_import(args)
     ctx = start(PROG, FRAMEWORK, args, on_cpu=not on_gpu)
     # MXNet's engine sizes its pools from these at import: one rank, its own threads.
-    os.environ.update(MXNET_CPU_WORKER_NTHREADS=str(args.threads),
-                      OMP_NUM_THREADS=str(args.threads))
-    roles = start_roles(dataclasses.replace(ctx.launch, launcher=ctx.launched_by)) \
-        if ctx.launch.distributed else []
+    os.environ.update(
+        MXNET_CPU_WORKER_NTHREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads)
+    )
+    roles = (
+        start_roles(dataclasses.replace(ctx.launch, launcher=ctx.launched_by))
+        if ctx.launch.distributed
+        else []
+    )
     ctx.open_records()
     finished = False
     try:
@@ -114,13 +126,15 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
     from .models import build, parameter_count
 
     args, writer, world, global_batch = ctx.args, ctx.writer, ctx.world, ctx.global_batch
-    device: MxDevice = mx_device.setup(mx, args, on_gpu, precision, ctx.launch.local_rank,
-                                       ctx.launched_by == "srun")
+    device: MxDevice = mx_device.setup(
+        mx, args, on_gpu, precision, ctx.launch.local_rank, ctx.launched_by == "srun"
+    )
     dev, dtype = device.context, device.dtype
     kv = mx.kv.create("dist_sync") if ctx.launch.distributed else None
     if kv is not None and kv.num_workers != world:
-        raise TrainerError(f"the kvstore has {kv.num_workers} workers; the launcher started "
-                           f"{world} ranks")
+        raise TrainerError(
+            f"the kvstore has {kv.num_workers} workers; the launcher started {world} ranks"
+        )
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     keys = iter(range(1_000_000, 2_000_000))  # the Trainer's own keys are 0..parameters-1
@@ -161,11 +175,18 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
     # Gluon's SGD: weight decay added to the gradient, as in PyTorch's SGD. The kvstore's
     # init broadcasts worker 0's initial weights to every worker. multi_precision: fp16
     # weights are updated through fp32 master copies.
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": recipe.plan.lr(0), "momentum": args.momentum,
-                             "wd": args.weight_decay, "multi_precision": dtype != "float32"},
-                            kvstore=kv if kv is not None else "device",
-                            update_on_kvstore=False if kv is not None else None)
+    trainer = gluon.Trainer(
+        net.collect_params(),
+        "sgd",
+        {
+            "learning_rate": recipe.plan.lr(0),
+            "momentum": args.momentum,
+            "wd": args.weight_decay,
+            "multi_precision": dtype != "float32",
+        },
+        kvstore=kv if kv is not None else "device",
+        update_on_kvstore=False if kv is not None else None,
+    )
     if kv is not None:
         # MXNet 1.9's server answers a pull zero-copy from the value it stores, and the
         # message may leave only after the next merge has overwritten that value. Left to
@@ -180,18 +201,31 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
         kv._barrier()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    writer.write("params", framework=FRAMEWORK, world_size=world, global_batch=global_batch,
-                 parameters=parameter_count(net), precision=precision,
-                 tf32=precision == "tf32", multi_precision=dtype != "float32",
-                 channels_last=False, total_steps=recipe.total_steps,
-                 steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
-                 device="cuda" if device.cuda else "cpu",
-                 distributed=ctx.launch.distributed, **recipe_fields(args),
-                 kvstore=kv.type if kv is not None else ("device" if device.cuda else None))
+    writer.write(
+        "params",
+        framework=FRAMEWORK,
+        world_size=world,
+        global_batch=global_batch,
+        parameters=parameter_count(net),
+        precision=precision,
+        tf32=precision == "tf32",
+        multi_precision=dtype != "float32",
+        channels_last=False,
+        total_steps=recipe.total_steps,
+        steps_per_epoch=data.steps_per_epoch,
+        lr_scaled=recipe.plan.scaled_lr,
+        device="cuda" if device.cuda else "cpu",
+        distributed=ctx.launch.distributed,
+        **recipe_fields(args),
+        kvstore=kv.type if kv is not None else ("device" if device.cuda else None),
+    )
     ctx.open_meter(mx_device.nvml_gpu(device.index) if device.cuda else None)
-    ctx.write_env({"mxnet": mx.__version__, "numpy": np.__version__,
-                   **mx_device.build_versions(mx)}, gather,
-                  device=mx_device.gpu_name(device), backend="ps-lite")
+    ctx.write_env(
+        {"mxnet": mx.__version__, "numpy": np.__version__, **mx_device.build_versions(mx)},
+        gather,
+        device=mx_device.gpu_name(device),
+        backend="ps-lite",
+    )
 
     def step_fn(xb, yb):
         with autograd.record():
@@ -204,17 +238,25 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
 
     def evaluate() -> float:
         return data.evaluate(
-            lambda x: net(nd.array(x, ctx=dev, dtype=dtype)).astype("float32").asnumpy(),
-            all_sum)
+            lambda x: net(nd.array(x, ctx=dev, dtype=dtype)).astype("float32").asnumpy(), all_sum
+        )
 
     hooks = training_loop.Hooks(
-        step=step_fn, set_lr=trainer.set_learning_rate,
-        loss_of=lambda loss_nd: float(loss_nd.asscalar()), sync=barrier,
-        evaluate=evaluate if data.test is not None else None, progress=ctx.progress,
-        meter=ctx.meter)
+        step=step_fn,
+        set_lr=trainer.set_learning_rate,
+        loss_of=lambda loss_nd: float(loss_nd.asscalar()),
+        sync=barrier,
+        evaluate=evaluate if data.test is not None else None,
+        progress=ctx.progress,
+        meter=ctx.meter,
+    )
     # Batches on the rank's device (synthetic data: made there once).
-    loop = training_loop.run(recipe, hooks, writer, data.batches(
-        lambda x, y: (nd.array(x, ctx=dev, dtype=dtype), nd.array(y, ctx=dev))))
+    loop = training_loop.run(
+        recipe,
+        hooks,
+        writer,
+        data.batches(lambda x, y: (nd.array(x, ctx=dev, dtype=dtype), nd.array(y, ctx=dev))),
+    )
     digest = hashlib.sha256()
     for name, p in sorted(net.collect_params().items()):
         if p.grad_req != "null":
@@ -223,8 +265,16 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
     digests = gather(digest.hexdigest()[:16])
     energy = ctx.energy(gather, loop.timed_steps(args.warmup_steps) * global_batch)
     throughput = training_loop.write_summary(
-        writer, recipe, loop, world, digests, compute_dtype=mx_device.compute_dtype(
-            mx, net, device, data.shape.size, data.shape.channels), **energy)
+        writer,
+        recipe,
+        loop,
+        world,
+        digests,
+        compute_dtype=mx_device.compute_dtype(
+            mx, net, device, data.shape.size, data.shape.channels
+        ),
+        **energy,
+    )
     ctx.say_done(throughput, loop)
     barrier()
     # A worker leaves the parameter server when its kvstore is freed, and the scheduler and

@@ -2,6 +2,7 @@
 trainers: its own GPU (or the CPU), set before TensorFlow starts its runtime; the precision
 that really runs there (a Keras mixed-precision policy, TF32 on or off); the input pipeline
 that feeds it; and what its first convolution really computed in."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,8 @@ POLICY = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 class TfDevice:
     cuda: bool
     precision: str
-    name: str | None = None       # the GPU's name, for the env record
-    index: int | None = None      # among the GPUs this process sees
+    name: str | None = None  # the GPU's name, for the env record
+    index: int | None = None  # among the GPUs this process sees
     capability: tuple[int, int] | None = None
 
     @property
@@ -43,8 +44,9 @@ def cpu_precision(requested: str, framework: str) -> str:
     """fp32, or bf16 (Keras' mixed_bfloat16 runs on CPUs too); fp16 and TF32 need a GPU."""
     precision = resolve_precision(requested, False)
     if precision not in ("fp32", "bf16"):
-        raise TrainerError(f"precision {precision}: the {framework} trainer runs fp32 or bf16 "
-                           "on CPU")
+        raise TrainerError(
+            f"precision {precision}: the {framework} trainer runs fp32 or bf16 on CPU"
+        )
     return precision
 
 
@@ -58,9 +60,12 @@ def setup(tf, args, local_rank: int, srun_task: bool, framework: str) -> TfDevic
     if not gpus:
         if args.device == "auto":
             return TfDevice(False, cpu_precision(args.precision, framework))
-        why = ("this environment's TensorFlow is a CPU build; build the GPU one with "
-               f"`dlscale env create {framework} --gpu`" if not tf.test.is_built_with_cuda()
-               else f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}")
+        why = (
+            "this environment's TensorFlow is a CPU build; build the GPU one with "
+            f"`dlscale env create {framework} --gpu`"
+            if not tf.test.is_built_with_cuda()
+            else f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+        )
         raise TrainerError(f"--device cuda, but TensorFlow sees no GPU: {why}")
     index = pick_gpu(local_rank, local_world_size(), len(gpus), srun_task)
     mine = gpus[index]
@@ -101,23 +106,28 @@ def pipeline(tf, data, per_device_batch: int, cuda: bool, threads: int = 1) -> I
     CPU the rank's one core would prepare them instead of computing: tf.data's generator
     and prefetch thread cost ResNet-20 on digits 59% of its images/s there (1 rank, 1
     thread: benchmarks/tf_input.py), so CPU ranks take the arrays directly, as before."""
+
     def constants(x, y):
         if not cuda:
             return tf.constant(x), tf.constant(y, dtype=tf.int64)
         with tf.device("/GPU:0"):  # copied once, not before every step
             return tf.identity(tf.constant(x)), tf.identity(tf.constant(y, dtype=tf.int64))
+
     if data.train is None or not cuda:
         yield from data.batches(constants)
         return
     source = data.batches(lambda x, y: (x.astype(np.float32, copy=False), y.astype(np.int64)))
     first = next(source)
-    spec = (tf.TensorSpec((per_device_batch, *first[0].shape[1:]), tf.float32),
-            tf.TensorSpec((per_device_batch,), tf.int64))
+    spec = (
+        tf.TensorSpec((per_device_batch, *first[0].shape[1:]), tf.float32),
+        tf.TensorSpec((per_device_batch,), tf.int64),
+    )
     options = tf.data.Options()
     options.threading.private_threadpool_size = max(1, threads)
 
     def epoch(head):
         """This epoch's batches, from the shared stream, up to its end marker."""
+
         def gen():
             if head is not None:
                 yield head
@@ -125,8 +135,12 @@ def pipeline(tf, data, per_device_batch: int, cuda: bool, threads: int = 1) -> I
                 if item is None:
                     return
                 yield item
-        return tf.data.Dataset.from_generator(gen, output_signature=spec).prefetch(
-            tf.data.AUTOTUNE).with_options(options)
+
+        return (
+            tf.data.Dataset.from_generator(gen, output_signature=spec)
+            .prefetch(tf.data.AUTOTUNE)
+            .with_options(options)
+        )
 
     head = first
     while True:

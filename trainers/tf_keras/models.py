@@ -8,25 +8,31 @@ TensorFlow 2.16 on Keras 2 is the tf_keras package (the TensorFlow environment);
 it is tf.keras itself (the Horovod + TensorFlow environment: Horovod 0.28.1 builds against no
 later TensorFlow).
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
 
 try:
     import tf_keras as keras
+
     KERAS_VERSION = keras.__version__
 except ImportError:
     from importlib.metadata import version
 
     from tensorflow import keras
+
     KERAS_VERSION = version("keras")  # tf.keras has no __version__ of its own
 if not KERAS_VERSION.startswith("2."):
-    raise ImportError(f"the Keras ResNets need Keras 2 (tf_keras beside TensorFlow >= 2.16); "
-                      f"this environment has Keras {KERAS_VERSION}")
+    raise ImportError(
+        f"the Keras ResNets need Keras 2 (tf_keras beside TensorFlow >= 2.16); "
+        f"this environment has Keras {KERAS_VERSION}"
+    )
 layers = keras.layers
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
 IMAGENET_LAYERS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}
+
 
 # PyTorch's BatchNorm2d defaults: momentum 0.1 (Keras counts it the other way) and eps 1e-5.
 def _bn() -> layers.Layer:
@@ -36,9 +42,16 @@ def _bn() -> layers.Layer:
 def _conv(filters: int, kernel: int, stride: int = 1) -> layers.Layer:
     # He normal, fan_out, as torch_ddp.models._init; "same" padding with stride 2 pads
     # asymmetrically in TF, so pad explicitly like PyTorch's padding=k//2.
-    return layers.Conv2D(filters, kernel, stride, padding="valid", use_bias=False,
-                         kernel_initializer=keras.initializers.VarianceScaling(
-                             2.0, mode="fan_out", distribution="untruncated_normal"))
+    return layers.Conv2D(
+        filters,
+        kernel,
+        stride,
+        padding="valid",
+        use_bias=False,
+        kernel_initializer=keras.initializers.VarianceScaling(
+            2.0, mode="fan_out", distribution="untruncated_normal"
+        ),
+    )
 
 
 def _padded_conv(x, filters: int, kernel: int, stride: int = 1):
@@ -50,8 +63,9 @@ def _padded_conv(x, filters: int, kernel: int, stride: int = 1):
 def _pad_shortcut(x, extra: int):
     """Option A: halve the spatial size, zero-pad the new channels; no parameters."""
     half = extra // 2
-    return layers.Lambda(lambda t: tf.pad(t[:, ::2, ::2, :],
-                                          [[0, 0], [0, 0], [0, 0], [half, extra - half]]))(x)
+    return layers.Lambda(
+        lambda t: tf.pad(t[:, ::2, ::2, :], [[0, 0], [0, 0], [0, 0], [half, extra - half]])
+    )(x)
 
 
 def _basic_block(x, cin: int, cout: int, stride: int):

@@ -11,6 +11,7 @@ step and the lr plan must match the other frameworks exactly.
 Everything but how ranks cooperate is shared with the Horovod + TensorFlow trainer
 (horovod_tf), which subclasses `Distribution`: the frameworks differ in exactly its methods.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,8 +58,9 @@ class Distribution:
     def before_import(self, launch: LaunchEnv, launched_by: str) -> None:
         """Runs before TensorFlow is imported: what it reads from the environment."""
         if launch.distributed:
-            os.environ["TF_CONFIG"] = json.dumps(tf_config(
-                dataclasses.replace(launch, launcher=launched_by), os.environ))
+            os.environ["TF_CONFIG"] = json.dumps(
+                tf_config(dataclasses.replace(launch, launcher=launched_by), os.environ)
+            )
         else:
             os.environ.pop("TF_CONFIG", None)
 
@@ -68,12 +70,16 @@ class Distribution:
             impl = tf.distribute.experimental.CommunicationImplementation
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
                 communication_options=tf.distribute.experimental.CommunicationOptions(
-                    implementation=impl.NCCL if device.cuda else impl.RING))
+                    implementation=impl.NCCL if device.cuda else impl.RING
+                )
+            )
         else:
             self.strategy = tf.distribute.get_strategy()
         if self.strategy.num_replicas_in_sync != launch.world_size:
-            raise TrainerError(f"TensorFlow sees {self.strategy.num_replicas_in_sync} replicas; "
-                               f"the launcher started {launch.world_size} ranks")
+            raise TrainerError(
+                f"TensorFlow sees {self.strategy.num_replicas_in_sync} replicas; "
+                f"the launcher started {launch.world_size} ranks"
+            )
 
     def scope(self):
         """Where the model and optimizer are made (their variables are mirrored there)."""
@@ -95,6 +101,7 @@ class Distribution:
         def run(x, y):
             per_replica = strategy.run(one, args=(x, y))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
         return run
 
     # Collectives the shared loop and records need, in this framework's own terms.
@@ -118,8 +125,9 @@ class Distribution:
             return values
         tf = self.tf
         t = tf.constant(values, dtype=tf.float64)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                    self._one_value(lambda: tf.identity(t)), axis=None).numpy()
+        return self.strategy.reduce(
+            tf.distribute.ReduceOp.SUM, self._one_value(lambda: tf.identity(t)), axis=None
+        ).numpy()
 
     def barrier(self) -> None:
         self.all_sum(np.zeros(1))
@@ -129,8 +137,7 @@ class Distribution:
 
     def record(self, args) -> dict[str, Any]:
         """Extra fields for the params record (this framework's own settings)."""
-        return {"strategy": "MultiWorkerMirroredStrategy" if self.launch.distributed
-                else "default"}
+        return {"strategy": "MultiWorkerMirroredStrategy" if self.launch.distributed else "default"}
 
     def backend(self) -> str:
         return "tf-nccl" if self.device.cuda else "tf-ring"
@@ -153,10 +160,12 @@ def train(argv: list[str] | None = None, dist: Distribution | None = None) -> in
         tf_device.cpu_precision(args.precision, dist.framework)
 
     import tensorflow as tf  # after TF_CONFIG and the thread settings' variables
+
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    device = tf_device.setup(tf, args, ctx.launch.local_rank, ctx.launched_by == "srun",
-                             dist.framework)
+    device = tf_device.setup(
+        tf, args, ctx.launch.local_rank, ctx.launched_by == "srun", dist.framework
+    )
     try:
         dist.init(tf, args, ctx.launch, device)
         ctx.open_records()
@@ -187,9 +196,9 @@ def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
     def make_step(mean_over: int, decay: float, wrap_tape):
         def loss_of(x, y):
             logits = tf.cast(model(x, training=True), tf.float32)  # softmax in fp32
-            per_example = keras.losses.sparse_categorical_crossentropy(
-                y, logits, from_logits=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
             return tf.nn.compute_average_loss(per_example, global_batch_size=mean_over)
+
         if args.compile:
             # XLA compiles the forward pass and, through it, the backward; the gradients'
             # all-reduce and the update stay outside, where every strategy runs them.
@@ -205,19 +214,41 @@ def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
             # PyTorch's SGD adds weight_decay x w to the (averaged) gradient.
             opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, params)])
             return loss
+
         return step_fn
 
-    writer.write("params", framework=dist.framework, world_size=ctx.world,
-                 global_batch=global_batch, parameters=parameter_count(model),
-                 precision=device.precision, tf32=device.tf32, xla=args.compile,
-                 loss_scaling=scaled, channels_last=True, total_steps=recipe.total_steps,
-                 steps_per_epoch=data.steps_per_epoch, lr_scaled=recipe.plan.scaled_lr,
-                 device="cuda" if device.cuda else "cpu", distributed=ctx.launch.distributed,
-                 **recipe_fields(args), **dist.record(args))
+    writer.write(
+        "params",
+        framework=dist.framework,
+        world_size=ctx.world,
+        global_batch=global_batch,
+        parameters=parameter_count(model),
+        precision=device.precision,
+        tf32=device.tf32,
+        xla=args.compile,
+        loss_scaling=scaled,
+        channels_last=True,
+        total_steps=recipe.total_steps,
+        steps_per_epoch=data.steps_per_epoch,
+        lr_scaled=recipe.plan.scaled_lr,
+        device="cuda" if device.cuda else "cpu",
+        distributed=ctx.launch.distributed,
+        **recipe_fields(args),
+        **dist.record(args),
+    )
     ctx.open_meter(device.meter_gpu())
-    ctx.write_env({"tensorflow": tf.__version__, "keras": KERAS_VERSION,
-                   "numpy": np.__version__, **tf_device.versions(tf), **dist.versions()},
-                  dist.gather, device=device.name, backend=dist.backend())
+    ctx.write_env(
+        {
+            "tensorflow": tf.__version__,
+            "keras": KERAS_VERSION,
+            "numpy": np.__version__,
+            **tf_device.versions(tf),
+            **dist.versions(),
+        },
+        dist.gather,
+        device=device.name,
+        backend=dist.backend(),
+    )
 
     def evaluate() -> float:
         return data.evaluate(lambda x: model(x, training=False).numpy(), dist.all_sum)
@@ -228,12 +259,20 @@ def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
         dist.barrier()
 
     hooks = training_loop.Hooks(
-        step=dist.step(make_step, args, global_batch), set_lr=lr_var.assign, loss_of=float,
-        sync=sync, evaluate=evaluate if data.test is not None else None,
-        progress=ctx.progress, meter=ctx.meter)
-    loop = training_loop.run(recipe, hooks, writer,
-                             tf_device.pipeline(tf, data, args.per_device_batch, device.cuda,
-                                                args.threads))
+        step=dist.step(make_step, args, global_batch),
+        set_lr=lr_var.assign,
+        loss_of=float,
+        sync=sync,
+        evaluate=evaluate if data.test is not None else None,
+        progress=ctx.progress,
+        meter=ctx.meter,
+    )
+    loop = training_loop.run(
+        recipe,
+        hooks,
+        writer,
+        tf_device.pipeline(tf, data, args.per_device_batch, device.cuda, args.threads),
+    )
     digest = hashlib.sha256()
     for v in sorted(params, key=lambda v: v.name):
         digest.update(v.name.encode())
@@ -241,8 +280,14 @@ def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
     digests = dist.gather(digest.hexdigest()[:16])
     energy = ctx.energy(dist.gather, loop.timed_steps(args.warmup_steps) * global_batch)
     throughput = training_loop.write_summary(
-        writer, recipe, loop, ctx.world, digests,
-        compute_dtype=tf_device.compute_dtype(tf, keras, model), **energy)
+        writer,
+        recipe,
+        loop,
+        ctx.world,
+        digests,
+        compute_dtype=tf_device.compute_dtype(tf, keras, model),
+        **energy,
+    )
     ctx.say_done(throughput, loop)
     dist.barrier()
     return 0

@@ -3,6 +3,7 @@ in the buckets its framework fills (Distribution.comm_plan), allreduced the way 
 framework issues it (Distribution.comm_round) over the run's own process group: gloo on CPU,
 NCCL on GPU, Horovod's own where it is Horovod. Nothing is trained; see common/comm.py for
 the timing and the definitions."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,6 +23,7 @@ def classes_of(args) -> int:
     as many classes as class folders, the array datasets their known number."""
     if args.dataset == "imagenet":
         from ..common import imagenet  # noqa: PLC0415  (reads the folder list only)
+
         return len(imagenet.read_folders(args.data_dir).classes)
     return common_data.SHAPES[args.dataset].classes
 
@@ -37,36 +39,75 @@ def run(run: Any) -> int:
     ctx, strategy, device = run.ctx, run.strategy, run.device
     args, writer, launch = ctx.args, ctx.writer, ctx.launch
     if not launch.distributed:
-        raise TrainerError("--comm-benchmark needs 2 or more ranks: one rank has nothing to "
-                           "communicate")
+        raise TrainerError(
+            "--comm-benchmark needs 2 or more ranks: one rank has nothing to communicate"
+        )
     model = build(args.model, classes_of(args))
     plan = strategy.comm_plan(gradient_elements(model), args)
     dtype = {2: torch.float16, 4: torch.float32}[plan.element_bytes]
     # Zeros: a sum of zeros stays finite however many rounds run (ones would overflow fp16).
-    tensors = [torch.zeros(size // plan.element_bytes, dtype=dtype, device=device)
-               for size in plan.sizes]
+    tensors = [
+        torch.zeros(size // plan.element_bytes, dtype=dtype, device=device) for size in plan.sizes
+    ]
     cuda = device.type == "cuda"
     backend = strategy.comm_backend(device)
-    writer.write("params", framework=strategy.framework, world_size=ctx.world,
-                 global_batch=ctx.global_batch, parameters=parameter_count(model),
-                 precision=run.precision, device=device.type, mode="comm-benchmark",
-                 distributed=True, **recipe_fields(args), **strategy.record(args, launch))
-    versions = {"torch": torch.__version__, "numpy": np.__version__, "cuda": torch.version.cuda,
-                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                **strategy.versions()}
-    ctx.write_env(versions, run.gather,
-                  device=torch.cuda.get_device_name(device) if cuda else None, backend=backend)
-    times = comm.time_rounds(lambda: strategy.comm_round(tensors, launch),
-                             lambda: strategy.barrier(launch), run.sync_device)
+    writer.write(
+        "params",
+        framework=strategy.framework,
+        world_size=ctx.world,
+        global_batch=ctx.global_batch,
+        parameters=parameter_count(model),
+        precision=run.precision,
+        device=device.type,
+        mode="comm-benchmark",
+        distributed=True,
+        **recipe_fields(args),
+        **strategy.record(args, launch),
+    )
+    versions = {
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        **strategy.versions(),
+    }
+    ctx.write_env(
+        versions,
+        run.gather,
+        device=torch.cuda.get_device_name(device) if cuda else None,
+        backend=backend,
+    )
+    times = comm.time_rounds(
+        lambda: strategy.comm_round(tensors, launch),
+        lambda: strategy.barrier(launch),
+        run.sync_device,
+    )
     fields = comm.record_fields(run.gather(times), plan, backend)
     writer.write("comm", **fields)
     # The run ends with a summary like every run (the engine settles a run by it): nothing
     # was trained, so no image was timed.
-    writer.write("summary", status="completed", throughput=0.0, throughput_per_device=0.0,
-                 timed_steps=0, warmup_steps=0, images_timed=0, elapsed_s=fields["elapsed_s"],
-                 measured="comm", **{k: fields[k] for k in (
-                     "comm_bytes", "comm_time_s", "comm_algbw_gbps", "comm_busbw_gbps",
-                     "bucket_bytes", "backend")})
+    writer.write(
+        "summary",
+        status="completed",
+        throughput=0.0,
+        throughput_per_device=0.0,
+        timed_steps=0,
+        warmup_steps=0,
+        images_timed=0,
+        elapsed_s=fields["elapsed_s"],
+        measured="comm",
+        **{
+            k: fields[k]
+            for k in (
+                "comm_bytes",
+                "comm_time_s",
+                "comm_algbw_gbps",
+                "comm_busbw_gbps",
+                "bucket_bytes",
+                "backend",
+            )
+        },
+    )
     ctx.progress(comm.progress_line(fields))
     strategy.barrier(launch)
     return 0

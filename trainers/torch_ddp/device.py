@@ -1,6 +1,7 @@
 """The PyTorch family's device: which GPU a rank takes and the precision that really runs on
 it (common.gpu, shared with the other trainers), its math modes, and a step timer that does
 not stall it."""
+
 from __future__ import annotations
 
 from array import array

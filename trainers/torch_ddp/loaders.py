@@ -10,86 +10,31 @@ Augmentation is the same in both: CIFAR-10's 4-pixel-padded random crop and flip
 none, as in every framework's trainer), ImageNet's random-resized crop to 224 and flip;
 evaluation resizes to 256 and takes the centre 224.
 """
+
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..common import data as common_data
 from ..common import imagenet
 from ..common.entry import TrainerError
-
-Batch = tuple[torch.Tensor, torch.Tensor]
-VAL_BATCH = 256  # evaluation batch of the 32x32 datasets (ImageNet: the training batch)
+from .batches import Batch, Data, _no_steps, _Normalise, _sampler, _val_arrays
 
 
-@dataclass
-class Data:
-    classes: int
-    train_images: int
-    steps_per_epoch: int
-    epoch: Callable[[int], Iterator[Batch]]   # epoch number -> that epoch's batches
-    val: Callable[[], Iterator[Batch]]        # this rank's part of the evaluation set
-    versions: dict[str, Any] = field(default_factory=dict)
-    pipeline: Any = None  # DALI's, when it reads: what it runs can be inspected
-
-
-class _Normalise:
-    """uint8 NCHW on any device -> normalised float on the run's device."""
-
-    def __init__(self, mean, std, device: torch.device, channels_last: bool) -> None:
-        self.device, self.channels_last = device, channels_last
-        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
-
-    def __call__(self, x: torch.Tensor, augment: bool = False) -> torch.Tensor:
-        x = x.to(self.device, non_blocking=True).float()
-        if augment:
-            x = augment_cifar(x)
-        x = (x - self.mean) / self.std
-        return self.channels_last_if_asked(x)
-
-    def channels_last_if_asked(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
-
-
-def augment_cifar(x: torch.Tensor) -> torch.Tensor:
-    """CIFAR-10's standard augmentation, drawn per image as DALI and the array trainers do:
-    a horizontal flip with probability 1/2 and a 32x32 window at a random whole-pixel offset
-    of the image padded by 4 (float NCHW, on the run's device)."""
-    n, c = x.shape[:2]
-    dev = x.device
-    flip = torch.rand(n, device=dev) < 0.5
-    x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
-    padded = F.pad(x, (4, 4, 4, 4))
-    oy, ox = torch.randint(0, 9, (2, n), device=dev)
-    span = torch.arange(32, device=dev)
-    rows = (oy[:, None] + span).view(n, 1, 32, 1)
-    cols = (ox[:, None] + span).view(n, 1, 1, 32)
-    return padded[torch.arange(n, device=dev).view(n, 1, 1, 1),
-                  torch.arange(c, device=dev).view(1, c, 1, 1), rows, cols]
-
-
-def _sampler(n: int, world: int, rank: int, seed: int):
-    """Each rank a disjoint share of a fresh permutation every epoch; the last images that do
-    not fill a share are left out, so every rank takes the same number of steps."""
-    return torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=rank,
-                                               shuffle=True, seed=seed, drop_last=True)
-
-
-def _no_steps(images: int, batch: int, world: int) -> TrainerError:
-    return TrainerError(f"{images} training images are fewer than one global batch "
-                        f"({batch * world}); lower the per-device batch")
-
-
-def build(args, world: int, rank: int, local_rank: int, device: torch.device,
-          channels_last: bool, framework: str) -> Data:
+def build(
+    args,
+    world: int,
+    rank: int,
+    local_rank: int,
+    device: torch.device,
+    channels_last: bool,
+    framework: str,
+) -> Data:
     """The run's training and evaluation data through --loader (real datasets only)."""
     if args.dataset == "imagenet":
         folders = imagenet.read_folders(args.data_dir)
@@ -106,26 +51,23 @@ def build(args, world: int, rank: int, local_rank: int, device: torch.device,
 
 # --- native ------------------------------------------------------------------------------
 
-def _val_arrays(test: common_data.Split, world: int, rank: int, norm: _Normalise):
-    def val() -> Iterator[Batch]:
-        part = slice(rank, None, world)
-        images = torch.from_numpy(test.images[part])
-        labels = torch.from_numpy(test.labels[part])
-        for i in range(0, len(images), VAL_BATCH):
-            yield norm(images[i:i + VAL_BATCH]), labels[i:i + VAL_BATCH].to(norm.device)
-    return val
-
 
 def _loader(dataset, batch: int, sampler, args, device: torch.device):
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch, sampler=sampler, drop_last=sampler is not None,
-        num_workers=args.loader_workers, pin_memory=device.type == "cuda",
-        persistent_workers=args.loader_workers > 0)
+        dataset,
+        batch_size=batch,
+        sampler=sampler,
+        drop_last=sampler is not None,
+        num_workers=args.loader_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.loader_workers > 0,
+    )
 
 
 def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
-    ds = torch.utils.data.TensorDataset(torch.from_numpy(train.images),
-                                        torch.from_numpy(train.labels))
+    ds = torch.utils.data.TensorDataset(
+        torch.from_numpy(train.images), torch.from_numpy(train.labels)
+    )
     sampler = _sampler(len(ds), world, rank, args.seed)
     loader = _loader(ds, args.per_device_batch, sampler, args, device)
     if len(loader) == 0:
@@ -136,8 +78,14 @@ def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
         sampler.set_epoch(e)
         for xb, yb in loader:
             yield norm(xb, augment=augment), yb.to(device, non_blocking=True)
-    return Data(common_data.SHAPES[args.dataset].classes, len(ds), len(loader), epoch,
-                _val_arrays(test, world, rank, norm))
+
+    return Data(
+        common_data.SHAPES[args.dataset].classes,
+        len(ds),
+        len(loader),
+        epoch,
+        _val_arrays(test, world, rank, norm),
+    )
 
 
 class _Folder(torch.utils.data.Dataset):
@@ -173,39 +121,57 @@ def _native_folders(args, folders: imagenet.Folders, world, rank, device, norm) 
         sampler.set_epoch(e)
         for xb, yb in loader:
             yield norm(xb), yb.to(device, non_blocking=True)
-    return Data(len(folders.classes), len(ds), len(loader), epoch,
-                _val_folders(args, folders, world, rank, device, norm))
+
+    return Data(
+        len(folders.classes),
+        len(ds),
+        len(loader),
+        epoch,
+        _val_folders(args, folders, world, rank, device, norm),
+    )
 
 
 def _val_folders(args, folders: imagenet.Folders, world, rank, device, norm):
-    loader = _loader(_Folder(folders.val[rank::world], train=False, rank=rank),
-                     args.per_device_batch, None, args, device)
+    loader = _loader(
+        _Folder(folders.val[rank::world], train=False, rank=rank),
+        args.per_device_batch,
+        None,
+        args,
+        device,
+    )
 
     def val() -> Iterator[Batch]:
         for xb, yb in loader:
             yield norm(xb), yb.to(device, non_blocking=True)
+
     return val
 
 
 # --- DALI --------------------------------------------------------------------------------
+
 
 def _dali(framework: str):
     try:
         import nvidia.dali as dali  # noqa: PLC0415  (only --loader dali needs it)
         from nvidia.dali.plugin import pytorch as dali_torch  # noqa: PLC0415
     except ImportError as exc:
-        raise TrainerError(f"--loader dali needs NVIDIA DALI in this environment ({exc}); "
-                           f"build one with `dlscale env create {framework} --with dali`") \
-            from None
+        raise TrainerError(
+            f"--loader dali needs NVIDIA DALI in this environment ({exc}); "
+            f"build one with `dlscale env create {framework} --with dali`"
+        ) from None
     return dali, dali_torch
 
 
 def _dali_common(args, local_rank: int, device: torch.device, seed: int) -> dict[str, Any]:
     """Pipeline settings. On CPU the pipeline has no device (device_id=None: CPU-only, no
     CUDA needed); on a GPU it runs on the rank's GPU. --loader-workers is its CPU threads."""
-    return {"batch_size": args.per_device_batch, "num_threads": max(1, args.loader_workers),
-            "device_id": local_rank if device.type == "cuda" else None, "seed": seed,
-            "prefetch_queue_depth": 2}
+    return {
+        "batch_size": args.per_device_batch,
+        "num_threads": max(1, args.loader_workers),
+        "device_id": local_rank if device.type == "cuda" else None,
+        "seed": seed,
+        "prefetch_queue_depth": 2,
+    }
 
 
 def _dali_iterator(dali_torch, pipe, norm: _Normalise, **kw):
@@ -217,6 +183,7 @@ def _dali_iterator(dali_torch, pipe, norm: _Normalise, **kw):
             # Already normalised float NCHW (on the GPU when the run is on one).
             x = norm.channels_last_if_asked(out["x"].to(norm.device, non_blocking=True))
             yield x, out["y"].reshape(-1).to(norm.device, non_blocking=True).long()
+
     return it, batches
 
 
@@ -226,6 +193,7 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
     does the augmentation and normalisation."""
     dali, dali_torch = _dali(framework)
     from nvidia.dali import fn, types  # noqa: PLC0415
+
     batch = args.per_device_batch
     sampler = _sampler(len(train.labels), world, rank, args.seed)
     steps = len(sampler) // batch
@@ -246,7 +214,7 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
             if info.epoch_idx != self.epoch:
                 sampler.set_epoch(info.epoch_idx)
                 self.epoch, self.order = info.epoch_idx, np.fromiter(sampler, dtype=np.int64)
-            idx = self.order[info.iteration * batch:(info.iteration + 1) * batch]
+            idx = self.order[info.iteration * batch : (info.iteration + 1) * batch]
             return hwc[idx], train.labels[idx]
 
     mean = [m * 255 for m in common_data.CIFAR_MEAN]
@@ -254,9 +222,14 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
 
     @dali.pipeline_def(**_dali_common(args, local_rank, device, args.seed + rank))
     def pipeline():
-        images, labels = fn.external_source(source=Source(), num_outputs=2, batch=True,
-                                            batch_info=True, layout=["HWC", ""],
-                                            dtype=[types.UINT8, types.INT64])
+        images, labels = fn.external_source(
+            source=Source(),
+            num_outputs=2,
+            batch=True,
+            batch_info=True,
+            layout=["HWC", ""],
+            dtype=[types.UINT8, types.INT64],
+        )
         if gpu:
             images, labels = images.gpu(), labels.gpu()
         crop: dict[str, Any] = {}
@@ -265,11 +238,15 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
             # 32x32 window at one of the 9x9 whole-pixel offsets, as the native path does.
             images = fn.crop(images, crop=(40, 40), out_of_bounds_policy="pad", fill_values=0)
             offsets = [i / 8 for i in range(9)]
-            crop = {"crop": (32, 32), "crop_pos_x": fn.random.uniform(values=offsets),
-                    "crop_pos_y": fn.random.uniform(values=offsets),
-                    "mirror": fn.random.coin_flip()}
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
-                                          mean=mean, std=std, **crop)
+            crop = {
+                "crop": (32, 32),
+                "crop_pos_x": fn.random.uniform(values=offsets),
+                "crop_pos_y": fn.random.uniform(values=offsets),
+                "mirror": fn.random.coin_flip(),
+            }
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std, **crop
+        )
         return images, labels
 
     pipe = pipeline()
@@ -277,16 +254,26 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
 
     def epoch(e: int) -> Iterator[Batch]:
         return batches()  # DALI counts the epochs itself (BatchInfo.epoch_idx)
-    return Data(common_data.SHAPES[args.dataset].classes, len(train.labels), steps, epoch,
-                _val_arrays(test, world, rank, norm), {"dali": dali.__version__}, pipe)
+
+    return Data(
+        common_data.SHAPES[args.dataset].classes,
+        len(train.labels),
+        steps,
+        epoch,
+        _val_arrays(test, world, rank, norm),
+        {"dali": dali.__version__},
+        pipe,
+    )
 
 
-def _dali_folders(args, folders: imagenet.Folders, world, rank, local_rank, device, norm,
-                  framework) -> Data:
+def _dali_folders(
+    args, folders: imagenet.Folders, world, rank, local_rank, device, norm, framework
+) -> Data:
     """ImageNet folders through DALI's file reader, decoder and crop operators."""
     dali, dali_torch = _dali(framework)
     from nvidia.dali import fn, types  # noqa: PLC0415
     from nvidia.dali.plugin.base_iterator import LastBatchPolicy  # noqa: PLC0415
+
     n = len(folders.train)
     # One permutation, the same on every rank, cut to a multiple of the ranks: equal shards,
     # so every rank takes floor(n / ranks / batch) steps an epoch, as the native sampler
@@ -295,7 +282,7 @@ def _dali_folders(args, folders: imagenet.Folders, world, rank, local_rank, devi
     # the reader shuffles the whole list again with one seed for all ranks
     # (shuffle_after_epoch), DistributedSampler's semantics. random_shuffle would only mix
     # within a 1,024-image buffer of a list sorted by class.
-    order = np.random.default_rng(args.seed).permutation(n)[:n - n % world]
+    order = np.random.default_rng(args.seed).permutation(n)[: n - n % world]
     files = [folders.train[i][0] for i in order]
     labels = [folders.train[i][1] for i in order]
     steps = len(files) // world // args.per_device_batch
@@ -307,33 +294,62 @@ def _dali_folders(args, folders: imagenet.Folders, world, rank, local_rank, devi
 
     @dali.pipeline_def(**_dali_common(args, local_rank, device, args.seed + rank))
     def pipeline():
-        jpegs, label = fn.readers.file(files=files, labels=labels, shard_id=rank,
-                                       num_shards=world, shuffle_after_epoch=True,
-                                       shuffle_after_epoch_seed=args.seed,
-                                       pad_last_batch=True, name="Reader")
+        jpegs, label = fn.readers.file(
+            files=files,
+            labels=labels,
+            shard_id=rank,
+            num_shards=world,
+            shuffle_after_epoch=True,
+            shuffle_after_epoch_seed=args.seed,
+            pad_last_batch=True,
+            name="Reader",
+        )
         # Only the random crop's region is decoded ("mixed": nvJPEG on the GPU, with
         # DALI's ResNet-50 example's memory paddings so buffers are not regrown for the
         # first large images; on CPU, libjpeg-turbo in DALI's threads), then resized.
-        padding = {"device_memory_padding": 211_025_920,
-                   "host_memory_padding": 140_544_512} if gpu else {}
+        padding = (
+            {"device_memory_padding": 211_025_920, "host_memory_padding": 140_544_512}
+            if gpu
+            else {}
+        )
         images = fn.decoders.image_random_crop(
-            jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
-            random_area=(0.08, 1.0), random_aspect_ratio=(3 / 4, 4 / 3), num_attempts=100,
-            **padding)
+            jpegs,
+            device="mixed" if gpu else "cpu",
+            output_type=types.RGB,
+            random_area=(0.08, 1.0),
+            random_aspect_ratio=(3 / 4, 4 / 3),
+            num_attempts=100,
+            **padding,
+        )
         images = fn.resize(images, resize_x=imagenet.CROP, resize_y=imagenet.CROP)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
-                                          mean=mean, std=std, mirror=fn.random.coin_flip())
+        images = fn.crop_mirror_normalize(
+            images,
+            dtype=types.FLOAT,
+            output_layout="CHW",
+            mean=mean,
+            std=std,
+            mirror=fn.random.coin_flip(),
+        )
         return images, (label.gpu() if gpu else label)
 
     # DROP: a last partial batch of the shard is read (padded) and dropped, so epochs end
     # together on every rank.
     pipe = pipeline()
-    it, batches = _dali_iterator(dali_torch, pipe, norm, reader_name="Reader",
-                                 last_batch_policy=LastBatchPolicy.DROP)
+    it, batches = _dali_iterator(
+        dali_torch, pipe, norm, reader_name="Reader", last_batch_policy=LastBatchPolicy.DROP
+    )
     if len(it) != steps:
         raise TrainerError(f"DALI plans {len(it)} steps an epoch, the native loader {steps}")
+
     def epoch(e: int) -> Iterator[Batch]:
         return batches()
-    return Data(len(folders.classes), n, steps, epoch,
-                _val_folders(args, folders, world, rank, device, norm), {"dali": dali.__version__},
-                pipe)
+
+    return Data(
+        len(folders.classes),
+        n,
+        steps,
+        epoch,
+        _val_folders(args, folders, world, rank, device, norm),
+        {"dali": dali.__version__},
+        pipe,
+    )

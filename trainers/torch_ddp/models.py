@@ -6,6 +6,7 @@ gives the published sizes (ResNet-20 0.27M, ResNet-44 0.66M) and is easy to repr
 in every framework. ImageNet ResNets are the bottleneck v1.5 design (stride in the 3x3 conv),
 as in torchvision and NVIDIA's reference, 25.6M parameters for ResNet-50.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,9 @@ class _BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut: nn.Module = (_PadShortcut(cout - cin) if stride != 1 or cin != cout
-                                    else nn.Identity())
+        self.shortcut: nn.Module = (
+            _PadShortcut(cout - cin) if stride != 1 or cin != cout else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -78,8 +80,9 @@ class _Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(cout)
         self.down: nn.Module = nn.Identity()
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -91,8 +94,12 @@ class _Bottleneck(nn.Module):
 class ImageNetResNet(nn.Module):
     def __init__(self, layers: tuple[int, int, int, int], classes: int = 1000) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        )
         stages: list[nn.Module] = []
         cin = 64
         for width, count, stride in zip((64, 128, 256, 512), layers, (1, 2, 2, 2)):

@@ -5,12 +5,13 @@ writes the common metric records. Throughput counts timed steps only: warm-up st
 first and excluded, and timing brackets are closed by a device synchronisation and a barrier,
 so the slowest rank sets the time.
 """
+
 from __future__ import annotations
 
 import contextlib
 import datetime
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from ..common import breakdown
 from ..common import comm as common_comm
 from ..common import data as common_data
 from ..common import loop as training_loop
@@ -32,6 +32,7 @@ from . import comm as comm_benchmark
 from . import loaders
 from .device import ComputeDtype, CudaTimer, pick_gpu, resolve_precision, set_math_modes
 from .models import build, parameter_count
+from .probes import _breakdown, _synthetic
 
 PROG = "dlscale-torch-ddp"
 FRAMEWORK = "pytorch-ddp"
@@ -70,20 +71,26 @@ class Distribution:
     def init(self, args, launch: LaunchEnv, device: torch.device) -> None:
         if launch.distributed:
             dist.init_process_group(
-                backend="nccl" if device.type == "cuda" else "gloo", rank=launch.rank,
-                world_size=launch.world_size, timeout=datetime.timedelta(minutes=10),
-                **({"device_id": device} if device.type == "cuda" else {}))
+                backend="nccl" if device.type == "cuda" else "gloo",
+                rank=launch.rank,
+                world_size=launch.world_size,
+                timeout=datetime.timedelta(minutes=10),
+                **({"device_id": device} if device.type == "cuda" else {}),
+            )
             if dist.get_world_size() != launch.world_size:
-                raise TrainerError(f"the process group has {dist.get_world_size()} ranks; "
-                                   f"the launcher started {launch.world_size}")
+                raise TrainerError(
+                    f"the process group has {dist.get_world_size()} ranks; "
+                    f"the launcher started {launch.world_size}"
+                )
 
     def wrap(self, model, opt, args, launch: LaunchEnv, device: torch.device, precision: str):
         """(the module that runs forward, the optimizer to step); `precision` is the one
         resolved for this device, which the framework's own mixed precision must follow."""
         if not launch.distributed:
             return model, opt
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                       else None), opt
+        return DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        ), opt
 
     def step(self, net, opt, loss, scaler) -> None:
         self.zero_grad(opt)
@@ -142,10 +149,13 @@ class Distribution:
     def comm_plan(self, grad_elements: list[int], args) -> common_comm.CommPlan:
         """DDP's buckets with its defaults (a 1 MiB first bucket, then 25 MiB), of fp32
         gradients whatever the autocast precision (they have the parameters' dtype)."""
-        return common_comm.CommPlan(common_comm.buckets(
-            [4 * n for n in grad_elements],
-            [common_comm.DDP_FIRST_BUCKET_BYTES, common_comm.DDP_BUCKET_BYTES]),
-            common_comm.DDP_BUCKET_BYTES)
+        return common_comm.CommPlan(
+            common_comm.buckets(
+                [4 * n for n in grad_elements],
+                [common_comm.DDP_FIRST_BUCKET_BYTES, common_comm.DDP_BUCKET_BYTES],
+            ),
+            common_comm.DDP_BUCKET_BYTES,
+        )
 
     def comm_round(self, tensors: list[torch.Tensor], launch: LaunchEnv) -> None:
         # Issued together, waited for together: the reducer launches each bucket when it
@@ -193,9 +203,12 @@ class TorchRun:
 def train(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
     strategy = strategy or Distribution()
     parser = build_parser(strategy.prog)
-    parser.add_argument("--comm-benchmark", action="store_true",
-                        help="time one step's gradient allreduce, in this framework's buckets "
-                        "over its process group, instead of training")
+    parser.add_argument(
+        "--comm-benchmark",
+        action="store_true",
+        help="time one step's gradient allreduce, in this framework's buckets "
+        "over its process group, instead of training",
+    )
     strategy.add_args(parser)
     args = parser.parse_args(argv)
 
@@ -205,9 +218,15 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     ctx = start(strategy.prog, strategy.framework, args, on_cpu=not use_cuda)
     device, capability = torch.device("cpu"), None
     if use_cuda:
-        device = torch.device("cuda", pick_gpu(ctx.launch.local_rank, local_world_size(),
-                                               torch.cuda.device_count(),
-                                               ctx.launched_by == "srun"))
+        device = torch.device(
+            "cuda",
+            pick_gpu(
+                ctx.launch.local_rank,
+                local_world_size(),
+                torch.cuda.device_count(),
+                ctx.launched_by == "srun",
+            ),
+        )
         torch.cuda.set_device(device)
         capability = torch.cuda.get_device_capability(device)
     # Each rank owns its cores; more threads than cores makes ranks fight and hides scaling.
@@ -215,10 +234,13 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
 
     precision = resolve_precision(args.precision, use_cuda, capability)
     channels_last = args.memory_format == "channels_last" or (
-        args.memory_format == "auto" and use_cuda)
+        args.memory_format == "auto" and use_cuda
+    )
     if args.dataset in common_data.SYNTHETIC and args.loader != "native":
-        raise TrainerError(f"--loader {args.loader} reads data, and {args.dataset} has none "
-                           "(it is made on the device); use --loader native")
+        raise TrainerError(
+            f"--loader {args.loader} reads data, and {args.dataset} has none "
+            "(it is made on the device); use --loader native"
+        )
 
     # One rank needs no process group and no DDP: gradients are the same without them, and
     # the single-device baseline every speedup divides by should be the strongest one.
@@ -232,22 +254,6 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
         strategy.finish(ctx.launch)
 
 
-def _synthetic(run: TorchRun, shape) -> Callable[[], Iterator[Any]]:
-    """One batch made on the device once: throughput measures compute and communication."""
-    args = run.ctx.args
-    gen = torch.Generator(device="cpu").manual_seed(args.seed + run.ctx.rank)
-    x = torch.randn(args.per_device_batch, shape.channels, shape.size, shape.size,
-                    generator=gen).to(run.device)
-    if run.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, shape.classes, (args.per_device_batch,), generator=gen).to(run.device)
-
-    def batches() -> Iterator[Any]:
-        while True:
-            yield x, y
-    return batches
-
-
 def _run(run: TorchRun) -> int:
     ctx, strategy, device = run.ctx, run.strategy, run.device
     args, writer, launch = ctx.args, ctx.writer, ctx.launch
@@ -258,8 +264,15 @@ def _run(run: TorchRun) -> int:
     if args.dataset in common_data.SYNTHETIC:
         stream, steps_per_epoch, classes = _synthetic(run, shape)(), None, shape.classes
     else:
-        data = loaders.build(args, ctx.world, launch.rank, launch.local_rank, device,
-                             run.channels_last, strategy.framework)
+        data = loaders.build(
+            args,
+            ctx.world,
+            launch.rank,
+            launch.local_rank,
+            device,
+            run.channels_last,
+            strategy.framework,
+        )
         steps_per_epoch, classes = data.steps_per_epoch, data.classes
 
         def epochs() -> Iterator[Any]:
@@ -268,6 +281,7 @@ def _run(run: TorchRun) -> int:
                 yield from data.epoch(epoch)
                 epoch += 1
                 yield None  # end of epoch marker
+
         stream = epochs()
     recipe = ctx.recipe(ctx.total_steps(steps_per_epoch), steps_per_epoch)
     torch.manual_seed(args.seed)
@@ -278,29 +292,54 @@ def _run(run: TorchRun) -> int:
     cuda = device.type == "cuda"
     math_modes = set_math_modes(run.precision) if cuda else {}
     # Fused SGD: one kernel for every parameter's update on the GPU (DeepLearningExamples).
-    opt = torch.optim.SGD(model.parameters(), lr=recipe.plan.lr(0), momentum=args.momentum,
-                          weight_decay=args.weight_decay, **({"fused": True} if cuda else {}))
+    opt = torch.optim.SGD(
+        model.parameters(),
+        lr=recipe.plan.lr(0),
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        **({"fused": True} if cuda else {}),
+    )
     seen_dtype = ComputeDtype(model)
     wrapped, opt = strategy.wrap(model, opt, args, launch, device, run.precision)
     net = torch.compile(wrapped) if args.compile else wrapped
     scaler = torch.amp.GradScaler("cuda") if run.precision == "fp16" else None
 
-    writer.write("params", framework=strategy.framework, world_size=ctx.world,
-                 global_batch=ctx.global_batch, parameters=parameter_count(model),
-                 precision=run.precision, channels_last=run.channels_last,
-                 total_steps=recipe.total_steps, steps_per_epoch=steps_per_epoch,
-                 lr_scaled=recipe.plan.scaled_lr, device=device.type, classes=classes,
-                 train_images=data.train_images if data else None,
-                 distributed=launch.distributed, fused_sgd=cuda, **math_modes,
-                 **recipe_fields(args), **strategy.record(args, launch))
-    versions = {"torch": torch.__version__, "numpy": np.__version__, "cuda": torch.version.cuda,
-                "cudnn": torch.backends.cudnn.version() if cuda else None,
-                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                **strategy.versions(), **(data.versions if data else {})}
+    writer.write(
+        "params",
+        framework=strategy.framework,
+        world_size=ctx.world,
+        global_batch=ctx.global_batch,
+        parameters=parameter_count(model),
+        precision=run.precision,
+        channels_last=run.channels_last,
+        total_steps=recipe.total_steps,
+        steps_per_epoch=steps_per_epoch,
+        lr_scaled=recipe.plan.scaled_lr,
+        device=device.type,
+        classes=classes,
+        train_images=data.train_images if data else None,
+        distributed=launch.distributed,
+        fused_sgd=cuda,
+        **math_modes,
+        **recipe_fields(args),
+        **strategy.record(args, launch),
+    )
+    versions = {
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        **strategy.versions(),
+        **(data.versions if data else {}),
+    }
     ctx.open_meter(torch.cuda.get_device_properties(device) if cuda else None)
-    ctx.write_env(versions, run.gather,
-                  device=torch.cuda.get_device_name(device) if cuda else None,
-                  backend=strategy.comm_backend(device))
+    ctx.write_env(
+        versions,
+        run.gather,
+        device=torch.cuda.get_device_name(device) if cuda else None,
+        backend=strategy.comm_backend(device),
+    )
 
     def evaluate() -> float:
         model.eval()
@@ -324,48 +363,26 @@ def _run(run: TorchRun) -> int:
 
     model.train()
     hooks = training_loop.Hooks(
-        step=step, set_lr=lambda lr: strategy.set_lr(opt, lr),
+        step=step,
+        set_lr=lambda lr: strategy.set_lr(opt, lr),
         loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
-        sync=run.sync, evaluate=evaluate if data is not None else None,
+        sync=run.sync,
+        evaluate=evaluate if data is not None else None,
         timer=CudaTimer() if cuda else training_loop.WallTimer(),
-        progress=ctx.progress, meter=ctx.meter)
+        progress=ctx.progress,
+        meter=ctx.meter,
+    )
     loop = training_loop.run(recipe, hooks, writer, stream)
     digests = run.gather(_weights_digest(model))
     energy = ctx.energy(run.gather, loop.timed_steps(args.warmup_steps) * ctx.global_batch)
     timed = loop.timed_steps(args.warmup_steps)
     split = _breakdown(run, net, opt, scaler, last, timed) if timed and last else {}
-    throughput = training_loop.write_summary(writer, recipe, loop, ctx.world, digests,
-                                             compute_dtype=seen_dtype.seen, **energy, **split)
+    throughput = training_loop.write_summary(
+        writer, recipe, loop, ctx.world, digests, compute_dtype=seen_dtype.seen, **energy, **split
+    )
     ctx.say_done(throughput, loop)
     strategy.barrier(launch)
     return 0
-
-
-def _breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int) -> dict:
-    """Forward, backward, optimizer, and the communication not hidden behind them (steps
-    with and without DDP's gradient synchronisation), after the timed steps."""
-    xb, yb = batch
-    strategy, launch = run.strategy, run.ctx.launch
-
-    def forward():
-        strategy.zero_grad(opt)
-        with run.autocast():
-            return F.cross_entropy(net(xb), yb)
-
-    def backward(loss):
-        if scaler is not None:
-            loss = scaler.scale(loss)
-        strategy.backward(net, loss)
-
-    def optimizer():
-        strategy.optimizer_step(net, opt, scaler)
-
-    local = strategy.no_sync(net, launch)
-    phases = breakdown.Phases(forward, backward, optimizer, lambda: run.sync_device(), local,
-                              None if local else f"{strategy.framework} has no step without "
-                              "gradient synchronisation to compare with")
-    strategy.barrier(launch)
-    return breakdown.measure(phases, breakdown.pairs_for(timed), launch.distributed)
 
 
 def main(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:

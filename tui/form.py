@@ -1,0 +1,51 @@
+"""The Build screen's form: its fields, lists and titles, and how their text reads."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# form widget id -> the spec field it edits (problems are reported against these)
+FIELDS = {
+    "name": "experiment.name",
+    "frameworks": "experiment.frameworks",
+    "models": "experiment.models",
+    "datasets": "experiment.datasets",
+    "scales": "experiment.scales",
+    "batch": "experiment.per_device_batch",
+    "precisions": "experiment.precisions",
+    "loaders": "experiment.loaders",
+    "repetitions": "experiment.repetitions",
+    "steps": "training.steps",
+}
+
+
+LISTS = ("frameworks", "models", "datasets", "precisions", "loaders")
+
+
+TITLES = {
+    "name": "Experiment name",
+    "frameworks": "Frameworks",
+    "models": "Models",
+    "datasets": "Datasets",
+    "scales": "Scales (nodes x ranks per node)",
+    "batch": "Batch per device",
+    "precisions": "Precision",
+    "loaders": "Data loader",
+    "repetitions": "Repetitions",
+    "steps": "Timed steps per run",
+    "path": "Spec file",
+    "profile": "Cluster profile (Slurm)",
+}
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[,\s]+", text.strip()) if w]
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v] if v not in (None, "") else []
