@@ -32,6 +32,20 @@ if TYPE_CHECKING:
 LOCK_NAME = "local-worker.lock"
 
 
+def worker_alive(home: Path) -> bool:
+    """Whether a local worker runs for this home: it holds the lock file while it runs."""
+    path = home / LOCK_NAME
+    if not path.exists():
+        return False
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -184,13 +198,7 @@ class LocalBackend(Backend):
         return self.store.home / LOCK_NAME
 
     def worker_alive(self) -> bool:
-        with open(self.lock_path, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
+        return worker_alive(self.store.home)
 
     def ensure_worker(self) -> None:
         if not self.start_worker or self.worker_alive():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ControllerUnreachable
 from ..paths import RunPaths
 from ..tracking.store import TERMINAL
 from .base import JobStatus
@@ -49,28 +48,7 @@ def poll(backend: SlurmCLI, job_ids: list[str]) -> dict[str, JobStatus]:
         else:
             ok = False
             backend.last_error = f"scontrol: {' '.join(res.stderr.split()) or res.returncode}"
-    backend.last_poll_ok = ok
-    if ok:
-        backend._failures = 0
-    else:
-        backend._failures += 1
-        if backend._failures >= backend.max_failures:
-            raise ControllerUnreachable(
-                f"Slurm did not answer {backend._failures} polls in a row: {backend.last_error}"
-            )
-    out = {}
-    for j in job_ids:
-        job = backend._cache.get(j)
-        if job is not None:
-            out[j] = JobStatus(
-                j,
-                job.state,
-                job.reason,
-                job.nodes,
-                float(job.elapsed_s) if job.elapsed_s is not None else None,
-                job.exit_code,
-            )
-    return out
+    return backend._answer(ok, job_ids)
 
 
 def last_word(row: dict[str, Any]) -> JobStatus | None:

@@ -9,7 +9,6 @@ says, and a run it cannot place exactly is still kept, under what its records te
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
-from ..backends.local import LOCK_NAME
+from ..backends.local import worker_alive
 from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
 from ..errors import SpecError, UserError
@@ -144,7 +143,8 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
             "rebuilds it anyway from the run folders (the current file is kept "
             "aside)"
         )
-    if _worker_alive(home):
+    # the worker writes to the store it opened, which the rebuild is about to move
+    if worker_alive(home):
         raise UserError(
             f"the local worker is running jobs of {home}; rebuild the store once "
             "it has stopped (it stops when its queue is empty)"
@@ -178,21 +178,6 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
     out.experiments = [e["name"] for e in store.experiments()]
     store.close()
     return out
-
-
-def _worker_alive(home: Path) -> bool:
-    """The local worker holds its lock file while it runs (LocalBackend.worker_alive);
-    it writes to the store it opened, which the rebuild is about to move."""
-    path = home / LOCK_NAME
-    if not path.exists():
-        return False
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
 
 
 def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
