@@ -75,7 +75,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.baseline = max(candidates, key=_mean)
             own = [c for c in candidates if c.framework == p.framework]
             p.own_baseline = max(own, key=_mean) if own else None
-    explained.attach(store, out, comm)
+    explained.attach(store, out, comm, envs)
     out.sort(
         key=lambda p: (
             p.experiment,

@@ -54,8 +54,14 @@ def comm_key(r: dict[str, Any]) -> tuple:
     )
 
 
-def attach(store: Store, points: list[Point], comm_rows: list[dict[str, Any]]) -> None:
-    """Give each point its scale's benchmark and, where no energy was measured, why not."""
+def attach(
+    store: Store,
+    points: list[Point],
+    comm_rows: list[dict[str, Any]],
+    envs: dict[str, dict[str, Any]],
+) -> None:
+    """Give each point its scale's benchmark and, where no energy was measured, why not
+    (from `envs`, the env records analysis read for the points' device)."""
     records = store.last_records("comm", [r["run_id"] for r in comm_rows]) if comm_rows else {}
     bench: dict[tuple, dict[str, Any]] = {}
     for r in sorted(comm_rows, key=lambda r: r["created"] or 0):  # the latest one wins
@@ -68,12 +74,11 @@ def attach(store: Store, points: list[Point], comm_rows: list[dict[str, Any]]) -
                 "reason": (r.get("reason") or "").split("\n")[0],
             }
     # Why no energy: the first repetition's env record says it for the point (the others
-    # ran on the same kind of node; reading one per point keeps a large study quick).
+    # ran on the same kind of device).
     wanting = [
         p for p in points if p.completed_run_ids and _median(p, "energy_per_image_j") is None
     ]
     wanting_ids = {id(p) for p in wanting}
-    envs = store.last_records("env", [p.completed_run_ids[0] for p in wanting]) if wanting else {}
     for p in points:
         p.comm = bench.get(
             (p.experiment, p.framework, p.model, p.dataset, p.nodes, p.ranks_per_node, p.precision)
