@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
-from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.ACTIVE)
+from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.SUBMITTING)
 from .store_health import REBUILD_HINT, damage_message, run_folders
 from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
@@ -327,7 +327,7 @@ class Store(Claims, Jobs, Records):
             sql, args = sql + " WHERE experiment=?", [experiment]
         return dict(self.conn.execute(sql + " GROUP BY state", args).fetchall())
 
-    def live_backends(self, states: tuple[str, ...] = ("PENDING", "RUNNING")) -> list[str]:
+    def live_backends(self, states: tuple[str, ...] = ACTIVE) -> list[str]:
         """The backends that have runs in `states` (queued or running)."""
         return sorted(
             r[0]
