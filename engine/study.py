@@ -7,13 +7,15 @@ Both front ends call these functions and nothing below them, so they behave alik
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .backends.base import WAITING, Backend, JobRequest, NotYet
+from .backends.base import WAITING, Backend, JobRequest, Layout, NotYet
 from .config.spec import LoadedSpec
 from .errors import DlscaleError, PlanError, StoreError, SubmitError, UserError
 from .launching import envs
@@ -21,7 +23,7 @@ from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import RunPaths
 from .tracking.follow import find_run
-from .tracking.recovery import link_or_copy, shared_spec, write_run_file
+from .tracking.recovery import lay_out, shared_spec, write_run_file
 from .tracking.store import ACTIVE, SUBMITTING, Store
 
 
@@ -100,15 +102,32 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
                 rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING),
             )
         )
-    spec_file = shared_spec(store.home, loaded.text, loaded.digest)
+    layout = Layout(
+        spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
+    )
 
     def prepare(run: Run, row: dict) -> JobRequest:
-        paths = RunPaths.of(row)
-        link_or_copy(spec_file, paths.spec)
-        return backend.prepare(run, paths, loaded)
+        if backend.folders_at_start:  # its folder is laid out when its job starts
+            if row["attempts"] > 1:
+                store.set_aside(row)  # the earlier attempt's files move aside now
+            else:
+                in_the_way(Path(row["run_dir"]))
+            request = backend.prepare(run, RunPaths.of(row), loaded)
+            return replace(request, layout=layout)
+        store.set_aside(row)
+        lay_out(row, backend.name, layout)
+        return backend.prepare(run, RunPaths.of(row), loaded)
 
-    _hand_over_all(store, backend, claimed, prepare, report, spec_path, loaded.digest)
+    _hand_over_all(store, backend, claimed, prepare, report)
     return report
+
+
+def in_the_way(run_dir: Path) -> None:
+    """Raises when something that is not a folder holds a run folder's place (a file, a
+    link to nowhere or to itself): said at submission, not only when the job starts. One
+    lstat, no write."""
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "something else is in the way", str(run_dir))
 
 
 def _hand_over_all(
@@ -117,8 +136,6 @@ def _hand_over_all(
     claimed: list[tuple[Run, dict, bool]],
     prepare,
     report: SubmitReport,
-    spec_path: str,
-    spec_digest: str,
 ) -> None:
     """Prepare each claimed run's job, submit them (all at once where the backend can),
     record the jobs. A run whose job could not be made or was refused is released with
@@ -130,8 +147,6 @@ def _hand_over_all(
     try:
         for run, row, again in claimed:
             try:
-                store.set_aside(row)
-                write_run_file(row, RunPaths.of(row).root, backend.name, spec_path, spec_digest)
                 ready.append((run, row, again, prepare(run, row)))
             except (PlanError, OSError) as exc:
                 _release(store, row, exc, backend)
@@ -240,12 +255,19 @@ def not_submitted_because(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _hand_over(store: Store, backend: Backend, row: dict, request_of, refused: str) -> str:
+def _hand_over(
+    store: Store, backend: Backend, row: dict, request_of, refused: str, layout: Layout | None
+) -> str:
     """Submit one claimed run (resubmit, rerun); its claim is released with why whatever
-    goes wrong. Returns the job id."""
+    goes wrong. Returns the job id. Its folder is laid out now (one run: no reason to wait),
+    from the layout its last job kept where it kept one (a local run may never have
+    started, so its folder may hold nothing to go by)."""
     try:
         store.set_aside(row)
-        write_run_file(row, RunPaths.of(row).root, backend.name)
+        if layout is not None:
+            lay_out(row, backend.name, layout)
+        else:
+            write_run_file(row, RunPaths.of(row).root, backend.name)
         request = request_of()
         job_id = backend.submit(request)
     except BaseException as exc:
@@ -253,6 +275,11 @@ def _hand_over(store: Store, backend: Backend, row: dict, request_of, refused: s
         raise
     _record(store, backend, row, job_id, request)
     return job_id
+
+
+def _layout(payload: dict) -> Layout | None:
+    """The layout a job was submitted with, where its backend keeps one (folders_at_start)."""
+    return Layout(**payload["layout"]) if "layout" in payload else None
 
 
 def _payload(store: Store, row: dict) -> dict:
@@ -285,11 +312,14 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
             paths = RunPaths.of(claimed)
             previous = paths.attempt(claimed["attempts"] - 1)
             for old, new in zip(previous.submission, paths.submission):
-                if old.exists():
+                if old.exists() and not new.exists():  # the layout's spec is there already
                     shutil.copy2(old, new)
             return backend.again(claimed, paths, payload)
 
-        out.append((row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED")))
+        layout = _layout(payload)
+        out.append(
+            (row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED", layout))
+        )
     return out
 
 
@@ -328,10 +358,10 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
         )
 
     def request() -> JobRequest:
-        if old.spec.exists():
+        if old.spec.exists() and not new.spec.exists():  # the layout's spec is there already
             shutil.copy2(old.spec, new.spec)
         new.rerun_of.write_text(old_id + "\n")
         return backend.repeat(row, claimed, payload, moved)
 
     # refused or no longer fitting here: the rerun stays, FAILED, saying why
-    return new_id, _hand_over(store, backend, claimed, request, "FAILED")
+    return new_id, _hand_over(store, backend, claimed, request, "FAILED", _layout(payload))

@@ -280,3 +280,41 @@ def test_only_the_store_runs_sql():
             if isinstance(node, (ast.Import, ast.ImportFrom)) and "sqlite3" in ast.dump(node):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: sqlite3")
     assert found == []
+
+
+def test_a_queued_local_run_has_its_folder_made_when_it_starts(tmp_path, home):
+    """Submission writes no file per run (folders_at_start): while the worker is busy the
+    queued runs have no folder; when one starts it gets run.json and its spec, and a run
+    whose place was taken meanwhile (a file there) fails at its start, saying why, while
+    the others still run. A real worker and real trainers."""
+    import fcntl
+    import json
+
+    from dlscale.engine.backends.local import LOCK_NAME
+
+    spec = write_spec(tmp_path / "s.toml", scales='"1x1", "1x2"', steps=2)
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / LOCK_NAME, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a busy "worker": nothing starts yet
+        assert "2 submitted" in dlscale("run", str(spec), check=0).stdout
+        rows = sorted(Store(home).runs(), key=lambda r: r["ranks_per_node"])
+        assert all(r["state"] == "PENDING" for r in rows)
+        assert not any(Path(r["run_dir"]).exists() for r in rows)
+        blocked, free = Path(rows[0]["run_dir"]), Path(rows[1]["run_dir"])
+        blocked.parent.mkdir(parents=True, exist_ok=True)
+        blocked.write_text("someone else's file\n")
+    dlscale("status", check=0)  # finds the queue with no worker: starts one
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        states = {r["run_id"]: r for r in Store(home).runs()}
+        if all(r["state"] in ("COMPLETED", "FAILED") for r in states.values()):
+            break
+        time.sleep(1)
+    first, second = states[rows[0]["run_id"]], states[rows[1]["run_id"]]
+    assert first["state"] == "FAILED" and "cannot lay out the run's folder" in first["reason"]
+    assert blocked.read_text() == "someone else's file\n"  # not touched
+    assert second["state"] == "COMPLETED", second["reason"]
+    record = json.loads((free / "run.json").read_text())
+    assert record["run_id"] == rows[1]["run_id"] and record["backend"] == "local"
+    assert record["spec_path"] == str(spec.resolve())
+    assert (free / "spec.toml").read_text() == spec.read_text()

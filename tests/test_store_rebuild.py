@@ -14,6 +14,7 @@ import pytest
 from conftest import dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.local import LocalBackend
+from dlscale.engine.backends.local_worker import make_folder
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
@@ -41,12 +42,19 @@ def _study_of_every_kind(home, tmp_path) -> None:
         store.next_counter("local_job")
     report = study.submit(store, load_spec(fresh), LocalBackend(store, start_worker=False))
     assert len(report.submitted) == 2, report.failed_to_submit
+    _started(store)
     metrics = sorted((FIXTURE / "runs").glob("*/metrics.jsonl"))
     for row, source in zip(store.runs("fresh"), metrics):
         shutil.copy(source, Path(row["run_dir"]) / "metrics.jsonl")
         store.ingest(row["run_id"], Path(row["run_dir"]) / "metrics.jsonl")
         store.update_run(row["run_id"], state="COMPLETED")
     store.close()
+
+
+def _started(store: Store) -> None:
+    """What the local worker does first as each queued job starts: lay out its folder."""
+    for job in store.live_jobs():
+        assert make_folder(store, job, json.loads(job["payload"])) is None
 
 
 def _break(home, how: str) -> None:
@@ -142,6 +150,8 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     quiet = LocalBackend(store, start_worker=False)
     study.submit(store, load_spec(spec), quiet)
     (row,) = store.runs("kept")
+    assert not Path(row["run_dir"]).exists()  # queued: laid out when it starts
+    _started(store)
     first = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert first["spec_path"] == str(spec.resolve()) and first["experiment"] == "kept"
     assert first["backend"] == "local" and first["training"]["steps"] == 4
@@ -150,4 +160,16 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     again = json.loads((Path(row["run_dir"]) / "run.json").read_text())
     assert again["spec_path"] == first["spec_path"] and again["spec_digest"]
     assert (Path(row["run_dir"]) / "attempts" / "1" / "run.json").is_file()
+    assert (Path(row["run_dir"]) / "spec.toml").read_text() == spec.read_text()
     follow.cancel(store, [row["run_id"]])
+    # Cancelled while queued, its folder never made: the resubmission still names its spec.
+    never = write_spec(tmp_path / "n.toml", name="never", scales='"1x1"')
+    study.submit(store, load_spec(never), quiet)
+    (queued,) = store.runs("never")
+    follow.cancel(store, [queued["run_id"]])
+    assert not Path(queued["run_dir"]).exists()
+    study.resubmit(store, [queued["run_id"]], lambda name: quiet)
+    record = json.loads((Path(queued["run_dir"]) / "run.json").read_text())
+    assert record["spec_path"] == str(never.resolve()) and record["experiment"] == "never"
+    assert (Path(queued["run_dir"]) / "spec.toml").read_text() == never.read_text()
+    follow.cancel(store, [queued["run_id"]])

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,7 @@ class LocalBackend(Backend):
     """This machine: runs queue in the store and one worker runs them in turn."""
 
     name = "local"
+    folders_at_start = True  # the worker lays out each run's folder as it starts the run
 
     def __init__(self, store: Store, start_worker: bool = True) -> None:
         self.store = store
@@ -251,6 +253,7 @@ class LocalBackend(Backend):
                         "env": r.env,
                         "run_dir": str(r.run_dir),
                         "log": str(r.log_path),
+                        **({"layout": asdict(r.layout)} if r.layout else {}),
                     },
                 )
                 for job_id, r in zip(ids, fits)

@@ -22,7 +22,9 @@ from pathlib import Path
 from ...trainers.common.lifeline import parent_watch
 from ..paths import RunPaths
 from ..tracking.monitor import finalize_run
+from ..tracking.recovery import lay_out
 from ..tracking.store import Store
+from .base import Layout
 from .local import LOCK_NAME, settle_failed
 from .local_procs import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
@@ -60,10 +62,29 @@ def _start(job: dict, payload: dict, log) -> subprocess.Popen | str:
         return str(exc)
 
 
+def make_folder(store: Store, job: dict, payload: dict) -> str | None:
+    """The run's folder as its job starts: laid out here when it was submitted without
+    one (Backend.folders_at_start). Returns why it cannot be made (a full disk, a file in
+    its place), or None."""
+    run_dir = Path(payload["run_dir"])
+    try:
+        if "layout" in payload:
+            lay_out(store.run(job["run_id"]), "local", Layout(**payload["layout"]))
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot lay out the run's folder {run_dir}: {exc}"
+    return None
+
+
 def _run_job(store: Store, job: dict, stopping: dict) -> None:
     payload = json.loads(job["payload"])
     run_dir = Path(payload["run_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
+    why = make_folder(store, job, payload)
+    if why is not None:
+        store.update_job("local", job["job_id"], state="FAILED", ended=time.time(), reason=why)
+        store.update_run(job["run_id"], state="FAILED", reason=why)  # it has no log to read
+        return
     metrics = RunPaths(run_dir).metrics
     with open(payload["log"], "ab") as log:
         log.write(

@@ -17,6 +17,11 @@ CUT = " \u2026"  # marks where a line was cut
 REASON_BYTES = 4 << 20  # how far from the end a failed run's error line is looked for
 
 
+# No such file, or no such folder to hold it (a run folder not laid out yet, or
+# something else in its place): the log is not there.
+ABSENT = (FileNotFoundError, NotADirectoryError)
+
+
 def _show(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace")
     return text if len(text) <= MAX_LINE else text[:MAX_LINE] + CUT
@@ -53,7 +58,7 @@ def tail_lines(path: str | Path, n: int = 20, block: int = 64 * 1024) -> list[st
     try:
         with open(path, "rb") as fh:
             data, whole = _read_back(fh, n, block, block + n * MAX_LINE)
-    except FileNotFoundError:
+    except ABSENT:
         return []
     parts = _BREAK.split(data)
     if parts[-1] == b"":  # the file ends with a line break (or is empty)
@@ -75,7 +80,7 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - REASON_BYTES))
             end = fh.read(REASON_BYTES)
-    except FileNotFoundError:
+    except ABSENT:
         return f"no log at {path}"
     errors = _TRAINER_ERROR.findall(end)
     tail = [line for line in tail_lines(path, 200) if line.strip()][-context:]
@@ -117,13 +122,13 @@ def follow_chunks(
         with open(path, "rb") as fh:
             fh.seek(max(0, offset - _MARK))
             mark = fh.read(_MARK)
-    except FileNotFoundError:
+    except ABSENT:
         pass
     pending = b""
     while not stop():
         try:
             st = path.stat()
-        except FileNotFoundError:
+        except ABSENT:
             yield []
             time.sleep(interval)
             continue

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
+from ..backends.base import Layout
 from ..backends.local import worker_alive
 from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
@@ -81,6 +82,15 @@ def write_run_file(
     # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
     # 10,000 runs writes 10,000 of these).
     RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True) + "\n")
+
+
+def lay_out(row: dict[str, Any], backend: str, layout: Layout) -> None:
+    """A run's folder made ready for its job: run.json and its spec (see write_run_file and
+    shared_spec); before submission, or when the job starts (Backend.folders_at_start)."""
+    run_dir = Path(row["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    link_or_copy(Path(layout.spec_file), RunPaths(run_dir).spec)
+    write_run_file(row, run_dir, backend, layout.spec_path, layout.spec_digest)
 
 
 @functools.lru_cache(maxsize=64)

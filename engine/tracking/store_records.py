@@ -18,6 +18,7 @@ from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
 from ..paths import METRICS_NAME, RunPaths
+from .logs import ABSENT
 from .store_claims import chunks
 
 # Bumped when stored records must be checked again by newer rules (PRAGMA user_version).
@@ -68,7 +69,7 @@ class Records:
             with open(path, "rb") as fh:
                 fh.seek(row["ingest_offset"])
                 chunk = fh.read()
-        except FileNotFoundError:
+        except ABSENT:  # no folder yet, or something else in its place
             return 0
         end = chunk.rfind(b"\n")
         if end < 0:
