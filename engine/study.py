@@ -317,9 +317,7 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
             return backend.again(claimed, paths, payload)
 
         layout = _layout(payload)
-        out.append(
-            (row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED", layout))
-        )
+        out.append((row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED", layout)))
     return out
 
 

@@ -183,6 +183,112 @@ def test_a_reader_follows_the_experiment_it_is_asked_for(home):
     assert len(reader.rows(store)) == 5
 
 
+def test_a_reader_sees_every_kind_of_write_from_another_process(home):
+    """The class: whatever writes the store between two reads (another connection, as the
+    watcher, the local worker or a `dlscale` command are; every Store method that writes
+    runs or jobs), the reader's rows equal a one-off read's, in order. 300 random writes,
+    a read after each one, seeded."""
+    import random
+
+    rng = random.Random(16)
+    _study(home, 8)
+    writer, reading = Store(home), Store(home)
+    reader = QueueReader()
+    made = [0]
+
+    def pick() -> str:
+        return rng.choice([r["run_id"] for r in writer.runs()])
+
+    def job_of(run_id: str) -> tuple[str, str] | None:
+        row = writer.run(run_id)
+        return (row["backend"], row["job_id"]) if row["job_id"] else None
+
+    def new_runs() -> None:
+        for _ in range(rng.randint(1, 3)):
+            made[0] += 1
+            run = Run(
+                "big", "pytorch-ddp", "resnet20", "synthetic-cifar", 1, 1, 8, 8, "weak",
+                "fp32", "native", 100 + made[0], {"steps": 4},
+            )  # fmt: skip
+            writer.add_runs([run])
+
+    def job_write() -> None:
+        rid = pick()
+        job = job_of(rid)
+        if job:
+            fields = rng.choice(
+                [
+                    {"state": "RUNNING", "started": 1000.0 + rng.random(), "nodes": "node1"},
+                    {"reason": rng.choice(["Resources", "Priority", "QOSMaxJobsPerUserLimit"])},
+                    {"state": "COMPLETED", "ended": 2000.0, "elapsed": 60.0},
+                    {"pid": rng.randint(2, 99999)},  # not shown: no change on screen
+                ]
+            )
+            writer.update_job(*job, **fields)
+
+    def run_write() -> None:
+        writer.update_run(
+            pick(), **rng.choice([{"state": "FAILED", "reason": "x\ny"}, {"state": "PENDING"}])
+        )
+
+    def resubmit() -> None:
+        rid = pick()
+        job = job_of(rid)
+        if job:
+            writer.update_job(*job, state="CANCELLED", ended=3000.0)
+        claimed = writer.claim_run(rid)
+        if claimed is None:
+            return
+        writer.start_attempt(rid)
+        new_id = f"j{writer.next_counter('test_job')}"
+        writer.add_jobs("local", [(new_id, rid, "PENDING", {})])
+
+    def release() -> None:
+        rid = pick()
+        if writer.claim_run(rid) is not None:
+            writer.release_run(rid, "PLANNED", "not submitted: test")
+
+    def record() -> None:
+        _record(writer, pick(), images_per_s=rng.uniform(1, 1000), step=rng.randint(1, 99))
+
+    def rerun() -> None:
+        row = writer.run(pick())
+        writer.add_rerun(row, f"{made[0]:012x}")
+        made[0] += 1
+
+    writes = [new_runs, job_write, job_write, run_write, resubmit, release, record, rerun]
+    for step in range(300):
+        rng.choice(writes)()
+        now = 5000.0 + step
+        got = reader.rows(reading, "big", now=now)
+        assert got == queue.rows(reading, "big", now=now), f"after write {step}"
+
+
+def test_a_store_from_before_revisions_gains_them_and_is_followed(home):
+    """A store made by an earlier dlscale (no rev columns, triggers or counter) keeps its
+    runs when opened, and a reader follows changes to them."""
+    store = _study(home, 4)
+    for sql in (
+        "DROP TRIGGER runs_rev",
+        "DROP TRIGGER jobs_rev",
+        "DROP INDEX runs_by_rev",
+        "DROP INDEX jobs_by_rev",
+        "ALTER TABLE runs DROP COLUMN rev",
+        "ALTER TABLE jobs DROP COLUMN rev",
+        "DELETE FROM counters WHERE name='rev'",
+    ):
+        store.conn.execute(sql)
+    store.close()
+    store = Store(home)
+    reader = QueueReader()
+    assert len(reader.rows(store, now=10.0)) == 4
+    store.update_job("local", "big-1", state="RUNNING", nodes="node9")
+    store.update_run(store.job("local", "big-1")["run_id"], state="RUNNING")
+    (row,) = [r for r in reader.rows(store, now=11.0) if r.job_id == "big-1"]
+    assert (row.state, row.nodes) == ("RUNNING", "node9")
+    assert reader.rows(store, now=12.0) == queue.rows(store, now=12.0)
+
+
 # --- the table ------------------------------------------------------------------------------
 
 

@@ -92,10 +92,13 @@ _NOTHING = _Ingested((0, 0), None, None, "")
 class QueueReader:
     """Reads one store's queue again and again (Session.refresh, every watcher tick).
 
-    It keeps, per run, its point (which never changes), what its records add, and the
+    The first read takes every run; each later one only the runs written since the store
+    revision it last saw (Store.queue_view's `since`), plus the running jobs, whose clocks
+    move. It keeps, per run, its point (which never changes), what its records add, and the
     values its row was last made from: a run whose values did not change keeps the same
-    QueueRow object, and only a running job's clock makes a row anew every tick. One
-    reader may be called from several threads (each with its own store)."""
+    QueueRow object. New runs (the count grew), or another store or experiment, mean a
+    whole read again, in order. One reader may be called from several threads (each with
+    its own store)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -103,52 +106,79 @@ class QueueReader:
         self._ingested: dict[str, _Ingested] = {}
         self._values: dict[str, tuple] = {}  # what each row was last made from
         self._rows: dict[str, QueueRow] = {}
+        self._ticking: set[str] = set()  # running jobs that report no elapsed time
+        self._seen: tuple[str, str | None, int] | None = None  # (store, experiment, rev)
 
     def rows(
         self, store: Store, experiment: str | None = None, now: float | None = None
     ) -> list[QueueRow]:
         now = time.time() if now is None else now
+        db = store.home / "dlscale.db"
+        where = f"{db.resolve()}:{db.stat().st_ino}"  # a store rebuilt there starts anew
         with self._lock:
-            view = store.queue_view(experiment)
-            self._read_points(store, view)
-            self._read_records(store, view)
+            view: list[tuple] = []
+            whole = self._seen is None or self._seen[:2] != (where, experiment)
+            if not whole:
+                assert self._seen is not None
+                view = store.queue_view(experiment, since=self._seen[2])
+                # New runs (counted after: a new run among the changes is counted too).
+                whole = store.run_count(experiment) != len(self._rows) or any(
+                    v[0] not in self._rows for v in view
+                )
+            if whole:
+                view = store.queue_view(experiment)
+            self._read_points(store, view, whole)
+            self._read_records(store, view, whole)
             points, ingested = self._points, self._ingested
             values_before, rows_before = self._values, self._rows
-            # Two flat dicts, not one of (values, row) pairs: 10,000 fewer objects a tick
-            # for the garbage collector to count, whose full passes showed as slow ticks.
-            values: dict[str, tuple] = {}
-            made: dict[str, QueueRow] = {}
+            if whole:
+                # Two flat dicts, not one of (values, row) pairs: 10,000 fewer objects a read
+                # for the garbage collector to count, whose full passes showed as slow ticks.
+                values: dict[str, tuple] = {}
+                made: dict[str, QueueRow] = {}
+                ticking: set[str] = set()
+            else:  # the same dicts, changed in place: a run keeps its place in the order
+                values, made, ticking = values_before, rows_before, self._ticking
             for v in view:
                 run_id = v[0]
+                point = points.get(run_id)
+                if point is None:
+                    continue  # deleted between the two queries: gone next read too
+                clock = v[_ELAPSED] is None and v[_STARTED] and not v[_ENDED]
                 row = rows_before.get(run_id)
-                if (
-                    row is None
-                    or values_before[run_id] != v
-                    or (v[_ELAPSED] is None and v[_STARTED] and not v[_ENDED])
-                ):
-                    point = points.get(run_id)
-                    if point is None:
-                        continue  # deleted between the two queries: gone next tick too
+                if row is None or values_before[run_id] != v or clock:
                     row = _make_row(point, v, ingested.get(run_id, _NOTHING), now)
                 values[run_id] = v
                 made[run_id] = row
-            self._values, self._rows = values, made
+                if clock:
+                    ticking.add(run_id)
+                else:
+                    ticking.discard(run_id)
+            if not whole:  # running jobs not written since: only their clocks moved
+                for run_id in ticking.difference(v[0] for v in view):
+                    made[run_id] = _make_row(
+                        points[run_id], values[run_id], ingested.get(run_id, _NOTHING), now
+                    )
+            self._values, self._rows, self._ticking = values, made, ticking
+            rev = max((v[-1] for v in view), default=0)
+            before = self._seen[2] if self._seen and not whole else 0
+            self._seen = (where, experiment, max(before, rev))
             return list(made.values())
 
-    def _read_points(self, store: Store, view: list[tuple]) -> None:
+    def _read_points(self, store: Store, view: list[tuple], whole: bool) -> None:
         new = [v[0] for v in view if v[0] not in self._points]
-        if len(self._points) + len(new) > len(view):  # another experiment: forget the last
+        if whole and len(self._points) + len(new) > len(view):  # another experiment
             self._points = {v[0]: self._points[v[0]] for v in view if v[0] in self._points}
         for i in range(0, len(new), _IDS_PER_QUERY):
             for point in store.queue_points(new[i : i + _IDS_PER_QUERY]):
                 self._points[point[0]] = point
 
-    def _read_records(self, store: Store, view: list[tuple]) -> None:
+    def _read_records(self, store: Store, view: list[tuple], whole: bool) -> None:
         """The latest interval or summary record and the skipped lines of each run that
         ingested lines since the last read; a run with none ingested has none to read."""
         known = self._ingested
         stale = [v for v in view if (v[_LINES], v[_BAD]) != known.get(v[0], _NOTHING).lines]
-        if stale or len(known) > len(view):
+        if whole and (stale or len(known) > len(view)):
             self._ingested = known = {v[0]: known[v[0]] for v in view if v[0] in known}
         for v in stale:
             known.pop(v[0], None)
@@ -188,6 +218,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         elapsed,
         started,
         ended,
+        _rev,
     ) = v
     if elapsed is None and started:
         elapsed = (ended or now) - started

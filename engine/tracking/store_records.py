@@ -130,19 +130,43 @@ class Records:
             out.update((rid, json.loads(body)) for rid, body in self.conn.execute(sql, args))
         return out
 
-    def queue_view(self, experiment: str | None = None) -> list[tuple]:
-        """(run id, *QUEUE_CHANGES) of each run, oldest first, as plain tuples in one query:
-        the TUI reads a 10,000-run queue every tick, and whole rows as dicts (runs() and
-        jobs()) took most of its 100 ms."""
-        sql = (
-            f"SELECT r.run_id, {', '.join(QUEUE_CHANGES)} FROM runs r LEFT JOIN jobs j "
-            "ON j.backend=r.backend AND j.job_id=r.job_id"
+    def queue_view(self, experiment: str | None = None, since: int | None = None) -> list[tuple]:
+        """(run id, *QUEUE_CHANGES, revision) of each run, oldest first, as plain tuples in
+        one query: the TUI reads a 10,000-run queue every tick, and whole rows as dicts
+        (runs() and jobs()) took most of its 100 ms. With `since`, only the runs whose row
+        or current job was changed after that store revision, through the revision indexes
+        (the queue's reader keeps the rest; new runs it counts); the revision is the higher
+        of the two."""
+        columns = (
+            f"r.run_id, {', '.join(QUEUE_CHANGES)}, "
+            "max(coalesce(r.rev, 0), coalesce(j.rev, 0)) FROM "
         )
-        args = []
+        join = "jobs j ON j.backend=r.backend AND j.job_id=r.job_id"
+        where, args = [], []
         if experiment:
-            sql += " WHERE r.experiment=?"
+            where.append("r.experiment=?")
             args.append(experiment)
-        return self._tuples(sql + " ORDER BY r.created, r.run_id", args)
+        if since is None:
+            cond = f" WHERE {where[0]}" if where else ""
+            sql = f"SELECT {columns}runs r LEFT JOIN {join}{cond} ORDER BY r.created, r.run_id"
+            return self._tuples(sql, args)
+        cond = "".join(f" AND {w}" for w in where)
+        sql = (
+            f"SELECT {columns}runs r LEFT JOIN {join} WHERE r.rev > ?{cond} UNION "
+            # by the job's run id (the runs' key), then only if it is the run's current job
+            f"SELECT {columns}jobs j JOIN runs r ON r.run_id=j.run_id "
+            f"AND r.backend=j.backend AND r.job_id=j.job_id WHERE j.rev > ?{cond}"
+        )
+        return self._tuples(sql, [since, *args, since, *args])
+
+    def run_count(self, experiment: str | None = None) -> int:
+        """How many runs (of one experiment): runs are never deleted, so a count that grew
+        is how a queue reader learns of new ones."""
+        if experiment:
+            sql, args = "SELECT count(*) FROM runs WHERE experiment=?", [experiment]
+        else:
+            sql, args = "SELECT count(*) FROM runs", []
+        return self.conn.execute(sql, args).fetchone()[0]
 
     def queue_points(self, run_ids: list[str]) -> list[tuple]:
         """QUEUE_POINT of these runs (at most a few thousand ids a call)."""
