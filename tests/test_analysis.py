@@ -132,3 +132,26 @@ def test_the_results_table_names_the_device_when_points_differ_in_it(tmp_path):
     console.print(results_table(results(store)))
     text = console.export_text()
     assert "device" in text and "NVIDIA H100 80GB HBM3" in text and " cpu " in text
+
+
+def test_the_confidence_interval_uses_students_t_without_scipy_stats():
+    """The 95% interval's t quantile is scipy.stats.t.ppf's own, for every sample size a
+    study has, while computing it does not import scipy.stats (over a second of `dlscale
+    results`)."""
+    import subprocess
+    import sys
+
+    from scipy import stats
+
+    from dlscale.engine.results.points import t_quantile_975
+
+    for df in [*range(1, 40), 99, 1000]:
+        assert t_quantile_975(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-12)
+    s = spread([100.0, 110.0, 90.0])
+    assert s.ci95 == pytest.approx(float(stats.t.ppf(0.975, 2)) * 10.0 / 3**0.5)
+    probe = (
+        "import sys; from dlscale.engine.results.points import spread; "
+        "spread([1.0, 2.0, 3.0]); print('scipy.stats' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
