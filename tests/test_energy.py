@@ -27,7 +27,11 @@ def fake_powercap(root, packages=2, start=1_000_000, wrap=10**9):
 
 
 def set_energy(root, package, uj):
-    (root / f"intel-rapl:{package}" / "energy_uj").write_text(f"{uj}\n")
+    """As the kernel shows it: whole at every read (written aside, then renamed)."""
+    path = root / f"intel-rapl:{package}" / "energy_uj"
+    part = path.with_name("energy_uj.part")
+    part.write_text(f"{uj}\n")
+    os.replace(part, path)
 
 
 def test_package_energy_over_the_metered_segments_only(tmp_path):
@@ -79,6 +83,33 @@ def test_no_readable_counter_is_null_with_the_reason(tmp_path, why):
 def test_only_the_nodes_first_rank_meters_its_shared_packages(tmp_path):
     meter = Meter(first_on_node=False, powercap=str(fake_powercap(tmp_path / "p")))
     assert meter.source is None and "first rank" in meter.unavailable
+
+
+@pytest.mark.parametrize("fault", ["empty", "garbage", "gone"])
+def test_a_counter_that_fails_mid_run_ends_the_metering_not_the_run(tmp_path, fault):
+    """The class: whatever the counter answers mid-run (a read cut short, text that is
+    not a number, a zone that went away), training goes on, the run's energy is unknown
+    (not the part before the fault) and the summary says why; so does the job's, whatever
+    the other ranks measured."""
+    root = fake_powercap(tmp_path / "powercap")
+    meter = Meter(powercap=str(root))
+    meter.resume()
+    set_energy(root, 0, 5_000_000)
+    meter.pause()
+    meter.resume()
+    path = root / "intel-rapl:0" / "energy_uj"
+    if fault == "gone":
+        path.unlink()
+    else:
+        path.write_text("" if fault == "empty" else "n/a\n")
+    meter.pause()  # no exception
+    meter.resume()
+    meter.pause()
+    r = meter.reading()
+    assert r.energy_j is None and "stopped answering mid-run" in r.failed
+    fields = summary_fields([Reading(30.0, 2.0, 0.5), r], images=400)
+    assert fields["energy_j"] is None and fields["energy_per_image_j"] is None
+    assert "stopped answering mid-run" in fields["energy_unavailable"]
 
 
 def test_the_jobs_energy_is_the_sum_over_the_ranks_that_metered():

@@ -84,7 +84,11 @@ def attach(
             (p.experiment, p.framework, p.model, p.dataset, p.nodes, p.ranks_per_node, p.precision)
         )
         if id(p) in wanting_ids:
-            why = (envs.get(p.completed_run_ids[0]) or {}).get("energy_unavailable")
+            # a counter that failed mid-run says so in the summary; else the env record
+            why = next(
+                (s["energy_unavailable"] for s in p.summaries if s.get("energy_unavailable")),
+                None,
+            ) or (envs.get(p.completed_run_ids[0]) or {}).get("energy_unavailable")
             p.energy_why = why or "no energy was recorded (runs from before dlscale metered it)"
 
 

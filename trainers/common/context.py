@@ -88,7 +88,7 @@ class Context:
         """The summary's energy fields, from every rank's reading."""
         assert self.meter is not None
         r = self.meter.reading()
-        readings = gather([r.energy_j, r.seconds, r.util])
+        readings = gather([r.energy_j, r.seconds, r.util, r.failed])
         return summary_fields([Reading(*x) for x in readings], images)
 
     def write_env(

@@ -25,6 +25,7 @@ class Reading:
     energy_j: float | None
     seconds: float
     util: float | None  # mean device utilisation, 0..1
+    failed: str | None = None  # why the counter stopped answering mid-run, if it did
 
 
 class _Powercap:
@@ -73,6 +74,7 @@ class Meter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml = self._handle = self._rapl = None
+        self._failed: str | None = None
         if gpu is not None:
             self._open_nvml(gpu)
         elif not first_on_node:
@@ -109,6 +111,21 @@ class Meter:
 
     # --- the counters ----------------------------------------------------------------------
 
+    def _read(self) -> Any:
+        """The counter now; None once it has failed. A counter that stops answering mid-run
+        (a sysfs read cut short, an NVML error) ends the metering, never the run, and the
+        run's energy is then unknown rather than a part of it."""
+        if self._failed is not None:
+            return None
+        try:
+            return self._counter()
+        except Exception as exc:
+            self._failed = (
+                f"the {self.source} energy counter stopped answering mid-run "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            )
+            return None
+
     def _counter(self) -> Any:
         if self._nvml is not None:
             return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)  # mJ
@@ -129,7 +146,7 @@ class Meter:
     def resume(self) -> None:
         if self.source is None or self._mark is not None:
             return
-        self._mark = (time.perf_counter(), self._counter(), os.times())
+        self._mark = (time.perf_counter(), self._read(), os.times())
         if self._nvml is not None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -146,7 +163,9 @@ class Meter:
             self._thread = None
         seconds = time.perf_counter() - t0
         self._seconds += seconds
-        self._energy += self._delta_j(c0, self._counter())
+        c1 = self._read()
+        if self._failed is None:
+            self._energy += self._delta_j(c0, c1)
         if self._rapl is not None and seconds > 0:  # CPU: this process's share of its cores
             cpu1 = os.times()
             busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
@@ -166,19 +185,25 @@ class Meter:
         if self.source is None:
             return Reading(None, self._seconds, None)
         util = sum(self._util) / len(self._util) if self._util else None
+        if self._failed is not None:
+            return Reading(None, self._seconds, util, self._failed)
         return Reading(self._energy, self._seconds, util)
 
 
 def summary_fields(readings: list[Reading], images: int) -> dict[str, float | None]:
     """The summary's energy fields from every rank's reading: the job's joules (the sum over
-    the ranks that metered), joules per image, mean power and mean utilisation."""
+    the ranks that metered), joules per image, mean power and mean utilisation. A rank
+    whose counter failed mid-run leaves the job's energy unknown (the others' sum would
+    be a part of it, not its energy), saying why."""
     measured = [r for r in readings if r.energy_j is not None]
-    if not measured:
+    failed = next((r.failed for r in readings if r.failed), None)
+    if not measured or failed:
         return {
             "energy_j": None,
             "energy_per_image_j": None,
             "mean_power_w": None,
             "device_util": None,
+            **({"energy_unavailable": failed} if failed else {}),
         }
     joules = sum(r.energy_j for r in measured)
     seconds = max(r.seconds for r in measured)
