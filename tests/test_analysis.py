@@ -134,14 +134,12 @@ def test_the_results_table_names_the_device_when_points_differ_in_it(tmp_path):
     assert "device" in text and "NVIDIA H100 80GB HBM3" in text and " cpu " in text
 
 
-def test_the_confidence_interval_uses_students_t_without_scipy_stats():
+def test_the_confidence_interval_uses_students_t_without_scipy_stats(tmp_path, monkeypatch):
     """The 95% interval's t quantile is scipy.stats.t.ppf's own, for every sample size a
-    study has, while computing it does not import scipy.stats (over a second of `dlscale
-    results`)."""
-    import subprocess
-    import sys
-
+    study has."""
     from scipy import stats
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the quantiles it keeps go here
 
     from dlscale.engine.results.points import t_quantile_975
 
@@ -149,9 +147,36 @@ def test_the_confidence_interval_uses_students_t_without_scipy_stats():
         assert t_quantile_975(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-12)
     s = spread([100.0, 110.0, 90.0])
     assert s.ci95 == pytest.approx(float(stats.t.ppf(0.975, 2)) * 10.0 / 3**0.5)
+
+
+def test_t_quantiles_come_from_scipy_once_then_from_the_users_cache(tmp_path):
+    """The first command that needs a t quantile asks scipy.special (never scipy.stats)
+    and keeps it; the next reads it without importing scipy at all, the same number. A
+    cache that is damaged, or cannot be written, only costs the import."""
+    import os
+    import subprocess
+    import sys
+
+    from scipy import stats
+
     probe = (
-        "import sys; from dlscale.engine.results.points import spread; "
-        "spread([1.0, 2.0, 3.0]); print('scipy.stats' in sys.modules)"
+        "import sys; from dlscale.engine.results.points import t_quantile_975; "
+        "print(repr(t_quantile_975(4)), 'scipy.special' in sys.modules, "
+        "'scipy.stats' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+
+    def ask(cache) -> list[str]:
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+        )
+        return done.stdout.split()
+
+    exact = repr(float(stats.t.ppf(0.975, 4)))
+    assert ask(tmp_path) == [exact, "True", "False"]  # computed
+    assert ask(tmp_path) == [exact, "False", "False"]  # kept
+    (tmp_path / "dlscale" / "t-quantiles.json").write_text('{"4": "not a number"')
+    assert ask(tmp_path) == [exact, "True", "False"]
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a cache folder that cannot be made
+    assert ask(blocked) == [exact, "True", "False"]

@@ -20,6 +20,10 @@ from .formatting import finite
 from .points import _POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
 
 
+# What results read of each run's env record: its device, and why it has no energy.
+ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
+
+
 def points(store: Store, experiment: str | None = None) -> list[Point]:
     # Reruns (`dlscale rerun`) are compared with their original in `reruns`, not pooled
     # into its point: a rerun asks "does it measure the same again?", not "one more sample".
@@ -31,7 +35,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     summaries = store.last_records("summary", ids)
     # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
     # without its env record yet (queued) joins the point its siblings ran on.
-    envs = store.last_records("env", ids)
+    envs = store.last_record_fields("env", ENV_FIELDS, ids)
     kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
     seen: dict[str, str] = {}
     for r in runs:

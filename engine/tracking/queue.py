@@ -76,6 +76,12 @@ _LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
 )
 
 
+# What a row shows of a run's latest records: a running run's last interval; a finished
+# one's summary (its throughput where it has one, else the rate it reported).
+_PROGRESS = {"images_per_s": "$.images_per_s", "step": "$.step"}
+_PROGRESS_DONE = {**_PROGRESS, "throughput": "$.throughput"}
+
+
 @dataclass(frozen=True)
 class _Ingested:
     """What a run's records add to its row, as of `lines` (ingested, skipped) lines."""
@@ -185,8 +191,8 @@ class QueueReader:
         for i in range(0, len(stale), _IDS_PER_QUERY):
             chunk = stale[i : i + _IDS_PER_QUERY]
             ids = [v[0] for v in chunk]
-            progress = store.last_records("interval", ids)
-            progress.update(store.last_records("summary", ids))
+            progress = store.last_record_fields("interval", _PROGRESS, ids)
+            progress.update(store.last_record_fields("summary", _PROGRESS_DONE, ids))
             skipped = store.skipped(ids)
             for v in chunk:
                 last = progress.get(v[0]) or {}
@@ -194,7 +200,7 @@ class QueueReader:
                 known[v[0]] = _Ingested(
                     (v[_LINES], v[_BAD]),
                     finite(last.get("throughput"))
-                    if "throughput" in last
+                    if last.get("throughput") is not None
                     else finite(last.get("images_per_s")),
                     last.get("step"),
                     skipped_text(bad[0]) + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
