@@ -205,6 +205,23 @@ def test_quickstart_without_accounting(noacct, home):
         assert len(store.records(r["run_id"], "summary")) == 1
 
 
+def ended_and_forgotten(row) -> Path:
+    """Waits until the run's job has written its end marker and the controller no longer
+    knows the job (MinJobAge 10 s on the test clusters); the marker's path."""
+    marker = Path(row["run_dir"]) / "job.exit"
+    assert wait_for(marker.exists, 180, every=1)
+    assert wait_for(
+        lambda: (
+            f"JobId={row['job_id']} "
+            not in subprocess.run(
+                ["scontrol", "-o", "show", "job"], capture_output=True, text=True
+            ).stdout
+        ),
+        180,
+    )
+    return marker
+
+
 def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     crash = write_spec(
         tmp_path / "c.toml", name="crash", scales='"1x1"', training='inject_fault = "crash@step2"'
@@ -222,17 +239,7 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     assert "cancelled 1 run(s)" in dlscale("cancel", cancelled["run_id"], check=0).stdout
     # the crash ends; nobody asks until the controller has forgotten it (MinJobAge 10 s):
     # its end comes from the marker its job script wrote
-    marker = Path(failed["run_dir"]) / "job.exit"
-    assert wait_for(marker.exists, 180, every=1)
-    assert wait_for(
-        lambda: (
-            f"JobId={failed['job_id']} "
-            not in subprocess.run(
-                ["scontrol", "-o", "show", "job"], capture_output=True, text=True
-            ).stdout
-        ),
-        180,
-    )
+    marker = ended_and_forgotten(failed)
     dlscale("status", "--all", check=0)  # a fresh process: learns sacct has no accounting
     row = store.run(failed["run_id"])
     assert row["state"] == "FAILED", row
@@ -243,3 +250,99 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
         lambda: sync(store, SlurmCLI()) and store.run(cancelled["run_id"])["state"] == "CANCELLED",
         60,
     )
+
+
+ON_25_11 = [("25.11", "slurm"), ("25.11", "pyslurm")]
+
+
+@pytest.mark.parametrize(
+    "slurm_target", ON_25_11, indirect=True, ids=[f"{r}-{b}" for r, b in ON_25_11]
+)
+def test_arrays_waves_and_one_cancelled_task_on_25_11(slurm_target, tmp_path, home):
+    """The same arrays, waves and per-task cancel on Slurm 25.11, by its commands and by
+    pyslurm (the 60-run study above runs on 22.05): 12 runs of one shape, arrays of 5 at
+    most, 8 queued jobs at most, 2 tasks of an array running at once."""
+    spec = write_spec(
+        tmp_path / "s.toml",
+        name="arr",
+        scales='"1x1"',
+        steps=2,
+        experiment="repetitions = 12\nmax_concurrent = 2",
+    )
+    spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
+    store = Store(home)
+    # room for 8 more than whatever else this user has queued on the shared cluster
+    others = slurm_target.scheduler().queued_tasks()
+    backend = slurm_target.scheduler(
+        profile=load_profile(
+            profile_copy(tmp_path, f"max_array_size = 5\nmax_jobs = {others + 8}")
+        ),
+        home=store.home,
+        wave_every=0,
+    )
+    report = study.submit(store, load_spec(spec), backend)
+    assert len(report.submitted) == 8 and len(report.waiting) == 4, report.failed_to_submit
+    rows = [r for r in store.runs("arr") if r["job_id"]]
+    sizes: dict[str, int] = {}
+    for r in rows:
+        sizes[r["job_id"].split("_")[0]] = sizes.get(r["job_id"].split("_")[0], 0) + 1
+    assert sorted(sizes.values()) == [3, 5]  # one array of 5, then 3 until the job limit
+    # the last task of the array of 5 (throttled: not started yet) is cancelled alone
+    big = next(a for a, n in sizes.items() if n == 5)
+    victim = next(r for r in rows if r["job_id"] == f"{big}_4")
+    assert follow.cancel(store, [victim["run_id"]]) == [victim["run_id"]]
+    settle(store, backend, "arr")
+    rows_by_id = {r["run_id"]: r for r in store.runs("arr")}
+    assert rows_by_id.pop(victim["run_id"])["state"] == "CANCELLED"
+    assert {r["state"] for r in rows_by_id.values()} == {"COMPLETED"}
+    for row in rows_by_id.values():
+        assert_own_records(store, row)
+    arrays = {r["job_id"].split("_")[0] for r in rows_by_id.values()}
+    assert len(arrays) >= 3  # the 4 waiting runs went in a later wave
+    assert not (Path(victim["run_dir"]) / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "slurm_target", [("25.11", "pyslurm")], indirect=True, ids=["25.11-pyslurm"]
+)
+def test_pyslurm_follows_jobs_without_accounting(slurm_target, tmp_path, home):
+    """pyslurm where the profile says `accounting = false`: the controller while it
+    remembers a job, then the marker the job wrote as it ended (MinJobAge 10 s here). A
+    run that crashes is FAILED with its exit code, one cancelled is CANCELLED, one that
+    finishes is COMPLETED; the database is never asked."""
+    crash = write_spec(
+        tmp_path / "c.toml", name="crash", scales='"1x1"', training='inject_fault = "crash@step2"'
+    )
+    slow = write_spec(tmp_path / "l.toml", name="slow", scales='"1x1"', steps=1000000)
+    fine = write_spec(tmp_path / "f.toml", name="fine", scales='"1x1"', steps=2)
+    store = Store(home)
+    backend = slurm_target.scheduler(
+        profile=load_profile(profile_copy(tmp_path, "accounting = false")), home=store.home
+    )
+    assert backend.accounting is False
+    asked = []
+    backend._from_database = lambda ids: asked.append(ids) or True  # must not be reached
+    for spec in (crash, slow, fine):
+        assert len(study.submit(store, load_spec(spec), backend).submitted) == 1
+    [failed], [cancelled], [done] = store.runs("crash"), store.runs("slow"), store.runs("fine")
+    assert wait_for(
+        lambda: (
+            sync(store, backend) is not None
+            and store.run(cancelled["run_id"])["state"] == "RUNNING"
+        ),
+        180,
+    )
+    assert follow.cancel(store, [cancelled["run_id"]]) == [cancelled["run_id"]]
+    # nobody asks until the controller has forgotten the crash: the marker decides
+    marker = ended_and_forgotten(failed)
+    settle(store, backend, "crash")
+    settle(store, backend, "slow")
+    settle(store, backend, "fine")
+    row = store.run(failed["run_id"])
+    assert row["state"] == "FAILED", row
+    code = int(marker.read_text().split()[1])
+    assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
+    assert "injected fault at step 2" in row["reason"]
+    assert store.run(cancelled["run_id"])["state"] == "CANCELLED"
+    assert store.run(done["run_id"])["state"] == "COMPLETED"
+    assert asked == []

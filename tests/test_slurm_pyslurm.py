@@ -109,7 +109,7 @@ def test_the_profiles_pyslurm_field_takes_auto_or_off(tmp_path, home):
 def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
     from types import SimpleNamespace as Job
 
-    from dlscale.engine.backends.pyslurm_backend import _keys
+    from dlscale.engine.backends.pyslurm_backend import _keys, _waiting_tasks
 
     live = {"36_1", "36_3", "39_2", "39_5", "40", "41_2"}
     assert _keys(Job(id=37, array_id=36, array_task_id=1), live) == ["37", "36_1"]
@@ -124,6 +124,11 @@ def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
         "39_2",
         "39_5",
     ]  # recorded from slurmdbd 25.11: tasks 1-5
+    # pyslurm 25.11 gives task 0's id as None; with no tasks waiting the record is task 0
+    # (recorded from the 25.11 controller and slurmdbd: task 0 of array 2779 as job 2782)
+    task0 = Job(id=2782, array_id=2779, array_task_id=None, array_tasks_waiting=None)
+    assert _keys(task0, {"2779_0"}) == ["2782", "2779_0"]
+    assert _waiting_tasks(task0) is None
 
 
 # --- on the real clusters ----------------------------------------------------------------

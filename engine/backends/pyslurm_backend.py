@@ -23,10 +23,11 @@ from typing import Any
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
-from ..tracking.store import TERMINAL
+from ..tracking.store import TERMINAL, Store
+from . import slurm_arrays, slurm_noacct
 from .base import Backend, JobRequest, JobStatus
 from .pyslurm_submit import job_description
-from .slurm import TRANSIENT, clean_env
+from .slurm import TRANSIENT, clean_env, run_command, user_name
 from .slurm_jobs import SlurmJobs
 from .slurm_parse import SlurmJob, expand_array, map_state
 
@@ -62,18 +63,38 @@ def _keys(job, live: set[str]) -> list[str]:
     """The ids dlscale may track a job under: its own, or `ARRAY_TASK` for an array task
     (a pending array's tasks share one record)."""
     own = str(job.id)
-    array_id, task = getattr(job, "array_id", None), getattr(job, "array_task_id", None)
+    array_id, task = getattr(job, "array_id", None), _task(job)
     if not array_id:
         return [own]
     if task is not None:
         return [own, f"{array_id}_{task}"]
-    waiting = str(getattr(job, "array_tasks_waiting", None) or "")
+    return [own, *[t for t in _waiting_tasks(job) or [] if t in live]]
+
+
+def _task(job) -> int | None:
+    """The array task a record is; None outside arrays and for a pending array's shared
+    record. pyslurm 25.11 gives task 0 as None (it reads a 0 as "no value"), so a record
+    of an array with no task id and no tasks waiting is task 0."""
+    task = getattr(job, "array_task_id", None)
+    if task is not None or not getattr(job, "array_id", None):
+        return task
+    return None if _waiting_text(job) else 0
+
+
+def _waiting_text(job) -> str:
+    return str(getattr(job, "array_tasks_waiting", None) or "")
+
+
+def _waiting_tasks(job) -> list[str] | None:
+    """A pending array's tasks that share its one record (`ARRAY_TASK` each); None for a
+    job that is not such a record."""
+    array_id, waiting = getattr(job, "array_id", None), _waiting_text(job)
+    if not array_id or not waiting or getattr(job, "array_task_id", None) is not None:
+        return None
     if waiting.startswith("0x"):  # the database's form: a bitmap of the waiting tasks
         bits = int(waiting, 16)
-        tasks = [f"{array_id}_{i}" for i in range(bits.bit_length()) if bits >> i & 1]
-    else:
-        tasks = expand_array(f"{array_id}_[{waiting}]") if waiting else []
-    return [own, *[t for t in tasks if t in live]]
+        return [f"{array_id}_{i}" for i in range(bits.bit_length()) if bits >> i & 1]
+    return expand_array(f"{array_id}_[{waiting}]")
 
 
 @dataclass
@@ -95,8 +116,14 @@ class PyslurmBackend(SlurmJobs, Backend):
     controller_ok: bool = True
     last_poll_ok: bool = True  # False while failures are still being tolerated
     last_error: str | None = None
+    accounting: bool | None = None  # None: the profile's (no slurmdbd: False)
+    wave_every: float = 5.0  # seconds between tries of the next wave
+    _last_wave: float = -1e9
+    limits: slurm_arrays.Limits | None = None  # the site's, once asked
 
     def __post_init__(self) -> None:
+        if self.accounting is None and self.profile is not None:
+            self.accounting = self.profile.profile.accounting
         self.api = import_pyslurm()
         self._lock = threading.Lock()  # libslurm calls one at a time (the TUI polls in workers)
 
@@ -124,7 +151,67 @@ class PyslurmBackend(SlurmJobs, Backend):
         raise ControllerUnreachable(f"{what}: {message}")
 
     def submit(self, request: JobRequest) -> str:
-        script = RunPaths(request.run_dir).job_script
+        job_id = self._submit_script(RunPaths(request.run_dir).job_script)
+        self.submitted(job_id)
+        return job_id
+
+    def submitted(self, job_id: str) -> None:
+        """Known PENDING until the controller says more."""
+        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Runs of one job shape as one job array, within the site's limits; the rest
+        WAITING for a later wave (slurm_arrays, as the command-line backend)."""
+        if not requests or (self.profile is not None and not self.profile.profile.arrays):
+            return super().submit_many(requests)
+        return slurm_arrays.submit_many(self, requests, self.profile, self.throttle)
+
+    def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        if time.monotonic() - self._last_wave < self.wave_every:
+            return 0  # at most one try every few seconds: each asks for the whole queue
+        self._last_wave = time.monotonic()
+        return slurm_arrays.next_wave(self, store, experiment)
+
+    # --- what job arrays ask of the place (slurm_arrays.ArrayPlace) ------------------------
+
+    def site_max_array_size(self) -> int | None:
+        try:
+            config = self._call("config", self.api.slurmctld.Config.load)
+        except (SchedulerError, ControllerUnreachable):
+            return None
+        return int(config.max_array_size or 0) or None
+
+    def site_max_submit_jobs(self) -> int | None:
+        if self.accounting is False:
+            return None  # no slurmdbd: no association limits to read
+        db = self.api.db
+        try:
+            found = self._call(
+                "associations",
+                lambda: db.Associations.load(db.AssociationFilter(users=[user_name()])),
+            )
+        except (SchedulerError, ControllerUnreachable, ValueError):
+            return None
+        return min(
+            (int(a.max_submit_jobs) for a in found.values() if a.max_submit_jobs), default=None
+        )
+
+    def queued_tasks(self) -> int:
+        jobs = self._call("queue", self.api.Jobs.load)
+        me, count = os.getuid(), 0
+        for job in jobs.values():
+            if job.user_id != me or map_state(_text(job.state) or "UNKNOWN") in TERMINAL:
+                continue
+            waiting = _waiting_tasks(job)
+            count += 1 if waiting is None else len(waiting)
+        return count
+
+    def submit_array(self, script: Path, spec: str) -> str:
+        return self._submit_script(script, array=spec)
+
+    def _submit_script(self, script: Path, **extra: str) -> str:
+        """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
+        with `extra` description attributes (an array's `array`). The job id."""
         try:
             text = script.read_text()
             options = job_description(text, str(script))
@@ -139,16 +226,15 @@ class PyslurmBackend(SlurmJobs, Backend):
         )
         env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
         options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
+        options.update(extra)
         try:
             desc = self.api.JobSubmitDescription(script=text, environment=env, **options)
         except (AttributeError, TypeError, ValueError) as exc:
             raise SubmitError(f"{script}: {exc}") from None
         try:
-            job_id = str(self._call("submit", desc.submit))
+            return str(self._call("submit", desc.submit))
         except ValueError as exc:  # pyslurm's own checks of the description
             raise SubmitError(f"{script}: {exc}") from None
-        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
-        return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
@@ -164,9 +250,28 @@ class PyslurmBackend(SlurmJobs, Backend):
                 ok, self.controller_ok = False, False
                 self.last_error = f"controller: {' '.join(str(exc).split())}"
             forgotten = [j for j in live if j not in seen]
-            if forgotten:
+            if forgotten and self._has_accounting():
                 ok &= self._from_database(forgotten)
+            elif forgotten and self.controller_ok:
+                # No slurmdbd to ask: the marker the job wrote as it ended decides
+                # (last_word), as slurm_noacct does for the commands.
+                for jid in forgotten:
+                    self._cache.pop(jid, None)
         return self._answer(ok, job_ids)
+
+    def _has_accounting(self) -> bool:
+        """The profile's word, else the controller's: AccountingStorageType none means no
+        slurmdbd (asked once)."""
+        if self.accounting is None:
+            try:
+                config = self._call("config", self.api.slurmctld.Config.load)
+            except (SchedulerError, ControllerUnreachable):
+                return True  # ask the database; its answer is the next clue
+            self.accounting = "none" not in str(config.accounting_storage_type or "").lower()
+        return self.accounting
+
+    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+        return slurm_noacct.last_word(row) if self.accounting is False else None
 
     def _from_database(self, job_ids: list[str]) -> bool:
         ids = sorted({int(j.split("_")[0]) for j in job_ids})
@@ -186,7 +291,10 @@ class PyslurmBackend(SlurmJobs, Backend):
                 if key not in wanted:
                     continue
                 seen.add(key)
-                self._raw[key] = int(job.id)
+                if key == str(job.id) or _waiting_tasks(job) is None:
+                    # Its own record. (A waiting task shares its array's: that number
+                    # would cancel the whole array.)
+                    self._raw[key] = int(job.id)
                 old = self._cache.get(key)
                 if old is not None and old.state in TERMINAL:
                     continue
@@ -219,13 +327,20 @@ class PyslurmBackend(SlurmJobs, Backend):
         )
 
     def cancel(self, job_ids: list[str]) -> None:
+        tasks = []
         for jid in job_ids:
             raw = self._raw.get(jid)
-            if raw is None:
-                if not jid.isdigit():
-                    raise SchedulerError(f"cancel {jid}: an array task not seen by a poll yet")
-                raw = int(jid)
-            self._call("cancel", lambda r=raw: self.api.Job(r).cancel())
+            if raw is None and not jid.isdigit():
+                tasks.append(jid)  # a task still waiting in its array: no number of its own
+                continue
+            self._call("cancel", lambda r=raw or int(jid): self.api.Job(r).cancel())
+        if tasks:
+            # pyslurm cancels by a job's number only (slurm_kill_job); one waiting task
+            # of an array is cancelled by `ARRAY_TASK`, which only scancel takes
+            # (slurm_kill_job2 is not in pyslurm's API).
+            res = run_command(["scancel", *tasks], clean_env())
+            if res.returncode != 0:
+                raise SchedulerError(f"scancel: {' '.join(res.stderr.split())}")
 
 
 def _umask() -> int:

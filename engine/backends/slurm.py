@@ -9,6 +9,7 @@ unreachable. Every command goes through one injectable runner.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -42,6 +43,11 @@ TRANSIENT = (
     "Zero Bytes were transmitted or received",
     "Connection reset",
 )
+
+
+def user_name() -> str:
+    """Who the queue and the limits are asked about: this user."""
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,38 @@ class SlurmCLI(SlurmJobs, Backend):
         self._last_wave = time.monotonic()
         return slurm_arrays.next_wave(self, store, experiment)
 
+    # --- what job arrays ask of the place (slurm_arrays.ArrayPlace) ------------------------
+
+    def site_max_array_size(self) -> int | None:
+        res = self.runner(["scontrol", "show", "config"])
+        m = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout, re.MULTILINE)
+        return int(m[1]) if res.returncode == 0 and m else None
+
+    def site_max_submit_jobs(self) -> int | None:
+        res = self.runner(
+            [
+                "sacctmgr",
+                "--noheader",
+                "--parsable2",
+                "show",
+                "assoc",
+                f"user={user_name()}",
+                "format=MaxSubmit",
+            ]
+        )
+        if res.returncode != 0:  # no accounting: no association limits to read
+            return None
+        return min((int(v) for v in res.stdout.split() if v.isdigit()), default=None)
+
+    def queued_tasks(self) -> int:
+        res = self.runner(["squeue", "--noheader", "--array", "--user", user_name(), "--format=%i"])
+        if res.returncode != 0:
+            raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
+        return sum(1 for line in res.stdout.splitlines() if line.strip())
+
+    def submit_array(self, script: Path, spec: str) -> str:
+        return self.sbatch(["--array", spec, str(script)])
+
     def last_word(self, row: dict[str, Any]) -> JobStatus | None:
         return slurm_noacct.last_word(row) if self.accounting is False else None
 
@@ -229,9 +267,15 @@ class SlurmCLI(SlurmJobs, Backend):
 
     def _squeue(self, job_ids: list[str]) -> bool:
         # By user, not by id list: squeue fails the whole call if one id is already purged.
-        user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
         res = self.runner(
-            ["squeue", "--noheader", "--states=all", "--user", user, f"--format={SQUEUE_FORMAT}"]
+            [
+                "squeue",
+                "--noheader",
+                "--states=all",
+                "--user",
+                user_name(),
+                f"--format={SQUEUE_FORMAT}",
+            ]
         )
         if res.returncode != 0:
             self.controller_ok = False

@@ -17,14 +17,12 @@ the watcher submits (Backend.next_wave) when the user's queue has room.
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ControllerUnreachable, DlscaleError, SubmitError
 from ..paths import RunPaths
@@ -32,7 +30,6 @@ from .base import WAITING, JobRequest, NotYet
 
 if TYPE_CHECKING:
     from ..tracking.store import Store
-    from .slurm import SlurmCLI
 
 WAITING_REASON = "waiting for a free slot"
 # #SBATCH options that name one run rather than shape its job
@@ -52,6 +49,36 @@ if [ -z "$run_dir" ]; then
 fi
 exec bash "$run_dir/job.sh"
 """
+
+
+class ArrayPlace(Protocol):
+    """What job arrays ask of a Slurm backend; each asks Slurm its own way (SlurmCLI by
+    its commands, PyslurmBackend by the API)."""
+
+    name: str
+    limits: Limits | None
+    profile: Any  # the cluster profile (LoadedProfile), if any
+
+    def payload(self, request: JobRequest) -> dict[str, Any]: ...
+
+    def site_max_array_size(self) -> int | None:
+        """MaxArraySize, where the controller says."""
+
+    def site_max_submit_jobs(self) -> int | None:
+        """The user's MaxSubmitJobs (the lowest of their associations), where known."""
+
+    def queued_tasks(self) -> int:
+        """The user's queued and running jobs, array tasks one each (as MaxSubmitJobs
+        counts them). Raises ControllerUnreachable."""
+
+    def submit(self, request: JobRequest) -> str: ...
+
+    def submit_array(self, script: Path, spec: str) -> str:
+        """The array script submitted with `--array SPEC`; the array's job id. Raises
+        SubmitError, ControllerUnreachable."""
+
+    def submitted(self, job_id: str) -> None:
+        """Known PENDING until the scheduler says more."""
 
 
 class WaitForSlots(NotYet):
@@ -75,39 +102,13 @@ def shape(script: str) -> tuple[str, ...]:
     )
 
 
-def _config_value(text: str, key: str) -> int | None:
-    m = re.search(rf"^{key}\s*=\s*(\d+)", text, re.MULTILINE)
-    return int(m[1]) if m else None
-
-
-def _user() -> str:
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
-
-
-def site_limits(backend: SlurmCLI, profile=None, throttle: int | None = None) -> Limits:
+def site_limits(backend: ArrayPlace, profile=None, throttle: int | None = None) -> Limits:
     """The limits that hold for this user: the site's where it answers, the profile's where
     it sets lower ones."""
     why = []
-    res = backend.runner(["scontrol", "show", "config"])
-    site_array = _config_value(res.stdout, "MaxArraySize") if res.returncode == 0 else None
-    site_array = site_array or 1001  # Slurm's default
     # MaxArraySize N allows task ids 0..N-1: N tasks
-    res = backend.runner(
-        [
-            "sacctmgr",
-            "--noheader",
-            "--parsable2",
-            "show",
-            "assoc",
-            f"user={_user()}",
-            "format=MaxSubmit",
-        ]
-    )
-    site_jobs = (
-        min((int(v) for v in res.stdout.split() if v.isdigit()), default=None)
-        if res.returncode == 0
-        else None
-    )
+    site_array = backend.site_max_array_size() or 1001  # Slurm's default
+    site_jobs = backend.site_max_submit_jobs()
     p = profile.profile if profile is not None else None
     array = min(x for x in (site_array, p and p.max_array_size) if x)
     jobs = min((x for x in (site_jobs, p and p.max_jobs) if x), default=None)
@@ -119,14 +120,6 @@ def site_limits(backend: SlurmCLI, profile=None, throttle: int | None = None) ->
         why.append(f"{jobs} queued jobs per user")
     throttle = throttle or (p.max_concurrent if p else None)
     return Limits(array, jobs, throttle, "; ".join(why))
-
-
-def queued(backend: SlurmCLI) -> int:
-    """The user's queued and running jobs, array tasks one each (MaxSubmitJobs counts so)."""
-    res = backend.runner(["squeue", "--noheader", "--array", "--user", _user(), "--format=%i"])
-    if res.returncode != 0:
-        raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
-    return sum(1 for line in res.stdout.splitlines() if line.strip())
 
 
 def _array_dir(request: JobRequest) -> Path:
@@ -171,7 +164,7 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
 
 
 def submit_many(
-    backend: SlurmCLI, requests: list[JobRequest], profile=None, throttle: int | None = None
+    backend: ArrayPlace, requests: list[JobRequest], profile=None, throttle: int | None = None
 ) -> list[str | Exception]:
     """Each request's job id (`ARRAYID_TASK`, or a plain id for a shape of one run), or
     why not: WaitForSlots for runs beyond the limits (a later wave), SubmitError and
@@ -179,7 +172,7 @@ def submit_many(
     out: list[str | Exception | None] = [None] * len(requests)
     limits = backend.limits or site_limits(backend, profile, throttle)
     backend.limits = limits  # the site's answers hold for a study's waves
-    room = None if limits.jobs is None else max(0, limits.jobs - queued(backend))
+    room = None if limits.jobs is None else max(0, limits.jobs - backend.queued_tasks())
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, request in enumerate(requests):
         text = RunPaths(request.run_dir).job_script.read_text()
@@ -206,7 +199,7 @@ def submit_many(
 
 
 def _submit_chunk(
-    backend: SlurmCLI, group: list[JobRequest], script_shape: tuple[str, ...], limits: Limits
+    backend: ArrayPlace, group: list[JobRequest], script_shape: tuple[str, ...], limits: Limits
 ) -> list[str | Exception]:
     if len(group) == 1:
         try:
@@ -219,7 +212,7 @@ def _submit_chunk(
         return [SubmitError(f"job array: {exc}")] * len(group)
     spec = f"0-{len(group) - 1}" + (f"%{limits.throttle}" if limits.throttle else "")
     try:
-        array_id = backend.sbatch(["--array", spec, str(script)])
+        array_id = backend.submit_array(script, spec)
     except (SubmitError, ControllerUnreachable) as exc:
         return [exc] * len(group)
     ids: list[str | Exception] = [f"{array_id}_{i}" for i in range(len(group))]
@@ -229,7 +222,7 @@ def _submit_chunk(
 
 
 def next_wave(
-    backend: SlurmCLI,
+    backend: ArrayPlace,
     store: Store,
     experiment: str | None = None,
     load_profile: Callable | None = None,
