@@ -38,12 +38,36 @@ def pytest_collection_modifyitems(config, items):
     items.sort(
         key=lambda item: ("env_home" in getattr(item, "fixturenames", ()), "[25.11" in item.name)
     )
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
     why = _no_cuda() if gpu else None
     for item in gpu:
         item.add_marker(pytest.mark.gpu)
         if why:
             item.add_marker(pytest.mark.skip(reason=f"GPU tier: {why}"))
+
+
+# Under pytest-xdist (scripts/test runs two workers, --dist loadgroup), the tests that share
+# one thing run one at a time, on one worker: a Slurm test cluster (its nodes, its queue, the
+# `cluster up` that starts it), or the framework environments' trainers, whose helper
+# processes other tests look for by name. Everything else spreads over both workers.
+_ON_22_05 = {"slurm_cluster", "slurm_22_05", "noacct_cluster", "noacct"}
+
+
+def _xdist_group(item) -> str | None:
+    names = set(getattr(item, "fixturenames", ()))
+    if names & _ON_22_05 or ("slurm_target" in names and "[22.05" in item.name):
+        return "slurm-22.05"
+    if names & {"slurm_25_11", "slurm_target"} or "[25.11" in item.name:
+        return "slurm-25.11"
+    if item.get_closest_marker("slurm"):
+        return "slurm-22.05"
+    if "env_home" in names:
+        return "frameworks"
+    return None
 
 
 @pytest.fixture

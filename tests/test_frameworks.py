@@ -522,6 +522,13 @@ def test_tensorflow_from_the_command_line_and_on_two_slurm_nodes(
 # --- MXNet Gluon (dist_sync kvstore) -----------------------------------------------------
 
 
+def _cwd(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:  # gone meanwhile
+        return None
+
+
 @pytest.fixture(scope="session")
 def mxnet_env(env_home):
     return framework_env(env_home, "mxnet")
@@ -538,13 +545,14 @@ def test_mxnet_two_workers_with_their_own_scheduler_and_server(mxnet_env, env_ho
     assert env["world_size"] == 2 and env["framework_versions"]["mxnet"] == "1.9.1"
     digests = summary["weights_digest_per_rank"]
     assert len(digests) == 2 and digests[0] == digests[1]
-    # the scheduler and server it started are gone with it
-    left = subprocess.run(
+    # the scheduler and server it started are gone with it (its own: they run in its
+    # folder; another test's MXNet job may be running meanwhile)
+    found = subprocess.run(
         ["pgrep", "-f", f"{mxnet_env.prefix}/bin/python -c import mxnet"],
         capture_output=True,
         text=True,
-    ).stdout
-    assert left == ""
+    ).stdout.split()
+    assert [pid for pid in found if _cwd(pid) == str(tmp_path)] == []
 
 
 @pytest.mark.slow
