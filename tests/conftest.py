@@ -51,20 +51,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Under pytest-xdist (scripts/test runs two workers, --dist loadgroup), the tests that share
-# one thing run one at a time, on one worker: a Slurm test cluster (its nodes, its queue, the
-# `cluster up` that starts it), or the framework environments' trainers, whose helper
+# one thing run one at a time, on one worker: the Slurm test clusters (their nodes and
+# queues; a test that stops a daemon would see another test's `cluster up` start it again,
+# and some tests use both releases), or the framework environments' trainers, whose helper
 # processes other tests look for by name. Everything else spreads over both workers.
-_ON_22_05 = {"slurm_cluster", "slurm_22_05", "noacct_cluster", "noacct"}
+_CLUSTERS = {"slurm_cluster", "slurm_22_05", "slurm_25_11", "slurm_target"}
+_CLUSTERS |= {"noacct_cluster", "noacct"}
 
 
 def _xdist_group(item) -> str | None:
     names = set(getattr(item, "fixturenames", ()))
-    if names & _ON_22_05 or ("slurm_target" in names and "[22.05" in item.name):
-        return "slurm-22.05"
-    if names & {"slurm_25_11", "slurm_target"} or "[25.11" in item.name:
-        return "slurm-25.11"
-    if item.get_closest_marker("slurm"):
-        return "slurm-22.05"
+    if names & _CLUSTERS or item.get_closest_marker("slurm") or "[25.11" in item.name:
+        return "slurm"
     if "env_home" in names:
         return "frameworks"
     return None

@@ -8,6 +8,7 @@ cli_startup.py's, not tests'."""
 from __future__ import annotations
 
 import fcntl
+import json
 import multiprocessing
 import os
 import sqlite3
@@ -21,6 +22,7 @@ from test_store import make_run
 from conftest import BIN
 from dlscale.engine import study
 from dlscale.engine.backends.local import LocalBackend
+from dlscale.engine.backends.local_worker import make_folder
 from dlscale.engine.backends.slurm_parse import parse_sacct
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking.store import SUBMITTING, Store
@@ -71,7 +73,10 @@ def test_a_batched_submission_stores_each_run_with_its_job_and_claim(tmp_path, h
         assert r["state"] == "PENDING" and r["attempts"] == 1 and r["reason"] is None
         assert jobs[r["run_id"]]["job_id"] == r["job_id"] and r["backend"] == "local"
         folder = home / "runs" / r["run_id"]
-        assert (folder / "run.json").is_file()
+        assert not folder.exists()  # no file per run at submission: made as it starts
+        job = jobs[r["run_id"]]
+        assert make_folder(store, job, json.loads(job["payload"])) is None  # the worker's
+        assert json.loads((folder / "run.json").read_text())["run_id"] == r["run_id"]
         # one spec for every run of it, its text, not a copy per run
         assert (folder / "spec.toml").stat().st_ino == spec_file.stat().st_ino
         assert (folder / "spec.toml").read_text() == spec.read_text()

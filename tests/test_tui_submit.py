@@ -53,7 +53,7 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
     if failure == "folder in the way":
         in_the_way.parent.mkdir(parents=True)
         in_the_way.write_text("not a folder\n")
-        why = "FileExistsError"
+        why = "something else is in the way"
     else:
         session.submitter = lambda name, store, *_: RefusesEverything(store)
         why = "RuntimeError: the scheduler fell over"
