@@ -250,7 +250,12 @@ class PyslurmBackend(SlurmJobs, Backend):
                 ok, self.controller_ok = False, False
                 self.last_error = f"controller: {' '.join(str(exc).split())}"
             forgotten = [j for j in live if j not in seen]
-            if forgotten and self._has_accounting():
+            # The controller down: the database alone can answer (no config to ask first).
+            if (
+                forgotten
+                and self.accounting is not False
+                and (not self.controller_ok or self._has_accounting())
+            ):
                 ok &= self._from_database(forgotten)
             elif forgotten and self.controller_ok:
                 # No slurmdbd to ask: the marker the job wrote as it ended decides
