@@ -271,6 +271,7 @@ def test_only_the_store_runs_sql():
             "store_jobs.py",
             "store_records.py",
             "store_health.py",
+            "store_revisions.py",
             "recovery.py",
         ):
             continue

@@ -55,7 +55,7 @@ class JobRequest:
     threads_per_rank: int = 1
     name: str = "dlscale"
     # Where the backend lays out the run's folder when its job starts (folders_at_start):
-    # what goes in it then (recovery.Layout). None: it was laid out at submission.
+    # what goes in it then. None: it was laid out at submission.
     layout: Layout | None = None
 
     @property

@@ -120,6 +120,7 @@ class PyslurmBackend(SlurmJobs, Backend):
     wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
     limits: slurm_arrays.Limits | None = None  # the site's, once asked
+    _site_config: Any = None  # the controller's configuration, once asked (_config)
 
     def __post_init__(self) -> None:
         if self.accounting is None and self.profile is not None:
@@ -175,11 +176,20 @@ class PyslurmBackend(SlurmJobs, Backend):
     # --- what job arrays ask of the place (slurm_arrays.ArrayPlace) ------------------------
 
     def site_max_array_size(self) -> int | None:
-        try:
-            config = self._call("config", self.api.slurmctld.Config.load)
-        except (SchedulerError, ControllerUnreachable):
+        config = self._config()
+        if config is None:
             return None
         return int(config.max_array_size or 0) or None
+
+    def _config(self) -> Any | None:
+        """The controller's configuration (slurm.conf as it runs), asked once; None while
+        the controller does not answer."""
+        if self._site_config is None:
+            try:
+                self._site_config = self._call("config", self.api.slurmctld.Config.load)
+            except (SchedulerError, ControllerUnreachable):
+                return None
+        return self._site_config
 
     def site_max_submit_jobs(self) -> int | None:
         if self.accounting is False:
@@ -268,9 +278,8 @@ class PyslurmBackend(SlurmJobs, Backend):
         """The profile's word, else the controller's: AccountingStorageType none means no
         slurmdbd (asked once)."""
         if self.accounting is None:
-            try:
-                config = self._call("config", self.api.slurmctld.Config.load)
-            except (SchedulerError, ControllerUnreachable):
+            config = self._config()
+            if config is None:
                 return True  # ask the database; its answer is the next clue
             self.accounting = "none" not in str(config.accounting_storage_type or "").lower()
         return self.accounting

@@ -24,6 +24,7 @@ from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (sto
 from .store_health import REBUILD_HINT, damage_message, run_folders
 from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
+from .store_revisions import add_revisions
 
 if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
     from ..launching.plan import Run
@@ -71,25 +72,6 @@ _ADDED_JOB_COLUMNS = {
     "token": "TEXT",
     "rev": "INTEGER",
 }
-# Every run and job row changed gets the next store revision (rev), by triggers so that no
-# writer can forget it: a reader of a 10,000-run queue asks only for the rows past the
-# revision it last saw (queue_view's `since`), through an index. Revisions follow commit
-# order (one writer at a time), so the highest one a read returns bounds the next read.
-# Inserts get none (a study's 10,000 new rows would pay for them): a reader learns of new
-# runs by their count (runs are never deleted), and a new job shows when its run names it.
-_REVISIONS = """
-INSERT OR IGNORE INTO counters (name, value) VALUES ('rev', 0);
-CREATE INDEX IF NOT EXISTS runs_by_rev ON runs(rev);
-CREATE INDEX IF NOT EXISTS jobs_by_rev ON jobs(rev);
-""" + "".join(
-    f"""
-CREATE TRIGGER IF NOT EXISTS {table}_rev AFTER UPDATE ON {table} WHEN NEW.rev IS OLD.rev BEGIN
-    UPDATE counters SET value = value + 1 WHERE name = 'rev';
-    UPDATE {table} SET rev = (SELECT value FROM counters WHERE name = 'rev')
-        WHERE rowid = NEW.rowid;
-END;"""
-    for table in ("runs", "jobs")
-)
 # The schema's own guard against duplicate jobs: at most one queued or running job per run.
 _ONE_LIVE_JOB_PER_RUN = (
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
@@ -145,12 +127,7 @@ class Store(Claims, Jobs, Records):
                 with self.transaction() as c:  # two processes may open an old store at once
                     for column in missing(table, added):
                         c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {added[column]}")
-        made = self.conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type='trigger' AND name IN "
-            "('runs_rev', 'jobs_rev')"
-        ).fetchone()[0]
-        if made < 2:  # a new store, or one from before revisions (a write: only then)
-            self.conn.executescript(_REVISIONS)
+        add_revisions(self.conn)
         try:
             self.conn.execute(_ONE_LIVE_JOB_PER_RUN)
         except sqlite3.IntegrityError:

@@ -190,7 +190,7 @@ class Meter:
         return Reading(self._energy, self._seconds, util)
 
 
-def summary_fields(readings: list[Reading], images: int) -> dict[str, float | None]:
+def summary_fields(readings: list[Reading], images: int) -> dict[str, Any]:
     """The summary's energy fields from every rank's reading: the job's joules (the sum over
     the ranks that metered), joules per image, mean power and mean utilisation. A rank
     whose counter failed mid-run leaves the job's energy unknown (the others' sum would
