@@ -19,7 +19,6 @@ from . import efficiency as explained
 from .formatting import finite
 from .points import _POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
 
-
 # What results read of each run's env record: its device, and why it has no energy.
 ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
 

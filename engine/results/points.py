@@ -28,7 +28,7 @@ class Spread:
         return self.cv is not None and self.cv > NOISY_CV
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def t_quantile_975(df: int) -> float:
     """Student's t at 0.975 for `df` degrees of freedom (a 95% interval's half-width in
     standard errors): scipy.special's stdtrit, what scipy.stats.t.ppf calls. Importing
