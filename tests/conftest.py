@@ -168,19 +168,21 @@ class SlurmRelease:
     """A running test cluster of one Slurm release: the environment its clients need
     (SLURM_CONF, and PATH for a built release) and its cluster script's commands."""
 
-    def __init__(self, release: str, env: dict[str, str]) -> None:
-        self.release, self.env = release, env
+    def __init__(self, release: str, env: dict[str, str], flags: tuple[str, ...] = ()) -> None:
+        self.release, self.env, self.flags = release, env, flags
 
     def cluster(self, *args: str) -> None:
         subprocess.run(
-            [str(CLUSTER), "--slurm", self.release, *args],
+            [str(CLUSTER), "--slurm", self.release, *self.flags, *args],
             check=True,
             capture_output=True,
             timeout=300,
         )
 
 
-def _start_release(release: str) -> SlurmRelease:
+def start_release(release: str, *flags: str) -> SlurmRelease:
+    """Starts (or finds up) the test cluster of a release; `flags` for the cluster script,
+    e.g. --no-accounting for the cluster of that release without slurmdbd."""
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster starts daemons and needs root")
     timeout = 600
@@ -199,7 +201,7 @@ def _start_release(release: str) -> SlurmRelease:
         if check.returncode == 4:
             timeout = 1800  # a build is in progress: `up` waits for it
     proc = subprocess.run(
-        [str(CLUSTER), "--slurm", release, "up"],
+        [str(CLUSTER), "--slurm", release, *flags, "up"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -216,17 +218,17 @@ def _start_release(release: str) -> SlurmRelease:
         check=True,
     )
     conf, path = shown.stdout.split("\0")
-    return SlurmRelease(release, {"SLURM_CONF": conf, "PATH": path})
+    return SlurmRelease(release, {"SLURM_CONF": conf, "PATH": path}, flags)
 
 
 @pytest.fixture(scope="session")
 def slurm_22_05():
-    return _start_release("22.05")
+    return start_release("22.05")
 
 
 @pytest.fixture(scope="session")
 def slurm_25_11():
-    return _start_release("25.11")
+    return start_release("25.11")
 
 
 class SlurmTarget:

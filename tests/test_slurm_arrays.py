@@ -1,16 +1,18 @@
-"""Job arrays, waves and clusters without accounting, against real Slurm 22.05 test clusters:
-the shared one (accounting, arrays limited by the profile) and the one
-`tests/slurm/cluster --no-accounting up` starts (no slurmdbd, MaxArraySize 10)."""
+"""Job arrays, waves and clusters without accounting, against real Slurm test clusters: the
+shared ones (accounting, arrays limited by the profile) and those
+`tests/slurm/cluster [--slurm 25.11] --no-accounting up` starts (no slurmdbd, MaxArraySize
+10)."""
 
+import importlib.util
 import math
-import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CLUSTER, REPO, dlscale, write_spec
+from conftest import REPO, dlscale, start_release, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.base import WAITING
 from dlscale.engine.backends.slurm import SlurmCLI, run_command
@@ -78,23 +80,42 @@ def assert_own_records(store, row):
     assert f"of run {row['run_id']} on" in log  # its own log, in its own folder
 
 
+# (release, backend) pairs the tests of clusters without accounting run on: pyslurm only
+# through the command line, a process of its own (pyslurm binds to the first cluster its
+# process imports it with)
+NOACCT_TARGETS = [("22.05", "slurm"), ("25.11", "slurm"), ("25.11", "pyslurm")]
+
+
 @pytest.fixture(scope="module")
-def noacct_cluster():
-    """A 22.05 cluster without slurmdbd and with MaxArraySize 10, apart from the shared
-    ones (its own state dir and ports)."""
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm test cluster starts daemons and needs root")
-    proc = subprocess.run(
-        [str(CLUSTER), "--no-accounting", "up"], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().split("=", 1)[1]
+def noacct_clusters():
+    """Each release's cluster without slurmdbd, with MaxArraySize 10, apart from the
+    shared ones (its own state dir and ports), started when a test first needs it."""
+    started: dict[str, object] = {}
+
+    def start(release):
+        if release not in started:
+            started[release] = start_release(release, "--no-accounting")
+        return started[release]
+
+    return start
 
 
 @pytest.fixture
-def noacct(noacct_cluster, monkeypatch):
-    monkeypatch.setenv("SLURM_CONF", noacct_cluster)
-    return noacct_cluster
+def noacct(request, noacct_clusters, monkeypatch):
+    """The backend's name on a cluster without accounting (22.05 and the commands unless
+    parametrized), its environment set for this test."""
+    release, backend = getattr(request, "param", ("22.05", "slurm"))
+    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed in this venv")
+    for name, value in noacct_clusters(release).env.items():
+        monkeypatch.setenv(name, value)
+    return backend
+
+
+def each_noacct_target(test):
+    return pytest.mark.parametrize(
+        "noacct", NOACCT_TARGETS, indirect=True, ids=[f"{r}-{b}" for r, b in NOACCT_TARGETS]
+    )(test)
 
 
 def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
@@ -183,6 +204,7 @@ def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
     assert len(tasks) > math.ceil(29 / 10)  # more than one wave was needed
 
 
+@each_noacct_target
 def test_quickstart_without_accounting(noacct, home):
     spec = REPO / "examples" / "quickstart-slurm.toml"
     dlscale(
@@ -191,7 +213,7 @@ def test_quickstart_without_accounting(noacct, home):
         "--profile",
         str(PROFILE),
         "--backend",
-        "slurm",
+        noacct,
         "--wait",
         check=0,
         timeout=400,
@@ -222,6 +244,37 @@ def ended_and_forgotten(row) -> Path:
     return marker
 
 
+# One sync through pyslurm in a process of its own; prints whether it found accounting.
+SYNC_BY_PYSLURM = """
+import sys
+from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+from dlscale.engine.tracking.monitor import sync
+from dlscale.engine.tracking.store import Store
+store = Store(sys.argv[1])
+backend = PyslurmBackend(home=store.home)
+sync(store, backend)
+print(backend.accounting)  # None: nothing made it ask
+"""
+
+
+def state_after_sync(store, run_id, backend) -> tuple[str, str]:
+    """The run's state after a sync in a fresh process, which learns from the cluster, not
+    from this test, that there is no accounting: through pyslurm for pyslurm, else
+    `dlscale status`. With what pyslurm found of accounting."""
+    if backend != "pyslurm":
+        dlscale("status", "--all", check=0)
+        return store.run(run_id)["state"], ""
+    found = subprocess.run(
+        [sys.executable, "-c", SYNC_BY_PYSLURM, str(store.home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr[-2000:]
+    return store.run(run_id)["state"], found.stdout.strip()
+
+
+@each_noacct_target
 def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     crash = write_spec(
         tmp_path / "c.toml", name="crash", scales='"1x1"', training='inject_fault = "crash@step2"'
@@ -229,26 +282,25 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     slow = write_spec(tmp_path / "l.toml", name="slow", scales='"1x1"', steps=1000000)
     prof = str(profile_copy(tmp_path))
     for spec in (crash, slow):
-        dlscale("run", str(spec), "--profile", prof, "--backend", "slurm", check=0)
+        dlscale("run", str(spec), "--profile", prof, "--backend", noacct, check=0)
     store = Store(home)
     [failed], [cancelled] = store.runs("crash"), store.runs("slow")
-    backend = SlurmCLI()
     assert wait_for(
-        lambda: sync(store, backend) and store.run(cancelled["run_id"])["state"] == "RUNNING", 180
+        lambda: state_after_sync(store, cancelled["run_id"], noacct)[0] == "RUNNING", 180
     )
     assert "cancelled 1 run(s)" in dlscale("cancel", cancelled["run_id"], check=0).stdout
     # the crash ends; nobody asks until the controller has forgotten it (MinJobAge 10 s):
     # its end comes from the marker its job script wrote
     marker = ended_and_forgotten(failed)
-    dlscale("status", "--all", check=0)  # a fresh process: learns sacct has no accounting
-    row = store.run(failed["run_id"])
-    assert row["state"] == "FAILED", row
+    state, accounting = state_after_sync(store, failed["run_id"], noacct)
+    assert state == "FAILED", store.run(failed["run_id"])
+    if noacct == "pyslurm":  # learnt from the controller's config, not the profile
+        assert accounting == "False"
     code = int(marker.read_text().split()[1])
     assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
-    assert "injected fault at step 2" in row["reason"]
+    assert "injected fault at step 2" in store.run(failed["run_id"])["reason"]
     assert wait_for(
-        lambda: sync(store, SlurmCLI()) and store.run(cancelled["run_id"])["state"] == "CANCELLED",
-        60,
+        lambda: state_after_sync(store, cancelled["run_id"], noacct)[0] == "CANCELLED", 60
     )
 
 

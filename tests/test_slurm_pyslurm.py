@@ -131,6 +131,23 @@ def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
     assert _waiting_tasks(task0) is None
 
 
+@pytest.mark.parametrize(
+    "storage,asked",
+    [
+        ("accounting_storage/slurmdbd", True),
+        ("accounting_storage/none", False),  # 22.05 without slurmdbd
+        (None, False),  # 25.11 without slurmdbd (pyslurm's Config, recorded)
+        ("", False),
+        ("(null)", False),  # as `scontrol show config` prints it on 25.11
+        ("ACCOUNTING_STORAGE/NONE", False),
+    ],
+)
+def test_the_database_is_asked_only_where_the_controller_names_one(storage, asked):
+    from dlscale.engine.backends.pyslurm_backend import has_accounting
+
+    assert has_accounting(storage) is asked
+
+
 # --- on the real clusters ----------------------------------------------------------------
 
 

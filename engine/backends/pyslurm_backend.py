@@ -97,6 +97,13 @@ def _waiting_tasks(job) -> list[str] | None:
     return expand_array(f"{array_id}_[{waiting}]")
 
 
+def has_accounting(storage_type: str | None) -> bool:
+    """Whether the controller's AccountingStorageType names a database to ask: 22.05 says
+    accounting_storage/none without one, 25.11 leaves it unset."""
+    storage = (storage_type or "").strip().lower()
+    return bool(storage) and storage not in ("(null)", "none") and not storage.endswith("/none")
+
+
 @dataclass
 class PyslurmBackend(SlurmJobs, Backend):
     """Slurm through pyslurm's API, in this process: the same jobs as SlurmCLI's."""
@@ -275,13 +282,13 @@ class PyslurmBackend(SlurmJobs, Backend):
         return self._answer(ok, job_ids)
 
     def _has_accounting(self) -> bool:
-        """The profile's word, else the controller's: AccountingStorageType none means no
-        slurmdbd (asked once)."""
+        """The profile's word, else the controller's: AccountingStorageType unset (as 25.11
+        reports accounting_storage/none) or none means no slurmdbd (asked once)."""
         if self.accounting is None:
             config = self._config()
             if config is None:
                 return True  # ask the database; its answer is the next clue
-            self.accounting = "none" not in str(config.accounting_storage_type or "").lower()
+            self.accounting = has_accounting(config.accounting_storage_type)
         return self.accounting
 
     def last_word(self, row: dict[str, Any]) -> JobStatus | None:
