@@ -7,12 +7,14 @@ could not run."""
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
-from test_gpu_plan import CACHE, gpu_profile
+from test_gpu_plan import gpu_profile
 
 from conftest import dlscale
 from dlscale.engine.launching import envbuild, envs, recipes
+from test_frameworks import env_home, horovod_env, tf_env  # noqa: F401  (fixtures)
 
 
 def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
@@ -118,12 +120,10 @@ def test_env_create_refuses_a_gpu_build_the_sites_gpus_cannot_run(tmp_path, home
     assert not (home / "envs").exists() and not (home / "envs.json").exists()
 
 
-def test_env_list_shows_each_gpu_environments_build(home):
+def test_env_list_shows_each_gpu_environments_build(horovod_env, home):
     """A recorded GPU environment gets its own row: which CUDA, Horovod's NCCL, and why it
     cannot run GPU jobs when it cannot."""
-    prefix = next(iter(sorted(CACHE.glob("horovod-pytorch-[0-9a-f]*[0-9a-f]"))), None)
-    if prefix is None:
-        pytest.skip(f"no cached Horovod environment under {CACHE}")
+    prefix = horovod_env.prefix
     home.mkdir(parents=True)
     (home / "envs.json").write_text(
         json.dumps(
@@ -148,14 +148,16 @@ def test_env_list_shows_each_gpu_environments_build(home):
     assert "missing" in rows[("horovod-pytorch", "cpu")]
 
 
+FIXTURE_OF = {"horovod-pytorch": "horovod_env", "tensorflow": "tf_env"}
+
+
 @pytest.mark.parametrize("framework,nccl", [("horovod-pytorch", False), ("tensorflow", None)])
-def test_the_probe_reads_how_a_built_environment_was_built(framework, nccl):
-    """From the real cached CPU builds: no CUDA, and Horovod's own nccl_built() (False for the
-    gloo-only build); the quick look reads CUDA from the wheels' files without importing."""
-    prefix = next(iter(sorted(CACHE.glob(f"{framework}-[0-9a-f]*[0-9a-f]"))), None)
-    if prefix is None:
-        pytest.skip(f"no cached {framework} environment under {CACHE}")
-    python = str(prefix / "bin" / "python")
+def test_the_probe_reads_how_a_built_environment_was_built(request, env_home, framework, nccl):
+    """From the real cached CPU builds (built first where they are not cached yet): no
+    CUDA, and Horovod's own nccl_built() (False for the gloo-only build); the quick look
+    reads CUDA from the wheels' files without importing."""
+    built = request.getfixturevalue(FIXTURE_OF[framework])
+    python = str(Path(built.prefix) / "bin" / "python")
     problem, _, facts = envs.probe_facts(python, envs.recipe_for(framework), full_import=True)
     assert problem is None and facts == {"cuda": None, "nccl": nccl}
     assert envs.probe_facts(python, envs.recipe_for(framework), full_import=False)[2] == {

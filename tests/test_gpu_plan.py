@@ -21,8 +21,8 @@ from dlscale.engine.errors import PlanError, SpecError
 from dlscale.engine.launching import envs, gpu_checks, gpus
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store
+from test_frameworks import env_home, horovod_env, tf_env  # noqa: F401  (fixtures)
 
-CACHE = Path(os.environ.get("DLSCALE_ENV_CACHE") or "/var/cache/dlscale") / "envs"
 # `nvidia-smi --query-gpu=index,uuid,name,compute_cap --format=csv,noheader` on a node with
 # two H100s (the format of driver 550); an older driver refuses compute_cap.
 SMI_H100 = (
@@ -226,11 +226,9 @@ def test_a_gpu_partition_refuses_a_cpu_build_and_names_the_gpu_one(tmp_path, hom
     )
 
 
-def test_a_registered_cpu_environment_is_no_gpu_environment(tmp_path, home):
+def test_a_registered_cpu_environment_is_no_gpu_environment(tf_env, tmp_path, home):
     """The cached TensorFlow environment is tensorflow-cpu: found, read, and refused."""
-    prefix = next(iter(sorted(CACHE.glob("tensorflow-[0-9a-f]*[0-9a-f]"))), None)
-    if prefix is None:
-        pytest.skip(f"no cached CPU TensorFlow environment under {CACHE}")
+    prefix = tf_env.prefix
     home.mkdir(parents=True)
     (home / "envs.json").write_text(json.dumps({"tensorflow": {"prefix": str(prefix)}}))
     status = envs.resolve("tensorflow", home, device="cuda")
@@ -242,11 +240,9 @@ def test_a_registered_cpu_environment_is_no_gpu_environment(tmp_path, home):
     assert f"`dlscale env create tensorflow --gpu --profile {profile.path}`" in said
 
 
-def test_a_gpu_horovod_without_nccl_is_refused(tmp_path, home):
+def test_a_gpu_horovod_without_nccl_is_refused(horovod_env, tmp_path, home):
     """What `env create --gpu` records when the site's NCCL was not found at build time."""
-    prefix = next(iter(sorted(CACHE.glob("horovod-pytorch-[0-9a-f]*[0-9a-f]"))), None)
-    if prefix is None:
-        pytest.skip(f"no cached Horovod environment under {CACHE}")
+    prefix = horovod_env.prefix
     home.mkdir(parents=True)
     (home / "envs.json").write_text(
         json.dumps(
