@@ -239,6 +239,10 @@ def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
     assert wait_for(
         lambda: sync(store, scheduler) and store.runs("nodefail")[0]["state"] == "RUNNING"
     )
+    # Both ranks training (the step runs on node2 too) before node2 is lost: stopped while
+    # srun is still launching, the launch fails and Slurm itself ends the job FAILED.
+    metrics = Path(store.runs("nodefail")[0]["run_dir"]) / "metrics.jsonl"
+    assert wait_for(lambda: metrics.exists() and '"interval"' in metrics.read_text(), 180)
     try:
         slurm_target.cluster("stop-node", "node2")
         assert wait_for(
