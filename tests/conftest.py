@@ -28,6 +28,9 @@ def _no_cuda() -> str | None:
     return None
 
 
+# tryfirst: xdist's own hook turns each item's xdist_group marker into its group, and runs
+# before a conftest's hook otherwise; the markers added after it grouped nothing.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that need a framework's own environment (the `env_home` fixture) run last, and
     those on Slurm 25.11 just before them: scripts/test builds both in the background
