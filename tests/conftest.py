@@ -58,8 +58,7 @@ def pytest_collection_modifyitems(config, items):
 # queues; a test that stops a daemon would see another test's `cluster up` start it again,
 # and some tests use both releases), or the framework environments' trainers, whose helper
 # processes other tests look for by name. Everything else spreads over both workers.
-_CLUSTERS = {"slurm_cluster", "slurm_22_05", "slurm_25_11", "slurm_target"}
-_CLUSTERS |= {"noacct_cluster", "noacct"}
+_CLUSTERS = {"slurm_cluster", "slurm_22_05", "slurm_25_11", "slurm_target", "noacct_clusters"}
 
 
 def _xdist_group(item) -> str | None:
@@ -254,15 +253,20 @@ class SlurmTarget:
         return SlurmCLI(**kw)
 
 
-@pytest.fixture(params=SLURM_TARGETS, ids=[f"{r}-{b}" for r, b in SLURM_TARGETS])
-def slurm_target(request, monkeypatch):
-    release, backend = request.param
-    started = request.getfixturevalue("slurm_22_05" if release == "22.05" else "slurm_25_11")
-    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+def skip_without_pyslurm() -> None:
+    if importlib.util.find_spec("pyslurm") is None:
         pytest.skip(
             "pyslurm is not installed in this venv (PYTHON=.venv/bin/python "
             "tests/slurm/build-slurm --install builds and installs it)"
         )
+
+
+@pytest.fixture(params=SLURM_TARGETS, ids=[f"{r}-{b}" for r, b in SLURM_TARGETS])
+def slurm_target(request, monkeypatch):
+    release, backend = request.param
+    started = request.getfixturevalue("slurm_22_05" if release == "22.05" else "slurm_25_11")
+    if backend == "pyslurm":
+        skip_without_pyslurm()
     for name, value in started.env.items():
         monkeypatch.setenv(name, value)
     return SlurmTarget(started, backend)

@@ -3,7 +3,6 @@ shared ones (accounting, arrays limited by the profile) and those
 `tests/slurm/cluster [--slurm 25.11] --no-accounting up` starts (no slurmdbd, MaxArraySize
 10)."""
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, start_release, write_spec
+from conftest import REPO, dlscale, skip_without_pyslurm, start_release, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.base import WAITING
 from dlscale.engine.backends.slurm import SlurmCLI, run_command
@@ -105,8 +104,8 @@ def noacct(request, noacct_clusters, monkeypatch):
     """The backend's name on a cluster without accounting (22.05 and the commands unless
     parametrized), its environment set for this test."""
     release, backend = getattr(request, "param", ("22.05", "slurm"))
-    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
-        pytest.skip("pyslurm is not installed in this venv")
+    if backend == "pyslurm":
+        skip_without_pyslurm()
     for name, value in noacct_clusters(release).env.items():
         monkeypatch.setenv(name, value)
     return backend
