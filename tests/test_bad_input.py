@@ -338,10 +338,9 @@ def _tables_of_arrays(tmp_path: Path) -> list[Path]:
 
 
 async def test_tui_opens_wrong_shaped_specs_with_the_command_lines_errors(home, tmp_path):
-    from test_tui import field, until
-
     from dlscale.engine.session import Session
     from dlscale.tui.app import DlscaleApp
+    from test_tui import field, until
 
     specs = [tui_spec(tmp_path, case) for case in TUI_CASES] + _tables_of_arrays(tmp_path)
     app = DlscaleApp(Session(home, "local"), str(specs[0]), watch=False)

@@ -8,7 +8,6 @@ import ast
 from pathlib import Path
 
 import textual
-from test_tui import field, type_into, until
 
 from conftest import REPO
 from dlscale.engine.launching.plan import Run
@@ -18,6 +17,7 @@ from dlscale.engine.tracking.store import Store
 from dlscale.tui import queue as tui_queue
 from dlscale.tui import results as tui_results
 from dlscale.tui.app import DlscaleApp
+from test_tui import field, type_into, until
 from tui_text import recorded_study, screen_text
 
 TUI = REPO / "tui"

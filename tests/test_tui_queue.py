@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui import until
 from textual.coordinate import Coordinate
 from textual.geometry import Region
 
@@ -20,6 +19,7 @@ from dlscale.engine.tracking.queue import QUEUE_COLUMNS, QueueReader, QueueRow
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.queue import ROWS_PER_FRAME, JobTable
+from test_tui import until
 from tui_text import screen_text
 
 # --- the engine's rows, tick after tick ----------------------------------------------------

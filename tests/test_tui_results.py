@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 
-from test_tui import field, until
-
 from dlscale.engine.results import charts
 from dlscale.engine.session import Session
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.results import COLUMNS, ResultsScreen
+from test_tui import field, until
 from tui_text import recorded_study, screen_text
 
 ENERGY_J = 0.25  # per image, on the 1-device runs only: 4.0 images per joule

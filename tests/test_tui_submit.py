@@ -9,7 +9,6 @@ import threading
 
 import pytest
 from test_bad_records import _bad_study
-from test_tui import field, until
 from textual.widgets import DataTable
 
 from conftest import REPO, write_spec
@@ -22,6 +21,7 @@ from dlscale.engine.session import Session
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
+from test_tui import field, until
 from tui_text import screen_text
 
 pytestmark = pytest.mark.timeout(600)

@@ -7,75 +7,17 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 
 import pytest
 
 from conftest import BIN, write_spec
+from tui_terminal import Terminal
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
 ]
-
-
-class Terminal:
-    def __init__(self, argv: list[str], env: dict[str, str], size=(100, 30)) -> None:
-        self.name = f"dlscale-test-{uuid.uuid4().hex[:8]}"
-        # tmux starts the command through a shell: pass it one quoted word per argument.
-        import shlex
-
-        command = " ".join(shlex.quote(a) for a in argv)
-        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
-        subprocess.run(
-            [
-                "tmux",
-                "new-session",
-                "-d",
-                "-s",
-                self.name,
-                "-x",
-                str(size[0]),
-                "-y",
-                str(size[1]),
-                *env_args,
-                command,
-            ],
-            check=True,
-        )
-
-    def keys(self, *keys: str, literal: bool = False) -> None:
-        subprocess.run(
-            ["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), *keys], check=True
-        )
-        time.sleep(0.3)
-
-    def type(self, text: str) -> None:
-        self.keys(text, literal=True)
-
-    def screen(self) -> str:
-        return subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
-        ).stdout
-
-    def wait_for(self, text: str, timeout: float = 60) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
-
-    def alive(self) -> bool:
-        return (
-            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
-            == 0
-        )
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
 
 @pytest.fixture
@@ -127,3 +69,82 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         str(spec)
         not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     ), left.stdout
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+FIELDS = ("name", "scales", "batch", "repetitions", "steps", "path")
+TAB_ORDER = (
+    "name",
+    "frameworks",
+    "models",
+    "datasets",
+    "scales",
+    "batch",
+    "precisions",
+    "loaders",
+    "repetitions",
+    "steps",
+    "path",
+    "profile",
+)
+
+
+def _burst_with_edits(rng, marker: str) -> tuple[list[str], str]:
+    """Segments to send and the text they leave: words typed, some backspaced, a word
+    put in front with Home and the marker at the end."""
+    segments, want = [], ""
+    while len(want) < 14:
+        # No letter the app binds (q quits where no field has the focus).
+        word = rng.choice(["4x4", "16x8", "x", "56", ", ", "0"])
+        segments.append(word)
+        want += word
+        cut = rng.randint(0, min(3, len(want)))
+        segments += ["BSpace"] * cut
+        want = want[: len(want) - cut]
+    segments += ["Home", "0", "End", marker]
+    return segments, "0" + want + marker
+
+
+def test_keys_typed_under_cpu_load_land_in_order(home, terminal_env):
+    """Issue 21, item 2: with both cores busy (two spinning processes, as on a login node),
+    20 bursts of typing with backspaces and cursor moves, into each text field of the
+    Build screen in turn, each leave exactly the text typed. Before the fix (Textual's
+    Input, and the form checked on every key) bursts like these came out wrong 3 times
+    in 4."""
+    import multiprocessing
+    import random
+
+    rng = random.Random(21)
+    stop = multiprocessing.Event()
+    load = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(2)]
+    # Tall enough that every field is on screen at once: each round reads its field back.
+    term = Terminal([str(BIN / "dlscale-tui")], terminal_env, size=(100, 50))
+    try:
+        term.wait_for("ctrl+r submits", 60)
+        for p in load:
+            p.start()
+        at = 0  # the name field has the focus at start
+        wrong = []
+        for round_ in range(20):
+            target = TAB_ORDER.index(FIELDS[round_ % len(FIELDS)])
+            term.burst(*["Tab"] * ((target - at) % len(TAB_ORDER)))
+            at = target
+            time.sleep(0.5)
+            term.burst("End", "C-u")
+            segments, want = _burst_with_edits(rng, f"{round_:02d}")
+            term.burst(*segments)
+            end = time.monotonic() + 10
+            while want not in (screen := term.screen()) and time.monotonic() < end:
+                time.sleep(0.3)
+            if want not in screen:
+                wrong.append((FIELDS[round_ % len(FIELDS)], want, screen))
+        assert not wrong, f"{len(wrong)} of 20 wrong; the first: {wrong[0]}"
+    finally:
+        stop.set()
+        for p in load:
+            p.join(timeout=5)
+        term.close()

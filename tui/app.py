@@ -15,6 +15,7 @@ import click
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive, var
 from textual.timer import Timer
 from textual.worker import get_current_worker
@@ -22,6 +23,7 @@ from textual.worker import get_current_worker
 from ..engine.cli.options import backend_for, check_home, given_as
 from ..engine.errors import DlscaleError
 from ..engine.session import Session, Snapshot
+from ..engine.text import printable
 from ..engine.tracking.monitor import Backoff
 from .build import BuildScreen
 from .dialogs import HelpScreen
@@ -44,6 +46,10 @@ class DlscaleApp(App):
         Binding("f3", "show('queue')", "Queue", priority=True),
         Binding("f4", "show('results')", "Results", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Moving between fields with priority: the app then moves the focus before it hands
+        # on the keys typed after tab, which otherwise could land in the field just left.
+        Binding("tab", "focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
         Binding("question_mark", "help", "Help", show=False),
         Binding("1", "show('build')", "Build", show=False),
         Binding("2", "show('queue')", "Queue", show=False),
@@ -75,7 +81,7 @@ class DlscaleApp(App):
             self.poll_now()
 
     def watch_experiment(self, experiment: str | None) -> None:
-        self.title = f"dlscale: {experiment}" if experiment else "dlscale"
+        self.title = printable(f"dlscale: {experiment}") if experiment else "dlscale"
         self.poll_now()
 
     # --- navigation ----------------------------------------------------------------------
@@ -147,14 +153,29 @@ class DlscaleApp(App):
             self.warning = f"cannot refresh the queue: {message.message}; retrying"
             self._rearm()
         else:
-            # Engine text is shown as it is: a path or a reason may hold [brackets].
             self.notify(
-                message.message,
-                title=f"{message.what} failed",
-                severity="error",
-                timeout=10,
-                markup=False,
+                message.message, title=f"{message.what} failed", severity="error", timeout=10
             )
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every toast is literal, whatever a caller (a screen, a widget) asks: its text
+        comes from users, files and the engine (a path or a spec key may hold `[/]`), and
+        control characters in it are shown as signs, not sent to the terminal."""
+        super().notify(
+            printable(message),
+            title=printable(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.
@@ -205,7 +226,10 @@ def main(
     if spec and not Path(spec).exists():
         click.echo(f"dlscale-tui: {spec}: no such file", err=True)
         sys.exit(2)
-    DlscaleApp(session, spec).run()
+    app = DlscaleApp(session, spec)
+    app.run()
+    # A crash ends the app with Textual's traceback and return code 1: the shell must see it.
+    sys.exit(app.return_code or 0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Header, Input, SelectionList, Static
+from textual.timer import Timer
+from textual.widgets import Button, Footer, Header, Input, SelectionList
 from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
@@ -25,7 +26,7 @@ from .errors import describe
 from .form import FIELDS, LISTS, TITLES, _as_list, _n, _words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady
 from .submit import SubmitFromForm
-from .widgets import Banner
+from .widgets import Banner, Plain, TextField, literal
 
 DEFAULTS: dict[str, Any] = {
     "experiment": {
@@ -41,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     },
     "training": {"steps": 30, "warmup_steps": 5},
 }
+# A change is checked once typing pauses this long: checking on every key kept the app's
+# message loop busy, and the preview is only read when the hands stop.
+PREVIEW_DELAY = 0.15
 
 
 class BuildScreen(SubmitFromForm):
@@ -62,12 +66,16 @@ class BuildScreen(SubmitFromForm):
         self._bad: dict[str, str] = {}
         self._file_had_data = False
         self.frameworks_checked = False
+        self._preview_timer: Timer | None = None
+        self.checked_serial = -1  # the form change the panel shows
+        self.submit_when_checked = False  # ctrl+r came while a change was being checked
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner(id="banner")
         with Horizontal(id="build"):
-            with VerticalScroll(id="form"):
+            # Not a stop of its own for tab: the fields are (each scrolls into view).
+            with VerticalScroll(id="form", can_focus=False):
                 yield self._text_field("name")
                 yield SelectionList[str](id="frameworks")
                 yield SelectionList[str](id="models")
@@ -81,14 +89,14 @@ class BuildScreen(SubmitFromForm):
                 yield self._text_field("path", "where ctrl+s saves, e.g. my-study.toml")
                 yield self._text_field("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
-                yield Static("", id="preview", markup=False)
+                yield Plain(id="preview")
                 # Enabled by the first preview that finds the form submittable.
                 yield Button("Submit (ctrl+r)", id="submit", variant="primary", disabled=True)
         yield Footer(compact=True)
 
     @staticmethod
     def _text_field(wid: str, placeholder: str = "") -> Input:
-        w = Input(placeholder=placeholder, id=wid)
+        w = TextField(placeholder=placeholder, id=wid)
         w.border_title = TITLES[wid]
         return w
 
@@ -99,14 +107,16 @@ class BuildScreen(SubmitFromForm):
         # framework): in a worker, with the list filled in when the answers come.
         self.query_one("#frameworks", SelectionList).add_options(
             [
-                Selection(f"{name} (checking its environment...)", name, False, disabled=True)
+                Selection(
+                    literal(f"{name} (checking its environment...)"), name, False, disabled=True
+                )
                 for name in specfile.CHOICES["frameworks"]
             ]
         )
         self._check_frameworks()
         for wid in LISTS[1:]:
             self.query_one(f"#{wid}", SelectionList).add_options(
-                [Selection(v, v, False) for v in specfile.CHOICES[wid]]
+                [Selection(literal(v), v, False) for v in specfile.CHOICES[wid]]
             )
         profile = self.app.session.profile
         self.query_one("#profile", Input).value = profile.path if profile else ""
@@ -136,7 +146,7 @@ class BuildScreen(SubmitFromForm):
         fw.add_options(
             [
                 Selection(
-                    c.name if c.usable else f"{c.name} ({c.why})",
+                    literal(c.name if c.usable else f"{c.name} ({c.why})"),
                     c.name,
                     c.name in wanted,
                     disabled=not c.usable,
@@ -216,10 +226,19 @@ class BuildScreen(SubmitFromForm):
         return data, bad
 
     def changed(self) -> None:
+        """The form changed: check it once typing pauses (PREVIEW_DELAY)."""
         if self._filling or not self.is_mounted:
             return
+        self._serial += 1  # a preview under way is of an older form now
+        # Until the new form is checked, what the panel says is of the old one.
+        self.query_one("#submit", Button).disabled = True
+        if self._preview_timer is not None:
+            self._preview_timer.stop()
+        self._preview_timer = self.set_timer(PREVIEW_DELAY, self.check_form)
+
+    def check_form(self) -> None:
+        self._preview_timer = None
         data, bad = self.read_form()
-        self._serial += 1
         self._bad = bad
         self._run_preview(data, self._serial)
 
@@ -236,6 +255,7 @@ class BuildScreen(SubmitFromForm):
     def on_preview_ready(self, message: PreviewReady) -> None:
         if message.serial != self._serial:
             return  # the form changed since; a newer preview is coming
+        self.checked_serial = message.serial
         self.preview = p = message.preview
         by_field: dict[str, list[str]] = {}
         general: list[str] = []
@@ -257,7 +277,7 @@ class BuildScreen(SubmitFromForm):
             w = self.query_one(f"#{wid}")
             msgs = by_field.get(wid)
             w.set_class(bool(msgs), "invalid")
-            w.border_subtitle = "; ".join(msgs)[:200] if msgs else None
+            w.border_subtitle = literal("; ".join(msgs)) if msgs else None
         lines: list[str] = []
         if self.file_problems:
             lines += ["The spec file does not validate:", *self.file_problems]
@@ -279,12 +299,20 @@ class BuildScreen(SubmitFromForm):
             lines += ["Cannot submit yet:"] + [f"- {g}" for g in general]
             if by_field:
                 lines.append(f"- {len(by_field)} field(s) marked in red")
-        self.query_one("#preview", Static).update("\n".join(lines))
+        self.query_one("#preview", Plain).update("\n".join(lines))
         self.query_one("#submit", Button).disabled = (
             not (p.ok and not self._bad)
             or self.query_one("#profile", Input).has_class("invalid")
             or self.submitting
         )
+        if self.submit_when_checked:
+            self.submit_when_checked = False
+            self.action_submit()
+
+    @property
+    def checking(self) -> bool:
+        """A change of the form has not been checked yet (the panel shows an older one)."""
+        return self.checked_serial != self._serial
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "profile":
@@ -311,7 +339,7 @@ class BuildScreen(SubmitFromForm):
         w = self.query_one("#profile", Input)
         if message.problem is not None:
             w.add_class("invalid")
-            w.border_subtitle = message.problem.splitlines()[0][:200]
+            w.border_subtitle = literal(message.problem.splitlines()[0])
             self.query_one("#submit", Button).disabled = True
             return
         if not message.changed and not w.has_class("invalid"):

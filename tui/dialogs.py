@@ -6,7 +6,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label
+
+from .widgets import Plain, TextField
 
 HELP = """\
 dlscale-tui: build a scaling study, watch its jobs, read its results.
@@ -46,7 +48,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Static(HELP, markup=False)
+            yield Plain(HELP)
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -61,7 +63,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm", classes="dialog"):
-            yield Label(self.question, markup=False)
+            yield Plain(self.question, classes="question")
             with Horizontal(classes="buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no")
@@ -87,8 +89,8 @@ class PathScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-dialog", classes="dialog"):
-            yield Label(self.title_text, markup=False)
-            yield Input(self.value, placeholder="path/to/spec.toml", id="path-input")
+            yield Plain(self.title_text, classes="question")
+            yield TextField(self.value, placeholder="path/to/spec.toml", id="path-input")
             yield Label("enter: ok   escape: cancel", classes="hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

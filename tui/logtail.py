@@ -8,11 +8,12 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Input, Log, Static
+from textual.widgets import Input, Log
 from textual.worker import get_current_worker
 
 from ..engine.tracking.logs import follow_chunks
 from .messages import LogLines
+from .widgets import Plain, TextField
 
 TAIL_LINES = 500  # what opening a log shows at once, whatever its size
 KEEP_LINES = 20_000  # what the view holds; older lines drop off the top
@@ -31,9 +32,9 @@ class LogTail(Vertical):
         self.waiting = False  # the log file does not exist yet
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="log-status", markup=False)
+        yield Plain(id="log-status")
         yield Log(max_lines=KEEP_LINES, id="log-lines")
-        yield Input(placeholder="search the log (enter: find, escape: close)", id="log-search")
+        yield TextField(placeholder="search the log (enter: find, escape: close)", id="log-search")
 
     def open(self, path: Path, title: str) -> None:
         self._serial += 1
@@ -149,7 +150,7 @@ class LogTail(Vertical):
         )
 
     def _status(self, text: str) -> None:
-        self.query_one("#log-status", Static).update(text)
+        self.query_one("#log-status", Plain).update(text)
 
 
 def _short(path: Path | None) -> str:

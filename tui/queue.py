@@ -9,18 +9,19 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
 from ..engine.session import Snapshot
+from ..engine.text import printable
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen
 from .errors import describe
 from .logtail import LogTail
 from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
-from .widgets import Banner
+from .widgets import Banner, Plain
 
 STATE_STYLE = {
     "PENDING": "yellow",
@@ -40,6 +41,7 @@ def cell_markup(col: int, text: str, state: str) -> str:
     # Markup strings, escaped: DataTable reads a str as markup, and a pending reason may
     # hold brackets. Not rich Text objects: 11 per job, they weigh on memory and on every
     # pass of the garbage collector at 10,000 jobs.
+    text = printable(text)  # a reason or a name may hold escape sequences
     style = STATE_STYLE.get(state) if col == _STATE else None
     if style:
         return f"[{style}]{escape(text)}[/]"
@@ -163,14 +165,14 @@ class QueueScreen(AppScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner(id="banner")
-        yield Static("", id="queue-summary", markup=False)
+        yield Plain(id="queue-summary")
         yield JobTable(id="jobs")
         yield LogTail(id="log")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#log").display = False
-        self.query_one("#queue-summary", Static).update("reading the queue...")
+        self.query_one("#queue-summary", Plain).update("reading the queue...")
         self.watch(self.app, "snapshot", self.show_snapshot)
 
     def show_snapshot(self, snap: Snapshot | None) -> None:
@@ -192,7 +194,7 @@ class QueueScreen(AppScreen):
                 f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
                 "or `dlscale run SPEC` submits them"
             )
-        self.query_one("#queue-summary", Static).update(f"{exp}: {counts or 'no runs'}{more}{hint}")
+        self.query_one("#queue-summary", Plain).update(f"{exp}: {counts or 'no runs'}{more}{hint}")
 
     # --- log ----------------------------------------------------------------------------
 
@@ -292,5 +294,5 @@ class QueueScreen(AppScreen):
 
     def on_job_acted(self, message: JobActed) -> None:
         message.stop()
-        self.notify(message.message, markup=False)
+        self.notify(message.message)
         self.app.poll_now()

@@ -13,14 +13,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header
 
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
 from .messages import EngineFailed, ReportWritten, ResultsLoaded
 from .screens import AppScreen
-from .widgets import Banner
+from .widgets import Banner, Plain, literal_cell
 
 COLUMNS = (
     "model",
@@ -93,8 +93,8 @@ class ResultsScreen(AppScreen):
         yield Header()
         yield Banner(id="banner")
         yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="why", markup=False)
-        yield Static("", id="baselines", markup=False)
+        yield Plain(id="why")
+        yield Plain(id="baselines")
         yield Chart(id="chart")
         yield Footer(compact=True)
 
@@ -145,25 +145,36 @@ class ResultsScreen(AppScreen):
         table = self.query_one("#results", DataTable)
         table.clear()
         for r in self.results:
+            # Cells as Text: DataTable reads a str as markup.
             table.add_row(
-                r["model"],
-                r["framework"],
-                f"{r['nodes']}x{r['ranks_per_node']}",
-                str(r["ranks"]),
-                str(r["per_device_batch"]),
-                f"{r['n']}/{r['repetitions']}",
-                Text(tables.throughput_text(r), style="yellow" if r["noisy"] else ""),
-                tables.fmt(r["speedup"]),
-                tables.fmt(r["efficiency"]),
-                tables.fmt(r.get("predicted_efficiency")),
-                tables.fmt(r.get("images_per_joule"), 1),
-                tables.fmt(r["time_to_accuracy_s"], 1),
-                r["state"],
+                *(
+                    literal_cell(c)
+                    for c in (
+                        r["model"],
+                        r["framework"],
+                        f"{r['nodes']}x{r['ranks_per_node']}",
+                        r["ranks"],
+                        r["per_device_batch"],
+                        f"{r['n']}/{r['repetitions']}",
+                    )
+                ),
+                literal_cell(tables.throughput_text(r), "yellow" if r["noisy"] else ""),
+                *(
+                    literal_cell(c)
+                    for c in (
+                        tables.fmt(r["speedup"]),
+                        tables.fmt(r["efficiency"]),
+                        tables.fmt(r.get("predicted_efficiency")),
+                        tables.fmt(r.get("images_per_joule"), 1),
+                        tables.fmt(r["time_to_accuracy_s"], 1),
+                        r["state"],
+                    )
+                ),
             )
         note = tables.baselines_note(self.results)
         skipped = "".join(f"\n{n}" for n in message.notes)
         where = message.experiment or "this store"
-        self.query_one("#baselines", Static).update(
+        self.query_one("#baselines", Plain).update(
             (
                 (note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
                 "compute + allreduce model   m: metric   o: model"
@@ -181,7 +192,7 @@ class ResultsScreen(AppScreen):
     def show_why(self, row: int) -> None:
         """The selected result's reasons for its "-" cells (hidden when it has none)."""
         why = why_missing(self.results[row]) if 0 <= row < len(self.results) else ""
-        box = self.query_one("#why", Static)
+        box = self.query_one("#why", Plain)
         box.update(
             f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
             f"{self.results[row]['ranks_per_node']}: {why}"

@@ -30,6 +30,10 @@ class SubmitFromForm(AppScreen):
     if TYPE_CHECKING:
         preview: Preview | None
         loaded_from: str | None
+        submit_when_checked: bool
+
+        @property
+        def checking(self) -> bool: ...
 
         def read_form(self) -> tuple[dict[str, Any], dict[str, str]]: ...
         def _spec_name(self, data: dict[str, Any]) -> str: ...
@@ -43,6 +47,9 @@ class SubmitFromForm(AppScreen):
                 "SUBMITTING, and a message says when it is done",
                 severity="warning",
             )
+            return
+        if self.checking:  # the last keys are being checked: submit once they pass
+            self.submit_when_checked = True
             return
         data, bad = self.read_form()
         p = self.preview
@@ -60,7 +67,7 @@ class SubmitFromForm(AppScreen):
             )
             return
         self._submitting(True)
-        self.notify(f"submitting {p.to_run} run(s) to {self.app.session.where}...", markup=False)
+        self.notify(f"submitting {p.to_run} run(s) to {self.app.session.where}...")
         self._submit(data)
 
     def _submitting(self, busy: bool) -> None:
@@ -92,9 +99,7 @@ class SubmitFromForm(AppScreen):
     def on_submit_failed(self, message: SubmitFailed) -> None:
         message.stop()
         self._submitting(False)
-        self.notify(
-            message.problem, title="not submitted", severity="error", timeout=15, markup=False
-        )
+        self.notify(message.problem, title="not submitted", severity="error", timeout=15)
         self._show_queue_of(message.name)
 
     def on_submitted(self, message: Submitted) -> None:
@@ -114,7 +119,6 @@ class SubmitFromForm(AppScreen):
             title="not all submitted" if report.failed_to_submit else "submitted",
             severity="error" if report.failed_to_submit else "information",
             timeout=15 if report.failed_to_submit else 10,
-            markup=False,
         )
         self._show_queue_of(name)
 

@@ -1,11 +1,44 @@
-"""Widgets every screen shares: the banner that says the controller is not answering."""
+"""Widgets every screen shares: the banner that says the controller is not answering, the
+text field that applies keys in the order they were typed, and literal text."""
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from functools import cache
+
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingsMap
+from textual.content import Content
+from textual.visual import VisualType
+from textual.widgets import Input, Static
+
+from ..engine.text import printable
 
 
-class Banner(Static):
+def literal(text: object) -> Content:
+    """Text from a user, a file or the engine, for a place Textual reads as markup (border
+    titles, selection prompts): shown as written, `[/]` and `[b]` included, control
+    characters as visible signs."""
+    return Content(printable(str(text)))
+
+
+def literal_cell(text: object, style: str = "") -> Text:
+    """The same for a DataTable cell, which reads a str as markup."""
+    return Text(printable(str(text)), style=style)
+
+
+class Plain(Static):
+    """A Static for text from users, files and the engine: never read as markup, control
+    characters shown as signs."""
+
+    def __init__(self, text: str = "", **kwargs) -> None:
+        super().__init__(literal(text), **kwargs)
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        super().update(literal(content) if isinstance(content, str) else content, layout=layout)
+
+
+class Banner(Plain):
     """Hidden while the scheduler answers; a red line saying what is wrong when it does not."""
 
     def on_mount(self) -> None:
@@ -14,3 +47,36 @@ class Banner(Static):
     def _show(self, warning: str | None) -> None:
         self.set_class(bool(warning), "shown")
         self.update(warning or "")
+
+
+@cache
+def _editing_keys(cls: type[Input]) -> dict[str, str]:
+    """key -> action of the field's own (non-priority) bindings, Input's included."""
+    bindings: list[Binding | tuple[str, str] | tuple[str, str, str]] = []
+    for klass in reversed(cls.__mro__):
+        bindings += klass.__dict__.get("BINDINGS", [])
+    keys: dict[str, str] = {}
+    for key, found in BindingsMap(bindings).key_to_bindings.items():
+        for binding in found:
+            if not binding.priority:
+                keys[key] = binding.action
+    return keys
+
+
+class TextField(Input):
+    """An Input whose editing keys (backspace, arrows, ctrl+k...) act where they arrive.
+
+    Textual 8 inserts a typed character in the field at once but sends a bound key up
+    through the screen and the app before its action runs, so on a busy machine the
+    characters typed after a backspace could land before it (`2x2` + 3 backspaces + `1x4`
+    read `21x`; Textual issue 6605). Here the field runs its own bindings itself, in order
+    with the characters; keys bound with priority (F-keys, ctrl+r) still go first to the
+    app, as before."""
+
+    async def on_key(self, event: events.Key) -> None:
+        action = _editing_keys(type(self)).get(event.key)
+        if action is None:
+            return
+        event.stop()
+        event.prevent_default()
+        await self.run_action(action)

@@ -1,0 +1,74 @@
+"""A real terminal for the TUI's end-to-end tests: `dlscale-tui` in tmux, keys in with
+send-keys, the screen back with capture-pane, as a user over SSH would see it."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+import uuid
+
+
+class Terminal:
+    def __init__(self, argv: list[str], env: dict[str, str], size=(100, 30)) -> None:
+        self.name = f"dlscale-test-{uuid.uuid4().hex[:8]}"
+        # tmux starts the command through a shell: pass it one quoted word per argument.
+        command = " ".join(shlex.quote(a) for a in argv)
+        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                str(size[0]),
+                "-y",
+                str(size[1]),
+                *env_args,
+                command,
+            ],
+            check=True,
+        )
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        subprocess.run(
+            ["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), *keys], check=True
+        )
+        time.sleep(0.3)
+
+    def burst(self, *segments: str) -> None:
+        """Keys with no pause between them, as a fast typist's: a segment is a key name
+        (BSpace, Home) or, when it is not one, literal text."""
+        for seg in segments:
+            key = seg in ("BSpace", "Home", "End", "Left", "Right", "Tab", "C-u", "C-k", "C-w")
+            subprocess.run(
+                ["tmux", "send-keys", "-t", self.name, *([] if key else ["-l"]), seg], check=True
+            )
+
+    def type(self, text: str) -> None:
+        self.keys(text, literal=True)
+
+    def screen(self) -> str:
+        return subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        ).stdout
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.3)
+        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+
+    def alive(self) -> bool:
+        return (
+            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
+            == 0
+        )
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
