@@ -214,9 +214,10 @@ class CommData:
     skipped: list[str] = field(default_factory=list)  # sweep entries that were not numbers
 
     def links(
-        self, framework: str, exclude: set[str] | frozenset[str] = frozenset()
+        self, framework: str, exclude: frozenset[tuple[int, int]] = frozenset()
     ) -> dict[str, Link]:
-        """The framework's fitted links per tier, leaving out runs in `exclude`."""
+        """The framework's fitted links per tier, leaving out the scales in `exclude`
+        (nodes, ranks)."""
         out = {}
         for tier in TIERS:
             got = fit(
@@ -225,7 +226,7 @@ class CommData:
                     for s in self.samples
                     if s.framework == framework
                     and tier_of(s.nodes) == tier
-                    and s.run_id not in exclude
+                    and (s.nodes, s.ranks) not in exclude
                 ],
                 tier,
             )

@@ -1,0 +1,163 @@
+"""Past the measured scales: the alpha-beta fit recovers known links from noisy sweeps, a
+synthetic study's projection matches the model that generated it, the held-out check
+computes its error and flags a miss, and `dlscale project` refuses bad input in one line."""
+
+import numpy as np
+import pytest
+from test_efficiency_results import add, add_comm, breakdown
+
+from dlscale.engine.results import commfit, projection
+from dlscale.engine.tracking.store import Store
+
+BUCKETS = [1_049_000, 29_888]
+ALPHA = 40e-6  # s per latency step
+INTRA_GBPS, INTER_GBPS = 20.0, 4.0
+LOCAL_S = 0.25  # a node's step without communication (per-device batch 32)
+BATCH = 32
+
+
+def model_time(nbytes, n, nodes, buckets=None):
+    gbps = INTRA_GBPS if nodes == 1 else INTER_GBPS
+    return commfit.allreduce_time(ALPHA, 1 / (gbps * 1e9), buckets or [nbytes], n)
+
+
+# --- the fit ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("alpha,gbps", [(5e-6, 100.0), (40e-6, 4.0), (1e-3, 0.5)])
+def test_the_fit_recovers_latency_and_bandwidth_from_noisy_sweeps(seed, alpha, gbps):
+    rng = np.random.default_rng(seed)
+    samples = [
+        commfit.Sample("r", "f", 2, n, int(s), t * (1 + 0.03 * rng.standard_normal()))
+        for n in (2, 4, 8)
+        for s in np.geomspace(4096, 1e8, 8)
+        for t in [commfit.allreduce_time(alpha, 1 / (gbps * 1e9), [int(s)], n)]
+    ]
+    link = commfit.fit(samples, commfit.INTER)
+    assert link is not None and link.source == commfit.MEASURED and link.points == 24
+    assert link.bandwidth_gbps == pytest.approx(gbps, rel=0.03)
+    assert link.latency_s == pytest.approx(alpha, rel=0.1)
+    lo, hi = link.bandwidth_interval()
+    assert lo < link.bandwidth_gbps < hi
+    # the interval is honest: within 4 standard errors of the truth (3% noise)
+    assert abs(link.latency_s - alpha) < 4 * link.latency_se()
+
+
+def test_too_few_sizes_fit_the_bandwidth_alone_and_say_so():
+    samples = [
+        commfit.Sample("r", "f", 2, 2, 10**6, 10**6 / 5e9),
+        commfit.Sample("r", "f", 2, 2, 10**7, 10**7 / 5e9),
+    ]
+    link = commfit.fit(samples, commfit.INTER)
+    assert link.latency_s == 0 and link.bandwidth_gbps == pytest.approx(5.0)
+    assert "too few for a latency" in link.note
+    assert commfit.fit([], commfit.INTER) is None
+
+
+# --- a synthetic study -----------------------------------------------------------------
+
+
+def add_sweep(store, tmp_path, nodes, rpn, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    n = nodes * rpn
+    sweep = []
+    for s in np.geomspace(16_000, sum(BUCKETS), 8).astype(int):
+        t = model_time(int(s), n, nodes) * (1 + noise * rng.standard_normal())
+        sweep.append({"bytes": int(s), "time_s": t, "rounds": 10})
+    step = model_time(0, n, nodes, BUCKETS)
+    add_comm(
+        store,
+        tmp_path,
+        step,
+        1.0,
+        record={"buckets": BUCKETS, "sweep": sweep},
+        nodes=nodes,
+        ranks_per_node=rpn,
+        per_device_batch=BATCH,
+    )
+
+
+def step_of(nodes, rpn):
+    """The generating model: no overlap (all the allreduce exposed)."""
+    return LOCAL_S + model_time(0, nodes * rpn, nodes, BUCKETS)
+
+
+def add_point(store, tmp_path, nodes, rpn, factor=1.0):
+    n = nodes * rpn
+    c = model_time(0, n, nodes, BUCKETS)
+    x = n * BATCH / step_of(nodes, rpn) * factor
+    reps = [breakdown(x * f, LOCAL_S, c) for f in (0.99, 1.0, 1.01)]
+    add(store, tmp_path, reps, nodes=nodes, ranks_per_node=rpn, per_device_batch=BATCH)
+
+
+@pytest.fixture
+def study(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn in ((1, 1), (1, 2), (2, 2), (4, 2)):
+        add_point(store, tmp_path, nodes, rpn)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    return store
+
+
+def test_a_synthetic_studys_projection_matches_its_generating_model(study):
+    (fam,) = projection.projections(study, "e", to=64)
+    rows = {(r["nodes"], r["ranks_per_node"]): r for r in fam["rows"]}
+    assert {k for k, r in rows.items() if r["kind"] == "measured"} == {
+        (1, 1),
+        (1, 2),
+        (2, 2),
+        (4, 2),
+    }
+    projected = {k: r for k, r in rows.items() if r["kind"] == "projected"}
+    assert set(projected) == {(8, 2), (16, 2), (32, 2), (64, 2)}
+    base_x = BATCH / step_of(1, 1)
+    for (nodes, rpn), r in projected.items():
+        n = nodes * rpn
+        want = n * BATCH / step_of(nodes, rpn)
+        x = r["throughput"]
+        assert x["value"] == pytest.approx(want, rel=0.03)
+        assert x["ci95_low"] <= want <= x["ci95_high"]
+        assert r["efficiency"]["value"] == pytest.approx(want / base_x / n, rel=0.03)
+        assert r["stated"] is False and any("inter-node link: measured" in i for i in r["inputs"])
+    assert fam["links"]["inter-node"]["bandwidth_gbps"] == pytest.approx(INTER_GBPS, rel=0.05)
+    held = fam["held_out"]
+    assert (held["nodes"], held["ranks_per_node"]) == (4, 2)
+    assert abs(held["error"]) < 0.03 and held["outside_interval"] is False
+
+
+def test_the_held_out_check_flags_a_miss_beyond_its_interval(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn, factor in ((1, 1, 1.0), (1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.6)):
+        add_point(store, tmp_path, nodes, rpn, factor)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    (fam,) = projection.projections(store, "e", to=8)
+    held = fam["held_out"]
+    assert held["error"] == pytest.approx(1 / 0.6 - 1, rel=0.05)
+    assert held["outside_interval"] is True
+    # its comm benchmark was left out of the fit that projected it
+    assert "from" in held and "pytorch-ddp 4x2" not in held["from"]
+
+
+def test_a_tier_not_measured_uses_the_stated_figures_and_says_so(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn in ((1, 1), (1, 2)):
+        add_point(store, tmp_path, nodes, rpn)
+    add_sweep(store, tmp_path, 1, 2, noise=0.01)
+    (fam,) = projection.projections(store, "e", to=4)
+    assert all("why" in r for r in fam["rows"] if r["kind"] == "projected")
+    stated = {
+        commfit.INTER: commfit.Link(
+            commfit.INTER, ALPHA, INTER_GBPS, ((0, 0), (0, 0)), commfit.STATED, ("p.toml",)
+        )
+    }
+    (fam,) = projection.projections(store, "e", to=4, stated=stated)
+    got = [r for r in fam["rows"] if r["kind"] == "projected"]
+    assert [r["nodes"] for r in got] == [2, 4] and all(r["stated"] for r in got)
+    for r in got:
+        want = r["ranks"] * BATCH / step_of(r["nodes"], 2)
+        assert r["throughput"]["value"] == pytest.approx(want, rel=0.03)
+        assert any("stated, not measured" in i for i in r["inputs"])
+    assert fam["held_out"] is None  # two scales: nothing to hold out
