@@ -2,10 +2,13 @@
 synthetic study's projection matches the model that generated it, the held-out check
 computes its error and flags a miss, and `dlscale project` refuses bad input in one line."""
 
+import json
+
 import numpy as np
 import pytest
 from test_efficiency_results import add, add_comm, breakdown
 
+from conftest import dlscale
 from dlscale.engine.results import commfit, projection
 from dlscale.engine.tracking.store import Store
 
@@ -161,3 +164,74 @@ def test_a_tier_not_measured_uses_the_stated_figures_and_says_so(tmp_path):
         assert r["throughput"]["value"] == pytest.approx(want, rel=0.03)
         assert any("stated, not measured" in i for i in r["inputs"])
     assert fam["held_out"] is None  # two scales: nothing to hold out
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+def test_project_prints_measured_and_projected_rows_and_the_held_out_check(study, tmp_path):
+    shown = dlscale("project", "-e", "e", "--to", "16", home=tmp_path, check=0).stdout
+    cells = [[c.strip() for c in x.split("│")[1:-1]] for x in shown.splitlines() if "│" in x]
+    rows = [c for c in cells if len(c) == 8]  # the table's rows, not the chart's
+    # every row of the table says which it is
+    assert [(r[0], r[2]) for r in rows] == [
+        ("1x1", "measured"),
+        ("1x2", "measured"),
+        ("2x2", "measured"),
+        ("4x2", "measured"),
+        ("8x2", "projected"),
+        ("16x2", "projected"),
+    ]
+    assert "held-out check: 4x2 projected from" in shown and "within its interval" in shown
+    assert "(projected)" in shown and "(measured)" in shown  # the chart's two series
+    fams = json.loads(
+        dlscale(
+            "project", "-e", "e", "--to", "16", "--format", "json", home=tmp_path, check=0
+        ).stdout
+    )
+    assert all(r["kind"] in ("measured", "projected") for f in fams for r in f["rows"])
+    assert [r["nodes"] for r in fams[0]["rows"] if r["kind"] == "projected"] == [8, 16]
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--to", "0"], "Invalid value for '--to'"),
+        (["--to", "x"], "Invalid value for '--to'"),
+        (["-e", "nope", "--to", "4"], "no experiment 'nope'"),
+        (["-e", "e"], "give --to NODES"),
+        (["-e", "e", "--to", "4", "--profile", "missing.toml"], "missing.toml"),
+        (["-e", "e", "--format", "xml", "--to", "4"], "Invalid value for '--format'"),
+    ],
+)
+def test_bad_input_exits_2_in_one_line(study, tmp_path, args, says):
+    proc = dlscale("project", *args, home=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bad_interconnect_is_named_by_file_line_and_field(study, tmp_path):
+    profile = tmp_path / "cluster.toml"
+    profile.write_text(
+        'name = "c"\n[[partitions]]\nname = "p"\nnodes = 8\ncpus_per_node = 4\n'
+        "[interconnect]\ninjection_gbps = -5\nlatency_us = 2\n"
+    )
+    proc = dlscale("project", "-e", "e", "--profile", str(profile), home=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{profile}:7: interconnect.injection_gbps" in proc.stderr
+    # a good one: its size is the default --to, its link is used and marked stated
+    profile.write_text(profile.read_text().replace("-5", "25"))
+    fams = json.loads(
+        dlscale(
+            "project",
+            "-e",
+            "e",
+            "--profile",
+            str(profile),
+            "--format",
+            "json",
+            home=tmp_path,
+            check=0,
+        ).stdout
+    )
+    assert max(r["nodes"] for r in fams[0]["rows"]) == 8

@@ -185,7 +185,9 @@ def family_key(p: Point) -> tuple:
 def family_name(p: Point) -> str:
     batch = f"b{p.per_device_batch}" if p.scaling == "weak" else f"global b{p.global_batch}"
     return " ".join(
-        [p.framework, p.model, p.precision, batch, p.loader, p.device or "?", p.scaling]
+        w
+        for w in [p.framework, p.model, p.precision, batch, p.loader, p.device or "", p.scaling]
+        if w
     )
 
 
