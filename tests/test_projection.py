@@ -235,3 +235,53 @@ def test_a_bad_interconnect_is_named_by_file_line_and_field(study, tmp_path):
         ).stdout
     )
     assert max(r["nodes"] for r in fams[0]["rows"]) == 8
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_the_report_has_the_section_and_its_figure(tmp_path, fmt):
+    from test_report import check_png, md_table
+
+    from dlscale.engine.results import report as reporting
+
+    store = Store(tmp_path)
+    for nodes, rpn, factor in ((1, 1, 1.0), (1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.6)):
+        add_point(store, tmp_path, nodes, rpn, factor)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    store.save_experiment("e", "spec.toml", "[experiment]\n", "0" * 12)
+    rep = reporting.build(store, "e", tmp_path / "out", fmt)
+    text = rep.path.read_text()
+    table = rep.tables["projection"]
+    assert table.title == "Scaling beyond what was measured"
+    kinds = [(r[1], r[3]) for r in table.rows]
+    assert kinds[:4] == [
+        ("1x1", "measured"),
+        ("1x2", "measured"),
+        ("2x2", "measured"),
+        ("4x2", "measured"),
+    ]
+    # no profile was kept: 8 x the largest measured node count, said so
+    assert kinds[4:] == [("8x2", "projected"), ("16x2", "projected"), ("32x2", "projected")]
+    assert any("no cluster profile was kept" in n for n in table.notes)
+    (alert,) = table.alerts  # the 4x2 point was measured 40% below the model
+    assert "held-out check: 4x2" in alert and "OUTSIDE its interval" in alert
+    fig = {f.name: f for f in rep.figures}["projection-efficiency"]
+    assert any("(projected)" in k for k in fig.series) and "ideal" in fig.series
+    check_png(fig.path)
+    assert {f.name: f for f in rep.figures}["projection-throughput"].series[
+        "held-out check (missed)"
+    ]
+    if fmt == "md":
+        assert (
+            md_table(text, "Scaling beyond what was measured")[0]["measured/projected"]
+            == "measured"
+        )
+        assert f"**{alert}**" in text and "figures/projection-efficiency.png" in text
+    else:
+        assert f'<p class="note alert">{alert}</p>' in text
+    assert json.loads((tmp_path / "out" / "projection.json").read_text())[0]["held_out"][
+        "outside_interval"
+    ]

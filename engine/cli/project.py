@@ -3,7 +3,6 @@ as a table and a chart, or JSON; every row says whether it was measured or proje
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -11,19 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import NotFoundError, UserError
-from ..paths import RunPaths
 from ..tracking import follow as following
 from .console import out
 from .options import experiment_option, store_of
-
-
-def _kept_profile(runs: list[dict[str, Any]]) -> Path | None:
-    """The cluster profile a Slurm run kept beside its job script."""
-    for r in runs:
-        path = RunPaths(Path(r["run_dir"] or "")).profile
-        if path.is_file():
-            return path
-    return None
 
 
 def _only_experiment(names: list[str], home: str) -> str:
@@ -72,23 +61,6 @@ def _table(fam: dict[str, Any]) -> Table:
     return t
 
 
-def held_out_text(held: dict[str, Any] | None) -> Text:
-    if held is None:
-        return Text("held-out check: fewer than 3 scales measured, nothing to hold out")
-    scale = f"{held['nodes']}x{held['ranks_per_node']}"
-    if "why" in held:
-        return Text(f"held-out check at {scale}: not possible: {held['why']}")
-    x = held["projected_throughput"]
-    line = (
-        f"held-out check: {scale} projected from {', '.join(held['from'])}: "
-        f"{x['value']:,.1f} images/s [{x['ci95_low']:,.1f}, {x['ci95_high']:,.1f}], "
-        f"measured {held['measured_throughput']:,.1f}: error {100 * held['error']:+.1f}%"
-    )
-    if held["outside_interval"]:
-        return Text(line + " - OUTSIDE its interval", style="bold red")
-    return Text(line + " (within its interval)")
-
-
 @click.command()
 @experiment_option()
 @click.option(
@@ -128,23 +100,18 @@ def project(
     """Project the scaling curve past the measured scales, with intervals and a held-out check."""
     import json
 
-    from ..config.profile import load_profile
-    from ..results import charts, commfit, projection
+    from ..results import charts, projection
+    from ..results.report_projection import held_out_line, link_line
 
     store = store_of(ctx)
     following.refresh(store)
     name = experiment or _only_experiment(store.experiment_names(), str(store.home))
-    kept = _kept_profile(store.runs(name))
-    path = Path(profile_path) if profile_path else kept
-    loaded = load_profile(path) if path is not None else None
+    to, _, stated = projection.how_far(store, name, to, profile_path)
     if to is None:
-        if loaded is None:
-            raise UserError(
-                "give --to NODES: the runs of experiment "
-                f"{name} kept no cluster profile to read the partition's size from"
-            )
-        to = loaded.profile.partition(None).nodes
-    stated = commfit.stated(loaded.profile.interconnect, str(path)) if loaded else {}
+        raise UserError(
+            "give --to NODES: the runs of experiment "
+            f"{name} kept no cluster profile to read the partition's size from"
+        )
     fams = projection.projections(store, name, to, stated)
     if fmt == "json":
         click.echo(json.dumps(fams, indent=2))
@@ -153,16 +120,10 @@ def project(
         out.print(_table(fam))
         if fam.get("why"):
             out.print(f"not projected: {fam['why']}", soft_wrap=True)
-        for tier, lk in (fam.get("links") or {}).items():
-            lo, hi = lk["bandwidth_ci95_gbps"]
-            out.print(
-                f"{tier} link ({lk['source']}): bandwidth {lk['bandwidth_gbps']:,.3f} GB/s "
-                f"[{lo:,.3f}, {'-' if hi is None else f'{hi:,.3f}'}], latency "
-                f"{lk['latency_us']:,.1f} us, from {', '.join(lk['inputs'])}"
-                + (f"; {lk['note']}" if lk["note"] else ""),
-                soft_wrap=True,
-            )
-        out.print(held_out_text(fam["held_out"]), soft_wrap=True)
+        for lk in (fam.get("links") or {}).values():
+            out.print(link_line(lk), soft_wrap=True)
+        line, missed = held_out_line(fam)
+        out.print(Text(line, style="bold red") if missed else Text(line), soft_wrap=True)
     out.print(
         "projected rows: the largest measured single-node point plus the fitted allreduce "
         "at that scale, as much of it hidden as the breakdown measured; [95%] intervals "

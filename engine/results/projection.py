@@ -27,10 +27,12 @@ the measurement only, which the rows say.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..paths import RunPaths
 from ..tracking.store import Store
 from . import analysis, commfit
 from . import efficiency as explained
@@ -398,6 +400,34 @@ def projections(
     for f in out:
         f["skipped"] = data.skipped
     return out
+
+
+def kept_profile(runs: list[dict[str, Any]]) -> Path | None:
+    """The cluster profile a Slurm run kept beside its job script, if any run kept one."""
+    for r in runs:
+        path = RunPaths(Path(r["run_dir"] or "")).profile
+        if path.is_file():
+            return path
+    return None
+
+
+def how_far(
+    store: Store, experiment: str, to: int | None, profile: str | Path | None
+) -> tuple[int | None, str, dict[str, Link]]:
+    """(how many nodes to project to, where that number comes from, the links the profile
+    states): --to, else the size of the default partition of the profile given or kept by
+    the runs; None when neither says. A profile that does not validate raises SpecError."""
+    from ..config.profile import load_profile
+
+    path = Path(profile) if profile else kept_profile(store.runs(experiment))
+    loaded = load_profile(path) if path is not None else None
+    stated = commfit.stated(loaded.profile.interconnect, str(path)) if loaded else {}
+    if to is not None:
+        return to, "--to", stated
+    if loaded is None:
+        return None, "", stated
+    part = loaded.profile.partition(None)
+    return part.nodes, f"partition {part.name} of {path}", stated
 
 
 def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> list[dict]:
