@@ -242,7 +242,7 @@ def test_a_bad_interconnect_is_named_by_file_line_and_field(study, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["md", "html"])
 def test_the_report_has_the_section_and_its_figure(tmp_path, fmt):
-    from test_report import check_png, md_table
+    from test_report import check_figures, check_png, md_table
 
     from dlscale.engine.results import report as reporting
 
@@ -268,6 +268,7 @@ def test_the_report_has_the_section_and_its_figure(tmp_path, fmt):
     assert any("no cluster profile was kept" in n for n in table.notes)
     (alert,) = table.alerts  # the 4x2 point was measured 40% below the model
     assert "held-out check: 4x2" in alert and "OUTSIDE its interval" in alert
+    check_figures(rep)  # every series visibly drawn in its own colour, as the others
     fig = {f.name: f for f in rep.figures}["projection-efficiency"]
     assert any("(projected)" in k for k in fig.series) and "ideal" in fig.series
     check_png(fig.path)
