@@ -286,3 +286,25 @@ def test_the_report_has_the_section_and_its_figure(tmp_path, fmt):
     assert json.loads((tmp_path / "out" / "projection.json").read_text())[0]["held_out"][
         "outside_interval"
     ]
+
+
+def test_sweep_entries_that_are_not_a_size_and_a_time_are_left_out_and_named(tmp_path):
+    store = Store(tmp_path)
+    good = [{"bytes": s, "time_s": model_time(s, 2, 2)} for s in (10**4, 10**5, 10**6)]
+    bad = ["x", {"bytes": -1, "time_s": 1.0}, {"bytes": 100, "time_s": "a"}, {"time_s": 1.0}]
+    add_comm(
+        store,
+        tmp_path,
+        0.01,
+        1.0,
+        record={"buckets": BUCKETS, "sweep": good + bad},
+        nodes=2,
+        ranks_per_node=1,
+    )
+    data = commfit.measurements(store, "e")
+    assert len(data.samples) == 3
+    assert [n.split(": ")[1] for n in data.skipped] == [
+        f"comm.sweep[{i}] is not a size and time" for i in (3, 4, 5, 6)
+    ]
+    link = data.links("pytorch-ddp")[commfit.INTER]
+    assert link.bandwidth_gbps == pytest.approx(INTER_GBPS, rel=1e-6)

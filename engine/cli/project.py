@@ -124,6 +124,8 @@ def project(
             out.print(link_line(lk), soft_wrap=True)
         line, missed = held_out_line(fam)
         out.print(Text(line, style="bold red") if missed else Text(line), soft_wrap=True)
+    for note in fams[0]["skipped"] if fams else []:  # sweep entries left out of the fit
+        out.print(f"left out of the fit: {note}", soft_wrap=True)
     out.print(
         "projected rows: the largest measured single-node point plus the fitted allreduce "
         "at that scale, as much of it hidden as the breakdown measured; [95%] intervals "
