@@ -308,3 +308,39 @@ def test_sweep_entries_that_are_not_a_size_and_a_time_are_left_out_and_named(tmp
     ]
     link = data.links("pytorch-ddp")[commfit.INTER]
     assert link.bandwidth_gbps == pytest.approx(INTER_GBPS, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_projection_returns_the_base_at_its_own_scale_and_never_gains_with_more_nodes(seed):
+    """Any base, link and overlap: projected back to the base's own scale it gives the
+    base's measurement; weak scaling past it, the step never shortens, so efficiency
+    never rises and throughput never falls."""
+    rng = np.random.default_rng(seed)
+    g = int(rng.choice([1, 2, 4, 8]))
+    buckets = [int(b) for b in rng.integers(10**3, 10**8, size=int(rng.integers(1, 6)))]
+    links = {
+        tier: commfit.Link(
+            tier,
+            float(rng.uniform(0, 1e-4)),
+            float(rng.uniform(0.5, 300)),
+            ((0.0, 0.0), (0.0, 0.0)),
+            commfit.STATED,
+            ("x",),
+        )
+        for tier in commfit.TIERS
+    }
+    c_g = links[commfit.INTRA].time_s(buckets, g)
+    step = c_g + float(rng.uniform(0.01, 1.0))
+    exposed = None if rng.random() < 0.3 else float(rng.uniform(0, c_g))
+    x = g * 32 / step
+    base = projection.Base(g, 32, projection.Mean(x, 0.0, 1), exposed, None)
+    one = projection.Mean(float(rng.uniform(0.5, 1.5)) * 32 / step, 0.0, 1)
+    at_base = projection.project(base, one, links, buckets, 1, g, samples=10)
+    assert at_base["throughput"].value == pytest.approx(x, rel=1e-9)
+    last = at_base
+    for nodes in (2, 4, 16, 128, 1024):
+        got = projection.project(base, one, links, buckets, nodes, g, samples=10)
+        assert got["step_time_s"].value >= last["step_time_s"].value * (1 - 1e-12)
+        assert got["efficiency"].value <= last["efficiency"].value * (1 + 1e-12)
+        assert got["throughput"].value >= last["throughput"].value * (1 - 1e-12)
+        last = got

@@ -12,9 +12,11 @@ N nodes from the fitted (or stated) link of its tier (commfit.py):
     hidden = max(C_g - e, 0)           C_g: the base's allreduce (benchmark, else the model)
     T_n    = local x b_n / b_g + max(C_n - hidden, 0)
 
-so the allreduce is hidden behind compute as much as the breakdown measured at the base, no
-more (without a breakdown none is assumed hidden: e = C_g). b is the per-device batch: the
-same at every scale for weak scaling, global / n for strong. Throughput = global batch / T_n,
+C_n is the slower of the two tiers' times at n ranks where a node holds more than one (the
+ring crosses the device links too). So the allreduce is hidden behind compute as much as
+the breakdown measured at the base, no more (without a breakdown none is assumed hidden:
+e = C_g). b is the per-device batch: the same at every scale for weak scaling, global / n
+for strong. Throughput = global batch / T_n,
 speedup against the family's 1-device baseline, efficiency = speedup / n.
 
 The interval is the 2.5th to 97.5th percentile of a Monte Carlo over the inputs' spread: the
@@ -140,6 +142,9 @@ def project(
         local = np.maximum(t_g - e, 0.0)
         hidden = np.maximum(c_g - e, 0.0)
         c_n = commfit.allreduce_time(alpha, inv, buckets, n) if n > 1 else 0.0
+        if nodes > 1 and ranks_per_node > 1 and base_link is not None:
+            # the ring also crosses each node's device links: the slower tier bounds it
+            c_n = np.maximum(c_n, commfit.allreduce_time(a_g, inv_g, buckets, n))
         scale = 1.0 if scaling == "weak" else base.global_batch / n / base.per_device_batch
         return local * scale + np.maximum(c_n - hidden, 0.0)
 
