@@ -210,6 +210,14 @@ def test_bad_input_exits_2_in_one_line(study, tmp_path, args, says):
     assert says in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_two_experiments_and_no_name_is_refused_naming_them(study, tmp_path):
+    add_point(study, tmp_path, 1, 1)  # experiment "e"
+    add(study, tmp_path, [breakdown(100, 0.1, 0.0)], experiment="other")
+    proc = dlscale("project", "--to", "4", home=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "name one with --experiment: e, other" in proc.stderr
+
+
 def test_a_bad_interconnect_is_named_by_file_line_and_field(study, tmp_path):
     profile = tmp_path / "cluster.toml"
     profile.write_text(
