@@ -47,6 +47,17 @@ def test_the_record_takes_the_slowest_rank_of_each_round_and_their_median():
     assert f["world_size"] == 2 and f["backend"] == "gloo" and f["collective"] == "allreduce"
 
 
+@pytest.mark.parametrize(
+    "sizes,element", [([1000, 3000], 4), ([4 * 10**6, 10**8], 4), ([200], 2), ([8] * 5, 4)]
+)
+def test_the_sweep_runs_from_one_bucket_to_the_whole_gradient(sizes, element):
+    plan = comm.CommPlan(sizes, bucket_bytes=max(sizes), element_bytes=element)
+    got = comm.sweep_sizes(plan)
+    assert got == sorted(set(got)) and got[-1] == plan.total_bytes
+    assert got[0] <= min(min(sizes), max(element, plan.total_bytes // comm.SWEEP_SPAN))
+    assert all(s % element == 0 and s > 0 for s in got) and len(got) <= comm.SWEEP_POINTS
+
+
 # --- buckets -----------------------------------------------------------------------------
 
 
@@ -134,6 +145,14 @@ def check_comm_records(path, framework, backend, ranks, parameters):
     assert c["comm_time_s"] > 0 and c["repetitions"] == comm.ROUNDS
     assert c["comm_algbw_gbps"] == pytest.approx(c["comm_bytes"] / c["comm_time_s"] / 1e9)
     assert c["comm_busbw_gbps"] == pytest.approx(c["comm_algbw_gbps"] * 2 * (ranks - 1) / ranks)
+    # the sweep: one bucket up to the whole gradient, each size with nccl-tests' bandwidths
+    sizes = [e["bytes"] for e in c["sweep"]]
+    assert sizes == sorted(sizes) and sizes[-1] == c["comm_bytes"] and len(sizes) >= 4
+    assert sizes[0] <= min(c["buckets"]) and sizes[0] <= c["comm_bytes"] // comm.SWEEP_SPAN
+    for e in c["sweep"]:
+        assert e["time_s"] > 0 and e["rounds"] == comm.SWEEP_ROUNDS
+        assert e["algbw_gbps"] == pytest.approx(e["bytes"] / e["time_s"] / 1e9)
+        assert e["busbw_gbps"] == pytest.approx(e["algbw_gbps"] * 2 * (ranks - 1) / ranks)
     # nothing was trained: the summary closes the run without claiming images
     assert summary["throughput"] == 0 and summary["timed_steps"] == 0
     assert summary["comm_busbw_gbps"] == c["comm_busbw_gbps"]

@@ -56,7 +56,10 @@ def add(
     return ids
 
 
-def add_comm(store, tmp_path, comm_time, busbw, state="COMPLETED", reason=None, **over):
+def add_comm(
+    store, tmp_path, comm_time, busbw, state="COMPLETED", reason=None, record=None, **over
+):
+    """A comm benchmark run; `record`: more fields of its comm record (buckets, sweep)."""
     run = make_run(training={"steps": 4, "comm_benchmark": True}, **over)
     assert run.comm_benchmark
     store.add_run(run)
@@ -72,6 +75,7 @@ def add_comm(store, tmp_path, comm_time, busbw, state="COMPLETED", reason=None, 
             comm_time_s=comm_time,
             comm_algbw_gbps=busbw,
             comm_busbw_gbps=busbw,
+            **(record or {}),
         )
         + line(
             "summary",

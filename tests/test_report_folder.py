@@ -95,7 +95,7 @@ def test_user_files_beside_a_report_survive_the_next_report(store, tmp_path):
     listed = json.loads((out / MANIFEST).read_text())["files"]
     assert set(listed) == {
         str(p.relative_to(out)) for p in [made.path, *(f.path for f in made.figures), *made.mllogs]
-    } | {"results.csv", "results.json"}
+    } | {"results.csv", "results.json", "projection.json"}
     assert not list(out.glob(".dlscale-report-*"))  # no staging folder left behind
 
 

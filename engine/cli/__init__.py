@@ -42,6 +42,11 @@ COMMANDS = {
         "chart",
         "A terminal chart of a metric against devices, with the ideal line.",
     ),
+    "project": (
+        "project",
+        "project",
+        "Project the scaling curve past the measured scales, with intervals and a held-out check.",
+    ),
     "logs": ("watch", "logs", "The log of a run (unique id prefixes work)."),
     "cancel": ("runs", "cancel", "Cancel queued or running runs."),
     "resubmit": (

@@ -240,6 +240,38 @@ class Environment(StrictModel):
         return self
 
 
+class Interconnect(StrictModel):
+    """The links as the site states them (its documentation, the NIC's and NVLink's data
+    sheets), for `dlscale project` where the communication benchmark did not measure a
+    tier; what it projects from them it calls stated, not measured. GB/s are 10^9 bytes a
+    second, as nccl-tests print bus bandwidth, which is what these figures bound: a ring
+    allreduce across nodes moves at most the node's injection bandwidth, within a node at
+    most the links between its devices."""
+
+    injection_gbps: (
+        limit(
+            StrictFloat | StrictInt,
+            "faster than any node's network (GB/s, 10^9 bytes a second)",
+            gt=0,
+            le=100_000,
+        )
+        | None
+    ) = None  # per node, all its NICs together: 8 x 200 Gb/s InfiniBand is 200 GB/s
+    intra_node_gbps: (
+        limit(StrictFloat | StrictInt, "faster than any node's device links", gt=0, le=100_000)
+        | None
+    ) = None  # between the devices of a node: NVLink, PCIe, shared memory
+    latency_us: (
+        limit(
+            StrictFloat | StrictInt,
+            "longer than any network's latency (microseconds)",
+            ge=0,
+            le=1e6,
+        )
+        | None
+    ) = None  # one message's latency, microseconds
+
+
 class Profile(StrictModel):
     name: StrictStr = Field(pattern=SAFE_NAME)
     description: StrictStr = ""
@@ -293,6 +325,7 @@ class Profile(StrictModel):
     # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
     # exit marker each job script writes (unset: learnt from sacct's answer)
     accounting: StrictBool | None = None
+    interconnect: Interconnect | None = None
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
 

@@ -94,3 +94,54 @@ def chart(
     text = plt.build()
     # plotext emits colour resets even with the "clear" theme; pipes and files get plain text
     return text if color else _ANSI.sub("", text)
+
+
+def projection_chart(
+    series_list: list[dict[str, Any]],
+    metric: str = "efficiency",
+    width: int = 80,
+    height: int = 22,
+    color: bool = False,
+) -> str:
+    """The projection (projection.chart_series) against devices: each family's measured
+    points as a line, its projection beyond them as a separate series of dots (plotext
+    draws no dashes), the held-out check as an x where it missed its interval, and the
+    ideal line."""
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    if not color:
+        plt.theme("clear")
+    xs_all: set[int] = set()
+    for s in series_list:
+        if s["measured"]:
+            xs = [p[0] for p in s["measured"]]
+            xs_all.update(xs)
+            plt.plot(
+                xs, [p[1] for p in s["measured"]], label=f"{s['name']} (measured)", marker="hd"
+            )
+        if s["projected"]:
+            pts = sorted(s["measured"][-1:] + s["projected"])  # continue from the last measured
+            xs_all.update(p[0] for p in pts)
+            what = "projected, stated link" if s["stated"] else "projected"
+            plt.plot(
+                [p[0] for p in pts], [p[1] for p in pts], label=f"{s['name']} ({what})", marker="."
+            )
+    if not xs_all:
+        plt.title(f"{metric}: nothing to project")
+        return _ANSI.sub("", plt.build())
+    devices = sorted(xs_all)
+    if metric in ("speedup", "efficiency"):
+        plt.plot(
+            devices,
+            [float(d) if metric == "speedup" else 1.0 for d in devices],
+            label="ideal",
+            marker="dot",
+        )
+    if devices[-1] / devices[0] >= 8:
+        plt.xscale("log")
+    plt.xticks(devices, [str(d) for d in devices])
+    plt.xlabel("devices (ranks)")
+    plt.ylabel(metric)
+    plt.title(f"{metric}: measured, then projected (95% intervals in the table)")
+    text = plt.build()
+    return text if color else _ANSI.sub("", text)

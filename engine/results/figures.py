@@ -256,11 +256,79 @@ def _accuracy_per_schedule(
     return _read_back(fig, ax, "accuracy-per-schedule", out_dir / "accuracy-per-schedule.png")
 
 
+PROJECTED = "projected"
+HELD_OUT = "held-out check"
+
+
+def projection_figure(
+    chart: list[dict[str, Any]], out_dir: Path, title: str, metric: str = "efficiency"
+) -> Figure | None:
+    """projection.chart_series drawn: measured points with their intervals, the projection
+    as a dashed line from the last measured point with its 95% band, the ideal line, and
+    each held-out check (red x where the measurement fell outside its interval)."""
+    chart = [s for s in chart if s["measured"] or s["projected"]]
+    if not any(s["projected"] for s in chart):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    devices: set[float] = set()
+    for s in chart:
+        m = sorted(s["measured"])
+        line = ax.errorbar(
+            [p[0] for p in m],
+            [p[1] for p in m],
+            yerr=[[p[1] - p[2] for p in m], [p[3] - p[1] for p in m]],
+            marker="o",
+            capsize=3,
+            label=f"{s['name']} (measured)",
+        )
+        pts = sorted(m[-1:] + s["projected"])
+        what = "projected, stated link" if s["stated"] else PROJECTED
+        color = line.lines[0].get_color()
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            linestyle="--",
+            color=color,
+            label=f"{s['name']} ({what})",
+        )
+        ax.fill_between(
+            [p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.15
+        )
+        devices.update(p[0] for p in m + pts)
+        held = s.get("held_out") or {}
+        if "projected_throughput" in held and metric == "throughput":
+            miss = held["outside_interval"]
+            ax.scatter(
+                [held["ranks"]],
+                [held["projected_throughput"]["value"]],
+                marker="x" if miss else "+",
+                s=80,
+                color="red" if miss else "black",
+                zorder=3,
+                label=f"{HELD_OUT}" + (" (missed)" if miss else ""),
+            )
+    xs = sorted(devices)
+    if metric in ("speedup", "efficiency"):
+        ax.plot(xs, [x if metric == "speedup" else 1.0 for x in xs], ":", color="grey", label=IDEAL)
+    if xs[-1] / xs[0] >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(int(x)) for x in xs])
+    ax.set_xlabel("devices (ranks)")
+    ax.set_ylabel(METRICS[metric][1])
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _read_back(fig, ax, f"projection-{metric}", out_dir / f"projection-{metric}.png")
+
+
 def draw_all(
     rows: list[dict[str, Any]],
     out_dir: Path,
     experiment: str,
     curves: dict[str, list[tuple[float, float]]] | None = None,
+    projected: list[dict[str, Any]] | None = None,
+    projected_throughput: list[dict[str, Any]] | None = None,
 ) -> list[Figure]:
     """Every figure that the rows can fill, written under out_dir; empty ones are skipped.
     `curves`: top-1 against epoch per lr schedule (analysis.accuracy_curves)."""
@@ -285,6 +353,18 @@ def draw_all(
         ),
         _accuracy_per_schedule(
             curves or {}, out_dir, f"{experiment}: top-1 against epoch per lr schedule"
+        ),
+        projection_figure(
+            projected or [],
+            out_dir,
+            f"{experiment}: scaling beyond what was measured\n(dashed: projected, "
+            "band: 95% interval)",
+        ),
+        projection_figure(
+            projected_throughput or [],
+            out_dir,
+            f"{experiment}: throughput, measured and projected\n(x/+: held-out check)",
+            "throughput",
         ),
     ]
     return [f for f in made if f is not None]

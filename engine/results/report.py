@@ -27,9 +27,10 @@ import tomllib
 from ..errors import NotFoundError, UserError
 from ..paths import RunPaths
 from ..tracking.store import Store
-from . import analysis, figures, mllog, tables
+from . import analysis, figures, mllog, projection, tables
 from .reference import LoadedReference, beside_spec, compare, load_reference
 from .report_folder import ReportFolder
+from .report_projection import projection_table
 from .report_sections import (
     _loader_table,
     _noisy_table,
@@ -208,13 +209,19 @@ def _write(
 ) -> Report:
     """Everything into the folder's stage, then into place (see report_folder)."""
     name = exp["name"]
+    families, beyond = _projection(store, name, rows)
     figs = figures.draw_all(
-        rows, folder.subfolder("figures"), name, analysis.accuracy_curves(store, name)
+        rows,
+        folder.subfolder("figures"),
+        name,
+        analysis.accuracy_curves(store, name),
+        projection.chart_series(families),
+        projection.chart_series(families, "throughput"),
     )
     folder.write("results.csv", tables.results_csv(rows))
     folder.write("results.json", tables.results_json(rows) + "\n")
     reruns = analysis.reruns(store, name)
-    extra = {"reruns.json": reruns}
+    extra: dict[str, Any] = {"reruns.json": reruns, "projection.json": families}
     if ref:
         extra["reference.json"] = compare(ref.reference, rows)
     for file, data in extra.items():
@@ -232,6 +239,7 @@ def _write(
         "noisy": _noisy_table(rows),
         "reruns": _rerun_table(reruns),
         "reference": _reference_table(ref, rows) if ref else None,
+        "projection": beyond,
     }
     sections = {k: t for k, t in made.items() if t is not None}
 
@@ -264,6 +272,19 @@ def _write(
         ref,
         folder.removed,
     )
+
+
+def _projection(
+    store: Store, name: str, rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], Table | None]:
+    """The families projected up to the partition's size (the profile the runs kept), or
+    to 8 x the largest measured node count where they kept none."""
+    to, to_from, stated = projection.how_far(store, name, None, None)
+    if to is None:
+        to = 8 * max(r["nodes"] for r in rows)
+        to_from = "8 x the largest measured; no cluster profile was kept to give a partition"
+    families = projection.projections(store, name, to, stated)
+    return families, projection_table(families, to, to_from)
 
 
 def _description(exp: dict[str, Any]) -> str:

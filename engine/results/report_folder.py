@@ -27,7 +27,7 @@ SUBFOLDERS = ("figures", "mllog")
 # The only names a report writes. A manifest is a file in the user's folder that anyone
 # can edit: an entry outside these shapes (`../x`, `notes.txt`) is never acted on.
 _OURS = re.compile(
-    r"(report\.(md|html)|results\.(csv|json)|reruns\.json|reference\.json|"
+    r"(report\.(md|html)|results\.(csv|json)|reruns\.json|reference\.json|projection\.json|"
     r"figures/[A-Za-z0-9_.-]+\.png|mllog/[A-Za-z0-9_.-]+\.mllog)"
 )
 

@@ -16,6 +16,7 @@ class Table:
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
     right: set[int] = field(default_factory=set)  # columns of numbers, aligned right
+    alerts: list[str] = field(default_factory=list)  # notes shown in red (a failed check)
 
 
 def _ms(seconds: float | None) -> str:

@@ -30,6 +30,13 @@ HOROVOD_FUSION_BYTES = 128 * MIB
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 WARMUP_ROUNDS = 5
 ROUNDS = 30
+# The message-size sweep (one allreduce of one buffer per size): enough sizes to fit a
+# latency and a bandwidth per tier (engine/results/commfit.py), few rounds each so the
+# sweep costs about what the step's benchmark does.
+SWEEP_POINTS = 8
+SWEEP_WARMUP = 2
+SWEEP_ROUNDS = 10
+SWEEP_SPAN = 64  # the smallest size is at most the whole gradient / this, so latency shows
 
 
 @dataclass(frozen=True)
@@ -104,10 +111,45 @@ def time_rounds(
     return times
 
 
+def sweep_sizes(plan: CommPlan, points: int = SWEEP_POINTS) -> list[int]:
+    """Message sizes from one bucket (the smallest that travels, or the whole gradient /
+    SWEEP_SPAN where that is larger) to the whole gradient, evenly spaced on a log scale,
+    whole elements each."""
+    total = plan.total_bytes
+    if total <= 0:
+        return []
+    smallest = min([*plan.fused, total // SWEEP_SPAN] or [total])
+    low = max(plan.element_bytes, smallest)
+    out = []
+    for i in range(points):
+        size = round(low * (total / low) ** (i / max(points - 1, 1)))
+        size -= size % plan.element_bytes
+        if size >= plan.element_bytes and size not in out:
+            out.append(size)
+    return out
+
+
+def sweep_entry(per_rank: list[list[float]], nbytes: int) -> dict:
+    """One size of the sweep: the median over rounds of the slowest rank's time."""
+    t = statistics.median(max(ts) for ts in zip(*per_rank))
+    alg = algbw_gbps(nbytes, t)
+    return {
+        "bytes": nbytes,
+        "time_s": t,
+        "algbw_gbps": alg,
+        "busbw_gbps": busbw_gbps(alg, len(per_rank)),
+        "rounds": len(per_rank[0]),
+    }
+
+
 def record_fields(
-    per_rank: list[list[float]], plan: CommPlan, backend: str, warmup: int = WARMUP_ROUNDS
+    per_rank: list[list[float]],
+    plan: CommPlan,
+    backend: str,
+    warmup: int = WARMUP_ROUNDS,
+    sweep: list[dict] | None = None,
 ) -> dict:
-    """The comm record's fields from every rank's round times."""
+    """The comm record's fields from every rank's round times (and the sweep's entries)."""
     slowest = [max(ts) for ts in zip(*per_rank)]
     t = statistics.median(slowest)
     ranks = len(per_rank)
@@ -133,7 +175,8 @@ def record_fields(
         ),
         "comm_algbw_gbps": alg,
         "comm_busbw_gbps": busbw_gbps(alg, ranks),
-        "elapsed_s": sum(slowest),
+        "elapsed_s": sum(slowest) + sum(e["time_s"] * e["rounds"] for e in sweep or []),
+        "sweep": sweep or [],
     }
 
 

@@ -115,6 +115,7 @@ TYPES: dict[str, dict[str, str]] = {
         "comm_algbw_gbps": "rate",
         "comm_busbw_gbps": "rate",
         "elapsed_s": "rate?",
+        "sweep": "list?",  # [{bytes, time_s, algbw_gbps, busbw_gbps, rounds}] by size
     },
 }
 _WHAT = {

@@ -6,6 +6,7 @@ the timing and the definitions."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -82,7 +83,22 @@ def run(run: Any) -> int:
         lambda: strategy.barrier(launch),
         run.sync_device,
     )
-    fields = comm.record_fields(run.gather(times), plan, backend)
+    per_rank = run.gather(times)
+    # The sweep: one buffer per size, allreduced as the framework issues one bucket, so
+    # the engine can fit latency and bandwidth (engine/results/commfit.py).
+    tensors.clear()  # the step's buffers go before the sweep's are made
+    sweep = []
+    for size in comm.sweep_sizes(plan):
+        one = [torch.zeros(size // plan.element_bytes, dtype=dtype, device=device)]
+        sweep_times = comm.time_rounds(
+            functools.partial(strategy.comm_round, one, launch),
+            lambda: strategy.barrier(launch),
+            run.sync_device,
+            comm.SWEEP_WARMUP,
+            comm.SWEEP_ROUNDS,
+        )
+        sweep.append(comm.sweep_entry(run.gather(sweep_times), size))
+    fields = comm.record_fields(per_rank, plan, backend, sweep=sweep)
     writer.write("comm", **fields)
     # The run ends with a summary like every run (the engine settles a run by it): nothing
     # was trained, so no image was timed.

@@ -1,0 +1,354 @@
+"""Past the measured scales: the alpha-beta fit recovers known links from noisy sweeps, a
+synthetic study's projection matches the model that generated it, the held-out check
+computes its error and flags a miss, and `dlscale project` refuses bad input in one line."""
+
+import json
+
+import numpy as np
+import pytest
+from test_efficiency_results import add, add_comm, breakdown
+
+from conftest import dlscale
+from dlscale.engine.results import commfit, projection
+from dlscale.engine.tracking.store import Store
+
+BUCKETS = [1_049_000, 29_888]
+ALPHA = 40e-6  # s per latency step
+INTRA_GBPS, INTER_GBPS = 20.0, 4.0
+LOCAL_S = 0.25  # a node's step without communication (per-device batch 32)
+BATCH = 32
+
+
+def model_time(nbytes, n, nodes, buckets=None):
+    gbps = INTRA_GBPS if nodes == 1 else INTER_GBPS
+    return commfit.allreduce_time(ALPHA, 1 / (gbps * 1e9), buckets or [nbytes], n)
+
+
+# --- the fit ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("alpha,gbps", [(5e-6, 100.0), (40e-6, 4.0), (1e-3, 0.5)])
+def test_the_fit_recovers_latency_and_bandwidth_from_noisy_sweeps(seed, alpha, gbps):
+    rng = np.random.default_rng(seed)
+    samples = [
+        commfit.Sample("r", "f", 2, n, int(s), t * (1 + 0.03 * rng.standard_normal()))
+        for n in (2, 4, 8)
+        for s in np.geomspace(4096, 1e8, 8)
+        for t in [commfit.allreduce_time(alpha, 1 / (gbps * 1e9), [int(s)], n)]
+    ]
+    link = commfit.fit(samples, commfit.INTER)
+    assert link is not None and link.source == commfit.MEASURED and link.points == 24
+    assert link.bandwidth_gbps == pytest.approx(gbps, rel=0.03)
+    assert link.latency_s == pytest.approx(alpha, rel=0.1)
+    lo, hi = link.bandwidth_interval()
+    assert lo < link.bandwidth_gbps < hi
+    # the interval is honest: within 4 standard errors of the truth (3% noise)
+    assert abs(link.latency_s - alpha) < 4 * link.latency_se()
+
+
+def test_too_few_sizes_fit_the_bandwidth_alone_and_say_so():
+    samples = [
+        commfit.Sample("r", "f", 2, 2, 10**6, 10**6 / 5e9),
+        commfit.Sample("r", "f", 2, 2, 10**7, 10**7 / 5e9),
+    ]
+    link = commfit.fit(samples, commfit.INTER)
+    assert link.latency_s == 0 and link.bandwidth_gbps == pytest.approx(5.0)
+    assert "too few for a latency" in link.note
+    assert commfit.fit([], commfit.INTER) is None
+
+
+# --- a synthetic study -----------------------------------------------------------------
+
+
+def add_sweep(store, tmp_path, nodes, rpn, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    n = nodes * rpn
+    sweep = []
+    for s in np.geomspace(16_000, sum(BUCKETS), 8).astype(int):
+        t = model_time(int(s), n, nodes) * (1 + noise * rng.standard_normal())
+        sweep.append({"bytes": int(s), "time_s": t, "rounds": 10})
+    step = model_time(0, n, nodes, BUCKETS)
+    add_comm(
+        store,
+        tmp_path,
+        step,
+        1.0,
+        record={"buckets": BUCKETS, "sweep": sweep},
+        nodes=nodes,
+        ranks_per_node=rpn,
+        per_device_batch=BATCH,
+    )
+
+
+def step_of(nodes, rpn):
+    """The generating model: no overlap (all the allreduce exposed)."""
+    return LOCAL_S + model_time(0, nodes * rpn, nodes, BUCKETS)
+
+
+def add_point(store, tmp_path, nodes, rpn, factor=1.0):
+    n = nodes * rpn
+    c = model_time(0, n, nodes, BUCKETS)
+    x = n * BATCH / step_of(nodes, rpn) * factor
+    reps = [breakdown(x * f, LOCAL_S, c) for f in (0.99, 1.0, 1.01)]
+    add(store, tmp_path, reps, nodes=nodes, ranks_per_node=rpn, per_device_batch=BATCH)
+
+
+@pytest.fixture
+def study(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn in ((1, 1), (1, 2), (2, 2), (4, 2)):
+        add_point(store, tmp_path, nodes, rpn)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    return store
+
+
+def test_a_synthetic_studys_projection_matches_its_generating_model(study):
+    (fam,) = projection.projections(study, "e", to=64)
+    rows = {(r["nodes"], r["ranks_per_node"]): r for r in fam["rows"]}
+    assert {k for k, r in rows.items() if r["kind"] == "measured"} == {
+        (1, 1),
+        (1, 2),
+        (2, 2),
+        (4, 2),
+    }
+    projected = {k: r for k, r in rows.items() if r["kind"] == "projected"}
+    assert set(projected) == {(8, 2), (16, 2), (32, 2), (64, 2)}
+    base_x = BATCH / step_of(1, 1)
+    for (nodes, rpn), r in projected.items():
+        n = nodes * rpn
+        want = n * BATCH / step_of(nodes, rpn)
+        x = r["throughput"]
+        assert x["value"] == pytest.approx(want, rel=0.03)
+        assert x["ci95_low"] <= want <= x["ci95_high"]
+        assert r["efficiency"]["value"] == pytest.approx(want / base_x / n, rel=0.03)
+        assert r["stated"] is False and any("inter-node link: measured" in i for i in r["inputs"])
+    assert fam["links"]["inter-node"]["bandwidth_gbps"] == pytest.approx(INTER_GBPS, rel=0.05)
+    held = fam["held_out"]
+    assert (held["nodes"], held["ranks_per_node"]) == (4, 2)
+    assert abs(held["error"]) < 0.03 and held["outside_interval"] is False
+
+
+def test_the_held_out_check_flags_a_miss_beyond_its_interval(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn, factor in ((1, 1, 1.0), (1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.6)):
+        add_point(store, tmp_path, nodes, rpn, factor)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    (fam,) = projection.projections(store, "e", to=8)
+    held = fam["held_out"]
+    assert held["error"] == pytest.approx(1 / 0.6 - 1, rel=0.05)
+    assert held["outside_interval"] is True
+    # its comm benchmark was left out of the fit that projected it
+    assert "from" in held and "pytorch-ddp 4x2" not in held["from"]
+
+
+def test_a_tier_not_measured_uses_the_stated_figures_and_says_so(tmp_path):
+    store = Store(tmp_path)
+    for nodes, rpn in ((1, 1), (1, 2)):
+        add_point(store, tmp_path, nodes, rpn)
+    add_sweep(store, tmp_path, 1, 2, noise=0.01)
+    (fam,) = projection.projections(store, "e", to=4)
+    assert all("why" in r for r in fam["rows"] if r["kind"] == "projected")
+    stated = {
+        commfit.INTER: commfit.Link(
+            commfit.INTER, ALPHA, INTER_GBPS, ((0, 0), (0, 0)), commfit.STATED, ("p.toml",)
+        )
+    }
+    (fam,) = projection.projections(store, "e", to=4, stated=stated)
+    got = [r for r in fam["rows"] if r["kind"] == "projected"]
+    assert [r["nodes"] for r in got] == [2, 4] and all(r["stated"] for r in got)
+    for r in got:
+        want = r["ranks"] * BATCH / step_of(r["nodes"], 2)
+        assert r["throughput"]["value"] == pytest.approx(want, rel=0.03)
+        assert any("stated, not measured" in i for i in r["inputs"])
+    assert fam["held_out"] is None  # two scales: nothing to hold out
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+def test_project_prints_measured_and_projected_rows_and_the_held_out_check(study, tmp_path):
+    shown = dlscale("project", "-e", "e", "--to", "16", home=tmp_path, check=0).stdout
+    cells = [[c.strip() for c in x.split("│")[1:-1]] for x in shown.splitlines() if "│" in x]
+    rows = [c for c in cells if len(c) == 8]  # the table's rows, not the chart's
+    # every row of the table says which it is
+    assert [(r[0], r[2]) for r in rows] == [
+        ("1x1", "measured"),
+        ("1x2", "measured"),
+        ("2x2", "measured"),
+        ("4x2", "measured"),
+        ("8x2", "projected"),
+        ("16x2", "projected"),
+    ]
+    assert "held-out check: 4x2 projected from" in shown and "within its interval" in shown
+    assert "(projected)" in shown and "(measured)" in shown  # the chart's two series
+    fams = json.loads(
+        dlscale(
+            "project", "-e", "e", "--to", "16", "--format", "json", home=tmp_path, check=0
+        ).stdout
+    )
+    assert all(r["kind"] in ("measured", "projected") for f in fams for r in f["rows"])
+    assert [r["nodes"] for r in fams[0]["rows"] if r["kind"] == "projected"] == [8, 16]
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--to", "0"], "Invalid value for '--to'"),
+        (["--to", "x"], "Invalid value for '--to'"),
+        (["-e", "nope", "--to", "4"], "no experiment 'nope'"),
+        (["-e", "e"], "give --to NODES"),
+        (["-e", "e", "--to", "4", "--profile", "missing.toml"], "missing.toml"),
+        (["-e", "e", "--format", "xml", "--to", "4"], "Invalid value for '--format'"),
+    ],
+)
+def test_bad_input_exits_2_in_one_line(study, tmp_path, args, says):
+    proc = dlscale("project", *args, home=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_two_experiments_and_no_name_is_refused_naming_them(study, tmp_path):
+    add_point(study, tmp_path, 1, 1)  # experiment "e"
+    add(study, tmp_path, [breakdown(100, 0.1, 0.0)], experiment="other")
+    proc = dlscale("project", "--to", "4", home=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "name one with --experiment: e, other" in proc.stderr
+
+
+def test_a_bad_interconnect_is_named_by_file_line_and_field(study, tmp_path):
+    profile = tmp_path / "cluster.toml"
+    profile.write_text(
+        'name = "c"\n[[partitions]]\nname = "p"\nnodes = 8\ncpus_per_node = 4\n'
+        "[interconnect]\ninjection_gbps = -5\nlatency_us = 2\n"
+    )
+    proc = dlscale("project", "-e", "e", "--profile", str(profile), home=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{profile}:7: interconnect.injection_gbps" in proc.stderr
+    # a good one: its size is the default --to, its link is used and marked stated
+    profile.write_text(profile.read_text().replace("-5", "25"))
+    fams = json.loads(
+        dlscale(
+            "project",
+            "-e",
+            "e",
+            "--profile",
+            str(profile),
+            "--format",
+            "json",
+            home=tmp_path,
+            check=0,
+        ).stdout
+    )
+    assert max(r["nodes"] for r in fams[0]["rows"]) == 8
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_the_report_has_the_section_and_its_figure(tmp_path, fmt):
+    from test_report import check_figures, check_png, md_table
+
+    from dlscale.engine.results import report as reporting
+
+    store = Store(tmp_path)
+    for nodes, rpn, factor in ((1, 1, 1.0), (1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.6)):
+        add_point(store, tmp_path, nodes, rpn, factor)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    store.save_experiment("e", "spec.toml", "[experiment]\n", "0" * 12)
+    rep = reporting.build(store, "e", tmp_path / "out", fmt)
+    text = rep.path.read_text()
+    table = rep.tables["projection"]
+    assert table.title == "Scaling beyond what was measured"
+    kinds = [(r[1], r[3]) for r in table.rows]
+    assert kinds[:4] == [
+        ("1x1", "measured"),
+        ("1x2", "measured"),
+        ("2x2", "measured"),
+        ("4x2", "measured"),
+    ]
+    # no profile was kept: 8 x the largest measured node count, said so
+    assert kinds[4:] == [("8x2", "projected"), ("16x2", "projected"), ("32x2", "projected")]
+    assert any("no cluster profile was kept" in n for n in table.notes)
+    (alert,) = table.alerts  # the 4x2 point was measured 40% below the model
+    assert "held-out check: 4x2" in alert and "OUTSIDE its interval" in alert
+    check_figures(rep)  # every series visibly drawn in its own colour, as the others
+    fig = {f.name: f for f in rep.figures}["projection-efficiency"]
+    assert any("(projected)" in k for k in fig.series) and "ideal" in fig.series
+    check_png(fig.path)
+    assert {f.name: f for f in rep.figures}["projection-throughput"].series[
+        "held-out check (missed)"
+    ]
+    if fmt == "md":
+        assert (
+            md_table(text, "Scaling beyond what was measured")[0]["measured/projected"]
+            == "measured"
+        )
+        assert f"**{alert}**" in text and "figures/projection-efficiency.png" in text
+    else:
+        assert f'<p class="note alert">{alert}</p>' in text
+    assert json.loads((tmp_path / "out" / "projection.json").read_text())[0]["held_out"][
+        "outside_interval"
+    ]
+
+
+def test_sweep_entries_that_are_not_a_size_and_a_time_are_left_out_and_named(tmp_path):
+    store = Store(tmp_path)
+    good = [{"bytes": s, "time_s": model_time(s, 2, 2)} for s in (10**4, 10**5, 10**6)]
+    bad = ["x", {"bytes": -1, "time_s": 1.0}, {"bytes": 100, "time_s": "a"}, {"time_s": 1.0}]
+    add_comm(
+        store,
+        tmp_path,
+        0.01,
+        1.0,
+        record={"buckets": BUCKETS, "sweep": good + bad},
+        nodes=2,
+        ranks_per_node=1,
+    )
+    data = commfit.measurements(store, "e")
+    assert len(data.samples) == 3
+    assert [n.split(": ")[1] for n in data.skipped] == [
+        f"comm.sweep[{i}] is not a size and time" for i in (3, 4, 5, 6)
+    ]
+    link = data.links("pytorch-ddp")[commfit.INTER]
+    assert link.bandwidth_gbps == pytest.approx(INTER_GBPS, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_projection_returns_the_base_at_its_own_scale_and_never_gains_with_more_nodes(seed):
+    """Any base, link and overlap: projected back to the base's own scale it gives the
+    base's measurement; weak scaling past it, the step never shortens, so efficiency
+    never rises and throughput never falls."""
+    rng = np.random.default_rng(seed)
+    g = int(rng.choice([1, 2, 4, 8]))
+    buckets = [int(b) for b in rng.integers(10**3, 10**8, size=int(rng.integers(1, 6)))]
+    links = {
+        tier: commfit.Link(
+            tier,
+            float(rng.uniform(0, 1e-4)),
+            float(rng.uniform(0.5, 300)),
+            ((0.0, 0.0), (0.0, 0.0)),
+            commfit.STATED,
+            ("x",),
+        )
+        for tier in commfit.TIERS
+    }
+    c_g = links[commfit.INTRA].time_s(buckets, g)
+    step = c_g + float(rng.uniform(0.01, 1.0))
+    exposed = None if rng.random() < 0.3 else float(rng.uniform(0, c_g))
+    x = g * 32 / step
+    base = projection.Base(g, 32, projection.Mean(x, 0.0, 1), exposed, None)
+    one = projection.Mean(float(rng.uniform(0.5, 1.5)) * 32 / step, 0.0, 1)
+    at_base = projection.project(base, one, links, buckets, 1, g, samples=10)
+    assert at_base["throughput"].value == pytest.approx(x, rel=1e-9)
+    last = at_base
+    for nodes in (2, 4, 16, 128, 1024):
+        got = projection.project(base, one, links, buckets, nodes, g, samples=10)
+        assert got["step_time_s"].value >= last["step_time_s"].value * (1 - 1e-12)
+        assert got["efficiency"].value <= last["efficiency"].value * (1 + 1e-12)
+        assert got["throughput"].value >= last["throughput"].value * (1 - 1e-12)
+        last = got
