@@ -27,7 +27,7 @@ from .launching.estimate import estimate
 from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
-from .tracking import follow, queue
+from .tracking import follow, logs, queue
 from .tracking.monitor import Tick, sync
 from .tracking.store import ACTIVE, Store, default_home
 from .tracking.store_health import damage_message as _damage
@@ -55,6 +55,23 @@ class Preview:
     @property
     def ok(self) -> bool:
         return self.loaded is not None and not self.problems
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run as the queue's detail view shows it; "" where there is nothing to show."""
+
+    run_id: str
+    label: str
+    state: str
+    reason: str  # whole, every line
+    backend: str
+    job_id: str
+    nodes: str
+    run_dir: str
+    job_script: str
+    log: str
+    versions: dict[str, str]  # from the run's env record: framework, CUDA, NCCL, MPI...
 
 
 @dataclass(frozen=True)
@@ -231,6 +248,36 @@ class Session:
 
     def run(self, run_id: str) -> dict[str, Any]:
         return self.store.run(run_id)
+
+    def page_log(self, run_id: str) -> int:
+        """The run's log in the user's $PAGER, on the terminal (the TUI suspends first)."""
+        return logs.page(self.log_path(run_id))
+
+    def run_detail(self, run_id: str) -> RunDetail:
+        """Everything the queue's detail view shows of one run."""
+        row = self.store.run(run_id)
+        paths = RunPaths.of(row)
+        job = self.store.job(row["backend"], row["job_id"]) if row["job_id"] else None
+        env = self.store.last_records("env", [row["run_id"]]).get(row["run_id"], {})
+        versions = env.get("framework_versions")
+        return RunDetail(
+            run_id=row["run_id"],
+            label=(
+                f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']} "
+                f"#{row['repetition']}"
+            ),
+            state=row["state"],
+            reason=row.get("reason") or (job or {}).get("reason") or "",
+            backend=row["backend"] or "",
+            job_id=row["job_id"] or "",
+            nodes=(job or {}).get("nodes") or "",
+            run_dir=str(paths.root),
+            job_script=str(paths.job_script) if paths.job_script.is_file() else "",
+            log=str(paths.log),
+            versions={str(k): str(v) for k, v in (versions or {}).items() if v is not None}
+            if isinstance(versions, dict)
+            else {},
+        )
 
     # --- results -------------------------------------------------------------------------
 

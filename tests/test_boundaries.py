@@ -125,6 +125,7 @@ def test_no_generic_top_level_packages_installed(tmp_path):
 TUI_MAY_USE = (
     "dlscale.engine.session",
     "dlscale.engine.errors",
+    "dlscale.engine.text",  # how text from users and jobs is shown
     "dlscale.engine.config.spec",
     "dlscale.engine.config.specfile",
     "dlscale.engine.tracking.queue",

@@ -8,6 +8,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
+from ..engine.session import RunDetail
 from .widgets import Plain, TextField
 
 HELP = """\
@@ -97,4 +98,47 @@ class PathScreen(ModalScreen[str | None]):
         self.dismiss(event.value.strip() or None)
 
     def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class DetailScreen(ModalScreen[None]):
+    """One run in full: its whole reason, where its files are, its job and the versions
+    its env record names. y copies the job id; escape closes."""
+
+    BINDINGS = [
+        Binding("escape,q,i", "dismiss", "Close"),
+        Binding("y", "copy_job", "Copy job id"),
+    ]
+
+    def __init__(self, detail: RunDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        d = self.detail
+        lines = [
+            f"run {d.run_id}: {d.label}",
+            f"state      {d.state}",
+            f"job        {d.job_id or '-'} ({d.backend or 'not submitted'})",
+            f"nodes      {d.nodes or '-'}",
+            f"run folder {d.run_dir}",
+            f"job script {d.job_script or '-'}",
+            f"log        {d.log}",
+        ]
+        if d.versions:
+            lines.append(
+                "versions   " + ", ".join(f"{k} {v}" for k, v in sorted(d.versions.items()))
+            )
+        if d.reason:
+            lines += ["", "reason:", d.reason]
+        lines += ["", "y: copy the job id   escape: close"]
+        with VerticalScroll(id="detail", classes="dialog"):
+            yield Plain("\n".join(lines))
+
+    def action_copy_job(self) -> None:
+        if self.detail.job_id:
+            self.app.copy_to_clipboard(self.detail.job_id)
+            self.app.notify(f"copied job id {self.detail.job_id}")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

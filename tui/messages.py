@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.message import Message
 
-from ..engine.session import FrameworkChoice, Preview, Snapshot
+from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
 
 
 @dataclass
@@ -104,3 +104,10 @@ class LogLines(Message):
     serial: int
     lines: list[str]
     note: str | None = None
+
+
+@dataclass
+class DetailFound(Message):
+    """One run's detail, for the queue's detail view."""
+
+    detail: RunDetail

@@ -4,6 +4,8 @@ the app's snapshot and shows each new one."""
 
 from __future__ import annotations
 
+import re
+
 from rich.cells import cell_len
 from rich.markup import escape
 from textual import work
@@ -16,12 +18,12 @@ from textual.worker import get_current_worker
 from ..engine.session import Snapshot
 from ..engine.text import printable
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
-from .dialogs import ConfirmScreen
+from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
 from .logtail import LogTail
-from .messages import EngineFailed, JobActed, LogFound
+from .messages import DetailFound, EngineFailed, JobActed, LogFound
 from .screens import AppScreen
-from .widgets import Banner, Plain
+from .widgets import Banner, Plain, TextField
 
 STATE_STYLE = {
     "PENDING": "yellow",
@@ -53,6 +55,28 @@ def cell_markup(col: int, text: str, state: str) -> str:
 
 
 _STATE = QUEUE_COLUMNS.index("state")
+# Sorting by state puts what needs watching first.
+_STATE_ORDER = ("RUNNING", "SUBMITTING", "PENDING", "WAITING", "PLANNED")
+_STATE_WORD = re.compile(r"[A-Z_]+")
+SORTS = (None, "state", "job", "images/s")  # what `o` steps through
+
+
+def sort_key(column: str, cell: object) -> tuple:
+    """How a column's cell sorts: states by what needs watching, numbers as numbers (`-`
+    last), job ids by their numbers (`12345_7` before `12345_10`)."""
+    text = str(cell)
+    if column == "state":
+        word = _STATE_WORD.search(text.split("]", 1)[-1] if text.startswith("[") else text)
+        state = word.group() if word else text
+        return (_STATE_ORDER.index(state) if state in _STATE_ORDER else len(_STATE_ORDER), state)
+    if column in ("images/s", "batch", "rep", "elapsed"):
+        try:
+            return (0, -float(text.split()[0].rstrip("s")))
+        except (ValueError, IndexError):
+            return (1, text)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text))
+
+
 # Past this many runs gone at once (another experiment shown), the table starts afresh:
 # DataTable.remove_row renumbers every row below, so removing them one by one is quadratic.
 _REFILL_AFTER = 100
@@ -72,6 +96,17 @@ class JobTable(DataTable):
     and a widening one takes effect only when it is next idle, after rows may have been
     drawn, and kept, at the old width."""
 
+    BINDINGS = [
+        Binding("home", "first_row", "First", show=False),
+        Binding("end", "last_row", "Last", show=False),
+    ]
+
+    def action_first_row(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_last_row(self) -> None:
+        self.move_cursor(row=self.row_count - 1)
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
@@ -83,8 +118,34 @@ class JobTable(DataTable):
             self.add_column(col, key=col, width=cell_len(col))
         self.job_columns = [self.columns[ColumnKey(col)] for col in QUEUE_COLUMNS]
 
+    filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all
+    sort_by: str | None = None  # a column of QUEUE_COLUMNS; None: the order runs were planned
+
     def show_rows(self, rows: list[QueueRow]) -> None:
         self.latest = rows
+        if self.filter_text:
+            needle = self.filter_text.lower()
+            rows = [r for r in rows if any(needle in c.lower() for c in r.cells())]
+        if self._show(rows):
+            self.order()
+
+    def resort(self) -> None:
+        """Show the rows again in the order asked (or in the planned order: afresh)."""
+        if self.sort_by is None:
+            self.clear()
+            self.shown, self.texts = {}, {}
+        self.show_rows(self.latest)
+        self.order()
+
+    def order(self) -> None:
+        by = self.sort_by
+        if by is not None:  # ties in job order
+            self.sort(
+                by, "job", key=lambda cells: (sort_key(by, cells[0]), sort_key("job", cells[1]))
+            )
+
+    def _show(self, rows: list[QueueRow]) -> bool:
+        """Bring the table to these rows; whether any row was added, removed or changed."""
         wanted = {r.run_id for r in rows}
         gone = [k for k in self.shown if k not in wanted]
         if len(gone) > _REFILL_AFTER:
@@ -95,10 +156,12 @@ class JobTable(DataTable):
                 self.remove_row(run_id)
                 del self.shown[run_id], self.texts[run_id]
         added = 0
+        touched = bool(gone)
         for r in rows:
             old = self.shown.get(r.run_id)
             if old is r or old == r:
                 continue  # the engine kept the row (QueueReader): nothing to draw
+            touched = True
             if old is None and added == ROWS_PER_FRAME:
                 if not self.filling:  # the rest after this frame, from the latest rows
                     self.filling = True
@@ -127,10 +190,15 @@ class JobTable(DataTable):
                     cell_markup(i, texts[i], r.state),
                     update_width=i in wider,
                 )
+        return touched
 
     def fill_more(self) -> None:
         self.filling = False
         self.show_rows(self.latest)
+
+    def selected_row(self) -> QueueRow | None:
+        run_id = self.selected_run()
+        return self.shown.get(run_id) if run_id else None
 
     def _widen(self, indexes, texts: tuple[str, ...]) -> set[int]:
         """Grow the columns these cells do not fit; return which grew."""
@@ -152,20 +220,32 @@ class JobTable(DataTable):
 class QueueScreen(AppScreen):
     BINDINGS = [
         Binding("enter", "open_log", "Log", show=False),
+        Binding("i", "detail", "Detail"),
         Binding("c", "cancel", "Cancel"),
         Binding("s", "resubmit", "Resubmit"),
-        Binding("p", "pause", "Pause"),
-        Binding("slash", "search", "Search"),
+        Binding("space", "mark", "Mark", show=False),
+        Binding("o", "sort", "Sort"),
+        Binding("slash", "search", "Find"),
+        Binding("p", "pause", "Pause", show=False),
         Binding("n", "next_match(1)", "Next", show=False),
         Binding("N", "next_match(-1)", "Previous", show=False),
-        Binding("e", "app.next_experiment", "Next exp."),
+        Binding("y", "copy_job", "Copy job id", show=False),
+        Binding("v", "pager", "Log in $PAGER", show=False),
+        Binding("e", "app.next_experiment", "Next exp.", show=False),
         Binding("escape", "close", "Close", show=False),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked: set[str] = set()  # runs chosen with space: c and s act on all of them
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner(id="banner")
         yield Plain(id="queue-summary")
+        yield TextField(
+            placeholder="filter the runs (enter: keep, escape: clear)", id="queue-filter"
+        )
         yield JobTable(id="jobs")
         yield LogTail(id="log")
         yield Footer(compact=True)
@@ -180,6 +260,13 @@ class QueueScreen(AppScreen):
             return  # no tick yet, or one that lands while the app quits and the screen goes
         table = self.query_one(JobTable)
         table.show_rows(snap.rows)
+        self._summarise()
+
+    def _summarise(self) -> None:
+        snap = self.app.snapshot
+        if snap is None:
+            return
+        table = self.query_one(JobTable)
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
         exp = snap.experiment or "all experiments"
         more = f"  (e: {len(snap.experiments)} experiments)" if len(snap.experiments) > 1 else ""
@@ -194,7 +281,49 @@ class QueueScreen(AppScreen):
                 f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
                 "or `dlscale run SPEC` submits them"
             )
+        if table.filter_text:
+            hint = f"  {table.row_count} shown matching {table.filter_text!r} (/ to change)"
+        if self.marked:
+            hint = f"  {len(self.marked)} chosen (space): c and s act on them" + hint
         self.query_one("#queue-summary", Plain).update(f"{exp}: {counts or 'no runs'}{more}{hint}")
+
+    # --- a run's detail -----------------------------------------------------------------
+
+    def action_detail(self) -> None:
+        run_id = self.query_one(JobTable).selected_run()
+        if run_id is not None:
+            self._find_detail(run_id)
+
+    @work(thread=True, exclusive=True, group="lookup", exit_on_error=False)
+    def _find_detail(self, run_id: str) -> None:
+        try:
+            detail = self.app.session.run_detail(run_id)
+        except Exception as exc:
+            self.post_message(EngineFailed("reading the run", describe(exc)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(DetailFound(detail))
+
+    def on_detail_found(self, message: DetailFound) -> None:
+        message.stop()
+        self.app.push_screen(DetailScreen(message.detail))
+
+    def action_copy_job(self) -> None:
+        row = self.query_one(JobTable).selected_row()
+        if row is None or not row.job_id:
+            self.notify("the selected run has no job id yet", severity="warning")
+            return
+        self.app.copy_to_clipboard(row.job_id)  # OSC 52: reaches the clipboard over SSH
+        self.notify(f"copied job id {row.job_id}")
+
+    def action_pager(self) -> None:
+        run_id = self.query_one(JobTable).selected_run()
+        if run_id is None:
+            return
+        with self.app.suspend():  # the pager has the terminal until the user quits it
+            status = self.app.session.page_log(run_id)
+        if status == 127:
+            self.notify("no pager could be started: set $PAGER", severity="error")
 
     # --- log ----------------------------------------------------------------------------
 
@@ -234,9 +363,39 @@ class QueueScreen(AppScreen):
             log.toggle_pause()
 
     def action_search(self) -> None:
+        """`/` searches the open log; with no log open it filters the table, so the letters
+        typed after it go into a field and never act as commands."""
         log = self.query_one(LogTail)
-        if log.path is not None:
+        if log.path is not None and log.display:
             log.start_search()
+            return
+        box = self.query_one("#queue-filter", TextField)
+        box.add_class("shown")
+        box.focus()
+
+    def on_input_changed(self, event: TextField.Changed) -> None:
+        if event.input.id != "queue-filter":
+            return
+        table = self.query_one(JobTable)
+        table.filter_text = event.value.strip()
+        table.resort()  # rows coming back take their place, not the end
+        self._summarise()
+
+    def on_input_submitted(self, event: TextField.Submitted) -> None:
+        if event.input.id == "queue-filter":
+            event.stop()
+            self.query_one(JobTable).focus()
+
+    def action_sort(self) -> None:
+        table = self.query_one(JobTable)
+        table.sort_by = SORTS[(SORTS.index(table.sort_by) + 1) % len(SORTS)]
+        table.resort()
+        self.notify(f"sorted by {table.sort_by or 'the order the runs were planned'}")
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        table = self.query_one(JobTable)
+        table.sort_by = str(event.column_key.value)
+        table.resort()
 
     def action_next_match(self, direction: int) -> None:
         self.query_one(LogTail).step(direction)
@@ -244,6 +403,12 @@ class QueueScreen(AppScreen):
     def action_close(self) -> None:
         log = self.query_one(LogTail)
         if log.end_search():
+            self.query_one(JobTable).focus()
+            return
+        box = self.query_one("#queue-filter", TextField)
+        if box.has_class("shown"):
+            box.value = ""
+            box.remove_class("shown")
             self.query_one(JobTable).focus()
             return
         if log.display:
@@ -259,34 +424,67 @@ class QueueScreen(AppScreen):
     def action_resubmit(self) -> None:
         self._confirm("resubmit")
 
-    def _confirm(self, what: str) -> None:
+    def action_mark(self) -> None:
+        """Choose the selected run too (space again leaves it out): c and s then act on
+        every chosen run."""
         table = self.query_one(JobTable)
         run_id = table.selected_run()
         if run_id is None:
             return
-        cells = table.shown[run_id].cells()
-        label = " ".join(cells[1:6])
-        question = (
-            f"Cancel run {run_id} ({label}, job {cells[0]})?"
-            if what == "cancel"
-            else f"Resubmit run {run_id} ({label}) with the same job script?"
-        )
+        self.marked ^= {run_id}
+        table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
+        self._summarise()
+
+    def _chosen(self) -> list[QueueRow]:
+        table = self.query_one(JobTable)
+        if self.marked:
+            return [table.shown[r] for r in self.marked if r in table.shown]
+        row = table.selected_row()
+        return [row] if row else []
+
+    def _confirm(self, what: str) -> None:
+        rows = self._chosen()
+        if not rows:
+            return
+        why = [r.why_not_cancel() if what == "cancel" else r.why_not_resubmit() for r in rows]
+        can = [r for r, w in zip(rows, why) if w is None]
+        if not can:  # explained, not asked: nothing the question could do
+            self.notify(next(w for w in why if w), severity="warning")
+            return
+        skipped = len(rows) - len(can)
+        if len(can) == 1:
+            r = can[0]
+            label = f"{r.framework} {r.model} {r.scale} #{r.repetition}"
+            question = (
+                f"Cancel run {r.run_id} ({label}, job {r.job_id or '-'}, {r.state})?"
+                if what == "cancel"
+                else f"Resubmit run {r.run_id} ({label}, {r.state}) with the same job script?"
+            )
+        else:
+            question = f"{what.capitalize()} these {len(can)} runs?"
+        if skipped:
+            question += f" ({skipped} chosen run(s) cannot be: left as they are.)"
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._act(what, run_id)
+                self._act(what, [r.run_id for r in can])
+                self.marked.clear()
 
         self.app.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, group="act", exit_on_error=False)
-    def _act(self, what: str, run_id: str) -> None:
+    def _act(self, what: str, run_ids: list[str]) -> None:
         try:
             if what == "cancel":
-                done = self.app.session.cancel([run_id])
-                msg = f"cancelled {run_id}" if done else f"{run_id} was not queued or running"
+                done = self.app.session.cancel(run_ids)
+                msg = (
+                    f"cancelled {', '.join(done)}"
+                    if done
+                    else f"{', '.join(run_ids)}: not queued or running any more"
+                )
             else:
-                ((rid, job),) = self.app.session.resubmit([run_id])
-                msg = f"resubmitted {rid} as job {job}"
+                jobs = self.app.session.resubmit(run_ids)
+                msg = "; ".join(f"resubmitted {rid} as job {job}" for rid, job in jobs)
         except Exception as exc:
             self.post_message(EngineFailed(what, describe(exc)))
             return

@@ -171,3 +171,18 @@ def _complete_lines(pending: bytes, cut: bool) -> tuple[list[str], bytes, bool]:
         lines.append(_show(rest[:MAX_LINE]) + CUT)
         rest, cut = b"", True
     return lines, rest + hold, cut
+
+
+def page(path: str | Path) -> int:
+    """Show a log in the user's pager ($PAGER, else `less`), from the terminal the caller
+    hands over (the TUI suspends itself first). The pager is run as an argument list:
+    $PAGER is split as a shell would (`less -R`), the path is one argument. Returns the
+    pager's exit status, 127 when it cannot be started."""
+    import shlex
+    import subprocess
+
+    argv = shlex.split(os.environ.get("PAGER") or "less") or ["less"]
+    try:
+        return subprocess.run([*argv, str(path)], check=False).returncode
+    except OSError:
+        return 127

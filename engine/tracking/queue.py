@@ -13,8 +13,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ..backends.base import WAITING
 from ..results.formatting import elapsed_text, finite, fmt
 from .store import Store
+from .store_claims import ACTIVE, SUBMITTING
 from .store_records import QUEUE_CHANGES, skipped_text
 
 
@@ -35,6 +37,28 @@ class QueueRow:
     elapsed_s: float | None
     images_per_s: float | None
     step: int | None  # last reported step while running
+
+    def why_not_cancel(self) -> str | None:
+        """Why cancelling this run would do nothing (None: it can be cancelled), in the
+        words `follow.cancel` acts on: a queued, running or waiting run."""
+        if self.state in ACTIVE or self.state == WAITING:
+            return None
+        return (
+            f"run {self.run_id} is {self.state}: only a queued, running or waiting run "
+            "can be cancelled"
+        )
+
+    def why_not_resubmit(self) -> str | None:
+        """Why resubmitting this run would be refused (None: it can be), as
+        `study.resubmit` refuses it."""
+        if self.state in ACTIVE or self.state == SUBMITTING:
+            return f"run {self.run_id} is {self.state}: cancel it first, then resubmit"
+        if not self.job_id:
+            return (
+                f"run {self.run_id} was never submitted: ctrl+r on Build, or "
+                "`dlscale run SPEC`, submits it"
+            )
+        return None
 
     def cells(self) -> tuple[str, ...]:
         """The row as text, in QUEUE_COLUMNS order."""

@@ -1,0 +1,137 @@
+"""The Queue at study size (issue 21, items 6, 9, 10): actions only where they apply (and
+said why where they do not), `/` filters the table when no log is open so the letters
+typed after it never act as commands, sorting (o, a header), several runs chosen at once,
+Home/End, and a run's detail (i) with its whole reason and folder."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable
+
+from dlscale.engine.session import Session
+from dlscale.engine.tracking.store import Store
+from dlscale.tui.app import DlscaleApp
+from dlscale.tui.dialogs import ConfirmScreen, DetailScreen
+from dlscale.tui.queue import sort_key
+from test_tui import until
+from tui_text import recorded_study, screen_text
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _study(home) -> tuple[str, dict[str, str]]:
+    """The recorded quickstart study with one run FAILED (a two-line reason), one PENDING
+    and one RUNNING; returns the experiment and run id -> state."""
+    name = recorded_study(home)
+    store = Store(home)
+    runs = [r["run_id"] for r in store.runs(name)]
+    states = dict.fromkeys(runs, "COMPLETED")
+    for rid, state in zip(runs, ("FAILED", "PENDING", "RUNNING")):
+        row = store.run(rid)
+        store.update_job(row["backend"], row["job_id"], state=state, ended=None)
+        store.update_run(
+            rid,
+            state=state,
+            reason="exit 1: out of memory\nsecond line of the reason" if state == "FAILED" else "",
+        )
+        states[rid] = state
+    store.close()
+    return name, states
+
+
+def _notes(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def _queue(pilot, app, n):
+    await until(pilot, lambda: app.snapshot is not None and app.snapshot.rows, 30)
+    if app.current_mode != "queue":
+        await pilot.press("2")
+    table = app.screen.query_one("#jobs", DataTable)
+    await until(pilot, lambda: table.row_count == n, 20, "every run in the queue")
+    table.focus()
+    return table
+
+
+def _select(table, run_id: str) -> None:
+    table.move_cursor(row=table.get_row_index(run_id))
+
+
+async def test_actions_apply_only_where_they_can_and_say_why_not(home):
+    _name, states = _study(home)
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    app.poll_now = lambda: None  # a sync would settle the edited states
+    async with app.run_test(size=(140, 40)) as pilot:
+        app._refresh_queue(app.experiment)
+        table = await _queue(pilot, app, len(states))
+        done = next(r for r, s in states.items() if s == "COMPLETED")
+        pending = next(r for r, s in states.items() if s == "PENDING")
+        _select(table, done)
+        await pilot.press("c")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any("COMPLETED: only a queued, running or waiting run" in m for m in _notes(app)), (
+            _notes(app),
+            screen_text(app),
+        )
+        _select(table, pending)
+        await pilot.press("s")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any("PENDING: cancel it first" in m for m in _notes(app))
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        # Two completed runs chosen with space: one question for both.
+        completed = [r for r, s in states.items() if s == "COMPLETED"]
+        _select(table, completed[0])
+        await pilot.press("space")
+        _select(table, completed[1])
+        await pilot.press("space")
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "Resubmit these 2 runs?" in screen_text(app)
+        await pilot.press("n")
+
+
+async def test_slash_filters_the_table_and_its_letters_are_not_commands(home):
+    _name, states = _study(home)
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app._refresh_queue(app.experiment)
+        table = await _queue(pilot, app, len(states))
+        await pilot.press("slash", *"s", "c")  # s and c would resubmit and cancel
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("backspace", "backspace", *"of memory")
+        await until(pilot, lambda: table.row_count == 1, 10, "the filtered table")
+        assert "exit 1: out of memory" in screen_text(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: table.row_count == len(states), 10, "the table unfiltered")
+
+
+async def test_sorting_home_end_and_detail(home):
+    _name, states = _study(home)
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app._refresh_queue(app.experiment)
+        table = await _queue(pilot, app, len(states))
+        await pilot.press("o")  # by state: what needs watching first
+        await pilot.pause(0.2)
+        shown = [str(table.get_cell_at((r, 6))) for r in range(table.row_count)]
+        ranks = [sort_key("state", c) for c in shown]
+        assert ranks == sorted(ranks) and "PENDING" in shown[0], shown
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("home")
+        assert table.cursor_row == 0
+        await pilot.click("#jobs", offset=(2, 0))  # the job column's header
+        await pilot.pause(0.2)
+        jobs = [str(table.get_cell_at((r, 0))) for r in range(table.row_count)]
+        assert jobs == sorted(jobs, key=lambda j: int(j.split("-")[-1]))
+        failed = next(r for r, s in states.items() if s == "FAILED")
+        _select(table, failed)
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), 10, "the detail")
+        text = screen_text(app)
+        assert "second line of the reason" in text and failed in text
+        assert "run folder" in text and "torch" in text  # the env record's versions
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailScreen)
