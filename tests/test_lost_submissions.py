@@ -1,0 +1,120 @@
+"""Issue 22, item 5: one job per run when Slurm's answer to a submission is lost. sbatch that
+times out after the controller took the job, and dlscale killed between Slurm's acceptance
+and recording the job, both made a second job for the run. Every submission now carries a
+token in the job's comment, the queue is asked for it before any retry or resubmission, and
+what is found is adopted. Real `dlscale` processes against a fake sbatch/squeue that keeps
+the jobs it accepted (tests/fake_slurm.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import fake_slurm
+import pytest
+
+from conftest import BIN, REPO, dlscale, write_spec
+from dlscale.engine.backends.base import JobRequest
+from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+from dlscale.engine.errors import ControllerUnreachable
+from dlscale.engine.tracking.store import Store
+
+PROFILE = str(REPO / "examples" / "clusters" / "test-cluster.toml")
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch, home):
+    state = tmp_path / "slurm-state"
+    state.mkdir()
+    fake_slurm.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
+    return state
+
+
+def _spec(tmp_path, runs):
+    """`runs` repetitions of one scale: one job, or a job array of them."""
+    spec = write_spec(tmp_path / "s.toml", scales='"1x1"')
+    spec.write_text(spec.read_text().replace("repetitions = 1\n", f"repetitions = {runs}\n"))
+    return spec
+
+
+def _run(spec, *extra):
+    return dlscale("run", str(spec), "--backend", "slurm", "--profile", PROFILE, *extra)
+
+
+def _one_job_per_run(home, state):
+    made = fake_slurm.jobs(state)
+    recorded = {j["job_id"].split("_")[0] for j in Store(home).jobs("slurm")}
+    assert {j["id"] for j in made} == recorded, (made, recorded)
+    return made
+
+
+@pytest.mark.parametrize("runs", [1, 3], ids=["job", "array"])
+def test_an_sbatch_that_times_out_after_taking_the_job_is_not_retried_blindly(
+    tmp_path, home, fake, monkeypatch, runs
+):
+    monkeypatch.setenv("FAKE_SBATCH", "timeout-once")
+    spec = _spec(tmp_path, runs)
+    proc = _run(spec)
+    assert proc.returncode == 0, proc.stderr
+    made = _one_job_per_run(home, fake)
+    assert len(made) == 1  # one job (or one array) although sbatch's answer was lost
+    assert made[0]["comment"].startswith("dlscale:")
+    assert (made[0]["array"] is not None) == (runs > 1)
+    assert len(Store(home).runs()) == runs
+    assert {r["state"] for r in Store(home).runs()} == {"PENDING"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("runs", [1, 3], ids=["job", "array"])
+def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_time(
+    tmp_path, home, fake, runs, sig
+):
+    spec = _spec(tmp_path, runs)
+    env = {**os.environ, "FAKE_SBATCH": "hang"}
+    proc = subprocess.Popen(
+        [str(BIN / "dlscale"), "run", str(spec), "--backend", "slurm", "--profile", PROFILE],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (fake / "accepted").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the job exists, and the store does not know it
+    assert len(fake_slurm.jobs(fake)) == 1 and Store(home).jobs("slurm") == []
+    again = _run(spec)
+    assert again.returncode == 0, again.stderr
+    assert "adopted" in again.stdout
+    made = _one_job_per_run(home, fake)
+    assert len(made) == 1
+    runs = Store(home).runs()
+    assert {r["state"] for r in runs} == {"PENDING"}
+    assert {r["attempts"] for r in runs} == {1}
+    # and cancel reaches it
+    dlscale("cancel", "--experiment", "t", check=0)
+    assert {j["state"] for j in fake_slurm.jobs(fake)} == {"CANCELLED"}
+
+
+def test_a_lost_answer_with_an_unreachable_queue_is_not_retried(tmp_path):
+    """Whether the job exists cannot be known: no second sbatch; the error says why."""
+    calls = []
+
+    def runner(argv, env=None, timeout=60):
+        calls.append(argv[0])
+        return CommandResult(argv, 1, "", f"{argv[0]}: error: Socket timed out on send/recv")
+
+    backend = SlurmCLI(runner=runner, sleep=lambda s: None)
+    with pytest.raises(ControllerUnreachable, match="not retried"):
+        backend.submit(JobRequest("r", tmp_path / "runs" / "r", []))
+    assert calls == ["sbatch", "squeue"]
