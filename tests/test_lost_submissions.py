@@ -68,12 +68,8 @@ def test_an_sbatch_that_times_out_after_taking_the_job_is_not_retried_blindly(
     assert {r["state"] for r in Store(home).runs()} == {"PENDING"}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-@pytest.mark.parametrize("runs", [1, 3], ids=["job", "array"])
-def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_time(
-    tmp_path, home, fake, runs, sig
-):
-    spec = _spec(tmp_path, runs)
+def _killed_submission(spec, state, sig):
+    """`dlscale run SPEC` killed by `sig` after Slurm took the job, before it recorded it."""
     env = {**os.environ, "FAKE_SBATCH": "hang"}
     proc = subprocess.Popen(
         [str(BIN / "dlscale"), "run", str(spec), "--backend", "slurm", "--profile", PROFILE],
@@ -83,7 +79,7 @@ def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_tim
     )
     try:
         deadline = time.monotonic() + 60
-        while not (fake / "accepted").exists():
+        while not (state / "accepted").exists():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         proc.send_signal(sig)
@@ -91,6 +87,16 @@ def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_tim
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc.pid
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("runs", [1, 3], ids=["job", "array"])
+def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_time(
+    tmp_path, home, fake, runs, sig
+):
+    spec = _spec(tmp_path, runs)
+    _killed_submission(spec, fake, sig)
     # the job exists, and the store does not know it
     assert len(fake_slurm.jobs(fake)) == 1 and Store(home).jobs("slurm") == []
     again = _run(spec)
@@ -98,12 +104,38 @@ def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_tim
     assert "adopted" in again.stdout
     made = _one_job_per_run(home, fake)
     assert len(made) == 1
-    runs = Store(home).runs()
-    assert {r["state"] for r in runs} == {"PENDING"}
-    assert {r["attempts"] for r in runs} == {1}
+    runs_now = Store(home).runs()
+    assert {r["state"] for r in runs_now} == {"PENDING"}
+    assert {r["attempts"] for r in runs_now} == {1}
     # and cancel reaches it
     dlscale("cancel", "--experiment", "t", check=0)
     assert {j["state"] for j in fake_slurm.jobs(fake)} == {"CANCELLED"}
+
+
+@pytest.mark.parametrize("reader", ["status", "results", "report", "session"])
+def test_every_reader_of_the_queue_releases_a_dead_submitters_claim(
+    tmp_path, home, fake, reader, monkeypatch
+):
+    """Item 6: after SIGKILL during sbatch, `SUBMITTING ... by dlscale pid N` lived for ever
+    where no backend had live jobs (claims were released only inside a sync)."""
+    spec = _spec(tmp_path, 1)
+    pid = _killed_submission(spec, fake, signal.SIGKILL)
+    assert {r["state"] for r in Store(home).runs()} == {"SUBMITTING"}
+    if reader == "session":
+        from dlscale.engine.session import Session
+
+        rows = Session(home).refresh(None).rows
+        assert [q.state for q in rows] == ["PLANNED"]
+    elif reader == "report":
+        monkeypatch.chdir(tmp_path)
+        dlscale(reader, "--out", str(tmp_path / "r"))
+    else:
+        shown = dlscale(reader, check=0).stdout
+        assert reader != "status" or ("PLANNED" in shown and "SUBMITTING" not in shown)
+    (row,) = Store(home).runs()
+    assert row["state"] == "PLANNED"
+    assert f"the submission by dlscale pid {pid} " in row["reason"]
+    assert "interrupted" in row["reason"]
 
 
 def test_a_lost_answer_with_an_unreachable_queue_is_not_retried(tmp_path):
