@@ -69,7 +69,7 @@ def test_unsafe_sbatch_options_are_refused(tmp_path):
     path.write_text(
         TEST_PROFILE.read_text().replace(
             'time_limit = "00:10:00"',
-            'time_limit = "00:10:00"\nsbatch_extra = ["--comment=$(reboot)"]',
+            'time_limit = "00:10:00"\nsbatch_extra = ["--mail-user=$(reboot)"]',
         )
     )
     with pytest.raises(SpecError, match="sbatch_extra.*must look like --name"):
