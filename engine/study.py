@@ -313,9 +313,9 @@ def _hand_over(
     goes wrong. Returns the job id. Its folder is laid out now (one run: no reason to wait),
     from the layout its last job kept where it kept one (a local run may never have
     started, so its folder may hold nothing to go by)."""
-    if adopt(store, backend, [row]):
-        return str(store.run(row["run_id"])["job_id"])
     try:
+        if adopt(store, backend, [row]):
+            return str(store.run(row["run_id"])["job_id"])
         store.set_aside(row)
         if layout is not None:
             lay_out(row, backend.name, layout)

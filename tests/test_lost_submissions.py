@@ -150,3 +150,58 @@ def test_a_lost_answer_with_an_unreachable_queue_is_not_retried(tmp_path):
     with pytest.raises(ControllerUnreachable, match="not retried"):
         backend.submit(JobRequest("r", tmp_path / "runs" / "r", []))
     assert calls == ["sbatch", "squeue"]
+
+
+def test_a_real_sbatch_whose_answer_is_lost_makes_one_job(slurm_cluster, tmp_path, home):
+    """The issue's case on the real 22.05 test cluster: sbatch takes the job, then its
+    answer is lost ("Socket timed out"). The real squeue finds the job by its comment; no
+    second job is made. Costs a few seconds once the cluster is up."""
+    from test_slurm_cluster import profile_copy
+
+    from dlscale.engine.backends.slurm import user_name
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{tmp_path}/timed-out" ]; then exec /usr/bin/sbatch "$@"; fi\n'
+        f'touch "{tmp_path}/timed-out"\n'
+        '/usr/bin/sbatch "$@" >/dev/null\n'
+        'echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv '
+        'operation" >&2\nexit 1\n'
+    )
+    sbatch.chmod(0o755)
+    name = f"lost-answer-{time.time_ns()}"  # its jobs told apart from any earlier test's
+    spec = write_spec(tmp_path / "s.toml", name=name, scales='"1x1"', steps=100000)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [
+            str(BIN / "dlscale"),
+            "run",
+            str(spec),
+            "--backend",
+            "slurm",
+            "--profile",
+            str(profile_copy(tmp_path)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        assert proc.returncode == 0, proc.stderr
+        (row,) = Store(home).runs(name)
+        queue = subprocess.run(
+            ["squeue", "--noheader", "--user", user_name(), "--format=%i|%j|%k"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        # every job of the run, by its name (which the script sets, tag or not)
+        ours = [ln.split("|")[0] for ln in queue.splitlines() if f"dlscale-{name}-" in ln]
+        assert ours == [row["job_id"]], (queue, row["job_id"])
+        assert f"dlscale:{row['run_id']}" not in queue and row["run_id"] in queue  # its tag
+    finally:
+        dlscale("cancel", "--experiment", name, check=0)
