@@ -174,15 +174,39 @@ class ReportFolder:
         return cls(out, out_fd, ours)
 
     def write(self, rel: str, text: str) -> Path:
-        path = self.stage / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return path
+        """A file of the report into the stage, through no link (the stage is dlscale's,
+        but it sits in a folder the user writes to)."""
+        sub, _, name = rel.rpartition("/")
+        folder = self.stage_fd if not sub else self._stage_subfolder(sub)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with os.fdopen(os.open(name, flags, 0o644, dir_fd=folder), "w") as fh:
+                fh.write(text)
+        finally:
+            if folder != self.stage_fd:
+                os.close(folder)
+        return self.stage / rel
 
     def subfolder(self, name: str) -> Path:
-        path = self.stage / name
-        path.mkdir(exist_ok=True)
-        return path
+        """A subfolder of the stage (made here, never a link)."""
+        os.close(self._stage_subfolder(name))
+        return self.stage / name
+
+    def _stage_subfolder(self, name: str) -> int:
+        try:
+            os.mkdir(name, 0o755, dir_fd=self.stage_fd)
+        except FileExistsError:
+            pass
+        try:
+            return _open_dir(name, self.stage_fd)
+        except OSError:
+            raise UserError(self._stage_changed()) from None
+
+    def _stage_changed(self, sub: str = "") -> str:
+        return (
+            f"--out {self.out}: the report's staging folder {self.stage.name} was changed "
+            "while the report was written; nothing was moved into place"
+        )
 
     def commit(self) -> list[str]:
         """Move the staged files into --out; returns their names, relative to it."""
@@ -195,13 +219,7 @@ class ReportFolder:
                     os.close(fd)
 
     def _commit(self, fds: dict[str, int]) -> list[str]:
-        staged_fds = _open_subfolders(
-            self.stage_fd,
-            lambda sub: (
-                f"--out {self.out}: the report's staging folder {self.stage.name} was "
-                "changed while the report was written; nothing was moved into place"
-            ),
-        )
+        staged_fds = _open_subfolders(self.stage_fd, self._stage_changed)
         try:
             staged = sorted(
                 f"{sub}/{name}" if sub else name
