@@ -205,3 +205,38 @@ def test_a_real_sbatch_whose_answer_is_lost_makes_one_job(slurm_cluster, tmp_pat
         assert f"dlscale:{row['run_id']}" not in queue and row["run_id"] in queue  # its tag
     finally:
         dlscale("cancel", "--experiment", name, check=0)
+
+
+def test_only_this_homes_live_tagged_jobs_are_adopted(tmp_path):
+    """Tags of another home, finished jobs and other comments are never taken; an array's
+    tasks map to runs through its runs.tsv."""
+    from dlscale.engine.backends import slurm_tags
+    from dlscale.engine.backends.slurm_parse import parse_tagged
+
+    home, other = tmp_path / "home", tmp_path / "other"
+    (home / "arrays" / "A").mkdir(parents=True)
+    (home / "arrays" / "A" / "runs.tsv").write_text("0\tr1\t/x/r1\n1\tr2\t/x/r2\n")
+    mine, theirs = slurm_tags.home_tag(home), slurm_tags.home_tag(other)
+    squeue = "\n".join(
+        [
+            f"10|PENDING|dlscale:{mine}:r0:aa",
+            f"11|RUNNING|dlscale:{theirs}:r3:bb",  # the same run id from another home
+            f"12|COMPLETED|dlscale:{mine}:r4:cc",  # finished: submitted again instead
+            f"13|PENDING|dlscale:{mine}:array-A:dd",
+            "14|PENDING|someone's | own comment",
+            "15|PENDING|",
+            "",
+            "garbage line",
+        ]
+    )
+
+    class Place:
+        retries, sleep = 1, None
+
+        def tagged_jobs(self):
+            return [slurm_tags.Tagged(*row) for row in parse_tagged(squeue)]
+
+    found = slurm_tags.orphans(Place(), home, ["r0", "r1", "r2", "r3", "r4", "r9"])
+    assert found == {"r0": "10", "r1": "13_0", "r2": "13_1"}
+    assert slurm_tags.find(Place(), f"dlscale:{mine}:r0:aa") == "10"
+    assert slurm_tags.find(Place(), f"dlscale:{mine}:r0:zz") is None
