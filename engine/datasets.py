@@ -4,16 +4,28 @@ A fetch never leaves a half-written dataset behind: the archive downloads to a h
 temporary name in the target folder, is checked against its published MD5, is unpacked
 into a hidden temporary folder (refusing any member that would land outside it), and only
 then is renamed to its final name, which is what `training.data_dir` points at.
+
+What it reads is bounded: no more than the published archive's size is downloaded (a body
+that goes on is cut there and refused), and a `file://` URL must name a regular file (not
+a FIFO, a device or a link to one). The temporary files are removed on any failure and on
+SIGTERM; one left by a fetch that was killed outright is locked by no one (flock) and is
+removed by the next fetch into that folder.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import http.client
 import os
 import re
 import shutil
+import signal
+import stat
+import sys
 import tarfile
 import tempfile
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,6 +45,7 @@ class Source:
     md5: str
     folder: str  # the archive's one top-level folder, kept as the final name
     files: tuple[str, ...]  # what must be in it
+    size: int  # the published archive's bytes: no more is ever downloaded
 
 
 CIFAR10 = Source(
@@ -41,6 +54,7 @@ CIFAR10 = Source(
     "c58f30108f718f92721af3b95e74349a",
     "cifar-10-batches-py",
     tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta"),
+    170_498_071,
 )
 SOURCES = {CIFAR10.name: CIFAR10}
 
@@ -80,26 +94,134 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_CheckedRedirects)  # replaces urllib's own handler
 
 
-def _download(url: str, to: Path, on_progress: Progress) -> str:
-    """Stream url into `to`; return the MD5 of what arrived."""
+def _open_url(url: str):
+    """(a readable stream, its size where known). A file:// URL must be a regular file: a
+    FIFO would hang the fetch, a device (/dev/zero) never end."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "file":
+        resp = _opener.open(url, timeout=60)
+        total = resp.headers.get("Content-Length")
+        return resp, int(total) if total and total.isdigit() else None
+    path = urllib.request.url2pathname(parts.path)
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FetchError(f"{url}: cannot read {path} ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UserError(
+            f"--url {url!r}: {path} is not a regular file (a FIFO, device or folder); "
+            "a file URL must name the archive itself"
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), st.st_size
+
+
+def _download(url: str, fh, limit: int, on_progress: Progress) -> str:
+    """Stream url into the open file `fh`, at most `limit` bytes; return the MD5 of what
+    arrived."""
     md5 = hashlib.md5()
+    too_big = FetchError(
+        f"{url}: more than {limit:,} bytes, the size of the published archive; "
+        "refusing the rest (nothing kept)"
+    )
     try:
-        with _opener.open(url, timeout=60) as resp, open(to, "wb") as fh:
-            total = resp.headers.get("Content-Length")
-            total = int(total) if total and total.isdigit() else None
+        resp, total = _open_url(url)
+        with resp:
+            if total is not None and total > limit:
+                raise too_big
             done = 0
             on_progress(0, total)
-            while chunk := resp.read(1 << 20):
+            while chunk := resp.read(min(1 << 20, limit + 1 - done)):
+                done += len(chunk)
+                if done > limit:
+                    raise too_big
                 fh.write(chunk)
                 md5.update(chunk)
-                done += len(chunk)
                 on_progress(done, total)
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{url}: the server answered {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise FetchError(f"{url}: download failed: {reason}") from None
+    except (ValueError, http.client.HTTPException) as exc:  # a URL urllib cannot use
+        raise FetchError(f"{url}: download failed: {type(exc).__name__}: {exc}") from None
     return md5.hexdigest()
+
+
+def _check_url(url: str | None, default: str) -> str:
+    """The URL to fetch from: --url as given (never silently the default when it is
+    empty), of an allowed scheme and a shape urllib can use."""
+    if url is None:
+        return default
+    if not url.strip():
+        raise UserError(
+            "--url '': empty; give the archive's URL, or leave --url out for the official "
+            f"address ({default})"
+        )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port that is not one)
+    except ValueError as exc:
+        raise UserError(f"--url {url!r}: not a usable URL ({exc})") from None
+    if parts.scheme not in ("http", "https", "file"):
+        raise UserError(f"--url {url!r}: only http, https and file URLs are allowed")
+    if parts.scheme != "file" and not parts.hostname:
+        raise UserError(f"--url {url!r}: names no host")
+    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+        raise UserError(f"--url {url!r}: a file URL names a file on this machine (file:///path)")
+    return url
+
+
+def _remove_leftovers(dest: Path, source: Source) -> None:
+    """Temporary files of fetches into `dest` that were killed (SIGKILL): a download no
+    live fetch holds locked, and its unpack folder."""
+    try:
+        names = os.listdir(dest)
+    except OSError:
+        return  # the fetch itself says what is wrong with the folder
+    for name in names:
+        if not (name.startswith(f".{source.name}-") and name.endswith(".download")):
+            continue
+        try:
+            fd = os.open(dest / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live fetch's
+        finally:
+            os.close(fd)
+        _remove_temporaries(dest / name)
+
+
+def _unpack_dir(archive: Path) -> Path:
+    return archive.with_suffix(".unpack")
+
+
+def _remove_temporaries(archive: Path) -> None:
+    archive.unlink(missing_ok=True)
+    unpack = _unpack_dir(archive)
+    if unpack.is_dir() and not unpack.is_symlink():
+        shutil.rmtree(unpack, ignore_errors=True)
+
+
+class _TermAsExit:
+    """SIGTERM ends the fetch as Ctrl-C would, through its clean-up (exit status 143);
+    only where signals can be handled (the main thread)."""
+
+    def __enter__(self) -> None:
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
 
 
 def _safe_members(tar: tarfile.TarFile, folder: str, archive: str) -> list[tarfile.TarInfo]:
@@ -130,15 +252,14 @@ def fetch(
 ) -> Path:
     """Download, verify and unpack `source` into dest/<source.folder>; return that folder.
     Already there and complete: returned as it is, nothing downloaded."""
-    url = url or source.url
+    url = _check_url(url, source.url)
     if md5 is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", md5):
         raise UserError(f"--md5 {md5!r}: an MD5 is 32 hexadecimal digits (0-9, a-f)")
     md5 = (md5 or source.md5).lower()
-    scheme = urllib.parse.urlparse(url).scheme
-    if scheme not in ("http", "https", "file"):
-        raise UserError(f"--url {url!r}: only http, https and file URLs are allowed")
     dest = Path(dest).expanduser()
     final = dest / source.folder
+    if dest.is_dir():
+        _remove_leftovers(dest, source)
     if final.is_dir() and all((final / f).is_file() for f in source.files):
         return final
     if final.exists():
@@ -151,40 +272,52 @@ def fetch(
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--dir {dest}: cannot make that folder ({exc.strerror})") from None
+    with _TermAsExit():
+        return _fetch_into(source, dest, final, url, md5, on_progress)
+
+
+def _fetch_into(
+    source: Source, dest: Path, final: Path, url: str, md5: str, on_progress: Progress
+) -> Path:
     fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{source.name}-", suffix=".download")
-    os.close(fd)
     archive = Path(tmp_name)
-    unpack = None
     try:
-        got = _download(url, archive, on_progress)
-        if got != md5:
-            raise FetchError(
-                f"{url}: checksum mismatch: MD5 {got}, expected {md5}; the "
-                "download is corrupt or not the published archive (nothing kept)"
-            )
-        unpack = Path(tempfile.mkdtemp(dir=dest, prefix=f".{source.name}-unpack-"))
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                members = _safe_members(tar, source.folder, url)
-                # filter="data" (Python's own guard) as a second line of defence
-                tar.extractall(unpack, members=members, filter="data")
-        except (tarfile.TarError, EOFError) as exc:
-            raise FetchError(f"{url}: not a readable tar archive ({exc})") from None
-        missing = [f for f in source.files if not (unpack / source.folder / f).is_file()]
-        if missing:
-            raise FetchError(
-                f"{url}: the archive lacks {', '.join(missing)} under {source.folder}/"
-            )
-        try:
-            read_cifar10(str(unpack / source.folder))
-        except DataError as exc:
-            raise FetchError(f"{url}: unpacked, but not readable as {source.name}: {exc}") from None
-        os.replace(unpack / source.folder, final)
+        with os.fdopen(fd, "wb") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # held while this fetch lives
+            got = _download(url, fh, source.size, on_progress)
+            fh.flush()
+            _unpack_checked(source, archive, url, got, md5, final)
     finally:
-        archive.unlink(missing_ok=True)
-        if unpack is not None:
-            shutil.rmtree(unpack, ignore_errors=True)
+        _remove_temporaries(archive)
     return final
+
+
+def _unpack_checked(
+    source: Source, archive: Path, url: str, got: str, md5: str, final: Path
+) -> None:
+    """The downloaded archive checked, unpacked beside it and renamed into place."""
+    if got != md5:
+        raise FetchError(
+            f"{url}: checksum mismatch: MD5 {got}, expected {md5}; the "
+            "download is corrupt or not the published archive (nothing kept)"
+        )
+    unpack = _unpack_dir(archive)
+    unpack.mkdir(mode=0o700)
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = _safe_members(tar, source.folder, url)
+            # filter="data" (Python's own guard) as a second line of defence
+            tar.extractall(unpack, members=members, filter="data")
+    except (tarfile.TarError, EOFError) as exc:
+        raise FetchError(f"{url}: not a readable tar archive ({exc})") from None
+    missing = [f for f in source.files if not (unpack / source.folder / f).is_file()]
+    if missing:
+        raise FetchError(f"{url}: the archive lacks {', '.join(missing)} under {source.folder}/")
+    try:
+        read_cifar10(str(unpack / source.folder))
+    except DataError as exc:
+        raise FetchError(f"{url}: unpacked, but not readable as {source.name}: {exc}") from None
+    os.replace(unpack / source.folder, final)
 
 
 # --- ImageNet's folder layout ------------------------------------------------------------

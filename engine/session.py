@@ -223,6 +223,8 @@ class Session:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
         reachable, warning, new = True, None, 0
         with self._lock:
+            # a submission killed mid-way shows as not submitted, backends live or not
+            self.store.release_stale_claims()
             for backend in follow.backends_in_use(self.store):
                 tick: Tick = sync(self.store, self._follower(backend))
                 reachable = reachable and tick.reachable

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from .backends.base import WAITING, Backend, JobRequest, Layout, NotYet
 from .config.spec import LoadedSpec
-from .errors import DlscaleError, PlanError, StoreError, SubmitError, UserError
+from .errors import (
+    ControllerUnreachable,
+    DlscaleError,
+    PlanError,
+    StoreError,
+    SubmitError,
+    UserError,
+)
 from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
@@ -60,6 +67,8 @@ class SubmitReport:
     active: list[Run] = field(default_factory=list)  # queued or running already
     failed_to_submit: list[tuple[Run, str]] = field(default_factory=list)
     waiting: list[Run] = field(default_factory=list)  # beyond the site's limits: waves
+    # queued by an earlier submission that was interrupted before it recorded the job
+    adopted: list[Run] = field(default_factory=list)
 
     @property
     def all_runs(self) -> list[Run]:
@@ -69,6 +78,7 @@ class SubmitReport:
             + self.completed
             + self.active
             + self.waiting
+            + self.adopted
             + [r for r, _ in self.failed_to_submit]
         )
 
@@ -145,7 +155,12 @@ def _hand_over_all(
     ready: list[tuple[Run, dict, bool, JobRequest]] = []
     stop: BaseException | None = None
     try:
+        adopted = adopt(store, backend, [row for _, row, _ in claimed])
         for run, row, again in claimed:
+            if row["run_id"] in adopted:
+                settled.add(row["run_id"])
+                report.adopted.append(run)
+                continue
             try:
                 ready.append((run, row, again, prepare(run, row)))
             except (PlanError, OSError) as exc:
@@ -186,6 +201,42 @@ def _hand_over_all(
                 _release(store, row, stop or RuntimeError("not reached"), backend)
                 if stop is not None and not isinstance(stop, (KeyboardInterrupt, SystemExit)):
                     report.failed_to_submit.append((run, not_submitted_because(stop)))
+
+
+def adopt(store: Store, backend: Backend, rows: list[dict]) -> set[str]:
+    """Of these claimed runs, those whose earlier submission was interrupted after the
+    scheduler took the job (its answer lost, or dlscale killed before recording it): their
+    job is recorded and the run is not submitted again. Only runs claimed before are asked
+    about, in one query; which ones were adopted is returned."""
+    again = {r["run_id"]: r for r in rows if r["attempts"] > 1}
+    if not again:
+        return set()
+    try:
+        found = backend.orphans(store.home, list(again))
+    except ControllerUnreachable:
+        return set()  # the submission that follows meets the same controller and says so
+    jobs: list[tuple[str, str, str, dict | None]] = [
+        (job_id, run_id, "PENDING", backend.payload(_request_of(again[run_id])))
+        for run_id, job_id in found.items()
+        if store.job(backend.name, job_id) is None
+    ]
+    refused = store.add_jobs(backend.name, jobs) if jobs else []
+    out = set()
+    for (job_id, run_id, *_), why in zip(jobs, refused):
+        if why is None:
+            out.add(run_id)
+            # the job is the earlier attempt's: this claim made no new one
+            store.update_run(
+                run_id,
+                attempts=again[run_id]["attempts"] - 1,
+                reason=f"adopted {backend.name} job {job_id}, which an interrupted "
+                "submission had made",
+            )
+    return out
+
+
+def _request_of(row: dict) -> JobRequest:
+    return JobRequest(row["run_id"], RunPaths.of(row).root, [])
 
 
 def _record(store: Store, backend: Backend, row: dict, job_id: str, request: JobRequest) -> None:
@@ -263,6 +314,8 @@ def _hand_over(
     from the layout its last job kept where it kept one (a local run may never have
     started, so its folder may hold nothing to go by)."""
     try:
+        if adopt(store, backend, [row]):
+            return str(store.run(row["run_id"])["job_id"])
         store.set_aside(row)
         if layout is not None:
             lay_out(row, backend.name, layout)

@@ -69,7 +69,7 @@ def test_unsafe_sbatch_options_are_refused(tmp_path):
     path.write_text(
         TEST_PROFILE.read_text().replace(
             'time_limit = "00:10:00"',
-            'time_limit = "00:10:00"\nsbatch_extra = ["--comment=$(reboot)"]',
+            'time_limit = "00:10:00"\nsbatch_extra = ["--mail-user=$(reboot)"]',
         )
     )
     with pytest.raises(SpecError, match="sbatch_extra.*must look like --name"):
@@ -225,8 +225,8 @@ def test_sbatch_extra_may_not_override_dlscales_own_directives(tmp_path, option,
 def test_sbatch_extra_keeps_options_dlscale_does_not_set(tmp_path):
     ok = [
         "--constraint=v100",
-        "--gres=gpu:1",
-        "--gpus=2",
+        "--gres=nvme:1",
+        "--gres-flags=enforce-binding",
         "--time-min=10",
         "--no-kill",
         "--mem=0",
@@ -234,6 +234,53 @@ def test_sbatch_extra_keeps_options_dlscale_does_not_set(tmp_path):
         "--mail-type=END",
     ]
     assert load_profile(profile_with_extra(tmp_path, *ok)).profile.sbatch_extra == ok
+
+
+@pytest.mark.parametrize(
+    "option,says",
+    [
+        ("--clusters=other", "--clusters cannot be used in sbatch_extra: dlscale follows"),
+        ("--cluster=other", "--cluster (sbatch may read it as --cluster-constraint or --clusters)"),
+        ("-Mother", "-M (sbatch may read it as --clusters)"),
+        ("--container=/oci/bundle", "--container cannot be used"),
+        ("--gpus=2", "--gpus cannot be used"),
+        ("--gpus-per-task=1", "the plan puts one rank on each"),
+        ("-G2", "-G (sbatch may read it as --gpus)"),
+        ("--gres=gpu:1", "GPUs cannot be asked for in sbatch_extra"),
+        ("--gres=gpu:a100:4", "GPUs cannot be asked for"),
+        ("--gres=nvme:1,gpu:2", "GPUs cannot be asked for"),
+        ("--gres=gres/gpu:1", "GPUs cannot be asked for"),
+        ("--gre=gpu:1", "GPUs cannot be asked for"),
+        ("--tres-per-task=gres/gpu:1", "--tres-per-task cannot be used"),
+        ("--signal=B:USR1@60", "--signal cannot be used in sbatch_extra: the job script ends"),
+        ("--test-only", "it makes no job"),
+        ("--test", "--test (sbatch may read it as --test-only)"),
+        ("--wait", "sbatch would not return until the job ends"),
+        ("--comment=mine", "dlscale tags each job in its comment"),
+        ("--parsable", "dlscale passes it"),
+        ("--wrap=true", "its own job script"),
+        ("--version", "makes no job"),
+    ],
+)
+def test_sbatch_extra_that_would_break_following_or_the_plan_is_refused(tmp_path, option, says):
+    """Issue 22, item 11: `--clusters=X` was accepted, and dlscale then could not follow or
+    cancel the job (no -M); GPUs asked for beside the partition's, a signal before the time
+    limit's, a submission that makes no job: each refused naming the file and field."""
+    path = profile_with_extra(tmp_path, "--constraint=v100", option)
+    with pytest.raises(SpecError) as info:
+        load_profile(path)
+    (problem,) = info.value.problems
+    assert f"{path}:" in problem and "sbatch_extra[1]: " in problem and says in problem
+
+
+def test_a_refused_sbatch_extra_is_exit_2_before_anything_is_stored(tmp_path, home):
+    from conftest import dlscale, write_spec
+
+    profile = profile_with_extra(tmp_path, "--clusters=other")
+    spec = write_spec(tmp_path / "s.toml")
+    proc = dlscale("run", str(spec), "--backend", "slurm", "--profile", str(profile), check=2)
+    assert "sbatch_extra[0]: --clusters cannot be used" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (home / "runs").exists()
 
 
 def test_every_directive_of_the_templates_is_reserved():

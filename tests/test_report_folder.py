@@ -174,3 +174,84 @@ def test_files_changed_since_or_not_of_a_reports_shape_are_the_users(store, tmp_
     (out / MANIFEST).write_text("not json")
     with pytest.raises(UserError, match=f"{MANIFEST} is not a manifest dlscale wrote"):
         reporting.build(store, "e", out, force=True)
+
+
+@pytest.mark.parametrize("sub", ["figures", "mllog"])
+def test_a_link_swapped_in_while_the_report_renders_is_never_written_through(
+    store, tmp_path, monkeypatch, sub
+):
+    """Issue 22, item 2: OUT/figures replaced by a link after the stage appeared made
+    dlscale overwrite the files the link pointed to. The swap happens at a fixed step of the
+    render (after the figures, while the MLLOG files are written)."""
+    ids = add_experiment(store, tmp_path, "e")
+    out = tmp_path / "rep"
+    reporting.build(store, "e", out)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for p in (out / sub).iterdir():  # the user's own files, named as the report's are
+        (outside / p.name).write_bytes(b"the user's own " + p.name.encode())
+    kept = snapshot(outside)
+    assert kept and len(ids) == 2
+    real_write = reporting.mllog.write
+
+    def swapping(*args, **kwargs):
+        shutil.rmtree(out / sub)
+        (out / sub).symlink_to(outside)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(reporting.mllog, "write", swapping)
+    with pytest.raises(UserError, match=f"{sub} became a link or a file"):
+        reporting.build(store, "e", out)
+    assert snapshot(outside) == kept
+    assert (out / sub).is_symlink()  # the link itself is left as the user made it
+    assert not list(out.glob(".dlscale-report-*"))
+
+
+def test_a_killed_report_does_not_block_the_next_one(store, tmp_path, home):
+    """A report killed mid-way (SIGKILL as soon as its staging folder appears) leaves that
+    folder: it is dlscale's, and the next report removes it and writes, into a folder that
+    held nothing else and into one that held an earlier report."""
+    import signal
+    import subprocess
+
+    from conftest import BIN
+
+    add_experiment(store, tmp_path, "e")
+    for earlier in (False, True):
+        out = tmp_path / f"rep-{earlier}"
+        if earlier:
+            reporting.build(store, "e", out)
+        proc = subprocess.Popen(
+            [str(BIN / "dlscale"), "report", "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while not list(out.glob(".dlscale-report-*/")) and proc.poll() is None:
+                pass
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert list(out.glob(".dlscale-report-*/")), "killed before its stage appeared"
+        made = dlscale("report", "--out", str(out), check=0)
+        assert "report of e" in made.stdout
+        assert not list(out.glob(".dlscale-report-*")), list(out.iterdir())
+        assert (out / "report.md").is_file()
+
+
+def test_a_live_reports_stage_is_not_taken_for_a_leftover(store, tmp_path):
+    from dlscale.engine.results.report_folder import ReportFolder
+
+    out = tmp_path / "rep"
+    first = ReportFolder.open(out)
+    try:
+        second = ReportFolder.open(out, force=True)  # another report at the same moment
+        second.discard()
+        assert first.stage.is_dir()
+        (out / ".dlscale-report-user").mkdir()  # the user's, no marker: never removed
+        ReportFolder.open(out, force=True).discard()
+        assert (out / ".dlscale-report-user").is_dir() and first.stage.is_dir()
+    finally:
+        first.discard()

@@ -165,7 +165,7 @@ def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path
         tmp_path,
         replace=(
             'time_limit = "00:10:00"',
-            'time_limit = "00:10:00"\nsbatch_extra = ["--gres=gpu:1"]',
+            'time_limit = "00:10:00"\nsbatch_extra = ["--gres=nvme:1"]',
         ),
     )
     bad = write_spec(tmp_path / "b.toml", name="refused-by-sbatch")

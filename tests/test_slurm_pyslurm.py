@@ -48,14 +48,16 @@ def test_profile_options_and_extras_are_passed_or_refused_by_name(tmp_path):
     prof = tmp_path / "q.toml"
     prof.write_text(
         head + 'account = "proj1"\nqos = "high"\nexclusive = true\n'
-        'singleton = true\nsbatch_extra = ["--gres=gpu:1", "--comment=a=b", '
-        '"--mem=4G"]\n[[partitions]]' + tail
+        'singleton = true\nsbatch_extra = ["--gres=nvme:1", "--mem=4G"]\n[[partitions]]' + tail
     )
     run = plan(load_spec(write_spec(tmp_path / "s.toml", scales='"1x1"'))).runs[0]
     attrs = job_description(jobscript.render(run, load_profile(prof), tmp_path, "s.toml"))
     assert (attrs["account"], attrs["qos"], attrs["resource_sharing"]) == ("proj1", "high", "no")
-    assert attrs["dependencies"] == "singleton" and attrs["gres_per_node"] == "gpu:1"
-    assert attrs["comment"] == "a=b" and attrs["memory_per_node"] == "4G"
+    assert attrs["dependencies"] == "singleton" and attrs["gres_per_node"] == "nvme:1"
+    assert attrs["memory_per_node"] == "4G"
+    # a GPU partition's --gpus-per-node and a --gres of another resource: both kept
+    both = job_description("#!/bin/bash\n#SBATCH --gpus-per-node=4\n#SBATCH --gres=nvme:1\n")
+    assert both["gres_per_node"] == "gpu:4,nvme:1"
 
 
 @pytest.mark.parametrize(

@@ -128,7 +128,9 @@ def test_sbatch_runs_with_sbatch_variables_cleared(monkeypatch, tmp_path):
         return CommandResult(argv, 0, "99\n", "")
 
     job = SlurmCLI(runner=runner).submit(JobRequest("r", tmp_path, []))
-    assert job == "99" and seen["argv"] == ["sbatch", "--parsable", str(tmp_path / "job.sh")]
+    assert job == "99" and seen["argv"][:2] == ["sbatch", "--parsable"]
+    assert seen["argv"][2].startswith("--comment=dlscale:")  # its tag (slurm_tags)
+    assert seen["argv"][3:] == [str(tmp_path / "job.sh")]
     assert "SBATCH_PARTITION" not in seen["env"]
 
 
@@ -150,6 +152,7 @@ def test_sbatch_refusal_carries_slurms_message_and_transients_are_retried(tmp_pa
     answers = iter(
         [
             CommandResult([], 1, "", "sbatch: error: Socket timed out on send/recv"),
+            CommandResult([], 0, "", ""),  # squeue: no job carries the tag, so retry
             CommandResult([], 0, "77\n", ""),
         ]
     )

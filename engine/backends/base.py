@@ -163,6 +163,14 @@ class Backend(abc.ABC):
                 out.append(exc)
         return out
 
+    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
+        """Live jobs of these runs that an interrupted submission from `home` made but
+        never recorded (the scheduler's answer lost, or dlscale killed before it wrote it
+        down), by run id: adopted rather than submitted again. One query. Raises
+        ControllerUnreachable. A place whose jobs cannot outlive an unrecorded submission
+        has none."""
+        return {}
+
     def payload(self, request: JobRequest) -> dict[str, Any]:
         """What the store keeps of a job to repeat it."""
         return {}

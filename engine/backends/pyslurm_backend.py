@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
 from ..tracking.store import TERMINAL, Store
-from . import slurm_arrays, slurm_noacct
+from . import slurm_arrays, slurm_noacct, slurm_tags
 from .base import Backend, JobRequest, JobStatus
 from .pyslurm_submit import job_description
 from .slurm import TRANSIENT, clean_env, run_command, user_name
@@ -135,13 +135,13 @@ class PyslurmBackend(SlurmJobs, Backend):
         self.api = import_pyslurm()
         self._lock = threading.Lock()  # libslurm calls one at a time (the TUI polls in workers)
 
-    def _call(self, what: str, fn, *args):
+    def _call(self, what: str, fn, *args, tries: int | None = None):
         """fn(*args) under the lock, retried on the errors of a busy or restarting
         controller (as slurm.py retries sbatch and scancel). pyslurm's RPCError comes out
         as SubmitError or SchedulerError with Slurm's message, or as ControllerUnreachable
         when the retries are spent."""
-        delay, message = 1.0, ""
-        for attempt in range(self.retries):
+        delay, message, tries = 1.0, "", tries or self.retries
+        for attempt in range(tries):
             try:
                 with self._lock:
                     return fn(*args)
@@ -153,13 +153,14 @@ class PyslurmBackend(SlurmJobs, Backend):
                     if what == "submit"
                     else SchedulerError(f"{what}: {message}")
                 )
-            if attempt < self.retries - 1:
+            if attempt < tries - 1:
                 self.sleep(delay)
                 delay *= 2
         raise ControllerUnreachable(f"{what}: {message}")
 
     def submit(self, request: JobRequest) -> str:
-        job_id = self._submit_script(RunPaths(request.run_dir).job_script)
+        tag = slurm_tags.token(slurm_tags.home_of(request.run_dir), request.run_id)
+        job_id = self._submit_script(RunPaths(request.run_dir).job_script, tag)
         self.submitted(job_id)
         return job_id
 
@@ -224,11 +225,27 @@ class PyslurmBackend(SlurmJobs, Backend):
         return count
 
     def submit_array(self, script: Path, spec: str) -> str:
-        return self._submit_script(script, array=spec)
+        return self._submit_script(script, slurm_tags.array_token(script), array=spec)
 
-    def _submit_script(self, script: Path, **extra: str) -> str:
+    def tagged_jobs(self) -> list[slurm_tags.Tagged]:
+        jobs = self._call("queue", self.api.Jobs.load)
+        me, out = os.getuid(), []
+        for job in jobs.values():
+            comment = _text(getattr(job, "comment", None)) or ""
+            if job.user_id == me and comment.startswith(slurm_tags.PREFIX + ":"):
+                state = map_state(_text(job.state) or "UNKNOWN")
+                own = getattr(job, "array_id", None) or job.id
+                out.append(slurm_tags.Tagged(str(own), state, comment))
+        return out
+
+    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
+        return slurm_tags.orphans(self, home, run_ids)
+
+    def _submit_script(self, script: Path, tag: str, **extra: str) -> str:
         """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
-        with `extra` description attributes (an array's `array`). The job id."""
+        with `extra` description attributes (an array's `array`) and the tag in its
+        comment (slurm_tags: a lost answer is looked for, not retried blindly). The job
+        id."""
         try:
             text = script.read_text()
             options = job_description(text, str(script))
@@ -244,14 +261,21 @@ class PyslurmBackend(SlurmJobs, Backend):
         env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
         options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
         options.update(extra)
-        try:
-            desc = self.api.JobSubmitDescription(script=text, environment=env, **options)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise SubmitError(f"{script}: {exc}") from None
-        try:
-            return str(self._call("submit", desc.submit))
-        except ValueError as exc:  # pyslurm's own checks of the description
-            raise SubmitError(f"{script}: {exc}") from None
+        options.pop("comment", None)  # the tag's place (sbatch_extra may not set one)
+
+        def send(tag: str) -> str:
+            try:
+                desc = self.api.JobSubmitDescription(
+                    script=text, environment=env, **options, comment=tag
+                )
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise SubmitError(f"{script}: {exc}") from None
+            try:
+                return str(self._call("submit", desc.submit, tries=1))
+            except ValueError as exc:  # pyslurm's own checks of the description
+                raise SubmitError(f"{script}: {exc}") from None
+
+        return slurm_tags.submit_tagged(self, send, tag)
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]

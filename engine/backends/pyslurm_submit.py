@@ -101,6 +101,8 @@ def job_description(text: str, path: str = "job.sh") -> dict:
                 raise ValueError(f"{path}:{n}: #SBATCH --{name} needs a value")
             if attr in NUMERIC and isinstance(value, str) and value.isdigit():
                 value = int(value)
+            if attr == "gres_per_node" and attr in attrs:  # --gpus-per-node and --gres
+                value = f"{attrs[attr]},{value}"
             attrs[attr] = value
             i += 1
     # sbatch: with --ntasks-per-node and no --ntasks, the job has nodes x that many tasks

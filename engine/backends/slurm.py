@@ -20,17 +20,19 @@ from typing import Any, Protocol
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
 from ..tracking.store import TERMINAL, Store
-from . import slurm_arrays, slurm_noacct
+from . import slurm_arrays, slurm_noacct, slurm_tags
 from .base import Backend, JobRequest, JobStatus
 from .slurm_jobs import SlurmJobs
 from .slurm_parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
+    TAGGED_FORMAT,
     ParseError,
     SlurmJob,
     parse_sacct,
     parse_sbatch,
     parse_squeue,
+    parse_tagged,
 )
 
 # Messages of a controller or database that is busy or restarting: worth a retry.
@@ -135,7 +137,8 @@ class SlurmCLI(SlurmJobs, Backend):
         return res
 
     def submit(self, request: JobRequest) -> str:
-        job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)])
+        tag = slurm_tags.token(slurm_tags.home_of(request.run_dir), request.run_id)
+        job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)], tag)
         self.submitted(job_id)
         return job_id
 
@@ -187,25 +190,39 @@ class SlurmCLI(SlurmJobs, Backend):
         return sum(1 for line in res.stdout.splitlines() if line.strip())
 
     def submit_array(self, script: Path, spec: str) -> str:
-        return self.sbatch(["--array", spec, str(script)])
+        return self.sbatch(["--array", spec, str(script)], slurm_tags.array_token(script))
+
+    def tagged_jobs(self) -> list[slurm_tags.Tagged]:
+        res = self._user_jobs(TAGGED_FORMAT)
+        if res.returncode != 0:
+            raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
+        return [slurm_tags.Tagged(*row) for row in parse_tagged(res.stdout)]
+
+    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
+        return slurm_tags.orphans(self, home, run_ids)
 
     def last_word(self, row: dict[str, Any]) -> JobStatus | None:
         return slurm_noacct.last_word(row) if self.accounting is False else None
 
-    def sbatch(self, args: list[str]) -> str:
-        """`sbatch --parsable ARGS`; the job id. Raises SubmitError, ControllerUnreachable."""
-        res = self._retrying(["sbatch", "--parsable", *args], env=clean_env())
+    def sbatch(self, args: list[str], tag: str) -> str:
+        """`sbatch --parsable --comment=TAG ARGS`; the job id, also where sbatch's answer
+        was lost and the job is found by its tag (slurm_tags). Raises SubmitError,
+        ControllerUnreachable."""
+        job_id = slurm_tags.submit_tagged(self, lambda t: self._sbatch_once(args, t), tag)
+        self._need_squeue = True  # a fresh job: learn its pending reason soon
+        return job_id
+
+    def _sbatch_once(self, args: list[str], tag: str) -> str:
+        res = self.runner(["sbatch", "--parsable", f"--comment={tag}", *args], env=clean_env())
         if res.returncode != 0:
             message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
             if any(t in res.stderr for t in TRANSIENT):
                 raise ControllerUnreachable(f"sbatch: {message}")
             raise SubmitError(message)
         try:
-            job_id = parse_sbatch(res.stdout)
+            return parse_sbatch(res.stdout)
         except ParseError as exc:
             raise SubmitError(str(exc)) from None
-        self._need_squeue = True  # a fresh job: learn its pending reason soon
-        return job_id
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """One sacct call for every job not known to be finished; squeue every few polls."""
@@ -265,18 +282,15 @@ class SlurmCLI(SlurmJobs, Backend):
                 ok &= self._squeue(still_live)
         return self._answer(ok, job_ids)
 
+    def _user_jobs(self, fmt: str) -> CommandResult:
+        """squeue of this user's jobs in every state it still knows, in format `fmt`."""
+        return self.runner(
+            ["squeue", "--noheader", "--states=all", "--user", user_name(), f"--format={fmt}"]
+        )
+
     def _squeue(self, job_ids: list[str]) -> bool:
         # By user, not by id list: squeue fails the whole call if one id is already purged.
-        res = self.runner(
-            [
-                "squeue",
-                "--noheader",
-                "--states=all",
-                "--user",
-                user_name(),
-                f"--format={SQUEUE_FORMAT}",
-            ]
-        )
+        res = self._user_jobs(SQUEUE_FORMAT)
         if res.returncode != 0:
             self.controller_ok = False
             self.last_error = f"squeue: {_first_line(res.stderr) or res.returncode}"

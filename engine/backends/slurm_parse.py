@@ -41,6 +41,9 @@ STATE_MAP = {
     "NODE_FAIL": "NODE_FAIL",
 }
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
+# the user's jobs with their comments (slurm_tags): an array's own id, state, comment last
+# (it may hold any character, `|` too)
+TAGGED_FORMAT = "%F|%T|%k"
 SACCT_FIELDS = "JobIDRaw,JobID,State,ExitCode,ElapsedRaw,NodeList,Reason"
 
 
@@ -229,6 +232,17 @@ def parse_squeue(stdout: str) -> dict[str, SlurmJob]:
                 _nodes(nodes),
                 reason if reason and reason != "None" else None,
             )
+    return out
+
+
+def parse_tagged(stdout: str) -> list[tuple[str, str, str]]:
+    """`squeue --noheader --format='%F|%T|%k'`: (job id, dlscale state, comment) of the jobs
+    whose comment is a dlscale token; other rows are not dlscale's and are passed over."""
+    out = []
+    for line in stdout.splitlines():
+        cols = line.split("|", 2)
+        if len(cols) == 3 and cols[0].strip().isdigit() and cols[2].startswith("dlscale:"):
+            out.append((cols[0].strip(), map_state(cols[1]), cols[2].strip()))
     return out
 
 

@@ -148,6 +148,12 @@ def run(
         f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
         f"earlier (skipped), {len(report.active)} already queued or running"
         + (
+            f", {len(report.adopted)} adopted (queued by an earlier submission that was "
+            "interrupted before it recorded them)"
+            if report.adopted
+            else ""
+        )
+        + (
             f", {len(report.waiting)} waiting for room in the queue (submitted in waves "
             "by `--wait`, `dlscale status` or the TUI)"
             if report.waiting

@@ -121,6 +121,36 @@ RESERVED.update(
         "--dependency": "the profile's singleton = true sets --dependency=singleton",
     }
 )
+# Options that dlscale does not set but that would stop it submitting, following or
+# cancelling a run's job, or make the job other than the plan says: refused, with why.
+BREAKING = {
+    "--clusters": "dlscale follows and cancels jobs on the cluster it submits from (its "
+    "sacct, squeue and scancel take no -M); run dlscale on that cluster's login node",
+    "--cluster-constraint": "dlscale follows and cancels jobs on the cluster it submits "
+    "from; a federation could start the job on another",
+    "--container": "a run's software comes from the profile's [environments] (a container "
+    "there: container = { image, runtime })",
+    "--gpus": "the partition's gpus_per_node (and gpu_type) sets the GPUs: the plan puts "
+    "one rank on each",
+    "--gpus-per-task": "the partition's gpus_per_node (and gpu_type) sets the GPUs: the "
+    "plan puts one rank on each",
+    "--gpus-per-socket": "the partition's gpus_per_node (and gpu_type) sets the GPUs: the "
+    "plan puts one rank on each",
+    "--signal": "the job script ends on the time limit's SIGTERM and records it in "
+    "job.exit; an earlier signal would end the run early or unrecorded",
+    "--test-only": "it makes no job (`dlscale plan` shows what would be submitted)",
+    "--wait": "sbatch would not return until the job ends (`dlscale run --wait` waits)",
+    "--wrap": "a run's job is its own job script",
+    "--parsable": "dlscale passes it to read the job id",
+    "--comment": "dlscale tags each job in its comment, to find it when sbatch's answer is lost",
+    "--tres-per-task": "the spec's scales and threads_per_rank, and the partition's "
+    "gpus_per_node, set a task's resources",
+    "--help": "sbatch makes no job with it",
+    "--usage": "sbatch makes no job with it",
+    "--version": "sbatch makes no job with it",
+}
+# --gres is kept for other resources (a local disk, licences); GPUs come from the partition
+_GPU_GRES = "--gres"
 _SHORT = {
     "-a": "--array",
     "-A": "--account",
@@ -135,6 +165,11 @@ _SHORT = {
     "-p": "--partition",
     "-q": "--qos",
     "-t": "--time",
+    "-M": "--clusters",
+    "-G": "--gpus",
+    "-W": "--wait",
+    "-h": "--help",
+    "-V": "--version",
 }
 # sbatch's long options (22.05, `sbatch --help` and the undocumented ones): sbatch takes
 # any unambiguous abbreviation of them (--out is --output), and an exact name wins.
@@ -157,27 +192,39 @@ SBATCH_OPTIONS = set(RESERVED) | set(
 )
 
 
-def _reserved_in(opt: str) -> tuple[str, list[str]]:
-    """(the option's name as written, the reserved options sbatch could take it for)."""
+def _reserved_in(opt: str, among: dict[str, str]) -> tuple[str, list[str]]:
+    """(the option's name as written, the options of `among` sbatch could take it for)."""
     name = opt.split("=", 1)[0]
     if not name.startswith("--"):
         short = name[:2]
-        return short, [_SHORT[short]] if short in _SHORT else []
+        return short, [_SHORT[short]] if _SHORT.get(short) in among else []
     if name in SBATCH_OPTIONS:
-        return name, [name] if name in RESERVED else []
-    return name, sorted(o for o in RESERVED if o.startswith(name))
+        return name, [name] if name in among else []
+    return name, sorted(o for o in among if o.startswith(name))
+
+
+def _read_as(name: str, options: list[str]) -> str:
+    return name if options == [name] else f"{name} (sbatch may read it as {' or '.join(options)})"
 
 
 def check_sbatch_option(opt: str) -> str:
-    name, reserved = _reserved_in(opt)
+    name, reserved = _reserved_in(opt, RESERVED)
     if reserved:
-        what = (
-            name
-            if reserved == [name]
-            else f"{name} (sbatch may read it as {' or '.join(reserved)})"
-        )
         where = "; ".join(dict.fromkeys(RESERVED[r] for r in reserved))
-        raise ValueError(f"{what} is set by dlscale itself: {where}")
+        raise ValueError(f"{_read_as(name, reserved)} is set by dlscale itself: {where}")
+    name, breaking = _reserved_in(opt, BREAKING)
+    if breaking:
+        why = "; ".join(dict.fromkeys(BREAKING[r] for r in breaking))
+        raise ValueError(f"{_read_as(name, breaking)} cannot be used in sbatch_extra: {why}")
+    name, gres = _reserved_in(opt, {_GPU_GRES: ""})
+    value = opt.partition("=")[2]
+    kinds = {r.split(":")[0].strip().lower().removeprefix("gres/") for r in value.split(",")}
+    if gres and "gpu" in kinds:
+        raise ValueError(
+            f"{opt}: GPUs cannot be asked for in sbatch_extra: the partition's "
+            "gpus_per_node (and gpu_type) sets them, and the plan puts one rank on each "
+            "(--gres for other resources is kept)"
+        )
     # #SBATCH lines are read by sbatch, not by a shell: no quoting protects them.
     if not re.fullmatch(r"--[a-z][a-z-]*(=[A-Za-z0-9_./,:=@+-]+)?", opt):
         raise ValueError(

@@ -7,22 +7,32 @@ regular files (never a link) and whose content is still what dlscale wrote; ever
 else there is the user's. A new report is first written into a hidden staging folder
 inside --out, so that what it would write is known exactly before anything is moved
 into place, and a refused or failed report changes nothing there.
+
+Nothing is written through a link, even one swapped in while the report renders: --out is
+opened once, and its subfolders are opened without following links (O_NOFOLLOW) when the
+files are moved in, every move and removal by directory descriptor (os.replace and unlink
+with dir_fd), so a path is never resolved again. The staging folder is locked (flock) for
+as long as its report lives and holds a marker file: one left by a report that was killed
+(unlocked, marked) is dlscale's and the next report removes it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
 
 MANIFEST = ".dlscale-report.json"
+STAGE_PREFIX = ".dlscale-report-"
+_STAGE_MARK = ".dlscale-stage"  # inside a staging folder: it is dlscale's
 SUBFOLDERS = ("figures", "mllog")
 # The only names a report writes. A manifest is a file in the user's folder that anyone
 # can edit: an entry outside these shapes (`../x`, `notes.txt`) is never acted on.
@@ -40,11 +50,72 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _is_regular(path: Path) -> bool:
+def _is_regular(path: Path | str, dir_fd: int | None = None) -> bool:
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
+        return stat.S_ISREG(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
         return False
+
+
+def _digest_at(dir_fd: int, name: str) -> str | None:
+    """The digest of a regular file in a folder opened as dir_fd, never through a link."""
+    try:
+        # O_NONBLOCK: a FIFO in a file's place is not waited on
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        h = hashlib.sha256()
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """A folder's descriptor, refusing a link in its place (OSError ELOOP / ENOTDIR)."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+
+
+def _remove_leftover_stages(out_fd: int) -> None:
+    """Staging folders of reports that were killed: marked as dlscale's and no longer
+    locked by a live report. Anything else of that name is left alone."""
+    for name in os.listdir(out_fd):
+        if not name.startswith(STAGE_PREFIX) or name == MANIFEST:
+            continue
+        try:
+            fd = _open_dir(name, out_fd)
+        except OSError:
+            continue  # not a folder (or a link): not ours to judge
+        try:
+            if not _is_regular(_STAGE_MARK, fd):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live report's
+            _rmtree_at(fd)
+            os.rmdir(name, dir_fd=out_fd)
+        except OSError:
+            pass  # leave it; it blocks nothing
+        finally:
+            os.close(fd)
+
+
+def _rmtree_at(fd: int) -> None:
+    """Empty the folder open as fd, never following a link (a link is removed itself)."""
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            sub = _open_dir(name, fd)
+            try:
+                _rmtree_at(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)
 
 
 def _listing(names: list[str], most: int = 3) -> str:
@@ -57,10 +128,15 @@ class ReportFolder:
     report's files; commit() moves them into place, removes the earlier report's stale
     files and writes the manifest; discard() (always, at the end) removes the stage."""
 
-    def __init__(self, out: Path, ours: dict[str, str]) -> None:
+    def __init__(self, out: Path, out_fd: int, ours: dict[str, str]) -> None:
         self.out = out
+        self.out_fd = out_fd  # --out as it was opened: never resolved by path again
         self.ours = ours  # rel path -> digest: files of dlscale's earlier report
-        self.stage = Path(tempfile.mkdtemp(dir=out, prefix=".dlscale-report-"))
+        name = tempfile.mkdtemp(dir=f"/proc/self/fd/{out_fd}", prefix=STAGE_PREFIX)
+        self.stage = out / Path(name).name
+        self.stage_fd = _open_dir(Path(name).name, out_fd)
+        fcntl.flock(self.stage_fd, fcntl.LOCK_EX)  # held while this report lives
+        os.close(os.open(_STAGE_MARK, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.stage_fd))
         self.removed: list[str] = []
 
     @classmethod
@@ -69,18 +145,22 @@ class ReportFolder:
             raise UserError(f"--out {out}: exists and is not a folder")
         try:
             out.mkdir(parents=True, exist_ok=True)
+            out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
             raise UserError(f"--out {out}: cannot make that folder ({exc.strerror})") from None
+        try:
+            return cls._open(out, out_fd, force)
+        except BaseException:
+            os.close(out_fd)
+            raise
+
+    @classmethod
+    def _open(cls, out: Path, out_fd: int, force: bool) -> ReportFolder:
         for sub in SUBFOLDERS:
-            path = out / sub
-            if os.path.lexists(path) and not stat.S_ISDIR(os.lstat(path).st_mode):
-                raise UserError(
-                    f"--out {out}: {sub} is a link or a file, not a folder of "
-                    f"dlscale's; a report writes nothing through it (move it "
-                    "away, or choose another --out); nothing was written"
-                )
-        manifest = _read_manifest(out)
-        if manifest is None and any(out.iterdir()) and not force:
+            _check_subfolder(out, out_fd, sub)
+        _remove_leftover_stages(out_fd)
+        manifest = _read_manifest(out, out_fd)
+        if manifest is None and os.listdir(out_fd) and not force:
             raise UserError(
                 f"--out {out}: the folder is not empty and holds no report of "
                 f"dlscale's ({MANIFEST}); choose a new or empty folder, or add "
@@ -89,95 +169,222 @@ class ReportFolder:
             )
         ours = {}
         for rel, digests in (manifest or {}).items():
-            path = out / rel
-            if _is_regular(path) and (digest := _digest(path)) in digests:
+            if (digest := _digest_rel(out_fd, rel)) in digests:
                 ours[rel] = digest
-        return cls(out, ours)
+        return cls(out, out_fd, ours)
 
     def write(self, rel: str, text: str) -> Path:
-        path = self.stage / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return path
+        """A file of the report into the stage, through no link (the stage is dlscale's,
+        but it sits in a folder the user writes to)."""
+        sub, _, name = rel.rpartition("/")
+        folder = self.stage_fd if not sub else self._stage_subfolder(sub)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with os.fdopen(os.open(name, flags, 0o644, dir_fd=folder), "w") as fh:
+                fh.write(text)
+        finally:
+            if folder != self.stage_fd:
+                os.close(folder)
+        return self.stage / rel
 
     def subfolder(self, name: str) -> Path:
-        path = self.stage / name
-        path.mkdir(exist_ok=True)
-        return path
+        """A subfolder of the stage (made here, never a link)."""
+        os.close(self._stage_subfolder(name))
+        return self.stage / name
+
+    def _stage_subfolder(self, name: str) -> int:
+        try:
+            os.mkdir(name, 0o755, dir_fd=self.stage_fd)
+        except FileExistsError:
+            pass
+        try:
+            return _open_dir(name, self.stage_fd)
+        except OSError:
+            raise UserError(self._stage_changed()) from None
+
+    def _stage_changed(self, sub: str = "") -> str:
+        return (
+            f"--out {self.out}: the report's staging folder {self.stage.name} was changed "
+            "while the report was written; nothing was moved into place"
+        )
 
     def commit(self) -> list[str]:
         """Move the staged files into --out; returns their names, relative to it."""
-        staged = sorted(
-            str(p.relative_to(self.stage)) for p in self.stage.rglob("*") if p.is_file()
-        )
-        assert all(_OURS.fullmatch(rel) for rel in staged), staged  # a bug, not the user's
-        theirs = [rel for rel in staged if os.path.lexists(self.out / rel) and rel not in self.ours]
-        if theirs:
-            raise UserError(
-                f"--out {self.out}: the report would overwrite {_listing(theirs)}, "
-                "which dlscale's last report there did not write (or which changed "
-                "since); move them away or choose another --out; nothing was "
-                "written"
+        fds: dict[str, int] = {}  # "" (--out), a subfolder's name: its descriptor
+        try:
+            return self._commit(fds)
+        finally:
+            for sub, fd in fds.items():
+                if sub:
+                    os.close(fd)
+
+    def _commit(self, fds: dict[str, int]) -> list[str]:
+        staged_fds = _open_subfolders(self.stage_fd, self._stage_changed)
+        try:
+            staged = sorted(
+                f"{sub}/{name}" if sub else name
+                for sub, fd in staged_fds.items()
+                for name in os.listdir(fd)
+                if name != _STAGE_MARK and _is_regular(name, fd)
             )
-        digests = {rel: _digest(self.stage / rel) for rel in staged}
-        # Written first, so that a report interrupted while moving files still knows every
-        # file of both reports as its own (either content is dlscale's).
-        both = {rel: [d] for rel, d in self.ours.items()}
-        for rel, d in digests.items():
-            both.setdefault(rel, []).append(d)
-        _write_manifest(self.out, both)
-        for sub in SUBFOLDERS:
-            if any(rel.startswith(sub + "/") for rel in staged):
-                (self.out / sub).mkdir(exist_ok=True)
-        for rel in staged:
-            os.replace(self.stage / rel, self.out / rel)  # replaces a file of ours, no link
-        for rel in sorted(set(self.ours) - set(staged)):
-            if _is_regular(self.out / rel):
-                (self.out / rel).unlink()
-                self.removed.append(rel)
-        _write_manifest(self.out, {rel: [d] for rel, d in digests.items()})
-        return staged
+            assert all(_OURS.fullmatch(rel) for rel in staged), staged  # a bug, not the user's
+            # --out's own, opened now without following a link
+            fds.update(
+                _open_subfolders(
+                    self.out_fd,
+                    lambda sub: (
+                        f"--out {self.out}: {sub} became a link or a file while the report "
+                        "was written; a report writes nothing through it; nothing was moved "
+                        "into place"
+                    ),
+                )
+            )
+            theirs = [rel for rel in staged if rel not in self.ours and _lexists_rel(fds, rel)]
+            if theirs:
+                raise UserError(
+                    f"--out {self.out}: the report would overwrite {_listing(theirs)}, "
+                    "which dlscale's last report there did not write (or which changed "
+                    "since); move them away or choose another --out; nothing was "
+                    "written"
+                )
+            digests = {rel: _digest_rel(staged_fds, rel) or "" for rel in staged}
+            # Written first, so that a report interrupted while moving files still knows
+            # every file of both reports as its own (either content is dlscale's).
+            both = {rel: [d] for rel, d in self.ours.items()}
+            for rel, d in digests.items():
+                both.setdefault(rel, []).append(d)
+            self._write_manifest(both)
+            for sub in SUBFOLDERS:
+                if sub not in fds and any(rel.startswith(sub + "/") for rel in staged):
+                    os.mkdir(sub, dir_fd=self.out_fd)
+                    fds[sub] = _open_dir(sub, self.out_fd)
+            for rel in staged:
+                sub, _, name = rel.rpartition("/")
+                # replaces a file of ours, or a link itself: never what a link points at
+                os.replace(name, name, src_dir_fd=staged_fds[sub], dst_dir_fd=fds[sub])
+            for rel in sorted(set(self.ours) - set(staged)):
+                sub, _, name = rel.rpartition("/")
+                if sub in fds and _digest_at(fds[sub], name) == self.ours[rel]:
+                    os.unlink(name, dir_fd=fds[sub])
+                    self.removed.append(rel)
+            self._write_manifest({rel: [d] for rel, d in digests.items()})
+            return staged
+        finally:
+            for sub, fd in staged_fds.items():
+                if sub:
+                    os.close(fd)
+
+    def _write_manifest(self, files: dict[str, list[str]]) -> None:
+        """Written in the stage, then renamed over the manifest (never a link's target)."""
+        text = (
+            json.dumps(
+                {
+                    "about": "files dlscale report wrote here; the next report into this "
+                    "folder removes only these, and only if unchanged",
+                    "sha256": "of each file's content, as written",
+                    "files": dict(sorted(files.items())),
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        tmp = ".manifest.json"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, 0o644, dir_fd=self.stage_fd)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, MANIFEST, src_dir_fd=self.stage_fd, dst_dir_fd=self.out_fd)
 
     def discard(self) -> None:
-        shutil.rmtree(self.stage, ignore_errors=True)
+        try:
+            _rmtree_at(self.stage_fd)
+            os.rmdir(self.stage.name, dir_fd=self.out_fd)
+        except OSError:
+            pass  # a leftover the next report removes
+        finally:
+            os.close(self.stage_fd)  # the lock goes with it
+            os.close(self.out_fd)
 
 
-def _read_manifest(out: Path) -> dict[str, list[str]] | None:
+def _open_subfolders(dir_fd: int, why: Callable[[str], str]) -> dict[str, int]:
+    """{"": dir_fd, SUB: its descriptor} for the SUBFOLDERS that exist there; UserError(why
+    of that subfolder) where one is a link or a file."""
+    fds = {"": dir_fd}
+    for sub in SUBFOLDERS:
+        try:
+            fds[sub] = _open_dir(sub, dir_fd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            for opened in list(fds.values())[1:]:
+                os.close(opened)
+            raise UserError(why(sub)) from None
+    return fds
+
+
+def _check_subfolder(out: Path, out_fd: int, sub: str) -> None:
+    try:
+        st = os.stat(sub, dir_fd=out_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(
+            f"--out {out}: {sub} is a link or a file, not a folder of "
+            f"dlscale's; a report writes nothing through it (move it "
+            "away, or choose another --out); nothing was written"
+        )
+
+
+def _digest_rel(fds: int | dict[str, int], rel: str) -> str | None:
+    """The digest of --out's (or the stage's) file `rel`, through no link at any step."""
+    sub, _, name = rel.rpartition("/")
+    if isinstance(fds, dict):
+        return _digest_at(fds[sub], name) if sub in fds else None
+    if not sub:
+        return _digest_at(fds, name)
+    try:
+        fd = _open_dir(sub, fds)
+    except OSError:
+        return None
+    try:
+        return _digest_at(fd, name)
+    finally:
+        os.close(fd)
+
+
+def _lexists_rel(fds: dict[str, int], rel: str) -> bool:
+    sub, _, name = rel.rpartition("/")
+    if sub not in fds:
+        return False
+    try:
+        os.stat(name, dir_fd=fds[sub], follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _read_manifest(out: Path, out_fd: int) -> dict[str, list[str]] | None:
     """The earlier report's files as {rel path: [digests]}; None when there is none."""
-    path = out / MANIFEST
-    if not os.path.lexists(path):
+    try:
+        os.stat(MANIFEST, dir_fd=out_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return None
     bad = UserError(
         f"--out {out}: {MANIFEST} is not a manifest dlscale wrote; move it away "
         "or choose another --out; nothing was written"
     )
-    if not _is_regular(path):
-        raise bad
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=out_fd)
+    except OSError:
+        raise bad from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise bad
+            data = json.loads(fh.read(1 << 24))
         files = data["files"]
         return {
             rel: [str(d) for d in digests] for rel, digests in files.items() if _OURS.fullmatch(rel)
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise bad from None
-
-
-def _write_manifest(out: Path, files: dict[str, list[str]]) -> None:
-    text = (
-        json.dumps(
-            {
-                "about": "files dlscale report wrote here; the next report into this "
-                "folder removes only these, and only if unchanged",
-                "sha256": "of each file's content, as written",
-                "files": dict(sorted(files.items())),
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".dlscale-report-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from whoever reads the report
-    os.replace(tmp, out / MANIFEST)  # replaces the manifest itself, never a link's target

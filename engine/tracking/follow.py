@@ -65,7 +65,9 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
 
 def refresh(store: Store) -> list[str]:
     """Bring the store up to date with every backend that has live jobs; returns what went
-    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
+    wrong (a one-shot command reports a failed poll at once: it has no later poll). Claims
+    of submitters that are gone are released first, whatever backends are live."""
+    store.release_stale_claims()
     problems = []
     for backend in backends_in_use(store):
         tick = sync(store, make_backend(backend, store))

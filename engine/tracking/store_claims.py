@@ -193,7 +193,9 @@ class Claims:
 
     def release_stale_claims(self) -> list[str]:
         """Claims whose process is gone (killed mid-submission) go back to PLANNED with
-        the reason, so the run shows as not submitted and the next `run` takes it."""
+        the reason, so the run shows as not submitted and the next `run` takes it (and
+        adopts a job the scheduler had taken, study.adopt). Every command that reads the
+        queue calls it (follow.refresh, Session.refresh, each sync)."""
         stale = [
             r
             for r in self.conn.execute(
@@ -209,7 +211,8 @@ class Claims:
                     [
                         (
                             f"not submitted: the submission by {_claimer(r['claimed_by'])} was "
-                            "interrupted; `dlscale run SPEC` submits it",
+                            "interrupted; `dlscale run SPEC` submits it (or adopts its job, "
+                            "where the scheduler had taken one)",
                             time.time(),
                             r["run_id"],
                             SUBMITTING,

@@ -1,0 +1,100 @@
+"""A stand-in for sbatch, squeue, sacct and scancel, for tests of what dlscale does when
+Slurm's answer is lost: the jobs it "accepts" are kept in FAKE_SLURM_DIR/jobs.json, so a
+later squeue shows them as the real controller would (pending, with their comment).
+
+FAKE_SBATCH says how sbatch behaves after it has taken the job: `ok` (prints its id),
+`timeout-once` (the first submission's answer is lost: "Socket timed out"), `hang` (writes
+FAKE_SLURM_DIR/accepted, then sleeps, as a controller that took the job but whose answer
+has not come back yet).
+
+`install(bin_dir)` writes the four commands into a folder to put first on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
+
+
+def install(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in COMMANDS:
+        p = bin_dir / name
+        p.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} {name} "$@"\n')
+        p.chmod(0o755)
+
+
+def jobs(state_dir: Path) -> list[dict]:
+    f = Path(state_dir) / "jobs.json"
+    return json.loads(f.read_text()) if f.exists() else []
+
+
+def _save(state_dir: Path, found: list[dict]) -> None:
+    tmp = state_dir / "jobs.json.tmp"
+    tmp.write_text(json.dumps(found))
+    os.replace(tmp, state_dir / "jobs.json")
+
+
+def _value(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def main(name: str, args: list[str]) -> int:
+    state_dir = Path(os.environ["FAKE_SLURM_DIR"])
+    found = jobs(state_dir)
+    if name == "sbatch":
+        job = {
+            "id": str(1000 + len(found)),
+            "comment": _value(args, "--comment") or "",
+            "array": _value(args, "--array"),
+            "state": "PENDING",
+        }
+        _save(state_dir, found + [job])
+        mode = os.environ.get("FAKE_SBATCH", "ok")
+        if mode == "timeout-once" and not (state_dir / "timed-out").exists():
+            (state_dir / "timed-out").write_text("")
+            print(
+                "sbatch: error: Batch job submission failed: Socket timed out on send/recv "
+                "operation",
+                file=sys.stderr,
+            )
+            return 1
+        if mode == "hang":
+            (state_dir / "accepted").write_text(job["id"])
+            time.sleep(120)
+        print(job["id"])
+        return 0
+    if name == "squeue":
+        fmt = _value(args, "--format") or ""
+        for job in found:
+            if "%k" in fmt:
+                print(f"{job['id']}|{job['state']}|{job['comment']}")
+            else:
+                jid = job["id"]
+                if job["array"]:
+                    jid += "_[" + job["array"].split("%")[0] + "]"
+                print(f"{jid}|{job['state']}|Resources||0:00")
+        return 0
+    if name == "sacct":
+        return 0  # not in accounting yet: squeue's word stands
+    if name == "scancel":
+        for job in found:
+            if job["id"] in {a.split("_")[0] for a in args}:
+                job["state"] = "CANCELLED"
+        _save(state_dir, found)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
