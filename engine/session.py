@@ -202,6 +202,32 @@ class Session:
             loaded,
         )
 
+    def study_spec(self, experiment: str) -> str | None:
+        """A spec file holding the study as it was last submitted, for the Build screen to
+        open: the file it was submitted from while that still says the same; else the
+        submitted text kept as specs/NAME.toml beside the store (written only where no
+        file is); None when the store has no spec for it."""
+        row = next((e for e in self.store.experiments() if e["name"] == experiment), None)
+        if row is None or not row.get("spec_text"):
+            return None
+        text = row["spec_text"]
+        given = Path(row["spec_path"]) if row.get("spec_path") else None
+        try:
+            if given is not None and given.is_file() and given.read_text("utf-8") == text:
+                return str(given)
+        except (OSError, UnicodeDecodeError):
+            pass  # unreadable now: the kept copy below
+        kept = self.home / "specs" / f"{experiment}.toml"
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            with open(kept, "x", encoding="utf-8") as fh:  # never over another file
+                fh.write(text)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        return str(kept)
+
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
@@ -289,6 +315,18 @@ class Session:
     def notes(self, experiment: str | None) -> list[str]:
         """What the results leave out (metric lines skipped on ingest), by run and line."""
         return analysis.notes(self.store, experiment)
+
+    def projection_chart(self, experiment: str | None, metric: str, width: int, height: int) -> str:
+        """The study's scaling projected past what was measured (`dlscale project`), as the
+        Results screen draws it: measured lines, projected points marked as such."""
+        from .results import projection
+        from .results import report as reporting
+
+        name = reporting.pick_experiment(self.store, experiment)["name"]
+        families, _, _ = projection.study_reach(self.store, name)
+        return charts.projection_chart(
+            projection.chart_series(families, metric), metric, width, height, color=True
+        )
 
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""

@@ -113,9 +113,13 @@ async def test_sorting_home_end_and_detail(home):
     async with app.run_test(size=(140, 40)) as pilot:
         app._refresh_queue(app.experiment)
         table = await _queue(pilot, app, len(states))
+        # One framework, model and batch in every row: their columns go, named once above.
+        assert "all framework pytorch-ddp, model resnet20" in screen_text(app)
+        assert "framework" not in [str(c.label) for c in table.columns.values()]
         await pilot.press("o")  # by state: what needs watching first
         await pilot.pause(0.2)
-        shown = [str(table.get_cell_at((r, 6))) for r in range(table.row_count)]
+        state = [str(c.label) for c in table.columns.values()].index("state")
+        shown = [str(table.get_cell_at((r, state))) for r in range(table.row_count)]
         ranks = [sort_key("state", c) for c in shown]
         assert ranks == sorted(ranks) and "PENDING" in shown[0], shown
         await pilot.press("end")

@@ -131,7 +131,7 @@ async def test_hostile_engine_text_in_queue_confirm_and_log_is_literal(home):
         for row in range(table.row_count):
             table.move_cursor(row=row)
             await pilot.pause(0.05)
-            await pilot.press("c")  # the question quotes the run's cells
+            await pilot.press("s")  # the question quotes the run's cells
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("n")
             await pilot.press("enter")  # the log panel's status names the run

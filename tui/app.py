@@ -9,14 +9,16 @@ which screens exist."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive, var
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
@@ -36,8 +38,8 @@ from .results import ResultsScreen
 class DlscaleApp(App):
     CSS_PATH = "dlscale.tcss"
     TITLE = "dlscale"
-    # Every action has a key and the footer names it; the palette would only take room.
-    ENABLE_COMMAND_PALETTE = False
+    # ctrl+p: every action by name, for what the footer has no room to show.
+    ENABLE_COMMAND_PALETTE = True
     MODES = {"build": BuildScreen, "queue": QueueScreen, "results": ResultsScreen}
     # F-keys work while typing in a field; the digits and letters work everywhere else.
     BINDINGS = [
@@ -45,7 +47,7 @@ class DlscaleApp(App):
         Binding("f2", "show('build')", "Build", priority=True),
         Binding("f3", "show('queue')", "Queue", priority=True),
         Binding("f4", "show('results')", "Results", priority=True),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         # Moving between fields with priority: the app then moves the focus before it hands
         # on the keys typed after tab, which otherwise could land in the field just left.
         Binding("tab", "focus_next", "Next field", show=False, priority=True),
@@ -83,6 +85,25 @@ class DlscaleApp(App):
     def watch_experiment(self, experiment: str | None) -> None:
         self.title = printable(f"dlscale: {experiment}") if experiment else "dlscale"
         self.poll_now()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette (ctrl+p): dlscale's actions first, by what they do, then Textual's."""
+        yield SystemCommand("Build: choose a study", "F2", lambda: self.action_show("build"))
+        yield SystemCommand("Queue: the study's jobs", "F3", lambda: self.action_show("queue"))
+        yield SystemCommand("Results: tables and charts", "F4", lambda: self.action_show("results"))
+        yield SystemCommand("Next experiment", "e", self.action_next_experiment)
+        yield SystemCommand("Help: every key", "F1", self.action_help)
+        for name, help_text, action in (
+            ("Submit the study", "ctrl+r on Build", "submit"),
+            ("Save the study as a spec file", "ctrl+s on Build", "save"),
+            ("Open a spec file", "ctrl+o on Build", "open"),
+            ("Write the report", "w on Results", "write_report"),
+            ("Sort the queue", "o on Queue", "sort"),
+            ("Filter the queue", "/ on Queue", "search"),
+        ):
+            if hasattr(screen, f"action_{action}"):
+                yield SystemCommand(name, help_text, getattr(screen, f"action_{action}"))
+        yield from super().get_system_commands(screen)
 
     # --- navigation ----------------------------------------------------------------------
 

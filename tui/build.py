@@ -20,13 +20,13 @@ from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
 from ..engine.config import specfile
-from ..engine.session import Preview
+from ..engine.session import Preview, Snapshot
 from .dialogs import PathScreen
 from .errors import describe
 from .form import FIELDS, LISTS, TITLES, _as_list, _n, _words
-from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady
+from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
 from .submit import SubmitFromForm
-from .widgets import Banner, Plain, TextField, literal
+from .widgets import Banner, Choices, Plain, TextField, literal
 
 DEFAULTS: dict[str, Any] = {
     "experiment": {
@@ -68,6 +68,7 @@ class BuildScreen(SubmitFromForm):
         self.frameworks_checked = False
         self._preview_timer: Timer | None = None
         self.checked_serial = -1  # the form change the panel shows
+        self._counts_seen: dict[str, int] | None = None  # the study's runs by state
         self.submit_when_checked = False  # ctrl+r came while a change was being checked
 
     def compose(self) -> ComposeResult:
@@ -77,13 +78,13 @@ class BuildScreen(SubmitFromForm):
             # Not a stop of its own for tab: the fields are (each scrolls into view).
             with VerticalScroll(id="form", can_focus=False):
                 yield self._text_field("name")
-                yield SelectionList[str](id="frameworks")
-                yield SelectionList[str](id="models")
-                yield SelectionList[str](id="datasets")
+                yield Choices(id="frameworks")
+                yield Choices(id="models")
+                yield Choices(id="datasets")
                 yield self._text_field("scales", "1x1, 1x2, 2x2")
                 yield self._text_field("batch", "64, 128")
-                yield SelectionList[str](id="precisions")
-                yield SelectionList[str](id="loaders")
+                yield Choices(id="precisions")
+                yield Choices(id="loaders")
                 yield self._text_field("repetitions", "3")
                 yield self._text_field("steps", "30")
                 yield self._text_field("path", "where ctrl+s saves, e.g. my-study.toml")
@@ -92,7 +93,7 @@ class BuildScreen(SubmitFromForm):
                 yield Plain(id="preview")
                 # Enabled by the first preview that finds the form submittable.
                 yield Button("Submit (ctrl+r)", id="submit", variant="primary", disabled=True)
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)
 
     @staticmethod
     def _text_field(wid: str, placeholder: str = "") -> Input:
@@ -124,7 +125,37 @@ class BuildScreen(SubmitFromForm):
             self.load(self.app.spec_path)
         else:
             self.fill(self.data)
+            if self.app.experiment:  # reopened on a study: the form shows it, not defaults
+                self._find_study(self.app.experiment)
         self.query_one("#name", Input).focus()
+        # Completed runs change what the preview says ("7 to run"): check it again.
+        self.watch(self.app, "snapshot", self._snapshot_changed, init=False)
+
+    def _snapshot_changed(self, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
+        counts = snap.counts if snap.experiment == self.form_experiment() else None
+        if counts is not None and counts != self._counts_seen:
+            self._counts_seen = counts
+            self.changed()
+
+    def form_experiment(self) -> str:
+        return self.query_one("#name", Input).value.strip()
+
+    @work(thread=True, exclusive=True, group="study", exit_on_error=False)
+    def _find_study(self, experiment: str) -> None:
+        try:
+            path = self.app.session.study_spec(experiment)
+        except Exception as exc:
+            self.post_message(EngineFailed("opening the study", describe(exc)))
+            return
+        if path:
+            self.post_message(StudyFound(path))
+
+    def on_study_found(self, message: StudyFound) -> None:
+        message.stop()
+        if self.loaded_from is None:  # the user opened nothing meanwhile
+            self.load(message.path)
 
     @work(thread=True, exclusive=True, group="frameworks", exit_on_error=False)
     def _check_frameworks(self) -> None:

@@ -9,34 +9,48 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from ..engine.session import RunDetail
+from .results import METRICS
 from .widgets import Plain, TextField
 
 HELP = """\
 dlscale-tui: build a scaling study, watch its jobs, read its results.
 
 Anywhere
-  F1 or ?      this help              F2 or 1   Build screen
-  F3 or 2      Queue screen           F4 or 3   Results screen
-  e            next experiment        ctrl+q, q quit (jobs keep running)
+  F1 or ?       this help
+  F2 or 1       Build screen
+  F3 or 2       Queue screen
+  F4 or 3       Results screen
+  ctrl+p        every action, by name (the command palette)
+  ctrl+q or q   quit (submitted jobs keep running)
 
 Build (F-keys and ctrl-keys also work while typing in a field)
-  tab/shift+tab  move between fields   space     tick a choice in a list
-  ctrl+r         submit the study      ctrl+s    save the choices as a spec file
-  ctrl+o         open a spec file
+  tab, shift+tab   move between fields
+  space            tick or untick a choice in a list: [x] chosen, [ ] not
+  ctrl+r           submit the study
+  ctrl+s           save the choices as a spec file
+  ctrl+o           open a spec file
 
 Queue
-  enter          open the selected job's log (it follows new lines)
-  c              cancel the selected run (asks first)
-  s              resubmit the selected run (asks first)
-  p              pause / resume following the log
-  /              search the log; n next match, N previous
-  escape         close the search or the log
+  enter            open the selected job's log (it follows new lines)
+  i                the selected run in full: reason, folders, job, versions
+  c                cancel the selected run, or the chosen ones (asks first)
+  s                resubmit the selected run, or the chosen ones (asks first)
+  space            choose the selected run too (c and s act on all chosen)
+  o                sort: by state (running first), job id, images/s, or as planned
+  /                with a log open: search it (n next, N previous); else: filter the runs
+  home, end        first, last run
+  p                pause or resume following the log
+  y                copy the job id (to your clipboard, over SSH too)
+  v                the log in your $PAGER
+  e                next experiment
+  escape           close the search, the filter or the log
 
 Results
-  m              next metric: speedup, efficiency, throughput, time-to-accuracy
-  o              next model (or all)
-  r              reload
-  w              write the report (HTML, figures, MLLOG files) to ./report-NAME/
+  m                next chart: {metrics}
+  o                next model (or all)
+  r                reload
+  w                write the report (HTML, figures, MLLOG files) to ./report-NAME/
+  e                next experiment
 
 States and numbers come from the store (~/.dlscale or --home); the queue is refreshed by
 one scheduler query per tick for all live jobs. Quitting leaves submitted jobs running;
@@ -49,7 +63,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Plain(HELP)
+            yield Plain(HELP.replace("{metrics}", ", ".join(METRICS)))
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -111,3 +111,18 @@ class DetailFound(Message):
     """One run's detail, for the queue's detail view."""
 
     detail: RunDetail
+
+
+@dataclass
+class StudyFound(Message):
+    """The spec file of the study in use, for the Build screen to open."""
+
+    path: str
+
+
+@dataclass
+class ProjectionDrawn(Message):
+    """The study's projection past its measured scales, as chart text."""
+
+    experiment: str | None
+    chart: str

@@ -55,6 +55,18 @@ def cell_markup(col: int, text: str, state: str) -> str:
 
 
 _STATE = QUEUE_COLUMNS.index("state")
+# Columns that go when every row has the same value in them (QueueRow's field for each).
+_HIDEABLE = {
+    QUEUE_COLUMNS.index(col): attr
+    for col, attr in (
+        ("framework", "framework"),
+        ("model", "model"),
+        ("scale", "scale"),
+        ("batch", "per_device_batch"),
+        ("rep", "repetition"),
+        ("nodes", "nodes"),
+    )
+}
 # Sorting by state puts what needs watching first.
 _STATE_ORDER = ("RUNNING", "SUBMITTING", "PENDING", "WAITING", "PLANNED")
 _STATE_WORD = re.compile(r"[A-Z_]+")
@@ -114,15 +126,41 @@ class JobTable(DataTable):
         self.texts: dict[str, tuple[str, ...]] = {}  # and its cells' text
         self.latest: list[QueueRow] = []  # the rows last asked for
         self.filling = False  # more of them to add next frame
-        for col in QUEUE_COLUMNS:
-            self.add_column(col, key=col, width=cell_len(col))
-        self.job_columns = [self.columns[ColumnKey(col)] for col in QUEUE_COLUMNS]
+        self.constants: dict[str, str] = {}  # columns hidden: one value in every row
+        self._columns(list(range(len(QUEUE_COLUMNS))))
+
+    def _columns(self, visible: list[int]) -> None:
+        """Show these columns (indexes into QUEUE_COLUMNS), the rows drawn again."""
+        self.columns_shown = visible
+        self.clear(columns=True)
+        self.shown, self.texts = {}, {}
+        for i in visible:
+            self.add_column(
+                QUEUE_COLUMNS[i], key=QUEUE_COLUMNS[i], width=cell_len(QUEUE_COLUMNS[i])
+            )
+        self.job_columns = {i: self.columns[ColumnKey(QUEUE_COLUMNS[i])] for i in visible}
+
+    def _hide_constant_columns(self, rows: list[QueueRow]) -> None:
+        """A column with one value in every row (one framework, one batch...) says nothing
+        row by row: it goes, and the summary line names its value; at 80 columns that is
+        the room the state, the throughput and the reason need."""
+        constants = {}
+        if len(rows) > 1:
+            for i, attr in _HIDEABLE.items():
+                first = getattr(rows[0], attr)
+                if first is not None and all(getattr(r, attr) == first for r in rows):
+                    constants[i] = str(first)
+        visible = [i for i in range(len(QUEUE_COLUMNS)) if i not in constants]
+        self.constants = {QUEUE_COLUMNS[i]: v for i, v in constants.items()}
+        if visible != self.columns_shown:
+            self._columns(visible)
 
     filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all
     sort_by: str | None = None  # a column of QUEUE_COLUMNS; None: the order runs were planned
 
     def show_rows(self, rows: list[QueueRow]) -> None:
         self.latest = rows
+        self._hide_constant_columns(rows)
         if self.filter_text:
             needle = self.filter_text.lower()
             rows = [r for r in rows if any(needle in c.lower() for c in r.cells())]
@@ -139,6 +177,8 @@ class JobTable(DataTable):
 
     def order(self) -> None:
         by = self.sort_by
+        if by is not None and by in self.constants:
+            return  # one value: nothing to sort by
         if by is not None:  # ties in job order
             self.sort(
                 by, "job", key=lambda cells: (sort_key(by, cells[0]), sort_key("job", cells[1]))
@@ -172,12 +212,12 @@ class JobTable(DataTable):
             was = self.texts.get(r.run_id, ())
             texts = self.texts[r.run_id] = r.cells()
             if old is None:
-                self._widen(range(len(texts)), texts)
+                self._widen(self.columns_shown, texts)
                 self.add_row(
-                    *(cell_markup(i, t, r.state) for i, t in enumerate(texts)), key=r.run_id
+                    *(cell_markup(i, texts[i], r.state) for i in self.columns_shown), key=r.run_id
                 )
                 continue
-            changed = [i for i, (t, w) in enumerate(zip(texts, was)) if t != w]
+            changed = [i for i in self.columns_shown if texts[i] != was[i]]
             if old.state != r.state and _STATE not in changed:
                 changed.append(_STATE)  # same words, another colour
             wider = self._widen(changed, texts)
@@ -205,8 +245,9 @@ class JobTable(DataTable):
         grew = set()
         for i in indexes:
             width = cell_len(texts[i])
-            if width > self.job_columns[i].width:
-                self.job_columns[i].width = width
+            column = self.job_columns.get(i)
+            if column is not None and width > column.width:
+                column.width = width
                 grew.add(i)
         return grew
 
@@ -248,12 +289,14 @@ class QueueScreen(AppScreen):
         )
         yield JobTable(id="jobs")
         yield LogTail(id="log")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#log").display = False
         self.query_one("#queue-summary", Plain).update("reading the queue...")
         self.watch(self.app, "snapshot", self.show_snapshot)
+        # The table, not the filter field above it (hidden until /): keys are commands here.
+        self.query_one(JobTable).focus()
 
     def show_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None or not self.query(JobTable):
@@ -281,6 +324,8 @@ class QueueScreen(AppScreen):
                 f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "
                 "or `dlscale run SPEC` submits them"
             )
+        if table.constants:
+            hint = "  all " + ", ".join(f"{k} {v}" for k, v in table.constants.items()) + hint
         if table.filter_text:
             hint = f"  {table.row_count} shown matching {table.filter_text!r} (/ to change)"
         if self.marked:

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Header
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
 from .errors import describe
-from .messages import EngineFailed, ReportWritten, ResultsLoaded
+from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
 from .screens import AppScreen
 from .widgets import Banner, Plain, literal_cell
 
@@ -51,6 +51,12 @@ def why_missing(r: dict[str, Any]) -> str:
     )
 
 
+# The metrics m steps through: the engine's charts, then the projection past the measured
+# scales (`dlscale project`), drawn apart: its points are projected, not measured.
+PROJECTED = "projected efficiency"
+METRICS = (*charts.METRICS, PROJECTED)
+
+
 class Chart(Widget):
     """A plotext chart drawn at whatever size the widget has, redrawn when that changes."""
 
@@ -64,8 +70,12 @@ class Chart(Widget):
         self.results, self.metric, self.model = results, metric, model
         self.refresh()
 
+    projected = ""  # the projection's chart text, drawn by a worker (it fits a model)
+
     def render(self) -> Text:
         width, height = self.size
+        if self.metric == PROJECTED:
+            return Text.from_ansi(self.projected or "projecting past the measured scales...")
         return Text.from_ansi(
             charts.chart(
                 self.results, self.metric, self.model, max(width, 30), max(height, 8), color=True
@@ -79,7 +89,7 @@ class ResultsScreen(AppScreen):
         Binding("o", "next_model", "Model"),
         Binding("r", "reload", "Reload"),
         Binding("w", "write_report", "Report"),
-        Binding("e", "app.next_experiment", "Next exp."),
+        Binding("e", "app.next_experiment", "Next exp.", show=False),
     ]
 
     def __init__(self) -> None:
@@ -96,7 +106,7 @@ class ResultsScreen(AppScreen):
         yield Plain(id="why")
         yield Plain(id="baselines")
         yield Chart(id="chart")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#results", DataTable)
@@ -190,16 +200,16 @@ class ResultsScreen(AppScreen):
         self.show_why(event.cursor_row)
 
     def show_why(self, row: int) -> None:
-        """The selected result's reasons for its "-" cells (hidden when it has none)."""
-        why = why_missing(self.results[row]) if 0 <= row < len(self.results) else ""
+        """The selected result's step-time breakdown (why measured and predicted efficiency
+        differ) and its reasons for its "-" cells; hidden when it has neither."""
+        r = self.results[row] if 0 <= row < len(self.results) else None
+        lines = [tables.breakdown_text(r), why_missing(r)] if r else []
+        text = "\n".join(line for line in lines if line)
         box = self.query_one("#why", Plain)
         box.update(
-            f"{self.results[row]['framework']} {self.results[row]['nodes']}x"
-            f"{self.results[row]['ranks_per_node']}: {why}"
-            if why
-            else ""
+            f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}: {text}" if r and text else ""
         )
-        box.display = bool(why)
+        box.display = bool(text)
 
     def models(self) -> list[str]:
         return sorted({r["model"] for r in self.results})
@@ -208,9 +218,27 @@ class ResultsScreen(AppScreen):
         self.query_one(Chart).show(self.results, self.metric, self.model)
 
     def action_next_metric(self) -> None:
-        names = list(charts.METRICS)
-        self.metric = names[(names.index(self.metric) + 1) % len(names)]
+        self.metric = METRICS[(METRICS.index(self.metric) + 1) % len(METRICS)]
         self.draw_chart()
+        if self.metric == PROJECTED:
+            chart = self.query_one(Chart)
+            self._project(self.app.experiment, max(chart.size.width, 30), max(chart.size.height, 8))
+
+    @work(thread=True, exclusive=True, group="projection", exit_on_error=False)
+    def _project(self, experiment: str | None, width: int, height: int) -> None:
+        try:
+            text = self.app.session.projection_chart(experiment, "efficiency", width, height)
+        except Exception as exc:
+            self.post_message(EngineFailed("projecting", describe(exc)))
+            return
+        self.post_message(ProjectionDrawn(experiment, text))
+
+    def on_projection_drawn(self, message: ProjectionDrawn) -> None:
+        message.stop()
+        if message.experiment == self.app.experiment:
+            chart = self.query_one(Chart)
+            chart.projected = message.chart
+            chart.refresh()
 
     def action_next_model(self) -> None:
         choices: list[str | None] = [None, *self.models()]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from functools import cache
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingsMap
 from textual.content import Content
+from textual.strip import Strip
 from textual.visual import VisualType
-from textual.widgets import Input, Static
+from textual.widgets import Input, SelectionList, Static
+from textual.widgets.option_list import OptionDoesNotExist
 
 from ..engine.text import printable
 
@@ -80,3 +83,21 @@ class TextField(Input):
         event.stop()
         event.prevent_default()
         await self.run_action(action)
+
+
+class Choices(SelectionList[str]):
+    """A SelectionList whose ticks read without colour: `[x]` chosen, `[ ]` not. Textual
+    draws both as an `X` whose colour alone tells them apart, lost on a monochrome
+    terminal or to a colour-blind user."""
+
+    def render_line(self, y: int) -> Strip:
+        line = super().render_line(y)
+        segments = list(line)
+        try:
+            option = self.get_option_at_index(self.scroll_offset.y + y)
+        except OptionDoesNotExist:
+            return line
+        if len(segments) < 3:
+            return line
+        tick = "[x]" if option.value in self.selected else "[ ]"
+        return Strip([Segment(tick, segments[1].style), *segments[3:]], line.cell_length)

@@ -23,6 +23,26 @@ METRICS = {
 }
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+# What a chart with nothing to draw says, by the field it wanted, when results exist
+# (short: plotext drops a title wider than the chart).
+_NONE_BECAUSE = {
+    "time_to_accuracy_s": "no run evaluated to a target accuracy",
+    "images_per_joule": "no run measured its energy",
+    "predicted_efficiency": "no point has the model's prediction",
+}
+
+
+def why_none(results: list[dict[str, Any]], key: str, model: str | None = None) -> str:
+    """Why a chart of `key` is empty: no results yet, or results without that metric."""
+    if not [r for r in results if model is None or r.get("model") == model]:
+        return "no completed results yet"
+    return _NONE_BECAUSE.get(key, f"no result has a {key}")
+
+
 def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Result rows as lines against devices: one per framework, and per model, precision,
     device, batch, loader or lr schedule where the rows hold more than one, each sorted by devices.
@@ -66,21 +86,35 @@ def chart(
     if not color:
         plt.theme("clear")
     if not rows:
-        plt.title(f"{ylabel}: no completed results yet")
+        plt.title(f"{ylabel}: {why_none(results, key, model)}")
         return _ANSI.sub("", plt.build())
     all_devices = sorted({r["ranks"] for r in rows})
-    for name, pts in series(rows).items():
-        xs = [r["ranks"] for r in pts]
-        ys = [r[key] for r in pts]
-        plt.plot(xs, ys, label=name, marker="hd")
-        noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy")]
-        if noisy:
-            plt.scatter(
-                [x for x, _ in noisy], [y for _, y in noisy], marker="x", label="noisy (CV > 5%)"
-            )
+    drawn = [(key, "")]
+    if metric in ("efficiency", "predicted"):
+        # Measured and predicted on one chart, so the gap between them reads at a glance.
+        other = "predicted_efficiency" if metric == "efficiency" else "efficiency"
+        drawn.append((other, " (model)" if metric == "efficiency" else " (measured)"))
+    top = 0.0
+    for field, suffix in drawn:
+        drawn_rows = [r for r in rows if _finite(r.get(field))]
+        for name, pts in series(drawn_rows).items():
+            xs = [r["ranks"] for r in pts]
+            ys = [r[field] for r in pts]
+            top = max(top, *ys)
+            plt.plot(xs, ys, label=name + suffix, marker="hd" if not suffix else "dot")
+            noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy") and not suffix]
+            if noisy:
+                plt.scatter(
+                    [x for x, _ in noisy],
+                    [y for _, y in noisy],
+                    marker="x",
+                    label="noisy (CV > 5%)",
+                )
     if metric in ("speedup", "efficiency", "predicted"):
         ideal = [float(d) if metric == "speedup" else 1.0 for d in all_devices]
         plt.plot(all_devices, ideal, label="ideal", marker="dot")
+    if metric in ("efficiency", "predicted"):
+        plt.ylim(0, max(1.05, top * 1.05))  # efficiency reads against 0 and 1
     plt.xticks(all_devices)
     plt.xlabel("devices (ranks)")
     plt.ylabel(ylabel)

@@ -407,6 +407,18 @@ def projections(
     return out
 
 
+def study_reach(store: Store, name: str) -> tuple[list[dict[str, Any]], int, str]:
+    """The study's families projected as far as its cluster lets it go: to the size of the
+    partition of the profile its runs kept, or to 8 x the largest measured node count where
+    they kept none; with that reach and where it comes from (the report, the TUI)."""
+    to, to_from, stated = how_far(store, name, None, None)
+    if to is None:
+        nodes = [r["nodes"] for r in store.runs(name)]
+        to = 8 * max(nodes, default=1)
+        to_from = "8 x the largest measured; no cluster profile was kept to give a partition"
+    return projections(store, name, to, stated), to, to_from
+
+
 def kept_profile(runs: list[dict[str, Any]]) -> Path | None:
     """The cluster profile a Slurm run kept beside its job script, if any run kept one."""
     for r in runs:

@@ -209,7 +209,7 @@ def _write(
 ) -> Report:
     """Everything into the folder's stage, then into place (see report_folder)."""
     name = exp["name"]
-    families, beyond = _projection(store, name, rows)
+    families, beyond = _projection(store, name)
     figs = figures.draw_all(
         rows,
         folder.subfolder("figures"),
@@ -274,16 +274,8 @@ def _write(
     )
 
 
-def _projection(
-    store: Store, name: str, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], Table | None]:
-    """The families projected up to the partition's size (the profile the runs kept), or
-    to 8 x the largest measured node count where they kept none."""
-    to, to_from, stated = projection.how_far(store, name, None, None)
-    if to is None:
-        to = 8 * max(r["nodes"] for r in rows)
-        to_from = "8 x the largest measured; no cluster profile was kept to give a partition"
-    families = projection.projections(store, name, to, stated)
+def _projection(store: Store, name: str) -> tuple[list[dict[str, Any]], Table | None]:
+    families, to, to_from = projection.study_reach(store, name)
     return families, projection_table(families, to, to_from)
 
 

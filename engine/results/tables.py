@@ -211,3 +211,21 @@ def status_table(queue: list) -> str:
     )
     top = form.format(*head).rstrip()
     return "\n".join(["Runs", top, "─" * len(top), *(form.format(*r).rstrip() for r in rows)])
+
+
+def breakdown_text(r: dict[str, Any]) -> str:
+    """One point's step time split as the efficiency model reads it (compute, exposed
+    communication, the rest) beside measured and predicted efficiency: why the two differ,
+    in one line ("" where the point has no breakdown)."""
+    times = [r.get(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "other_s")]
+    numbers = [float(v) for v in times if isinstance(v, (int, float))]
+    if len(numbers) != len(times):
+        return ""
+    step, compute, exposed, rest = numbers
+    ms = 1000.0
+    parts = (
+        f"step {step * ms:.1f} ms = compute {compute * ms:.1f} + exposed comm "
+        f"{exposed * ms:.1f} + rest {rest * ms:.1f}"
+    )
+    eff = f"efficiency {fmt(r.get('efficiency'))} measured, {fmt(r.get('predicted_efficiency'))}"
+    return f"{parts}; {eff} predicted (compute + allreduce model)"

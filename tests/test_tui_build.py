@@ -1,0 +1,41 @@
+"""The Build screen follows the store (issue 21, item 3): reopened on a study, it shows that
+study, not the defaults; its preview counts again when runs complete, not only when a field
+changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlscale.engine.session import Session
+from dlscale.engine.tracking.store import Store
+from dlscale.tui.app import DlscaleApp
+from test_tui import field, until
+from tui_text import recorded_study
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _preview(app) -> str:
+    return str(field(app, "preview").render())
+
+
+async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the_store(home):
+    name = recorded_study(home)
+    store = Store(home)
+    runs = store.runs(name)
+    store.update_run(runs[0]["run_id"], state="FAILED", reason="boom")
+    store.close()
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.current_mode == "queue" and app.experiment == name
+        await pilot.press("f2")
+        await until(pilot, lambda: field(app, "name").value == name, 20, "the study in the form")
+        await until(pilot, lambda: "1 to run" in _preview(app), 20, "the preview of the study")
+        assert "quickstart" in str(app.title)
+        # The failed run completes (a rerun elsewhere, another front end): the next tick's
+        # counts change and the preview says so without any field being touched.
+        store = Store(home)
+        store.update_run(runs[0]["run_id"], state="COMPLETED", reason="")
+        store.close()
+        app._refresh_queue(app.experiment)
+        await until(pilot, lambda: "0 to run" in _preview(app), 20, "the preview after it")
