@@ -60,6 +60,12 @@ COMMANDS = {
         "Write up an experiment: set-up, tables, figures, MLLOG exports.",
     ),
     "export": ("report", "export", "Stored runs in other formats."),
+    "import": (
+        "bundles",
+        "import_cmd",
+        "Add a bundle from `dlscale export bundle` to this store, under NAME@SITE: all of "
+        "it, or nothing if any part fails its checks. Importing it again changes nothing.",
+    ),
     "data": (
         "data",
         "data",

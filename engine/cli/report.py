@@ -11,6 +11,7 @@ from ..results import mllog
 from ..results import report as reporting
 from ..tracking import follow as following
 from ..tracking.store import Store
+from .bundles import export_bundle
 from .console import out
 from .options import experiment_option, store_of
 
@@ -114,3 +115,6 @@ def export_mllog(
         f"wrote {len(written)} MLLOG file(s) to {out_dir}"
         + (f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else "")
     )
+
+
+export.add_command(export_bundle)
