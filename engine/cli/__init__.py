@@ -60,6 +60,12 @@ COMMANDS = {
         "Write up an experiment: set-up, tables, figures, MLLOG exports.",
     ),
     "export": ("report", "export", "Stored runs in other formats."),
+    "compare": (
+        "compare",
+        "compare",
+        "Two experiments (from this site or imported) point by point: throughput with CI95, "
+        "the ratio B/A with its interval, Welch's test, speedup, efficiency, env differences.",
+    ),
     "import": (
         "bundles",
         "import_cmd",

@@ -194,7 +194,7 @@ class Point:
         }
 
 
-_POINT_FIELDS = (
+POINT_FIELDS = (
     "experiment",
     "framework",
     "model",
