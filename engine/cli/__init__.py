@@ -72,6 +72,12 @@ COMMANDS = {
         "Add a bundle from `dlscale export bundle` to this store, under NAME@SITE: all of "
         "it, or nothing if any part fails its checks. Importing it again changes nothing.",
     ),
+    "check": (
+        "check",
+        "check_cmd",
+        "Compare a study with a baseline for CI: exit 0 when no point regressed, 1 when any "
+        "did, 2 on bad input; a JUnit XML file and a one-screen summary.",
+    ),
     "data": (
         "data",
         "data",
