@@ -133,3 +133,32 @@ def test_welch_is_scipys_and_fieller_is_the_set_the_t_test_accepts(a, b):
     step = 1e-6 * max(1.0, abs(r.value))
     assert accepted(r.low) and accepted(r.high)
     assert not accepted(r.low - step) and not accepted(r.high + step)
+
+
+def test_a_report_of_both_sites_has_a_site_column_and_overlaid_figures(two_sites, tmp_path):
+    from dlscale.engine.results import report
+
+    made = report.build(Store(two_sites), ["quickstart", "quickstart@beta"], tmp_path / "r")
+    table = made.tables["results"]
+    assert table.headers[:2] == ["experiment", "site"]
+    assert {(row[0], row[1]) for row in table.rows} == {
+        ("quickstart", made.rows[0]["site"]),
+        ("quickstart@beta", "beta"),
+    }
+    throughput = next(f for f in made.figures if f.name == "throughput")
+    lines = {label.split(" ")[1] for label in throughput.series if label.startswith("pytorch")}
+    assert lines == {"quickstart", "quickstart@beta"}  # one line per experiment, overlaid
+    text = made.path.read_text()
+    assert "| experiment | site |" in text and "quickstart@beta" in text
+    proc = dlscale(
+        "report",
+        "-e",
+        "quickstart",
+        "-e",
+        "quickstart@beta",
+        "--out",
+        str(tmp_path / "cli"),
+        home=two_sites,
+        check=0,
+    )
+    assert "report of quickstart + quickstart@beta" in proc.stdout

@@ -48,6 +48,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p = by_point[(r["point_id"], device)] = Point(
                 **{k: r[k] for k in POINT_FIELDS},
                 device=device,
+                site=r.get("site"),
                 lr_schedule=explained.schedule_of(r),
             )
         p.run_ids.append(r["run_id"])

@@ -30,6 +30,7 @@ from ..tracking.store import Store
 from . import analysis, figures, mllog, tables
 from .reference import LoadedReference, beside_spec, compare, load_reference
 from .report_folder import ReportFolder
+from .report_many import several
 from .report_sections import (
     _loader_table,
     _noisy_table,
@@ -167,21 +168,26 @@ def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list
 
 def build(
     store: Store,
-    experiment: str | None,
+    experiment: str | list[str] | None,
     out_dir: str | Path,
     fmt: str = "md",
     reference_path: str | Path | None = None,
     force: bool = False,
 ) -> Report:
-    """Write the report into out_dir. A folder that is not empty must hold an earlier
+    """Write the report into out_dir (of several experiments side by side when given a
+    list of more than one: report_many). A folder that is not empty must hold an earlier
     report of dlscale's (its manifest) unless `force`; only that report's own files are
     ever removed or overwritten (report_folder)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
-    exp = pick_experiment(store, experiment)
-    name = exp["name"]
-    runs = store.runs(name)
-    rows = analysis.results(store, name)
+    if isinstance(experiment, list) and len(experiment) > 1:  # side by side: report_many
+        exp, runs, rows = several(store, [pick_experiment(store, e) for e in experiment])
+        name = exp["name"]
+    else:
+        exp = pick_experiment(store, experiment[0] if isinstance(experiment, list) else experiment)
+        name = exp["name"]
+        runs = store.runs(name)
+        rows = analysis.results(store, name)
     if not any(r["throughput"] is not None for r in rows):
         raise NotFoundError(
             f"experiment {name} has no completed run yet; "
