@@ -125,7 +125,7 @@ def export(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "site": site or site_of(runs),
-        "profile": _profile_text(profile),
+        "profile": profile_text(profile),
         "dlscale_version": dlscale_version(),
         "experiment": experiment,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -149,7 +149,8 @@ def _json(data: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
 
 
-def _profile_text(profile: dict[str, Any] | None) -> str | None:
+def profile_text(profile: dict[str, Any] | None) -> str | None:
+    """A profile as the report's set-up and a bundle's manifest name it."""
     if not profile:
         return None
     desc = profile.get("description")

@@ -25,9 +25,9 @@ import markupsafe
 import tomllib
 
 from ..errors import NotFoundError, UserError
-from ..paths import RunPaths
 from ..tracking.store import Store
 from . import analysis, figures, mllog, tables
+from .bundles import profile_of, profile_text
 from .reference import LoadedReference, beside_spec, compare, load_reference
 from .report_folder import ReportFolder
 from .report_many import several
@@ -96,20 +96,6 @@ def pick_experiment(store: Store, name: str | None) -> dict[str, Any]:
 # --- the set-up: where and with what the numbers were measured --------------------------
 
 
-def _profile_of(runs: list[dict[str, Any]]) -> str | None:
-    """The cluster profile a Slurm run kept beside its job script (name and description)."""
-    for r in runs:
-        path = RunPaths(Path(r["run_dir"] or "")).profile
-        if path.is_file():  # only a cluster's runs keep one
-            try:
-                data = tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
-            desc = data.get("description")
-            return f"{data.get('name', '?')}" + (f" ({desc})" if desc else "")
-    return None
-
-
 def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     envs = store.last_records("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
@@ -138,7 +124,7 @@ def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list
         ("spec", f"{shown_path(exp['spec_path'] or '-')} (sha256 {exp['spec_digest']})"),
         ("backend", ", ".join(backends) or "-"),
     ]
-    profile = _profile_of(runs)
+    profile = profile_text(profile_of(runs))
     if profile:
         out.append(("cluster profile", profile))
     out += [
