@@ -157,3 +157,16 @@ def test_bad_input_exits_2_and_runs_nothing(baseline, tmp_path):
         assert says in proc.stderr and "Traceback" not in proc.stderr
         assert not (tmp_path / "j.xml").exists()
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_the_slowdown_knob_takes_only_a_fraction(monkeypatch):
+    from dlscale.trainers.common.entry import TrainerError
+    from dlscale.trainers.common.loop import injected_slowdown
+
+    for text, value in (("", 0.0), ("0.10", 0.10), (" 0 ", 0.0)):
+        monkeypatch.setenv("DLSCALE_TEST_SLOWDOWN", text)
+        assert injected_slowdown() == value
+    for bad in ("abc", "-0.1", "0.95", "nan", "inf"):
+        monkeypatch.setenv("DLSCALE_TEST_SLOWDOWN", bad)
+        with pytest.raises(TrainerError, match="DLSCALE_TEST_SLOWDOWN"):
+            injected_slowdown()
