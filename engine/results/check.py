@@ -129,14 +129,17 @@ def judge(p: Point, b: Point, tolerance: float, max_cv: float) -> Verdict:
         )
     for side, s in (("its", p), ("the baseline's", b)):
         if s.throughput.cv is not None and s.throughput.cv > max_cv:
+            needed, text = _needs(max(p.throughput.cv or 0, b.throughput.cv or 0), margin)
             return Verdict(
                 name,
                 SKIPPED,
                 f"too noisy to judge: {side} CV is {100 * s.throughput.cv:.1f}% "
-                f"(over {100 * max_cv:.1f}%)",
+                f"(over {100 * max_cv:.1f}%); a quieter machine, or {text}, and a "
+                "higher --max-cv",
                 p,
                 b,
                 threshold,
+                needed,
             )
     shown = (
         f"{mean:,.1f} ± {half:,.1f} images/s against the baseline's {base:,.1f} "
