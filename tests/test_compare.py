@@ -124,15 +124,16 @@ def test_welch_is_scipys_and_fieller_is_the_set_the_t_test_accepts(a, b):
     vb = scipy.stats.tvar(b) / len(b)
     t = scipy.stats.t.ppf(0.975, test.df)
 
-    def accepted(x):
-        return abs(mb - x * ma) / math.sqrt(vb + x * x * va) <= t * (1 + 1e-9)
+    def statistic(x):
+        return abs(mb - x * ma) / math.sqrt(vb + x * x * va)
 
-    assert accepted(r.value)
+    assert statistic(r.value) == pytest.approx(0, abs=1e-9)
     if r.high is None:
         return
-    step = 1e-6 * max(1.0, abs(r.value))
-    assert accepted(r.low) and accepted(r.high)
-    assert not accepted(r.low - step) and not accepted(r.high + step)
+    # the bounds are where the statistic reaches t (the set it accepts is [low, high])
+    assert statistic(r.low) == pytest.approx(t, rel=1e-6)
+    assert statistic(r.high) == pytest.approx(t, rel=1e-6)
+    assert r.low < r.value < r.high
 
 
 def test_a_report_of_both_sites_has_a_site_column_and_overlaid_figures(two_sites, tmp_path):
