@@ -281,3 +281,20 @@ def test_only_the_bundles_own_member_names_are_taken(tmp_path, bundle, name):
     path = _write(tmp_path / "n.tgz", {**m, name: b"x"})
     with pytest.raises(BundleError):
         read_bundle(path)
+
+
+def test_a_rebuilt_store_keeps_imported_runs_apart(tmp_path, bundle):
+    home = tmp_path / "h"
+    recorded_study(home)
+    dlscale("import", str(bundle), home=home, check=0)
+    dlscale("store", "rebuild", "--force", home=home, check=0)
+    store = Store(home)
+    runs = store.runs("quickstart@alpha")
+    assert len(runs) == 6 and {r["site"] for r in runs} == {"alpha"}
+    assert {r["state"] for r in runs} == {"COMPLETED"}
+    # the local runs (placed from their records: the fixture's folders hold no run.json)
+    assert {r["site"] for r in store.runs() if r["experiment"] != "quickstart@alpha"} == {None}
+    from dlscale.engine.results.compare import site_of
+
+    assert site_of(store, "quickstart@alpha") == "alpha"
+    assert [len(p.throughputs) for p in analysis.points(store, "quickstart@alpha")] == [3, 3]

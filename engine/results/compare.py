@@ -165,7 +165,9 @@ def site_of(store: Store, experiment: str) -> str:
     row = next((e for e in store.experiments() if e["name"] == experiment), None)
     if row is not None and row.get("site"):
         return row["site"]
-    return measured_at(store.runs(experiment))
+    runs = store.runs(experiment)
+    imported = next((r["site"] for r in runs if r.get("site")), None)  # a rebuilt store's
+    return imported or measured_at(runs)
 
 
 def compare(store: Store, a: str, b: str) -> Comparison:
