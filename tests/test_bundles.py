@@ -298,3 +298,21 @@ def test_a_rebuilt_store_keeps_imported_runs_apart(tmp_path, bundle):
 
     assert site_of(store, "quickstart@alpha") == "alpha"
     assert [len(p.throughputs) for p in analysis.points(store, "quickstart@alpha")] == [3, 3]
+
+
+def test_a_later_bundle_of_the_same_site_replaces_only_what_changed(tmp_path):
+    source = tmp_path / "source"
+    recorded_study(source)
+    first, later = tmp_path / "first.tar.gz", tmp_path / "later.tar.gz"
+    dlscale("export", "bundle", "--site", "s", "--out", str(first), home=source, check=0)
+    store = Store(source)
+    changed = store.runs("quickstart")[0]["run_id"]
+    store.conn.execute("UPDATE runs SET state='FAILED', reason='x' WHERE run_id=?", (changed,))
+    store.close()
+    dlscale("export", "bundle", "--site", "s", "--out", str(later), home=source, check=0)
+    home = tmp_path / "h"
+    dlscale("import", str(first), home=home, check=0)
+    out = dlscale("import", str(later), home=home, check=0).stdout
+    assert "0 run(s) added, 1 updated, 5 unchanged" in out
+    states = [r["state"] for r in Store(home).runs("quickstart@s")]
+    assert states.count("FAILED") == 1 and states.count("COMPLETED") == 5
