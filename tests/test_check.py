@@ -141,6 +141,7 @@ def test_check_passes_an_unchanged_study_and_fails_a_slowed_one(baseline, tmp_pa
     assert case.get("name") == "pytorch-ddp resnet20 synthetic-cifar 1x1 b16 fp32 native"
 
 
+@pytest.mark.slow  # its baseline is 3 real runs
 def test_bad_input_exits_2_and_runs_nothing(baseline, tmp_path):
     spec, bundle = baseline
     home = tmp_path / "h"
