@@ -114,7 +114,7 @@ def test_check_passes_an_unchanged_study_and_fails_a_slowed_one(baseline, tmp_pa
     spec, bundle = baseline
     # Wide margins: five agents share this machine's 2 cores, and one run's throughput
     # swings up to 2x with their load (measured). The rule itself is test_the_rule's.
-    args = ["check", str(spec), "--baseline", str(bundle), "--max-cv", "50%", "--run"]
+    args = ["check", str(spec), "--baseline", str(bundle), "--max-cv", "90%", "--run"]
     proc = dlscale(
         *args, "--tolerance", "60%", "--junit", str(tmp_path / "same.xml"), home=tmp_path / "same"
     )
