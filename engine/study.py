@@ -339,6 +339,16 @@ def _payload(store: Store, row: dict) -> dict:
     return json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
 
 
+def refuse_imported(row: dict) -> None:
+    """A run imported from another site's bundle is a measurement of that site's: it can be
+    read and compared here, never submitted again here."""
+    if row.get("site"):
+        raise UserError(
+            f"run {row['run_id']} was imported from site {row['site']}: it can be "
+            "compared here, not submitted again"
+        )
+
+
 def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, str]]:
     """Submit runs again exactly as before (the same job script or command); finished
     attempts move to attempts/N. `backend_for(name)` gives the backend a run was recorded
@@ -348,6 +358,7 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         row = store.run(rid)
         if row["state"] in ACTIVE:
             raise UserError(f"run {row['run_id']} is {row['state']}; cancel it first")
+        refuse_imported(row)
         if not row["job_id"]:
             raise UserError(f"run {row['run_id']} was never submitted; use `dlscale run SPEC`")
         payload = _payload(store, row)
@@ -386,6 +397,7 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
             f"run {old_id} is {row['state']}; a rerun repeats a finished run "
             "(wait for it, or cancel it)"
         )
+    refuse_imported(row)
     if not row["job_id"]:
         raise UserError(f"run {old_id} was never submitted; use `dlscale run SPEC`")
     backend = backend_for(row["backend"])

@@ -65,6 +65,24 @@ COMMANDS = {
         "Write up an experiment: set-up, tables, figures, MLLOG exports.",
     ),
     "export": ("report", "export", "Stored runs in other formats."),
+    "compare": (
+        "compare",
+        "compare",
+        "Two experiments (from this site or imported) point by point: throughput with CI95, "
+        "the ratio B/A with its interval, Welch's test, speedup, efficiency, env differences.",
+    ),
+    "import": (
+        "bundles",
+        "import_cmd",
+        "Add a bundle from `dlscale export bundle` to this store, under NAME@SITE: all of "
+        "it, or nothing if any part fails its checks. Importing it again changes nothing.",
+    ),
+    "check": (
+        "check",
+        "check_cmd",
+        "Compare a study with a baseline for CI: exit 0 when no point regressed, 1 when any "
+        "did, 2 on bad input; a JUnit XML file and a one-screen summary.",
+    ),
     "data": (
         "data",
         "data",

@@ -11,8 +11,9 @@ from ..results import mllog
 from ..results import report as reporting
 from ..tracking import follow as following
 from ..tracking.store import Store
+from .bundles import export_bundle
 from .console import out
-from .options import experiment_option, store_of
+from .options import experiment_option, known_experiment, store_of
 
 
 def _store(ctx: click.Context) -> Store:
@@ -20,7 +21,15 @@ def _store(ctx: click.Context) -> Store:
 
 
 @click.command()
-@experiment_option("which experiment (needed when the store holds more than one)")
+@click.option(
+    "--experiment",
+    "-e",
+    "experiments",
+    multiple=True,
+    callback=lambda ctx, p, v: tuple(known_experiment(ctx, p, e) for e in v),
+    help="which experiment (needed when the store holds more than one); give it again "
+    "to report several side by side (a site column, figures overlaid)",
+)
 @click.option(
     "--out",
     "out_dir",
@@ -52,7 +61,7 @@ def _store(ctx: click.Context) -> Store:
 @click.pass_context
 def report(
     ctx: click.Context,
-    experiment: str | None,
+    experiments: tuple[str, ...],
     out_dir: str | None,
     fmt: str,
     reference: str | None,
@@ -61,8 +70,9 @@ def report(
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
     following.refresh(store)
-    name = reporting.pick_experiment(store, experiment)["name"]
-    made = reporting.build(store, name, out_dir or f"report-{name}", fmt, reference, force)
+    names = [reporting.pick_experiment(store, e)["name"] for e in experiments or [None]]
+    default = f"report-{'-'.join(names)}"
+    made = reporting.build(store, names, out_dir or default, fmt, reference, force)
     out.print(
         f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
         f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)",
@@ -114,3 +124,6 @@ def export_mllog(
         f"wrote {len(written)} MLLOG file(s) to {out_dir}"
         + (f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else "")
     )
+
+
+export.add_command(export_bundle)

@@ -26,7 +26,7 @@ def _store(ctx: click.Context) -> Store:
     return store_of(ctx)
 
 
-def _backend_options(f):
+def backend_options(f):
     f = click.option(
         "--partition",
         default=None,
@@ -49,7 +49,7 @@ def _backend_options(f):
 
 @click.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
-@_backend_options
+@backend_options
 @click.option(
     "--include-planned",
     is_flag=True,
@@ -119,7 +119,7 @@ def plan_cmd(
 
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
-@_backend_options
+@backend_options
 @click.option(
     "--wait/--no-wait",
     default=False,

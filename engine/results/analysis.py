@@ -17,7 +17,7 @@ from typing import Any
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
-from .points import _POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
+from .points import POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
 
 # What results read of each run's env record: its device, and why it has no energy.
 ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
@@ -46,8 +46,9 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p = by_point.get((r["point_id"], device))
         if p is None:
             p = by_point[(r["point_id"], device)] = Point(
-                **{k: r[k] for k in _POINT_FIELDS},
+                **{k: r[k] for k in POINT_FIELDS},
                 device=device,
+                site=r.get("site"),
                 lr_schedule=explained.schedule_of(r),
             )
         p.run_ids.append(r["run_id"])

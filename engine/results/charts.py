@@ -44,12 +44,21 @@ def why_none(results: list[dict[str, Any]], key: str, model: str | None = None) 
 
 
 def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Result rows as lines against devices: one per framework, and per model, precision,
-    device, batch, loader or lr schedule where the rows hold more than one, each sorted by devices.
+    """Result rows as lines against devices: one per framework, and per experiment (a report
+    of several overlays them), model, precision, device, batch, loader or lr schedule where
+    the rows hold more than one, each sorted by devices.
     Terminal charts and report figures draw the same lines under the same names."""
     varying = [
         k
-        for k in ("model", "device", "precision", "per_device_batch", "loader", "lr_schedule")
+        for k in (
+            "experiment",
+            "model",
+            "device",
+            "precision",
+            "per_device_batch",
+            "loader",
+            "lr_schedule",
+        )
         if len({r.get(k) for r in rows}) > 1
     ]
     out: dict[str, list[dict[str, Any]]] = {}

@@ -104,6 +104,7 @@ class Point:
     precision: str
     loader: str
     device: str | None = None  # "cpu", or the GPU's model: a CPU point never meets a GPU baseline
+    site: str | None = None  # where it was measured, for a point imported from a bundle
     run_ids: list[str] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)
@@ -171,6 +172,7 @@ class Point:
             "precision": self.precision,
             "loader": self.loader,
             "device": self.device,
+            "site": self.site,
             "state": self.state,
             "repetitions": len(self.run_ids),
             "n": self.throughput.n,
@@ -194,7 +196,7 @@ class Point:
         }
 
 
-_POINT_FIELDS = (
+POINT_FIELDS = (
     "experiment",
     "framework",
     "model",

@@ -25,11 +25,12 @@ import markupsafe
 import tomllib
 
 from ..errors import NotFoundError, UserError
-from ..paths import RunPaths
 from ..tracking.store import Store
 from . import analysis, figures, mllog, projection, tables
+from .bundles import profile_of, profile_text
 from .reference import LoadedReference, beside_spec, compare, load_reference
 from .report_folder import ReportFolder
+from .report_many import several
 from .report_projection import projection_table
 from .report_sections import (
     _loader_table,
@@ -96,20 +97,6 @@ def pick_experiment(store: Store, name: str | None) -> dict[str, Any]:
 # --- the set-up: where and with what the numbers were measured --------------------------
 
 
-def _profile_of(runs: list[dict[str, Any]]) -> str | None:
-    """The cluster profile a Slurm run kept beside its job script (name and description)."""
-    for r in runs:
-        path = RunPaths(Path(r["run_dir"] or "")).profile
-        if path.is_file():  # only a cluster's runs keep one
-            try:
-                data = tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
-            desc = data.get("description")
-            return f"{data.get('name', '?')}" + (f" ({desc})" if desc else "")
-    return None
-
-
 def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     envs = store.last_records("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
@@ -138,7 +125,7 @@ def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list
         ("spec", f"{shown_path(exp['spec_path'] or '-')} (sha256 {exp['spec_digest']})"),
         ("backend", ", ".join(backends) or "-"),
     ]
-    profile = _profile_of(runs)
+    profile = profile_text(profile_of(runs))
     if profile:
         out.append(("cluster profile", profile))
     out += [
@@ -168,21 +155,26 @@ def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list
 
 def build(
     store: Store,
-    experiment: str | None,
+    experiment: str | list[str] | None,
     out_dir: str | Path,
     fmt: str = "md",
     reference_path: str | Path | None = None,
     force: bool = False,
 ) -> Report:
-    """Write the report into out_dir. A folder that is not empty must hold an earlier
+    """Write the report into out_dir (of several experiments side by side when given a
+    list of more than one: report_many). A folder that is not empty must hold an earlier
     report of dlscale's (its manifest) unless `force`; only that report's own files are
     ever removed or overwritten (report_folder)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
-    exp = pick_experiment(store, experiment)
-    name = exp["name"]
-    runs = store.runs(name)
-    rows = analysis.results(store, name)
+    if isinstance(experiment, list) and len(experiment) > 1:  # side by side: report_many
+        exp, runs, rows = several(store, [pick_experiment(store, e) for e in experiment])
+        name = exp["name"]
+    else:
+        exp = pick_experiment(store, experiment[0] if isinstance(experiment, list) else experiment)
+        name = exp["name"]
+        runs = store.runs(name)
+        rows = analysis.results(store, name)
     if not any(r["throughput"] is not None for r in rows):
         raise NotFoundError(
             f"experiment {name} has no completed run yet; "

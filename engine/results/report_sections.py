@@ -20,8 +20,10 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     devices = len({r.get("device") for r in rows}) > 1
+    several = len({r["experiment"] for r in rows}) > 1  # a report of several experiments
     headers = (
-        ["model", "framework"]
+        (["experiment", "site"] if several else [])
+        + ["model", "framework"]
         + (["device"] if devices else [])
         + (["loader"] if loaders else [])
         + (["lr schedule"] if schedules else [])
@@ -45,7 +47,8 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     body = []
     for r in rows:
         body.append(
-            [r["model"], r["framework"]]
+            ([r["experiment"], r.get("site") or "-"] if several else [])
+            + [r["model"], r["framework"]]
             + ([r.get("device") or "-"] if devices else [])
             + ([r["loader"]] if loaders else [])
             + ([r.get("lr_schedule") or "-"] if schedules else [])

@@ -48,6 +48,7 @@ _FIELDS = (
     "training",
     "rerun_of",
     "created",
+    "site",
 )
 _IDENTITY = (
     "experiment",
@@ -262,8 +263,9 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     out.records += store.ingest(run_id, paths.metrics)
     if store.records(run_id, "summary"):
         store.update_run(run_id, state="COMPLETED", reason=None)
-    elif job_id:
-        # Slurm may still be running it: the next poll asks, and settles the run.
+    elif job_id and not row.get("site"):
+        # Slurm may still be running it (a run imported from another site's bundle never
+        # runs here): the next poll asks, and settles the run.
         store.add_job(backend, job_id, run_id, "RUNNING")
         store.update_run(
             run_id,

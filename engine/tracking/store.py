@@ -22,6 +22,7 @@ from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
 from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.SUBMITTING)
 from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_imports import Imports
 from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
 from .store_revisions import add_revisions
@@ -64,7 +65,14 @@ CREATE TABLE IF NOT EXISTS skipped_records (
 """
 
 # Added after the first release; _migrate adds them to older stores.
-_ADDED_RUN_COLUMNS = {"rerun_of": "TEXT", "claimed_by": "TEXT", "rev": "INTEGER"}
+# site: where an imported run was measured (NULL: here); see store_imports.py.
+_ADDED_RUN_COLUMNS = {
+    "rerun_of": "TEXT",
+    "claimed_by": "TEXT",
+    "rev": "INTEGER",
+    "site": "TEXT",
+}
+_ADDED_EXPERIMENT_COLUMNS = {"site": "TEXT"}
 # The local backend's proof of which processes are a job's (schedulers/local_procs.py).
 _ADDED_JOB_COLUMNS = {
     "pid_mark": "TEXT",
@@ -86,7 +94,7 @@ def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
-class Store(Claims, Jobs, Records):
+class Store(Claims, Jobs, Records, Imports):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
@@ -122,7 +130,11 @@ class Store(Claims, Jobs, Records):
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             return [c for c in added if c not in have]
 
-        for table, added in (("runs", _ADDED_RUN_COLUMNS), ("jobs", _ADDED_JOB_COLUMNS)):
+        for table, added in (
+            ("runs", _ADDED_RUN_COLUMNS),
+            ("jobs", _ADDED_JOB_COLUMNS),
+            ("experiments", _ADDED_EXPERIMENT_COLUMNS),
+        ):
             if missing(table, added):
                 with self.transaction() as c:  # two processes may open an old store at once
                     for column in missing(table, added):
@@ -160,7 +172,8 @@ class Store(Claims, Jobs, Records):
     def save_experiment(self, name: str, path: str, text: str, digest: str) -> None:
         with self.transaction() as c:
             c.execute(
-                "INSERT INTO experiments VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
+                "INSERT INTO experiments (name, spec_path, spec_text, spec_digest, updated) "
+                "VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
                 "SET spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
                 "spec_digest=excluded.spec_digest, updated=excluded.updated",
                 (name, path, text, digest, time.time()),

@@ -7,6 +7,7 @@ not see the device's work (CUDA events for torch on a GPU)."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -16,6 +17,25 @@ from typing import Any, Protocol
 from .entry import TrainerError
 from .records import RecordWriter
 from .schedule import LRPlan, step_time_stats
+
+# Test only: DLSCALE_TEST_SLOWDOWN=0.10 makes every timed step wait until it has taken
+# 1 / (1 - 0.10) of its time, so throughput drops by 10%: how benchmarks/check_rates.py and
+# the tests prove that `dlscale check` detects a slowdown. Its wait follows the step's wall
+# time, so on a GPU (asynchronous steps) it slows less than asked. The summary records it.
+SLOWDOWN_VARIABLE = "DLSCALE_TEST_SLOWDOWN"
+
+
+def injected_slowdown() -> float:
+    text = os.environ.get(SLOWDOWN_VARIABLE, "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 0.9:
+        raise TrainerError(f"{SLOWDOWN_VARIABLE}={text!r}: a fraction from 0 to 0.9, e.g. 0.10")
+    return value
 
 
 class StepTimer(Protocol):
@@ -116,6 +136,8 @@ class Loop:
 def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any]) -> Loop:
     """Train from `stream` (batches; None marks an epoch's end)."""
     r, out = recipe, Loop()
+    slowdown = injected_slowdown()
+    stretch = slowdown / (1 - slowdown)
     interval_images = 0
     hooks.sync()
     start_wall = time.perf_counter()
@@ -159,8 +181,11 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         if seg_start is not None:
             out.data_wait += fetch
             hooks.timer.begin()
+            began = time.perf_counter()
         loss = hooks.step(xb, yb)
         if seg_start is not None:
+            if stretch:
+                time.sleep((time.perf_counter() - began) * stretch)
             hooks.timer.end()
         out.step += 1
         interval_images += r.global_batch
@@ -244,6 +269,7 @@ def write_summary(
         weights_digest_per_rank=digests,
         **step_time_stats(loop.times),
         data_wait_s=loop.data_wait / timed if timed else None,
+        **({"test_slowdown": slowdown} if (slowdown := injected_slowdown()) else {}),
         **extra,
     )
     return throughput

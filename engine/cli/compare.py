@@ -1,0 +1,38 @@
+"""`dlscale compare`: two experiments' points side by side (compare.py's statistics)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..results import compare as comparing
+from ..results.compare_table import comparison_notes, comparison_table
+from ..tracking import follow as following
+from .console import out
+from .options import known_experiment, store_of
+
+
+@click.command()
+@click.argument("a", callback=known_experiment)
+@click.argument("b", callback=known_experiment)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.pass_context
+def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
+    """Two experiments (from this site or imported) point by point: throughput with CI95,
+    the ratio B/A with its interval, Welch's test, speedup, efficiency, env differences."""
+    store = store_of(ctx)
+    following.refresh(store)
+    data = comparing.side_by_side(store, a, b)
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2))
+        return
+    out.print(comparison_table(data))
+    for note in comparison_notes(data):
+        out.print(note, soft_wrap=True)

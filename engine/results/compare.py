@@ -1,0 +1,257 @@
+"""Two experiments side by side (from this site or imported from a bundle): their points
+matched by configuration, not by site or name, and for each pair the throughput of each
+with its CI95, the ratio B/A with a 95% interval, whether the difference is significant,
+speedup and efficiency of each, and the environment differences that might explain it.
+
+The statistics (stated wherever they are shown, see METHOD):
+- ratio interval: Fieller's theorem for the ratio of two independent means, with the
+  Welch-Satterthwaite degrees of freedom; unbounded when A's mean is not significantly
+  above zero (then `high` is None).
+- significance: Welch's two-sided t-test on the repetitions' throughputs (unequal
+  variances), at 5%; it needs two repetitions on each side.
+Student's t comes from scipy.special (stdtr, stdtrit), as points.t_quantile_975 does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tracking.store import Store
+from . import analysis
+from .points import POINT_FIELDS, Point
+
+# What makes two points the same measurement at two sites (not the experiment's name, the
+# site or the device: those are what is compared).
+MATCH_FIELDS = (*(f for f in POINT_FIELDS if f != "experiment"), "lr_schedule")
+# The environment facts that may explain a difference, from each run's env record.
+ENV_FACTS = {
+    "device": "$.devices[0]",
+    "driver": "$.driver_version",
+    "versions": "$.framework_versions",
+    "launcher": "$.launcher",
+    "comm_backend": "$.backend",
+    "nodes": "$.nodes",
+    "dlscale": "$.dlscale_version",
+}
+ALPHA = 0.05
+RATIO_METHOD = "Fieller's 95% interval (Welch-Satterthwaite df)"
+TEST_METHOD = "Welch's two-sided t-test on the repetitions, 5% level"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float
+    low: float | None
+    high: float | None  # None: the interval is unbounded
+
+
+@dataclass(frozen=True)
+class Welch:
+    t: float
+    df: float
+    p: float
+
+    @property
+    def significant(self) -> bool:
+        return self.p < ALPHA
+
+
+def _moments(values: list[float]) -> tuple[float, float, int]:
+    """mean, the variance of the mean, n."""
+    n = len(values)
+    return statistics.fmean(values), statistics.variance(values) / n, n
+
+
+def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
+    num = (va + vb) ** 2
+    den = (va**2 / (na - 1) if na > 1 else 0) + (vb**2 / (nb - 1) if nb > 1 else 0)
+    return num / den if den > 0 else float(na + nb - 2)
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Welch's t-test of mean(b) against mean(a); None with fewer than 2 values a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy.special import stdtr
+
+    ma, va, na = _moments(a)
+    mb, vb, nb = _moments(b)
+    if va + vb == 0:  # identical repetitions on both sides
+        same = ma == mb
+        return Welch(0.0 if same else math.copysign(math.inf, mb - ma), na + nb - 2, float(same))
+    t = (mb - ma) / math.sqrt(va + vb)
+    df = _welch_df(va, na, vb, nb)
+    return Welch(t, df, float(2 * stdtr(df, -abs(t))))
+
+
+def ratio(a: list[float], b: list[float]) -> Ratio | None:
+    """mean(b) / mean(a) with Fieller's 95% interval; the interval is None with fewer than
+    2 values a side."""
+    if not a or not b or statistics.fmean(a) == 0:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    r = mb / ma
+    if len(a) < 2 or len(b) < 2:
+        return Ratio(r, None, None)
+    from scipy.special import stdtrit
+
+    _, va, na = _moments(a)
+    _, vb, nb = _moments(b)
+    t = float(stdtrit(_welch_df(va, na, vb, nb), 0.975))
+    g = t * t * va / (ma * ma)
+    if g >= 1:  # A's mean is not clearly above zero: the ratio has no upper bound
+        return Ratio(r, 0.0, None)
+    half = (t / ma) * math.sqrt(vb * (1 - g) + r * r * va)
+    return Ratio(r, (r - half) / (1 - g), (r + half) / (1 - g))
+
+
+def match_key(p: Point) -> tuple:
+    return tuple(getattr(p, f) for f in MATCH_FIELDS)
+
+
+@dataclass
+class Pair:
+    a: Point | None
+    b: Point | None
+    ratio: Ratio | None = None
+    test: Welch | None = None
+    env_differences: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    sites: tuple[str, str]
+    pairs: list[Pair]  # matched first, then A's unmatched, then B's
+    env_differences: dict[str, tuple[str, str]]  # over the whole experiments
+
+    @property
+    def matched(self) -> list[Pair]:
+        return [p for p in self.pairs if p.a is not None and p.b is not None]
+
+
+def _env(store: Store, run_ids: list[str]) -> dict[str, str]:
+    """Each fact's distinct values over these runs, as one text each."""
+    seen: dict[str, set[str]] = {}
+    for env in store.last_record_fields("env", ENV_FACTS, run_ids).values():
+        for fact, value in env.items():
+            if value is None:
+                continue
+            if fact == "versions":
+                for lib, v in json.loads(value).items():
+                    if v is not None:
+                        seen.setdefault(lib, set()).add(str(v))
+            elif fact == "nodes":
+                names = json.loads(value)
+                seen.setdefault("nodes", set()).add(f"{len(names)}: {','.join(names)}")
+            else:
+                seen.setdefault(fact, set()).add(str(value))
+    return {k: ", ".join(sorted(v)) for k, v in seen.items()}
+
+
+def differences(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
+    return {k: (a.get(k, "-"), b.get(k, "-")) for k in sorted({*a, *b}) if a.get(k) != b.get(k)}
+
+
+def site_of(store: Store, experiment: str) -> str:
+    """An experiment's site: its bundle's, or this site's name for one measured here."""
+    from .bundles import site_of as measured_at
+
+    row = next((e for e in store.experiments() if e["name"] == experiment), None)
+    if row is not None and row.get("site"):
+        return row["site"]
+    runs = store.runs(experiment)
+    imported = next((r["site"] for r in runs if r.get("site")), None)  # a rebuilt store's
+    return imported or measured_at(runs)
+
+
+def compare(store: Store, a: str, b: str) -> Comparison:
+    pa, pb = analysis.points(store, a), analysis.points(store, b)
+    left: dict[tuple, list[Point]] = {}
+    for p in pb:
+        left.setdefault(match_key(p), []).append(p)
+    pairs, lonely_a = [], []
+    for p in pa:
+        candidates = left.get(match_key(p), [])
+        if not candidates:
+            lonely_a.append(Pair(p, None))
+            continue
+        # where one side has a point per device kind, the same device pairs first
+        q = next((c for c in candidates if c.device == p.device), candidates[0])
+        candidates.remove(q)
+        pairs.append(
+            Pair(
+                p,
+                q,
+                ratio(p.throughputs, q.throughputs),
+                welch(p.throughputs, q.throughputs),
+                differences(_env(store, p.completed_run_ids), _env(store, q.completed_run_ids)),
+            )
+        )
+    lonely_b = [Pair(None, q) for qs in left.values() for q in qs]
+    overall = differences(
+        _env(store, [r for p in pa for r in p.completed_run_ids]),
+        _env(store, [r for p in pb for r in p.completed_run_ids]),
+    )
+    return Comparison(
+        a, b, (site_of(store, a), site_of(store, b)), pairs + lonely_a + lonely_b, overall
+    )
+
+
+def rows(c: Comparison) -> list[dict[str, Any]]:
+    """One plain dict per pair (the JSON output, and what a front end shows side by side):
+    both points' numbers, the ratio B/A with its interval, the test and env differences."""
+    out = []
+    for pair in c.pairs:
+        one = pair.a or pair.b
+        assert one is not None
+        row: dict[str, Any] = {f: getattr(one, f) for f in MATCH_FIELDS}
+        row["matched"] = pair.a is not None and pair.b is not None
+        for side, p, site in (("a", pair.a, c.sites[0]), ("b", pair.b, c.sites[1])):
+            d = p.as_dict() if p is not None else {}
+            row[side] = (
+                {
+                    "experiment": p.experiment,
+                    "site": site,
+                    "device": p.device,
+                    "n": d["n"],
+                    "throughput": d["throughput"],
+                    "throughput_ci95": d["throughput_ci95"],
+                    "throughput_cv": d["throughput_cv"],
+                    "noisy": d["noisy"],
+                    "speedup": d["speedup"],
+                    "efficiency": d["efficiency"],
+                    "state": d["state"],
+                }
+                if p is not None
+                else None
+            )
+        row["ratio"] = pair.ratio.value if pair.ratio else None
+        row["ratio_low"] = pair.ratio.low if pair.ratio else None
+        row["ratio_high"] = pair.ratio.high if pair.ratio else None
+        row["p_value"] = pair.test.p if pair.test else None
+        row["significant"] = pair.test.significant if pair.test else None
+        row["env_differences"] = {k: list(v) for k, v in pair.env_differences.items()}
+        out.append(row)
+    return out
+
+
+def side_by_side(store: Store, a: str, b: str) -> dict[str, Any]:
+    """Everything a front end (the TUI's Results screen) needs to show two experiments side
+    by side, as plain data: the experiments, their sites, the methods named, one row per
+    point pair (rows()), and the environment differences over the whole experiments."""
+    c = compare(store, a, b)
+    return {
+        "a": c.a,
+        "b": c.b,
+        "sites": list(c.sites),
+        "ratio_method": RATIO_METHOD,
+        "test_method": TEST_METHOD,
+        "rows": rows(c),
+        "env_differences": {k: list(v) for k, v in c.env_differences.items()},
+    }

@@ -1,0 +1,35 @@
+"""A report of several experiments at once (`dlscale report -e A -e B`), from this site or
+imported from bundles: their runs and result rows together, each row naming its site, so
+the results table gains experiment and site columns and the figures overlay one line per
+experiment (charts.series). Only what differs from one experiment's report is here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..tracking.store import Store
+from . import analysis
+from .compare import site_of
+
+
+def several(
+    store: Store, experiments: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the experiments as one for the page, all their runs, all their rows)."""
+    names = [e["name"] for e in experiments]
+    sites = {n: site_of(store, n) for n in names}
+    runs = [r for n in names for r in store.runs(n)]
+    rows = []
+    for n in names:
+        rows += [{**r, "site": r.get("site") or sites[n]} for r in analysis.results(store, n)]
+    combined = {
+        "name": " + ".join(names),
+        "spec_path": ", ".join(e["spec_path"] or "-" for e in experiments),
+        "spec_digest": ", ".join(e["spec_digest"] or "-" for e in experiments),
+        "spec_text": "\n".join(
+            f"# --- {e['name']} ({sites[e['name']]}) ---\n{e['spec_text'] or ''}"
+            for e in experiments
+        ),
+        "site": None,
+    }
+    return combined, runs, rows
