@@ -228,13 +228,19 @@ class Session:
             return None
         return str(kept)
 
+    # How long a submission waits for the scheduler's first answer before giving up, with
+    # nothing stored: a front end says so at once instead of sitting at "Submitting...".
+    REACH_S = 15.0
+
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
+        """Submit the study. Raises ControllerUnreachable within REACH_S when the scheduler
+        does not answer, before any run is stored."""
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
-            return study.submit(
-                self.store, loaded, self.submitter(backend, self.store, profile, partition)
-            )
+            target = self.submitter(backend, self.store, profile, partition)
+            target.check_reachable(self.REACH_S)
+            return study.submit(self.store, loaded, target)
 
     # --- queue ---------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 from conftest import REPO, write_spec
 from dlscale.engine.backends.local import LocalBackend
 from dlscale.engine.backends.registry import make_backend
-from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.backends.slurm import CommandResult, SlurmCLI, run_command
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.session import Session
@@ -202,3 +202,43 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
             await pilot.press("m")
             await pilot.pause(0.2)
         assert not app._exit_renderables
+
+
+async def test_an_unreachable_controller_is_said_at_once_and_given_up_on_in_bounded_time(
+    home, tmp_path
+):
+    """Issue 21, item 4: ctrl+r towards a controller that does not answer says at once that
+    the controller is being asked, gives up within Session.REACH_S with the reason on
+    screen, and stores nothing (no run left FAILED 'not submitted')."""
+    asked = []
+
+    def down(argv, env=None, timeout=60):
+        asked.append(argv[:2])
+        assert argv[:2] == ["scontrol", "ping"], argv  # nothing else is tried
+        return CommandResult(argv, 1, "Slurmctld(primary) at ctl is DOWN\n", "")
+
+    spec = write_spec(tmp_path / "s.toml", name="unreachable", scales='"1x1"', steps=4)
+    session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
+    session.submitter = lambda name, store, profile=None, partition=None: SlurmCLI(
+        runner=down, profile=profile, partition=partition, home=store.home
+    )
+    app = DlscaleApp(session, str(spec), watch=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(
+            pilot,
+            lambda: (
+                app.screen.preview and app.screen.preview.ok and not field(app, "submit").disabled
+            ),
+            60,
+            "a submittable form",
+        )
+        await pilot.press("ctrl+r")
+        assert any("asking the controller first" in n for n in notes(app)), notes(app)
+        await until(
+            pilot,
+            lambda: any("not submitted" in n and "did not answer" in n for n in notes(app)),
+            session.REACH_S + 5,
+            "the reason it was not submitted",
+        )
+    assert asked == [["scontrol", "ping"]]
+    assert Store(home).runs() == []

@@ -67,7 +67,13 @@ class SubmitFromForm(AppScreen):
             )
             return
         self._submitting(True)
-        self.notify(f"submitting {p.to_run} run(s) to {self.app.session.where}...")
+        where = self.app.session.where
+        ask = (
+            f": asking the controller first (at most {self.app.session.REACH_S:.0f} s)"
+            if where.startswith("slurm")
+            else "..."
+        )
+        self.notify(f"submitting {p.to_run} run(s) to {where}{ask}")
         self._submit(data)
 
     def _submitting(self, busy: bool) -> None:

@@ -101,6 +101,12 @@ class Backend(abc.ABC):
         """The most a job may run, where the place sets one."""
         return None
 
+    def check_reachable(self, within_s: float) -> None:
+        """Raise ControllerUnreachable, saying why, when the scheduler does not answer
+        within `within_s` seconds: asked before a submission, so an unreachable controller
+        costs seconds, not the minutes of a submission retried. A place with no
+        controller (this machine) always answers."""
+
     def site_profile(self) -> LoadedProfile | None:
         """The cluster profile whose environments set up frameworks' software, if any."""
         return None

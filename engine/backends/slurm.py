@@ -136,6 +136,15 @@ class SlurmCLI(SlurmJobs, Backend):
                 delay *= 2
         return res
 
+    def check_reachable(self, within_s: float) -> None:
+        res = self.runner(["scontrol", "ping"], timeout=within_s)
+        answer = " ".join((res.stdout + " " + res.stderr).split())
+        if res.returncode != 0 or " is UP" not in res.stdout:
+            raise ControllerUnreachable(
+                f"the Slurm controller did not answer `scontrol ping` within {within_s:.0f} s"
+                + (f": {answer}" if answer else "")
+            )
+
     def submit(self, request: JobRequest) -> str:
         tag = slurm_tags.token(slurm_tags.home_of(request.run_dir), request.run_id)
         job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)], tag)
