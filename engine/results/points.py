@@ -53,8 +53,16 @@ def t_quantile_975(df: int) -> float:
 
 
 def _cache_file() -> Path:
+    """One file per scipy release: releases differ in the last digits (a Python with
+    another scipy must neither read nor overwrite this one's values)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("scipy")
+    except PackageNotFoundError:
+        release = "unknown"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dlscale" / "t-quantiles.json"
+    return Path(base) / "dlscale" / f"t-quantiles-scipy-{release}.json"
 
 
 def _cached(path: Path) -> dict[str, float]:
