@@ -78,8 +78,8 @@ TYPES: dict[str, dict[str, str]] = {
     },
     "interval": {
         "step": "count",
-        "images_per_s": "rate",
-        "loss": "number",
+        "images_per_s": "rate",  # a declared framework's unit a second (params.unit)
+        "loss": "number?",  # null: a script that reports no loss (docs/custom.md)
         "epoch": "count?",
         "includes_warmup": "flag?",
     },
