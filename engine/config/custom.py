@@ -22,9 +22,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from .software import Software
 from .tomlfile import StrictModel, limit
@@ -109,16 +117,20 @@ def fields_in(text: str) -> list[str]:
         raise ValueError(f"{text!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
 
 
-def check_placeholders(texts: list[str]) -> list[str]:
+def check_placeholders(text: str) -> str:
+    """One argv element whose placeholders are all known: the run's, the spec's axes'."""
     allowed = [*PLACEHOLDERS, *_SPEC.get({}).get("axes", [])]
-    for text in texts:
-        for name in fields_in(text):
-            if name not in allowed:
-                raise ValueError(
-                    f"unknown placeholder {{{name}}} in {text!r}; allowed: "
-                    + ", ".join(f"{{{a}}}" for a in allowed)
-                )
-    return texts
+    for name in fields_in(text):
+        if name not in allowed:
+            raise ValueError(
+                f"unknown placeholder {{{name}}}; allowed: "
+                + ", ".join(f"{{{a}}}" for a in allowed)
+            )
+    return text
+
+
+# An argv element (or a factor of units_per_step), its placeholders checked.
+Filled = Annotated[StrictStr, AfterValidator(check_placeholders)]
 
 
 def _regex(value: str | None) -> str | None:
@@ -145,7 +157,7 @@ class LogReport(StrictModel):
     step_time: StrictStr | None = None  # seconds (or step_time_unit) a step
     step_time_unit: Literal["s", "ms"] = "s"
     # A step's units, for step times: the product of these (placeholders allowed).
-    units_per_step: list[StrictStr] = Field(default=["{global_batch}"], min_length=1)
+    units_per_step: list[Filled] = Field(default=["{global_batch}"], min_length=1)
     loss: StrictStr | None = None
     accuracy: StrictStr | None = None  # a fraction, or a percentage above 1
     epoch: StrictStr | None = None
@@ -155,7 +167,6 @@ class LogReport(StrictModel):
     _patterns = field_validator(
         "throughput", "step_time", "loss", "accuracy", "epoch", "warmup_until"
     )(classmethod(lambda cls, v: _regex(v)))
-    _units = field_validator("units_per_step")(classmethod(lambda cls, v: check_placeholders(v)))
 
     @model_validator(mode="after")
     def _one_measure(self) -> LogReport:
@@ -167,15 +178,13 @@ class LogReport(StrictModel):
 class Declared(StrictModel):
     """One `[frameworks.NAME]` table."""
 
-    command: list[StrictStr] = Field(min_length=1)
+    command: list[Filled] = Field(min_length=1)
     script: StrictStr | None = None  # checked to exist; {script} is its absolute path
     launcher: Literal[LAUNCHERS] = "srun"  # type: ignore[valid-type]
     unit: Literal[UNITS] = "samples"  # type: ignore[valid-type]
     software: Software = Field(default_factory=Software)
     log: LogReport | None = None  # absent: the script writes records (trainers/report.py)
     description: StrictStr = ""
-
-    _command = field_validator("command")(classmethod(lambda cls, v: check_placeholders(v)))
 
     @field_validator("script")
     @classmethod
@@ -215,9 +224,3 @@ def declared_names(data: dict[str, Any]) -> list[str]:
     """The frameworks a spec's raw data declares (for the Build screen's list)."""
     tables = data.get("frameworks") if isinstance(data, dict) else None
     return [n for n in tables if isinstance(n, str)] if isinstance(tables, dict) else []
-
-
-def unit_of(training: dict[str, Any]) -> str:
-    """What a run's throughput counts: its declaration's unit; images for built-in ones."""
-    custom = training.get("custom")
-    return custom.get("unit", "samples") if isinstance(custom, dict) else "images"

@@ -10,6 +10,8 @@ from typing import Any
 
 import plotext as plt
 
+from .points import throughput_unit
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 METRICS = {
@@ -51,6 +53,8 @@ def chart(
     color: bool = False,
 ) -> str:
     key, ylabel = METRICS[metric]
+    if metric == "throughput":  # tokens/s is not images/s
+        ylabel = f"throughput ({throughput_unit(results)})"
     # Only finite numbers are drawn: one NaN would break plotext's axis for every line.
     rows = [
         r

@@ -12,6 +12,7 @@ from rich.table import Table
 from ..tracking.queue import QUEUE_COLUMNS
 from . import report_tables
 from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (tables.fmt...)
+from .points import throughput_unit
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
@@ -29,7 +30,7 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
         ("batch/dev", "right"),
         ("precision", "left"),
         ("n", "right"),
-        ("images/s ± CI95", "right"),
+        (f"{throughput_unit(rows)} ± CI95", "right"),
         ("speedup", "right"),
         ("efficiency", "right"),
         ("baseline", "left"),

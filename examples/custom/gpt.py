@@ -50,6 +50,8 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied, as GPT-2's
+        for emb in (self.tok, self.pos):
+            nn.init.normal_(emb.weight, std=0.02)  # GPT-2's initialisation
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
