@@ -201,7 +201,7 @@ def write(
     world = row["devices"]
     throughput, elapsed = total
     unit = training["custom"].get("unit", "samples")
-    with RecordWriter(str(path)) as out:
+    with RecordWriter(str(path), flush_each=False) as out:
         out.write(
             "params",
             framework=row["framework"],
