@@ -234,3 +234,27 @@ def test_a_warmup_pattern_that_never_matches_leaves_nothing():
 def test_a_log_without_matches_measures_nothing():
     p, m = _read("torchrun_tee.log", {"throughput": r"img/sec ([0-9.]+)"})
     assert p.summarize(m) is None
+
+
+def test_the_build_screen_lists_and_checks_the_declared_frameworks(home):
+    """What the TUI's Build screen asks of the engine: the declared framework among the
+    choices (after the built-in ones), its own models and datasets, a form check that finds
+    its script from the spec's folder, and a preview that plans its runs."""
+    from dlscale.engine.config import specfile
+    from dlscale.engine.session import Session
+
+    path = REPO / "examples" / "custom" / "gpt-log.toml"
+    data, problems = specfile.read(path)
+    assert problems == []
+    choices = specfile.choices(data)
+    assert choices["frameworks"][-1] == "gpt" and "pytorch-ddp" in choices["frameworks"]
+    assert "gpt2-tiny" in choices["models"] and "synthetic-tokens" in choices["datasets"]
+    assert specfile.choices({}) is specfile.CHOICES
+    loaded, problems = specfile.check(data, str(path))
+    assert problems == [] and loaded is not None
+    session = Session(home, "local")
+    named = [c for c in session.framework_choices(data) if c.name == "gpt"]
+    assert [(c.usable, c.why) for c in named] == [(True, "")]
+    assert "gpt" not in [c.name for c in session.framework_choices()]
+    preview = session.preview(data, str(path))
+    assert preview.problems == () and preview.runs == 4
