@@ -27,6 +27,7 @@ def spec_text(
     log: str = "throughput = 'throughput ([0-9.]+) tokens/s$'",
     frameworks: str = '["gpt"]',
     script: str = str(GPT),
+    length: str = "steps = 3",
 ) -> str:
     return f"""\
 [experiment]
@@ -43,7 +44,7 @@ repetitions = 1
 seq_len = [16, 32]
 
 [training]
-steps = 3
+{length}
 warmup_steps = 1
 
 [frameworks.gpt]
@@ -96,6 +97,10 @@ BAD = {
     "declared and built-in together": (
         {"frameworks": '["gpt", "pytorch-ddp"]'},
         r":\d+: experiment\.frameworks: declared frameworks \(gpt\) and built-in ones",
+    ),
+    "steps placeholder where the spec gives epochs": (
+        {"command": '["{python}", "{script}", "{steps}"]', "length": "epochs = 2"},
+        r"\(file\): frameworks\.gpt\.command uses \{steps\}, and training gives epochs",
     ),
     "unknown framework": (
         {"frameworks": '["gtp"]'},
@@ -258,3 +263,66 @@ def test_the_build_screen_lists_and_checks_the_declared_frameworks(home):
     assert "gpt" not in [c.name for c in session.framework_choices()]
     preview = session.preview(data, str(path))
     assert preview.problems == () and preview.runs == 4
+
+
+def test_a_rerun_writes_its_records_in_its_own_folder(tmp_path):
+    """A rerun of a declared framework's run on the local backend: the variables that name
+    the records' file and the run follow it to the new folder, as its argv does."""
+    from dlscale.engine.backends.local import LocalBackend
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path / "home")
+    run = plan(_loaded(tmp_path)).runs[0]
+    old_dir, new_dir = tmp_path / "runs" / run.run_id, tmp_path / "runs" / "newrun000000"
+    argv, env = custom_launch.local_command(run, old_dir, str(tmp_path), "cpu", "/pp")
+    old = {"run_id": run.run_id, "run_dir": str(old_dir), "nodes": 1, "ranks_per_node": 1}
+    new = {**old, "run_id": "newrun000000", "run_dir": str(new_dir)}
+    new["training"] = '{"threads_per_rank": 1}'
+
+    def moved(text: str) -> str:
+        return text.replace(str(old_dir), str(new_dir)).replace(run.run_id, "newrun000000")
+
+    request = LocalBackend(store, start_worker=False).repeat(
+        old, new, {"argv": argv, "env": env}, moved
+    )
+    assert request.env["DLSCALE_METRICS"] == str(new_dir / "metrics.jsonl")
+    assert '"run_id": "newrun000000"' in request.env["DLSCALE_RUN"]
+
+
+def test_each_axis_value_is_a_line_of_its_own_in_charts():
+    from dlscale.engine.results.charts import series
+
+    rows = [
+        {"framework": "gpt", "model": "m", "ranks": n, "axes": {"seq_len": s}, "unit": "tokens"}
+        for s in (1024, 2048)
+        for n in (1, 2)
+    ]
+    assert sorted(series(rows)) == ["gpt seq_len=1024", "gpt seq_len=2048"]
+    assert [r["ranks"] for r in series(rows)["gpt seq_len=2048"]] == [1, 2]
+    assert list(series(rows[:2])) == ["gpt"]  # one value: nothing to tell apart
+
+
+def test_speedup_is_against_the_single_device_point_of_the_same_axis_value(tmp_path):
+    """Through the real store: seq_len 64's 2-rank point is measured against seq_len 64's
+    single-device point, not the faster seq_len 16's."""
+    from test_store import line
+
+    from dlscale.engine.results.analysis import results
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path / "home")
+    runs = plan(_loaded(tmp_path, frameworks='["gpt"]')).runs
+    speed = {("1x1", 16): 400.0, ("1x2", 16): 700.0, ("1x1", 32): 100.0, ("1x2", 32): 190.0}
+    store.add_runs(runs)
+    for run in runs:
+        path = tmp_path / f"{run.run_id}.jsonl"
+        value = speed[(run.scale, run.training["axes"]["seq_len"])]
+        fields = {"timed_steps": 10, "warmup_steps": 1, "elapsed_s": 1.0}
+        path.write_text(line("summary", status="completed", throughput=value, **fields))
+        store.ingest(run.run_id, path)
+        store.update_run(run.run_id, state="COMPLETED")
+    rows = {(r["ranks"], r["axes"]["seq_len"]): r for r in results(store)}
+    assert rows[(2, 32)]["speedup"] == pytest.approx(1.9)
+    assert rows[(2, 16)]["speedup"] == pytest.approx(1.75)
+    assert rows[(2, 32)]["baseline"] == "gpt 1x1 seq_len=32"
+    assert {r["unit"] for r in rows.values()} == {"samples"}  # the declaration's default

@@ -185,8 +185,10 @@ class LocalBackend(Backend):
         payload: dict[str, Any],
         moved: Callable[[str], str],
     ) -> JobRequest:
+        # the variables too: a declared framework's name its records' file and run id
+        env = {k: moved(v) for k, v in (payload.get("env") or {}).items()}
         return self._from_record(
-            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], payload.get("env")
+            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], env
         )
 
     @staticmethod

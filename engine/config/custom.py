@@ -220,6 +220,21 @@ def check_axes(axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return axes
 
 
+def unset_lengths(declared: dict[str, Declared], training: Any) -> list[str]:
+    """`{steps}` where the spec gives epochs, or `{epochs}` where it gives steps: the
+    placeholder would have no value; one line per declaration and placeholder."""
+    out = []
+    for name, decl in declared.items():
+        for length in ("steps", "epochs"):
+            used = any(length in fields_in(t) for t in decl.command)
+            if used and getattr(training, length) is None:
+                other = "epochs" if length == "steps" else "steps"
+                out.append(
+                    f"frameworks.{name}.command uses {{{length}}}, and training gives {other}"
+                )
+    return out
+
+
 def declared_names(data: dict[str, Any]) -> list[str]:
     """The frameworks a spec's raw data declares (for the Build screen's list)."""
     tables = data.get("frameworks") if isinstance(data, dict) else None

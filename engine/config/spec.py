@@ -38,7 +38,16 @@ from ...trainers.common.args import (
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
-from .custom import NAME, AxisValue, Declared, all_declared, check_axes, declared, declaring
+from .custom import (
+    NAME,
+    AxisValue,
+    Declared,
+    all_declared,
+    check_axes,
+    declared,
+    declaring,
+    unset_lengths,
+)
 from .frameworks import FRAMEWORKS, Option, taking
 from .tomlfile import Number, StrictModel, limit, load_toml_model
 
@@ -401,6 +410,8 @@ class Spec(StrictModel):
     @model_validator(mode="after")
     def _recipe_fits_data(self) -> Spec:
         t = self.training
+        for problem in unset_lengths(self.frameworks, t):
+            raise ValueError(problem)
         real = [d for d in self.experiment.datasets if d not in SYNTHETIC]
         synthetic = [d for d in self.experiment.datasets if d in SYNTHETIC]
         if synthetic and t.epochs is not None:

@@ -34,11 +34,15 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         for k in ("model", "device", "precision", "per_device_batch", "loader", "lr_schedule")
         if len({r.get(k) for r in rows}) > 1
     ]
+    # a declared framework's own axes: a line per value of those that vary
+    axes = sorted({k for r in rows for k in (r.get("axes") or {})})
+    axes = [k for k in axes if len({repr((r.get("axes") or {}).get(k)) for r in rows}) > 1]
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         name = " ".join(
             [r["framework"]]
             + [f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying]
+            + [f"{k}={(r.get('axes') or {}).get(k)}" for k in axes]
         )
         out.setdefault(name, []).append(r)
     return {name: sorted(pts, key=lambda r: r["ranks"]) for name, pts in sorted(out.items())}

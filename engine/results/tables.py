@@ -50,6 +50,9 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     if schedules:
         columns.insert(columns.index(("scale", "right")), ("lr schedule", "left"))
+    axes = any(r.get("axes") for r in rows)  # a declared framework's own axes' values
+    if axes:
+        columns.insert(columns.index(("scale", "right")), ("axes", "left"))
     devices = len({r.get("device") for r in rows}) > 1  # CPU and GPU points side by side
     if devices:
         columns.insert(columns.index(("framework", "left")) + 1, ("device", "left"))
@@ -81,6 +84,8 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             + ([fmt(r["time_to_accuracy_s"], 1)] if tta else [])
             + [r["state"]]
         )
+        if axes:
+            cells.insert(2, " ".join(f"{k}={v}" for k, v in (r.get("axes") or {}).items()))
         if schedules:
             cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:
