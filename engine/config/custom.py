@@ -235,6 +235,22 @@ def unset_lengths(declared: dict[str, Declared], training: Any) -> list[str]:
     return out
 
 
+def free_name(kind: str, value: str) -> str:
+    """A declared framework's model or dataset: any name a run's label can carry."""
+    if not re.fullmatch(NAME, value):
+        raise ValueError(f"{kind} {value!r}: letters, digits and ._- only (at most 64)")
+    return value
+
+
+def check_names(declared: dict[str, Any], builtin: Any) -> dict[str, Any]:
+    """Declared names: not a built-in framework's, and fit for a run's label."""
+    for name in declared:
+        if name in builtin:
+            raise ValueError(f"{name!r} is a built-in framework; name yours otherwise")
+        free_name("framework", name)
+    return declared
+
+
 def declared_names(data: dict[str, Any]) -> list[str]:
     """The frameworks a spec's raw data declares (for the Build screen's list)."""
     tables = data.get("frameworks") if isinstance(data, dict) else None

@@ -39,13 +39,14 @@ from ...trainers.common.args import (
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
 from .custom import (
-    NAME,
     AxisValue,
     Declared,
     all_declared,
     check_axes,
+    check_names,
     declared,
     declaring,
+    free_name,
     unset_lengths,
 )
 from .frameworks import FRAMEWORKS, Option, taking
@@ -254,14 +255,14 @@ class Experiment(StrictModel):
     @classmethod
     def _models(cls, values: list[str], info: ValidationInfo) -> list[str]:
         if all_declared(info.data.get("frameworks", [])):
-            return [_free_name("model", v) for v in values]
+            return [free_name("model", v) for v in values]
         return [_one_of("model", v, MODELS) for v in values]
 
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
         if all_declared(info.data.get("frameworks", [])):
-            return [_free_name("dataset", v) for v in values]
+            return [free_name("dataset", v) for v in values]
         values = [_one_of("dataset", v, DATASETS) for v in values]
         for dataset in values:
             _taken_by_every("datasets", dataset, info.data.get("frameworks", []))
@@ -311,13 +312,6 @@ class Experiment(StrictModel):
                     "synthetic-imagenet, imagenet)"
                 )
         return self
-
-
-def _free_name(kind: str, value: str) -> str:
-    """A declared framework's model or dataset: any name a run's label can carry."""
-    if not re.fullmatch(NAME, value):
-        raise ValueError(f"{kind} {value!r}: letters, digits and ._- only (at most 64)")
-    return value
 
 
 def _option_type(opt: Option) -> Any:
@@ -371,15 +365,7 @@ class Spec(StrictModel):
         with declaring(data, (info.context or {}).get("folder")):
             return handler(data)
 
-    @field_validator("frameworks")
-    @classmethod
-    def _declared_names(cls, value: dict[str, Declared]) -> dict[str, Declared]:
-        for name in value:
-            if name in FRAMEWORKS:
-                raise ValueError(f"{name!r} is a built-in framework; name yours otherwise")
-            if not re.fullmatch(NAME, name):
-                raise ValueError(f"{name!r}: letters, digits and ._- only (at most 64)")
-        return value
+    _names = field_validator("frameworks")(classmethod(lambda cls, v: check_names(v, FRAMEWORKS)))
 
     @field_validator("training", mode="before")
     @classmethod
