@@ -326,3 +326,16 @@ def test_speedup_is_against_the_single_device_point_of_the_same_axis_value(tmp_p
     assert rows[(2, 16)]["speedup"] == pytest.approx(1.75)
     assert rows[(2, 32)]["baseline"] == "gpt 1x1 seq_len=32"
     assert {r["unit"] for r in rows.values()} == {"samples"}  # the declaration's default
+
+
+def test_what_this_machine_cannot_start_is_refused_before_anything_is_submitted(tmp_path, home):
+    spec = tmp_path / "s.toml"
+    extra = '[frameworks.gpt.software]\nmodules = ["PyTorch/2.3"]'
+    spec.write_text(spec_text(extra=extra))
+    out = dlscale("run", str(spec), home=home, check=2)
+    assert re.search(
+        re.escape(str(spec)) + r":\d+: frameworks\.gpt\.software\.modules: modules are "
+        "loaded in Slurm jobs only",
+        out.stderr,
+    ), out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

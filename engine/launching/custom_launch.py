@@ -16,6 +16,7 @@ from typing import Any
 
 from ...trainers.common.entry import dlscale_version
 from ..config.custom import script_path  # noqa: F401  (jobscript's too)
+from ..config.tomlfile import line_of
 from ..errors import PlanError
 from ..paths import RunPaths
 from .plan import Run
@@ -170,17 +171,24 @@ def local_problems(loaded: Any, runs: list[Run]) -> list[str]:
     for name, decl in loaded.spec.frameworks.items():
         if not any(r.framework == name for r in runs):
             continue
-        where = f"{loaded.path}: frameworks.{name}"
         sw = decl.software
+
+        def at(*field: str, name: str = name) -> str:
+            line = line_of(loaded.text, ("frameworks", name, *field))
+            where = f"{loaded.path}:{line}" if line else loaded.path
+            return f"{where}: frameworks.{name}.{'.'.join(field)}"
+
         if sw.modules:
             problems.append(
-                f"{where}.software.modules: modules are loaded in Slurm jobs only; on "
+                f"{at('software', 'modules')}: modules are loaded in Slurm jobs only; on "
                 "this machine give a venv or run it with --backend slurm"
             )
         if sw.venv and not (script_path(sw.venv, folder) / "bin" / "python").exists():
-            problems.append(f"{where}.software.venv: {sw.venv} has no bin/python here")
+            problems.append(f"{at('software', 'venv')}: {sw.venv} has no bin/python here")
         if sw.container and shutil.which(sw.container.runtime) is None:
-            problems.append(f"{where}.software.container: {sw.container.runtime} is not on PATH")
+            problems.append(
+                f"{at('software', 'container')}: {sw.container.runtime} is not on PATH here"
+            )
         if decl.launcher == "mpirun" and shutil.which("mpirun") is None:
-            problems.append(f"{where}.launcher: mpirun is not on PATH here")
+            problems.append(f"{at('launcher')}: mpirun is not on PATH here")
     return problems
