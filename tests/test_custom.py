@@ -339,3 +339,34 @@ def test_what_this_machine_cannot_start_is_refused_before_anything_is_submitted(
         out.stderr,
     ), out.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.01, max_value=5000, allow_nan=False), min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=5),
+    st.lists(st.text(max_size=40), max_size=5),
+)
+def test_step_times_give_units_over_time_whatever_lines_come_between(times, warm, noise):
+    """Any step times in ms, any warm-up count, any other output between them: the
+    throughput is the measured steps' units over their time, warm-up left out."""
+    lines = []
+    for i, t in enumerate(times):
+        lines += [f"step {i} took {t!r} ms", *(n.replace("took", "") for n in noise)]
+    p = Patterns(
+        {
+            "step_time": r"^step \d+ took ([0-9.e+-]+) ms$",
+            "step_time_unit": "ms",
+            "warmup_lines": warm,
+        },
+        units_per_step=96,
+        devices=2,
+    )
+    m = p.read(lines)
+    measured = [t / 1000 for t in times[warm:]]
+    if not measured:
+        assert p.summarize(m) is None
+        return
+    throughput, elapsed = p.summarize(m)
+    assert elapsed == pytest.approx(sum(measured))
+    assert throughput == pytest.approx(96 * len(measured) / sum(measured))
