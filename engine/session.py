@@ -18,6 +18,7 @@ from . import study
 from .backends.base import Backend
 from .backends.registry import BACKENDS, make_backend
 from .config import specfile
+from .config.custom import declared_names
 from .config.frameworks import FRAMEWORKS
 from .config.profile import LoadedProfile, load_profile
 from .config.spec import LoadedSpec
@@ -161,10 +162,12 @@ class Session:
 
     # --- build ---------------------------------------------------------------------------
 
-    def framework_choices(self) -> list[FrameworkChoice]:
+    def framework_choices(self, data: dict[str, Any] | None = None) -> list[FrameworkChoice]:
         """Each framework, and why it cannot be chosen here: no trainer yet, or no working
         environment on this machine (the fix, `dlscale env create ...`, is in the reason).
-        On Slurm, a framework the profile gives an environment is the site's word."""
+        On Slurm, a framework the profile gives an environment is the site's word. With a
+        spec's `data`, the frameworks it declares follow ([frameworks.NAME]: the user's own
+        scripts, whose software is their declaration's)."""
         profile = self.target.site_profile()
         out = []
         for f in FRAMEWORKS.values():
@@ -174,7 +177,7 @@ class Session:
             if fix:  # a list row has room for the fix, not the whole story
                 why = f"{'broken' if 'broken' in why else 'no'} environment: {fix[1]}"
             out.append(FrameworkChoice(f.name, not problems, why))
-        return out
+        return out + [FrameworkChoice(name, True, "") for name in declared_names(data or {})]
 
     def preview(self, data: dict[str, Any], path: str = "<unsaved spec>") -> Preview:
         loaded, problems = specfile.check(data, path)

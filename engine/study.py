@@ -44,7 +44,11 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
     problems = [
         f"{loaded.path}: experiment.frameworks: {problem}"
         for problem in envs.check_frameworks(
-            sorted({r.framework for r in p.runs}), home, site, backend.site_partition()
+            # a declared framework's software is its declaration's (custom_launch)
+            sorted({r.framework for r in p.runs if "custom" not in r.training}),
+            home,
+            site,
+            backend.site_partition(),
         )
     ]
     needs: dict[str, set[str]] = {}

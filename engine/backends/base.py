@@ -106,6 +106,7 @@ class Backend(abc.ABC):
         within `within_s` seconds: asked before a submission, so an unreachable controller
         costs seconds, not the minutes of a submission retried. A place with no
         controller (this machine) always answers."""
+        return None
 
     def site_profile(self) -> LoadedProfile | None:
         """The cluster profile whose environments set up frameworks' software, if any."""

@@ -106,10 +106,11 @@ class LocalBackend(Backend):
         return "local"
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import gpu_checks
+        from ..launching import custom_launch, gpu_checks
 
         # this machine's GPUs: one per rank, builds with kernels for them
         problems = gpu_checks.check_gpus(loaded, runs, None, None, self.store.home)
+        problems += custom_launch.local_problems(loaded, runs)
         seen = set()
         for run in runs:
             key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
@@ -131,9 +132,28 @@ class LocalBackend(Backend):
         return problems
 
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
-        from ..launching import envs
-        from ..launching.launch import local_command
+        from ..launching import custom_launch, envs
+        from ..launching.gpus import local_device
+        from ..launching.launch import local_command, local_env
 
+        if custom_launch.is_declared(run):  # the user's own script (config/custom.py)
+            argv, env = custom_launch.local_command(
+                run,
+                paths.root,
+                str(Path(loaded.path).resolve().parent),
+                local_device(),
+                envs.trainer_path(self.store.home),
+            )
+            return JobRequest(
+                run.run_id,
+                paths.root,
+                argv,
+                {**local_env(run), **env},
+                run.nodes,
+                run.ranks_per_node,
+                run.training["threads_per_rank"],
+                f"{run.experiment}:{run.label()}",
+            )
         if run.framework not in self._envs:
             self._envs[run.framework] = envs.resolve(run.framework, self.store.home, check=False)
         argv, env = local_command(run, paths.root, self._envs[run.framework], self.store.home)
@@ -165,8 +185,10 @@ class LocalBackend(Backend):
         payload: dict[str, Any],
         moved: Callable[[str], str],
     ) -> JobRequest:
+        # the variables too: a declared framework's name its records' file and run id
+        env = {k: moved(v) for k, v in (payload.get("env") or {}).items()}
         return self._from_record(
-            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], payload.get("env")
+            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], env
         )
 
     @staticmethod

@@ -25,6 +25,7 @@ from pydantic import (
 from ..errors import PlanError
 from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
+from .software import Container, Environment  # noqa: F401  (a profile's environments)
 from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 
@@ -263,28 +264,6 @@ class Partition(StrictModel):
     @classmethod
     def _arch(cls, v: str | float | None) -> str | None:
         return None if v is None else arch_name(parse_arch(v))
-
-
-class Container(StrictModel):
-    image: StrictStr
-    runtime: Literal["apptainer", "singularity"] = "apptainer"
-    nv: StrictBool = False  # --nv: bind the host's NVIDIA driver into the container
-    binds: list[StrictStr] = []
-
-
-class Environment(StrictModel):
-    """How a framework's software is found inside a job: a venv, modules, or a container."""
-
-    venv: StrictStr | None = None
-    modules: list[StrictStr] = []
-    container: Container | None = None
-    launcher: Literal["srun", "torchrun"] | None = None
-
-    @model_validator(mode="after")
-    def _one_way(self) -> Environment:
-        if self.venv and self.container:
-            raise ValueError("give a venv or a container, not both")
-        return self
 
 
 class Interconnect(StrictModel):

@@ -38,6 +38,17 @@ from ...trainers.common.args import (
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
+from .custom import (
+    AxisValue,
+    Declared,
+    all_declared,
+    check_axes,
+    check_names,
+    declared,
+    declaring,
+    free_name,
+    unset_lengths,
+)
 from .frameworks import FRAMEWORKS, Option, taking
 from .tomlfile import Number, StrictModel, limit, load_toml_model
 
@@ -80,6 +91,8 @@ def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
     """A dataset or loader (`what`: "datasets", "loaders") must be one every framework's
     trainer takes; else say which trainers take it and what this one takes."""
     for fw in frameworks:
+        if fw not in FRAMEWORKS:  # a declared framework: its script reads what it reads
+            continue
         theirs = getattr(FRAMEWORKS[fw], what)
         if value not in theirs:
             raise ValueError(
@@ -190,6 +203,11 @@ class Experiment(StrictModel):
     max_concurrent: (
         limit(StrictInt, "more jobs at once than Slurm can hold", ge=1, le=2**26) | None
     ) = None
+    # Axes of the user's own, for declared frameworks: `seq_len = [1024, 2048]` is one set
+    # of runs per value, and `{seq_len}` in their commands (engine/config/custom.py).
+    axes: dict[StrictStr, list[AxisValue]] = {}
+
+    _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
 
     @property
     def batches(self) -> list[int]:
@@ -210,12 +228,16 @@ class Experiment(StrictModel):
     @field_validator("frameworks")
     @classmethod
     def _frameworks(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        return [_one_of("framework", v, list(FRAMEWORKS)) for v in values]
+        values = [_one_of("framework", v, [*FRAMEWORKS, *declared()]) for v in values]
+        all_declared(values)
+        return values
 
     @field_validator("loaders")
     @classmethod
     def _loaders(cls, values: list[str], info: ValidationInfo) -> list[str]:
         values = [_one_of("loader", v, LOADERS) for v in values]
+        if all_declared(info.data.get("frameworks", [])) and values != ["native"]:
+            raise ValueError("a declared framework's script loads its own data: leave loaders out")
         for loader in values:
             _taken_by_every("loaders", loader, info.data.get("frameworks", []))
             synthetic = [d for d in info.data.get("datasets", []) if d in SYNTHETIC]
@@ -231,12 +253,16 @@ class Experiment(StrictModel):
 
     @field_validator("models")
     @classmethod
-    def _models(cls, values: list[str]) -> list[str]:
+    def _models(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        if all_declared(info.data.get("frameworks", [])):
+            return [free_name("model", v) for v in values]
         return [_one_of("model", v, MODELS) for v in values]
 
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        if all_declared(info.data.get("frameworks", [])):
+            return [free_name("dataset", v) for v in values]
         values = [_one_of("dataset", v, DATASETS) for v in values]
         for dataset in values:
             _taken_by_every("datasets", dataset, info.data.get("frameworks", []))
@@ -273,6 +299,10 @@ class Experiment(StrictModel):
                             f"device at scale {s}, more than {MAX_BATCH}: "
                             f"{BATCH_WHY}"
                         )
+        if all_declared(self.frameworks):
+            return self
+        if self.axes:
+            raise ValueError("axes are for declared frameworks ([frameworks.NAME] tables)")
         for model in self.models:
             if not any(model_fits_dataset(model, d) for d in self.datasets):
                 raise ValueError(
@@ -325,6 +355,17 @@ class Spec(StrictModel):
     experiment: Experiment
     training: Training
     options: Options = Field(default_factory=Options)  # type: ignore[valid-type]
+    # Declared frameworks: the user's own scripts (engine/config/custom.py).
+    frameworks: dict[StrictStr, Declared] = {}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _declarations(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        # The experiment's checks see the frameworks this spec declares (custom.declared).
+        with declaring(data, (info.context or {}).get("folder")):
+            return handler(data)
+
+    _names = field_validator("frameworks")(classmethod(lambda cls, v: check_names(v, FRAMEWORKS)))
 
     @field_validator("training", mode="before")
     @classmethod
@@ -346,6 +387,8 @@ class Spec(StrictModel):
     def options_for(self, framework: str) -> dict[str, bool | int]:
         """The options the spec sets for a framework, defaults left out: a run's id
         changes only when an option really changes what the run does."""
+        if framework not in FRAMEWORKS:  # a declared framework has no options
+            return {}
         table = self.options.model_dump().get(framework) or {}
         defaults = {o.name: o.default for o in FRAMEWORKS[framework].options}
         return {k: v for k, v in table.items() if v != defaults.get(k)}
@@ -353,6 +396,8 @@ class Spec(StrictModel):
     @model_validator(mode="after")
     def _recipe_fits_data(self) -> Spec:
         t = self.training
+        for problem in unset_lengths(self.frameworks, t):
+            raise ValueError(problem)
         real = [d for d in self.experiment.datasets if d not in SYNTHETIC]
         synthetic = [d for d in self.experiment.datasets if d in SYNTHETIC]
         if synthetic and t.epochs is not None:
@@ -389,5 +434,5 @@ class LoadedSpec(BaseModel):
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
-    text, spec = load_toml_model(path, Spec)
+    text, spec = load_toml_model(path, Spec, {"folder": str(Path(path).resolve().parent)})
     return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ...trainers.common.args import DATASETS, LOADERS, MODELS, PRECISIONS
 from ..errors import SpecError
+from .custom import declared_names
 from .frameworks import FRAMEWORKS
 from .spec import LoadedSpec, Spec
 from .tomlfile import describe, errors_of, field_name, parse_toml, problems_from
@@ -28,6 +29,26 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precisions": PRECISIONS,
     "loaders": LOADERS,
 }
+
+
+def choices(data: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """CHOICES for one spec's form: its declared frameworks ([frameworks.NAME], engine/
+    config/custom.py) listed after the built-in ones, and, where it declares any, the
+    models and datasets it names (a declared framework's are its own words)."""
+    names = declared_names(data)
+    if not names:
+        return CHOICES
+    exp = data.get("experiment") if isinstance(data.get("experiment"), dict) else {}
+    own = {
+        k: tuple(v for v in exp.get(k, []) if isinstance(v, str))  # type: ignore[union-attr]
+        for k in ("models", "datasets")
+    }
+    return {
+        **CHOICES,
+        "frameworks": (*CHOICES["frameworks"], *names),
+        "models": (*CHOICES["models"], *(m for m in own["models"] if m not in MODELS)),
+        "datasets": (*CHOICES["datasets"], *(d for d in own["datasets"] if d not in DATASETS)),
+    }
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,9 @@ def check(
 ) -> tuple[LoadedSpec | None, list[Problem]]:
     """Validate a spec dict; the loaded spec, or every problem with the field it is in."""
     try:
-        spec = Spec.model_validate(data)
+        # a declared framework's script is found from the spec's folder
+        folder = str(Path(path).resolve().parent) if Path(path).is_file() else None
+        spec = Spec.model_validate(data, context={"folder": folder})
     except ValidationError as exc:
         problems = []
         for err in errors_of(exc):
@@ -82,7 +105,7 @@ def read(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     except SpecError as exc:
         return {}, exc.problems
     try:
-        Spec.model_validate(data)
+        Spec.model_validate(data, context={"folder": str(Path(path).resolve().parent)})
     except ValidationError as exc:
         return data, problems_from(str(path), text, exc, Spec)
     return data, []

@@ -19,7 +19,8 @@ from ..config.frameworks import FRAMEWORKS
 from ..config.profile import Environment, LoadedProfile, Partition
 from ..errors import PlanError
 from ..paths import RunPaths
-from .envs import slurm_environment
+from . import custom_launch
+from .envs import slurm_environment, trainer_path
 from .launch import local_env, trainer_args
 from .plan import Run
 
@@ -88,6 +89,8 @@ _version = functools.cache(dlscale_version)
 
 
 def launcher_for(run: Run, env: Environment) -> str:
+    if custom_launch.is_declared(run):
+        return run.training["custom"]["launcher"]
     allowed = FRAMEWORKS[run.framework].slurm_launchers
     if env.launcher and env.launcher not in allowed:
         raise PlanError(
@@ -140,12 +143,20 @@ def render(
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
     device = "cuda" if partition.gpus_per_node else "cpu"
-    env, env_vars = (
-        slurm_environment(run.framework, profile, home, device)
-        if home is not None
-        else (profile.environments.get(run.framework, Environment()), {})
-    )
-    fw = FRAMEWORKS[run.framework]
+    folder = str(Path(spec_path).resolve().parent)
+    declared = custom_launch.is_declared(run)
+    if declared:  # the user's own script: its declaration's software (config/custom.py)
+        software = dict(run.training["custom"].get("software") or {})
+        if software.get("venv"):  # taken from the spec's folder, as the script is
+            software["venv"] = str(custom_launch.script_path(software["venv"], folder))
+        env = Environment.model_validate(software)
+        env_vars = custom_launch.job_env(run, run_dir, device)
+        if home is not None:
+            env_vars["PYTHONPATH"] = trainer_path(home)
+    elif home is not None:
+        env, env_vars = slurm_environment(run.framework, profile, home, device)
+    else:
+        env, env_vars = profile.environments.get(run.framework, Environment()), {}
     log_path = RunPaths(run_dir).log
     if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
         raise PlanError(
@@ -166,6 +177,15 @@ def render(
         )
         prefix = " ".join(shlex.quote(w) for w in words) + " "
     launcher = launcher_for(run, env)
+    if declared:
+        rank_argv = custom_launch.rank_command(
+            run, run_dir, device, custom_launch.software_python(run, folder, python), folder
+        )
+        target = ["--no-python", *rank_argv]
+    else:
+        module = FRAMEWORKS[run.framework].trainer_module
+        target = ["-m", module, *trainer_args(run, run_dir, device)]
+        rank_argv = [python, *target]
     template = _env.get_template(f"{launcher}.sh.j2")
     return template.render(
         run=run,
@@ -186,6 +206,6 @@ def render(
         gpus=partition.gpus_per_node > 0,
         python=python,
         container_prefix=prefix,
-        trainer_module=fw.trainer_module,
-        trainer_args=trainer_args(run, run_dir, device),
+        rank_argv=rank_argv,
+        torchrun_target=target,
     )

@@ -65,6 +65,7 @@ class Run:
         return bool(self.training.get("comm_benchmark"))
 
     def label(self) -> str:
+        axes = "".join(f" {k}={v}" for k, v in (self.training.get("axes") or {}).items())
         if self.comm_benchmark:
             return (
                 f"{self.framework} {self.model} {self.dataset} {self.scale} "
@@ -72,7 +73,7 @@ class Run:
             )
         return (
             f"{self.framework} {self.model} {self.dataset} {self.scale} "
-            f"b{self.per_device_batch} {self.precision} #{self.repetition}"
+            f"b{self.per_device_batch}{axes} {self.precision} #{self.repetition}"
         )
 
 
@@ -122,8 +123,15 @@ def plan(loaded: LoadedSpec) -> Plan:
     comm: list[Run] = []
     skipped: list[tuple[str, str]] = []
     batches = exp.batches
+    # Declared frameworks (engine/config/custom.py): their declaration and user axes join
+    # their recipes, so editing the command makes new runs.
+    declared = {
+        fw: declared_recipes(loaded, fw, recipes)
+        for fw in exp.frameworks
+        if fw in loaded.spec.frameworks
+    }
     for model, dataset in itertools.product(exp.models, exp.datasets):
-        if not model_fits_dataset(model, dataset):
+        if not declared and not model_fits_dataset(model, dataset):
             skipped.append((model, dataset))
             continue
         for fw, scale, batch, prec, loader, sched in itertools.product(
@@ -133,24 +141,10 @@ def plan(loaded: LoadedSpec) -> Plan:
             # Only a framework's options that differ from its defaults join its recipe, so
             # specs without options keep the run ids they always had.
             options = loaded.spec.options_for(fw)
-            fw_recipe = {**sched, "options": options} if options else sched
-            for rep in range(exp.repetitions):
-                runs.append(
-                    Run(
-                        exp.name,
-                        fw,
-                        model,
-                        dataset,
-                        scale.nodes,
-                        scale.ranks_per_node,
-                        per_device,
-                        per_device * scale.devices,
-                        exp.scaling,
-                        prec,
-                        loader,
-                        rep,
-                        fw_recipe,
-                    )
+            own = [{**sched, "options": options} if options else sched]
+            for fw_recipe in declared[fw][id(sched)] if fw in declared else own:
+                runs += _repetitions(
+                    exp, fw, model, dataset, scale, per_device, prec, loader, fw_recipe
                 )
         if exp.comm_benchmark:
             comm += _comm_runs(loaded, model, dataset, recipe)
@@ -160,12 +154,56 @@ def plan(loaded: LoadedSpec) -> Plan:
             f"communication benchmark: none for {fw}: {NO_COMM_BENCHMARK[fw]}"
             for fw in exp.frameworks
             if fw in NO_COMM_BENCHMARK
+        ] + [
+            f"communication benchmark: none for {fw}: a declared framework's script times "
+            "no allreduce dlscale can start on its own"
+            for fw in exp.frameworks
+            if fw in declared
         ]
         if all(s.devices == 1 for s in exp.scales):
             notes.append(
                 "communication benchmark: none, every scale is one device (nothing to communicate)"
             )
     return Plan(comm + runs, skipped, notes)
+
+
+def declared_recipes(
+    loaded: LoadedSpec, framework: str, recipes: list[dict[str, Any]]
+) -> dict[int, list[dict[str, Any]]]:
+    """A declared framework's recipes for each schedule's recipe (by its id): one per
+    combination of the user's axes' values, each made once and shared by its runs."""
+    axes = loaded.spec.experiment.axes
+    combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    decl = loaded.spec.frameworks[framework].model_dump()
+    return {
+        id(sched): [{**sched, "custom": decl, **({"axes": a} if a else {})} for a in combos]
+        for sched in recipes
+    }
+
+
+def _repetitions(exp, fw, model, dataset, scale, per_device, prec, loader, recipe) -> list[Run]:
+    return [
+        _run(exp, fw, model, dataset, scale, per_device, prec, loader, rep, recipe)
+        for rep in range(exp.repetitions)
+    ]
+
+
+def _run(exp, fw, model, dataset, scale, per_device, prec, loader, rep, recipe) -> Run:
+    return Run(
+        exp.name,
+        fw,
+        model,
+        dataset,
+        scale.nodes,
+        scale.ranks_per_node,
+        per_device,
+        per_device * scale.devices,
+        exp.scaling,
+        prec,
+        loader,
+        rep,
+        recipe,
+    )
 
 
 def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]) -> list[Run]:
@@ -182,20 +220,6 @@ def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, A
         marked = {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}
         per_device = batch if exp.scaling == "weak" else max(1, batch // scale.devices)
         out.append(
-            Run(
-                exp.name,
-                fw,
-                model,
-                dataset,
-                scale.nodes,
-                scale.ranks_per_node,
-                per_device,
-                per_device * scale.devices,
-                exp.scaling,
-                prec,
-                exp.loaders[0],
-                0,
-                marked,
-            )
+            _run(exp, fw, model, dataset, scale, per_device, prec, exp.loaders[0], 0, marked)
         )
     return out

@@ -17,7 +17,16 @@ from typing import Any
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
-from .points import POINT_FIELDS, Point, Spread, device_kind, efficiency, speedup, spread  # noqa: F401
+from .points import (  # noqa: F401
+    POINT_FIELDS,
+    Point,
+    Spread,
+    device_kind,
+    efficiency,
+    speedup,
+    spread,
+    unit_and_axes,
+)
 
 # What results read of each run's env record: its device, and why it has no energy.
 ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
@@ -45,11 +54,14 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         device = kinds[r["run_id"]] or seen.get(r["point_id"])
         p = by_point.get((r["point_id"], device))
         if p is None:
+            unit, axes = unit_and_axes(r)
             p = by_point[(r["point_id"], device)] = Point(
                 **{k: r[k] for k in POINT_FIELDS},
                 device=device,
                 site=r.get("site"),
                 lr_schedule=explained.schedule_of(r),
+                unit=unit,
+                axes=axes,
             )
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
@@ -89,6 +101,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
             p.precision,
             p.per_device_batch,
             str(p.lr_schedule),
+            str(sorted(p.axes.items())),
             p.devices,
             p.nodes,
         )

@@ -10,6 +10,8 @@ from typing import Any
 
 import plotext as plt
 
+from .points import throughput_unit
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 METRICS = {
@@ -61,11 +63,15 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         )
         if len({r.get(k) for r in rows}) > 1
     ]
+    # a declared framework's own axes: a line per value of those that vary
+    axes = sorted({k for r in rows for k in (r.get("axes") or {})})
+    axes = [k for k in axes if len({repr((r.get("axes") or {}).get(k)) for r in rows}) > 1]
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         name = " ".join(
             [r["framework"]]
             + [f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying]
+            + [f"{k}={(r.get('axes') or {}).get(k)}" for k in axes]
         )
         out.setdefault(name, []).append(r)
     return {name: sorted(pts, key=lambda r: r["ranks"]) for name, pts in sorted(out.items())}
@@ -80,6 +86,8 @@ def chart(
     color: bool = False,
 ) -> str:
     key, ylabel = METRICS[metric]
+    if metric == "throughput":  # tokens/s is not images/s
+        ylabel = f"throughput ({throughput_unit(results)})"
     # Only finite numbers are drawn: one NaN would break plotext's axis for every line.
     rows = [
         r

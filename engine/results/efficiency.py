@@ -139,6 +139,9 @@ def fields(p: Point) -> dict[str, Any]:
         why["exposed_comm_s"] = _breakdown_why(p)
     mean = p.throughput.mean
     step = p.global_batch / mean if mean else None  # the timed steps' mean, whole job
+    if p.unit != "images":  # a declared framework's step holds units of its own (tokens)
+        steps = [s["elapsed_s"] / s["timed_steps"] for s in p.summaries if s.get("timed_steps")]
+        step = statistics.median(steps) if steps else None
     other = (
         step - compute - exposed
         if step is not None and compute is not None and exposed is not None

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 
 from .charts import METRICS, series
+from .points import throughput_unit
 
 IDEAL = "ideal"
 NOISY = "noisy (CV > 5%)"
@@ -150,7 +151,7 @@ def _framework_bars(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Fi
         ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=3, label=fw)
     ax.set_xticks(range(len(scales)), [f"{n}x{rpn}\n({d} dev)" for d, n, rpn in scales])
     ax.set_xlabel("scale (nodes x ranks per node)")
-    ax.set_ylabel("throughput (images/s)")
+    ax.set_ylabel(f"throughput ({throughput_unit(rows)})")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small")

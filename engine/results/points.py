@@ -128,6 +128,10 @@ class Point:
     comm: dict[str, Any] | None = None  # the communication benchmark of its scale
     energy_why: str | None = None  # why no energy was measured, where none was
     medians: dict[str, float | None] = field(default_factory=dict)  # efficiency.py's cache
+    # What the throughput counts (images for the built-in trainers; a declared framework's
+    # unit), and a declared framework's own axes' values: a point of its own per value.
+    unit: str = "images"
+    axes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def devices(self) -> int:
@@ -153,10 +157,13 @@ class Point:
             self.scaling,
             batch,
             self.device,
+            self.unit,
+            tuple(sorted(self.axes.items())),
         )
 
     def label(self) -> str:
-        return f"{self.framework} {self.nodes}x{self.ranks_per_node}"
+        axes = "".join(f" {k}={v}" for k, v in self.axes.items())
+        return f"{self.framework} {self.nodes}x{self.ranks_per_node}{axes}"
 
     def as_dict(self) -> dict[str, Any]:
         sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)
@@ -201,6 +208,9 @@ class Point:
             # "2/3": repetitions that reached the target of those that evaluated
             "reached_target": f"{len(self.ttas)}/{len(self.best_top1)}" if self.best_top1 else None,
             "best_top1": max(self.best_top1) if self.best_top1 else None,
+            # throughput is this many a second: "tokens/s" is not "images/s"
+            "unit": self.unit,
+            "axes": self.axes,
         }
 
 
@@ -217,6 +227,27 @@ POINT_FIELDS = (
     "precision",
     "loader",
 )
+
+
+def throughput_unit(rows: list[dict[str, Any]]) -> str:
+    """What the rows' throughput counts a second, for a column or an axis: "tokens/s" where
+    they all count tokens, "units/s" where they differ."""
+    units = {r.get("unit") or "images" for r in rows}
+    return f"{units.pop() if len(units) == 1 else 'units'}/s"
+
+
+def unit_and_axes(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A run's unit and user axes, from its stored recipe: a declared framework's
+    (engine/config/custom.py), else images and none."""
+    try:
+        training = json.loads(row.get("training") or "{}")
+    except ValueError:
+        return "images", {}
+    custom = training.get("custom") if isinstance(training, dict) else None
+    if not isinstance(custom, dict):
+        return "images", {}
+    axes = training.get("axes")
+    return str(custom.get("unit", "samples")), axes if isinstance(axes, dict) else {}
 
 
 def device_kind(env: dict[str, Any] | None) -> str | None:

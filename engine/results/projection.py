@@ -194,6 +194,7 @@ def family_name(p: Point) -> str:
     return " ".join(
         w
         for w in [p.framework, p.model, p.precision, batch, p.loader, p.device or "", p.scaling]
+        + [f"{k}={v}" for k, v in p.axes.items()]  # a declared framework's axes
         if w
     )
 

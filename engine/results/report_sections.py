@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import analysis, tables
+from .points import throughput_unit
 from .reference import LoadedReference, compare
 from .report_tables import Table
 
@@ -21,6 +22,8 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     devices = len({r.get("device") for r in rows}) > 1
     several = len({r["experiment"] for r in rows}) > 1  # a report of several experiments
+    per_s = throughput_unit(rows)  # tokens/s is not images/s (a declared framework's unit)
+    counted = per_s.removesuffix("/s")
     headers = (
         (["experiment", "site"] if several else [])
         + ["model", "framework"]
@@ -33,13 +36,13 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
             "batch/dev",
             "precision",
             "n",
-            "images/s",
+            per_s,
             "CI95",
             "CV",
             "speedup",
             "efficiency",
             "speedup (own)",
-            "images/J",
+            f"{counted}/J",
             "baseline",
             "state",
         ]
@@ -78,7 +81,7 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     right = set(range(first_num, headers.index("baseline"))) - {headers.index("precision")}
     scaling = sorted({r["scaling"] for r in rows})
     notes = [
-        f"{' and '.join(scaling)} scaling; images/s is the mean over repetitions, CI95 "
+        f"{' and '.join(scaling)} scaling; {per_s} is the mean over repetitions, CI95 "
         "the half-width of its Student-t 95% confidence interval, CV the coefficient "
         "of variation; * = noisy (CV > 5%)."
     ]
@@ -89,7 +92,7 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
         if (why := (r.get("unmeasured") or {}).get("images_per_joule")) is not None
     }
     notes += [
-        "images/J: images trained per joule of the devices' energy over the timed "
+        f"{counted}/J: {counted} trained per joule of the devices' energy over the timed "
         "steps (NVML on GPUs, the CPU packages' RAPL counters)"
         + (f"; not measured: {'; '.join(sorted(energy))}" if energy else "")
         + "."
@@ -202,7 +205,7 @@ def _noisy_table(rows: list[dict[str, Any]]) -> Table | None:
     ]
     return Table(
         "Noisy points (CV > 5%)",
-        ["model", "framework", "scale", "n", "images/s", "CV", "runs"],
+        ["model", "framework", "scale", "n", throughput_unit(noisy), "CV", "runs"],
         body,
         [
             "These points vary more than 5% between repetitions: trust their mean "

@@ -12,6 +12,7 @@ from rich.table import Table
 from ..tracking.queue import QUEUE_COLUMNS
 from . import report_tables
 from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (tables.fmt...)
+from .points import throughput_unit
 
 
 def results_table(rows: list[dict[str, Any]]) -> Table:
@@ -29,7 +30,7 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
         ("batch/dev", "right"),
         ("precision", "left"),
         ("n", "right"),
-        ("images/s ± CI95", "right"),
+        (f"{throughput_unit(rows)} ± CI95", "right"),
         ("speedup", "right"),
         ("efficiency", "right"),
         ("baseline", "left"),
@@ -49,6 +50,9 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     if schedules:
         columns.insert(columns.index(("scale", "right")), ("lr schedule", "left"))
+    axes = any(r.get("axes") for r in rows)  # a declared framework's own axes' values
+    if axes:
+        columns.insert(columns.index(("scale", "right")), ("axes", "left"))
     devices = len({r.get("device") for r in rows}) > 1  # CPU and GPU points side by side
     if devices:
         columns.insert(columns.index(("framework", "left")) + 1, ("device", "left"))
@@ -80,6 +84,8 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             + ([fmt(r["time_to_accuracy_s"], 1)] if tta else [])
             + [r["state"]]
         )
+        if axes:
+            cells.insert(2, " ".join(f"{k}={v}" for k, v in (r.get("axes") or {}).items()))
         if schedules:
             cells.insert(2, r.get("lr_schedule") or "-")
         if loaders:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..backends.base import WAITING, Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
+from . import log_patterns
 from .logs import failure_reason
 from .store import ACTIVE, SUBMITTING, TERMINAL, Store
 
@@ -19,9 +20,18 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     A job that exited 0 without a summary record did not measure anything: FAILED."""
     row = store.run(run_id)
     run_dir = Path(row["run_dir"])
+    # A declared framework reporting through its log: its records are made from it now.
+    measured_nothing = (
+        log_patterns.settle(row, (store.job(row["backend"], row["job_id"]) or {}).get("nodes"))
+        if job_state == "COMPLETED" and row["job_id"]
+        else None
+    )
     store.ingest(run_id, RunPaths(run_dir).metrics)
     state, reason = job_state, None
-    if state == "COMPLETED" and not store.records(run_id, "summary"):
+    if measured_nothing:
+        state = "FAILED"
+        reason = measured_nothing + "\n" + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
+    elif state == "COMPLETED" and not store.records(run_id, "summary"):
         state = "FAILED"
         reason = (
             "the job ended without a summary record\n"

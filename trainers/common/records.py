@@ -78,8 +78,8 @@ TYPES: dict[str, dict[str, str]] = {
     },
     "interval": {
         "step": "count",
-        "images_per_s": "rate",
-        "loss": "number",
+        "images_per_s": "rate",  # a declared framework's unit a second (params.unit)
+        "loss": "number?",  # null: a script that reports no loss (docs/custom.md)
         "epoch": "count?",
         "includes_warmup": "flag?",
     },
@@ -161,8 +161,11 @@ class RecordWriter:
     """Appends records to a JSON-lines file, flushed per record so a watcher sees progress
     and a killed run keeps what it wrote. On ranks other than 0 it writes nothing."""
 
-    def __init__(self, path: str | None, enabled: bool = True) -> None:
+    def __init__(self, path: str | None, enabled: bool = True, flush_each: bool = True) -> None:
+        # flush_each=False: records written all at once (the engine's, from a finished
+        # run's log), flushed when closed
         self._file: IO[str] | None = None
+        self._flush_each = flush_each
         if enabled and path:
             self._file = open(path, "a", encoding="utf-8")
 
@@ -175,7 +178,8 @@ class RecordWriter:
         record = {"kind": kind, "schema": SCHEMA, "time": time.time(), **fields}
         if self._file is not None:
             self._file.write(json.dumps(record, sort_keys=True) + "\n")
-            self._file.flush()
+            if self._flush_each:
+                self._file.flush()
         return record
 
     def close(self) -> None:

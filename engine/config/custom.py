@@ -1,0 +1,257 @@
+"""Declared frameworks: a user's own training script, declared in the spec's
+`[frameworks.NAME]` table, run and measured like the built-in frameworks (docs/custom.md).
+
+A declaration names the command as an argv list whose elements may hold placeholders
+(`{nodes}`, `{global_batch}`, an `[experiment.axes]` name...), filled per run with
+str.format_map on each element, never through a shell; the launcher that starts it (srun:
+one task per device, torchrun: one per node, mpirun); its software (a venv, modules, a
+container, as a profile's environments); its unit; and how it reports: `[frameworks.NAME.log]`
+patterns read from the run's log (engine/tracking/log_patterns.py), or else the records the
+script writes itself (trainers/report.py).
+
+The spec's experiment checks (spec.py) ask `declared()` which names the spec being
+validated declares: a context variable set around the whole spec's validation, so every
+way a spec is validated (a file, the Build screen's form) sees its own declarations.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from .software import Software
+from .tomlfile import StrictModel, limit
+
+UNITS = ("images", "samples", "tokens")
+LAUNCHERS = ("srun", "torchrun", "mpirun")
+# What every run fills in; an [experiment.axes] name adds one more.
+PLACEHOLDERS = (
+    "nodes",
+    "ranks_per_node",
+    "devices",
+    "per_device_batch",
+    "global_batch",
+    "precision",
+    "model",
+    "dataset",
+    "steps",
+    "epochs",
+    "warmup_steps",
+    "lr",
+    "seed",
+    "threads",
+    "repetition",
+    "run_id",
+    "run_dir",
+    "metrics",
+    "device",
+    "python",
+    "script",
+)
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AXIS_NAME = r"^[a-z_][a-z0-9_]{0,31}$"
+
+
+@contextmanager
+def declaring(data: Any, folder: str | None) -> Iterator[None]:
+    """While a spec's raw data is validated: its declared names, its axes' names and the
+    folder relative paths are taken from."""
+    tables = data.get("frameworks") if isinstance(data, dict) else None
+    exp = data.get("experiment") if isinstance(data, dict) else None
+    axes = exp.get("axes") if isinstance(exp, dict) else None
+    token = _SPEC.set(
+        {
+            "names": list(tables) if isinstance(tables, dict) else [],
+            "axes": list(axes) if isinstance(axes, dict) else [],
+            "folder": folder or ".",
+        }
+    )
+    try:
+        yield
+    finally:
+        _SPEC.reset(token)
+
+
+_SPEC: ContextVar[dict[str, Any]] = ContextVar("dlscale_spec")
+
+
+def declared() -> list[str]:
+    """The framework names the spec under validation declares."""
+    return list(_SPEC.get({}).get("names", []))
+
+
+def all_declared(frameworks: list[str]) -> bool:
+    """Whether a spec's frameworks are declared ones; a spec holds declared frameworks or
+    built-in ones, never both (their models and datasets mean different things)."""
+    names = declared()
+    ours = [f for f in frameworks if f in names]
+    if ours and len(ours) != len(frameworks):
+        builtin = [f for f in frameworks if f not in names]
+        raise ValueError(
+            f"declared frameworks ({', '.join(ours)}) and built-in ones "
+            f"({', '.join(builtin)}) in one spec: give each a spec of its own"
+        )
+    return bool(ours)
+
+
+def fields_in(text: str) -> list[str]:
+    """The placeholders of one argv element ("{{" is a literal brace)."""
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:  # a lone "{" or "}"
+        raise ValueError(f"{text!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
+
+
+def check_placeholders(text: str) -> str:
+    """One argv element whose placeholders are all known: the run's, the spec's axes'."""
+    allowed = [*PLACEHOLDERS, *_SPEC.get({}).get("axes", [])]
+    for name in fields_in(text):
+        if name not in allowed:
+            raise ValueError(
+                f"unknown placeholder {{{name}}}; allowed: "
+                + ", ".join(f"{{{a}}}" for a in allowed)
+            )
+    return text
+
+
+# An argv element (or a factor of units_per_step), its placeholders checked.
+Filled = Annotated[StrictStr, AfterValidator(check_placeholders)]
+
+
+def _regex(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    if pattern.groups < 1:
+        raise ValueError(
+            f"{value!r} captures nothing: put the number in a group, e.g. ([0-9.]+) or "
+            "(?P<value>[0-9.]+)"
+        )
+    return value
+
+
+class LogReport(StrictModel):
+    """Zero-change reporting: patterns applied to each line of the run's log. Each captures
+    one number, in the group named `value` or else the first group."""
+
+    throughput: StrictStr | None = None  # units a second
+    throughput_per: Literal["device", "total"] = "total"
+    step_time: StrictStr | None = None  # seconds (or step_time_unit) a step
+    step_time_unit: Literal["s", "ms"] = "s"
+    # A step's units, for step times: the product of these (placeholders allowed).
+    units_per_step: list[Filled] = Field(default=["{global_batch}"], min_length=1)
+    loss: StrictStr | None = None
+    accuracy: StrictStr | None = None  # a fraction, or a percentage above 1
+    epoch: StrictStr | None = None
+    warmup_lines: limit(StrictInt, "no run prints that many lines", ge=0, le=10**9) = 0  # type: ignore[valid-type]
+    warmup_until: StrictStr | None = None  # lines before its first match are warm-up
+
+    _patterns = field_validator(
+        "throughput", "step_time", "loss", "accuracy", "epoch", "warmup_until"
+    )(classmethod(lambda cls, v: _regex(v)))
+
+    @model_validator(mode="after")
+    def _one_measure(self) -> LogReport:
+        if (self.throughput is None) == (self.step_time is None):
+            raise ValueError("give exactly one of throughput (units a second) or step_time")
+        return self
+
+
+class Declared(StrictModel):
+    """One `[frameworks.NAME]` table."""
+
+    command: list[Filled] = Field(min_length=1)
+    script: StrictStr | None = None  # checked to exist; {script} is its absolute path
+    launcher: Literal[LAUNCHERS] = "srun"  # type: ignore[valid-type]
+    unit: Literal[UNITS] = "samples"  # type: ignore[valid-type]
+    software: Software = Field(default_factory=Software)
+    log: LogReport | None = None  # absent: the script writes records (trainers/report.py)
+    description: StrictStr = ""
+
+    @field_validator("script")
+    @classmethod
+    def _script_exists(cls, value: str | None) -> str | None:
+        if value is not None and not script_path(value, _SPEC.get({}).get("folder")).is_file():
+            raise ValueError(
+                f"no such file: {value!r} (taken from the spec's folder "
+                f"{_SPEC.get({}).get('folder', '.')})"
+            )
+        return value
+
+
+def script_path(script: str, folder: str | None) -> Path:
+    """A declaration's script or venv as a path: `~` expanded, relative ones taken from the
+    spec's folder."""
+    path = Path(script).expanduser()
+    return path if path.is_absolute() else Path(folder or ".").resolve() / path
+
+
+AxisValue = StrictInt | StrictFloat | StrictStr
+
+
+def check_axes(axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    for name, values in axes.items():
+        if not re.fullmatch(AXIS_NAME, name):
+            raise ValueError(f"axis {name!r}: names are lower case letters, digits and _")
+        if name in PLACEHOLDERS:
+            raise ValueError(f"axis {name!r} is a placeholder every run fills in already")
+        if not values:
+            raise ValueError(f"axis {name!r} has no values")
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"axis {name!r} repeats a value (each value is one set of runs)")
+    return axes
+
+
+def unset_lengths(declared: dict[str, Declared], training: Any) -> list[str]:
+    """`{steps}` where the spec gives epochs, or `{epochs}` where it gives steps: the
+    placeholder would have no value; one line per declaration and placeholder."""
+    out = []
+    for name, decl in declared.items():
+        for length in ("steps", "epochs"):
+            used = any(length in fields_in(t) for t in decl.command)
+            if used and getattr(training, length) is None:
+                other = "epochs" if length == "steps" else "steps"
+                out.append(
+                    f"frameworks.{name}.command uses {{{length}}}, and training gives {other}"
+                )
+    return out
+
+
+def free_name(kind: str, value: str) -> str:
+    """A declared framework's model or dataset: any name a run's label can carry."""
+    if not re.fullmatch(NAME, value):
+        raise ValueError(f"{kind} {value!r}: letters, digits and ._- only (at most 64)")
+    return value
+
+
+def check_names(declared: dict[str, Any], builtin: Any) -> dict[str, Any]:
+    """Declared names: not a built-in framework's, and fit for a run's label."""
+    for name in declared:
+        if name in builtin:
+            raise ValueError(f"{name!r} is a built-in framework; name yours otherwise")
+        free_name("framework", name)
+    return declared
+
+
+def declared_names(data: dict[str, Any]) -> list[str]:
+    """The frameworks a spec's raw data declares (for the Build screen's list)."""
+    tables = data.get("frameworks") if isinstance(data, dict) else None
+    return [n for n in tables if isinstance(n, str)] if isinstance(tables, dict) else []

@@ -1,0 +1,194 @@
+"""A declared framework's command for a run (engine/config/custom.py): its placeholders
+filled, element by element, and how each launcher starts it here or in a Slurm job.
+
+Each argv element is filled with str.format_map over a mapping that refuses any name it
+lacks, so no user text ever meets a shell or becomes a placeholder of its own (a value
+holding "{x}" stays that text).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from ...trainers.common.entry import dlscale_version
+from ..config.custom import script_path  # noqa: F401  (jobscript's too)
+from ..config.tomlfile import line_of
+from ..errors import PlanError
+from ..paths import RunPaths
+from .plan import Run
+
+# The variables every declared framework's ranks get: the run's facts as JSON (what the
+# records' params record holds) and where its records go (trainers/report.py reads both).
+RUN_VAR = "DLSCALE_RUN"
+METRICS_VAR = "DLSCALE_METRICS"
+
+
+def is_declared(run: Run) -> bool:
+    return isinstance(run.training.get("custom"), dict)
+
+
+class _Strict(dict):
+    def __missing__(self, key: str) -> Any:
+        raise PlanError(f"placeholder {{{key}}} has no value for this run")
+
+
+def precision_on(precision: str, device: str) -> str:
+    """`auto` as the built-in trainers take it: bf16 on a GPU, fp32 on a CPU."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device == "cuda" else "fp32"
+
+
+def values(run: Run, run_dir: Path, device: str, python: str, folder: str | None) -> dict[str, Any]:
+    """What each placeholder stands for in this run."""
+    t, decl = run.training, run.training["custom"]
+    out: dict[str, Any] = {
+        "nodes": run.nodes,
+        "ranks_per_node": run.ranks_per_node,
+        "devices": run.devices,
+        "per_device_batch": run.per_device_batch,
+        "global_batch": run.global_batch,
+        "precision": precision_on(run.precision, device),
+        "model": run.model,
+        "dataset": run.dataset,
+        "warmup_steps": t.get("warmup_steps"),
+        "lr": t.get("lr"),
+        "seed": t.get("seed"),
+        "threads": t.get("threads_per_rank"),
+        "repetition": run.repetition,
+        "run_id": run.run_id,
+        "run_dir": str(run_dir),
+        "metrics": str(RunPaths(run_dir).metrics),
+        "device": device,
+        "python": python,
+        **(t.get("axes") or {}),
+    }
+    for name in ("steps", "epochs"):  # the one the spec gives; the other has no value
+        if t.get(name) is not None:
+            out[name] = t[name]
+    if decl.get("script"):
+        out["script"] = str(script_path(decl["script"], folder))
+    return out
+
+
+def fill(texts: list[str], mapping: dict[str, Any]) -> list[str]:
+    strict = _Strict(mapping)
+    return [text.format_map(strict) for text in texts]
+
+
+def rank_command(
+    run: Run, run_dir: Path, device: str, python: str, folder: str | None
+) -> list[str]:
+    """One rank's argv (what srun or mpirun start once per device, torchrun once per rank)."""
+    return fill(run.training["custom"]["command"], values(run, run_dir, device, python, folder))
+
+
+def software_python(run: Run, folder: str | None, default: str) -> str:
+    """{python}: the declared venv's, a container's own python3, else `default`."""
+    sw = run.training["custom"].get("software") or {}
+    if sw.get("venv"):
+        return str(script_path(sw["venv"], folder) / "bin" / "python")
+    if sw.get("container"):
+        return "python3"
+    return default
+
+
+def container_words(sw: dict[str, Any]) -> list[str]:
+    c = sw.get("container")
+    if not c:
+        return []
+    return (
+        [c["runtime"], "exec"]
+        + (["--nv"] if c.get("nv") else [])
+        + sum((["-B", b] for b in c.get("binds", [])), [])
+        + [c["image"]]
+    )
+
+
+def job_env(run: Run, run_dir: Path, device: str) -> dict[str, str]:
+    """The variables of a declared framework's job: the run's facts and its records' path."""
+    facts = {
+        "run_id": run.run_id,
+        "framework": run.framework,
+        "model": run.model,
+        "dataset": run.dataset,
+        "per_device_batch": run.per_device_batch,
+        "global_batch": run.global_batch,
+        "world_size": run.devices,
+        "precision": precision_on(run.precision, device),
+        "steps": run.training.get("steps"),
+        "epochs": run.training.get("epochs"),
+        "warmup_steps": run.training.get("warmup_steps"),
+        "unit": run.training["custom"].get("unit"),
+        "axes": run.training.get("axes") or {},
+        "dlscale_version": dlscale_version(),
+    }
+    return {
+        RUN_VAR: json.dumps(facts, sort_keys=True),
+        METRICS_VAR: str(RunPaths(run_dir).metrics),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def local_command(
+    run: Run, run_dir: Path, folder: str | None, device: str, pythonpath: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and variables to start a declared framework's ranks on this machine."""
+    decl = run.training["custom"]
+    sw = decl.get("software") or {}
+    python = software_python(run, folder, sys.executable)
+    argv = container_words(sw) + rank_command(run, run_dir, device, python, folder)
+    ranks = str(run.ranks_per_node)
+    launcher = decl["launcher"]
+    if launcher == "torchrun":
+        # torchrun from the script's own python where it has one (a venv), else dlscale's
+        launcher_python = python if sw.get("venv") else sys.executable
+        head = [launcher_python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1"]
+        argv = [*head, f"--nproc-per-node={ranks}", "--no-python", *argv]
+    elif launcher == "mpirun":
+        argv = ["mpirun", "-np", ranks, *argv]
+    else:  # srun's one task per device: the trainers' spawner sets the same variables
+        argv = [
+            sys.executable,
+            "-m",
+            "dlscale.trainers.common.spawn",
+            "--ranks",
+            ranks,
+            "--",
+            *argv,
+        ]
+    return argv, {**job_env(run, run_dir, device), "PYTHONPATH": pythonpath}
+
+
+def local_problems(loaded: Any, runs: list[Run]) -> list[str]:
+    """What this machine cannot start of the spec's declared frameworks."""
+    problems = []
+    folder = str(Path(loaded.path).resolve().parent)
+    for name, decl in loaded.spec.frameworks.items():
+        if not any(r.framework == name for r in runs):
+            continue
+        sw = decl.software
+
+        def at(*field: str, name: str = name) -> str:
+            line = line_of(loaded.text, ("frameworks", name, *field))
+            where = f"{loaded.path}:{line}" if line else loaded.path
+            return f"{where}: frameworks.{name}.{'.'.join(field)}"
+
+        if sw.modules:
+            problems.append(
+                f"{at('software', 'modules')}: modules are loaded in Slurm jobs only; on "
+                "this machine give a venv or run it with --backend slurm"
+            )
+        if sw.venv and not (script_path(sw.venv, folder) / "bin" / "python").exists():
+            problems.append(f"{at('software', 'venv')}: {sw.venv} has no bin/python here")
+        if sw.container and shutil.which(sw.container.runtime) is None:
+            problems.append(
+                f"{at('software', 'container')}: {sw.container.runtime} is not on PATH here"
+            )
+        if decl.launcher == "mpirun" and shutil.which("mpirun") is None:
+            problems.append(f"{at('launcher')}: mpirun is not on PATH here")
+    return problems

@@ -1,0 +1,259 @@
+"""Zero-change reporting: a declared framework's log patterns (engine/config/custom.py)
+turned into the records the built-in trainers write, so its runs get the same throughput,
+CI95, speedup and efficiency.
+
+When a declared framework's job ends well, its log is read once, line by line: warm-up lines
+are left out (those before `warmup_until` first matches, then the first `warmup_lines`
+measurements), each remaining throughput or step-time line is one interval, and the run's
+throughput is the total units over the total time of its measured lines: the harmonic mean
+of per-line rates (each line reports the same work, one step or a fixed number), or units
+per step over the mean step time. A log that matched nothing leaves no summary: the run is
+FAILED saying so, never COMPLETED without a number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...trainers.common.entry import dlscale_version
+from ...trainers.common.records import RecordWriter
+from ..paths import RunPaths
+
+
+@dataclass
+class Measured:
+    """What a log's lines gave: one (rate in units a second, loss, epoch) per measured
+    line, the warm-up ones apart, and accuracies as (measured lines so far, epoch, top1)."""
+
+    rates: list[tuple[float, float | None, int | None]] = field(default_factory=list)
+    warmup: list[tuple[float, float | None, int | None]] = field(default_factory=list)
+    accuracies: list[tuple[int, int, float]] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+
+
+def _number(match: re.Match[str]) -> float | None:
+    text = match.group("value") if "value" in match.re.groupindex else match.group(1)
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class Patterns:
+    """A declaration's `log` table, compiled once, applied to a run's lines."""
+
+    def __init__(self, log: dict[str, Any], units_per_step: float, devices: int) -> None:
+        self.log = log
+        self.measure = re.compile(log.get("throughput") or log["step_time"])
+        self.by_time = log.get("throughput") is None
+        self.scale = devices if log.get("throughput_per") == "device" else 1
+        self.ms = log.get("step_time_unit") == "ms"
+        self.units_per_step = units_per_step
+        self.others = {
+            k: re.compile(log[k]) for k in ("loss", "accuracy", "epoch") if log.get(k) is not None
+        }
+        self.until = re.compile(log["warmup_until"]) if log.get("warmup_until") else None
+
+    def read(self, lines: Iterable[str]) -> Measured:
+        out = Measured()
+        started = self.until is None
+        loss: float | None = None
+        epoch: int | None = None
+        skip = int(self.log.get("warmup_lines") or 0)
+        for line in lines:
+            if not started:
+                started = self.until.search(line) is not None  # type: ignore[union-attr]
+                continue
+            for name, pattern in self.others.items():
+                m = pattern.search(line)
+                value = _number(m) if m else None
+                if value is None:
+                    continue
+                if name == "loss":
+                    loss = value
+                elif name == "epoch":
+                    epoch = int(value)
+                else:  # a percentage above 1
+                    top1 = value / 100 if value > 1 else value
+                    out.accuracies.append((len(out.rates), epoch or 0, min(1.0, top1)))
+            m = self.measure.search(line)
+            value = _number(m) if m else None
+            if value is None or value <= 0:
+                continue
+            if self.by_time:
+                seconds = value / 1000 if self.ms else value
+                rate = self.units_per_step / seconds
+            else:
+                rate, seconds = value * self.scale, 0.0
+            if skip > 0:
+                skip -= 1
+                out.warmup.append((rate, loss, epoch))
+                continue
+            out.rates.append((rate, loss, epoch))
+            if self.by_time:
+                out.step_times.append(seconds)
+        return out
+
+    def summarize(self, m: Measured) -> tuple[float, float] | None:
+        """(throughput, seconds measured), or None when no line measured anything."""
+        if not m.rates:
+            return None
+        if m.step_times:
+            elapsed = sum(m.step_times)
+            return self.units_per_step * len(m.step_times) / elapsed, elapsed
+        # the harmonic mean: each line's rate is over the same work
+        throughput = len(m.rates) / sum(1 / r for r, _, _ in m.rates)
+        return throughput, len(m.rates) * self.units_per_step / throughput
+
+
+def units_per_step(log: dict[str, Any], row: dict[str, Any], training: dict[str, Any]) -> float:
+    """The product of the declaration's units_per_step, placeholders filled from the run."""
+    values = {
+        "nodes": row["nodes"],
+        "ranks_per_node": row["ranks_per_node"],
+        "devices": row["nodes"] * row["ranks_per_node"],
+        "per_device_batch": row["per_device_batch"],
+        "global_batch": row["global_batch"],
+        "steps": training.get("steps"),
+        "warmup_steps": training.get("warmup_steps"),
+        **(training.get("axes") or {}),
+    }
+    product = 1.0
+    for text in log.get("units_per_step") or ["{global_batch}"]:
+        filled = text.format_map(values)
+        try:
+            product *= float(filled)
+        except ValueError:
+            raise ValueError(f"units_per_step {text!r} is {filled!r}, not a number") from None
+    return product
+
+
+def run_device(row: dict[str, Any], paths: RunPaths) -> str:
+    """What the run trained on, as the job was made: a Slurm job script asks for GPUs by
+    type (the type's name) or not ("cpu"); the local backend's are this machine's."""
+    try:
+        script = paths.job_script.read_text(errors="replace")
+    except OSError:
+        script = ""
+    m = re.search(r"^#SBATCH --gpus-per-node=(?:([^:\s]+):)?\d+", script, re.M)
+    if m:
+        return m[1] or "gpu"
+    if row.get("backend") == "local":
+        from ..launching.gpus import local_device  # noqa: PLC0415  (nvidia-smi, once)
+
+        return "cpu" if local_device() == "cpu" else "gpu"
+    return "cpu"
+
+
+def settle(row: dict[str, Any], hosts: str | None = None) -> str | None:
+    """For a declared framework with log patterns, whose job ended well: write its records
+    from its log. Returns why the run measured nothing (it is then FAILED), else None."""
+    training = json.loads(row["training"]) if isinstance(row["training"], str) else row["training"]
+    decl = training.get("custom") if isinstance(training, dict) else None
+    if not isinstance(decl, dict) or not decl.get("log"):
+        return None
+    paths = RunPaths.of(row)
+    if _has_summary(paths.metrics):
+        return None  # settled already (a second look at the same run)
+    log = decl["log"]
+    try:
+        patterns = Patterns(log, units_per_step(log, row, training), row["devices"])
+        with open(paths.log, encoding="utf-8", errors="replace") as fh:
+            measured = patterns.read(fh)
+    except (OSError, ValueError, KeyError) as exc:
+        return f"its log could not be read for its patterns: {exc}"
+    total = patterns.summarize(measured)
+    which = "throughput" if log.get("throughput") else "step_time"
+    if total is None:
+        return (
+            f"its log matched no {which} pattern ({log[which]!r})"
+            + (" after the warm-up" if measured.warmup or log.get("warmup_until") else "")
+            + f": no throughput was measured (frameworks.{row['framework']}.log.{which})"
+        )
+    write(paths.metrics, row, training, measured, total, run_device(row, paths), hosts)
+    return None
+
+
+def _has_summary(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return any('"kind": "summary"' in line for line in fh)
+    except OSError:
+        return False
+
+
+def write(
+    path: Path,
+    row: dict[str, Any],
+    training: dict[str, Any],
+    m: Measured,
+    total: tuple[float, float],
+    device: str,
+    hosts: str | None,
+) -> None:
+    """The records a built-in trainer writes, from what the log gave."""
+    world = row["devices"]
+    throughput, elapsed = total
+    unit = training["custom"].get("unit", "samples")
+    with RecordWriter(str(path), flush_each=False) as out:
+        out.write(
+            "params",
+            framework=row["framework"],
+            model=row["model"],
+            dataset=row["dataset"],
+            per_device_batch=row["per_device_batch"],
+            global_batch=row["global_batch"],
+            world_size=world,
+            precision=row["precision"],
+            run_id=row["run_id"],
+            steps=training.get("steps"),
+            warmup_steps=len(m.warmup),
+            unit=unit,
+            axes=training.get("axes") or {},
+            reported_by="log patterns",
+        )
+        names = (hosts or socket.gethostname()).split(",")
+        out.write(
+            "env",
+            framework_versions={},
+            hostnames=names,
+            devices=[device] * world,
+            world_size=world,
+            dlscale_version=dlscale_version(),
+            launcher=training["custom"].get("launcher"),
+        )
+        step = 0
+        for warm, lines in ((True, m.warmup), (False, m.rates)):
+            for rate, loss, epoch in lines:
+                step += 1
+                out.write(
+                    "interval",
+                    step=step,
+                    images_per_s=rate,
+                    loss=loss,
+                    epoch=epoch,
+                    includes_warmup=warm,
+                )
+        for measured, epoch, top1 in m.accuracies:
+            seconds = elapsed * measured / len(m.rates)
+            out.write("eval", step=measured, epoch=epoch, top1=top1, elapsed_s=seconds)
+        best = max((a for _, _, a in m.accuracies), default=None)
+        final_loss = next((loss for _, loss, _ in reversed(m.rates) if loss is not None), None)
+        out.write(
+            "summary",
+            status="completed",
+            throughput=throughput,
+            throughput_per_device=throughput / world,
+            timed_steps=len(m.rates),
+            warmup_steps=len(m.warmup),
+            elapsed_s=elapsed,
+            best_top1=best,
+            final_loss=final_loss,
+            unit=unit,
+        )

@@ -1,0 +1,372 @@
+"""Declared frameworks (engine/config/custom.py): bad declarations refused with the field,
+placeholders filled per argv element, the declaration in the run's identity, log patterns
+read from recorded output (Horovod's synthetic benchmark, torchrun's)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO, dlscale
+from dlscale.engine.config.spec import load_spec
+from dlscale.engine.launching import custom_launch, jobscript
+from dlscale.engine.launching.plan import plan
+from dlscale.engine.tracking.log_patterns import Patterns
+
+GPT = REPO / "examples" / "custom" / "gpt.py"
+FIXTURES = REPO / "tests" / "fixtures" / "custom"
+
+
+def spec_text(
+    command: str = '["{python}", "{script}", "--seq-len", "{seq_len}"]',
+    extra: str = "",
+    log: str = "throughput = 'throughput ([0-9.]+) tokens/s$'",
+    frameworks: str = '["gpt"]',
+    script: str = str(GPT),
+    length: str = "steps = 3",
+) -> str:
+    return f"""\
+[experiment]
+name = "c"
+frameworks = {frameworks}
+models = ["gpt2-tiny"]
+datasets = ["synthetic-tokens"]
+scales = ["1x1", "1x2"]
+per_device_batch = [4]
+precisions = ["fp32"]
+repetitions = 1
+
+[experiment.axes]
+seq_len = [16, 32]
+
+[training]
+{length}
+warmup_steps = 1
+
+[frameworks.gpt]
+script = "{script}"
+command = {command}
+{extra}
+
+[frameworks.gpt.log]
+{log}
+"""
+
+
+BAD = {
+    "unknown placeholder": (
+        {"command": '["{python}", "{script}", "--len", "{seqlen}"]'},
+        r":\d+: frameworks\.gpt\.command\[3\]: unknown placeholder \{seqlen\}",
+    ),
+    "attribute of a placeholder": (
+        {"command": '["{python}", "{nodes.real}"]'},
+        r"frameworks\.gpt\.command\[1\]: unknown placeholder \{nodes\.real\}",
+    ),
+    "lone brace": (
+        {"command": '["{python}", "{"]'},
+        r"frameworks\.gpt\.command\[1\]: .*literal brace",
+    ),
+    "unknown launcher": (
+        {"extra": 'launcher = "pdsh"'},
+        r":\d+: frameworks\.gpt\.launcher: Input should be 'srun', 'torchrun' or 'mpirun'",
+    ),
+    "missing script": (
+        {"script": "no-such-script.py"},
+        r":\d+: frameworks\.gpt\.script: no such file: 'no-such-script.py'",
+    ),
+    "bad unit": (
+        {"extra": 'unit = "frames"'},
+        r":\d+: frameworks\.gpt\.unit: Input should be 'images', 'samples' or 'tokens'",
+    ),
+    "bad pattern regex": (
+        {"log": "throughput = '(unclosed ([0-9.]+)'"},
+        r":\d+: frameworks\.gpt\.log\.throughput: .* is not a regular expression",
+    ),
+    "pattern that captures nothing": (
+        {"log": "throughput = 'tokens/s'"},
+        r"frameworks\.gpt\.log\.throughput: .* captures nothing",
+    ),
+    "neither throughput nor step time": (
+        {"log": "loss = 'loss ([0-9.]+)'"},
+        r"frameworks\.gpt\.log: .*exactly one of throughput",
+    ),
+    "declared and built-in together": (
+        {"frameworks": '["gpt", "pytorch-ddp"]'},
+        r":\d+: experiment\.frameworks: declared frameworks \(gpt\) and built-in ones",
+    ),
+    "steps placeholder where the spec gives epochs": (
+        {"command": '["{python}", "{script}", "{steps}"]', "length": "epochs = 2"},
+        r"\(file\): frameworks\.gpt\.command uses \{steps\}, and training gives epochs",
+    ),
+    "unknown framework": (
+        {"frameworks": '["gtp"]'},
+        r"experiment\.frameworks: unknown framework 'gtp'; allowed: .*pytorch-ddp.*, gpt",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_declaration_is_exit_2_naming_the_field(case, tmp_path, home):
+    changes, expected = BAD[case]
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text(**changes))
+    out = dlscale("plan", str(spec), check=2)
+    assert re.search(re.escape(str(spec)) + ".*" + expected, out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_axes_need_a_declared_framework(tmp_path, home):
+    spec = tmp_path / "s.toml"
+    text = (REPO / "examples" / "quickstart.toml").read_text()
+    spec.write_text(text.replace("[training]", "[experiment.axes]\nseq_len = [1]\n\n[training]"))
+    out = dlscale("plan", str(spec), check=2)
+    assert "experiment: axes are for declared frameworks" in out.stderr
+
+
+def _loaded(tmp_path: Path, **kw):
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text(**kw))
+    return load_spec(spec)
+
+
+def test_axes_expand_and_the_command_is_part_of_the_identity(tmp_path):
+    runs = plan(_loaded(tmp_path)).runs
+    assert sorted((r.scale, r.training["axes"]["seq_len"]) for r in runs) == [
+        ("1x1", 16),
+        ("1x1", 32),
+        ("1x2", 16),
+        ("1x2", 32),
+    ]
+    assert len({r.point_id for r in runs}) == 4
+    edited = plan(_loaded(tmp_path, command='["{python}", "{script}", "--len", "{seq_len}"]'))
+    assert not {r.run_id for r in runs} & {r.run_id for r in edited.runs}
+    again = plan(_loaded(tmp_path))
+    assert [r.run_id for r in again.runs] == [r.run_id for r in runs]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(min_size=0, max_size=30))
+def test_a_value_is_one_argv_element_never_expanded_again(tmp_path_factory, text):
+    """Whatever an axis value holds (spaces, quotes, braces, $(...)), it is one element,
+    exactly as written: format_map fills once and never reads a value as a template."""
+    folder = tmp_path_factory.mktemp("p")
+    spec = folder / "s.toml"
+    body = spec_text(command='["{python}", "--name={seq_len}", "{seq_len}"]')
+    value = text.replace("\\", "\\\\").replace('"', '\\"')
+    value = "".join(c if c.isprintable() else "" for c in value)
+    body = body.replace("seq_len = [16, 32]", f'seq_len = ["{value}"]')
+    spec.write_text(body)
+    loaded = load_spec(spec)
+    want = loaded.spec.experiment.axes["seq_len"][0]
+    run = plan(loaded).runs[0]
+    argv = custom_launch.rank_command(run, Path("/r"), "cpu", "/py", str(folder))
+    assert argv == ["/py", f"--name={want}", want]
+
+
+def test_job_scripts_quote_every_element(tmp_path):
+    from dlscale.engine.config.profile import load_profile
+
+    for launcher in ("srun", "torchrun", "mpirun"):
+        loaded = _loaded(tmp_path, extra=f'launcher = "{launcher}"')
+        run = next(r for r in plan(loaded).runs if r.scale == "1x2")
+        profile = load_profile(REPO / "examples" / "clusters" / "test-cluster.toml")
+        text = jobscript.render(run, profile, tmp_path / "run", loaded.path)
+        assert f"{GPT} --seq-len {run.training['axes']['seq_len']}" in text
+        assert "export DLSCALE_RUN=" in text and "export DLSCALE_METRICS=" in text
+        if launcher == "torchrun":
+            assert "--no-python" in text and "--ntasks-per-node=1" in text
+        if launcher == "mpirun":
+            assert "mpirun -np 2" in text
+
+
+# --- log patterns, on recorded output ------------------------------------------------
+
+
+def _read(fixture: str, log: dict, units_per_step: float = 1, devices: int = 2):
+    p = Patterns(log, units_per_step, devices)
+    m = p.read((FIXTURES / fixture).read_text().splitlines())
+    return p, m
+
+
+def test_horovod_synthetic_benchmark_per_device_rates():
+    # Lines as Horovod's pytorch_synthetic_benchmark.py prints them (its log() calls; the
+    # numbers are made up): each "Iter" line is one iteration of 10 batches, in images a
+    # second per GPU; the closing mean lines must not count, nor anything before
+    # "Running benchmark".
+    p, m = _read(
+        "horovod_synthetic.log",
+        {
+            "throughput": r"^Iter #\d+: ([0-9.]+) img/sec per GPU",
+            "throughput_per": "device",
+            "warmup_until": "^Running benchmark",
+        },
+        units_per_step=32 * 10 * 2,
+    )
+    rates = [98.2, 99.0, 97.6, 98.8, 99.4]
+    assert [r for r, _, _ in m.rates] == [2 * r for r in rates]
+    throughput, elapsed = p.summarize(m)
+    assert throughput == pytest.approx(2 * len(rates) / sum(1 / r for r in rates))
+    assert elapsed == pytest.approx(5 * 640 / throughput)
+
+
+def test_torchrun_tee_step_times_of_rank_0_after_warmup():
+    # Recorded: torchrun --tee 3 of examples/custom/gpt.py on 2 ranks (each line prefixed
+    # [default0]:). The step time in ms, converted with the batch; warm-up by a count.
+    log = {
+        "step_time": r"^\[default0\]:step \d+ .*time ([0-9.]+) ms",
+        "step_time_unit": "ms",
+        "loss": r"^\[default0\]:step \d+ loss ([0-9.]+)",
+        "warmup_lines": 1,
+    }
+    p, m = _read("torchrun_tee.log", log, units_per_step=16 * 64)
+    assert m.step_times == pytest.approx([0.08655, 0.04423, 0.07043, 0.05431])
+    assert [loss for _, loss, _ in m.rates] == [6.2527, 6.2385, 6.2593, 6.2545]
+    assert [loss for _, loss, _ in m.warmup] == [6.2471]
+    throughput, elapsed = p.summarize(m)
+    assert elapsed == pytest.approx(sum(m.step_times))
+    assert throughput == pytest.approx(4 * 1024 / elapsed)
+
+
+def test_a_warmup_pattern_that_never_matches_leaves_nothing():
+    p, m = _read("torchrun_tee.log", {"throughput": r"([0-9.]+) tokens/s", "warmup_until": "x{9}"})
+    assert p.summarize(m) is None
+
+
+def test_a_log_without_matches_measures_nothing():
+    p, m = _read("torchrun_tee.log", {"throughput": r"img/sec ([0-9.]+)"})
+    assert p.summarize(m) is None
+
+
+def test_the_build_screen_lists_and_checks_the_declared_frameworks(home):
+    """What the TUI's Build screen asks of the engine: the declared framework among the
+    choices (after the built-in ones), its own models and datasets, a form check that finds
+    its script from the spec's folder, and a preview that plans its runs."""
+    from dlscale.engine.config import specfile
+    from dlscale.engine.session import Session
+
+    path = REPO / "examples" / "custom" / "gpt-log.toml"
+    data, problems = specfile.read(path)
+    assert problems == []
+    choices = specfile.choices(data)
+    assert choices["frameworks"][-1] == "gpt" and "pytorch-ddp" in choices["frameworks"]
+    assert "gpt2-tiny" in choices["models"] and "synthetic-tokens" in choices["datasets"]
+    assert specfile.choices({}) is specfile.CHOICES
+    loaded, problems = specfile.check(data, str(path))
+    assert problems == [] and loaded is not None
+    session = Session(home, "local")
+    named = [c for c in session.framework_choices(data) if c.name == "gpt"]
+    assert [(c.usable, c.why) for c in named] == [(True, "")]
+    assert "gpt" not in [c.name for c in session.framework_choices()]
+    preview = session.preview(data, str(path))
+    assert preview.problems == () and preview.runs == 4
+
+
+def test_a_rerun_writes_its_records_in_its_own_folder(tmp_path):
+    """A rerun of a declared framework's run on the local backend: the variables that name
+    the records' file and the run follow it to the new folder, as its argv does."""
+    from dlscale.engine.backends.local import LocalBackend
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path / "home")
+    run = plan(_loaded(tmp_path)).runs[0]
+    old_dir, new_dir = tmp_path / "runs" / run.run_id, tmp_path / "runs" / "newrun000000"
+    argv, env = custom_launch.local_command(run, old_dir, str(tmp_path), "cpu", "/pp")
+    old = {"run_id": run.run_id, "run_dir": str(old_dir), "nodes": 1, "ranks_per_node": 1}
+    new = {**old, "run_id": "newrun000000", "run_dir": str(new_dir)}
+    new["training"] = '{"threads_per_rank": 1}'
+
+    def moved(text: str) -> str:
+        return text.replace(str(old_dir), str(new_dir)).replace(run.run_id, "newrun000000")
+
+    request = LocalBackend(store, start_worker=False).repeat(
+        old, new, {"argv": argv, "env": env}, moved
+    )
+    assert request.env["DLSCALE_METRICS"] == str(new_dir / "metrics.jsonl")
+    assert '"run_id": "newrun000000"' in request.env["DLSCALE_RUN"]
+
+
+def test_each_axis_value_is_a_line_of_its_own_in_charts():
+    from dlscale.engine.results.charts import series
+
+    rows = [
+        {"framework": "gpt", "model": "m", "ranks": n, "axes": {"seq_len": s}, "unit": "tokens"}
+        for s in (1024, 2048)
+        for n in (1, 2)
+    ]
+    assert sorted(series(rows)) == ["gpt seq_len=1024", "gpt seq_len=2048"]
+    assert [r["ranks"] for r in series(rows)["gpt seq_len=2048"]] == [1, 2]
+    assert list(series(rows[:2])) == ["gpt"]  # one value: nothing to tell apart
+
+
+def test_speedup_is_against_the_single_device_point_of_the_same_axis_value(tmp_path):
+    """Through the real store: seq_len 64's 2-rank point is measured against seq_len 64's
+    single-device point, not the faster seq_len 16's."""
+    from test_store import line
+
+    from dlscale.engine.results.analysis import results
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path / "home")
+    runs = plan(_loaded(tmp_path, frameworks='["gpt"]')).runs
+    speed = {("1x1", 16): 400.0, ("1x2", 16): 700.0, ("1x1", 32): 100.0, ("1x2", 32): 190.0}
+    store.add_runs(runs)
+    for run in runs:
+        path = tmp_path / f"{run.run_id}.jsonl"
+        value = speed[(run.scale, run.training["axes"]["seq_len"])]
+        fields = {"timed_steps": 10, "warmup_steps": 1, "elapsed_s": 1.0}
+        path.write_text(line("summary", status="completed", throughput=value, **fields))
+        store.ingest(run.run_id, path)
+        store.update_run(run.run_id, state="COMPLETED")
+    rows = {(r["ranks"], r["axes"]["seq_len"]): r for r in results(store)}
+    assert rows[(2, 32)]["speedup"] == pytest.approx(1.9)
+    assert rows[(2, 16)]["speedup"] == pytest.approx(1.75)
+    assert rows[(2, 32)]["baseline"] == "gpt 1x1 seq_len=32"
+    assert {r["unit"] for r in rows.values()} == {"samples"}  # the declaration's default
+
+
+def test_what_this_machine_cannot_start_is_refused_before_anything_is_submitted(tmp_path, home):
+    spec = tmp_path / "s.toml"
+    extra = '[frameworks.gpt.software]\nmodules = ["PyTorch/2.3"]'
+    spec.write_text(spec_text(extra=extra))
+    out = dlscale("run", str(spec), home=home, check=2)
+    assert re.search(
+        re.escape(str(spec)) + r":\d+: frameworks\.gpt\.software\.modules: modules are "
+        "loaded in Slurm jobs only",
+        out.stderr,
+    ), out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.01, max_value=5000, allow_nan=False), min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=5),
+    st.lists(st.text(max_size=40), max_size=5),
+)
+def test_step_times_give_units_over_time_whatever_lines_come_between(times, warm, noise):
+    """Any step times in ms, any warm-up count, any other output between them: the
+    throughput is the measured steps' units over their time, warm-up left out."""
+    lines = []
+    for i, t in enumerate(times):
+        lines += [f"step {i} took {t!r} ms", *(n.replace("took", "") for n in noise)]
+    p = Patterns(
+        {
+            "step_time": r"^step \d+ took ([0-9.e+-]+) ms$",
+            "step_time_unit": "ms",
+            "warmup_lines": warm,
+        },
+        units_per_step=96,
+        devices=2,
+    )
+    m = p.read(lines)
+    measured = [t / 1000 for t in times[warm:]]
+    if not measured:
+        assert p.summarize(m) is None
+        return
+    throughput, elapsed = p.summarize(m)
+    assert elapsed == pytest.approx(sum(measured))
+    assert throughput == pytest.approx(96 * len(measured) / sum(measured))

@@ -1,0 +1,94 @@
+"""Declared frameworks end to end through the CLI: examples/custom's GPT-2-shaped script
+reported through log patterns only and through its records, on the local backend, and
+wrapped with torchrun on two Slurm nodes. Each local study is 4 runs of a few seconds of
+training (about 80 s on 2 busy cores, most of it starting torch); the Slurm one 2 runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, dlscale
+from dlscale.engine.tracking.store import Store
+
+EXAMPLES = REPO / "examples" / "custom"
+PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+
+
+def example(tmp_path: Path, name: str, edit=lambda text: text) -> Path:
+    """An example spec beside a copy of its script (the script is found from the spec's
+    folder, wherever that is)."""
+    shutil.copy(EXAMPLES / "gpt.py", tmp_path / "gpt.py")
+    spec = tmp_path / name
+    spec.write_text(edit((EXAMPLES / name).read_text()))
+    return spec
+
+
+def check_results(home: Path, experiment: str) -> list[dict]:
+    out = dlscale("results", "--format", "json", home=home, check=0)
+    rows = [r for r in json.loads(out.stdout) if r["experiment"] == experiment]
+    assert sorted(r["ranks"] for r in rows) == [1, 2]
+    for r in rows:
+        assert r["state"] == "COMPLETED" and r["n"] == 2
+        assert r["unit"] == "tokens" and r["axes"] == {"seq_len": 32}
+        assert r["throughput"] > 0 and r["throughput_ci95"] is not None
+        assert r["speedup"] is not None and r["efficiency"] is not None
+    table = dlscale("results", home=home, check=0).stdout
+    assert "tokens/s ± CI95" in table and "images/s" not in table
+    return rows
+
+
+@pytest.mark.parametrize("name", ["gpt-log.toml", "gpt-records.toml"])
+def test_example_study_gives_ci95_speedup_and_efficiency(name, tmp_path, home):
+    spec = example(tmp_path, name)
+    dlscale("run", str(spec), "--wait", home=home, check=0)
+    check_results(home, name.removesuffix(".toml"))
+    store = Store(home)
+    for run in store.runs(name.removesuffix(".toml")):
+        params = store.records(run["run_id"], "params")[0]
+        assert params["unit"] == "tokens" and params["axes"] == {"seq_len": 32}
+        assert params["world_size"] == run["devices"]
+
+
+def test_a_log_that_matched_nothing_is_failed_with_the_reason(tmp_path, home):
+    def edit(text: str) -> str:
+        text = text.replace('scales = ["1x1", "1x2"]', 'scales = ["1x1"]')
+        text = text.replace("repetitions = 2", "repetitions = 1")
+        return text.replace("throughput ([0-9.]+) tokens/s$", "([0-9.]+) img/sec per GPU")
+
+    spec = example(tmp_path, "gpt-log.toml", edit)
+    dlscale("run", str(spec), "--wait", home=home)
+    [run] = Store(home).runs("gpt-log")
+    assert run["state"] == "FAILED"
+    assert run["reason"].startswith(
+        "its log matched no throughput pattern ('([0-9.]+) img/sec per GPU')"
+    )
+    assert "frameworks.gpt.log.throughput" in run["reason"]
+    out = dlscale("results", "--format", "json", home=home, check=0)
+    assert [r["throughput"] for r in json.loads(out.stdout)] == [None]
+
+
+def test_torchrun_example_on_two_slurm_nodes(slurm_22_05, tmp_path, home, monkeypatch):
+    for name, value in slurm_22_05.env.items():
+        monkeypatch.setenv(name, value)
+    shutil.copy(EXAMPLES / "gpt.py", tmp_path / "gpt.py")
+    spec = tmp_path / "gpt-slurm.toml"
+    text = (EXAMPLES / "gpt-slurm.toml").read_text()
+    spec.write_text(text.replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"'))
+    args = ["run", str(spec), "--profile", str(PROFILE), "--backend", "slurm", "--wait"]
+    dlscale(*args, home=home, check=0)
+    store = Store(home)
+    runs = store.runs("gpt-slurm")
+    assert sorted(r["nodes"] for r in runs) == [1, 2]
+    for run in runs:
+        assert run["state"] == "COMPLETED", run["reason"]
+        script = (Path(run["run_dir"]) / "job.sh").read_text()
+        assert "torch.distributed.run --nnodes=" in script and "--no-python" in script
+        summary = store.records(run["run_id"], "summary")[0]
+        assert summary["throughput"] > 0 and summary["unit"] == "tokens"
+    out = dlscale("results", "--format", "json", home=home, check=0)
+    two = next(r for r in json.loads(out.stdout) if r["nodes"] == 2)
+    assert two["speedup"] is not None and two["unit"] == "tokens"
