@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import REPO
 from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from test_tui import field, until
-from tui_text import recorded_study
+from tui_text import recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,3 +40,16 @@ async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the
         store.close()
         app._refresh_queue(app.experiment)
         await until(pilot, lambda: "0 to run" in _preview(app), 20, "the preview after it")
+
+
+async def test_a_spec_that_declares_its_own_script_lists_it_and_previews(home):
+    """Issue 25 in the TUI: Build lists a framework the spec declares (with its own model
+    and dataset), ticked, and the form previews its runs; the ticks read [x]/[ ]."""
+    app = DlscaleApp(Session(home, "local"), str(REPO / "examples/custom/gpt-log.toml"))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the frameworks")
+        await until(pilot, lambda: "gpt" in field(app, "frameworks").selected, 20, "gpt ticked")
+        assert "gpt2-tiny" in field(app, "models").selected
+        await until(pilot, lambda: "4 runs" in _preview(app), 30, "the preview")
+        text = screen_text(app)
+        assert "[x] gpt" in text and "[ ] pytorch-ddp" in text

@@ -69,6 +69,7 @@ class BuildScreen(SubmitFromForm):
         self._preview_timer: Timer | None = None
         self.checked_serial = -1  # the form change the panel shows
         self._counts_seen: dict[str, int] | None = None  # the study's runs by state
+        self.shown_data: dict[str, Any] = self.data  # what the lists' choices come from
         self.submit_when_checked = False  # ctrl+r came while a change was being checked
 
     def compose(self) -> ComposeResult:
@@ -114,11 +115,8 @@ class BuildScreen(SubmitFromForm):
                 for name in specfile.CHOICES["frameworks"]
             ]
         )
-        self._check_frameworks()
-        for wid in LISTS[1:]:
-            self.query_one(f"#{wid}", SelectionList).add_options(
-                [Selection(literal(v), v, False) for v in specfile.CHOICES[wid]]
-            )
+        self._check_frameworks(self.data)
+        self.offer(specfile.CHOICES)
         profile = self.app.session.profile
         self.query_one("#profile", Input).value = profile.path if profile else ""
         if self.app.spec_path:
@@ -157,10 +155,20 @@ class BuildScreen(SubmitFromForm):
         if self.loaded_from is None:  # the user opened nothing meanwhile
             self.load(message.path)
 
+    def offer(self, choices: dict[str, tuple[str, ...]]) -> None:
+        """The lists' choices (a spec that declares its own framework brings its own models
+        and datasets); a list is filled anew only when its choices change."""
+        for wid in LISTS[1:]:
+            sl = self.query_one(f"#{wid}", SelectionList)
+            if tuple(o.value for o in sl.options) != choices[wid]:  # type: ignore[attr-defined]
+                chosen = set(sl.selected)
+                sl.clear_options()
+                sl.add_options([Selection(literal(v), v, v in chosen) for v in choices[wid]])
+
     @work(thread=True, exclusive=True, group="frameworks", exit_on_error=False)
-    def _check_frameworks(self) -> None:
+    def _check_frameworks(self, data: dict[str, Any]) -> None:
         try:
-            choices = self.app.session.framework_choices()
+            choices = self.app.session.framework_choices(data)
         except Exception as exc:
             self.post_message(EngineFailed("checking the frameworks", describe(exc)))
             return
@@ -192,7 +200,12 @@ class BuildScreen(SubmitFromForm):
     # --- form <-> data -------------------------------------------------------------------
 
     def fill(self, data: dict[str, Any]) -> None:
+        choices = specfile.choices(data)
+        if choices["frameworks"] != specfile.choices(self.shown_data)["frameworks"]:
+            self._check_frameworks(copy.deepcopy(data))  # its declared frameworks listed
+        self.shown_data = data
         self._filling = True
+        self.offer(choices)
         exp, training = data.get("experiment", {}), data.get("training", {})
         batch = exp.get("per_device_batch", exp.get("global_batch", []))
         texts = {
@@ -212,7 +225,7 @@ class BuildScreen(SubmitFromForm):
             sl = self.query_one(f"#{wid}", SelectionList)
             sl.deselect_all()
             for v in _as_list(exp.get(wid, DEFAULTS["experiment"].get(wid, []))):
-                if isinstance(v, str) and v in specfile.CHOICES[wid]:
+                if isinstance(v, str) and v in choices[wid]:
                     sl.select(v)
         self.batch_title()
         self._filling = False

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
+from textual.widgets.data_table import ColumnKey
 
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
@@ -154,6 +155,13 @@ class ResultsScreen(AppScreen):
             self.model = None
         table = self.query_one("#results", DataTable)
         table.clear()
+        # tokens/s is not images/s: a declared framework's unit names the columns.
+        per_s = tables.throughput_unit(self.results) if self.results else "images/s"
+        for key, label in (
+            ("images/s ± CI95", f"{per_s} ± CI95"),
+            ("images/J", f"{per_s.removesuffix('/s')}/J"),
+        ):
+            table.columns[ColumnKey(key)].label = literal_cell(label)
         for r in self.results:
             # Cells as Text: DataTable reads a str as markup.
             table.add_row(

@@ -197,6 +197,26 @@ class Declared(StrictModel):
         return value
 
 
+def anchored(data: dict[str, Any], folder: str | Path) -> dict[str, Any]:
+    """The spec's data with each declaration's relative script and venv made absolute from
+    the spec's `folder`: the form that edits it saves elsewhere (or submits from beside the
+    store), where a relative path would name another file."""
+    tables = data.get("frameworks")
+    if not isinstance(tables, dict):
+        return data
+    out = {**data, "frameworks": dict(tables)}
+    for name, decl in tables.items():
+        if not isinstance(decl, dict):
+            continue
+        decl = out["frameworks"][name] = dict(decl)
+        if isinstance(decl.get("script"), str):
+            decl["script"] = str(script_path(decl["script"], str(folder)))
+        sw = decl.get("software")
+        if isinstance(sw, dict) and isinstance(sw.get("venv"), str):
+            decl["software"] = {**sw, "venv": str(script_path(sw["venv"], str(folder)))}
+    return out
+
+
 def script_path(script: str, folder: str | None) -> Path:
     """A declaration's script or venv as a path: `~` expanded, relative ones taken from the
     spec's folder."""

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ...trainers.common.args import DATASETS, LOADERS, MODELS, PRECISIONS
 from ..errors import SpecError
-from .custom import declared_names
+from .custom import anchored, declared_names
 from .frameworks import FRAMEWORKS
 from .spec import LoadedSpec, Spec
 from .tomlfile import describe, errors_of, field_name, parse_toml, problems_from
@@ -104,11 +104,12 @@ def read(path: str | Path) -> tuple[dict[str, Any], list[str]]:
         text, data = parse_toml(path)
     except SpecError as exc:
         return {}, exc.problems
+    folder = Path(path).resolve().parent
     try:
-        Spec.model_validate(data, context={"folder": str(Path(path).resolve().parent)})
+        Spec.model_validate(data, context={"folder": str(folder)})
     except ValidationError as exc:
-        return data, problems_from(str(path), text, exc, Spec)
-    return data, []
+        return anchored(data, folder), problems_from(str(path), text, exc, Spec)
+    return anchored(data, folder), []
 
 
 def save(data: dict[str, Any], path: str | Path) -> Path:

@@ -13,8 +13,10 @@ import itertools
 import json
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
+from ..config.custom import anchored
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK  # noqa: F401
 from ..config.spec import LoadedSpec, model_fits_dataset
 
@@ -98,7 +100,12 @@ def _identity_digest(identity: dict[str, Any]) -> str:
     if cached is None or cached[0] is not training:
         if len(_TRAINING_TEXT) > 256:  # a long-lived process (the TUI) plans again and again
             _TRAINING_TEXT.clear()
-        cached = _TRAINING_TEXT[id(training)] = (training, json.dumps(training, sort_keys=True))
+        named = (
+            {**training, "custom": identity_of_declaration(training["custom"])}
+            if isinstance(training.get("custom"), dict)
+            else training
+        )
+        cached = _TRAINING_TEXT[id(training)] = (training, json.dumps(named, sort_keys=True))
     text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
     text = text.replace(json.dumps(_SLOT), cached[1], 1)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -174,11 +181,32 @@ def declared_recipes(
     combination of the user's axes' values, each made once and shared by its runs."""
     axes = loaded.spec.experiment.axes
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-    decl = loaded.spec.frameworks[framework].model_dump()
+    # Its script and venv as absolute paths, whichever copy of the spec (a file, the Build
+    # screen's form saved beside the store) is submitted.
+    folder = Path(loaded.path).resolve().parent
+    decl = anchored(
+        {"frameworks": {framework: loaded.spec.frameworks[framework].model_dump()}}, folder
+    )["frameworks"][framework]
     return {
         id(sched): [{**sched, "custom": decl, **({"axes": a} if a else {})} for a in combos]
         for sched in recipes
     }
+
+
+def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
+    """What of a declaration (its script made absolute by declared_recipes) makes its runs
+    what they are: the script by its content, not by where it lies (the spec's copy in the
+    Build screen names it by another path; an edited script makes new runs); where its
+    software comes from is the environment's, as for a built-in framework, not the run's."""
+    out = {k: v for k, v in decl.items() if k != "software"}
+    script = out.get("script")
+    if isinstance(script, str):
+        path = Path(script)
+        try:
+            out["script"] = f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+        except OSError:
+            pass  # refused when the spec was read; kept as written
+    return out
 
 
 def _repetitions(exp, fw, model, dataset, scale, per_device, prec, loader, recipe) -> list[Run]:
