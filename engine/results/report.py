@@ -24,7 +24,8 @@ import jinja2
 import markupsafe
 import tomllib
 
-from ..errors import NotFoundError, UserError
+from ..config.tomlfile import parse_toml
+from ..errors import NotFoundError, SpecError, UserError
 from ..paths import RunPaths
 from ..tracking.store import Store
 from . import analysis, figures, mllog, tables
@@ -101,8 +102,8 @@ def _profile_of(runs: list[dict[str, Any]]) -> str | None:
         path = RunPaths(Path(r["run_dir"] or "")).profile
         if path.is_file():  # only a cluster's runs keep one
             try:
-                data = tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError):
+                _, data = parse_toml(path)
+            except SpecError:  # bounded and checked like any profile; unreadable: skipped
                 continue
             desc = data.get("description")
             return f"{data.get('name', '?')}" + (f" ({desc})" if desc else "")
@@ -269,5 +270,5 @@ def _write(
 def _description(exp: dict[str, Any]) -> str:
     try:
         return tomllib.loads(exp["spec_text"]).get("experiment", {}).get("description", "")
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError, AttributeError):
         return ""
