@@ -15,6 +15,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from ..trainers.common.records import nesting as depth  # noqa: F401  (one home)
+
 # A spec, profile or reference is a few KiB; a thousand times that is a mistake.
 TEXT_LIMIT = 4 << 20
 # Tables and arrays nested deeper than this in a TOML file are refused: no field of a
@@ -86,16 +88,3 @@ def read_bounded(path: str | Path, limit: int = TEXT_LIMIT, follow: bool = True)
 def read_text(path: str | Path, limit: int = TEXT_LIMIT, follow: bool = True) -> str:
     """read_bounded as UTF-8 text (UnicodeDecodeError, a ValueError, when it is not)."""
     return read_bounded(path, limit, follow).decode("utf-8")
-
-
-def depth(data: object) -> int:
-    """How deeply lists and dicts nest in `data`, counted without recursion."""
-    deepest, todo = 0, [(data, 1)]
-    while todo:
-        value, level = todo.pop()
-        if isinstance(value, dict):
-            value = list(value.values())
-        if isinstance(value, list):
-            deepest = max(deepest, level)
-            todo.extend((v, level + 1) for v in value if isinstance(v, (list, dict)))
-    return deepest

@@ -19,7 +19,7 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     A job that exited 0 without a summary record did not measure anything: FAILED."""
     row = store.run(run_id)
     run_dir = Path(row["run_dir"])
-    store.ingest(run_id, RunPaths(run_dir).metrics)
+    store.ingest(run_id, RunPaths(run_dir).metrics, final=True)
     state, reason = job_state, None
     if state == "COMPLETED" and not store.records(run_id, "summary"):
         state = "FAILED"
