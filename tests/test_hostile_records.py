@@ -87,8 +87,11 @@ def test_every_hostile_record_at_once_through_the_cli(tmp_path):
         assert "internal error" not in proc.stderr + proc.stdout
 
 
-def _finished_run(home: Path, metrics: bytes) -> tuple[Store, str]:
-    """A run whose job just completed with these metrics, settled as the watcher does."""
+def finished_run(
+    home: Path, metrics: bytes = b"", state: str = "COMPLETED", place=None
+) -> tuple[Store, str]:
+    """A run whose job just ended with these metrics, settled as the watcher does;
+    `place(run_dir)` may put the job's other files there first."""
     from dlscale.engine.config.spec import load_spec
     from dlscale.engine.launching.plan import plan
 
@@ -97,8 +100,10 @@ def _finished_run(home: Path, metrics: bytes) -> tuple[Store, str]:
     store.add_run(run)
     row = store.start_attempt(run.run_id)
     (Path(row["run_dir"]) / "metrics.jsonl").write_bytes(metrics)
-    store.add_job("local", "1", run.run_id, "COMPLETED")
-    finalize_run(store, run.run_id, "COMPLETED")
+    if place is not None:
+        place(Path(row["run_dir"]))
+    store.add_job("local", "1", run.run_id, state)
+    finalize_run(store, run.run_id, state)
     return store, run.run_id
 
 
@@ -109,14 +114,14 @@ def _recorded_lines() -> list[bytes]:
 
 def test_a_finished_runs_unterminated_last_line_is_taken(tmp_path):
     lines = _recorded_lines()
-    store, run_id = _finished_run(tmp_path, b"\n".join(lines))  # no final \n
+    store, run_id = finished_run(tmp_path, b"\n".join(lines))  # no final \n
     assert store.run(run_id)["state"] == "COMPLETED"
     assert len(store.records(run_id)) == len(lines)
 
 
 def test_a_finished_runs_torn_last_line_is_skipped_and_counted(tmp_path):
     lines = _recorded_lines()
-    store, run_id = _finished_run(tmp_path, b"\n".join([*lines, b'{"kind": "inter']))
+    store, run_id = finished_run(tmp_path, b"\n".join([*lines, b'{"kind": "inter']))
     assert store.run(run_id)["bad_records"] == 1
     assert f"line {len(lines) + 1} skipped: not JSON" in store.skipped_notes()[0]
 
@@ -124,7 +129,7 @@ def test_a_finished_runs_torn_last_line_is_skipped_and_counted(tmp_path):
 @pytest.mark.parametrize("sep", [b"\r", b"\r\n"])
 def test_records_separated_by_carriage_returns_are_read(tmp_path, sep):
     lines = _recorded_lines()
-    store, run_id = _finished_run(tmp_path, sep.join(lines) + sep)
+    store, run_id = finished_run(tmp_path, sep.join(lines) + sep)
     assert store.run(run_id)["state"] == "COMPLETED", store.run(run_id)["reason"]
     assert len(store.records(run_id)) == len(lines)
     assert store.run(run_id)["bad_records"] == 0
@@ -146,7 +151,7 @@ def _replace(path: Path, kind: str) -> None:
 def test_a_runs_files_that_are_not_its_own_regular_files_stop_no_command(tmp_path, kind):
     home = tmp_path / "home"
     lines = _recorded_lines()
-    store, run_id = _finished_run(home, b"\n".join(lines) + b"\n")
+    store, run_id = finished_run(home, b"\n".join(lines) + b"\n")
     run_dir = Path(store.run(run_id)["run_dir"])
     # the run is running again, its records file and log replaced by something hostile
     store.update_run(run_id, state="RUNNING")

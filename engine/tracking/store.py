@@ -86,11 +86,28 @@ def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
+def _check_db_path(db: Path) -> None:
+    """The store file is the home's own: SQLite would make the target of a dangling link
+    (outside the home, wherever it points) and cannot open a folder or a FIFO."""
+    if db.is_symlink() and not db.exists():
+        raise StoreError(
+            f"{db} is a link to {os.readlink(db)}, which does not exist; dlscale makes its "
+            "store only in its home: remove the link, or point it at an existing store"
+        )
+    if db.exists() and not db.is_file():
+        what = "a folder" if db.is_dir() else "not a regular file"
+        raise StoreError(
+            f"{db} is {what}, not a store; move it aside (`dlscale store rebuild` makes a "
+            "new store from the run folders)"
+        )
+
+
 class Store(Claims, Jobs, Records):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
         try:
+            _check_db_path(db)
             if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
                 # SQLite would take it as a new, empty store and every run would vanish.
                 raise StoreError(

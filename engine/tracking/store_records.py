@@ -19,6 +19,7 @@ from typing import Any
 from ...trainers.common.records import RecordError, parse_record
 from ..files import open_regular
 from ..paths import METRICS_NAME, RunPaths
+from ..text import printable
 from .logs import ABSENT
 from .store_claims import chunks
 
@@ -243,7 +244,7 @@ class Records:
         run, the file and the line: what status, results and reports print."""
         notes = []
         for run_id, lines in self.skipped(run_ids).items():
-            notes += [f"run {run_id}: {skipped_text(s)}" for s in lines[:_SHOWN_PER_RUN]]
+            notes += [f"run {run_id}: {printable(skipped_text(s))}" for s in lines[:_SHOWN_PER_RUN]]
             if len(lines) > _SHOWN_PER_RUN:
                 notes.append(
                     f"run {run_id}: and {len(lines) - _SHOWN_PER_RUN} more skipped "
