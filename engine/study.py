@@ -83,6 +83,11 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.
     spec_path = str(Path(loaded.path).resolve())
+    # Written before any run is stored or claimed: a disk that cannot take the spec's copy
+    # (full, read-only) stops the submission before it has done anything.
+    layout = Layout(
+        spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
+    )
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
     # Every run stored, then every run not done claimed, each in one transaction.
@@ -102,9 +107,6 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
                 rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING),
             )
         )
-    layout = Layout(
-        spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
-    )
 
     def prepare(run: Run, row: dict) -> JobRequest:
         if backend.folders_at_start:  # its folder is laid out when its job starts

@@ -107,20 +107,20 @@ def finished_run(
     return store, run.run_id
 
 
-def _recorded_lines() -> list[bytes]:
+def recorded_lines() -> list[bytes]:
     run = sorted((GOOD / "runs").iterdir())[0]
     return (run / "metrics.jsonl").read_bytes().splitlines()
 
 
 def test_a_finished_runs_unterminated_last_line_is_taken(tmp_path):
-    lines = _recorded_lines()
+    lines = recorded_lines()
     store, run_id = finished_run(tmp_path, b"\n".join(lines))  # no final \n
     assert store.run(run_id)["state"] == "COMPLETED"
     assert len(store.records(run_id)) == len(lines)
 
 
 def test_a_finished_runs_torn_last_line_is_skipped_and_counted(tmp_path):
-    lines = _recorded_lines()
+    lines = recorded_lines()
     store, run_id = finished_run(tmp_path, b"\n".join([*lines, b'{"kind": "inter']))
     assert store.run(run_id)["bad_records"] == 1
     assert f"line {len(lines) + 1} skipped: not JSON" in store.skipped_notes()[0]
@@ -128,7 +128,7 @@ def test_a_finished_runs_torn_last_line_is_skipped_and_counted(tmp_path):
 
 @pytest.mark.parametrize("sep", [b"\r", b"\r\n"])
 def test_records_separated_by_carriage_returns_are_read(tmp_path, sep):
-    lines = _recorded_lines()
+    lines = recorded_lines()
     store, run_id = finished_run(tmp_path, sep.join(lines) + sep)
     assert store.run(run_id)["state"] == "COMPLETED", store.run(run_id)["reason"]
     assert len(store.records(run_id)) == len(lines)
@@ -150,7 +150,7 @@ def _replace(path: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["folder", "fifo", "link-loop", "link-out"])
 def test_a_runs_files_that_are_not_its_own_regular_files_stop_no_command(tmp_path, kind):
     home = tmp_path / "home"
-    lines = _recorded_lines()
+    lines = recorded_lines()
     store, run_id = finished_run(home, b"\n".join(lines) + b"\n")
     run_dir = Path(store.run(run_id)["run_dir"])
     # the run is running again, its records file and log replaced by something hostile

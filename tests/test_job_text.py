@@ -25,7 +25,9 @@ HOSTILE_LINES = [
 
 
 def _failed_run(home: Path, log: bytes) -> str:
-    store, run_id = finished_run(home, state="FAILED", place=lambda d: (d / "run.log").write_bytes(log))
+    store, run_id = finished_run(
+        home, state="FAILED", place=lambda d: (d / "run.log").write_bytes(log)
+    )
     store.close()
     return run_id
 

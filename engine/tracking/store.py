@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
 from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.SUBMITTING)
-from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
 from .store_revisions import add_revisions
@@ -117,7 +117,7 @@ class Store(Claims, Jobs, Records):
                 )
             self.home.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(
-                db, timeout=30, isolation_level=None, check_same_thread=False
+                db, timeout=BUSY_S, isolation_level=None, check_same_thread=False
             )
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -126,7 +126,7 @@ class Store(Claims, Jobs, Records):
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
-                damage_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
+                fault_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
             ) from None
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
