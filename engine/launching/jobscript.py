@@ -115,6 +115,13 @@ def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
             f"{run.scale} x {threads} thread(s) asks for "
             f"{run.ranks_per_node * threads}"
         )
+    workers = run.training.get("loader_workers") or 0
+    if run.ranks_per_node * workers > partition.cpus_per_node:
+        raise PlanError(
+            f"{where} has {partition.cpus_per_node} CPU(s) per node; scale {run.scale} x "
+            f"{workers} loader worker(s) (training.loader_workers) asks for "
+            f"{run.ranks_per_node * workers}"
+        )
 
 
 def cpus_per_rank(run: Run, partition: Partition) -> int:
