@@ -328,6 +328,17 @@ class Store(Claims, Jobs, Records):
             f"{' and more' if len(matches) > 3 else ''}; give more digits"
         )
 
+    def run_ids_from(self, prefix: str, limit: int = 4) -> list[str]:
+        """The ids of the runs that begin with `prefix` (compared as text), at most
+        `limit`; the run itself when `prefix` is a whole id."""
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT ?",
+                (len(prefix), prefix, limit),
+            )
+        ]
+
     def runs(
         self,
         experiment: str | None = None,
