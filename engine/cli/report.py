@@ -12,7 +12,7 @@ from ..results import report as reporting
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .console import out
-from .options import experiment_option, store_of
+from .options import experiment_option, folder_or_new, store_of
 
 
 def _store(ctx: click.Context) -> Store:
@@ -26,6 +26,7 @@ def _store(ctx: click.Context) -> Store:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=folder_or_new,
     help="folder for the report, its figures and exports (default report-NAME)",
 )
 @click.option(
@@ -83,6 +84,7 @@ def export() -> None:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=folder_or_new,
     help="write RUN.mllog files here (default: print one run to stdout)",
 )
 @click.pass_context

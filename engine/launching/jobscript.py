@@ -96,6 +96,16 @@ def launcher_for(run: Run, env: Environment) -> str:
     return env.launcher or allowed[0]
 
 
+def check_run_folder(run_dir: Path) -> None:
+    """A run folder whose path a #SBATCH line can carry (its log's); PlanError if not.
+    Checked for the home before any run is stored, and again as each script renders."""
+    if not _SAFE_SBATCH_VALUE.fullmatch(str(RunPaths(run_dir).log)):
+        raise PlanError(
+            f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
+            "set DLSCALE_HOME to a path of letters, digits and ./_-"
+        )
+
+
 def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
     """Refuse, before anything is submitted, a run the partition cannot hold."""
     threads = run.training["threads_per_rank"]
@@ -154,11 +164,7 @@ def render(
     )
     fw = FRAMEWORKS[run.framework]
     log_path = RunPaths(run_dir).log
-    if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
-        raise PlanError(
-            f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
-            "set DLSCALE_HOME to a path of letters, digits and ./_-"
-        )
+    check_run_folder(run_dir)
     python = profile.python
     if env.venv:
         python = str(Path(env.venv) / "bin" / "python")

@@ -153,6 +153,24 @@ class Store(Claims, Jobs, Records):
             pass
         if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
             self.revalidate()
+        self._follow_home()
+
+    def _follow_home(self) -> None:
+        """A run's folder is where its home is now. A home copied or moved elsewhere keeps
+        its old absolute paths; they are rewritten once, so that nothing (an ingest, a
+        resubmission) reads from or writes into the old home. One row says whether."""
+        row = self.conn.execute("SELECT run_id, run_dir FROM runs LIMIT 1").fetchone()
+        here = str(self.runs_dir) + os.sep
+        if row is None or row["run_dir"] == here + row["run_id"]:
+            return
+        try:
+            with self.transaction() as c:
+                c.execute(
+                    "UPDATE runs SET run_dir = ? || run_id WHERE run_dir IS NOT ? || run_id",
+                    (here, here),
+                )
+        except sqlite3.OperationalError:
+            pass  # a store that cannot be written now: its paths as stored
 
     @property
     def runs_dir(self) -> Path:
