@@ -104,7 +104,7 @@ def form_data(data: dict[str, Any]) -> dict[str, Any]:
                 for v in value
                 if isinstance(v, str | int | float | bool) or (key == "scales" and _flat(v))
             ]
-        elif isinstance(value, dict) and key != "scales":
+        elif isinstance(value, dict) and not (key == "scales" and _flat(value)):
             del clean[key]
     return {**data, "experiment": clean}
 

@@ -273,7 +273,8 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "training": json.dumps(row.get("training") or {}, sort_keys=True),
         }
     )
-    out.records += store.ingest(run_id, paths.metrics)
+    # a job the scheduler may still run (its id known) may still finish its last line
+    out.records += store.ingest(run_id, paths.metrics, final=not job_id)
     if store.records(run_id, "summary"):
         store.update_run(run_id, state="COMPLETED", reason=None)
     elif job_id:
