@@ -80,7 +80,12 @@ def write_run_file(
     if not spec_path:
         earlier = RunPaths(run_dir).attempt((row.get("attempts") or 1) - 1).record
         if earlier.is_file():
-            before = json.loads(earlier.read_text())
+            try:
+                before = json.loads(read_text(earlier, follow=False))
+            except (OSError, ValueError, RecursionError):  # not the run's own: not trusted
+                before = {}
+            if not isinstance(before, dict):
+                before = {}
             spec_path, spec_digest = before.get("spec_path", ""), before.get("spec_digest", "")
     data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
     # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
@@ -108,7 +113,11 @@ def shared_spec(home: Path, text: str, spec_digest: str) -> Path:
     """The spec's text, once per spec digest (specs/DIGEST.toml), for its runs' folders to
     link to instead of each writing its own copy."""
     path = home / "specs" / f"{spec_digest}.toml"
-    if not path.is_file() or path.read_text() != text:
+    try:
+        same = read_text(path, follow=False) == text
+    except (OSError, ValueError):  # absent, or not dlscale's own file: written anew
+        same = False
+    if not same:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
         part.write_text(text)
