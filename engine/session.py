@@ -31,7 +31,7 @@ from .results import analysis, charts
 from .tracking import follow, logs, queue
 from .tracking.monitor import Tick, sync
 from .tracking.store import ACTIVE, Store, default_home
-from .tracking.store_health import damage_message as _damage
+from .tracking.store_health import fault_message
 
 
 @dataclass(frozen=True)
@@ -352,5 +352,6 @@ class Session:
 
 
 def damage_message(exc: BaseException, home: Path | None = None) -> str | None:
-    """For the TUI: what to say when a worker's error is a damaged store (else None)."""
-    return _damage(exc, Path(home) if home else default_home())
+    """For the TUI: what to say when a worker's error is a fault of the world (a damaged,
+    locked, read-only or full store; a full disk), as the CLI says it (else None)."""
+    return fault_message(exc, Path(home) if home else default_home())

@@ -12,8 +12,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .backends.base import WAITING, Backend, JobRequest, Layout, NotYet
 from .config.spec import LoadedSpec
@@ -40,6 +42,10 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
     command that builds it."""
     if backend.needs_profile and backend.site_profile() is None:
         raise PlanError(backend.refusals(loaded, p.runs)[0])
+    if backend.needs_profile:  # a job script's #SBATCH lines carry the run folders' paths
+        from .launching.jobscript import check_run_folder
+
+        check_run_folder(home / "runs" / ("0" * 12))
     site = backend.site_profile()
     problems = [
         f"{loaded.path}: experiment.frameworks: {problem}"
@@ -97,6 +103,11 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.
     spec_path = str(Path(loaded.path).resolve())
+    # Written before any run is stored or claimed: a disk that cannot take the spec's copy
+    # (full, read-only) stops the submission before it has done anything.
+    layout = Layout(
+        spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
+    )
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
     report = SubmitReport()
     # Every run stored, then every run not done claimed, each in one transaction.
@@ -116,9 +127,6 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
                 rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING),
             )
         )
-    layout = Layout(
-        spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
-    )
 
     def prepare(run: Run, row: dict) -> JobRequest:
         if backend.folders_at_start:  # its folder is laid out when its job starts
@@ -353,6 +361,30 @@ def refuse_imported(row: dict) -> None:
         )
 
 
+def _home_mover(payload: dict, run_dir: Path) -> Callable[[str], str] | None:
+    """A text rewriter from the home a run's last job was submitted in to the one it is in
+    now (a home copied elsewhere: its store's paths follow it, its jobs' payloads and
+    scripts do not); None when it has not moved."""
+    was = payload.get("run_dir") or (
+        str(Path(payload["script"]).parent) if isinstance(payload.get("script"), str) else None
+    )
+    if not isinstance(was, str) or Path(was).name != run_dir.name or Path(was) == run_dir:
+        return None
+    old, new = str(Path(was).parent.parent) + os.sep, str(run_dir.parent.parent) + os.sep
+    return lambda text: text.replace(old, new)
+
+
+def _each_text(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` (JSON-like) with `change` applied to every string in it."""
+    if isinstance(value, str):
+        return change(value) if value else value
+    if isinstance(value, list):
+        return [_each_text(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _each_text(v, change) for k, v in value.items()}
+    return value
+
+
 def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, str]]:
     """Submit runs again exactly as before (the same job script or command); finished
     attempts move to attempts/N. `backend_for(name)` gives the backend a run was recorded
@@ -366,6 +398,9 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         if not row["job_id"]:
             raise UserError(f"run {row['run_id']} was never submitted; use `dlscale run SPEC`")
         payload = _payload(store, row)
+        home_moved = _home_mover(payload, Path(row["run_dir"]))
+        if home_moved is not None:
+            payload = _each_text(payload, home_moved)
         claimed = store.claim_run(row["run_id"])
         if claimed is None:
             raise UserError(
@@ -375,13 +410,19 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         backend = backend_for(row["backend"])
 
         def request(
-            claimed: dict = claimed, payload: dict = payload, backend: Backend = backend
+            claimed: dict = claimed,
+            payload: dict = payload,
+            backend: Backend = backend,
+            home_moved: Callable[[str], str] | None = home_moved,
         ) -> JobRequest:
             paths = RunPaths.of(claimed)
             previous = paths.attempt(claimed["attempts"] - 1)
             for old, new in zip(previous.submission, paths.submission):
                 if old.exists() and not new.exists():  # the layout's spec is there already
                     shutil.copy2(old, new)
+            if home_moved is not None and paths.job_script.is_file():
+                # a job script written in the home's old place: its paths follow the home
+                paths.job_script.write_text(home_moved(paths.job_script.read_text()))
             return backend.again(claimed, paths, payload)
 
         layout = _layout(payload)

@@ -1,28 +1,32 @@
-"""Text from users, files and jobs made safe to show on a terminal.
+"""Text a job or a user wrote, made safe to show on a terminal or in a widget.
 
-A job's log or a failure reason may hold escape sequences (`ESC ] 0 ; title BEL` sets the
-window title, `ESC ] 52` writes the clipboard) or bidirectional overrides that reorder what
-is read. Shown through `printable`, each is a visible stand-in instead of an instruction to
-the terminal; newlines and tabs are kept."""
+A log line may hold escape sequences (`ESC ] 0 ; title BEL` sets the window's title,
+`ESC ] 52` the clipboard), a carriage return that overwrites what was shown, or bidi
+overrides that reorder it. `printable` turns every such character into its visible escape
+(`\\x1b`, `\\u202e`), so what is shown is what was written, and nothing acts on the
+terminal. The CLI and the TUI show job text only through it.
+"""
 
 from __future__ import annotations
 
-import re
+# C0 controls but tab, DEL and C1 controls; the bidi embeddings, overrides, isolates and
+# marks; the line and paragraph separators (U+2028/9, line breaks to some terminals).
+_UNSAFE = [
+    *(c for c in range(0x20) if c != 0x09),
+    *range(0x7F, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    0x2028,
+    0x2029,
+]
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSAFE}
+_ESCAPES_BUT_NEWLINE = {c: e for c, e in _ESCAPES.items() if c != 0x0A}
 
-# C0 controls but tab and newline, DEL, the C1 controls, and the bidirectional embeddings,
-# overrides and isolates.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
-
-def _stand_in(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return chr(0x2400 + code)  # Unicode's control pictures: ESC shows as ␛
-    if code == 0x7F:
-        return "\u2421"  # ␡
-    return f"<U+{code:04X}>"
-
-
-def printable(text: str) -> str:
-    """`text` with every control character but tab and newline shown as a visible sign."""
-    return _CONTROL.sub(_stand_in, text)
+def printable(text: str, newlines: bool = False) -> str:
+    """`text` with every control character (and bidi control) shown as its escape;
+    newlines=True keeps line breaks (`\\n`) for text of several lines."""
+    return text.translate(_ESCAPES_BUT_NEWLINE if newlines else _ESCAPES)

@@ -378,7 +378,7 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     await type_into(pilot, "scales", scales)
     await type_into(pilot, "batch", "8")
     await type_into(pilot, "repetitions", "1")
-    await type_into(pilot, "steps", "4")
+    await type_into(pilot, "steps", "6")  # more than the default warm-up (5)
     await until(pilot, lambda: not field(app, "submit").disabled, 20, "a submittable form")
     assert "2 runs" in str(field(app, "preview").render())
     await pilot.press("ctrl+r")

@@ -58,7 +58,7 @@ def _record(store: Store, run_id: str, kind: str = "interval", **fields) -> None
         {
             "schema": 1,
             "kind": "interval",
-            "t": 1.0,
+            "time": 1.0,
             "step": 10,
             "images_per_s": 800.0,
             "loss": 6.9,
@@ -69,6 +69,7 @@ def _record(store: Store, run_id: str, kind: str = "interval", **fields) -> None
         if kind == "interval"
         else {
             "schema": 1,
+            "time": 1.0,
             "kind": kind,
             "status": "completed",
             "timed_steps": 20,

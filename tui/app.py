@@ -191,7 +191,7 @@ class DlscaleApp(App):
         comes from users, files and the engine (a path or a spec key may hold `[/]`), and
         control characters in it are shown as signs, not sent to the terminal."""
         super().notify(
-            printable(message),
+            printable(message, newlines=True),
             title=printable(title),
             severity=severity,
             timeout=timeout,

@@ -22,7 +22,7 @@ def literal(text: object) -> Content:
     """Text from a user, a file or the engine, for a place Textual reads as markup (border
     titles, selection prompts): shown as written, `[/]` and `[b]` included, control
     characters as visible signs."""
-    return Content(printable(str(text)))
+    return Content(printable(str(text), newlines=True))
 
 
 def literal_cell(text: object, style: str = "") -> Text:

@@ -54,7 +54,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_fits(nodes: int, ranks_per_node: int, threads_per_rank: int, what: str) -> None:
+def check_fits(
+    nodes: int, ranks_per_node: int, threads_per_rank: int, what: str, loader_workers: int = 0
+) -> None:
     """Refuse a run the local backend cannot run without oversubscribing cores."""
     if nodes != 1:
         raise PlanError(
@@ -67,6 +69,12 @@ def check_fits(nodes: int, ranks_per_node: int, threads_per_rank: int, what: str
             f"{what}: {ranks_per_node} ranks x {threads_per_rank} thread(s) need "
             f"{ranks_per_node * threads_per_rank} cores; this machine has {cores} "
             "(oversubscribed cores would measure contention, not scaling)"
+        )
+    if ranks_per_node * loader_workers > cores:
+        raise PlanError(
+            f"{what}: {ranks_per_node} ranks x {loader_workers} loader worker(s) "
+            f"(training.loader_workers) need {ranks_per_node * loader_workers} cores; this "
+            f"machine has {cores}"
         )
 
 
@@ -113,7 +121,8 @@ class LocalBackend(Backend):
         problems += custom_launch.local_problems(loaded, runs)
         seen = set()
         for run in runs:
-            key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"])
+            workers = run.training.get("loader_workers") or 0
+            key = (run.nodes, run.ranks_per_node, run.training["threads_per_rank"], workers)
             if key in seen:
                 continue
             seen.add(key)
@@ -123,6 +132,7 @@ class LocalBackend(Backend):
                     run.ranks_per_node,
                     run.training["threads_per_rank"],
                     f"{loaded.path}: experiment.scales {run.scale}",
+                    workers,
                 )
             except PlanError as exc:
                 problems.append(str(exc))

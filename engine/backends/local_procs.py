@@ -16,9 +16,17 @@ import secrets
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeGuard
 
 TOKEN_VAR = "DLSCALE_JOB_TOKEN"
 PROC = Path("/proc")
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process has a larger pid
+
+
+def valid_pid(pid: object) -> TypeGuard[int]:
+    """A number a process could have: a damaged store's pid (2^31, text, negative) names
+    none, and is never passed to a system call (which would overflow, or mean a group)."""
+    return type(pid) is int and 0 < pid <= PID_MAX
 
 
 def new_token() -> str:
@@ -34,7 +42,7 @@ def _boot_id() -> str:
 
 def process_mark(pid: int | None) -> str | None:
     """'BOOT_ID START_TICKS' of a live process; None when there is none (or no /proc)."""
-    if not pid:
+    if not valid_pid(pid):
         return None
     try:
         stat = (PROC / str(pid) / "stat").read_text()
@@ -67,6 +75,8 @@ def _signal_if(pid: int, sig: int, ours: Callable[[int], bool], group: bool = Fa
     signalled. A group is signalled only through a verified leader that is alive: while it
     lives no other group can have its number (between the check and the signal it would
     have to end, be reaped and its number be handed out again)."""
+    if not valid_pid(pid):
+        return False
     try:
         fd = os.pidfd_open(pid)
     except (ProcessLookupError, AttributeError, OSError):
@@ -105,7 +115,11 @@ def signal_job(pid: int | None, mark: str | None, token: str | None, sig: int) -
     to every process carrying its token; return how many were signalled. A pid without a
     mark (a store from before marks were kept) is never signalled."""
     sent = 0
-    if pid and mark and _signal_if(pid, sig, lambda p: _is_launcher(p, mark), group=True):
+    if (
+        valid_pid(pid)
+        and mark
+        and _signal_if(pid, sig, lambda p: _is_launcher(p, mark), group=True)
+    ):
         sent += 1
     if token:
         for p in job_processes(token):

@@ -155,12 +155,14 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
-        # ...unless SQLite found a damaged page only now, when a query read it
-        from ..tracking.store import damage_message, default_home
+        # ...unless it is the world's fault: SQLite found a damaged page only now, the
+        # store is locked, read-only or full, a disk is full
+        from ..tracking.store import default_home
+        from ..tracking.store_health import fault_message
 
-        damage = damage_message(exc, Path(_chosen["home"] or default_home()))
-        if damage is not None:
-            _say(f"dlscale: error: {damage}")
+        fault = fault_message(exc, Path(_chosen["home"] or default_home()))
+        if fault is not None:
+            _say(f"dlscale: error: {fault}")
             sys.exit(1)
         if os.environ.get("DLSCALE_DEBUG"):
             raise

@@ -17,6 +17,7 @@ from ..launching import smoke as smoke_run
 from ..results.tables import Table
 from ..tracking.store import default_home
 from .console import err, out
+from .options import folder_or_new
 
 
 def _home(ctx: click.Context) -> Path:
@@ -73,6 +74,7 @@ def env() -> None:
     "--prefix",
     type=click.Path(file_okay=False),
     default=None,
+    callback=folder_or_new,
     help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
     "then envs/FRAMEWORK-RECIPE)",
 )

@@ -5,7 +5,9 @@ where each option is declared (click.IntRange says its range itself)."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +34,23 @@ def _source(ctx: click.Context, param: click.Parameter) -> str:
     if source is ParameterSource.DEFAULT:
         return "the default"
     return max(param.opts, key=len) if isinstance(param, click.Option) else str(param.name)
+
+
+def folder_or_new(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A callback for an option naming a folder to write in (--out, --prefix): absent, or a
+    folder; anything else there (a file, /dev/null, a FIFO, a link to nowhere or to itself)
+    is exit 2 naming what it is, before any work (click's file_okay=False lets devices and
+    FIFOs through)."""
+    if value is None or not os.path.lexists(value):
+        return value
+    if os.path.isdir(value):
+        return value
+    try:
+        mode = os.stat(value).st_mode
+        what = "a file" if stat.S_ISREG(mode) else "a device, FIFO or socket"
+    except OSError as exc:
+        what = f"a link that leads nowhere ({exc.strerror})"
+    raise click.BadParameter(f"{value} is {what}, not a folder", ctx, param)
 
 
 def check_home(home: str | Path | None, source: str = "--home") -> Path:

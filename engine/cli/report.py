@@ -13,7 +13,7 @@ from ..tracking import follow as following
 from ..tracking.store import Store
 from .bundles import export_bundle
 from .console import out
-from .options import experiment_option, known_experiment, store_of
+from .options import experiment_option, folder_or_new, known_experiment, store_of
 
 
 def _store(ctx: click.Context) -> Store:
@@ -35,6 +35,7 @@ def _store(ctx: click.Context) -> Store:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=folder_or_new,
     help="folder for the report, its figures and exports (default report-NAME)",
 )
 @click.option(
@@ -93,6 +94,7 @@ def export() -> None:
     "out_dir",
     type=click.Path(file_okay=False),
     default=None,
+    callback=folder_or_new,
     help="write RUN.mllog files here (default: print one run to stdout)",
 )
 @click.pass_context

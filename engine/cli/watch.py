@@ -62,7 +62,11 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     if not follow_log:
         if not path.exists():
             raise DlscaleError(f"run {row['run_id']} has no log yet ({path}); state {row['state']}")
-        for line in tail_lines(path, lines):
+        try:
+            shown = tail_lines(path, lines)
+        except OSError as exc:  # a link, a FIFO, a folder in the log's place
+            raise DlscaleError(f"run {row['run_id']}: its log was not read: {exc}") from None
+        for line in shown:
             click.echo(line)
         return
     backend = make_backend(row["backend"] or "local", store)

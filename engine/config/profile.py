@@ -30,9 +30,10 @@ from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
+# ASCII digits, the whole text (no space, no trailing newline: it becomes an #SBATCH line)
 _TIME = re.compile(
-    r"^(?:(\d+)-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|"
-    r"(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?)$"
+    r"(?:([0-9]+)-([0-9]{1,2})(?::([0-9]{1,2})(?::([0-9]{1,2}))?)?|"
+    r"([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?)"
 )
 
 
@@ -40,7 +41,7 @@ def time_to_seconds(text: str) -> int | None:
     """Slurm time limit -> seconds (None for UNLIMITED); ValueError when malformed."""
     if text.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = _TIME.match(text.strip())
+    m = _TIME.fullmatch(text)
     if not m:
         raise ValueError(
             f"time {text!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, "
@@ -61,6 +62,11 @@ MAX_TIME_DAYS = 365
 
 
 def _check_time(value: str | None) -> str | None:
+    if value is not None and time_to_seconds(value) == 0:
+        raise ValueError(
+            f"time {value!r} is zero, which Slurm reads as no limit at all; write "
+            "UNLIMITED if that is meant, else a time such as 00:30:00"
+        )
     if value is not None and (time_to_seconds(value) or 0) > MAX_TIME_DAYS * 86400:
         raise ValueError(
             f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "

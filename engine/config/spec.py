@@ -116,10 +116,12 @@ class Scale(StrictModel):
     @classmethod
     def _from_text(cls, value: Any) -> Any:
         # "2x4" reads as 2 nodes x 4 ranks (GPUs or CPU ranks) per node.
+        # ASCII digits only: int() reads "١" (Arabic-Indic one) as 1, which would make
+        # "١x1" a second, identical 1x1; "01x1" is 1x1 (duplicates are refused below).
         if isinstance(value, str):
-            m = re.fullmatch(r"\s*(\d+)\s*[x×]\s*(\d+)\s*", value)
+            m = re.fullmatch(r" *([0-9]+) *[x×] *([0-9]+) *", value)
             if not m:
-                raise ValueError(f'scale {value!r} is not NODESxRANKS, e.g. "1x2"')
+                raise ValueError(f'scale {value!r} is not NODESxRANKS in digits 0-9, e.g. "1x2"')
             return {"nodes": int(m[1]), "ranks_per_node": int(m[2])}
         return value
 
@@ -158,6 +160,12 @@ class _TrainingChecks(StrictModel):
     def _one_length(self) -> _TrainingChecks:
         if (self.steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
             raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
+        steps, warmup = self.steps, self.warmup_steps  # type: ignore[attr-defined]
+        if steps is not None and warmup >= steps:
+            raise ValueError(
+                f"warmup_steps {warmup} is not fewer than steps {steps}: a run would warm up "
+                "longer than it is timed; lower warmup_steps or raise steps"
+            )
         return self
 
 
@@ -217,12 +225,26 @@ class Experiment(StrictModel):
         assert chosen is not None
         return list(chosen)
 
-    @field_validator("lr_schedules")
+    @field_validator(
+        "lr_schedules",
+        "frameworks",
+        "models",
+        "datasets",
+        "scales",
+        "per_device_batch",
+        "global_batch",
+        "precisions",
+        "loaders",
+    )
     @classmethod
-    def _distinct_schedules(cls, values: list[str] | None) -> list[str] | None:
+    def _distinct(cls, values: list[Any] | None) -> list[Any] | None:
+        """Each value of an axis once: a repeated one ("1x1" and "01x1") would plan the
+        same runs twice."""
+        seen = []
         for v in values or []:
-            if values.count(v) > 1:  # type: ignore[union-attr]
-                raise ValueError(f"{v!r} is given twice (each schedule is one set of runs)")
+            if v in seen:
+                raise ValueError(f"{str(v)!r} is given twice (each value is one set of runs)")
+            seen.append(v)
         return values
 
     @field_validator("frameworks")

@@ -108,8 +108,35 @@ def read(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     try:
         Spec.model_validate(data, context={"folder": str(folder)})
     except ValidationError as exc:
-        return anchored(data, folder), problems_from(str(path), text, exc, Spec)
+        return anchored(form_data(data), folder), problems_from(str(path), text, exc, Spec)
     return anchored(data, folder), []
+
+
+def form_data(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec's data as a form can hold it: each axis of [experiment] a list of plain
+    values (a scale may also be a table), anything else in one left out, so a spec that
+    does not validate (`frameworks = [["pytorch-ddp"]]`) still fills a form; its problems
+    say what was wrong."""
+    exp = data.get("experiment")
+    if not isinstance(exp, dict):
+        return {**data, "experiment": {}} if "experiment" in data else data
+    clean = dict(exp)
+    for key, value in exp.items():
+        if isinstance(value, list):
+            clean[key] = [
+                v
+                for v in value
+                if isinstance(v, str | int | float | bool) or (key == "scales" and _flat(v))
+            ]
+        elif isinstance(value, dict) and not (key == "scales" and _flat(value)):
+            del clean[key]
+    return {**data, "experiment": clean}
+
+
+def _flat(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, str | int | float | bool) for v in value.values()
+    )
 
 
 def save(data: dict[str, Any], path: str | Path) -> Path:

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..errors import SpecError
+from ..files import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, depth, read_text
 
 Number = StrictFloat | StrictInt
 
@@ -254,22 +255,36 @@ def problems_from(path: str, text: str, exc: ValidationError, model: type[BaseMo
 
 
 def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
-    """Read a TOML file; SpecError (file, line, column) when it is missing or malformed."""
+    """Read a TOML file; SpecError (file, line, column) when it is missing, malformed, not
+    a regular file (a FIFO, a device), over files.TEXT_LIMIT or nested over TOML_DEPTH."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p)
     except FileNotFoundError:
         raise SpecError(str(p), [f"{p}: no such file"]) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # a folder, no access, NUL...
-        raise SpecError(str(p), [f"{p}: cannot read ({exc.__class__.__name__}: {exc})"]) from None
+    except (NotRegularFile, FileTooLarge) as exc:  # a FIFO, /dev/zero, a folder...
+        why = f"{exc}; a spec, profile or reference is read only from {ALLOWED}"
+        raise SpecError(str(p), [why]) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # no access, NUL...
+        why = f"{p}: cannot read ({exc.__class__.__name__}: {exc})"
+        raise SpecError(str(p), [why]) from None
     try:
-        return text, tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         where = f"{p}:{m[1]}:{m[2]}" if m else str(p)
         reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise SpecError(str(p), [f"{where}: invalid TOML: {reason}"]) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        data = None
+    if data is None or depth(data) > TOML_DEPTH:
+        raise SpecError(
+            str(p), [f"{p}: invalid TOML: arrays or tables nested over {TOML_DEPTH} deep"]
+        )
+    return text, data
 
+
+ALLOWED = f"a regular file of at most {TEXT_LIMIT >> 20} MiB"
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import DlscaleError
+from ..files import read_text
 from .recipes import (  # noqa: F401
     EXTRAS,
     GPU_RECIPES,
@@ -58,10 +59,10 @@ def _registry_path(home: Path) -> Path:
 def registered(home: Path) -> dict[str, dict]:
     path = _registry_path(home)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except FileNotFoundError:
         return {}
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # a FIFO, too large, not JSON
         raise DlscaleError(
             f"{path}: unreadable environment registry ({exc}); remove it and "
             "run `dlscale env create` again"

@@ -99,6 +99,16 @@ def launcher_for(run: Run, env: Environment) -> str:
     return env.launcher or allowed[0]
 
 
+def check_run_folder(run_dir: Path) -> None:
+    """A run folder whose path a #SBATCH line can carry (its log's); PlanError if not.
+    Checked for the home before any run is stored, and again as each script renders."""
+    if not _SAFE_SBATCH_VALUE.fullmatch(str(RunPaths(run_dir).log)):
+        raise PlanError(
+            f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
+            "set DLSCALE_HOME to a path of letters, digits and ./_-"
+        )
+
+
 def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
     """Refuse, before anything is submitted, a run the partition cannot hold."""
     threads = run.training["threads_per_rank"]
@@ -117,6 +127,13 @@ def check_fits(run: Run, partition: Partition, profile_path: str) -> None:
             f"{where} has {partition.cpus_per_node} CPU(s) per node; scale "
             f"{run.scale} x {threads} thread(s) asks for "
             f"{run.ranks_per_node * threads}"
+        )
+    workers = run.training.get("loader_workers") or 0
+    if run.ranks_per_node * workers > partition.cpus_per_node:
+        raise PlanError(
+            f"{where} has {partition.cpus_per_node} CPU(s) per node; scale {run.scale} x "
+            f"{workers} loader worker(s) (training.loader_workers) asks for "
+            f"{run.ranks_per_node * workers}"
         )
 
 
@@ -158,11 +175,7 @@ def render(
     else:
         env, env_vars = profile.environments.get(run.framework, Environment()), {}
     log_path = RunPaths(run_dir).log
-    if not _SAFE_SBATCH_VALUE.fullmatch(str(log_path)):
-        raise PlanError(
-            f"run folder {str(run_dir)!r} has characters a #SBATCH line cannot carry; "
-            "set DLSCALE_HOME to a path of letters, digits and ./_-"
-        )
+    check_run_folder(run_dir)
     python = profile.python
     if env.venv:
         python = str(Path(env.venv) / "bin" / "python")

@@ -22,9 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from ..errors import NotFoundError, UserError
+from ..config.tomlfile import parse_toml
+from ..errors import NotFoundError, SpecError, UserError
 from ..launching.plan import digest
 from ..paths import RunPaths
 from ..tracking.recovery import write_run_file
@@ -58,9 +57,9 @@ def profile_of(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     for r in runs:
         path = RunPaths(Path(r["run_dir"] or "")).profile
         if path.is_file():
-            try:
-                return tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError):
+            try:  # bounded and checked like any profile (engine.files); unreadable: skipped
+                return parse_toml(path)[1]
+            except SpecError:
                 continue
     return None
 

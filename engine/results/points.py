@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..files import read_text
+
 NOISY_CV = 0.05
 
 
@@ -67,7 +69,7 @@ def _cache_file() -> Path:
 
 def _cached(path: Path) -> dict[str, float]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, 1 << 20))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

@@ -274,5 +274,5 @@ def _projection(store: Store, name: str) -> tuple[list[dict[str, Any]], Table | 
 def _description(exp: dict[str, Any]) -> str:
     try:
         return tomllib.loads(exp["spec_text"]).get("experiment", {}).get("description", "")
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError, AttributeError):
         return ""

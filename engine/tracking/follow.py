@@ -15,17 +15,29 @@ from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, Store
 
 def find_run(store: Store, ident: str) -> dict:
     """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
-    Slurm job number). Anything else is refused (UserError), never matched as a pattern."""
+    Slurm job number). Anything else is refused (UserError), never matched as a pattern.
+    Digits that are both a job's id and the start of another run's id name neither: the
+    error lists both (`cancel 2111` must not pick one silently)."""
+    named: dict[str, str] = {}  # run id: what names it
     for backend in BACKENDS:
         job = store.job(backend, ident)
         if job:
-            return store.run(job["run_id"])
+            named.setdefault(job["run_id"], f"{backend} job {ident} (of run {job['run_id']})")
     if not RUN_ID_PREFIX.fullmatch(ident):
+        if not named:
+            raise NotFoundError(
+                f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
+                "jobs (local-3 on this machine, 12345 on Slurm)"
+            )
+    elif named:
+        for run_id in store.run_ids_from(ident):
+            named.setdefault(run_id, f"run {run_id}")
+    if len(named) > 1:
         raise NotFoundError(
-            f"no run {ident!r}: {RUN_ID_RULE}, or the id of one of its "
-            "jobs (local-3 on this machine, 12345 on Slurm)"
+            f"{ident!r} is ambiguous: it names {' and '.join(named.values())}; give the "
+            f"whole id of the run you mean ({', '.join(named)})"
         )
-    return store.run(ident)
+    return store.run(next(iter(named)) if named else ident)
 
 
 def cancel(store: Store, run_ids: list[str]) -> list[str]:

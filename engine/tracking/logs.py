@@ -8,6 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..files import open_regular
+from ..text import printable
+
 _TRAINER_ERROR = re.compile(rb"dlscale-[\w-]+: error: [^\r\n]*")
 # A line ends at \n, \r\n or a lone \r: progress bars (tqdm, Keras) redraw themselves with
 # \r, and each redraw is shown as a line rather than one line that never ends.
@@ -23,8 +26,10 @@ ABSENT = (FileNotFoundError, NotADirectoryError)
 
 
 def _show(raw: bytes) -> str:
+    """A line of job output as it may reach a terminal: cut, every control character
+    made visible (text.printable)."""
     text = raw.decode("utf-8", errors="replace")
-    return text if len(text) <= MAX_LINE else text[:MAX_LINE] + CUT
+    return printable(text if len(text) <= MAX_LINE else text[:MAX_LINE] + CUT)
 
 
 def _read_back(fh, breaks_wanted: int, block: int, budget: int) -> tuple[bytes, bool]:
@@ -52,11 +57,12 @@ def tail_lines(path: str | Path, n: int = 20, block: int = 64 * 1024) -> list[st
     """The last `n` lines, read backwards from the end: a 1 GB log costs one block when its
     lines are short, and at most a block and `n` long lines' worth when they are not (a
     line longer than MAX_LINE is cut; the first line shown starts with an ellipsis when
-    even that did not reach its start)."""
+    even that did not reach its start). A log that is not a regular file of the run's own
+    (a link, a FIFO, a folder) raises files.NotRegularFile, an OSError, and is not read."""
     if n <= 0:
         return []
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, follow=False) as fh:
             data, whole = _read_back(fh, n, block, block + n * MAX_LINE)
     except ABSENT:
         return []
@@ -68,7 +74,7 @@ def tail_lines(path: str | Path, n: int = 20, block: int = 64 * 1024) -> list[st
         first = parts.pop(0)  # a line whose start was not read
         if len(parts) < n:
             # its end, the most recent output (a progress bar's last state)
-            head = ["\u2026" + first.decode("utf-8", errors="replace")[-MAX_LINE:]]
+            head = ["\u2026" + printable(first.decode("utf-8", errors="replace")[-MAX_LINE:])]
     return (head + [_show(raw) for raw in parts])[-n:]
 
 
@@ -76,14 +82,16 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
     """One line saying why a run failed (the trainer's own error line when it printed one
     in the last REASON_BYTES of its log), followed by the last lines of its log."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, follow=False) as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - REASON_BYTES))
             end = fh.read(REASON_BYTES)
+        tail = [line for line in tail_lines(path, 200) if line.strip()][-context:]
     except ABSENT:
         return f"no log at {path}"
+    except OSError as exc:  # not the run's own regular file: not read
+        return f"its log was not read: {printable(str(exc))}"
     errors = _TRAINER_ERROR.findall(end)
-    tail = [line for line in tail_lines(path, 200) if line.strip()][-context:]
     head = _show(errors[-1]) if errors else tail[-1] if tail else "the job failed without output"
     return "\n".join([head, *("  | " + line for line in tail)])
 
@@ -114,20 +122,24 @@ def follow_chunks(
     truncated and rewritten past the old offset is noticed too, which a size check alone
     misses."""
     path = Path(path)
-    yield tail_lines(path, from_end_lines)
+    try:
+        yield tail_lines(path, from_end_lines)
+    except OSError as exc:  # not the run's own regular file: said once, not read
+        yield [f"dlscale: {printable(str(exc))}; not shown"]
+        return
     offset, inode, mark, cut = 0, None, b"", False
     try:
-        st = path.stat()
-        offset, inode = st.st_size, st.st_ino
-        with open(path, "rb") as fh:
+        with open_regular(path, follow=False) as fh:
+            st = os.fstat(fh.fileno())
+            offset, inode = st.st_size, st.st_ino
             fh.seek(max(0, offset - _MARK))
             mark = fh.read(_MARK)
-    except ABSENT:
+    except OSError:
         pass
     pending = b""
     while not stop():
         try:
-            st = path.stat()
+            st = path.lstat()
         except ABSENT:
             yield []
             time.sleep(interval)
@@ -135,7 +147,14 @@ def follow_chunks(
         if st.st_ino != inode or st.st_size < offset:  # replaced or truncated
             offset, inode, mark, pending, cut = 0, st.st_ino, b"", b"", False
         if st.st_size > offset:
-            with open(path, "rb") as fh:
+            try:
+                fh = open_regular(path, follow=False)
+            except ABSENT:
+                continue
+            except OSError as exc:
+                yield [f"dlscale: {printable(str(exc))}; not shown"]
+                return
+            with fh:
                 if mark:
                     fh.seek(offset - len(mark))
                     if fh.read(len(mark)) != mark:  # rewritten under us: start over

@@ -26,7 +26,7 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
         if job_state == "COMPLETED" and row["job_id"]
         else None
     )
-    store.ingest(run_id, RunPaths(run_dir).metrics)
+    store.ingest(run_id, RunPaths(run_dir).metrics, final=True)
     state, reason = job_state, None
     if measured_nothing:
         state = "FAILED"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..backends.base import WAITING
 from ..results.formatting import elapsed_text, finite, fmt
+from ..text import printable
 from .store import Store
 from .store_claims import ACTIVE, SUBMITTING
 from .store_records import QUEUE_CHANGES, skipped_text
@@ -252,7 +253,8 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
     ) = v
     if elapsed is None and started:
         elapsed = (ended or now) - started
-    reason = (run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped
+    # job text (a log's last line, a scheduler's words): shown with its controls made visible
+    reason = printable((run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped)
     return QueueRow(
         run_id,
         experiment,
@@ -265,7 +267,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         job_id,
         state,
         reason,
-        job_nodes,
+        printable(job_nodes) if job_nodes else job_nodes,
         elapsed,
         ingested.images_per_s,
         ingested.step,

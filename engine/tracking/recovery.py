@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import shutil
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,14 @@ from ..backends.base import Layout
 from ..backends.local import worker_alive
 from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
-from ..errors import SpecError, UserError
+from ..errors import UserError
+from ..files import open_regular, read_text
 from ..launching.plan import digest, plan
 from ..paths import RunPaths
+from ..text import printable
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
+from .store_records import INGEST_BYTES
 
 _FIELDS = (
     "run_id",
@@ -77,7 +81,12 @@ def write_run_file(
     if not spec_path:
         earlier = RunPaths(run_dir).attempt((row.get("attempts") or 1) - 1).record
         if earlier.is_file():
-            before = json.loads(earlier.read_text())
+            try:
+                before = json.loads(read_text(earlier, follow=False))
+            except (OSError, ValueError, RecursionError):  # not the run's own: not trusted
+                before = {}
+            if not isinstance(before, dict):
+                before = {}
             spec_path, spec_digest = before.get("spec_path", ""), before.get("spec_digest", "")
     data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
     # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
@@ -105,7 +114,11 @@ def shared_spec(home: Path, text: str, spec_digest: str) -> Path:
     """The spec's text, once per spec digest (specs/DIGEST.toml), for its runs' folders to
     link to instead of each writing its own copy."""
     path = home / "specs" / f"{spec_digest}.toml"
-    if not path.is_file() or path.read_text() != text:
+    try:
+        same = read_text(path, follow=False) == text
+    except (OSError, ValueError):  # absent, or not dlscale's own file: written anew
+        same = False
+    if not same:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
         part.write_text(text)
@@ -180,8 +193,12 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
     for folder in folders:
         try:
             _recover(store, folder, out)
-        except (OSError, ValueError, SpecError, RecordError) as exc:
-            out.unreadable.append(f"{folder}: {exc}")
+        except sqlite3.Error:
+            raise  # the store's own fault (a full disk): not this folder's
+        except (OSError, ValueError, UserError, RecordError, RecursionError) as exc:
+            out.unreadable.append(f"{folder}: {printable(str(exc))}")
+        except Exception as exc:  # a folder of any content never stops the others
+            out.unreadable.append(f"{folder}: {type(exc).__name__}: {printable(str(exc))}")
     _number_repetitions(store, out.guessed)
     for r in store.runs():
         out.runs[r["state"]] = out.runs.get(r["state"], 0) + 1
@@ -213,7 +230,9 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         if planned is not None:
             row = {**planned.identity(), "run_id": run_id, "point_id": planned.point_id}
     if saved is not None:
-        data = json.loads(saved.read_text())
+        data = json.loads(read_text(saved, follow=False))
+        if not isinstance(data, dict):
+            raise ValueError(f"{saved.name} is not a JSON object")
         row = {k: data.get(k) for k in _FIELDS if data.get(k) is not None}
         row["backend"] = data.get("backend")
         spec_path = data.get("spec_path") or spec_path
@@ -227,9 +246,13 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         row = _from_records(run_id, params, env)
         out.guessed.append(run_id)
     row["run_id"] = run_id
+    _check_row(row)
     backend = row.get("backend") or backend_of_folder([RunPaths(p) for p in places])
     if paths.rerun_of.is_file():
-        row["rerun_of"] = paths.rerun_of.read_text().strip()
+        rerun_of = read_text(paths.rerun_of, 64, follow=False).strip()
+        if not (len(rerun_of) == 12 and RUN_ID_PREFIX.fullmatch(rerun_of)):
+            raise ValueError(f"{paths.rerun_of.name} holds no run id")
+        row["rerun_of"] = rerun_of
     # A spec's text wins over none; an experiment seen only in records is still listed.
     if spec_text or row["experiment"] not in {e["name"] for e in store.experiments()}:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
@@ -260,7 +283,8 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "training": json.dumps(row.get("training") or {}, sort_keys=True),
         }
     )
-    out.records += store.ingest(run_id, paths.metrics)
+    # a job the scheduler may still run (its id known) may still finish its last line
+    out.records += store.ingest(run_id, paths.metrics, final=not job_id)
     if store.records(run_id, "summary"):
         store.update_run(run_id, state="COMPLETED", reason=None)
     elif job_id and not row.get("site"):
@@ -278,10 +302,34 @@ def _first(places: list[Path], name: str) -> Path | None:
     return next((p / name for p in places if (p / name).is_file()), None)
 
 
+# What run.json must hold, by type (a hand-edited or hostile one is named, not trusted).
+_COUNTS = ("nodes", "ranks_per_node", "per_device_batch", "global_batch", "repetition")
+_TEXTS = ("experiment", "framework", "model", "dataset", "scaling", "precision", "loader")
+
+
+def _check_row(row: dict[str, Any]) -> None:
+    for k in _COUNTS:
+        v = row.get(k)
+        if not (type(v) is int and 0 <= v <= 1 << 31) and not (k == "repetition" and v is None):
+            raise ValueError(f"{k} is {str(v)[:40]!r}, not a whole number from 0 to 2^31")
+    for k in _TEXTS:
+        if not isinstance(row.get(k), str) or len(row[k]) > 200:
+            raise ValueError(f"{k} is {str(row.get(k))[:40]!r}, not a name")
+    if not isinstance(row.get("training") or {}, dict):
+        raise ValueError("training is not a JSON object")
+    for k in ("point_id", "rerun_of", "backend"):
+        if row.get(k) is not None and not isinstance(row[k], str):
+            raise ValueError(f"{k} is not a string")
+    if row.get("created") is not None and not isinstance(row["created"], int | float):
+        raise ValueError("created is not a time")
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
+    """The valid records among the first INGEST_BYTES of a run's own records file."""
     out = []
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        with open_regular(path, follow=False) as fh:
+            lines = fh.read(INGEST_BYTES).decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return []
     for line in lines:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
 from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.SUBMITTING)
-from .store_health import REBUILD_HINT, damage_message, run_folders
+from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .store_imports import Imports
 from .store_jobs import Jobs
 from .store_records import RECORDS_CHECKED, Records
@@ -94,11 +94,28 @@ def default_home() -> Path:
     return Path(os.environ.get("DLSCALE_HOME") or Path.home() / ".dlscale")
 
 
+def _check_db_path(db: Path) -> None:
+    """The store file is the home's own: SQLite would make the target of a dangling link
+    (outside the home, wherever it points) and cannot open a folder or a FIFO."""
+    if db.is_symlink() and not db.exists():
+        raise StoreError(
+            f"{db} is a link to {os.readlink(db)}, which does not exist; dlscale makes its "
+            "store only in its home: remove the link, or point it at an existing store"
+        )
+    if db.exists() and not db.is_file():
+        what = "a folder" if db.is_dir() else "not a regular file"
+        raise StoreError(
+            f"{db} is {what}, not a store; move it aside (`dlscale store rebuild` makes a "
+            "new store from the run folders)"
+        )
+
+
 class Store(Claims, Jobs, Records, Imports):
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
         try:
+            _check_db_path(db)
             if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
                 # SQLite would take it as a new, empty store and every run would vanish.
                 raise StoreError(
@@ -108,7 +125,7 @@ class Store(Claims, Jobs, Records, Imports):
                 )
             self.home.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(
-                db, timeout=30, isolation_level=None, check_same_thread=False
+                db, timeout=BUSY_S, isolation_level=None, check_same_thread=False
             )
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -117,7 +134,7 @@ class Store(Claims, Jobs, Records, Imports):
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
-                damage_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
+                fault_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
             ) from None
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
@@ -148,6 +165,24 @@ class Store(Claims, Jobs, Records, Imports):
             pass
         if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
             self.revalidate()
+        self._follow_home()
+
+    def _follow_home(self) -> None:
+        """A run's folder is where its home is now. A home copied or moved elsewhere keeps
+        its old absolute paths; they are rewritten once, so that nothing (an ingest, a
+        resubmission) reads from or writes into the old home. One row says whether."""
+        row = self.conn.execute("SELECT run_id, run_dir FROM runs LIMIT 1").fetchone()
+        here = str(self.runs_dir) + os.sep
+        if row is None or row["run_dir"] == here + row["run_id"]:
+            return
+        try:
+            with self.transaction() as c:
+                c.execute(
+                    "UPDATE runs SET run_dir = ? || run_id WHERE run_dir IS NOT ? || run_id",
+                    (here, here),
+                )
+        except sqlite3.OperationalError:
+            pass  # a store that cannot be written now: its paths as stored
 
     @property
     def runs_dir(self) -> Path:
@@ -323,6 +358,17 @@ class Store(Claims, Jobs, Records, Imports):
             f"{', '.join(m['run_id'] for m in matches[:3])}"
             f"{' and more' if len(matches) > 3 else ''}; give more digits"
         )
+
+    def run_ids_from(self, prefix: str, limit: int = 4) -> list[str]:
+        """The ids of the runs that begin with `prefix` (compared as text), at most
+        `limit`; the run itself when `prefix` is a whole id."""
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT ?",
+                (len(prefix), prefix, limit),
+            )
+        ]
 
     def runs(
         self,

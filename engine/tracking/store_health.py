@@ -7,8 +7,10 @@ run folders hold every record, so the way out is always `dlscale store rebuild`.
 
 from __future__ import annotations
 
+import errno
 import re
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 _RUN_FOLDER = re.compile(r"[0-9a-f]{12}")
@@ -35,16 +37,63 @@ def damage_message(exc: BaseException, home: Path) -> str | None:
     return None
 
 
+# Faults of the world an OSError or SQLite reports: each a sentence, exit 1, no traceback.
+_OS_FAULTS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "a file grew past the size allowed",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "not permitted (an immutable file or folder?)",
+    errno.EIO: "an I/O error",
+    errno.EMFILE: "too many open files",
+    errno.ENFILE: "too many open files",
+}
+BUSY_S = 30  # how long a command waits for another process's write lock on the store
+
+
+def fault_message(exc: BaseException, home: Path) -> str | None:
+    """One sentence for a fault of the world under a command (the store damaged, locked,
+    read-only or on a full disk; a file it could not write): what the CLI says, exit 1,
+    instead of an internal error. None for anything else (a bug)."""
+    damage = damage_message(exc, home)
+    if damage is not None:
+        return damage
+    db = home / "dlscale.db"
+    if isinstance(exc, sqlite3.OperationalError):
+        name, text = getattr(exc, "sqlite_errorname", ""), str(exc)
+        if name.startswith("SQLITE_BUSY") or "database is locked" in text:
+            return (
+                f"the store {db} is busy: another process has held its write lock for over "
+                f"{BUSY_S} s; nothing was changed by this command, try it again"
+            )
+        if name.startswith("SQLITE_READONLY") or "readonly" in text:
+            return (
+                f"the store {db} cannot be written ({text}): check the permissions and "
+                "attributes (lsattr) of it and its folder"
+            )
+        if name == "SQLITE_FULL" or "disk is full" in text:
+            return f"the store {db} cannot grow: the disk holding it is full ({text})"
+        if name.startswith(("SQLITE_IOERR", "SQLITE_CANTOPEN")) or "disk I/O" in text:
+            return f"the store {db} cannot be read or written ({text})"
+    if isinstance(exc, OSError) and exc.errno in _OS_FAULTS:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"cannot write or read{where}: {_OS_FAULTS[exc.errno]} ({exc.strerror})"
+    return None
+
+
 def store_problem(home: Path) -> str | None:
     """What is wrong with a store's file, if anything, read-only: empty (0 bytes), not a
     database, or pages that fail SQLite's quick_check. None for a healthy or absent one."""
     db = home / "dlscale.db"
+    if not db.exists():
+        return None if not db.is_symlink() else f"{db} is a link to nothing"
     if not db.is_file():
-        return None
+        return f"{db} is {'a folder' if db.is_dir() else 'not a regular file'}, not a store"
     if db.stat().st_size == 0:
         return f"{db} is empty (0 bytes)"
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        conn = sqlite3.connect(f"{file_uri(db)}?mode=ro", uri=True, timeout=30)
         try:
             answer = [r[0] for r in conn.execute("PRAGMA quick_check")]
         finally:
@@ -52,6 +101,12 @@ def store_problem(home: Path) -> str | None:
     except sqlite3.DatabaseError as exc:
         return damage_message(exc, home) or f"{db}: {exc}"
     return None if answer == ["ok"] else f"{db} fails SQLite's check: {'; '.join(answer[:3])}"
+
+
+def file_uri(path: Path) -> str:
+    """SQLite's `file:` URI of a path: `#`, `?` and `%` in it quoted, else SQLite would
+    read them as the URI's fragment or query and open another file."""
+    return "file:" + urllib.parse.quote(str(path.absolute()))
 
 
 def run_folders(runs_dir: Path) -> int:

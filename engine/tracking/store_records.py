@@ -17,13 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
+from ..files import open_regular
 from ..paths import METRICS_NAME, RunPaths
+from ..text import printable
 from .logs import ABSENT
 from .store_claims import chunks
 
 # Bumped when stored records must be checked again by newer rules (PRAGMA user_version).
-RECORDS_CHECKED = 1
+RECORDS_CHECKED = 2  # 2: bounded numbers and depth, typed lists, a time on every record
 _SHOWN_PER_RUN = 3
+# Read from a records file a call (a transaction each): bounds the memory an ingest takes.
+INGEST_BYTES = 16 << 20
 
 # What the queue shows of a run that can change from one watcher tick to the next: the
 # run's state and job (r.) and its job's (j.), in the order queue_view returns them after
@@ -60,18 +64,32 @@ class Records:
     transaction: Callable[[], AbstractContextManager[Any]]
     run: Callable[[str], dict[str, Any]]
 
-    def ingest(self, run_id: str, path: str | Path) -> int:
+    def ingest(self, run_id: str, path: str | Path, final: bool = False) -> int:
         """Read the records written since the last ingest; return how many were new.
-        Only whole lines are taken: a line still being written waits for the next call. A
-        line that is not a valid record is skipped, and kept with its number and why."""
+        Only whole lines are taken (ended by \\n, \\r\\n or a lone \\r): a line still
+        being written waits for the next call, unless `final` (the job ended: its last
+        line will never be finished, and is taken or skipped like any other). A line that
+        is not a valid record is skipped, and kept with its number and why. At most
+        INGEST_BYTES are read a call; a file that is not a regular file of the run's own
+        (a folder, a FIFO, a link) is not read and is noted once as skipped."""
         row = self.run(run_id)
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, follow=False) as fh:
                 fh.seek(row["ingest_offset"])
-                chunk = fh.read()
+                chunk = fh.read(INGEST_BYTES)
+                more = len(chunk) == INGEST_BYTES
         except ABSENT:  # no folder yet, or something else in its place
             return 0
-        end = chunk.rfind(b"\n")
+        except OSError as exc:  # not a regular file: say so once, read nothing
+            self._note_unread(run_id, Path(path).name, str(exc))
+            return 0
+        end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        if end == len(chunk) - 1 and chunk.endswith(b"\r") and not final:
+            end = max(chunk.rfind(b"\n", 0, end), chunk.rfind(b"\r", 0, end))  # \r\n?
+        if final and not more:
+            end = len(chunk) - 1  # the unterminated last line of a finished job
+        elif end < 0 and more:  # one line longer than a read: skipped as too long
+            end = len(chunk) - 1
         if end < 0:
             return 0
         lines = chunk[: end + 1].splitlines()
@@ -104,7 +122,20 @@ class Records:
                     run_id,
                 ),
             )
-            return cur.rowcount if cur.rowcount >= 0 else len(new)
+            added = cur.rowcount if cur.rowcount >= 0 else len(new)
+        if more:  # the rest, a read at a time
+            added += self.ingest(run_id, path, final)
+        return added
+
+    def _note_unread(self, run_id: str, name: str, why: str) -> None:
+        """A run's records file that cannot be read (line 0: the file, not a line)."""
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT OR IGNORE INTO skipped_records VALUES (?,0,?,?)",
+                (run_id, name, f"not read: {why}"),
+            )
+            if cur.rowcount > 0:
+                c.execute("UPDATE runs SET bad_records=bad_records+1 WHERE run_id=?", (run_id,))
 
     def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
@@ -213,7 +244,7 @@ class Records:
         run, the file and the line: what status, results and reports print."""
         notes = []
         for run_id, lines in self.skipped(run_ids).items():
-            notes += [f"run {run_id}: {skipped_text(s)}" for s in lines[:_SHOWN_PER_RUN]]
+            notes += [f"run {run_id}: {printable(skipped_text(s))}" for s in lines[:_SHOWN_PER_RUN]]
             if len(lines) > _SHOWN_PER_RUN:
                 notes.append(
                     f"run {run_id}: and {len(lines) - _SHOWN_PER_RUN} more skipped "
@@ -256,13 +287,15 @@ class Records:
 
 
 def skipped_text(s: dict[str, Any]) -> str:
+    if s["line"] == 0:  # the whole file (_note_unread)
+        return f"{s['file']} {s['reason']}"
     return f"{s['file']} line {s['line']} skipped: {s['reason']}"
 
 
 def _find_skipped(run_id: str, path: Path, upto: int) -> list[tuple[str, int, str, str]]:
     """The lines of a run's file, up to what was ingested, that are not valid records."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, follow=False) as fh:
             data = fh.read(upto)
     except OSError:
         return []

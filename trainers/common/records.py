@@ -45,7 +45,8 @@ COMM_KINDS = ("params", "env", "comm", "summary")
 # types, not its shape, so a throughput of "abc", null or NaN never reaches a table or a
 # chart. Kinds: "count" a whole number >= 0, "number" a finite number, "rate" a finite
 # number >= 0, "fraction" a finite number in [0, 1], "text", "flag" (true/false), "list",
-# "table" (a JSON object); a trailing "?" allows null.
+# "texts" (a list of strings), "table" (a JSON object), "names" (one of strings or nulls); a
+# trailing "?" allows null. Every record has a time ("*"): reports and exports order by it.
 TYPES: dict[str, dict[str, str]] = {
     "*": {"time": "number", "schema": "count"},
     "params": {
@@ -67,12 +68,12 @@ TYPES: dict[str, dict[str, str]] = {
         "seed": "count",
     },
     "env": {
-        "framework_versions": "table",
-        "hostnames": "list",
-        "devices": "list",
+        "framework_versions": "names",
+        "hostnames": "texts",
+        "devices": "texts",
         "world_size": "count",
         "dlscale_version": "text",
-        "nodes": "list?",
+        "nodes": "texts?",
         "job_id": "text?",
         "launcher": "text?",
     },
@@ -119,15 +120,26 @@ TYPES: dict[str, dict[str, str]] = {
     },
 }
 _WHAT = {
-    "count": "a whole number >= 0",
-    "number": "a finite number",
-    "rate": "a finite number >= 0",
+    "count": "a whole number >= 0 (at most 2^53)",
+    "number": "a finite number (at most 1e100 in size)",
+    "rate": "a finite number >= 0 (at most 2^53)",
     "fraction": "a number from 0 to 1",
     "text": "a string",
     "flag": "true or false",
     "list": "a list",
+    "texts": "a list of strings",
     "table": "a JSON object",
+    "names": "a JSON object of strings (or nulls)",
 }
+# Numbers past these are no measurement and overflow what computes with them (a float sum,
+# SQLite's 64-bit integers, a chart's axis): a count or rate at most 2^53 (exact as a
+# float), any other number at most 1e100 in size.
+MAX_COUNT = 2**53
+MAX_NUMBER = 1e100
+# A record is one flat object with a few small lists and tables; a line longer or nested
+# deeper than these is no record (and deep JSON costs recursion to decode).
+MAX_LINE_CHARS = 1 << 20
+MAX_DEPTH = 8
 
 
 def _is_number(v: Any) -> bool:
@@ -136,12 +148,31 @@ def _is_number(v: Any) -> bool:
 
 def _fits(value: Any, kind: str) -> bool:
     if kind == "count":
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
     if kind in ("number", "rate", "fraction"):
         if not _is_number(value) or not math.isfinite(value):
             return False
-        return kind == "number" or (value >= 0 and (kind == "rate" or value <= 1))
+        if kind == "number":
+            return abs(value) <= MAX_NUMBER
+        return 0 <= value <= (MAX_COUNT if kind == "rate" else 1)
+    if kind == "texts":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "names":
+        return isinstance(value, dict) and all(isinstance(v, str | None) for v in value.values())
     return isinstance(value, {"text": str, "flag": bool, "list": list, "table": dict}[kind])
+
+
+def nesting(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (0 for a scalar), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level)
+            todo.extend((v, level + 1) for v in item if isinstance(v, (list, dict)))
+    return deepest
 
 
 def _shown(value: Any) -> str:
@@ -197,16 +228,24 @@ class RecordWriter:
 def parse_record(line: str) -> dict[str, Any]:
     """Parse one line and check its fields' types; raise RecordError naming what is wrong
     (the field, the value and what it must be)."""
+    if len(line) > MAX_LINE_CHARS:
+        raise RecordError(f"longer than {MAX_LINE_CHARS} characters")
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise RecordError(f"not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise RecordError(f"nested over {MAX_DEPTH} deep") from None
+    except ValueError as exc:  # an integer of over 4,300 digits
+        raise RecordError(f"not a usable JSON value: {exc}") from None
     if not isinstance(record, dict):
         raise RecordError("a record must be a JSON object")
+    if nesting(record) > MAX_DEPTH:
+        raise RecordError(f"nested over {MAX_DEPTH} deep")
     kind = record.get("kind")
-    if kind not in REQUIRED:
-        raise RecordError(f"unknown record kind {kind!r}; allowed: {', '.join(REQUIRED)}")
-    missing = [f for f in REQUIRED[kind] if f not in record]
+    if not isinstance(kind, str) or kind not in REQUIRED:
+        raise RecordError(f"unknown record kind {_shown(kind)}; allowed: {', '.join(REQUIRED)}")
+    missing = [f for f in (*REQUIRED[kind], "time") if f not in record]
     if missing:
         raise RecordError(f"{kind} record lacks {', '.join(missing)}")
     for name, want in {**TYPES["*"], **TYPES[kind]}.items():
