@@ -164,3 +164,14 @@ def test_events_are_in_time_order_and_run_stop_ends_training(tops, target):
     # nothing of training after run_stop
     after = keys[keys.index("run_stop") :]
     assert not {"eval_accuracy", "block_start", "eval_start", "tracked_stats"} & set(after)
+
+
+def test_a_run_recorded_without_its_loop_time_stops_at_its_last_step():
+    """Records from before total_wall_s: the last step's interval ends training, not the
+    summary written after the step-time breakdown."""
+    recs = [json.loads(x) for x in records([], None).splitlines()]
+    del recs[-1]["total_wall_s"]
+    events = mllog.events(recs, {"run_id": "r"})
+    (stop,) = [e for e in events if e["key"] == "run_stop"]
+    last = [e for e in events if e["key"] == "tracked_stats"][-1]
+    assert stop["time_ms"] == last["time_ms"] < round(recs[-1]["time"] * 1000)

@@ -112,8 +112,13 @@ def events(records: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
         t_end, end_line = float(hit[1]["time"]), hit[0]
     elif summary.get("total_wall_s") is not None:
         t_end, end_line = t0 + float(summary["total_wall_s"]), s_line
-    else:
-        t_end, end_line = float(records[-1]["time"]), len(records)
+    else:  # recorded before total_wall_s was: the last step's interval ended training
+        end_line, last = max(
+            ((n, r) for n, r in numbered if r["kind"] in ("interval", "eval")),
+            default=(len(records), records[-1]),
+            key=lambda nr: nr[0],
+        )
+        t_end = float(last["time"])
 
     # Before the run: what it is, then initialisation (model and data ready by the params
     # record) up to the loop's start. dlscale clears no caches: cache_clear says so (False).
