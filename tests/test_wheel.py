@@ -6,6 +6,7 @@ than installing them again (about 15 s: building the wheel)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -123,15 +124,16 @@ def test_the_installed_wheel_plans_a_study_and_mounts_the_tui(installed, tmp_pat
     home = tmp_path / "home"
     version = run(venv, str(venv / "bin" / "dlscale"), "--version", home=home)
     assert version.returncode == 0 and "0.1.0" in version.stdout, version
-    plan = run(
-        venv,
-        str(venv / "bin" / "dlscale"),
-        "plan",
-        str(REPO / "examples/quickstart.toml"),
-        home=home,
-    )
-    assert plan.returncode == 0, plan.stderr
-    assert "quickstart" in plan.stdout and "Traceback" not in plan.stderr
+    # a Slurm study plans anywhere (its environments are the profile's); the local
+    # quickstart where this Python has torch (the core suite's venvs have none)
+    iris = str(REPO / "examples/clusters/ulhpc-iris.toml")
+    plans = [["examples/quickstart-slurm.toml", "--profile", iris]]
+    if importlib.util.find_spec("torch") is not None:
+        plans.append(["examples/quickstart.toml"])
+    for spec, *flags in plans:
+        plan = run(venv, str(venv / "bin" / "dlscale"), "plan", str(REPO / spec), *flags, home=home)
+        assert plan.returncode == 0, plan.stderr
+        assert " runs, " in plan.stdout and "Traceback" not in plan.stderr
     tui = run(venv, str(venv / "bin" / "python"), "-c", TUI, str(home), home=home)
     assert tui.returncode == 0, tui.stderr[-3000:]
     assert "screens mounted" in tui.stdout
