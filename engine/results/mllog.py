@@ -97,17 +97,19 @@ def events(records: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str,
         "global_batch", params.get("per_device_batch", 0) * params.get("world_size", 0)
     )
 
-    # When the timed loop began: an evaluation says exactly (its elapsed_s counts from there);
-    # the env record is the trainer's last write before the loop.
-    if evals:
-        t0 = float(evals[0][1]["time"]) - float(evals[0][1]["elapsed_s"])
-    else:
-        t0 = float((env or params or records[0])["time"])
     target = summary.get("target_accuracy", params.get("target_accuracy"))
     hit = next(
         ((n, r) for n, r in evals if target is not None and r["top1"] >= target),
         None,
     )
+    # When the timed loop began: an evaluation says exactly (its elapsed_s counts from
+    # there; the one that reached the target, so the score is its time-to-accuracy); else
+    # the env record, the trainer's last write before the loop.
+    if evals:
+        _, first = hit or evals[0]
+        t0 = float(first["time"]) - float(first["elapsed_s"])
+    else:
+        t0 = float((env or params or records[0])["time"])
     if hit is not None:
         t_end, end_line = float(hit[1]["time"]), hit[0]
     elif summary.get("total_wall_s") is not None:
