@@ -6,13 +6,15 @@ write them, through the real `dlscale export mllog`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_store import make_run
 
-from conftest import dlscale, mlperf_check, mlperf_score_s
+from conftest import BIN, dlscale, mlperf_check, mlperf_score_s
 from dlscale.engine.results import mllog
 from dlscale.engine.tracking.store import Store
 
@@ -175,3 +177,27 @@ def test_a_run_recorded_without_its_loop_time_stops_at_its_last_step():
     (stop,) = [e for e in events if e["key"] == "run_stop"]
     last = [e for e in events if e["key"] == "tracked_stats"][-1]
     assert stop["time_ms"] == last["time_ms"] < round(recs[-1]["time"] * 1000)
+
+
+def test_without_mlperf_logging_an_export_says_what_to_install(tmp_path):
+    """mlperf-logging is imported only when a log is written; where it cannot be (a broken
+    install), the export ends with what to install, exit 2, no traceback."""
+    hidden = tmp_path / "hide" / "mlperf_logging"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    home = tmp_path / "home"
+    store = Store(home)
+    run = make_run()
+    store.add_run(run)
+    (tmp_path / "m.jsonl").write_text(records([], None))
+    store.ingest(run.run_id, tmp_path / "m.jsonl")
+    env = {**os.environ, "PYTHONPATH": str(hidden.parent), "DLSCALE_HOME": str(home)}
+    proc = subprocess.run(
+        [str(BIN / "dlscale"), "export", "mllog", run.run_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install mlperf-logging" in proc.stderr and "Traceback" not in proc.stderr
