@@ -90,6 +90,12 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        # Python 3.10's urllib follows no 308 (3.11's follows it as a 307: same method,
+        # same body), so it is passed on as the 307 it means.
+        code = 307 if code == 308 else code
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
 
 _opener = urllib.request.build_opener(_CheckedRedirects)  # replaces urllib's own handler
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,27 @@ import pytest
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
+
+# The core suite (scripts/test-pythons runs it on every declared Python) is what needs no
+# framework: `-m "not framework"`. Its venvs have no torch (the local wheel is for one
+# Python), so the modules that import it at the top are not collected there at all.
+_IMPORTS_TORCH = re.compile(r"^(import torch|from torch|from dlscale\.trainers\.torch_ddp)", re.M)
+_TORCHLESS = importlib.util.find_spec("torch") is None
+collect_ignore = (
+    sorted(
+        str(p.relative_to(REPO / "tests"))
+        for p in REPO.joinpath("tests").rglob("test_*.py")
+        if _IMPORTS_TORCH.search(p.read_text())
+    )
+    if _TORCHLESS
+    else []
+)
+
+
+def pytest_report_header(config):
+    if collect_ignore:
+        return f"torch is not installed: not collecting {', '.join(collect_ignore)}"
+    return None
 
 
 def _no_cuda() -> str | None:
@@ -45,6 +67,8 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group or item.get_closest_marker("slow") or "/tests/gpu/" in str(item.fspath):
+            item.add_marker(pytest.mark.framework)
     gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
     why = _no_cuda() if gpu else None
     for item in gpu:
@@ -270,3 +294,46 @@ def slurm_target(request, monkeypatch):
     for name, value in started.env.items():
         monkeypatch.setenv(name, value)
     return SlurmTarget(started, backend)
+
+
+# --- MLCommons' own tools on exported MLLOG files (mlperf-logging, a dev dependency) -------
+
+MLPERF_RULES = ("training", "4.0.0")
+
+
+def mlperf_check(path: Path, tmp: Path) -> tuple[bool, str]:
+    """MLPerf's compliance checker on one file (training 4.0.0, as docs/reports.md says):
+    whether it passed, and what it printed."""
+    usage, ruleset = MLPERF_RULES
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            usage,
+            "--ruleset",
+            ruleset,
+            "--log_output",
+            str(tmp / "compliance_checker.log"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def mlperf_score_s(path: Path, check: bool = True) -> float:
+    """MLPerf's result summarizer's score of one run (run_stop - run_start), in seconds;
+    `check`: read it as the summarizer does, refusing a file the checker fails."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+    from mlperf_logging.result_summarizer import result_summarizer as summarizer
+
+    usage, ruleset = MLPERF_RULES
+    if check:
+        lines = summarizer._read_result_file(str(path), usage, ruleset)
+    else:
+        lines, _ = parse_file(str(path), ruleset=ruleset)
+    return summarizer._query_mlperf_strong_scaling_score(lines) * 60

@@ -144,7 +144,9 @@ def test_the_confidence_interval_uses_students_t_without_scipy_stats(tmp_path, m
     from dlscale.engine.results.points import t_quantile_975
 
     for df in [*range(1, 40), 99, 1000]:
-        assert t_quantile_975(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-12)
+        # stdtrit and t.ppf agree to 1e-12 in scipy 1.17; 1.15 (the newest for Python
+        # 3.10) computes t.ppf another way, 1e-11 apart: either is a 95% interval's t
+        assert t_quantile_975(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-9)
     s = spread([100.0, 110.0, 90.0])
     assert s.ci95 == pytest.approx(float(stats.t.ppf(0.975, 2)) * 10.0 / 3**0.5)
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN_IN_TRAINERS = (
     "dlscale.engine",
@@ -66,6 +68,7 @@ def test_engine_never_imports_textual():
     ] == []
 
 
+@pytest.mark.framework  # imports the torch trainer
 def test_loading_the_engine_loads_no_textual_and_the_trainer_no_engine():
     code = (
         "import sys, dlscale.engine.cli, dlscale.engine.tracking.monitor;"

@@ -159,6 +159,7 @@ def test_exit_codes(tmp_path, home):
     assert dlscale("cancel").returncode == 2
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_plan_counts_runs_without_submitting(tmp_path, home):
     spec = write_spec(tmp_path / "s.toml")
     out = dlscale("plan", str(spec), check=0).stdout

@@ -58,6 +58,7 @@ def test_wrong_layout_is_refused(tmp_path):
         read_cifar10(str(tmp_path))
 
 
+@pytest.mark.framework  # scikit-learn (the torch extra) loads the digits
 def test_digits_are_32px_rgb_and_split_per_class():
     train, test = load_digits(seed=0)
     assert train.images.shape[1:] == (3, 32, 32) and train.images.dtype == np.uint8

@@ -202,6 +202,7 @@ def test_a_partitions_gpu_arch_and_nccl_settings_are_read_and_checked(tmp_path):
 # --- planning ---------------------------------------------------------------------------
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_a_gpu_partition_refuses_a_cpu_build_and_names_the_gpu_one(tmp_path, home):
     """dlscale's own .venv holds the CPU torch: on a GPU partition its runs would train on
     the CPU. A CPU partition of the same profile plans as before."""

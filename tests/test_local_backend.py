@@ -283,6 +283,7 @@ def test_only_the_store_runs_sql():
     assert found == []
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_a_queued_local_run_has_its_folder_made_when_it_starts(tmp_path, home):
     """Submission writes no file per run (folders_at_start): while the worker is busy the
     queued runs have no folder; when one starts it gets run.json and its spec, and a run

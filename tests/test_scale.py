@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 
+import pytest
 from test_store import make_run
 
 from conftest import BIN
@@ -55,6 +56,7 @@ def _transactions(store: Store) -> list[str]:
     return seen
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_a_batched_submission_stores_each_run_with_its_job_and_claim(tmp_path, home):
     spec = _spec_text(tmp_path / "big.toml", "big")
     loaded = load_spec(str(spec))
@@ -112,6 +114,7 @@ def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
     assert {r["attempts"] for r in store.runs()} == {1}
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_two_dlscale_run_of_a_big_spec_at_once_submit_each_run_once(tmp_path, home):
     spec = _spec_text(tmp_path / "big.toml", "big")
     home.mkdir(parents=True)
@@ -147,6 +150,8 @@ def test_many_ids_are_bound_in_parts_any_sqlite_takes(tmp_path):
     for i, r in enumerate(runs):
         store.add_run(r)
         store.add_job("slurm", str(1000 + i), r.run_id, "PENDING")
+    if not hasattr(store.conn, "setlimit"):
+        pytest.skip("sqlite3's Connection.setlimit is Python 3.11's: no way to lower the limit")
     store.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
     ids = [str(1000 + i) for i in range(1200)]
     assert len(store.jobs("slurm", ids)) == 1200
@@ -238,6 +243,7 @@ class _Queues(LocalBackend):
         return ["7"] + [str(100 + i) for i in range(len(requests) - 1)]
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_a_batch_of_jobs_is_recorded_and_a_refused_one_said(tmp_path, home):
     spec = _spec_text(tmp_path / "big.toml", "big")
     store = Store(home)

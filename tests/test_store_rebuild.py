@@ -98,6 +98,7 @@ def test_an_empty_file_without_run_folders_is_a_new_store(home):
     assert "no runs yet" in dlscale("status", check=0).stdout
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 @pytest.mark.parametrize("how", ["empty", "pages"])
 def test_rebuild_recovers_every_run_folder_and_keeps_the_file_aside(home, tmp_path, how):
     _study_of_every_kind(home, tmp_path)
@@ -142,6 +143,7 @@ def test_rebuild_refuses_a_healthy_store_unless_forced(home, tmp_path):
     assert list(home.glob("dlscale.db.damaged-*"))
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     """run.json is written at each submission, and a resubmission keeps the spec its
     first attempt named (resubmit has no spec in hand)."""

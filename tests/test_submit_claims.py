@@ -132,6 +132,7 @@ def test_a_claim_whose_process_died_is_released_with_the_reason(tmp_path):
     assert store.claim_run(run.run_id) is None
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 @pytest.mark.parametrize("blocker", ["file", "symlink-loop"])
 def test_a_run_folder_that_cannot_be_made_is_not_left_half_submitted(tmp_path, home, blocker):
     """Something in the way of a run's folder (the class: anything raised between the

@@ -47,6 +47,7 @@ def field(app, wid: str):
 # --- the build form ----------------------------------------------------------------------
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_build_form_refuses_bad_values_at_the_field(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(100, 40)) as pilot:
@@ -138,6 +139,7 @@ async def test_unusable_frameworks_say_why_and_cannot_be_chosen(home):
                 assert choices[opt.value].why in str(opt.prompt)
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_save_and_load_round_trip(home, tmp_path):
     target = tmp_path / "saved.toml"
     source = tmp_path / "with-options.toml"  # a table the form has no field for

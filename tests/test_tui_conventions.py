@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import textual
 
 from conftest import REPO
@@ -263,6 +264,7 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
         assert "Next exp." in screen_text(app)  # still offered in the footer
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_a_refused_profile_is_cleared_when_the_field_goes_back(home, tmp_path):
     """The profile field marks a file that does not validate; emptying the field again
     (this machine, the profile already in use) takes the mark away and allows submitting.

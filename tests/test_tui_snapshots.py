@@ -31,6 +31,7 @@ async def settle(pilot, condition, timeout: float = 20) -> None:
     await pilot.pause(0.3)
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_build_screen(snap_compare, home, size):
     app = DlscaleApp(
@@ -89,6 +90,7 @@ def test_results_screen(snap_compare, home, size):
     assert snap_compare(app, terminal_size=size, run_before=results)
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_help_screen(snap_compare, home):
     app = DlscaleApp(Session(home, "local"), watch=False)
     assert snap_compare(app, terminal_size=(80, 24), press=["f1"])

@@ -42,6 +42,7 @@ class RefusesEverything(LocalBackend):
         raise RuntimeError("the scheduler fell over")
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 @pytest.mark.parametrize("failure", ["folder in the way", "scheduler raises"])
 async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried(
     home, tmp_path, failure

@@ -9,12 +9,12 @@ error says why it is there (`limit`).
 from __future__ import annotations
 
 import re
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import tomllib
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +28,13 @@ from pydantic_core import PydanticCustomError
 
 from ..errors import SpecError
 from ..files import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, depth, read_text
+
+# One home for the TOML reader: the standard library's from 3.11, its PyPI original (the same
+# code, a dependency only there) on 3.10.
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 Number = StrictFloat | StrictInt
 

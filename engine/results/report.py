@@ -22,8 +22,8 @@ from typing import Any
 
 import jinja2
 import markupsafe
-import tomllib
 
+from ..config.tomlfile import tomllib
 from ..errors import NotFoundError, UserError
 from ..tracking.store import Store
 from . import analysis, figures, mllog, projection, tables

@@ -65,6 +65,10 @@ class ArrayData:
     def train_images(self) -> int | None:
         return None if self.train is None else len(self.train.labels)
 
+    @property
+    def eval_images(self) -> int | None:
+        return None if self.test is None else len(self.test.labels)
+
     def prepare(
         self, images: np.ndarray, augment: bool, rng: np.random.Generator | None
     ) -> np.ndarray:

@@ -66,6 +66,8 @@ TYPES: dict[str, dict[str, str]] = {
         "lr_scaled": "number",
         "threads": "count",
         "seed": "count",
+        "train_images": "count?",
+        "eval_images": "count?",
     },
     "env": {
         "framework_versions": "names",
@@ -84,7 +86,13 @@ TYPES: dict[str, dict[str, str]] = {
         "epoch": "count?",
         "includes_warmup": "flag?",
     },
-    "eval": {"step": "count", "epoch": "count", "top1": "fraction", "elapsed_s": "rate"},
+    "eval": {
+        "step": "count",
+        "epoch": "count",
+        "top1": "fraction",
+        "elapsed_s": "rate",
+        "eval_s": "rate?",
+    },
     "summary": {
         "status": "text",
         "throughput": "rate",

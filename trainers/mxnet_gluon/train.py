@@ -213,6 +213,8 @@ def _run(ctx: Context, on_gpu: bool, precision: str) -> int:
         channels_last=False,
         total_steps=recipe.total_steps,
         steps_per_epoch=data.steps_per_epoch,
+        train_images=data.train_images,
+        eval_images=data.eval_images,
         lr_scaled=recipe.plan.scaled_lr,
         device="cuda" if device.cuda else "cpu",
         distributed=ctx.launch.distributed,

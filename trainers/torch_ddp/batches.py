@@ -29,6 +29,7 @@ class Data:
     val: Callable[[], Iterator[Batch]]  # this rank's part of the evaluation set
     versions: dict[str, Any] = field(default_factory=dict)
     pipeline: Any = None  # DALI's, when it reads: what it runs can be inspected
+    eval_images: int | None = None  # the evaluation set's size (MLPerf's eval_samples)
 
 
 class _Normalise:

@@ -85,6 +85,7 @@ def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
         len(loader),
         epoch,
         _val_arrays(test, world, rank, norm),
+        eval_images=len(test.labels),
     )
 
 
@@ -128,6 +129,7 @@ def _native_folders(args, folders: imagenet.Folders, world, rank, device, norm) 
         len(loader),
         epoch,
         _val_folders(args, folders, world, rank, device, norm),
+        eval_images=len(folders.val),
     )
 
 
@@ -263,6 +265,7 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
         _val_arrays(test, world, rank, norm),
         {"dali": dali.__version__},
         pipe,
+        len(test.labels),
     )
 
 
@@ -352,4 +355,5 @@ def _dali_folders(
         _val_folders(args, folders, world, rank, device, norm),
         {"dali": dali.__version__},
         pipe,
+        len(folders.val),
     )

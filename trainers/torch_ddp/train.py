@@ -318,6 +318,7 @@ def _run(run: TorchRun) -> int:
         device=device.type,
         classes=classes,
         train_images=data.train_images if data else None,
+        eval_images=data.eval_images if data else None,
         distributed=launch.distributed,
         fused_sgd=cuda,
         **math_modes,
