@@ -31,6 +31,7 @@ from dlscale.engine.tracking.queue import QueueReader
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.logtail import LogTail
+from dlscale.tui.messages import QueueRefreshed
 from dlscale.tui.queue import ROWS_PER_FRAME, JobTable
 
 RUNNING = 300  # jobs running (their clocks move every tick)
@@ -172,6 +173,53 @@ async def measure_queue(home: Path, ids: list[str]) -> dict:
     }
 
 
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+async def measure_keys(home: Path, load: int, presses: int = 60) -> dict:
+    """Key to screen in the Queue: from a key (down, or o to sort) to the app having acted
+    on it and drawn the frame (Pilot's press returns once the app is idle again), with
+    `load` processes spinning on the cores meanwhile, as on a login node."""
+    import multiprocessing
+
+    stop = multiprocessing.Event()
+    spinners = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(load)]
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    down, sort = [], []
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("f3")
+            table = app.screen.query_one(JobTable)
+            app.post_message(QueueRefreshed(Session(home, "local").refresh(app.experiment)))
+            while table.row_count < len(Store(home).runs()):
+                await asyncio.sleep(0.05)
+            table.focus()
+            await pilot.pause(0.5)
+            for p in spinners:
+                p.start()
+            for k in range(presses):
+                t = time.perf_counter()
+                await pilot.press("down")
+                down.append(time.perf_counter() - t)
+                if k % 10 == 0:
+                    t = time.perf_counter()
+                    await pilot.press("o")
+                    sort.append(time.perf_counter() - t)
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join()
+    return {
+        "key_down_median_ms": ms(statistics.median(down)),
+        "key_down_max_ms": ms(max(down)),
+        "key_sort_median_ms": ms(statistics.median(sort)),
+        "key_sort_max_ms": ms(max(sort)),
+        "key_load_processes": load,
+    }
+
+
 def write_log(path: Path, gib: float) -> None:
     line = b"2026-11-22 10:00:00 rank 0 step 0001234 loss 2.3456 images_per_s 812.5\n"
     block = line * (4 * 2**20 // len(line))
@@ -215,10 +263,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--log-gb", type=float, default=1.0)
+    ap.add_argument("--load", type=int, default=2, help="spinning processes for the key test")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        keys = {}
+        small = Path(tmp) / "small"
+        big_store(small, 100)
+        for n, where in ((100, small), (args.jobs, None)):
+            if where is None:
+                where = Path(tmp) / "home"
+                ids = big_store(where, n)
+            k = asyncio.run(measure_keys(where, args.load))
+            keys[n] = k
+            print(
+                f"queue keys, {n} runs, {args.load} processes spinning: down "
+                f"{k['key_down_median_ms']} ms median, {k['key_down_max_ms']} ms slowest; "
+                f"sort (o) {k['key_sort_median_ms']} ms median, {k['key_sort_max_ms']} ms "
+                f"slowest; load average {os.getloadavg()[0]:.1f}"
+            )
         home = Path(tmp) / "home"
-        ids = big_store(home, args.jobs)
         q = asyncio.run(measure_queue(home, ids))
         print(
             f"queue, {args.jobs} jobs ({RUNNING} running, {CHANGING} changing state per "
@@ -251,6 +314,7 @@ def main() -> None:
         "load_average": os.getloadavg()[0],
         **q,
         **lg,
+        "keys": {str(n): k for n, k in keys.items()},
     }
     with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
         fh.write(json.dumps(record) + "\n")
