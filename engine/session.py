@@ -325,17 +325,28 @@ class Session:
         """What the results leave out (metric lines skipped on ingest), by run and line."""
         return analysis.notes(self.store, experiment)
 
-    def projection_chart(self, experiment: str | None, metric: str, width: int, height: int) -> str:
+    def projection_chart(
+        self, experiment: str | None, metric: str, width: int, height: int
+    ) -> tuple[str, list[str]]:
         """The study's scaling projected past what was measured (`dlscale project`), as the
-        Results screen draws it: measured lines, projected points marked as such."""
+        Results screen draws it (measured lines, projected points marked as such), and its
+        held-out checks in words: every one, the misses first, with whether it missed."""
         from .results import projection
         from .results import report as reporting
+        from .results.report_projection import held_out_line
 
-        name = reporting.pick_experiment(self.store, experiment)["name"]
+        named = self.store.experiment_names()  # runs added without a saved spec count too
+        name = (
+            experiment
+            or (named[0] if len(named) == 1 else None)
+            or reporting.pick_experiment(self.store, experiment)["name"]
+        )
         families, _, _ = projection.study_reach(self.store, name)
-        return charts.projection_chart(
+        chart = charts.projection_chart(
             projection.chart_series(families, metric), metric, width, height, color=True
         )
+        checks = sorted((held_out_line(f) for f in families), key=lambda c: not c[1])
+        return chart, [("MISSED: " if missed else "") + line for line, missed in checks]
 
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""

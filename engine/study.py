@@ -80,6 +80,26 @@ class SubmitReport:
     # queued by an earlier submission that was interrupted before it recorded the job
     adopted: list[Run] = field(default_factory=list)
 
+    def sentence(self) -> str:
+        """What became of the study's runs, as both front ends say it after a submit."""
+        return (
+            f"{len(self.submitted)} submitted, {len(self.resubmitted)} "
+            f"resubmitted (failed or cancelled before), {len(self.completed)} completed "
+            f"earlier (skipped), {len(self.active)} already queued or running"
+            + (
+                f", {len(self.adopted)} adopted (queued by an earlier submission that was "
+                "interrupted before it recorded them)"
+                if self.adopted
+                else ""
+            )
+            + (
+                f", {len(self.waiting)} waiting for room in the queue (submitted in waves "
+                "by `--wait`, `dlscale status` or the TUI)"
+                if self.waiting
+                else ""
+            )
+        )
+
     @property
     def all_runs(self) -> list[Run]:
         return (

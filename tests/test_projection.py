@@ -352,3 +352,34 @@ def test_the_projection_returns_the_base_at_its_own_scale_and_never_gains_with_m
         assert got["efficiency"].value <= last["efficiency"].value * (1 + 1e-12)
         assert got["throughput"].value >= last["throughput"].value * (1 - 1e-12)
         last = got
+
+
+async def test_the_results_screen_draws_the_projection_and_says_a_missed_check_in_red(tmp_path):
+    """Issue 26, item 4 in the TUI: m reaches the projection (its own series past the
+    measured scales), and a held-out check that missed its interval is said in red."""
+    from dlscale.engine.session import Session
+    from dlscale.tui.app import DlscaleApp
+    from dlscale.tui.results import PROJECTED
+    from test_tui import field, until
+
+    store = Store(tmp_path)
+    for nodes, rpn, factor in ((1, 1, 1.0), (1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.6)):
+        add_point(store, tmp_path, nodes, rpn, factor)
+        if nodes * rpn > 1:
+            add_sweep(store, tmp_path, nodes, rpn, noise=0.02, seed=nodes)
+    store.close()
+    app = DlscaleApp(Session(tmp_path, "local"), watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.results, 20, "the results")
+        while app.screen.metric != PROJECTED:
+            await pilot.press("m")
+        await until(
+            pilot,
+            lambda: field(app, "held-out").display,
+            30,
+            [n.message for n in app._notifications],
+        )
+        box = field(app, "held-out")
+        assert box.has_class("missed") and "MISSED" in str(box.render())
+        assert "OUTSIDE its interval" in str(box.render())

@@ -126,3 +126,4 @@ class ProjectionDrawn(Message):
 
     experiment: str | None
     chart: str
+    checks: list[str]  # the held-out checks in words, "MISSED: ..." first

@@ -106,6 +106,7 @@ class ResultsScreen(AppScreen):
         yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield Plain(id="why")
         yield Plain(id="baselines")
+        yield Plain(id="held-out")
         yield Chart(id="chart")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -227,6 +228,7 @@ class ResultsScreen(AppScreen):
 
     def action_next_metric(self) -> None:
         self.metric = METRICS[(METRICS.index(self.metric) + 1) % len(METRICS)]
+        self.query_one("#held-out", Plain).display = False  # until the projection's come
         self.draw_chart()
         if self.metric == PROJECTED:
             chart = self.query_one(Chart)
@@ -235,11 +237,13 @@ class ResultsScreen(AppScreen):
     @work(thread=True, exclusive=True, group="projection", exit_on_error=False)
     def _project(self, experiment: str | None, width: int, height: int) -> None:
         try:
-            text = self.app.session.projection_chart(experiment, "efficiency", width, height)
+            text, checks = self.app.session.projection_chart(
+                experiment, "efficiency", width, height
+            )
         except Exception as exc:
             self.post_message(EngineFailed("projecting", describe(exc)))
             return
-        self.post_message(ProjectionDrawn(experiment, text))
+        self.post_message(ProjectionDrawn(experiment, text, checks))
 
     def on_projection_drawn(self, message: ProjectionDrawn) -> None:
         message.stop()
@@ -247,6 +251,11 @@ class ResultsScreen(AppScreen):
             chart = self.query_one(Chart)
             chart.projected = message.chart
             chart.refresh()
+            # The held-out check: a projection that missed its measured point says so in red.
+            box = self.query_one("#held-out", Plain)
+            box.update("\n".join(message.checks))
+            box.set_class(any(c.startswith("MISSED") for c in message.checks), "missed")
+            box.display = self.metric == PROJECTED and bool(message.checks)
 
     def action_next_model(self) -> None:
         choices: list[str | None] = [None, *self.models()]

@@ -113,11 +113,7 @@ class SubmitFromForm(AppScreen):
         report, path = message.report, message.spec_path
         self._submitting(False)
         name = report.all_runs[0].experiment if report.all_runs else None
-        text = (
-            f"{len(report.submitted)} submitted, {len(report.resubmitted)} resubmitted, "
-            f"{len(report.completed)} completed earlier, {len(report.active)} already "
-            f"queued or being submitted (spec: {path})"
-        )
+        text = f"{report.sentence()} (spec: {path})"
         for run, why in report.failed_to_submit:
             text += f"\nnot submitted: {run.label()}: {why}"
         self.notify(

@@ -144,22 +144,7 @@ def run(
     name = loaded.spec.experiment.name
     where = target.describe() + (f" via {target.via}" if target.via else "")
     out.print(
-        f"{name}: {len(report.submitted)} submitted, {len(report.resubmitted)} "
-        f"resubmitted (failed or cancelled before), {len(report.completed)} completed "
-        f"earlier (skipped), {len(report.active)} already queued or running"
-        + (
-            f", {len(report.adopted)} adopted (queued by an earlier submission that was "
-            "interrupted before it recorded them)"
-            if report.adopted
-            else ""
-        )
-        + (
-            f", {len(report.waiting)} waiting for room in the queue (submitted in waves "
-            "by `--wait`, `dlscale status` or the TUI)"
-            if report.waiting
-            else ""
-        )
-        + f" [backend: {where}]",
+        f"{name}: {report.sentence()}" + f" [backend: {where}]",
         soft_wrap=True,
     )
     if target.note:
