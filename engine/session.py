@@ -348,6 +348,12 @@ class Session:
         checks = sorted((held_out_line(f) for f in families), key=lambda c: not c[1])
         return chart, [("MISSED: " if missed else "") + line for line, missed in checks]
 
+    def side_by_side(self, a: str, b: str) -> dict[str, Any]:
+        """Two experiments' points matched by configuration (`dlscale compare A B`)."""
+        from .results import compare
+
+        return compare.side_by_side(self.store, a, b)
+
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
         from .results import report as reporting

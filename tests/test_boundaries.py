@@ -136,6 +136,7 @@ TUI_MAY_USE = (
     "dlscale.engine.tracking.monitor",
     "dlscale.engine.results.charts",
     "dlscale.engine.results.tables",
+    "dlscale.engine.results.compare_table",
     "dlscale.engine.cli.options",
 )  # dlscale-tui's own command line checks
 

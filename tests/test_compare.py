@@ -163,3 +163,29 @@ def test_a_report_of_both_sites_has_a_site_column_and_overlaid_figures(two_sites
         check=0,
     )
     assert "report of quickstart + quickstart@beta" in proc.stdout
+
+
+async def test_the_results_screen_shows_two_experiments_side_by_side(two_sites):
+    """Issue 27, item 2 in the TUI: c on the Results screen puts this experiment beside
+    the other one the store holds (here one imported from site beta), matched points with
+    their ratio and the environment that differs, unmatched ones listed under it."""
+    from textual.widgets import DataTable
+
+    from dlscale.engine.session import Session
+    from dlscale.tui.app import DlscaleApp
+    from dlscale.tui.dialogs import CompareScreen
+    from test_tui import until
+
+    app = DlscaleApp(Session(two_sites, "local"))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        app.experiment = "quickstart"
+        await pilot.press("f4")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), 30, "the comparison")
+        table = app.screen.query_one(DataTable)
+        assert table.row_count == 1  # 1x2 matched; the 1-device points have no partner
+        cells = [str(c) for c in table.get_row_at(0)]
+        assert cells[2] == "1x2" and "torch: 2.13.0+cpu -> 2.99.0" in cells[-1], cells
+        notes = str(app.screen.query("Plain").last().render())
+        assert "only in" in notes and "Fieller" in notes

@@ -72,7 +72,7 @@ async def test_a_long_question_and_the_help_are_never_cut_off(home):
             at += len(word)
         assert "ends here." in shown
         await pilot.press("n")
-        app.push_screen(HelpScreen())
+        app.push_screen(HelpScreen(METRICS))
         await pilot.pause(0.3)
         help_text = str(app.screen.query_one(Plain).render())
         assert all(m in help_text for m in METRICS), help_text

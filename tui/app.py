@@ -32,6 +32,7 @@ from .dialogs import HelpScreen
 from .errors import describe
 from .messages import EngineFailed, QueueRefreshed
 from .queue import QueueScreen
+from .results import METRICS as RESULTS_METRICS
 from .results import ResultsScreen
 
 
@@ -113,7 +114,7 @@ class DlscaleApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(RESULTS_METRICS))
 
     def action_next_experiment(self) -> None:
         """The next study the store knows (the Queue and Results screens bind it to e)."""

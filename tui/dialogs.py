@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, DataTable, Input, Label
 
+from ..engine.results import compare_table
 from ..engine.session import RunDetail
-from .results import METRICS
-from .widgets import Plain, TextField
+from .widgets import Plain, TextField, literal_cell
 
 HELP = """\
 dlscale-tui: build a scaling study, watch its jobs, read its results.
@@ -59,11 +61,17 @@ reopening dlscale-tui shows the same study.
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key; `metrics` are the charts the Results screen's m steps through."""
+
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close")]
+
+    def __init__(self, metrics: tuple[str, ...]) -> None:
+        super().__init__()
+        self.metrics = metrics
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Plain(HELP.replace("{metrics}", ", ".join(METRICS)))
+            yield Plain(HELP.replace("{metrics}", ", ".join(self.metrics)))
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -153,6 +161,36 @@ class DetailScreen(ModalScreen[None]):
         if self.detail.job_id:
             self.app.copy_to_clipboard(self.detail.job_id)
             self.app.notify(f"copied job id {self.detail.job_id}")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class CompareScreen(ModalScreen[None]):
+    """Two experiments side by side (`dlscale compare A B`): each matched point's
+    throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
+    of each and what differs in their environments; points without a partner listed under
+    it. Escape closes."""
+
+    BINDINGS = [Binding("escape,q,c", "dismiss", "Close")]
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__()
+        self.data = data
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="compare", classes="dialog"):
+            yield Plain(compare_table.title(self.data))
+            yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
+            yield Plain("\n".join([*compare_table.comparison_notes(self.data), "escape: close"]))
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for name, _ in compare_table.COLUMNS:
+            table.add_column(name, key=name)
+        for cells in compare_table.comparison_rows(self.data):
+            table.add_row(*(literal_cell(c) for c in cells))
+        table.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

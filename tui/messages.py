@@ -127,3 +127,10 @@ class ProjectionDrawn(Message):
     experiment: str | None
     chart: str
     checks: list[str]  # the held-out checks in words, "MISSED: ..." first
+
+
+@dataclass
+class Compared(Message):
+    """Two experiments side by side (engine.results.compare.side_by_side)."""
+
+    data: dict[str, Any]

@@ -18,8 +18,9 @@ from textual.widgets.data_table import ColumnKey
 
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot
+from .dialogs import CompareScreen
 from .errors import describe
-from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
 from .screens import AppScreen
 from .widgets import Banner, Plain, literal_cell
 
@@ -88,8 +89,9 @@ class ResultsScreen(AppScreen):
     BINDINGS = [
         Binding("m", "next_metric", "Metric"),
         Binding("o", "next_model", "Model"),
-        Binding("r", "reload", "Reload"),
+        Binding("r", "reload", "Reload", show=False),  # results reload as runs end
         Binding("w", "write_report", "Report"),
+        Binding("c", "compare", "Compare"),
         Binding("e", "app.next_experiment", "Next exp.", show=False),
     ]
 
@@ -261,6 +263,31 @@ class ResultsScreen(AppScreen):
         choices: list[str | None] = [None, *self.models()]
         self.model = choices[(choices.index(self.model) + 1) % len(choices)]
         self.draw_chart()
+
+    def action_compare(self) -> None:
+        """This experiment beside the next one the store knows (imported ones included)."""
+        names = self.app.snapshot.experiments if self.app.snapshot else []
+        here = self.app.experiment
+        others = [n for n in names if n != here]
+        if not here or not others:
+            self.notify("comparing needs two experiments in the store", severity="warning")
+            return
+        at = names.index(here) if here in names else -1
+        other = next(n for n in names[at + 1 :] + names[: at + 1] if n != here)
+        self._compare(here, other)
+
+    @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
+    def _compare(self, a: str, b: str) -> None:
+        try:
+            data = self.app.session.side_by_side(a, b)
+        except Exception as exc:
+            self.post_message(EngineFailed("comparing", describe(exc)))
+            return
+        self.post_message(Compared(data))
+
+    def on_compared(self, message: Compared) -> None:
+        message.stop()
+        self.app.push_screen(CompareScreen(message.data))
 
     def action_write_report(self) -> None:
         self.notify("writing the report (tables, figures, MLLOG files)...")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from .compare import RATIO_METHOD, TEST_METHOD
 from .formatting import fmt
@@ -37,30 +38,30 @@ def _pair(a: Any, b: Any, digits: int = 2) -> str:
     return f"{fmt(a, digits)} / {fmt(b, digits)}"
 
 
-def comparison_table(data: dict[str, Any]) -> Table:
-    a, b = data["a"], data["b"]
-    sa, sb = data["sites"]
-    t = Table(
-        title=f"A = {a} ({sa})  vs  B = {b} ({sb})  (* = noisy, CV > 5%)", title_justify="left"
-    )
-    for name, justify in (
-        ("model", "left"),
-        ("framework", "left"),
-        ("scale", "right"),
-        ("batch/dev", "right"),
-        ("A images/s ± CI95", "right"),
-        ("B images/s ± CI95", "right"),
-        ("B/A [95% interval]", "right"),
-        ("p (different?)", "right"),
-        ("speedup A / B", "right"),
-        ("efficiency A / B", "right"),
-        ("env differences", "left"),
-    ):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for r in data["rows"]:
-        if not r["matched"]:
-            continue
-        t.add_row(
+COLUMNS = (
+    ("model", "left"),
+    ("framework", "left"),
+    ("scale", "right"),
+    ("batch/dev", "right"),
+    ("A images/s ± CI95", "right"),
+    ("B images/s ± CI95", "right"),
+    ("B/A [95% interval]", "right"),
+    ("p (different?)", "right"),
+    ("speedup A / B", "right"),
+    ("efficiency A / B", "right"),
+    ("env differences", "left"),
+)
+
+
+def title(data: dict[str, Any]) -> str:
+    (sa, sb) = data["sites"]
+    return f"A = {data['a']} ({sa})  vs  B = {data['b']} ({sb})  (* = noisy, CV > 5%)"
+
+
+def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
+    """The matched pairs as the cells of COLUMNS: the table's, and any front end's."""
+    return [
+        [
             r["model"],
             r["framework"],
             f"{r['nodes']}x{r['ranks_per_node']}",
@@ -72,7 +73,18 @@ def comparison_table(data: dict[str, Any]) -> Table:
             _pair(r["a"]["speedup"], r["b"]["speedup"]),
             _pair(r["a"]["efficiency"], r["b"]["efficiency"]),
             "; ".join(f"{k}: {x} -> {y}" for k, (x, y) in r["env_differences"].items()) or "-",
-        )
+        ]
+        for r in data["rows"]
+        if r["matched"]
+    ]
+
+
+def comparison_table(data: dict[str, Any]) -> Table:
+    t = Table(title=title(data), title_justify="left")
+    for name, justify in COLUMNS:
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for cells in comparison_rows(data):
+        t.add_row(*(Text(c) for c in cells))  # names and versions are text, not markup
     return t
 
 
