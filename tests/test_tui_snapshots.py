@@ -94,3 +94,27 @@ def test_results_screen(snap_compare, home, size):
 def test_help_screen(snap_compare, home):
     app = DlscaleApp(Session(home, "local"), watch=False)
     assert snap_compare(app, terminal_size=(80, 24), press=["f1"])
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dialog", ["cancel", "detail"])
+def test_queue_dialogs(snap_compare, home, size, dialog):
+    """The yes/no question and a run's detail, whole at both sizes (issue 21, item 11)."""
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+
+    async def open_dialog(pilot):
+        await settle(
+            pilot,
+            lambda: app.screen.query("#jobs") and app.screen.query_one("#jobs").row_count == 6,
+        )
+        app.screen.query_one("#jobs").focus()
+        if dialog == "cancel":
+            # A completed run says why it cannot be cancelled; a resubmit asks.
+            await pilot.press("down", "s")
+            await settle(pilot, lambda: app.screen.query("Button"))
+        else:
+            await pilot.press("down", "i")
+            await settle(pilot, lambda: app.screen.query("#detail"))
+
+    assert snap_compare(app, terminal_size=size, run_before=open_dialog)

@@ -12,7 +12,7 @@ from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
 from ..engine.session import RunDetail
-from .widgets import Plain, TextField, literal_cell
+from .widgets import Plain, TextField, literal_cell, shown_path
 
 HELP = """\
 dlscale-tui: build a scaling study, watch its jobs, read its results.
@@ -143,9 +143,9 @@ class DetailScreen(ModalScreen[None]):
             f"state      {d.state}",
             f"job        {d.job_id or '-'} ({d.backend or 'not submitted'})",
             f"nodes      {d.nodes or '-'}",
-            f"run folder {d.run_dir}",
-            f"job script {d.job_script or '-'}",
-            f"log        {d.log}",
+            f"run folder {shown_path(d.run_dir)}",
+            f"job script {shown_path(d.job_script) or '-'}",
+            f"log        {shown_path(d.log)}",
         ]
         if d.versions:
             lines.append(

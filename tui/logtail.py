@@ -13,7 +13,7 @@ from textual.worker import get_current_worker
 
 from ..engine.tracking.logs import follow_chunks
 from .messages import LogLines
-from .widgets import Plain, TextField
+from .widgets import Plain, TextField, shown_path
 
 TAIL_LINES = 500  # what opening a log shows at once, whatever its size
 KEEP_LINES = 20_000  # what the view holds; older lines drop off the top
@@ -44,7 +44,7 @@ class LogTail(Vertical):
         log = self.query_one(Log)
         log.clear()
         log.auto_scroll = True
-        self._status(f"{title}: {_short(path)}")
+        self._status(f"{title}: {shown_path(path)}")
         self._follow(path, self._serial)
 
     def close(self) -> None:
@@ -63,9 +63,7 @@ class LogTail(Vertical):
                 return
             note = None
             if first and not chunk and not path.exists():
-                note = (
-                    f"{self.title}: no log yet at {_short(path)} (the job has not started); waiting"
-                )
+                note = f"{self.title}: no log yet at {shown_path(path)} (the job has not started); waiting"
             first = False
             if chunk or note:
                 self.post_message(LogLines(serial, chunk, note))
@@ -79,7 +77,7 @@ class LogTail(Vertical):
             self._status(message.note)
         elif self.waiting and message.lines:
             self.waiting = False
-            self._status(f"{self.title}: {_short(self.path)}")
+            self._status(f"{self.title}: {shown_path(self.path)}")
         if self.paused:
             self.held.extend(message.lines)
             self._status(f"{self.title}: paused, {len(self.held)} new line(s) held (p resumes)")
@@ -97,7 +95,7 @@ class LogTail(Vertical):
                 log.write_lines(self.held)
                 self.held = []
             log.scroll_end(animate=False)
-            self._status(f"{self.title}: following {_short(self.path)}")
+            self._status(f"{self.title}: following {shown_path(self.path)}")
 
     # --- search --------------------------------------------------------------------------
 
@@ -151,13 +149,3 @@ class LogTail(Vertical):
 
     def _status(self, text: str) -> None:
         self.query_one("#log-status", Plain).update(text)
-
-
-def _short(path: Path | None) -> str:
-    """The path as a user types it: ~ for their home folder."""
-    if path is None:
-        return ""
-    try:
-        return "~/" + str(path.relative_to(Path.home()))
-    except ValueError:
-        return str(path)

@@ -4,6 +4,7 @@ text field that applies keys in the order they were typed, and literal text."""
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 from rich.segment import Segment
 from rich.text import Text
@@ -23,6 +24,16 @@ def literal(text: object) -> Content:
     titles, selection prompts): shown as written, `[/]` and `[b]` included, control
     characters as visible signs."""
     return Content(printable(str(text), newlines=True))
+
+
+def shown_path(path: str | Path | None) -> str:
+    """A path as a user types it: ~ for their home folder."""
+    if not path:
+        return ""
+    try:
+        return "~/" + str(Path(path).relative_to(Path.home()))
+    except ValueError:
+        return str(path)
 
 
 def literal_cell(text: object, style: str = "") -> Text:
