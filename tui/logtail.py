@@ -63,7 +63,8 @@ class LogTail(Vertical):
                 return
             note = None
             if first and not chunk and not path.exists():
-                note = f"{self.title}: no log yet at {shown_path(path)} (the job has not started); waiting"
+                where = shown_path(path)
+                note = f"{self.title}: no log yet at {where} (the job has not started); waiting"
             first = False
             if chunk or note:
                 self.post_message(LogLines(serial, chunk, note))
