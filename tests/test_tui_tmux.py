@@ -148,3 +148,29 @@ def test_keys_typed_under_cpu_load_land_in_order(home, terminal_env):
         for p in load:
             p.join(timeout=5)
         term.close()
+
+
+def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(home, terminal_env):
+    """Issue 21, item 1, as a user meets it: typing `1x1 [/]` into Scales, or opening
+    `nope[/]x.toml` with ctrl+o, ended the app with MarkupError (and exit 0). Now each is
+    shown as typed and the app goes on."""
+    term = Terminal([str(BIN / "dlscale-tui")], terminal_env, size=(80, 24))
+    try:
+        term.wait_for("ctrl+r submits", 60)
+        term.burst(*["Tab"] * 4)
+        time.sleep(0.5)
+        term.burst("End", "C-u", "1x1 [/] [b]")
+        screen = term.wait_for("'[/]' is not NODESxRANKS", 20)
+        assert "1x1 [/] [b]" in screen
+        term.keys("C-o")
+        term.type("nope[/]x.toml")
+        term.keys("Enter")
+        screen = term.wait_for("nope[/]x.toml: no such file", 20)
+        assert term.alive()
+        term.keys("C-q")
+        end = time.monotonic() + 15
+        while term.alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not term.alive()
+    finally:
+        term.close()
