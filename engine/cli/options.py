@@ -84,9 +84,9 @@ def home_callback(ctx: click.Context, param: click.Parameter, value: str | None)
 
 
 def store_of(ctx: click.Context) -> Store:
+    """The command's store, opened once (by the first check or the command itself)."""
     from ..tracking.store import Store
 
-    """The command's store, opened once (by the first check or the command itself)."""
     obj = ctx.find_root().obj or {}
     if "store" not in obj:
         obj["store"] = Store(obj.get("home"))
