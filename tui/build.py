@@ -289,7 +289,7 @@ class BuildScreen(SubmitFromForm):
     @work(thread=True, exclusive=True, group="preview", exit_on_error=False)
     def _run_preview(self, data: dict[str, Any], serial: int) -> None:
         try:
-            preview = self.app.session.preview(data, self._spec_name(data))
+            preview = self.app.session.preview(data, self._shown_name(data))
         except Exception as exc:
             self.post_message(EngineFailed("preview", describe(exc)))
             return
@@ -341,8 +341,8 @@ class BuildScreen(SubmitFromForm):
             lines += ["", "ctrl+r submits"]
         else:
             lines += ["Cannot submit yet:"] + [f"- {g}" for g in general]
-            if by_field:
-                lines.append(f"- {len(by_field)} field(s) marked in red")
+            # Each field's reason whole here: its border has one line for it.
+            lines += [f"- {TITLES[w]}: {'; '.join(m)}" for w, m in by_field.items()]
         self.query_one("#preview", Plain).update("\n".join(lines))
         self.query_one("#submit", Button).disabled = (
             not (p.ok and not self._bad)
@@ -459,6 +459,13 @@ class BuildScreen(SubmitFromForm):
             return
         self.loaded_from, self.loaded_data, self.file_problems = path, data, []
         self.notify(f"saved {path}")
+
+    def _shown_name(self, data: dict[str, Any]) -> str:
+        """What the preview's messages call the spec: the file it is, or the form, which
+        is saved (beside the store) only when it is submitted."""
+        if self.loaded_from and data == self.loaded_data:
+            return self.loaded_from
+        return "the form"
 
     def _spec_name(self, data: dict[str, Any]) -> str:
         if self.loaded_from and data == self.loaded_data:
