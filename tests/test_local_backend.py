@@ -272,6 +272,7 @@ def test_only_the_store_runs_sql():
             "store_records.py",
             "store_health.py",
             "store_revisions.py",
+            "store_imports.py",
             "recovery.py",
         ):
             continue

@@ -456,5 +456,5 @@ class LoadedSpec(BaseModel):
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
-    text, spec = load_toml_model(path, Spec, {"folder": str(Path(path).resolve().parent)})
+    text, spec = load_toml_model(path, Spec, {"folder": str(Path(path).absolute().parent)})
     return LoadedSpec(path=str(path), text=text, spec=spec)

@@ -104,7 +104,7 @@ def read(path: str | Path) -> tuple[dict[str, Any], list[str]]:
         text, data = parse_toml(path)
     except SpecError as exc:
         return {}, exc.problems
-    folder = Path(path).resolve().parent
+    folder = Path(path).absolute().parent
     try:
         Spec.model_validate(data, context={"folder": str(folder)})
     except ValidationError as exc:

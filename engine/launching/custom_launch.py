@@ -167,7 +167,7 @@ def local_command(
 def local_problems(loaded: Any, runs: list[Run]) -> list[str]:
     """What this machine cannot start of the spec's declared frameworks."""
     problems = []
-    folder = str(Path(loaded.path).resolve().parent)
+    folder = str(Path(loaded.path).absolute().parent)
     for name, decl in loaded.spec.frameworks.items():
         if not any(r.framework == name for r in runs):
             continue

@@ -160,7 +160,7 @@ def render(
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
     device = "cuda" if partition.gpus_per_node else "cpu"
-    folder = str(Path(spec_path).resolve().parent)
+    folder = str(Path(spec_path).absolute().parent)
     declared = custom_launch.is_declared(run)
     if declared:  # the user's own script: its declaration's software (config/custom.py)
         software = dict(run.training["custom"].get("software") or {})

@@ -183,7 +183,7 @@ def declared_recipes(
     combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
     # Its script and venv as absolute paths, whichever copy of the spec (a file, the Build
     # screen's form saved beside the store) is submitted.
-    folder = Path(loaded.path).resolve().parent
+    folder = Path(loaded.path).absolute().parent
     decl = anchored(
         {"frameworks": {framework: loaded.spec.frameworks[framework].model_dump()}}, folder
     )["frameworks"][framework]
