@@ -14,6 +14,9 @@ import pytest
 from conftest import REPO, dlscale
 from dlscale.engine.tracking.store import Store
 
+# Real training of the examples' model (torch): not in the core suite of other Pythons.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples" / "custom"
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 

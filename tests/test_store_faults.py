@@ -30,6 +30,7 @@ def _main(capsys, *argv: str) -> tuple[int, str]:
     return int(done.value.code or 0), capsys.readouterr().err
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 @pytest.mark.parametrize("argv", [("status",), ("cancel", "4b75ba1fc982"), ("run", "SPEC")])
 def test_a_store_locked_by_another_writer_is_a_sentence_after_a_bounded_wait(
     home, tmp_path, monkeypatch, capsys, argv
@@ -73,6 +74,7 @@ def test_an_immutable_store_is_a_sentence(home, tmp_path):
             assert proc.returncode in (0, 1, 2), (argv, proc.stderr)
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_a_full_disk_mid_submission_is_a_sentence(home, tmp_path):
     """RLIMIT_FSIZE stands for a full disk: a write past it fails with EFBIG, as ENOSPC
     would (Python ignores SIGXFSZ). 400 kB lets the store take the 60 runs and fails it

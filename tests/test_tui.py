@@ -79,6 +79,7 @@ async def test_build_form_refuses_bad_values_at_the_field(home):
         assert "4 runs" in str(field(app, "preview").render())
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_plan_refusal_is_shown_before_submitting(home):
     """A valid spec the backend cannot run (more ranks than cores) is refused in the panel."""
     app = DlscaleApp(Session(home, "local"))

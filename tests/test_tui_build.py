@@ -20,6 +20,7 @@ def _preview(app) -> str:
     return str(field(app, "preview").render())
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the_store(home):
     name = recorded_study(home)
     store = Store(home)
@@ -42,6 +43,7 @@ async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the
         await until(pilot, lambda: "0 to run" in _preview(app), 20, "the preview after it")
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 async def test_a_spec_that_declares_its_own_script_lists_it_and_previews(home):
     """Issue 25 in the TUI: Build lists a framework the spec declares (with its own model
     and dataset), ticked, and the form previews its runs; the ticks read [x]/[ ]."""

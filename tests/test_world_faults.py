@@ -72,6 +72,7 @@ def test_an_immutable_figures_folder_is_a_sentence(tmp_path, home):
     assert proc.returncode in (0, 1), proc.stderr
 
 
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
 def test_resubmitting_in_a_copied_home_writes_only_into_the_copy(tmp_path):
     """The worker is kept from starting (its lock held), so the jobs only queue: what is
     checked is where the resubmission points them and what it moves."""
