@@ -13,9 +13,9 @@ from dlscale.tui.app import DlscaleApp
 from tui_text import recorded_study
 
 SIZES = [(80, 24), (120, 40)]
-# Exact renders of the main environment's libraries: another Python resolves other numpy
-# and scipy releases, whose last digits move a chart's ticks. The core suite on the other
-# Pythons runs every other TUI test; these stay with the main run.
+# Exact renders, of the main environment's libraries: another Python may resolve other
+# releases of rich, numpy or scipy. The core suite on the other Pythons runs every other
+# TUI test; these stay with the main run.
 pytestmark = pytest.mark.framework
 
 
