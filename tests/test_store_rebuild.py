@@ -5,6 +5,7 @@ rebuild` keeps the damaged file aside and re-ingests every run folder, with real
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import sqlite3
 from pathlib import Path
@@ -18,6 +19,7 @@ from dlscale.engine.backends.local_worker import make_folder
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
+from dlscale.engine.tracking.store_health import fault_message
 from tui_text import recorded_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tui-quickstart"
@@ -71,13 +73,20 @@ def _break(home, how: str) -> None:
         data[:16] = b"not a database!!"
         db.write_bytes(bytes(data))
     else:  # every page after the first two: what a failing disk leaves
+        fill = {
+            "pages": lambda n: b"\xff" * n,
+            "zeros": lambda n: b"\x00" * n,
+            "noise": random.Random(0).randbytes,
+        }[how]
         data = bytearray(db.read_bytes())
         for page in range(2, len(data) // 4096):
-            data[page * 4096 + 8 : page * 4096 + 64] = b"\xff" * 56
+            data[page * 4096 + 8 : page * 4096 + 64] = fill(56)
         db.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["empty", "header", "pages"])
+# Which damage a query notices depends on SQLite's version: some reads return NULLs or
+# garbage instead of an error, and those must be called damage too, not a bug.
+@pytest.mark.parametrize("how", ["empty", "header", "pages", "zeros", "noise"])
 def test_a_broken_store_says_what_is_wrong_and_how_to_recover(home, how):
     recorded_study(home)
     _break(home, how)
@@ -90,6 +99,16 @@ def test_a_broken_store_says_what_is_wrong_and_how_to_recover(home, how):
     assert (home / "dlscale.db").read_bytes() == before  # nothing written over it
     if how == "empty":
         assert "is empty (0 bytes)" in proc.stderr and "6 run folder(s)" in proc.stderr
+
+
+@pytest.mark.parametrize("error", [TypeError("can only concatenate str"), KeyError("run_dir")])
+def test_an_error_over_a_damaged_store_is_the_damage_and_over_a_sound_one_a_bug(home, error):
+    recorded_study(home)
+    assert fault_message(error, home) is None  # a sound store: the error is dlscale's own
+    _break(home, "pages")
+    said = fault_message(error, home)
+    assert said is not None and HINT in said and "is damaged" in said and str(error) in said
+    assert fault_message(OSError("not about the store"), home) is None
 
 
 def test_an_empty_file_without_run_folders_is_a_new_store(home):

@@ -79,7 +79,39 @@ def fault_message(exc: BaseException, home: Path) -> str | None:
     if isinstance(exc, OSError) and exc.errno in _OS_FAULTS:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"cannot write or read{where}: {_OS_FAULTS[exc.errno]} ({exc.strerror})"
-    return None
+    return _read_through_damage(exc, home)
+
+
+def _read_through_damage(exc: BaseException, home: Path) -> str | None:
+    """A damaged page is not always an SQLite error: which damage a query notices depends
+    on the SQLite version, and one that does not returns NULLs or garbage that fail later
+    as a TypeError or a KeyError. Before such an error is called a bug, the store is
+    checked (quick_check, read-only; only on this error path, so its cost is paid only
+    here)."""
+    db = home / "dlscale.db"
+    if isinstance(exc, (OSError, KeyboardInterrupt)) or not db.is_file():
+        return None
+    try:
+        answer = _quick_check(db)
+    except sqlite3.DatabaseError as check_exc:
+        return damage_message(check_exc, home)
+    except OSError:
+        return None
+    if answer == ["ok"]:
+        return None
+    return (
+        f"the store {db} is damaged (SQLite's check: {'; '.join(answer[:3])}), and reading "
+        f"it failed ({type(exc).__name__}: {exc}); {REBUILD_HINT}"
+    )
+
+
+def _quick_check(db: Path) -> list[str]:
+    """SQLite's quick_check of the file, opened read-only: ["ok"] for a sound one."""
+    conn = sqlite3.connect(f"{file_uri(db)}?mode=ro", uri=True, timeout=30)
+    try:
+        return [r[0] for r in conn.execute("PRAGMA quick_check")]
+    finally:
+        conn.close()
 
 
 def store_problem(home: Path) -> str | None:
@@ -93,11 +125,7 @@ def store_problem(home: Path) -> str | None:
     if db.stat().st_size == 0:
         return f"{db} is empty (0 bytes)"
     try:
-        conn = sqlite3.connect(f"{file_uri(db)}?mode=ro", uri=True, timeout=30)
-        try:
-            answer = [r[0] for r in conn.execute("PRAGMA quick_check")]
-        finally:
-            conn.close()
+        answer = _quick_check(db)
     except sqlite3.DatabaseError as exc:
         return damage_message(exc, home) or f"{db}: {exc}"
     return None if answer == ["ok"] else f"{db} fails SQLite's check: {'; '.join(answer[:3])}"
