@@ -14,6 +14,29 @@ from dlscale.trainers.common import breakdown
 from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
 
 
+class VirtualClock:
+    """Time that passes only when a fake phase says so: the breakdown's arithmetic is tested
+    exactly, whatever the machine's load (real sleeps overshot by 27 ms at load 8).
+    Only the tests that take `clock` get it: a subprocess's wait sleeps too."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def perf_counter(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> VirtualClock:
+    virtual = VirtualClock()
+    monkeypatch.setattr(breakdown.time, "perf_counter", virtual.perf_counter)
+    monkeypatch.setattr(time, "sleep", virtual.sleep)
+    return virtual
+
+
 def fake_phases(comm_s: float, with_local: bool = True) -> breakdown.Phases:
     """Forward 20 ms, backward 30 ms plus `comm_s` unless inside `local`, optimizer 10 ms."""
     state = {"local": False}
@@ -39,24 +62,25 @@ def fake_phases(comm_s: float, with_local: bool = True) -> breakdown.Phases:
     )
 
 
-def test_exposed_communication_is_the_difference_of_the_paired_steps():
+def test_exposed_communication_is_the_difference_of_the_paired_steps(clock):
     out = breakdown.measure(fake_phases(0.05), pairs=3, distributed=True)
-    assert out["exposed_comm_s"] == pytest.approx(0.05, abs=0.02)
-    assert out["compute_time_s"] == pytest.approx(0.06, abs=0.02)
-    assert out["forward_s"] == pytest.approx(0.02, abs=0.01)
-    assert out["backward_s"] == pytest.approx(0.03, abs=0.01)  # the local step's backward
-    assert out["optimizer_s"] == pytest.approx(0.01, abs=0.01)
-    assert out["probe_step_s"] == pytest.approx(0.11, abs=0.03)
+    exact = {"abs": 1e-9}
+    assert out["exposed_comm_s"] == pytest.approx(0.05, **exact)
+    assert out["compute_time_s"] == pytest.approx(0.06, **exact)
+    assert out["forward_s"] == pytest.approx(0.02, **exact)
+    assert out["backward_s"] == pytest.approx(0.03, **exact)  # the local step's backward
+    assert out["optimizer_s"] == pytest.approx(0.01, **exact)
+    assert out["probe_step_s"] == pytest.approx(0.11, **exact)
     assert out["breakdown_pairs"] == 3 and out["breakdown_unavailable"] is None
 
 
-def test_a_framework_without_a_local_step_says_so_instead_of_guessing():
+def test_a_framework_without_a_local_step_says_so_instead_of_guessing(clock):
     out = breakdown.measure(fake_phases(0.05, with_local=False), pairs=2, distributed=True)
     assert out["exposed_comm_s"] is None and out["compute_time_s"] is None
     assert out["breakdown_unavailable"] == "no step without synchronisation"
 
 
-def test_one_rank_has_nothing_to_synchronise():
+def test_one_rank_has_nothing_to_synchronise(clock):
     out = breakdown.measure(fake_phases(0.0, with_local=False), pairs=2, distributed=False)
     assert out["exposed_comm_s"] == 0.0 and out["compute_time_s"] > 0
 
