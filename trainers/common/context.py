@@ -1,5 +1,6 @@
 """A run as every trainer starts it: who this rank is, the cores it owns, the recipe the shared
-loop follows, and the records every framework writes alike (env, the closing line)."""
+loop follows, and the records every framework writes alike (env, the summary, the closing
+line)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .args import fault_step
 from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
-from .loop import Loop, Recipe
+from .loop import Loop, Recipe, write_summary
 from .records import RecordWriter
 from .schedule import LRPlan, scaled_lr
 
@@ -130,6 +131,32 @@ class Context:
         """A human line in the run log while it trains (`dlscale logs -f`, the TUI)."""
         if self.launch.rank == 0:
             print(f"{self.prog}: {line}", flush=True)
+
+    def finish(
+        self,
+        recipe: Recipe,
+        loop: Loop,
+        digest: str,
+        gather: Callable[[Any], list[Any]],
+        barrier: Callable[[], None],
+        after_readings: Callable[[], dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> float:
+        """The end of a run, the same in every framework: every rank's weights digest and
+        energy reading gathered, then what the framework measures past the timed steps
+        (`after_readings`: they step the model further), the summary record with `extra`
+        (what the framework observed itself), the run log's closing line, and the ranks
+        leaving together. Returns the throughput."""
+        assert self.writer is not None
+        digests = gather(digest)
+        energy = self.energy(gather, loop.timed_steps(self.args.warmup_steps) * self.global_batch)
+        measured = after_readings() if after_readings is not None else {}
+        throughput = write_summary(
+            self.writer, recipe, loop, self.world, digests, **extra, **energy, **measured
+        )
+        self.say_done(throughput, loop)
+        barrier()
+        return throughput
 
     def say_done(self, throughput: float, loop: Loop) -> None:
         """The run log's closing line (rank 0)."""
