@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import data as common_data
-from .args import fault_step
+from .args import fault_step, recipe_fields
 from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
@@ -91,6 +94,40 @@ class Context:
         r = self.meter.reading()
         readings = gather([r.energy_j, r.seconds, r.util, r.failed])
         return summary_fields([Reading(*x) for x in readings], images)
+
+    def write_array_params(
+        self,
+        recipe: Recipe,
+        data: Any,
+        parameters: int,
+        precision: str,
+        cuda: bool,
+        own: dict[str, Any],
+        **extra: Any,
+    ) -> None:
+        """The params record of the trainers that read arrays (common.arrays: TensorFlow,
+        MXNet), all in one order: the run, the model's size and precision, `own` (the
+        framework's precision and layout settings), the data and the recipe, then `extra`."""
+        assert self.writer is not None
+        self.writer.write(
+            "params",
+            framework=self.framework,
+            world_size=self.world,
+            global_batch=self.global_batch,
+            parameters=parameters,
+            precision=precision,
+            tf32=precision == "tf32",
+            **own,
+            total_steps=recipe.total_steps,
+            steps_per_epoch=data.steps_per_epoch,
+            train_images=data.train_images,
+            eval_images=data.eval_images,
+            lr_scaled=recipe.plan.scaled_lr,
+            device="cuda" if cuda else "cpu",
+            distributed=self.launch.distributed,
+            **recipe_fields(self.args),
+            **extra,
+        )
 
     def write_env(
         self,
@@ -170,6 +207,16 @@ class Context:
             + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
             flush=True,
         )
+
+
+def weights_digest(named: Iterable[tuple[str, Any]]) -> str:
+    """16 hex digits of SHA-256 over (name, values as float32) pairs, in the order given:
+    equal on every rank exactly when the ranks ended with the same weights."""
+    h = hashlib.sha256()
+    for name, values in named:
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(values, np.float32).tobytes())
+    return h.hexdigest()[:16]
 
 
 def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) -> Context:

@@ -5,7 +5,6 @@ DeepSpeed and Horovod is the run's `Distribution` (train.py), not this class."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ import torch.nn.functional as F
 from ..common import data as common_data
 from ..common import loop as training_loop
 from ..common.args import recipe_fields
+from ..common.context import weights_digest
 from . import loaders
 from .batches import Data
 from .device import ComputeDtype, CudaTimer, set_math_modes
@@ -26,15 +26,12 @@ if TYPE_CHECKING:
     from .train import TorchRun
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """Hash of the trainable weights. BatchNorm running statistics are left out on purpose:
-    each rank updates them from its own data, and DDP re-broadcasts them only at the next
-    forward pass, so they legitimately differ after the last step."""
-    h = hashlib.sha256()
+def trainable_weights(model: torch.nn.Module) -> Iterator[tuple[str, np.ndarray]]:
+    """The trainable weights by name, for the digest. BatchNorm running statistics are left
+    out on purpose: each rank updates them from its own data, and DDP re-broadcasts them
+    only at the next forward pass, so they legitimately differ after the last step."""
     for name, p in sorted(model.named_parameters()):
-        h.update(name.encode())
-        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+        yield name, p.detach().float().cpu().contiguous().numpy()
 
 
 class Trainer:
@@ -192,7 +189,7 @@ class Trainer:
         return self.ctx.finish(
             self.recipe,
             loop,
-            weights_digest(self.model),
+            weights_digest(trainable_weights(self.model)),
             self.run.gather,
             self.run.barrier,
             after_readings=lambda: self.breakdown(loop),
