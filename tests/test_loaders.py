@@ -129,7 +129,7 @@ def test_native_imagenet_reader_shapes_labels_and_disjoint_shards(sample):
         assert -3 < float(x.mean()) < 3 and float(x.std()) > 0.1  # normalised, not 0..255
         val = list(data.val())
         assert sum(len(y) for _, y in val) == 6 and val[0][0].shape[1:] == (3, 224, 224)
-        seen.append(set(loaders._sampler(48, 2, rank, 0)))
+        seen.append(set(loaders.epoch_sampler(48, 2, rank, 0)))
     assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 48  # disjoint, all covered
 
 
@@ -239,7 +239,7 @@ mean = torch.tensor(cd.CIFAR_MEAN).view(3, 1, 1) * 255
 std = torch.tensor(cd.CIFAR_STD).view(3, 1, 1) * 255
 args.loader = "dali"
 data = loaders.build(args, 1, 0, 0, torch.device("cpu"), False, "pytorch-ddp")
-sampler = loaders._sampler(80, 1, 0, 0)
+sampler = loaders.epoch_sampler(80, 1, 0, 0)
 sampler.set_epoch(0)
 order = list(sampler)
 matched = offsets = 0

@@ -1,22 +1,26 @@
 """A run as every trainer starts it: who this rank is, the cores it owns, the recipe the shared
-loop follows, and the records every framework writes alike (env, the closing line)."""
+loop follows, and the records every framework writes alike (env, the summary, the closing
+line)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import data as common_data
-from .args import fault_step
+from .args import fault_step, recipe_fields
 from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
-from .loop import Loop, Recipe
+from .loop import Loop, Recipe, write_summary
 from .records import RecordWriter
 from .schedule import LRPlan, scaled_lr
 
@@ -91,6 +95,40 @@ class Context:
         readings = gather([r.energy_j, r.seconds, r.util, r.failed])
         return summary_fields([Reading(*x) for x in readings], images)
 
+    def write_array_params(
+        self,
+        recipe: Recipe,
+        data: Any,
+        parameters: int,
+        precision: str,
+        cuda: bool,
+        own: dict[str, Any],
+        **extra: Any,
+    ) -> None:
+        """The params record of the trainers that read arrays (common.arrays: TensorFlow,
+        MXNet), all in one order: the run, the model's size and precision, `own` (the
+        framework's precision and layout settings), the data and the recipe, then `extra`."""
+        assert self.writer is not None
+        self.writer.write(
+            "params",
+            framework=self.framework,
+            world_size=self.world,
+            global_batch=self.global_batch,
+            parameters=parameters,
+            precision=precision,
+            tf32=precision == "tf32",
+            **own,
+            total_steps=recipe.total_steps,
+            steps_per_epoch=data.steps_per_epoch,
+            train_images=data.train_images,
+            eval_images=data.eval_images,
+            lr_scaled=recipe.plan.scaled_lr,
+            device="cuda" if cuda else "cpu",
+            distributed=self.launch.distributed,
+            **recipe_fields(self.args),
+            **extra,
+        )
+
     def write_env(
         self,
         versions: dict[str, Any],
@@ -131,6 +169,32 @@ class Context:
         if self.launch.rank == 0:
             print(f"{self.prog}: {line}", flush=True)
 
+    def finish(
+        self,
+        recipe: Recipe,
+        loop: Loop,
+        digest: str,
+        gather: Callable[[Any], list[Any]],
+        barrier: Callable[[], None],
+        after_readings: Callable[[], dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> float:
+        """The end of a run, the same in every framework: every rank's weights digest and
+        energy reading gathered, then what the framework measures past the timed steps
+        (`after_readings`: they step the model further), the summary record with `extra`
+        (what the framework observed itself), the run log's closing line, and the ranks
+        leaving together. Returns the throughput."""
+        assert self.writer is not None
+        digests = gather(digest)
+        energy = self.energy(gather, loop.timed_steps(self.args.warmup_steps) * self.global_batch)
+        measured = after_readings() if after_readings is not None else {}
+        throughput = write_summary(
+            self.writer, recipe, loop, self.world, digests, **extra, **energy, **measured
+        )
+        self.say_done(throughput, loop)
+        barrier()
+        return throughput
+
     def say_done(self, throughput: float, loop: Loop) -> None:
         """The run log's closing line (rank 0)."""
         if self.launch.rank != 0:
@@ -143,6 +207,16 @@ class Context:
             + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
             flush=True,
         )
+
+
+def weights_digest(named: Iterable[tuple[str, Any]]) -> str:
+    """16 hex digits of SHA-256 over (name, values as float32) pairs, in the order given:
+    equal on every rank exactly when the ranks ended with the same weights."""
+    h = hashlib.sha256()
+    for name, values in named:
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(values, np.float32).tobytes())
+    return h.hexdigest()[:16]
 
 
 def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) -> Context:

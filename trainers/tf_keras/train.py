@@ -15,7 +15,6 @@ Everything but how ranks cooperate is shared with the Horovod + TensorFlow train
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -23,10 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..common import loop as training_loop
-from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser, recipe_fields
-from ..common.arrays import ArrayData
-from ..common.context import Context, start
+from ..common.args import ARRAY_DATASETS, NATIVE_ONLY, build_parser
+from ..common.context import start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv
 from ..common.tf_cluster import tf_config
@@ -169,130 +166,13 @@ def train(argv: list[str] | None = None, dist: Distribution | None = None) -> in
     try:
         dist.init(tf, args, ctx.launch, device)
         ctx.open_records()
-        return _run(tf, dist, ctx, device)
+        # Keras (the models') is imported once TensorFlow and its strategy are set up.
+        from .trainer import Trainer  # noqa: PLC0415
+
+        return Trainer(tf, dist, ctx, device).train()
     finally:
         ctx.close_records()
         dist.finish()
-
-
-def _run(tf, dist: Distribution, ctx: Context, device: TfDevice) -> int:
-    from .models import KERAS_VERSION, build, keras, parameter_count
-
-    args, writer, global_batch = ctx.args, ctx.writer, ctx.global_batch
-    keras.utils.set_random_seed(args.seed)  # the same initial weights on every rank
-    data = ArrayData(args, ctx.world, ctx.rank, channels_last=True)
-    recipe = ctx.recipe(ctx.total_steps(data.steps_per_epoch), data.steps_per_epoch)
-    tf_device.set_policy(keras, device.precision)
-    scaled = device.precision == "fp16"  # fp16 gradients underflow without loss scaling
-    with dist.scope():
-        model = build(args.model, data.classes)
-        lr_var = tf.Variable(recipe.plan.lr(0), trainable=False, dtype=tf.float32)
-        opt = keras.optimizers.SGD(learning_rate=lambda: lr_var, momentum=args.momentum)
-        if scaled:
-            opt = keras.mixed_precision.LossScaleOptimizer(opt)
-    params = model.trainable_variables
-    dist.start_training(model, opt)
-
-    def make_step(mean_over: int, decay: float, wrap_tape):
-        def loss_of(x, y):
-            logits = tf.cast(model(x, training=True), tf.float32)  # softmax in fp32
-            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            return tf.nn.compute_average_loss(per_example, global_batch_size=mean_over)
-
-        if args.compile:
-            # XLA compiles the forward pass and, through it, the backward; the gradients'
-            # all-reduce and the update stay outside, where every strategy runs them.
-            loss_of = tf.function(loss_of, jit_compile=True)
-
-        def step_fn(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_of(x, y)
-                target = opt.get_scaled_loss(loss) if scaled else loss
-            grads = (wrap_tape(tape) if wrap_tape else tape).gradient(target, params)
-            if scaled:
-                grads = opt.get_unscaled_gradients(grads)
-            # PyTorch's SGD adds weight_decay x w to the (averaged) gradient.
-            opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, params)])
-            return loss
-
-        return step_fn
-
-    writer.write(
-        "params",
-        framework=dist.framework,
-        world_size=ctx.world,
-        global_batch=global_batch,
-        parameters=parameter_count(model),
-        precision=device.precision,
-        tf32=device.tf32,
-        xla=args.compile,
-        loss_scaling=scaled,
-        channels_last=True,
-        total_steps=recipe.total_steps,
-        steps_per_epoch=data.steps_per_epoch,
-        train_images=data.train_images,
-        eval_images=data.eval_images,
-        lr_scaled=recipe.plan.scaled_lr,
-        device="cuda" if device.cuda else "cpu",
-        distributed=ctx.launch.distributed,
-        **recipe_fields(args),
-        **dist.record(args),
-    )
-    ctx.open_meter(device.meter_gpu())
-    ctx.write_env(
-        {
-            "tensorflow": tf.__version__,
-            "keras": KERAS_VERSION,
-            "numpy": np.__version__,
-            **tf_device.versions(tf),
-            **dist.versions(),
-        },
-        dist.gather,
-        device=device.name,
-        backend=dist.backend(),
-    )
-
-    def evaluate() -> float:
-        return data.evaluate(lambda x: model(x, training=False).numpy(), dist.all_sum)
-
-    def sync() -> None:
-        if device.cuda:  # a GPU's queued steps done before the clock is read
-            tf.test.experimental.sync_devices()
-        dist.barrier()
-
-    hooks = training_loop.Hooks(
-        step=dist.step(make_step, args, global_batch),
-        set_lr=lr_var.assign,
-        loss_of=float,
-        sync=sync,
-        evaluate=evaluate if data.test is not None else None,
-        progress=ctx.progress,
-        meter=ctx.meter,
-    )
-    loop = training_loop.run(
-        recipe,
-        hooks,
-        writer,
-        tf_device.pipeline(tf, data, args.per_device_batch, device.cuda, args.threads),
-    )
-    digest = hashlib.sha256()
-    for v in sorted(params, key=lambda v: v.name):
-        digest.update(v.name.encode())
-        digest.update(np.asarray(v.numpy(), np.float32).tobytes())
-    digests = dist.gather(digest.hexdigest()[:16])
-    energy = ctx.energy(dist.gather, loop.timed_steps(args.warmup_steps) * global_batch)
-    throughput = training_loop.write_summary(
-        writer,
-        recipe,
-        loop,
-        ctx.world,
-        digests,
-        compute_dtype=tf_device.compute_dtype(tf, keras, model),
-        **energy,
-    )
-    ctx.say_done(throughput, loop)
-    dist.barrier()
-    return 0
 
 
 def main(argv: list[str] | None = None, dist: Distribution | None = None) -> int:

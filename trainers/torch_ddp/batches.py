@@ -32,7 +32,7 @@ class Data:
     eval_images: int | None = None  # the evaluation set's size (MLPerf's eval_samples)
 
 
-class _Normalise:
+class Normalise:
     """uint8 NCHW on any device -> normalised float on the run's device."""
 
     def __init__(self, mean, std, device: torch.device, channels_last: bool) -> None:
@@ -72,7 +72,7 @@ def augment_cifar(x: torch.Tensor) -> torch.Tensor:
     ]
 
 
-def _sampler(n: int, world: int, rank: int, seed: int):
+def epoch_sampler(n: int, world: int, rank: int, seed: int):
     """Each rank a disjoint share of a fresh permutation every epoch; the last images that do
     not fill a share are left out, so every rank takes the same number of steps."""
     return torch.utils.data.DistributedSampler(
@@ -80,14 +80,17 @@ def _sampler(n: int, world: int, rank: int, seed: int):
     )
 
 
-def _no_steps(images: int, batch: int, world: int) -> TrainerError:
+def too_few_images(images: int, batch: int, world: int) -> TrainerError:
+    """The error of a data set too small for one step of every rank."""
     return TrainerError(
         f"{images} training images are fewer than one global batch "
         f"({batch * world}); lower the per-device batch"
     )
 
 
-def _val_arrays(test: common_data.Split, world: int, rank: int, norm: _Normalise):
+def val_arrays(test: common_data.Split, world: int, rank: int, norm: Normalise):
+    """This rank's share of an array evaluation set (every world-th image), as batches."""
+
     def val() -> Iterator[Batch]:
         part = slice(rank, None, world)
         images = torch.from_numpy(test.images[part])

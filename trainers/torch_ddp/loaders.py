@@ -23,7 +23,7 @@ import torch
 from ..common import data as common_data
 from ..common import imagenet
 from ..common.entry import TrainerError
-from .batches import Batch, Data, _no_steps, _Normalise, _sampler, _val_arrays
+from .batches import Batch, Data, Normalise, epoch_sampler, too_few_images, val_arrays
 
 
 def build(
@@ -38,12 +38,12 @@ def build(
     """The run's training and evaluation data through --loader (real datasets only)."""
     if args.dataset == "imagenet":
         folders = imagenet.read_folders(args.data_dir)
-        norm = _Normalise(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD, device, channels_last)
+        norm = Normalise(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD, device, channels_last)
         if args.loader == "dali":
             return _dali_folders(args, folders, world, rank, local_rank, device, norm, framework)
         return _native_folders(args, folders, world, rank, device, norm)
     train, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
-    norm = _Normalise(common_data.CIFAR_MEAN, common_data.CIFAR_STD, device, channels_last)
+    norm = Normalise(common_data.CIFAR_MEAN, common_data.CIFAR_STD, device, channels_last)
     if args.loader == "dali":
         return _dali_arrays(args, train, test, world, rank, local_rank, device, norm, framework)
     return _native_arrays(args, train, test, world, rank, device, norm)
@@ -68,10 +68,10 @@ def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
     ds = torch.utils.data.TensorDataset(
         torch.from_numpy(train.images), torch.from_numpy(train.labels)
     )
-    sampler = _sampler(len(ds), world, rank, args.seed)
+    sampler = epoch_sampler(len(ds), world, rank, args.seed)
     loader = _loader(ds, args.per_device_batch, sampler, args, device)
     if len(loader) == 0:
-        raise _no_steps(len(ds), args.per_device_batch, world)
+        raise too_few_images(len(ds), args.per_device_batch, world)
     augment = args.dataset == "cifar10"
 
     def epoch(e: int) -> Iterator[Batch]:
@@ -84,7 +84,7 @@ def _native_arrays(args, train, test, world, rank, device, norm) -> Data:
         len(ds),
         len(loader),
         epoch,
-        _val_arrays(test, world, rank, norm),
+        val_arrays(test, world, rank, norm),
         eval_images=len(test.labels),
     )
 
@@ -113,10 +113,10 @@ class _Folder(torch.utils.data.Dataset):
 
 def _native_folders(args, folders: imagenet.Folders, world, rank, device, norm) -> Data:
     ds = _Folder(folders.train, train=True, rank=rank)
-    sampler = _sampler(len(ds), world, rank, args.seed)
+    sampler = epoch_sampler(len(ds), world, rank, args.seed)
     loader = _loader(ds, args.per_device_batch, sampler, args, device)
     if len(loader) == 0:
-        raise _no_steps(len(ds), args.per_device_batch, world)
+        raise too_few_images(len(ds), args.per_device_batch, world)
 
     def epoch(e: int) -> Iterator[Batch]:
         sampler.set_epoch(e)
@@ -176,7 +176,7 @@ def _dali_common(args, local_rank: int, device: torch.device, seed: int) -> dict
     }
 
 
-def _dali_iterator(dali_torch, pipe, norm: _Normalise, **kw):
+def _dali_iterator(dali_torch, pipe, norm: Normalise, **kw):
     pipe.build()
     it = dali_torch.DALIGenericIterator([pipe], ["x", "y"], auto_reset=True, **kw)
 
@@ -197,10 +197,10 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
     from nvidia.dali import fn, types  # noqa: PLC0415
 
     batch = args.per_device_batch
-    sampler = _sampler(len(train.labels), world, rank, args.seed)
+    sampler = epoch_sampler(len(train.labels), world, rank, args.seed)
     steps = len(sampler) // batch
     if steps == 0:
-        raise _no_steps(len(train.labels), batch, world)
+        raise too_few_images(len(train.labels), batch, world)
     hwc = np.ascontiguousarray(train.images.transpose(0, 2, 3, 1))
     gpu = device.type == "cuda"
 
@@ -262,7 +262,7 @@ def _dali_arrays(args, train, test, world, rank, local_rank, device, norm, frame
         len(train.labels),
         steps,
         epoch,
-        _val_arrays(test, world, rank, norm),
+        val_arrays(test, world, rank, norm),
         {"dali": dali.__version__},
         pipe,
         len(test.labels),
@@ -290,7 +290,7 @@ def _dali_folders(
     labels = [folders.train[i][1] for i in order]
     steps = len(files) // world // args.per_device_batch
     if steps == 0:
-        raise _no_steps(n, args.per_device_batch, world)
+        raise too_few_images(n, args.per_device_batch, world)
     gpu = device.type == "cuda"
     mean = [m * 255 for m in imagenet.IMAGENET_MEAN]
     std = [s * 255 for s in imagenet.IMAGENET_STD]

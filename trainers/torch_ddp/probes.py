@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .train import TorchRun
 
 
-def _synthetic(run: TorchRun, shape) -> Callable[[], Iterator[Any]]:
+def synthetic_batches(run: TorchRun, shape) -> Callable[[], Iterator[Any]]:
     """One batch made on the device once: throughput measures compute and communication."""
     args = run.ctx.args
     gen = torch.Generator(device="cpu").manual_seed(args.seed + run.ctx.rank)
@@ -34,7 +34,7 @@ def _synthetic(run: TorchRun, shape) -> Callable[[], Iterator[Any]]:
     return batches
 
 
-def _breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int) -> dict:
+def step_breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int) -> dict:
     """Forward, backward, optimizer, and the communication not hidden behind them (steps
     with and without DDP's gradient synchronisation), after the timed steps."""
     xb, yb = batch

@@ -10,29 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from ..common import comm as common_comm
 from ..common import data as common_data
-from ..common import loop as training_loop
-from ..common.args import build_parser, recipe_fields
+from ..common.args import build_parser
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv, local_world_size
 from . import comm as comm_benchmark
-from . import loaders
-from .device import ComputeDtype, CudaTimer, pick_gpu, resolve_precision, set_math_modes
-from .models import build, parameter_count
-from .probes import _breakdown, _synthetic
+from .device import pick_gpu, resolve_precision
+from .trainer import Trainer
 
 PROG = "dlscale-torch-ddp"
 FRAMEWORK = "pytorch-ddp"
@@ -44,17 +37,6 @@ def _gather(obj: Any, launch: LaunchEnv) -> list[Any]:
     out: list[Any] = [None] * launch.world_size
     dist.all_gather_object(out, obj)
     return out
-
-
-def _weights_digest(model: torch.nn.Module) -> str:
-    """Hash of the trainable weights. BatchNorm running statistics are left out on purpose:
-    each rank updates them from its own data, and DDP re-broadcasts them only at the next
-    forward pass, so they legitimately differ after the last step."""
-    h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
-        h.update(name.encode())
-        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 class Distribution:
@@ -194,6 +176,9 @@ class TorchRun:
     def sync(self) -> None:
         """The device's queued work done, then every rank at the same point."""
         self.sync_device()
+        self.barrier()
+
+    def barrier(self) -> None:
         self.strategy.barrier(self.ctx.launch)
 
     def gather(self, obj: Any) -> list[Any]:
@@ -248,142 +233,10 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     ctx.open_records()
     try:
         run = TorchRun(ctx, strategy, device, precision, channels_last)
-        return comm_benchmark.run(run) if args.comm_benchmark else _run(run)
+        return comm_benchmark.run(run) if args.comm_benchmark else Trainer(run).train()
     finally:
         ctx.close_records()
         strategy.finish(ctx.launch)
-
-
-def _run(run: TorchRun) -> int:
-    ctx, strategy, device = run.ctx, run.strategy, run.device
-    args, writer, launch = ctx.args, ctx.writer, ctx.launch
-    shape = common_data.SHAPES[args.dataset]
-
-    # Data: synthetic tensors live on the device; real data goes through --loader.
-    data = None
-    if args.dataset in common_data.SYNTHETIC:
-        stream, steps_per_epoch, classes = _synthetic(run, shape)(), None, shape.classes
-    else:
-        data = loaders.build(
-            args,
-            ctx.world,
-            launch.rank,
-            launch.local_rank,
-            device,
-            run.channels_last,
-            strategy.framework,
-        )
-        steps_per_epoch, classes = data.steps_per_epoch, data.classes
-
-        def epochs() -> Iterator[Any]:
-            epoch = 0
-            while True:
-                yield from data.epoch(epoch)
-                epoch += 1
-                yield None  # end of epoch marker
-
-        stream = epochs()
-    recipe = ctx.recipe(ctx.total_steps(steps_per_epoch), steps_per_epoch)
-    torch.manual_seed(args.seed)
-    model = build(args.model, classes).to(device)
-    if run.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-
-    cuda = device.type == "cuda"
-    math_modes = set_math_modes(run.precision) if cuda else {}
-    # Fused SGD: one kernel for every parameter's update on the GPU (DeepLearningExamples).
-    opt = torch.optim.SGD(
-        model.parameters(),
-        lr=recipe.plan.lr(0),
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        **({"fused": True} if cuda else {}),
-    )
-    seen_dtype = ComputeDtype(model)
-    wrapped, opt = strategy.wrap(model, opt, args, launch, device, run.precision)
-    net = torch.compile(wrapped) if args.compile else wrapped
-    scaler = torch.amp.GradScaler("cuda") if run.precision == "fp16" else None
-
-    writer.write(
-        "params",
-        framework=strategy.framework,
-        world_size=ctx.world,
-        global_batch=ctx.global_batch,
-        parameters=parameter_count(model),
-        precision=run.precision,
-        channels_last=run.channels_last,
-        total_steps=recipe.total_steps,
-        steps_per_epoch=steps_per_epoch,
-        lr_scaled=recipe.plan.scaled_lr,
-        device=device.type,
-        classes=classes,
-        train_images=data.train_images if data else None,
-        eval_images=data.eval_images if data else None,
-        distributed=launch.distributed,
-        fused_sgd=cuda,
-        **math_modes,
-        **recipe_fields(args),
-        **strategy.record(args, launch),
-    )
-    versions = {
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-        **strategy.versions(),
-        **(data.versions if data else {}),
-    }
-    ctx.open_meter(torch.cuda.get_device_properties(device) if cuda else None)
-    ctx.write_env(
-        versions,
-        run.gather,
-        device=torch.cuda.get_device_name(device) if cuda else None,
-        backend=strategy.comm_backend(device),
-    )
-
-    def evaluate() -> float:
-        model.eval()
-        correct = torch.zeros(2, device=device)
-        with torch.no_grad(), run.autocast():
-            for xb, yb in data.val():
-                correct[0] += (model(xb).argmax(1) == yb).sum()
-                correct[1] += len(yb)
-        strategy.all_reduce(correct, launch)
-        model.train()
-        return float(correct[0] / correct[1])
-
-    last: list[Any] = []  # the latest batch, for the step-time breakdown
-
-    def step(xb, yb):
-        last[:] = [xb, yb]
-        with run.autocast():
-            loss = F.cross_entropy(net(xb), yb)
-        strategy.step(net, opt, loss, scaler)
-        return loss
-
-    model.train()
-    hooks = training_loop.Hooks(
-        step=step,
-        set_lr=lambda lr: strategy.set_lr(opt, lr),
-        loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
-        sync=run.sync,
-        evaluate=evaluate if data is not None else None,
-        timer=CudaTimer() if cuda else training_loop.WallTimer(),
-        progress=ctx.progress,
-        meter=ctx.meter,
-    )
-    loop = training_loop.run(recipe, hooks, writer, stream)
-    digests = run.gather(_weights_digest(model))
-    energy = ctx.energy(run.gather, loop.timed_steps(args.warmup_steps) * ctx.global_batch)
-    timed = loop.timed_steps(args.warmup_steps)
-    split = _breakdown(run, net, opt, scaler, last, timed) if timed and last else {}
-    throughput = training_loop.write_summary(
-        writer, recipe, loop, ctx.world, digests, compute_dtype=seen_dtype.seen, **energy, **split
-    )
-    ctx.say_done(throughput, loop)
-    strategy.barrier(launch)
-    return 0
 
 
 def main(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
