@@ -23,8 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
-from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.backends.slurm.commands import SlurmCLI, run_command
+from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
 
 ROUNDS = 5
 SUBMITS = 10

@@ -17,8 +17,8 @@ import statistics
 import time
 from pathlib import Path
 
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
-from dlscale.engine.backends.slurm_parse import parse_sacct
+from dlscale.engine.backends.slurm.commands import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.parsing import parse_sacct
 
 TICKS = 30
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, dlscale, skip_without_pyslurm, start_release, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.base import WAITING
-from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.backends.slurm.commands import SlurmCLI, run_command
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
@@ -252,7 +252,7 @@ def ended_and_forgotten(row) -> Path:
 # One sync through pyslurm in a process of its own; prints whether it found accounting.
 SYNC_BY_PYSLURM = """
 import sys
-from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
 from dlscale.engine.tracking.monitor import sync
 from dlscale.engine.tracking.store import Store
 store = Store(sys.argv[1])

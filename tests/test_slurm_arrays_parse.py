@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.engine.backends import slurm_arrays, slurm_noacct
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
-from dlscale.engine.backends.slurm_parse import parse_exit_marker, parse_scontrol_jobs
+from dlscale.engine.backends.slurm import arrays as slurm_arrays
+from dlscale.engine.backends.slurm import no_accounting as slurm_noacct
+from dlscale.engine.backends.slurm.commands import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.parsing import parse_exit_marker, parse_scontrol_jobs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-22.05-noacct"
 SCRIPT = """#!/bin/bash

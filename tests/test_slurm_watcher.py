@@ -4,7 +4,7 @@ only every few ticks, terminal states cached, failed polls tolerated then report
 import pytest
 
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.commands import CommandResult, SlurmCLI
 from dlscale.engine.errors import ControllerUnreachable, SubmitError
 
 

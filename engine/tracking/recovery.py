@@ -21,7 +21,7 @@ from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
 from ..backends.base import Layout
-from ..backends.local import worker_alive
+from ..backends.local.backend import worker_alive
 from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
 from ..errors import UserError

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ControllerUnreachable, PlanError, UserError
-from ..paths import RunPaths
-from .base import JobRequest, JobStatus
+from ...errors import ControllerUnreachable, PlanError, UserError
+from ...paths import RunPaths
+from ..base import JobRequest, JobStatus
 
 if TYPE_CHECKING:
-    from ..config.profile import LoadedProfile
-    from ..config.spec import LoadedSpec
-    from ..launching.plan import Run
+    from ...config.profile import LoadedProfile
+    from ...config.spec import LoadedSpec
+    from ...launching.plan import Run
 
 NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
 
@@ -53,7 +53,7 @@ class SlurmJobs:
     def time_limit_s(self) -> int | None:
         if self.profile is None:
             return None
-        from ..config.profile import time_to_seconds
+        from ...config.profile import time_to_seconds
 
         p = self.profile.profile
         limits = [
@@ -68,7 +68,7 @@ class SlurmJobs:
         return self.partition
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import gpu_checks, jobscript
+        from ...launching import gpu_checks, jobscript
 
         if self.profile is None:
             return [NEEDS_PROFILE]
@@ -93,7 +93,7 @@ class SlurmJobs:
         return problems
 
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
-        from ..launching import jobscript
+        from ...launching import jobscript
 
         profile = self._profile()
         # the study's own throttle for the arrays its runs go in (submit_many)

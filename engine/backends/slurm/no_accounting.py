@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..paths import RunPaths
-from ..tracking.store import TERMINAL
-from .base import JobStatus
-from .slurm_parse import ParseError, parse_exit_marker, parse_scontrol_jobs
+from ...paths import RunPaths
+from ...tracking.store import TERMINAL
+from ..base import JobStatus
+from .parsing import ParseError, parse_exit_marker, parse_scontrol_jobs
 
 if TYPE_CHECKING:
-    from .slurm import SlurmCLI
+    from .commands import SlurmCLI
 
 
 def disabled(stderr: str) -> bool:

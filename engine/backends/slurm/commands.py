@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ControllerUnreachable, SchedulerError, SubmitError
-from ..paths import RunPaths
-from ..tracking.store import TERMINAL, Store
-from . import slurm_arrays, slurm_noacct, slurm_tags
-from .base import Backend, JobRequest, JobStatus
-from .slurm_jobs import SlurmJobs
-from .slurm_parse import (
+from ...errors import ControllerUnreachable, SchedulerError, SubmitError
+from ...paths import RunPaths
+from ...tracking.store import TERMINAL, Store
+from ..base import Backend, JobRequest, JobStatus
+from . import arrays, no_accounting, tags
+from .jobs import SlurmJobs
+from .parsing import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     TAGGED_FORMAT,
@@ -119,7 +119,7 @@ class SlurmCLI(SlurmJobs, Backend):
     accounting: bool | None = None  # None: the profile's, else learnt from sacct's answer
     wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
-    limits: slurm_arrays.Limits | None = None  # the site's, once asked
+    limits: arrays.Limits | None = None  # the site's, once asked
 
     def __post_init__(self) -> None:
         if self.accounting is None and self.profile is not None:
@@ -146,7 +146,7 @@ class SlurmCLI(SlurmJobs, Backend):
             )
 
     def submit(self, request: JobRequest) -> str:
-        tag = slurm_tags.token(slurm_tags.home_of(request.run_dir), request.run_id)
+        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
         job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)], tag)
         self.submitted(job_id)
         return job_id
@@ -157,19 +157,19 @@ class SlurmCLI(SlurmJobs, Backend):
 
     def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
         """Runs of one job shape as one job array, within the site's limits; the rest
-        WAITING for a later wave (slurm_arrays)."""
+        WAITING for a later wave (arrays)."""
         if not requests or (self.profile is not None and not self.profile.profile.arrays):
             return super().submit_many(requests)
-        return slurm_arrays.submit_many(self, requests, self.profile, self.throttle)
+        return arrays.submit_many(self, requests, self.profile, self.throttle)
 
     def next_wave(self, store: Store, experiment: str | None = None) -> int:
         # at most one try every few seconds: each asks the controller for the queue
         if time.monotonic() - self._last_wave < self.wave_every:
             return 0
         self._last_wave = time.monotonic()
-        return slurm_arrays.next_wave(self, store, experiment)
+        return arrays.next_wave(self, store, experiment)
 
-    # --- what job arrays ask of the place (slurm_arrays.ArrayPlace) ------------------------
+    # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
 
     def site_max_array_size(self) -> int | None:
         res = self.runner(["scontrol", "show", "config"])
@@ -199,25 +199,25 @@ class SlurmCLI(SlurmJobs, Backend):
         return sum(1 for line in res.stdout.splitlines() if line.strip())
 
     def submit_array(self, script: Path, spec: str) -> str:
-        return self.sbatch(["--array", spec, str(script)], slurm_tags.array_token(script))
+        return self.sbatch(["--array", spec, str(script)], tags.array_token(script))
 
-    def tagged_jobs(self) -> list[slurm_tags.Tagged]:
+    def tagged_jobs(self) -> list[tags.Tagged]:
         res = self._user_jobs(TAGGED_FORMAT)
         if res.returncode != 0:
             raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
-        return [slurm_tags.Tagged(*row) for row in parse_tagged(res.stdout)]
+        return [tags.Tagged(*row) for row in parse_tagged(res.stdout)]
 
     def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
-        return slurm_tags.orphans(self, home, run_ids)
+        return tags.orphans(self, home, run_ids)
 
     def last_word(self, row: dict[str, Any]) -> JobStatus | None:
-        return slurm_noacct.last_word(row) if self.accounting is False else None
+        return no_accounting.last_word(row) if self.accounting is False else None
 
     def sbatch(self, args: list[str], tag: str) -> str:
         """`sbatch --parsable --comment=TAG ARGS`; the job id, also where sbatch's answer
-        was lost and the job is found by its tag (slurm_tags). Raises SubmitError,
+        was lost and the job is found by its tag (tags). Raises SubmitError,
         ControllerUnreachable."""
-        job_id = slurm_tags.submit_tagged(self, lambda t: self._sbatch_once(args, t), tag)
+        job_id = tags.submit_tagged(self, lambda t: self._sbatch_once(args, t), tag)
         self._need_squeue = True  # a fresh job: learn its pending reason soon
         return job_id
 
@@ -236,7 +236,7 @@ class SlurmCLI(SlurmJobs, Backend):
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """One sacct call for every job not known to be finished; squeue every few polls."""
         if self.accounting is False:
-            return slurm_noacct.poll(self, job_ids)
+            return no_accounting.poll(self, job_ids)
         self._polls += 1
         live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
         ok = True
@@ -274,9 +274,9 @@ class SlurmCLI(SlurmJobs, Backend):
                                 old.reason,
                             )
                         self._cache[jid] = job
-            elif slurm_noacct.disabled(res.stderr):
+            elif no_accounting.disabled(res.stderr):
                 self.accounting = False  # no slurmdbd here: follow without it from now on
-                return slurm_noacct.poll(self, job_ids)
+                return no_accounting.poll(self, job_ids)
             else:
                 ok = False
                 self.last_error = f"sacct: {_first_line(res.stderr) or res.returncode}"

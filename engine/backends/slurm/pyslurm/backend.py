@@ -1,12 +1,12 @@
 """Slurm through pyslurm (Slurm's C API), where a pyslurm built for the cluster's release
-imports (pyslurm_probe.py decides that).
+imports (probe.py decides that).
 
 The same jobs, states, pending reasons and exit codes as the command-line backend, without a
 process per call: each poll asks the controller once for every job it holds
 (`pyslurm.Jobs.load`), and the database (`pyslurm.db.Jobs.load`, filtered by id) only about
 tracked jobs the controller has already forgotten or while it does not answer. Finished jobs
 are cached and never asked about again; a few failed polls are tolerated before the
-controller is reported unreachable, as in slurm.py.
+controller is reported unreachable, as in commands.py.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ControllerUnreachable, SchedulerError, SubmitError
-from ..paths import RunPaths
-from ..tracking.store import TERMINAL, Store
-from . import slurm_arrays, slurm_noacct, slurm_tags
-from .base import Backend, JobRequest, JobStatus
-from .pyslurm_submit import job_description
-from .slurm import TRANSIENT, clean_env, run_command, user_name
-from .slurm_jobs import SlurmJobs
-from .slurm_parse import SlurmJob, expand_array, map_state
+from ....errors import ControllerUnreachable, SchedulerError, SubmitError
+from ....paths import RunPaths
+from ....tracking.store import TERMINAL, Store
+from ...base import Backend, JobRequest, JobStatus
+from .. import arrays, no_accounting, tags
+from ..commands import TRANSIENT, clean_env, run_command, user_name
+from ..jobs import SlurmJobs
+from ..parsing import SlurmJob, expand_array, map_state
+from .submit import job_description
 
 
 def import_pyslurm():
@@ -126,7 +126,7 @@ class PyslurmBackend(SlurmJobs, Backend):
     accounting: bool | None = None  # None: the profile's (no slurmdbd: False)
     wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
-    limits: slurm_arrays.Limits | None = None  # the site's, once asked
+    limits: arrays.Limits | None = None  # the site's, once asked
     _site_config: Any = None  # the controller's configuration, once asked (_config)
 
     def __post_init__(self) -> None:
@@ -137,7 +137,7 @@ class PyslurmBackend(SlurmJobs, Backend):
 
     def _call(self, what: str, fn, *args, tries: int | None = None):
         """fn(*args) under the lock, retried on the errors of a busy or restarting
-        controller (as slurm.py retries sbatch and scancel). pyslurm's RPCError comes out
+        controller (as commands.py retries sbatch and scancel). pyslurm's RPCError comes out
         as SubmitError or SchedulerError with Slurm's message, or as ControllerUnreachable
         when the retries are spent."""
         delay, message, tries = 1.0, "", tries or self.retries
@@ -159,7 +159,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         raise ControllerUnreachable(f"{what}: {message}")
 
     def submit(self, request: JobRequest) -> str:
-        tag = slurm_tags.token(slurm_tags.home_of(request.run_dir), request.run_id)
+        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
         job_id = self._submit_script(RunPaths(request.run_dir).job_script, tag)
         self.submitted(job_id)
         return job_id
@@ -170,18 +170,18 @@ class PyslurmBackend(SlurmJobs, Backend):
 
     def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
         """Runs of one job shape as one job array, within the site's limits; the rest
-        WAITING for a later wave (slurm_arrays, as the command-line backend)."""
+        WAITING for a later wave (arrays, as the command-line backend)."""
         if not requests or (self.profile is not None and not self.profile.profile.arrays):
             return super().submit_many(requests)
-        return slurm_arrays.submit_many(self, requests, self.profile, self.throttle)
+        return arrays.submit_many(self, requests, self.profile, self.throttle)
 
     def next_wave(self, store: Store, experiment: str | None = None) -> int:
         if time.monotonic() - self._last_wave < self.wave_every:
             return 0  # at most one try every few seconds: each asks for the whole queue
         self._last_wave = time.monotonic()
-        return slurm_arrays.next_wave(self, store, experiment)
+        return arrays.next_wave(self, store, experiment)
 
-    # --- what job arrays ask of the place (slurm_arrays.ArrayPlace) ------------------------
+    # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
 
     def site_max_array_size(self) -> int | None:
         config = self._config()
@@ -225,26 +225,26 @@ class PyslurmBackend(SlurmJobs, Backend):
         return count
 
     def submit_array(self, script: Path, spec: str) -> str:
-        return self._submit_script(script, slurm_tags.array_token(script), array=spec)
+        return self._submit_script(script, tags.array_token(script), array=spec)
 
-    def tagged_jobs(self) -> list[slurm_tags.Tagged]:
+    def tagged_jobs(self) -> list[tags.Tagged]:
         jobs = self._call("queue", self.api.Jobs.load)
         me, out = os.getuid(), []
         for job in jobs.values():
             comment = _text(getattr(job, "comment", None)) or ""
-            if job.user_id == me and comment.startswith(slurm_tags.PREFIX + ":"):
+            if job.user_id == me and comment.startswith(tags.PREFIX + ":"):
                 state = map_state(_text(job.state) or "UNKNOWN")
                 own = getattr(job, "array_id", None) or job.id
-                out.append(slurm_tags.Tagged(str(own), state, comment))
+                out.append(tags.Tagged(str(own), state, comment))
         return out
 
     def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
-        return slurm_tags.orphans(self, home, run_ids)
+        return tags.orphans(self, home, run_ids)
 
     def _submit_script(self, script: Path, tag: str, **extra: str) -> str:
         """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
         with `extra` description attributes (an array's `array`) and the tag in its
-        comment (slurm_tags: a lost answer is looked for, not retried blindly). The job
+        comment (tags: a lost answer is looked for, not retried blindly). The job
         id."""
         try:
             text = script.read_text()
@@ -275,7 +275,7 @@ class PyslurmBackend(SlurmJobs, Backend):
             except ValueError as exc:  # pyslurm's own checks of the description
                 raise SubmitError(f"{script}: {exc}") from None
 
-        return slurm_tags.submit_tagged(self, send, tag)
+        return tags.submit_tagged(self, send, tag)
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         live = [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
@@ -300,7 +300,7 @@ class PyslurmBackend(SlurmJobs, Backend):
                 ok &= self._from_database(forgotten)
             elif forgotten and self.controller_ok:
                 # No slurmdbd to ask: the marker the job wrote as it ended decides
-                # (last_word), as slurm_noacct does for the commands.
+                # (last_word), as no_accounting does for the commands.
                 for jid in forgotten:
                     self._cache.pop(jid, None)
         return self._answer(ok, job_ids)
@@ -316,7 +316,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         return self.accounting
 
     def last_word(self, row: dict[str, Any]) -> JobStatus | None:
-        return slurm_noacct.last_word(row) if self.accounting is False else None
+        return no_accounting.last_word(row) if self.accounting is False else None
 
     def _from_database(self, job_ids: list[str]) -> bool:
         ids = sorted({int(j.split("_")[0]) for j in job_ids})
