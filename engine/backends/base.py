@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ControllerUnreachable, DlscaleError
-from ..paths import RunPaths
+from ..paths import Layout, RunPaths
 
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
@@ -32,16 +32,6 @@ WAITING = "WAITING"
 class NotYet(DlscaleError):
     """submit_many's answer for a job the place has no room for now (its limits): the run
     is left WAITING and next_wave submits it."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a run's folder is given before its job starts: its row as submitted (run.json,
-    naming the spec it came from) and its spec, a link to the store's one copy."""
-
-    spec_path: str
-    spec_digest: str
-    spec_file: str
 
 
 @dataclass(frozen=True)

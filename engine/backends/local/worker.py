@@ -20,11 +20,9 @@ import time
 from pathlib import Path
 
 from ....trainers.common.lifeline import parent_watch
-from ...paths import RunPaths
+from ...paths import Layout, RunPaths, lay_out
 from ...tracking.monitor import finalize_run
-from ...tracking.recovery import lay_out
 from ...tracking.store import Store
-from ..base import Layout
 from .backend import LOCK_NAME, settle_failed
 from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 

@@ -138,7 +138,7 @@ def _array_dir(request: JobRequest) -> Path:
 
 def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
     """The array script, its runs.tsv and the log links; returns the script's path."""
-    from ...launching.jobscript import _plain  # the one rule for #SBATCH values
+    from ...launching.jobscript import sbatch_value  # the one rule for #SBATCH values
 
     d = _array_dir(group[0])
     (d / "logs").mkdir()
@@ -154,9 +154,9 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
     script.write_text(
         _ARRAY_SCRIPT.format(
             n=len(group),
-            name=_plain(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
+            name=sbatch_value(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
             shape="\n".join(script_shape),
-            logs=_plain(str(d / "logs"), "array log folder"),
+            logs=sbatch_value(str(d / "logs"), "array log folder"),
             index=shlex.quote(str(d / "runs.tsv")),
         )
     )
