@@ -17,7 +17,8 @@ import pytest
 
 from conftest import BIN, REPO, dlscale, write_spec
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm.commands import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult
 from dlscale.engine.errors import ControllerUnreachable
 from dlscale.engine.tracking.store import Store
 
@@ -158,7 +159,7 @@ def test_a_real_sbatch_whose_answer_is_lost_makes_one_job(slurm_cluster, tmp_pat
     second job is made. Costs a few seconds once the cluster is up."""
     from test_slurm_cluster import profile_copy
 
-    from dlscale.engine.backends.slurm.commands import user_name
+    from dlscale.engine.backends.slurm.common import user_name
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

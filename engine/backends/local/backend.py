@@ -23,7 +23,7 @@ from ...errors import PlanError, UserError
 from ...paths import RunPaths
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
-from ..base import Backend, JobRequest, JobStatus
+from ..base import Backend, JobRequest, JobStatus, Watcher
 from .processes import signal_job
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ class LocalBackend(Backend):
         self.store = store
         self.start_worker = start_worker
         self._envs: dict[str, Any] = {}  # each framework's environment, resolved once
+        self.watcher = LocalWatcher(store, self.ensure_worker)
 
     def describe(self) -> str:
         return "local"
@@ -296,10 +297,21 @@ class LocalBackend(Backend):
         self.ensure_worker()
         return out
 
+
+class LocalWatcher(Watcher):
+    """Following local jobs: their rows in the store, which the worker keeps; a worker that
+    died is replaced, and its job's processes stopped."""
+
+    name = "local"
+
+    def __init__(self, store: Store, ensure_worker: Callable[[], None]) -> None:
+        self.store = store
+        self.ensure_worker = ensure_worker  # the backend's: starts a worker if none runs
+
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         rows = self._jobs(job_ids)
         active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
-        if active and not self.worker_alive():
+        if active and not worker_alive(self.store.home):
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
             # Its launcher and ranks died with it (a parent-death signal); stop any that did
             # not, proven to be the job's own, never by the recorded pid alone.

@@ -1,5 +1,6 @@
 """The Slurm backends: through Slurm's commands (`commands`, read by `parsing`) or through
-pyslurm (`pyslurm/`); what both share: running a command, transient errors, the last word,
-the accounting check (`common`), job scripts (`jobs`), job arrays and waves (`arrays`), the
-token in every job's comment (`tags`), following a site without accounting
-(`no_accounting`)."""
+pyslurm (`pyslurm/`), each with its watcher. What both share: running a command, transient
+errors, the accounting check, the last word and the watchers' memory of each job
+(`common`), job scripts (`jobs`), job arrays and waves (`arrays`), the token in every job's
+comment (`tags`). The commands' watcher asks the controller alone where there is no
+accounting (`no_accounting`)."""

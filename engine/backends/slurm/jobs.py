@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ControllerUnreachable, PlanError, UserError
+from ...errors import PlanError, UserError
 from ...paths import RunPaths
-from ..base import JobRequest, JobStatus
+from ..base import JobRequest
 
 if TYPE_CHECKING:
     from ...config.profile import LoadedProfile
@@ -32,12 +32,13 @@ class SlurmJobs:
     partition: str | None = None
     home: Path | None = None
     throttle: int | None = None  # the spec's max_concurrent: job arrays' %N
-    # each backend's own poll state, which _answer settles
-    _cache: dict[str, Any]
-    _failures: int
-    max_failures: int
-    last_poll_ok: bool
-    last_error: str | None
+
+    def first_accounting(self, given: bool | None) -> bool | None:
+        """What the watcher knows of accounting at the start: the caller's word, else the
+        profile's (None: asked of Slurm)."""
+        if given is None and self.profile is not None:
+            return self.profile.profile.accounting
+        return given
 
     def _profile(self) -> LoadedProfile:
         if self.profile is None:
@@ -149,30 +150,3 @@ class SlurmJobs:
 
     def payload(self, request: JobRequest) -> dict[str, Any]:
         return {"script": str(RunPaths(request.run_dir).job_script)}
-
-    def _answer(self, ok: bool, job_ids: list[str]) -> dict[str, JobStatus]:
-        """How every poll ends, whichever way it asked: a failed poll counts towards
-        "unreachable" (max_failures in a row), and the answer is the last known state of each
-        job asked for (a job Slurm has not shown yet is left out)."""
-        self.last_poll_ok = ok
-        if ok:
-            self._failures = 0
-        else:
-            self._failures += 1
-            if self._failures >= self.max_failures:
-                raise ControllerUnreachable(
-                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}"
-                )
-        out = {}
-        for j in job_ids:
-            job = self._cache.get(j)
-            if job is not None:
-                out[j] = JobStatus(
-                    j,
-                    job.state,
-                    job.reason,
-                    job.nodes,
-                    float(job.elapsed_s) if job.elapsed_s is not None else None,
-                    job.exit_code,
-                )
-        return out
