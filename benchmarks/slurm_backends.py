@@ -23,8 +23,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
-from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import run_command
+from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
 
 ROUNDS = 5
 SUBMITS = 10
@@ -50,7 +51,7 @@ class _Counted:
 
 def counting_pyslurm() -> PyslurmBackend:
     backend = PyslurmBackend()
-    api = backend.api
+    api = backend.controller.api
     names = {k: getattr(api, k) for k in dir(api) if not k.startswith("__")}
     names.update(
         Jobs=_Counted(api.Jobs, "pyslurm.Jobs.load"),
@@ -58,7 +59,7 @@ def counting_pyslurm() -> PyslurmBackend:
             Jobs=_Counted(api.db.Jobs, "pyslurm.db.Jobs.load"), JobFilter=api.db.JobFilter
         ),
     )
-    backend.api = SimpleNamespace(**names)
+    backend.controller.api = SimpleNamespace(**names)
     return backend
 
 
@@ -84,7 +85,7 @@ def tick_seconds(make, ids: list[str]) -> tuple[float, float]:
     times = []
     CALLS.clear()
     for _ in range(ROUNDS):
-        watcher = make()
+        watcher = make().watcher
         t0 = time.perf_counter()
         for _ in range(3):
             out = watcher.poll(ids)

@@ -17,8 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
-from dlscale.engine.backends.slurm_parse import parse_sacct
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult
+from dlscale.engine.backends.slurm.parsing import parse_sacct
 
 TICKS = 30
 
@@ -48,7 +49,7 @@ def main() -> None:
             calls.append(argv[0])
             return CommandResult(argv, 0, answer if argv[0] == "sacct" else queue, "")
 
-        watcher = SlurmCLI(runner=runner, squeue_every=3)
+        watcher = SlurmCLI(runner=runner, squeue_every=3).watcher
         ticks = TICKS if n < 10_000 else 6
         took = []
         for _ in range(ticks):

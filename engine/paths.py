@@ -1,14 +1,45 @@
 """A run folder's layout, named in one place: what the engine writes there before a job
-starts, what the job writes, and where an earlier attempt's files go."""
+starts, what the job writes, and where an earlier attempt's files go; and the writing of
+what it is given before its job starts (run.json, its spec), at every submission or as the
+job starts (Backend.folders_at_start)."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import read_text
+
 # The records' file name also names them in messages ("metrics.jsonl line 7 skipped").
 METRICS_NAME = "metrics.jsonl"
+# What run.json keeps of a run's row (with its backend and spec): enough to rebuild a store
+# from the folders (tracking/recovery).
+RUN_FIELDS = (
+    "run_id",
+    "point_id",
+    "experiment",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks_per_node",
+    "devices",
+    "per_device_batch",
+    "global_batch",
+    "scaling",
+    "precision",
+    "loader",
+    "repetition",
+    "training",
+    "rerun_of",
+    "created",
+    "site",
+)
 
 
 @dataclass(frozen=True)
@@ -69,3 +100,87 @@ class RunPaths:
     @property
     def submission(self) -> tuple[Path, ...]:
         return (self.job_script, self.spec, self.profile)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a run's folder is given before its job starts: its row as submitted (run.json,
+    naming the spec it came from) and its spec, a link to the store's one copy."""
+
+    spec_path: str
+    spec_digest: str
+    spec_file: str
+
+
+def write_run_file(
+    row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "", spec_digest: str = ""
+) -> None:
+    """The run's row as submitted, beside its records, so a lost store can be rebuilt. A
+    resubmission, which has no spec in hand, keeps the one its earlier attempt named."""
+    data = {k: row.get(k) for k in RUN_FIELDS}
+    if isinstance(data["training"], str):
+        data["training"] = _parsed(data["training"])
+    if not spec_path:
+        earlier = RunPaths(run_dir).attempt((row.get("attempts") or 1) - 1).record
+        if earlier.is_file():
+            try:
+                before = json.loads(read_text(earlier, follow=False))
+            except (OSError, ValueError, RecursionError):  # not the run's own: not trusted
+                before = {}
+            if not isinstance(before, dict):
+                before = {}
+            spec_path, spec_digest = before.get("spec_path", ""), before.get("spec_digest", "")
+    data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
+    # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
+    # 10,000 runs writes 10,000 of these).
+    RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True) + "\n")
+
+
+def lay_out(row: dict[str, Any], backend: str, layout: Layout) -> None:
+    """A run's folder made ready for its job: run.json and its spec (see write_run_file and
+    shared_spec); before submission, or when the job starts (Backend.folders_at_start)."""
+    run_dir = Path(row["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    link_or_copy(Path(layout.spec_file), RunPaths(run_dir).spec)
+    write_run_file(row, run_dir, backend, layout.spec_path, layout.spec_digest)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> Any:
+    """A run's training recipe from its row, parsed once: a plan's runs share a handful.
+    (Only ever dumped again, never changed.)"""
+    return json.loads(text)
+
+
+def shared_spec(home: Path, text: str, spec_digest: str) -> Path:
+    """The spec's text, once per spec digest (specs/DIGEST.toml), for its runs' folders to
+    link to instead of each writing its own copy."""
+    path = home / "specs" / f"{spec_digest}.toml"
+    try:
+        same = read_text(path, follow=False) == text
+    except (OSError, ValueError):  # absent, or not dlscale's own file: written anew
+        same = False
+    if not same:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}")
+        part.write_text(text)
+        os.replace(part, path)  # whole or not at all, whoever writes it at the same time
+    return path
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """target as a hard link to source (one inode, no bytes written), or a copy where the
+    file system has no links. A file already there is dlscale's own (this run's spec from
+    an attempt that did not get that far): it is replaced."""
+    try:
+        os.link(source, target)
+        return
+    except FileExistsError:
+        target.unlink()
+    except OSError:
+        shutil.copyfile(source, target)
+        return
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

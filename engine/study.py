@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .backends.base import WAITING, Backend, JobRequest, Layout, NotYet
+from .backends.base import WAITING, Backend, JobRequest, NotYet
 from .config.spec import LoadedSpec
 from .errors import (
     ControllerUnreachable,
@@ -30,9 +30,8 @@ from .errors import (
 from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
-from .paths import RunPaths
+from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
 from .tracking.follow import find_run
-from .tracking.recovery import lay_out, shared_spec, write_run_file
 from .tracking.store import ACTIVE, SUBMITTING, Store
 
 

@@ -104,7 +104,7 @@ def home(tmp_path, monkeypatch):
 
 def _stop_workers(h: Path) -> None:
     """Kill local workers and their jobs that belong to this test's store."""
-    out = subprocess.run(["pgrep", "-f", f"local_worker {h}"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", f"local.worker {h}"], capture_output=True, text=True)
     for pid in out.stdout.split():
         try:
             os.killpg(int(pid), signal.SIGTERM)
@@ -268,11 +268,11 @@ class SlurmTarget:
         """The backend's scheduler in this process (pyslurm binds to the first cluster it is
         imported with: only 25.11 uses it)."""
         if self.backend == "pyslurm":
-            from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+            from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
 
             kw.pop("squeue_every", None)
             return PyslurmBackend(**kw)
-        from dlscale.engine.backends.slurm import SlurmCLI
+        from dlscale.engine.backends.slurm.commands import SlurmCLI
 
         return SlurmCLI(**kw)
 

@@ -268,7 +268,7 @@ def test_the_build_screen_lists_and_checks_the_declared_frameworks(home):
 def test_a_rerun_writes_its_records_in_its_own_folder(tmp_path):
     """A rerun of a declared framework's run on the local backend: the variables that name
     the records' file and the run follow it to the new folder, as its argv does."""
-    from dlscale.engine.backends.local import LocalBackend
+    from dlscale.engine.backends.local.backend import LocalBackend
     from dlscale.engine.tracking.store import Store
 
     store = Store(tmp_path / "home")

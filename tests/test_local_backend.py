@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import dlscale, write_spec
-from dlscale.engine.backends.local_procs import TOKEN_VAR, process_mark
+from dlscale.engine.backends.local.processes import TOKEN_VAR, process_mark
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.tracking.store import Store
 
@@ -222,7 +222,7 @@ def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
         assert len(ranks) >= 3  # torchrun and its two ranks
         worker = int(
             subprocess.run(
-                ["pgrep", "-f", f"local_worker {home}"], capture_output=True, text=True
+                ["pgrep", "-f", f"local.worker {home}"], capture_output=True, text=True
             ).stdout.split()[0]
         )
         os.kill(worker, sig)
@@ -293,7 +293,7 @@ def test_a_queued_local_run_has_its_folder_made_when_it_starts(tmp_path, home):
     import fcntl
     import json
 
-    from dlscale.engine.backends.local import LOCK_NAME
+    from dlscale.engine.backends.local.backend import LOCK_NAME
 
     spec = write_spec(tmp_path / "s.toml", scales='"1x1", "1x2"', steps=2)
     home.mkdir(parents=True, exist_ok=True)

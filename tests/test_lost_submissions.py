@@ -17,7 +17,8 @@ import pytest
 
 from conftest import BIN, REPO, dlscale, write_spec
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult
 from dlscale.engine.errors import ControllerUnreachable
 from dlscale.engine.tracking.store import Store
 
@@ -158,7 +159,7 @@ def test_a_real_sbatch_whose_answer_is_lost_makes_one_job(slurm_cluster, tmp_pat
     second job is made. Costs a few seconds once the cluster is up."""
     from test_slurm_cluster import profile_copy
 
-    from dlscale.engine.backends.slurm import user_name
+    from dlscale.engine.backends.slurm.common import user_name
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -210,8 +211,8 @@ def test_a_real_sbatch_whose_answer_is_lost_makes_one_job(slurm_cluster, tmp_pat
 def test_only_this_homes_live_tagged_jobs_are_adopted(tmp_path):
     """Tags of another home, finished jobs and other comments are never taken; an array's
     tasks map to runs through its runs.tsv."""
-    from dlscale.engine.backends import slurm_tags
-    from dlscale.engine.backends.slurm_parse import parse_tagged
+    from dlscale.engine.backends.slurm import tags as slurm_tags
+    from dlscale.engine.backends.slurm.parsing import parse_tagged
 
     home, other = tmp_path / "home", tmp_path / "other"
     (home / "arrays" / "A").mkdir(parents=True)

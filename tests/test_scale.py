@@ -22,9 +22,9 @@ from test_store import make_run
 
 from conftest import BIN
 from dlscale.engine import study
-from dlscale.engine.backends.local import LocalBackend
-from dlscale.engine.backends.local_worker import make_folder
-from dlscale.engine.backends.slurm_parse import parse_sacct
+from dlscale.engine.backends.local.backend import LocalBackend
+from dlscale.engine.backends.local.worker import make_folder
+from dlscale.engine.backends.slurm.parsing import parse_sacct
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking.store import SUBMITTING, Store
 

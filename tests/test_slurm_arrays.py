@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO, dlscale, skip_without_pyslurm, start_release, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.base import WAITING
-from dlscale.engine.backends.slurm import SlurmCLI, run_command
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import run_command
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
@@ -252,13 +253,13 @@ def ended_and_forgotten(row) -> Path:
 # One sync through pyslurm in a process of its own; prints whether it found accounting.
 SYNC_BY_PYSLURM = """
 import sys
-from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
+from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
 from dlscale.engine.tracking.monitor import sync
 from dlscale.engine.tracking.store import Store
 store = Store(sys.argv[1])
 backend = PyslurmBackend(home=store.home)
 sync(store, backend)
-print(backend.accounting)  # None: nothing made it ask
+print(backend.watcher.accounting)  # None: nothing made it ask
 """
 
 
@@ -376,9 +377,9 @@ def test_pyslurm_follows_jobs_without_accounting(slurm_target, tmp_path, home):
     backend = slurm_target.scheduler(
         profile=load_profile(profile_copy(tmp_path, "accounting = false")), home=store.home
     )
-    assert backend.accounting is False
+    assert backend.watcher.accounting is False
     asked = []
-    backend._from_database = lambda ids: asked.append(ids) or True  # must not be reached
+    backend.watcher._from_database = lambda ids: asked.append(ids) or True  # must not be reached
     for spec in (crash, slow, fine):
         assert len(study.submit(store, load_spec(spec), backend).submitted) == 1
     [failed], [cancelled], [done] = store.runs("crash"), store.runs("slow"), store.runs("fine")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.engine.backends import slurm_arrays, slurm_noacct
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
-from dlscale.engine.backends.slurm_parse import parse_exit_marker, parse_scontrol_jobs
+from dlscale.engine.backends.slurm import arrays as slurm_arrays
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult, accounting_disabled
+from dlscale.engine.backends.slurm.parsing import parse_exit_marker, parse_scontrol_jobs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm-22.05-noacct"
 SCRIPT = """#!/bin/bash
@@ -114,22 +115,22 @@ def test_a_cluster_without_accounting_is_followed_through_scontrol(tmp_path):
         }
     )
     s = SlurmCLI(runner=replay)
-    out = s.poll(["55", "56_3", "99"])
+    out = s.watcher.poll(["55", "56_3", "99"])
     assert out["55"].state == "FAILED" and out["55"].exit_code == 3
-    assert out["56_3"].state == "PENDING" and "99" not in out and s.last_poll_ok
-    assert s.accounting is False
+    assert out["56_3"].state == "PENDING" and "99" not in out and s.watcher.last_poll_ok
+    assert s.watcher.accounting is False
     replay.calls.clear()
-    s.poll(["56_3", "99"])  # from now on one scontrol call per poll, no sacct
+    s.watcher.poll(["56_3", "99"])  # from now on one scontrol call per poll, no sacct
     assert [c[0] for c in replay.calls] == ["scontrol"]
     # a job the controller forgot ends as its marker says
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     row = {"run_id": "r", "run_dir": str(run_dir), "job_id": "99"}
-    assert s.last_word(row) is None
+    assert s.watcher.last_word(row) is None
     (run_dir / "job.exit").write_text("exit 7\n")
-    status = s.last_word(row)
+    status = s.watcher.last_word(row)
     assert status.state == "FAILED" and status.exit_code == 7
     (run_dir / "job.exit").write_text("signal TERM\n")
-    assert s.last_word(row).state == "CANCELLED"
-    assert SlurmCLI(runner=replay, accounting=True).last_word(row) is None  # sacct knows
-    assert slurm_noacct.disabled("sacct: error: Slurm accounting storage is disabled")
+    assert s.watcher.last_word(row).state == "CANCELLED"
+    assert SlurmCLI(runner=replay, accounting=True).watcher.last_word(row) is None  # sacct knows
+    assert accounting_disabled("sacct: error: Slurm accounting storage is disabled")

@@ -297,7 +297,7 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
         slurm_target.cluster("start-ctld")
     assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
     if slurm_target.backend == "pyslurm":
-        scheduler.cancel([job_id])  # `dlscale cancel` would use the commands
+        scheduler.watcher.cancel([job_id])  # `dlscale cancel` would use the commands
     else:
         follow.cancel(store, [run_id])
     assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
@@ -336,7 +336,7 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
                 and store.run(first["run_id"])["state"] in ("PENDING", "RUNNING")
             )
         )
-        scheduler.cancel([job])
+        scheduler.watcher.cancel([job])
     assert wait_for(
         lambda: sync(store, scheduler) and store.run(first["run_id"])["state"] == "CANCELLED"
     )

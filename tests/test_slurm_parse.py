@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.engine.backends.slurm_parse import (
+from dlscale.engine.backends.slurm.parsing import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     ParseError,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine.backends.pyslurm_submit import job_description
+from dlscale.engine.backends.slurm.pyslurm.submit import job_description
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching import jobscript
@@ -111,7 +111,8 @@ def test_the_profiles_pyslurm_field_takes_auto_or_off(tmp_path, home):
 def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
     from types import SimpleNamespace as Job
 
-    from dlscale.engine.backends.pyslurm_backend import _keys, _waiting_tasks
+    from dlscale.engine.backends.slurm.pyslurm.records import keys as _keys
+    from dlscale.engine.backends.slurm.pyslurm.records import waiting_tasks as _waiting_tasks
 
     live = {"36_1", "36_3", "39_2", "39_5", "40", "41_2"}
     assert _keys(Job(id=37, array_id=36, array_task_id=1), live) == ["37", "36_1"]
@@ -145,7 +146,7 @@ def test_array_tasks_are_found_under_the_ids_dlscale_tracks():
     ],
 )
 def test_the_database_is_asked_only_where_the_controller_names_one(storage, asked):
-    from dlscale.engine.backends.pyslurm_backend import has_accounting
+    from dlscale.engine.backends.slurm.common import has_accounting
 
     assert has_accounting(storage) is asked
 
@@ -344,8 +345,8 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         != 0
     ):
         pytest.skip("pyslurm does not import in this venv")
-    from dlscale.engine.backends.pyslurm_backend import PyslurmBackend
-    from dlscale.engine.backends.slurm import SlurmCLI
+    from dlscale.engine.backends.slurm.commands import SlurmCLI
+    from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
     from dlscale.engine.tracking.store import TERMINAL
 
     def sbatch(*args):
@@ -388,7 +389,7 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         def seen(scheduler):
             """What a poll says of each job; an exit code once the job has one (a pending
             array task's, from squeue alone, is None through the commands)."""
-            polled = scheduler.poll(ids)
+            polled = scheduler.watcher.poll(ids)
             return {
                 name: (
                     polled[j].state,

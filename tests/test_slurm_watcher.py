@@ -4,7 +4,8 @@ only every few ticks, terminal states cached, failed polls tolerated then report
 import pytest
 
 from dlscale.engine.backends.base import JobRequest
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult
 from dlscale.engine.errors import ControllerUnreachable, SubmitError
 
 
@@ -51,18 +52,18 @@ def test_one_sacct_per_tick_whatever_the_number_of_jobs(n):
     replay = Replay()
     replay.states = {str(1000 + i): "RUNNING" for i in range(n)}
     s = SlurmCLI(runner=replay, squeue_every=3)
-    s._need_squeue = False
+    s.watcher._need_squeue = False
     for _ in range(6):
         replay.calls.clear()
-        out = s.poll(list(replay.states))
+        out = s.watcher.poll(list(replay.states))
         assert replay.count("sacct") == 1 and len(out) == n
         assert replay.count("squeue") <= 1 and len(replay.calls) <= 2
     # squeue came every third tick only
     s2 = SlurmCLI(runner=Replay(), squeue_every=3)
     s2.runner.states = {"1": "PENDING"}
-    s2._need_squeue = False
+    s2.watcher._need_squeue = False
     for _ in range(9):
-        s2.poll(["1"])
+        s2.watcher.poll(["1"])
     assert s2.runner.count("squeue") == 3 and s2.runner.count("sacct") == 9
 
 
@@ -70,26 +71,26 @@ def test_pending_reason_comes_from_squeue_and_survives_sacct():
     replay = Replay()
     replay.states = {"7": "PENDING"}
     s = SlurmCLI(runner=replay)
-    status = s.poll(["7"])["7"]  # first poll asks squeue too (fresh jobs)
+    status = s.watcher.poll(["7"])["7"]  # first poll asks squeue too (fresh jobs)
     assert status.state == "PENDING" and status.reason == "Resources"
-    assert s.poll(["7"])["7"].reason == "Resources"
+    assert s.watcher.poll(["7"])["7"].reason == "Resources"
 
 
 def test_terminal_states_are_cached_and_never_asked_again():
     replay = Replay()
     replay.states = {"1": "COMPLETED", "2": "RUNNING"}
     s = SlurmCLI(runner=replay)
-    s.poll(["1", "2"])
+    s.watcher.poll(["1", "2"])
     replay.calls.clear()
     replay.states["1"] = "FAILED"  # Slurm would never say this; the cache must win
-    out = s.poll(["1", "2"])
+    out = s.watcher.poll(["1", "2"])
     asked = next(c for c in replay.calls if c[0] == "sacct")
     assert asked[asked.index("--jobs") + 1] == "2"
     assert out["1"].state == "COMPLETED"
     replay.states["2"] = "TIMEOUT"
-    s.poll(["1", "2"])
+    s.watcher.poll(["1", "2"])
     replay.calls.clear()
-    out = s.poll(["1", "2"])
+    out = s.watcher.poll(["1", "2"])
     assert replay.calls == [] and out["2"].state == "TIMEOUT"
 
 
@@ -97,15 +98,15 @@ def test_failed_polls_are_tolerated_then_reported_then_recovered():
     replay = Replay()
     replay.states = {"1": "RUNNING"}
     s = SlurmCLI(runner=replay, max_failures=3)
-    s.poll(["1"])
+    s.watcher.poll(["1"])
     replay.fail = {"sacct", "squeue"}
-    assert s.poll(["1"])["1"].state == "RUNNING"  # last known, while tolerated
-    s.poll(["1"])
+    assert s.watcher.poll(["1"])["1"].state == "RUNNING"  # last known, while tolerated
+    s.watcher.poll(["1"])
     with pytest.raises(ControllerUnreachable, match="did not answer 3 polls"):
-        s.poll(["1"])
+        s.watcher.poll(["1"])
     replay.fail = set()
     replay.states["1"] = "COMPLETED"
-    assert s.poll(["1"])["1"].state == "COMPLETED"
+    assert s.watcher.poll(["1"])["1"].state == "COMPLETED"
 
 
 def test_controller_down_is_seen_through_squeue_even_when_sacct_answers():
@@ -113,10 +114,10 @@ def test_controller_down_is_seen_through_squeue_even_when_sacct_answers():
     replay.states = {"1": "RUNNING"}
     s = SlurmCLI(runner=replay, squeue_every=1, max_failures=2)
     replay.fail = {"squeue"}
-    s.poll(["1"])
+    s.watcher.poll(["1"])
     with pytest.raises(ControllerUnreachable, match="squeue"):
-        s.poll(["1"])
-    assert not s.controller_ok
+        s.watcher.poll(["1"])
+    assert not s.watcher.controller_ok
 
 
 def test_sbatch_runs_with_sbatch_variables_cleared(monkeypatch, tmp_path):
@@ -174,16 +175,22 @@ def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):
     from test_store import make_run
 
     from dlscale.engine.backends.base import JobStatus
+    from dlscale.engine.backends.slurm.commands import CommandsWatcher
     from dlscale.engine.tracking.monitor import sync
     from dlscale.engine.tracking.store import Store
 
-    class Lagging(SlurmCLI):  # sacct's answer from a few seconds ago
+    class LaggingWatcher(CommandsWatcher):  # sacct's answer from a few seconds ago
         def __init__(self, state):
             super().__init__()
             self.state = state
 
         def poll(self, ids):
             return {i: JobStatus(i, self.state) for i in ids}
+
+    def Lagging(state):  # the backend, following its jobs through that watcher
+        backend = SlurmCLI()
+        backend.watcher = LaggingWatcher(state)
+        return backend
 
     store = Store(tmp_path)
     run = make_run()

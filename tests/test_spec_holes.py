@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine.backends.local import usable_cores
+from dlscale.engine.backends.local.backend import usable_cores
 from dlscale.engine.config import specfile
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec

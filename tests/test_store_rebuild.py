@@ -14,8 +14,8 @@ import pytest
 
 from conftest import dlscale, write_spec
 from dlscale.engine import study
-from dlscale.engine.backends.local import LocalBackend
-from dlscale.engine.backends.local_worker import make_folder
+from dlscale.engine.backends.local.backend import LocalBackend
+from dlscale.engine.backends.local.worker import make_folder
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store

@@ -289,7 +289,8 @@ async def test_huge_log_opens_at_its_tail(home, tmp_path):
 
 async def test_controller_unreachable_shows_a_banner(home):
     """A Slurm backend whose commands fail: the queue says so in a banner, no traceback."""
-    from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+    from dlscale.engine.backends.slurm.commands import SlurmCLI
+    from dlscale.engine.backends.slurm.common import CommandResult
 
     recorded_study(home)
     store = Store(home)
@@ -323,7 +324,8 @@ async def test_controller_unreachable_shows_a_banner(home):
 async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     """Slurm answers, but knows nothing of the job (recorded empty answers): the row says so
     and keeps the last known state."""
-    from dlscale.engine.backends.slurm import CommandResult, SlurmCLI
+    from dlscale.engine.backends.slurm.commands import SlurmCLI
+    from dlscale.engine.backends.slurm.common import CommandResult
     from dlscale.engine.tracking.monitor import VANISHED
 
     recorded_study(home)

@@ -12,9 +12,10 @@ from test_bad_records import _bad_study
 from textual.widgets import DataTable
 
 from conftest import REPO, write_spec
-from dlscale.engine.backends.local import LocalBackend
+from dlscale.engine.backends.local.backend import LocalBackend
 from dlscale.engine.backends.registry import make_backend
-from dlscale.engine.backends.slurm import CommandResult, SlurmCLI, run_command
+from dlscale.engine.backends.slurm.commands import SlurmCLI
+from dlscale.engine.backends.slurm.common import CommandResult, run_command
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.session import Session

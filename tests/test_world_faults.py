@@ -18,7 +18,7 @@ import pytest
 from test_local_backend import _running_job
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine.backends.local import LOCK_NAME
+from dlscale.engine.backends.local.backend import LOCK_NAME
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 

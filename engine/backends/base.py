@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ControllerUnreachable, DlscaleError
-from ..paths import RunPaths
+from ..paths import Layout, RunPaths
 
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
@@ -32,16 +32,6 @@ WAITING = "WAITING"
 class NotYet(DlscaleError):
     """submit_many's answer for a job the place has no room for now (its limits): the run
     is left WAITING and next_wave submits it."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a run's folder is given before its job starts: its row as submitted (run.json,
-    naming the spec it came from) and its spec, a link to the store's one copy."""
-
-    spec_path: str
-    spec_digest: str
-    spec_file: str
 
 
 @dataclass(frozen=True)
@@ -73,6 +63,29 @@ class JobStatus:
     exit_code: int | None = None
 
 
+class Watcher(abc.ABC):
+    """Following a place's jobs, apart from submitting them (as submitit's watcher is apart
+    from its executor): what the watcher (tracking/monitor) and `cancel` ask of it."""
+
+    # Health: whether the last poll answered, and if not why (a few failed polls are
+    # tolerated before poll raises ControllerUnreachable).
+    last_poll_ok: bool = True
+    last_error: str | None = None
+
+    @abc.abstractmethod
+    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """States of all `job_ids` in one query. Raises ControllerUnreachable."""
+
+    @abc.abstractmethod
+    def cancel(self, job_ids: list[str]) -> None:
+        """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
+
+    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+        """How a job the scheduler no longer knows ended, from what it left in the run's
+        folder, where the place has such a record (Slurm without accounting)."""
+        return None
+
+
 class Backend(abc.ABC):
     """One place runs can go. `name` is what the store records with each job ("local",
     "slurm"): a run is followed, cancelled and repeated by the backend of that name."""
@@ -86,10 +99,8 @@ class Backend(abc.ABC):
     # which on a parallel file system is most of the submission's time. Only where nothing
     # outside dlscale needs the folder before the job starts (the local worker).
     folders_at_start = False
-    # Health: whether the last poll answered, and if not why (a few failed polls are
-    # tolerated before poll raises ControllerUnreachable).
-    last_poll_ok: bool = True
-    last_error: str | None = None
+    # Follows the jobs this backend submits (and any job of its name in the store).
+    watcher: Watcher
 
     # --- the place --------------------------------------------------------------------------
 
@@ -186,20 +197,7 @@ class Backend(abc.ABC):
         """True when submit() records the job in the store itself (a queue of its own)."""
         return False
 
-    # --- following --------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        """States of all `job_ids` in one query. Raises ControllerUnreachable."""
-
-    @abc.abstractmethod
-    def cancel(self, job_ids: list[str]) -> None:
-        """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
-
-    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
-        """How a job the scheduler no longer knows ended, from what it left in the run's
-        folder, where the backend has such a record (Slurm without accounting)."""
-        return None
+    # --- what each tick asks besides the watcher ---------------------------------------------
 
     def next_wave(self, store: Store, experiment: str | None = None) -> int:
         """Submit runs left WAITING for the place's limits, as far as it has room now;

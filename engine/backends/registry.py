@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..paths import RunPaths
-from . import pyslurm_probe
 from .base import Backend
-from .local import LocalBackend
-from .pyslurm_backend import PyslurmBackend
-from .slurm import SlurmCLI
+from .local.backend import LocalBackend
+from .slurm.commands import SlurmCLI
+from .slurm.pyslurm import probe
+from .slurm.pyslurm.backend import PyslurmBackend
 
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
@@ -30,7 +30,7 @@ def slurm_via(backend: str, profile: LoadedProfile | None) -> tuple[bool, str]:
     pyslurm` where pyslurm cannot work is refused; `--backend slurm` with the profile's
     `pyslurm = "auto"` falls back to the commands."""
     if backend == "pyslurm":
-        found = pyslurm_probe.check()
+        found = probe.check()
         if not found.usable:
             raise UserError(
                 f"--backend pyslurm: {found.why}; --backend slurm uses Slurm's commands"
@@ -41,7 +41,7 @@ def slurm_via(backend: str, profile: LoadedProfile | None) -> tuple[bool, str]:
             "using Slurm's commands (pyslurm only with --backend pyslurm, or "
             'with pyslurm = "auto" in the profile)'
         )
-    found = pyslurm_probe.check()
+    found = probe.check()
     if found.usable:
         return True, f'using pyslurm (the profile\'s pyslurm = "auto"): {found.why}'
     return False, f"using Slurm's commands, not pyslurm: {found.why}"
@@ -51,7 +51,7 @@ def pyslurm_status(profile: LoadedProfile | None = None) -> str:
     """For `dlscale doctor`: which way `--backend slurm` talks to Slurm here, and whether
     pyslurm could."""
     _, why = slurm_via("slurm", profile)
-    found = pyslurm_probe.check()
+    found = probe.check()
     return (
         f"slurm backend: {why}; pyslurm {'usable' if found.usable else 'not usable'} "
         f"here: {found.why}"

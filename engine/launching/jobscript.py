@@ -33,7 +33,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\\]")
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
-def _plain(value: object, what: str) -> str:
+def sbatch_value(value: object, what: str) -> str:
     """A value for a place no quoting protects (#SBATCH lines), or refused."""
     text = str(value)
     if not _SAFE_SBATCH_VALUE.fullmatch(text):
@@ -71,7 +71,12 @@ def _map(context, seq, *args, **kwargs):
     return jinja2.filters.sync_do_map(context, seq, *args, **kwargs)
 
 
-_OWN = {"q": lambda v: shlex.quote(str(v)), "plain": _plain, "comment": _comment, "name": _name}
+_OWN = {
+    "q": lambda v: shlex.quote(str(v)),
+    "plain": sbatch_value,
+    "comment": _comment,
+    "name": _name,
+}
 # auto_reload off: the templates are the installed package's, not edited while it runs.
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("dlscale.jobscripts", "."),

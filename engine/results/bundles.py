@@ -25,8 +25,7 @@ from typing import Any
 from ..config.tomlfile import parse_toml
 from ..errors import NotFoundError, SpecError, UserError
 from ..launching.plan import digest
-from ..paths import RunPaths
-from ..tracking.recovery import write_run_file
+from ..paths import RunPaths, write_run_file
 from ..tracking.store import TERMINAL, Store
 from ..tracking.store_imports import Imported
 from .bundle_read import (

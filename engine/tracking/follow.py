@@ -59,7 +59,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         if jobs or row["state"] == WAITING:  # a waiting run has no job: no wave takes it
             done.append(rid)
     for backend, job_ids in by_backend.items():
-        make_backend(backend, store).cancel(job_ids)
+        make_backend(backend, store).watcher.cancel(job_ids)
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
         for job in store.jobs(backend, job_ids, states=ACTIVE):

@@ -65,17 +65,17 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     # runs left waiting for the site's limits go as far as the queue has room now
     backend.next_wave(store, experiment)
     live = [r for r in store.live_runs(experiment) if r["backend"] == backend.name and r["job_id"]]
-    reachable, new = True, 0
+    reachable, new, watcher = True, 0, backend.watcher
     if live:
         try:
-            statuses = backend.poll([r["job_id"] for r in live])
+            statuses = watcher.poll([r["job_id"] for r in live])
         except ControllerUnreachable:
             statuses, reachable = {}, False
-        answered = reachable and backend.last_poll_ok
+        answered = reachable and watcher.last_poll_ok
         for r in live:
             st = statuses.get(r["job_id"])
             if st is None and answered:
-                st = backend.last_word(r)  # forgotten by the scheduler: what the job left
+                st = watcher.last_word(r)  # forgotten by the scheduler: what the job left
             if st is None and answered and r["reason"] != VANISHED:
                 # Neither the queue nor accounting knows the job (purged, or a controller
                 # that lost its state): say so on the run, keep its last known state.
@@ -98,10 +98,10 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                 store.update_run(r["run_id"], state=st.state, reason=st.reason)
     counts = store.state_counts(experiment)
     warning = None
-    if live and not backend.last_poll_ok:
-        warning = backend.last_error or "the scheduler did not answer"
+    if live and not watcher.last_poll_ok:
+        warning = watcher.last_error or "the scheduler did not answer"
     if not reachable:
-        warning = warning or backend.last_error or "unreachable"
+        warning = warning or watcher.last_error or "unreachable"
     return Tick(counts, reachable, new, warning)
 
 

@@ -73,7 +73,7 @@ _ADDED_RUN_COLUMNS = {
     "site": "TEXT",
 }
 _ADDED_EXPERIMENT_COLUMNS = {"site": "TEXT"}
-# The local backend's proof of which processes are a job's (schedulers/local_procs.py).
+# The local backend's proof of which processes are a job's (backends/local/processes.py).
 _ADDED_JOB_COLUMNS = {
     "pid_mark": "TEXT",
     "worker_pid": "INTEGER",

@@ -1,6 +1,6 @@
 """The local backend's worker: runs queued local jobs one at a time, then exits.
 
-Started detached by LocalBackend; `python -m dlscale.engine.backends.local_worker HOME`.
+Started detached by LocalBackend; `python -m dlscale.engine.backends.local.worker HOME`.
 Only one worker runs per store (an exclusive lock), so measurements never overlap.
 
 Every job's launcher gets a parent-death signal and the job's token in its environment: a
@@ -19,14 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from ...trainers.common.lifeline import parent_watch
-from ..paths import RunPaths
-from ..tracking.monitor import finalize_run
-from ..tracking.recovery import lay_out
-from ..tracking.store import Store
-from .base import Layout
-from .local import LOCK_NAME, settle_failed
-from .local_procs import TOKEN_VAR, new_token, process_mark, stop_leftovers
+from ....trainers.common.lifeline import parent_watch
+from ...paths import Layout, RunPaths, lay_out
+from ...tracking.monitor import finalize_run
+from ...tracking.store import Store
+from .backend import LOCK_NAME, settle_failed
+from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
 INGEST_EVERY_S = 2.0
 KILL_GRACE_S = 10.0

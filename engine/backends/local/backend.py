@@ -1,6 +1,6 @@
 """The local backend: this machine as a one-node cluster.
 
-Jobs queue in the store; one detached worker process (local_worker.py) runs them one after
+Jobs queue in the store; one detached worker process (worker.py) runs them one after
 another, so a measurement never shares cores with another measurement, and runs go on when
 the CLI or TUI that submitted them exits, as they would under Slurm.
 """
@@ -19,16 +19,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PlanError, UserError
-from ..paths import RunPaths
-from ..tracking.monitor import finalize_run
-from ..tracking.store import Store
-from .base import Backend, JobRequest, JobStatus
-from .local_procs import signal_job
+from ...errors import PlanError, UserError
+from ...paths import RunPaths
+from ...tracking.monitor import finalize_run
+from ...tracking.store import Store
+from ..base import Backend, JobRequest, JobStatus, Watcher
+from .processes import signal_job
 
 if TYPE_CHECKING:
-    from ..config.spec import LoadedSpec
-    from ..launching.plan import Run
+    from ...config.spec import LoadedSpec
+    from ...launching.plan import Run
 
 LOCK_NAME = "local-worker.lock"
 
@@ -109,12 +109,13 @@ class LocalBackend(Backend):
         self.store = store
         self.start_worker = start_worker
         self._envs: dict[str, Any] = {}  # each framework's environment, resolved once
+        self.watcher = LocalWatcher(store, self.ensure_worker)
 
     def describe(self) -> str:
         return "local"
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import custom_launch, gpu_checks
+        from ...launching import custom_launch, gpu_checks
 
         # this machine's GPUs: one per rank, builds with kernels for them
         problems = gpu_checks.check_gpus(loaded, runs, None, None, self.store.home)
@@ -142,9 +143,9 @@ class LocalBackend(Backend):
         return problems
 
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
-        from ..launching import custom_launch, envs
-        from ..launching.gpus import local_device
-        from ..launching.launch import local_command, local_env
+        from ...launching import custom_launch, envs
+        from ...launching.gpus import local_device
+        from ...launching.launch import local_command, local_env
 
         if custom_launch.is_declared(run):  # the user's own script (config/custom.py)
             argv, env = custom_launch.local_command(
@@ -239,7 +240,7 @@ class LocalBackend(Backend):
             return
         log = open(self.store.home / "local-worker.log", "ab")
         subprocess.Popen(
-            [sys.executable, "-m", "dlscale.engine.backends.local_worker", str(self.store.home)],
+            [sys.executable, "-m", "dlscale.engine.backends.local.worker", str(self.store.home)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -296,10 +297,21 @@ class LocalBackend(Backend):
         self.ensure_worker()
         return out
 
+
+class LocalWatcher(Watcher):
+    """Following local jobs: their rows in the store, which the worker keeps; a worker that
+    died is replaced, and its job's processes stopped."""
+
+    name = "local"
+
+    def __init__(self, store: Store, ensure_worker: Callable[[], None]) -> None:
+        self.store = store
+        self.ensure_worker = ensure_worker  # the backend's: starts a worker if none runs
+
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         rows = self._jobs(job_ids)
         active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
-        if active and not self.worker_alive():
+        if active and not worker_alive(self.store.home):
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
             # Its launcher and ranks died with it (a parent-death signal); stop any that did
             # not, proven to be the job's own, never by the recorded pid alone.

@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from .slurm import Runner, run_command
+from ..common import Runner, run_command
 
 # The child prints the release of the Slurm headers its libslurm was built from.
 PROBE = "import pyslurm; print('.'.join(map(str, pyslurm.slurm_api_version())))"

@@ -41,7 +41,7 @@ STATE_MAP = {
     "NODE_FAIL": "NODE_FAIL",
 }
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
-# the user's jobs with their comments (slurm_tags): an array's own id, state, comment last
+# the user's jobs with their comments (tags): an array's own id, state, comment last
 # (it may hold any character, `|` too)
 TAGGED_FORMAT = "%F|%T|%k"
 SACCT_FIELDS = "JobIDRaw,JobID,State,ExitCode,ElapsedRaw,NodeList,Reason"

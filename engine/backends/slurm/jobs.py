@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ControllerUnreachable, PlanError, UserError
-from ..paths import RunPaths
-from .base import JobRequest, JobStatus
+from ...errors import PlanError, UserError
+from ...paths import RunPaths
+from ..base import JobRequest
 
 if TYPE_CHECKING:
-    from ..config.profile import LoadedProfile
-    from ..config.spec import LoadedSpec
-    from ..launching.plan import Run
+    from ...config.profile import LoadedProfile
+    from ...config.spec import LoadedSpec
+    from ...launching.plan import Run
 
 NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
 
@@ -32,12 +32,13 @@ class SlurmJobs:
     partition: str | None = None
     home: Path | None = None
     throttle: int | None = None  # the spec's max_concurrent: job arrays' %N
-    # each backend's own poll state, which _answer settles
-    _cache: dict[str, Any]
-    _failures: int
-    max_failures: int
-    last_poll_ok: bool
-    last_error: str | None
+
+    def first_accounting(self, given: bool | None) -> bool | None:
+        """What the watcher knows of accounting at the start: the caller's word, else the
+        profile's (None: asked of Slurm)."""
+        if given is None and self.profile is not None:
+            return self.profile.profile.accounting
+        return given
 
     def _profile(self) -> LoadedProfile:
         if self.profile is None:
@@ -53,7 +54,7 @@ class SlurmJobs:
     def time_limit_s(self) -> int | None:
         if self.profile is None:
             return None
-        from ..config.profile import time_to_seconds
+        from ...config.profile import time_to_seconds
 
         p = self.profile.profile
         limits = [
@@ -68,7 +69,7 @@ class SlurmJobs:
         return self.partition
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
-        from ..launching import gpu_checks, jobscript
+        from ...launching import gpu_checks, jobscript
 
         if self.profile is None:
             return [NEEDS_PROFILE]
@@ -93,7 +94,7 @@ class SlurmJobs:
         return problems
 
     def prepare(self, run: Run, paths: RunPaths, loaded: LoadedSpec) -> JobRequest:
-        from ..launching import jobscript
+        from ...launching import jobscript
 
         profile = self._profile()
         # the study's own throttle for the arrays its runs go in (submit_many)
@@ -149,30 +150,3 @@ class SlurmJobs:
 
     def payload(self, request: JobRequest) -> dict[str, Any]:
         return {"script": str(RunPaths(request.run_dir).job_script)}
-
-    def _answer(self, ok: bool, job_ids: list[str]) -> dict[str, JobStatus]:
-        """How every poll ends, whichever way it asked: a failed poll counts towards
-        "unreachable" (max_failures in a row), and the answer is the last known state of each
-        job asked for (a job Slurm has not shown yet is left out)."""
-        self.last_poll_ok = ok
-        if ok:
-            self._failures = 0
-        else:
-            self._failures += 1
-            if self._failures >= self.max_failures:
-                raise ControllerUnreachable(
-                    f"Slurm did not answer {self._failures} polls in a row: {self.last_error}"
-                )
-        out = {}
-        for j in job_ids:
-            job = self._cache.get(j)
-            if job is not None:
-                out[j] = JobStatus(
-                    j,
-                    job.state,
-                    job.reason,
-                    job.nodes,
-                    float(job.elapsed_s) if job.elapsed_s is not None else None,
-                    job.exit_code,
-                )
-        return out

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ControllerUnreachable
-from ..tracking.store import TERMINAL
+from ...errors import ControllerUnreachable
+from ...tracking.store import TERMINAL
 
 PREFIX = "dlscale"
 ARRAY = "array-"
@@ -140,7 +140,7 @@ def orphans(place: TaggedPlace, home: Path, run_ids: list[str]) -> dict[str, str
 
 
 def _array_runs(folder: Path) -> list[tuple[str, str]]:
-    """(task, run id) of a job array's runs.tsv (slurm_arrays.write_array); none if it is
+    """(task, run id) of a job array's runs.tsv (arrays.write_array); none if it is
     gone or unreadable."""
     try:
         text = (folder / "runs.tsv").read_text()

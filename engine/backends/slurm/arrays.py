@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import ControllerUnreachable, DlscaleError, SubmitError
-from ..paths import RunPaths
-from .base import WAITING, JobRequest, NotYet
+from ...errors import ControllerUnreachable, DlscaleError, SubmitError
+from ...paths import RunPaths
+from ..base import WAITING, JobRequest, NotYet
 
 if TYPE_CHECKING:
-    from ..tracking.store import Store
+    from ...tracking.store import Store
 
 WAITING_REASON = "waiting for a free slot"
 # #SBATCH options that name one run rather than shape its job
@@ -138,7 +138,7 @@ def _array_dir(request: JobRequest) -> Path:
 
 def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
     """The array script, its runs.tsv and the log links; returns the script's path."""
-    from ..launching.jobscript import _plain  # the one rule for #SBATCH values
+    from ...launching.jobscript import sbatch_value  # the one rule for #SBATCH values
 
     d = _array_dir(group[0])
     (d / "logs").mkdir()
@@ -154,9 +154,9 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
     script.write_text(
         _ARRAY_SCRIPT.format(
             n=len(group),
-            name=_plain(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
+            name=sbatch_value(f"dlscale-array-{group[0].run_id[:8]}", "job name"),
             shape="\n".join(script_shape),
-            logs=_plain(str(d / "logs"), "array log folder"),
+            logs=sbatch_value(str(d / "logs"), "array log folder"),
             index=shlex.quote(str(d / "runs.tsv")),
         )
     )
@@ -233,8 +233,8 @@ def next_wave(
     waiting = [r for r in store.runs(experiment, states=(WAITING,))]
     if not waiting:
         return 0
-    from ..config.profile import load_profile as load
-    from ..config.spec import load_spec
+    from ...config.profile import load_profile as load
+    from ...config.spec import load_spec
 
     first = RunPaths.of(waiting[0])
     profile = load(first.profile) if first.profile.exists() else backend.profile

@@ -1,0 +1,169 @@
+"""Slurm through pyslurm (Slurm's C API), where a pyslurm built for the cluster's release
+imports (probe.py decides that): the same jobs as the command-line backend's, submitted
+without a process per call; its watcher (watcher.py) follows them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass
+from pathlib import Path
+from typing import Any
+
+from ....errors import ControllerUnreachable, SchedulerError, SubmitError
+from ....paths import RunPaths
+from ....tracking.store import TERMINAL, Store
+from ...base import Backend, JobRequest
+from .. import arrays, tags
+from ..common import clean_env, user_name
+from ..jobs import SlurmJobs
+from ..parsing import map_state
+from .api import Controller
+from .records import text_of, waiting_tasks
+from .submit import job_description
+from .watcher import PyslurmWatcher
+
+
+@dataclass
+class PyslurmBackend(SlurmJobs, Backend):
+    """Slurm through pyslurm's API, in this process: the same jobs as SlurmCLI's."""
+
+    profile: Any = None
+    partition: str | None = None
+    home: Path | None = None
+    max_failures: int = 3  # the watcher's: failed polls in a row before "unreachable"
+    retries: int = 3  # submit/cancel attempts on transient errors
+    sleep: Callable[[float], None] = time.sleep
+    name: str = "slurm"  # the same Slurm jobs as the command-line backend tracks
+    via: str = "pyslurm"
+    note: str | None = None
+    # the watcher's to start with: None takes the profile's, else the controller's word
+    accounting: InitVar[bool | None] = None
+    wave_every: float = 5.0  # seconds between tries of the next wave
+    _last_wave: float = -1e9
+    limits: arrays.Limits | None = None  # the site's, once asked
+
+    def __post_init__(self, accounting: bool | None) -> None:
+        self.controller = Controller(self.retries, self.sleep)
+        self.watcher: PyslurmWatcher = PyslurmWatcher(
+            max_failures=self.max_failures,
+            accounting=self.first_accounting(accounting),
+            controller=self.controller,
+        )
+
+    def submit(self, request: JobRequest) -> str:
+        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
+        job_id = self._submit_script(RunPaths(request.run_dir).job_script, tag)
+        self.submitted(job_id)
+        return job_id
+
+    def submitted(self, job_id: str) -> None:
+        self.watcher.submitted(job_id)
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Runs of one job shape as one job array, within the site's limits; the rest
+        WAITING for a later wave (arrays, as the command-line backend)."""
+        if not requests or (self.profile is not None and not self.profile.profile.arrays):
+            return super().submit_many(requests)
+        return arrays.submit_many(self, requests, self.profile, self.throttle)
+
+    def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        if time.monotonic() - self._last_wave < self.wave_every:
+            return 0  # at most one try every few seconds: each asks for the whole queue
+        self._last_wave = time.monotonic()
+        return arrays.next_wave(self, store, experiment)
+
+    # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
+
+    def site_max_array_size(self) -> int | None:
+        config = self.controller.config()
+        if config is None:
+            return None
+        return int(config.max_array_size or 0) or None
+
+    def site_max_submit_jobs(self) -> int | None:
+        if self.watcher.accounting is False:
+            return None  # no slurmdbd: no association limits to read
+        db = self.controller.api.db
+        try:
+            found = self.controller.call(
+                "associations",
+                lambda: db.Associations.load(db.AssociationFilter(users=[user_name()])),
+            )
+        except (SchedulerError, ControllerUnreachable, ValueError):
+            return None
+        return min(
+            (int(a.max_submit_jobs) for a in found.values() if a.max_submit_jobs), default=None
+        )
+
+    def queued_tasks(self) -> int:
+        jobs = self.controller.call("queue", self.controller.api.Jobs.load)
+        me, count = os.getuid(), 0
+        for job in jobs.values():
+            if job.user_id != me or map_state(text_of(job.state) or "UNKNOWN") in TERMINAL:
+                continue
+            waiting = waiting_tasks(job)
+            count += 1 if waiting is None else len(waiting)
+        return count
+
+    def submit_array(self, script: Path, spec: str) -> str:
+        return self._submit_script(script, tags.array_token(script), array=spec)
+
+    def tagged_jobs(self) -> list[tags.Tagged]:
+        jobs = self.controller.call("queue", self.controller.api.Jobs.load)
+        me, out = os.getuid(), []
+        for job in jobs.values():
+            comment = text_of(getattr(job, "comment", None)) or ""
+            if job.user_id == me and comment.startswith(tags.PREFIX + ":"):
+                state = map_state(text_of(job.state) or "UNKNOWN")
+                own = getattr(job, "array_id", None) or job.id
+                out.append(tags.Tagged(str(own), state, comment))
+        return out
+
+    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
+        return tags.orphans(self, home, run_ids)
+
+    def _submit_script(self, script: Path, tag: str, **extra: str) -> str:
+        """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
+        with `extra` description attributes (an array's `array`) and the tag in its
+        comment (tags: a lost answer is looked for, not retried blindly). The job
+        id."""
+        try:
+            text = script.read_text()
+            options = job_description(text, str(script))
+        except (OSError, ValueError) as exc:
+            raise SubmitError(str(exc)) from None
+        env = clean_env()
+        # What sbatch adds to the job's environment, so that jobs see the same.
+        env.update(
+            SLURM_SUBMIT_DIR=os.getcwd(),
+            SLURM_SUBMIT_HOST=socket.gethostname(),
+            SLURM_UMASK=f"0{_umask():03o}",
+        )
+        env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
+        options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
+        options.update(extra)
+        options.pop("comment", None)  # the tag's place (sbatch_extra may not set one)
+
+        def send(tag: str) -> str:
+            try:
+                desc = self.controller.api.JobSubmitDescription(
+                    script=text, environment=env, **options, comment=tag
+                )
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise SubmitError(f"{script}: {exc}") from None
+            try:
+                return str(self.controller.call("submit", desc.submit, tries=1))
+            except ValueError as exc:  # pyslurm's own checks of the description
+                raise SubmitError(f"{script}: {exc}") from None
+
+        return tags.submit_tagged(self, send, tag)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
