@@ -194,3 +194,24 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
     assert record["spec_path"] == str(never.resolve()) and record["experiment"] == "never"
     assert (Path(queued["run_dir"]) / "spec.toml").read_text() == never.read_text()
     follow.cancel(store, [queued["run_id"]])
+
+
+@pytest.mark.parametrize("field,value", [("per_device_batch", "many"), ("world_size", 2**40)])
+def test_a_folder_whose_records_say_nonsense_is_named_and_the_rebuild_goes_on(
+    home, field, value
+):
+    """A folder placed from its records alone (no run.json, no spec) whose params fail the
+    row's check is named as unreadable; the rebuild once crashed numbering its repetition."""
+    recorded_study(home)
+    source = sorted((FIXTURE / "runs").glob("*/metrics.jsonl"))[0]
+    lines = source.read_text().splitlines()
+    params = json.loads(lines[0])
+    assert params["kind"] == "params"
+    folder = home / "runs" / "abcdef012345"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(
+        "\n".join([json.dumps({**params, field: value}), *lines[1:]]) + "\n"
+    )
+    proc = dlscale("store", "rebuild", "--force", check=0)
+    assert "abcdef012345" in proc.stdout and "recovered 6 run(s)" in proc.stdout, proc.stdout
+    assert dlscale("status", "--all", check=0).stdout.count("COMPLETED") == 6

@@ -122,6 +122,7 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     params = next((r for r in records if r["kind"] == "params"), None)
     env = next((r for r in records if r["kind"] == "env"), None)
     row: dict[str, Any] | None = None
+    guessed = False
     spec_text, spec_path, spec_digest = "", "", ""
     if spec_file is not None:
         loaded = load_spec(spec_file)
@@ -145,7 +146,7 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
                 "record: nothing says what this run was"
             )
         row = _from_records(run_id, params, env)
-        out.guessed.append(run_id)
+        guessed = True
     row["run_id"] = run_id
     _check_row(row)
     backend = row.get("backend") or backend_of_folder([RunPaths(p) for p in places])
@@ -184,6 +185,8 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "training": json.dumps(row.get("training") or {}, sort_keys=True),
         }
     )
+    if guessed:  # only once its row is in the store: a folder refused above is not numbered
+        out.guessed.append(run_id)
     # a job the scheduler may still run (its id known) may still finish its last line
     out.records += store.ingest(run_id, paths.metrics, final=not job_id)
     if store.records(run_id, "summary"):
