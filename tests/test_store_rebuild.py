@@ -197,9 +197,7 @@ def test_every_attempt_keeps_run_json_naming_its_spec(home, tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("per_device_batch", "many"), ("world_size", 2**40)])
-def test_a_folder_whose_records_say_nonsense_is_named_and_the_rebuild_goes_on(
-    home, field, value
-):
+def test_a_folder_whose_records_say_nonsense_is_named_and_the_rebuild_goes_on(home, field, value):
     """A folder placed from its records alone (no run.json, no spec) whose params fail the
     row's check is named as unreadable; the rebuild once crashed numbering its repetition."""
     recorded_study(home)
