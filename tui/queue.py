@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from ..engine.session import Snapshot
+from ..engine.session import Snapshot, run_label
 from ..engine.text import printable
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen, DetailScreen
@@ -389,10 +389,7 @@ class QueueScreen(AppScreen):
         except Exception as exc:
             self.post_message(EngineFailed("opening the log", describe(exc)))
             return
-        title = (
-            f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
-            f"#{run['repetition']} (job {run['job_id'] or '-'})"
-        )
+        title = f"{run_label(run)} (job {run['job_id'] or '-'})"
         if not get_current_worker().is_cancelled:  # another row was chosen meanwhile
             self.post_message(LogFound(path, title))
 
