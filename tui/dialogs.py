@@ -42,6 +42,7 @@ Queue
   /                with a log open: search it (n next, N previous); else: filter the runs
   home, end        first, last run
   p                pause or resume following the log
+  w                wrap the log's long lines, or cut them again
   y                copy the job id (to your clipboard, over SSH too)
   v                the log in your $PAGER
   e                next experiment

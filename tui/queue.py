@@ -265,7 +265,11 @@ class QueueScreen(AppScreen):
         Binding("c", "cancel", "Cancel"),
         Binding("s", "resubmit", "Resubmit"),
         Binding("space", "mark", "Mark", show=False),
+        # With the log open, w Wrap takes o Sort's place in the footer (80 columns hold
+        # one of them); o still sorts, by the hidden binding after it.
         Binding("o", "sort", "Sort"),
+        Binding("w", "wrap", "Wrap"),
+        Binding("o", "sort_beside_log", "Sort", show=False),
         Binding("slash", "search", "Find"),
         Binding("p", "pause", "Pause", show=False),
         Binding("n", "next_match(1)", "Next", show=False),
@@ -398,6 +402,17 @@ class QueueScreen(AppScreen):
         log = self.query_one(LogTail)
         log.display = True
         log.open(message.path, message.title)
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("sort", "wrap"):
+            logs = self.query(LogTail)  # none before the screen is composed
+            log_open = bool(logs) and logs.first().display
+            return log_open if action == "wrap" else not log_open
+        return True
+
+    def action_wrap(self) -> None:
+        self.query_one(LogTail).toggle_wrap()
 
     def action_pause(self) -> None:
         log = self.query_one(LogTail)
@@ -428,6 +443,9 @@ class QueueScreen(AppScreen):
             event.stop()
             self.query_one(JobTable).focus()
 
+    def action_sort_beside_log(self) -> None:
+        self.action_sort()
+
     def action_sort(self) -> None:
         table = self.query_one(JobTable)
         table.sort_by = SORTS[(SORTS.index(table.sort_by) + 1) % len(SORTS)]
@@ -457,6 +475,7 @@ class QueueScreen(AppScreen):
             log.close()
             log.display = False
             self.query_one(JobTable).focus()
+            self.refresh_bindings()
 
     # --- cancel / resubmit ---------------------------------------------------------------
 
