@@ -25,12 +25,10 @@ async def _open_log(pilot) -> tuple[LogTail, LogView]:
     """Enter on the first job of the recorded study; its log gets the test's lines."""
     app = pilot.app
     await until(pilot, lambda: app.current_mode == "queue", 20, "the queue")
-    table = app.screen.query_one("#jobs", DataTable)
-    await until(pilot, lambda: table.row_count == 6, 20, "the jobs")
-    table.focus()
-    await pilot.press("enter")
-    tail = app.screen.query_one(LogTail)
-    view = tail.query_one(LogView)
+    tail, view = app.screen.query_one(LogTail), app.screen.query_one(LogView)
+    jobs = app.screen.query_one("#jobs", DataTable)
+    await until(pilot, lambda: jobs.row_count == 6, 20, "the jobs")
+    await pilot.press("enter")  # the table has the focus
     await until(pilot, lambda: view.line_count > 0, 10, "the log")
     with open(tail.path, "a") as fh:
         fh.write(f"{LONG}\n{MARKUP}\nthe last line\n")
