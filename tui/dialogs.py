@@ -167,6 +167,9 @@ class DetailScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
+_SAME_NAMED = ("model", "framework", "batch/dev")  # said once when every row has the same
+
+
 class CompareScreen(ModalScreen[None]):
     """Two experiments side by side (`dlscale compare A B`): each matched point's
     throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
@@ -180,17 +183,39 @@ class CompareScreen(ModalScreen[None]):
         self.data = data
 
     def compose(self) -> ComposeResult:
+        rows = compare_table.comparison_rows(self.data)
+        names = [name for name, _ in compare_table.COLUMNS]
+        # A column with one value in every row goes, named in the title: at 80 columns
+        # that is the room the ratio B/A needs to be seen without scrolling.
+        same = {
+            i: rows[0][i]
+            for i, name in enumerate(names)
+            if name in _SAME_NAMED and rows and all(r[i] == rows[0][i] for r in rows)
+        }
+        self.columns = [i for i in range(len(names)) if i not in same]
+        self.rows = rows
+        title = compare_table.title(self.data)
+        if same:
+            title += "\nall " + ", ".join(f"{names[i]} {v}" for i, v in same.items())
         with Vertical(id="compare", classes="dialog"):
-            yield Plain(compare_table.title(self.data))
+            yield Plain(title)
             yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
-            yield Plain("\n".join([*compare_table.comparison_notes(self.data), "escape: close"]))
+            yield Plain(
+                "\n".join(
+                    [
+                        *compare_table.comparison_notes(self.data),
+                        "left/right: more columns   escape: close",
+                    ]
+                )
+            )
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for name, _ in compare_table.COLUMNS:
+        for i in self.columns:
+            name = compare_table.COLUMNS[i][0]
             table.add_column(name, key=name)
-        for cells in compare_table.comparison_rows(self.data):
-            table.add_row(*(literal_cell(c) for c in cells))
+        for cells in self.rows:
+            table.add_row(*(literal_cell(cells[i]) for i in self.columns))
         table.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
