@@ -7,7 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
@@ -61,7 +61,15 @@ reopening dlscale-tui shows the same study.
 """
 
 
-class HelpScreen(ModalScreen[None]):
+class Dialog(ModalScreen[ScreenResultType]):
+    """A modal screen that opens clear of toasts: Textual draws them over every screen, and
+    at 80x24 two or three of them (submitted, sorted...) hid half of a question."""
+
+    def on_screen_resume(self) -> None:
+        self.app.clear_notifications()
+
+
+class HelpScreen(Dialog[None]):
     """Every key; `metrics` are the charts the Results screen's m steps through."""
 
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close")]
@@ -78,7 +86,7 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(Dialog[bool]):
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
     def __init__(self, question: str) -> None:
@@ -102,7 +110,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class PathScreen(ModalScreen[str | None]):
+class PathScreen(Dialog[str | None]):
     """Ask for a file path; returns it, or None when the user backs out."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -124,7 +132,7 @@ class PathScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(Dialog[None]):
     """One run in full: its whole reason, where its files are, its job and the versions
     its env record names. y copies the job id; escape closes."""
 
@@ -170,7 +178,7 @@ class DetailScreen(ModalScreen[None]):
 _SAME_NAMED = ("model", "framework", "batch/dev")  # said once when every row has the same
 
 
-class CompareScreen(ModalScreen[None]):
+class CompareScreen(Dialog[None]):
     """Two experiments side by side (`dlscale compare A B`): each matched point's
     throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
     of each and what differs in their environments; points without a partner listed under
