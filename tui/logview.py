@@ -39,7 +39,7 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.max_lines = max_lines
         self.auto_scroll = True
-        self._lines: list[str] = []
+        self._texts: list[str] = []
         self._cells: list[int] = []  # each line's width in cells
         self._widest = 0
         self.wrap = False
@@ -48,21 +48,21 @@ class LogView(ScrollView, can_focus=True):
         self.needle = ""  # what is searched, marked in any case
         self._pattern: re.Pattern[str] | None = None
         self.current: int | None = None  # the line of the current match
-        self._strips: LRUCache[int, Strip] = LRUCache(1024)  # by line, whole
+        self._drawn: LRUCache[int, Strip] = LRUCache(1024)  # by line, whole
 
     @property
     def lines(self) -> Sequence[str]:
-        return self._lines
+        return self._texts
 
     @property
     def line_count(self) -> int:
-        return len(self._lines)
+        return len(self._texts)
 
     # --- writing ---------------------------------------------------------------------
 
     def clear(self) -> None:
-        self._lines, self._cells, self._widest = [], [], 0
-        self._strips.clear()
+        self._texts, self._cells, self._widest = [], [], 0
+        self._drawn.clear()
         self.current = None
         self._resize()
 
@@ -72,13 +72,13 @@ class LogView(ScrollView, can_focus=True):
         if not new:
             return
         cells = [cell_len(line) for line in new]
-        self._lines += new
+        self._texts += new
         self._cells += cells
         self._widest = max(self._widest, *cells)
-        drop = len(self._lines) - self.max_lines
+        drop = len(self._texts) - self.max_lines
         if drop > 0:  # older lines go; the cache is by index
-            del self._lines[:drop], self._cells[:drop]
-            self._strips.clear()
+            del self._texts[:drop], self._cells[:drop]
+            self._drawn.clear()
             if self.current is not None:
                 self.current = self.current - drop if self.current >= drop else None
         self._resize(appended=not drop)
@@ -103,14 +103,14 @@ class LogView(ScrollView, can_focus=True):
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
 
-    def _width(self) -> int:
+    def _room(self) -> int:
         return max(1, self.scrollable_content_region.width)
 
     def _resize(self, appended: bool = False) -> None:
         if not self.wrap:
-            self.virtual_size = Size(self._widest, len(self._lines))
+            self.virtual_size = Size(self._widest, len(self._texts))
             return
-        width = self._width()
+        width = self._room()
         if appended and width == self._wrapped_at and len(self._starts) > 1:
             new = self._cells[len(self._starts) - 1 :]  # count only the lines added
             rows = (max(1, -(-c // width)) for c in new)
@@ -122,7 +122,7 @@ class LogView(ScrollView, can_focus=True):
         self.virtual_size = Size(width, self._starts[-1])
 
     def on_resize(self) -> None:
-        if self.wrap and self._width() != self._wrapped_at:
+        if self.wrap and self._room() != self._wrapped_at:
             top = self.line_at(round(self.scroll_y))
             self._resize()
             self.scroll_to(y=self.row_of(top), animate=False, immediate=True)
@@ -146,7 +146,7 @@ class LogView(ScrollView, can_focus=True):
         if needle != self.needle or current != self.current:
             self.needle, self.current = needle, current
             self._pattern = re.compile(re.escape(needle), re.IGNORECASE) if needle else None
-            self._strips.clear()
+            self._drawn.clear()
             self.refresh()
 
     def find_lines(self, needle: str) -> list[int]:
@@ -154,41 +154,41 @@ class LogView(ScrollView, can_focus=True):
         if not needle:
             return []
         pattern = re.compile(re.escape(needle), re.IGNORECASE)
-        return [i for i, line in enumerate(self._lines) if pattern.search(line)]
+        return [i for i, line in enumerate(self._texts) if pattern.search(line)]
 
     def show_line(self, line: int) -> None:
         """Scroll so the line is in view, two lines below the top, its first match too."""
         y = self.row_of(max(0, line - 2))
         x = 0
         if not self.wrap and self._pattern is not None:
-            found = self._pattern.search(self._lines[line])
-            start = cell_len(self._lines[line][: found.start()]) if found else 0
-            if start >= self._width():  # the match is off to the right
-                x = start - self._width() // 3
+            found = self._pattern.search(self._texts[line])
+            start = cell_len(self._texts[line][: found.start()]) if found else 0
+            if start >= self._room():  # the match is off to the right
+                x = start - self._room() // 3
         self.scroll_to(x=x, y=y, animate=False, immediate=True)
 
     # --- drawing -----------------------------------------------------------------------
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._strips.clear()
+        self._drawn.clear()
 
     def _strip(self, index: int) -> Strip:
-        strip = self._strips.get(index)
+        strip = self._drawn.get(index)
         if strip is None:
-            line = self._lines[index]
+            line = self._texts[index]
             text = Text(line, style=self.rich_style, no_wrap=True, end="")
             if self._pattern is not None:
                 style = CURRENT if index == self.current else MATCH
                 for found in self._pattern.finditer(line):
                     text.stylize(style, found.start(), found.end())
             strip = Strip(text.render(self.app.console), self._cells[index])
-            self._strips[index] = strip
+            self._drawn[index] = strip
         return strip
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        width = self._width()
+        width = self._room()
         row = scroll_y + y
         style = self.rich_style
         if self.wrap:
@@ -197,6 +197,6 @@ class LogView(ScrollView, can_focus=True):
             index = self.line_at(row)
             left = (row - self._starts[index]) * self._wrapped_at
             return self._strip(index).crop_extend(left, left + width, style)
-        if row >= len(self._lines):
+        if row >= len(self._texts):
             return Strip.blank(width, style)
         return self._strip(row).crop_extend(scroll_x, scroll_x + width, style)
