@@ -28,6 +28,7 @@ from .launching.estimate import estimate
 from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
+from .results.efficiency import is_comm
 from .tracking import follow, logs, queue
 from .tracking.monitor import Tick, sync
 from .tracking.store import ACTIVE, Store, default_home
@@ -73,6 +74,14 @@ class RunDetail:
     job_script: str
     log: str
     versions: dict[str, str]  # from the run's env record: framework, CUDA, NCCL, MPI...
+
+
+def run_label(row: dict[str, Any]) -> str:
+    """A run in a few words: what it measures, at which scale, which repetition."""
+    scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
+    if is_comm(row):
+        return f"{scale} {queue.COMM_WORDS}"
+    return f"{scale} #{row['repetition']}"
 
 
 @dataclass(frozen=True)
@@ -299,10 +308,7 @@ class Session:
         versions = env.get("framework_versions")
         return RunDetail(
             run_id=row["run_id"],
-            label=(
-                f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']} "
-                f"#{row['repetition']}"
-            ),
+            label=run_label(row),
             state=row["state"],
             reason=row.get("reason") or (job or {}).get("reason") or "",
             backend=row["backend"] or "",

@@ -186,6 +186,9 @@ async def test_the_results_screen_shows_two_experiments_side_by_side(two_sites):
         table = app.screen.query_one(DataTable)
         assert table.row_count == 1  # 1x2 matched; the 1-device points have no partner
         cells = [str(c) for c in table.get_row_at(0)]
-        assert cells[2] == "1x2" and "torch: 2.13.0+cpu -> 2.99.0" in cells[-1], cells
+        # model, framework and batch, one value each, are named above the table
+        assert cells[0] == "1x2" and "torch: 2.13.0+cpu -> 2.99.0" in cells[-1], cells
+        title = str(app.screen.query("Plain").first().render())
+        assert "all model resnet20, framework pytorch-ddp, batch/dev 64" in title, title
         notes = str(app.screen.query("Plain").last().render())
         assert "only in" in notes and "Fieller" in notes

@@ -95,3 +95,47 @@ def test_torchrun_example_on_two_slurm_nodes(slurm_22_05, tmp_path, home, monkey
     out = dlscale("results", "--format", "json", home=home, check=0)
     two = next(r for r in json.loads(out.stdout) if r["nodes"] == 2)
     assert two["speedup"] is not None and two["unit"] == "tokens"
+
+
+async def test_a_declared_framework_runs_through_the_tui(tmp_path, home):
+    """Issue 25 in the TUI: Build opens the example spec (ctrl+o), lists its declared
+    framework, submits; the runs complete; Results names the unit, tokens/s with CI95, and
+    gives speedup and efficiency."""
+    from textual.widgets import DataTable
+
+    from dlscale.engine.session import Session
+    from dlscale.tui.app import DlscaleApp
+    from test_tui import until
+    from tui_text import screen_text
+
+    spec = example(tmp_path, "gpt-records.toml")
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: app.screen.query("#path-input"), 10, "the path dialog")
+        await pilot.press(*str(spec), "enter")
+        await until(pilot, lambda: "4 runs (4 to run" in screen_text(app), 30, "the preview")
+        text = screen_text(app)
+        assert "[x] gpt" in text and "gpt-records" in text, text
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: app.current_mode == "queue", 60, "the queue")
+        await until(
+            pilot,
+            lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 4,
+            400,
+            "four runs completed",
+        )
+        await pilot.press("f4")
+        results = app.screen.query_one("#results", DataTable)
+        await until(pilot, lambda: results.row_count == 2, 30, "two points")
+        text = screen_text(app)
+        head = next(line for line in text.splitlines() if "± CI95" in line)
+        assert "tokens/s ± CI95" in head and "speedup" in head and "eff." in head, text
+        assert "images/s" not in text, text
+        for point in app.session.results("gpt-records"):
+            assert point["n"] == 2 and point["throughput_ci95"] is not None
+            assert point["speedup"] is not None and point["efficiency"] is not None
+            scale = f" {point['nodes']}x{point['ranks_per_node']} "
+            row = next(line for line in text.splitlines() if scale in line)
+            assert f"{point['speedup']:.2f}" in row and f"{point['efficiency']:.2f}" in row, row

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from textual.widgets import DataTable, Input, Log, Static
+from textual.widgets import DataTable, Input, Static
 
 from conftest import REPO, write_spec
 from dlscale.engine.session import Session
@@ -18,6 +18,7 @@ from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, HelpScreen
 from dlscale.tui.logtail import TAIL_LINES, LogTail
+from dlscale.tui.logview import LogView
 from tui_text import recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(600)
@@ -224,13 +225,13 @@ async def test_log_tail_follows_pauses_and_searches(home):
         app.screen.query_one("#jobs", DataTable).focus()
         await pilot.press("enter")
         tail = app.screen.query_one(LogTail)
-        await until(pilot, lambda: tail.query_one(Log).line_count > 0, 10, "log lines")
+        await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 10, "log lines")
         path = tail.path
         with open(path, "a") as fh:
             fh.write("a new line written while the tail is open\n")
         await until(
             pilot,
-            lambda: "a new line written" in tail.query_one(Log).lines[-1],
+            lambda: "a new line written" in tail.query_one(LogView).lines[-1],
             10,
             "the followed line",
         )
@@ -238,9 +239,9 @@ async def test_log_tail_follows_pauses_and_searches(home):
         with open(path, "a") as fh:
             fh.write("held while paused\n")
         await until(pilot, lambda: tail.held, 10, "a held line")
-        assert "held while paused" not in "\n".join(tail.query_one(Log).lines)
+        assert "held while paused" not in "\n".join(tail.query_one(LogView).lines)
         await pilot.press("p")
-        assert "held while paused" in tail.query_one(Log).lines[-1]
+        assert "held while paused" in tail.query_one(LogView).lines[-1]
         await pilot.press("slash", *"images_per_s", "enter")
         await pilot.pause(0.3)
         status = str(tail.query_one("#log-status", Static).render())
@@ -270,7 +271,7 @@ async def test_missing_log_is_shown_and_picked_up_when_it_appears(home, tmp_path
             pilot, lambda: "no log yet" in str(tail.query_one("#log-status", Static).render()), 10
         )
         late.write_text("first line\n")
-        await until(pilot, lambda: tail.query_one(Log).lines == ["first line"], 10)
+        await until(pilot, lambda: tail.query_one(LogView).lines == ["first line"], 10)
 
 
 async def test_huge_log_opens_at_its_tail(home, tmp_path):
@@ -282,9 +283,9 @@ async def test_huge_log_opens_at_its_tail(home, tmp_path):
         fh.write(b"the very last line\n")
     async with log_tail_of_recorded_study(home) as (pilot, tail):
         tail.open(big, "big")  # benchmarks/tui.py measures how long this takes at 1 GB
-        await until(pilot, lambda: tail.query_one(Log).line_count > 0, 10)
-        assert tail.query_one(Log).lines[-1] == "the very last line"
-        assert tail.query_one(Log).line_count == TAIL_LINES
+        await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 10)
+        assert tail.query_one(LogView).lines[-1] == "the very last line"
+        assert tail.query_one(LogView).line_count == TAIL_LINES
 
 
 async def test_controller_unreachable_shows_a_banner(home):
@@ -393,7 +394,7 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     table.focus()
     await pilot.press("enter")
     tail = app.screen.query_one(LogTail)
-    await until(pilot, lambda: tail.query_one(Log).line_count > 0, 120, "the log tail")
+    await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 120, "the log tail")
     await until(
         pilot,
         lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 2,
@@ -403,9 +404,9 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     assert (
         any(
             "summary" in line or "images/s" in line or "images_per_s" in line
-            for line in tail.query_one(Log).lines
+            for line in tail.query_one(LogView).lines
         )
-        or tail.query_one(Log).line_count > 1
+        or tail.query_one(LogView).line_count > 1
     )
     assert nodes_expected in screen_text(app), screen_text(app)
     await pilot.press("f4")

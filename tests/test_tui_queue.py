@@ -499,3 +499,70 @@ def test_a_cell_shows_its_text_as_it_is(text):
     for known in STATE_STYLE:
         shown = Text.from_markup(cell_markup(state, known, known))
         assert shown.plain == known and shown.spans[0].style == STATE_STYLE[known]
+
+
+async def test_a_communication_benchmark_is_named_in_the_queue(home):
+    """Issue 21, item 7: the comm benchmark run trains nothing (its summary says 0 images/s);
+    its row says what it is and what it measured, never `images/s 0.0` as if training."""
+    store = _study(home, n=2, name="comm")
+    bench = Run(
+        "comm",
+        "pytorch-ddp",
+        "resnet50",
+        "synthetic-imagenet",
+        2,
+        4,
+        64,
+        256,
+        "weak",
+        "fp32",
+        "native",
+        0,
+        {"steps": 100, "comm_benchmark": True},
+    )
+    store.add_run(bench)
+    store.update_run(bench.run_id, state="PENDING", backend="local", job_id="comm-9")
+    store.add_job("local", "comm-9", bench.run_id, "PENDING")
+    ids = [r["run_id"] for r in store.runs("comm")]
+    for run_id in ids:
+        store.update_run(run_id, state="COMPLETED")
+        if run_id != bench.run_id:
+            _record(store, run_id, "summary", throughput=512.0)
+    _record(store, bench.run_id, "summary", throughput=0.0, comm_busbw_gbps=1.25)
+    rows = _by_id(queue.rows(store, "comm"))
+    trained, comm = rows[ids[0]].cells(), rows[bench.run_id].cells()
+    at = {c: QUEUE_COLUMNS.index(c) for c in ("rep", "images/s", "reason")}
+    assert (trained[at["rep"]], trained[at["images/s"]], trained[at["reason"]]) == (
+        "0",
+        "512.0",
+        "",
+    )
+    assert (comm[at["rep"]], comm[at["images/s"]]) == ("comm", "-")
+    assert comm[at["reason"]] == "communication benchmark, busbw 1.25 GB/s"
+    store.update_run(bench.run_id, state="FAILED", reason="gloo: connection refused")
+    failed = _by_id(queue.rows(store, "comm"))[bench.run_id].cells()[at["reason"]]
+    assert failed == "communication benchmark: gloo: connection refused"
+
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        rows = queue.rows(store, "comm")
+        app.snapshot = Snapshot("comm", rows, queue.counts(rows), experiments=["comm"])
+        await pilot.pause()
+        (line,) = [ln for ln in screen_text(app).splitlines() if "comm-9" in ln]
+        # at 80 columns the reason is cut: the rep column says it too
+        assert line.split()[:8] == [
+            "comm-9",
+            "2x4",
+            "comm",
+            "FAILED",
+            "-",
+            "-",
+            "-",
+            "communication",
+        ]
+        table = app.screen.query_one(JobTable)
+        table.move_cursor(row=[r.run_id for r in rows].index(bench.run_id))
+        await pilot.press("enter")
+        await until(pilot, lambda: "(job comm-9)" in screen_text(app), 10, "the log's title")
+        assert "pytorch-ddp resnet50 2x4 communication benchmark (job comm-9)" in screen_text(app)

@@ -128,3 +128,30 @@ def test_a_result_without_any_unmeasured_part_explains_nothing():
         )
         == "pred. eff. -: no 1-device baseline point"
     )
+
+
+async def test_the_projection_chart_fits_beside_its_held_out_line_at_80x24(home):
+    """The projection is drawn by a worker at the chart's size; the held-out line that comes
+    with it takes rows, the screen scrolls and its scrollbar takes two columns: the drawing
+    wrapped, each chart line spilling onto the next. Now it is drawn again at the new size."""
+    from dlscale.tui.results import PROJECTED
+
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, 20, "the first refresh")
+        await pilot.press("f4")
+        screen = app.screen
+        assert isinstance(screen, ResultsScreen)
+        await until(pilot, lambda: screen.results, 20, "results")
+        while screen.metric != PROJECTED:
+            await pilot.press("m")
+        await until(pilot, lambda: screen.query_one("#held-out").display, 30, "held-out line")
+
+        def chart_whole() -> bool:
+            top = [line for line in screen_text(app).splitlines() if "┌" in line]
+            return bool(top) and top[0].rstrip().endswith("┐")
+
+        await until(pilot, chart_whole, 10, "the chart whole, its top right corner on its line")
+        lines = screen_text(app).splitlines()
+        assert not any(line.startswith("─┐") for line in lines), screen_text(app)

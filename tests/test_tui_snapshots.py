@@ -5,6 +5,7 @@ look with `scripts/test tests/test_tui_snapshots.py --snapshot-update`, and revi
 from __future__ import annotations
 
 import pytest
+from test_compare import two_sites  # noqa: F401 (a fixture: two experiments in one store)
 from textual.widgets import Input
 
 from conftest import REPO
@@ -122,3 +123,40 @@ def test_queue_dialogs(snap_compare, home, size, dialog):
             await settle(pilot, lambda: app.screen.query("#detail"))
 
     assert snap_compare(app, terminal_size=size, run_before=open_dialog)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_path_dialog(snap_compare, home, size):
+    """ctrl+o on Build: the question, the path typed so far and the keys, whole (issue 21,
+    item 11)."""
+    app = DlscaleApp(Session(home, "local"), watch=False)
+
+    async def ask_for_a_path(pilot):
+        await settle(pilot, lambda: app.screen.query("#preview"))
+        await pilot.press("ctrl+o")
+        await settle(pilot, lambda: app.screen.query("#path-input"))
+        await pilot.press(*"studies/scaling.toml")
+        field = app.screen.query_one("#path-input", Input)
+        field.cursor_blink = False
+        await pilot.pause(0.1)
+
+    assert snap_compare(app, terminal_size=size, run_before=ask_for_a_path)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_compare_dialog(snap_compare, two_sites, size, monkeypatch):
+    """c on Results: this experiment beside the one imported from site beta, its matched
+    point's ratio and the environment that differs, and the notes under it (issue 21,
+    item 11)."""
+    from dlscale.tui.dialogs import CompareScreen
+
+    app = DlscaleApp(Session(two_sites, "local"))
+
+    async def compare(pilot):
+        await settle(pilot, lambda: app.snapshot is not None)
+        app.experiment = "quickstart"
+        await pilot.press("f4")
+        await pilot.press("c")
+        await settle(pilot, lambda: isinstance(app.screen, CompareScreen))
+
+    assert snap_compare(app, terminal_size=size, run_before=compare)

@@ -57,11 +57,7 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         term.keys("F1")
         term.wait_for("this help")
         term.keys("Escape")
-        term.keys("q")
-        end = time.monotonic() + 15
-        while term.alive() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert not term.alive(), term.screen()
+        assert term.quit_with("q"), term.screen()
     finally:
         term.close()
     left = subprocess.run(["pgrep", "-f", "dlscale-tui"], capture_output=True, text=True)
@@ -167,10 +163,6 @@ def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(
         term.keys("Enter")
         screen = term.wait_for("nope[/]x.toml: no such file", 20)
         assert term.alive()
-        term.keys("C-q")
-        end = time.monotonic() + 15
-        while term.alive() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert not term.alive()
+        assert term.quit_with("C-q")
     finally:
         term.close()

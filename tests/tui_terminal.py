@@ -70,5 +70,13 @@ class Terminal:
             == 0
         )
 
+    def quit_with(self, key: str, timeout: float = 15) -> bool:
+        """Press `key`; whether the app has ended within `timeout` seconds."""
+        self.keys(key)
+        end = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        return not self.alive()
+
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)

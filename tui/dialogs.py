@@ -7,7 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
@@ -42,6 +42,7 @@ Queue
   /                with a log open: search it (n next, N previous); else: filter the runs
   home, end        first, last run
   p                pause or resume following the log
+  w                wrap the log's long lines, or cut them again
   y                copy the job id (to your clipboard, over SSH too)
   v                the log in your $PAGER
   e                next experiment
@@ -60,7 +61,15 @@ reopening dlscale-tui shows the same study.
 """
 
 
-class HelpScreen(ModalScreen[None]):
+class Dialog(ModalScreen[ScreenResultType]):
+    """A modal screen that opens clear of toasts: Textual draws them over every screen, and
+    at 80x24 two or three of them (submitted, sorted...) hid half of a question."""
+
+    def on_screen_resume(self) -> None:
+        self.app.clear_notifications()
+
+
+class HelpScreen(Dialog[None]):
     """Every key; `metrics` are the charts the Results screen's m steps through."""
 
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close")]
@@ -77,7 +86,7 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(Dialog[bool]):
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
     def __init__(self, question: str) -> None:
@@ -101,7 +110,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class PathScreen(ModalScreen[str | None]):
+class PathScreen(Dialog[str | None]):
     """Ask for a file path; returns it, or None when the user backs out."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -123,7 +132,7 @@ class PathScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(Dialog[None]):
     """One run in full: its whole reason, where its files are, its job and the versions
     its env record names. y copies the job id; escape closes."""
 
@@ -166,7 +175,10 @@ class DetailScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class CompareScreen(ModalScreen[None]):
+_SAME_NAMED = ("model", "framework", "batch/dev")  # said once when every row has the same
+
+
+class CompareScreen(Dialog[None]):
     """Two experiments side by side (`dlscale compare A B`): each matched point's
     throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
     of each and what differs in their environments; points without a partner listed under
@@ -179,17 +191,39 @@ class CompareScreen(ModalScreen[None]):
         self.data = data
 
     def compose(self) -> ComposeResult:
+        rows = compare_table.comparison_rows(self.data)
+        names = [name for name, _ in compare_table.COLUMNS]
+        # A column with one value in every row goes, named in the title: at 80 columns
+        # that is the room the ratio B/A needs to be seen without scrolling.
+        same = {
+            i: rows[0][i]
+            for i, name in enumerate(names)
+            if name in _SAME_NAMED and rows and all(r[i] == rows[0][i] for r in rows)
+        }
+        self.columns = [i for i in range(len(names)) if i not in same]
+        self.rows = rows
+        title = compare_table.title(self.data)
+        if same:
+            title += "\nall " + ", ".join(f"{names[i]} {v}" for i, v in same.items())
         with Vertical(id="compare", classes="dialog"):
-            yield Plain(compare_table.title(self.data))
+            yield Plain(title)
             yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
-            yield Plain("\n".join([*compare_table.comparison_notes(self.data), "escape: close"]))
+            yield Plain(
+                "\n".join(
+                    [
+                        *compare_table.comparison_notes(self.data),
+                        "left/right: more columns   escape: close",
+                    ]
+                )
+            )
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for name, _ in compare_table.COLUMNS:
+        for i in self.columns:
+            name = compare_table.COLUMNS[i][0]
             table.add_column(name, key=name)
-        for cells in compare_table.comparison_rows(self.data):
-            table.add_row(*(literal_cell(c) for c in cells))
+        for cells in self.rows:
+            table.add_row(*(literal_cell(cells[i]) for i in self.columns))
         table.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]

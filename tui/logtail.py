@@ -1,5 +1,6 @@
 """The log tail: a job's log opened at its end, following new lines from a worker thread,
-with pause and search. Reading is the engine's (engine.logs); this widget only shows."""
+with pause, search (matches marked) and wrapping. Reading is the engine's (engine.logs);
+this widget only shows."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Input, Log
+from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from ..engine.tracking.logs import follow_chunks
+from .logview import LogView
 from .messages import LogLines
 from .widgets import Plain, TextField, shown_path
 
@@ -33,7 +35,7 @@ class LogTail(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Plain(id="log-status")
-        yield Log(max_lines=KEEP_LINES, id="log-lines")
+        yield LogView(max_lines=KEEP_LINES, id="log-lines")
         yield TextField(placeholder="search the log (enter: find, escape: close)", id="log-search")
 
     def open(self, path: Path, title: str) -> None:
@@ -41,8 +43,9 @@ class LogTail(Vertical):
         self.path, self.title = path, title
         self.paused, self.held, self.matches, self.match_at = False, [], [], -1
         self.waiting = False
-        log = self.query_one(Log)
+        log = self.query_one(LogView)
         log.clear()
+        log.mark("")
         log.auto_scroll = True
         self._status(f"{title}: {shown_path(path)}")
         self._follow(path, self._serial)
@@ -83,11 +86,11 @@ class LogTail(Vertical):
             self.held.extend(message.lines)
             self._status(f"{self.title}: paused, {len(self.held)} new line(s) held (p resumes)")
             return
-        self.query_one(Log).write_lines(message.lines)
+        self.query_one(LogView).write_lines(message.lines)
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
-        log = self.query_one(Log)
+        log = self.query_one(LogView)
         log.auto_scroll = not self.paused
         if self.paused:
             self._status(f"{self.title}: paused (p resumes)")
@@ -117,17 +120,13 @@ class LogTail(Vertical):
             return
         event.stop()
         self.find(event.value)
-        self.query_one(Log).focus()
+        self.query_one(LogView).focus()
 
     def find(self, text: str) -> None:
-        log = self.query_one(Log)
-        needle = text.lower()
-        self.matches = (
-            [i for i, line in enumerate(log.lines) if needle and needle in line.lower()]
-            if needle
-            else []
-        )
+        log = self.query_one(LogView)
+        self.matches = log.find_lines(text)
         self.match_at = -1
+        log.mark(text if self.matches else "")
         if not self.matches:
             self._status(f"{self.title}: {text!r} not found")
             return
@@ -141,11 +140,19 @@ class LogTail(Vertical):
             return
         self.match_at = (self.match_at + direction) % len(self.matches)
         line = self.matches[self.match_at]
-        log = self.query_one(Log)
-        log.scroll_to(y=max(0, line - 2), animate=False)
+        log = self.query_one(LogView)
+        log.mark(log.needle, current=line)
+        log.show_line(line)
         text = log.lines[line]
         self._status(
             f"match {self.match_at + 1}/{len(self.matches)}, line {line + 1}: {text[:100]}"
+        )
+
+    def toggle_wrap(self) -> None:
+        log = self.query_one(LogView)
+        log.set_wrap(not log.wrap)
+        self.notify(
+            "long log lines wrap (w: cut them)" if log.wrap else "long log lines cut (w: wrap)"
         )
 
     def _status(self, text: str) -> None:

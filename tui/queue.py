@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from ..engine.session import Snapshot
+from ..engine.session import Snapshot, run_label
 from ..engine.text import printable
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen, DetailScreen
@@ -265,7 +265,11 @@ class QueueScreen(AppScreen):
         Binding("c", "cancel", "Cancel"),
         Binding("s", "resubmit", "Resubmit"),
         Binding("space", "mark", "Mark", show=False),
+        # With the log open, w Wrap takes o Sort's place in the footer (80 columns hold
+        # one of them); o still sorts, by the hidden binding after it.
         Binding("o", "sort", "Sort"),
+        Binding("w", "wrap", "Wrap"),
+        Binding("o", "sort_beside_log", "Sort", show=False),
         Binding("slash", "search", "Find"),
         Binding("p", "pause", "Pause", show=False),
         Binding("n", "next_match(1)", "Next", show=False),
@@ -389,10 +393,7 @@ class QueueScreen(AppScreen):
         except Exception as exc:
             self.post_message(EngineFailed("opening the log", describe(exc)))
             return
-        title = (
-            f"{run['framework']} {run['model']} {run['nodes']}x{run['ranks_per_node']} "
-            f"#{run['repetition']} (job {run['job_id'] or '-'})"
-        )
+        title = f"{run_label(run)} (job {run['job_id'] or '-'})"
         if not get_current_worker().is_cancelled:  # another row was chosen meanwhile
             self.post_message(LogFound(path, title))
 
@@ -401,6 +402,17 @@ class QueueScreen(AppScreen):
         log = self.query_one(LogTail)
         log.display = True
         log.open(message.path, message.title)
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("sort", "wrap"):
+            logs = self.query(LogTail)  # none before the screen is composed
+            log_open = bool(logs) and logs.first().display
+            return log_open if action == "wrap" else not log_open
+        return True
+
+    def action_wrap(self) -> None:
+        self.query_one(LogTail).toggle_wrap()
 
     def action_pause(self) -> None:
         log = self.query_one(LogTail)
@@ -431,6 +443,9 @@ class QueueScreen(AppScreen):
             event.stop()
             self.query_one(JobTable).focus()
 
+    def action_sort_beside_log(self) -> None:
+        self.action_sort()
+
     def action_sort(self) -> None:
         table = self.query_one(JobTable)
         table.sort_by = SORTS[(SORTS.index(table.sort_by) + 1) % len(SORTS)]
@@ -460,6 +475,7 @@ class QueueScreen(AppScreen):
             log.close()
             log.display = False
             self.query_one(JobTable).focus()
+            self.refresh_bindings()
 
     # --- cancel / resubmit ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
@@ -73,11 +74,30 @@ class Chart(Widget):
         self.refresh()
 
     projected = ""  # the projection's chart text, drawn by a worker (it fits a model)
+    projected_for = (0, 0)  # the size it was drawn for
+
+    class Resized(Message):
+        """The projection was drawn for another size (the held-out line under it took
+        rows, and a scrollbar columns): it is drawn again."""
+
+    def on_resize(self) -> None:
+        if self.metric == PROJECTED and self.projected and self.fit() != self.projected_for:
+            self.post_message(self.Resized())
+
+    def fit(self) -> tuple[int, int]:
+        """The size a chart is drawn at: this widget's, and no smaller than plotext needs."""
+        return max(self.size.width, 30), max(self.size.height, 8)
 
     def render(self) -> Text:
         width, height = self.size
         if self.metric == PROJECTED:
-            return Text.from_ansi(self.projected or "projecting past the measured scales...")
+            # Cropped, never wrapped: a drawing for a wider widget stays a chart until the
+            # redraw at this size comes.
+            return Text.from_ansi(
+                self.projected or "projecting past the measured scales...",
+                no_wrap=True,
+                overflow="crop",
+            )
         return Text.from_ansi(
             charts.chart(
                 self.results, self.metric, self.model, max(width, 30), max(height, 8), color=True
@@ -233,8 +253,17 @@ class ResultsScreen(AppScreen):
         self.query_one("#held-out", Plain).display = False  # until the projection's come
         self.draw_chart()
         if self.metric == PROJECTED:
-            chart = self.query_one(Chart)
-            self._project(self.app.experiment, max(chart.size.width, 30), max(chart.size.height, 8))
+            self.reproject()
+
+    def reproject(self) -> None:
+        chart = self.query_one(Chart)
+        chart.projected_for = chart.fit()
+        self._project(self.app.experiment, *chart.projected_for)
+
+    def on_chart_resized(self, message: Chart.Resized) -> None:
+        message.stop()
+        if self.metric == PROJECTED:
+            self.reproject()
 
     @work(thread=True, exclusive=True, group="projection", exit_on_error=False)
     def _project(self, experiment: str | None, width: int, height: int) -> None:

@@ -25,14 +25,13 @@ from typing import Any
 
 from ..config.frameworks import NO_COMM_BENCHMARK
 from ..tracking.store import Store
+from ..tracking.store_records import COMM_MARK
 from .points import Point
-
-_COMM_MARK = '"comm_benchmark": true'  # how a comm run's recipe reads in the store (sorted JSON)
 
 
 def is_comm(row: dict[str, Any]) -> bool:
     """A communication benchmark run (plan.py), not a training run."""
-    return _COMM_MARK in (row.get("training") or "")
+    return COMM_MARK in (row.get("training") or "")
 
 
 def schedule_of(row: dict[str, Any]) -> str | None:

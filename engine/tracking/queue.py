@@ -38,6 +38,8 @@ class QueueRow:
     elapsed_s: float | None
     images_per_s: float | None
     step: int | None  # last reported step while running
+    comm_benchmark: bool = False  # times the allreduce (plan.py): not a training run
+    busbw_gbps: float | None = None  # what a communication benchmark measured
 
     def why_not_cancel(self) -> str | None:
         """Why cancelling this run would do nothing (None: it can be cancelled), in the
@@ -62,20 +64,33 @@ class QueueRow:
         return None
 
     def cells(self) -> tuple[str, ...]:
-        """The row as text, in QUEUE_COLUMNS order."""
+        """The row as text, in QUEUE_COLUMNS order. A communication benchmark says so where
+        a training run's reason goes and in its repetition's place (seen at 80 columns, where
+        the reason is cut), and has no images/s."""
+        reason = self.reason
+        if self.comm_benchmark:
+            if reason:
+                reason = f"{COMM_WORDS}: {reason}"
+            elif self.busbw_gbps is not None:  # the allreduce's bus bandwidth, as nccl-tests
+                reason = f"{COMM_WORDS}, busbw {fmt(self.busbw_gbps, 2)} GB/s"
+            else:
+                reason = COMM_WORDS
         return (
             self.job_id or "-",
             self.framework,
             self.model,
             self.scale,
             str(self.per_device_batch),
-            str(self.repetition),
+            "comm" if self.comm_benchmark else str(self.repetition),
             self.state,
             self.nodes or "-",
             elapsed_text(self.elapsed_s),
-            fmt(self.images_per_s, 1),
-            self.reason[:80],
+            "-" if self.comm_benchmark else fmt(self.images_per_s, 1),
+            reason[:80],
         )
+
+
+COMM_WORDS = "communication benchmark"
 
 
 QUEUE_COLUMNS = (
@@ -104,7 +119,7 @@ _LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
 # What a row shows of a run's latest records: a running run's last interval; a finished
 # one's summary (its throughput where it has one, else the rate it reported).
 _PROGRESS = {"images_per_s": "$.images_per_s", "step": "$.step"}
-_PROGRESS_DONE = {**_PROGRESS, "throughput": "$.throughput"}
+_PROGRESS_DONE = {**_PROGRESS, "throughput": "$.throughput", "busbw": "$.comm_busbw_gbps"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class _Ingested:
     images_per_s: float | None
     step: int | None
     skipped: str  # the reason when a run has none of its own
+    busbw: float | None = None  # a communication benchmark's summary
 
 
 _NOTHING = _Ingested((0, 0), None, None, "")
@@ -231,11 +247,12 @@ class QueueReader:
                     skipped_text(bad[0]) + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
                     if bad
                     else "",
+                    finite(last.get("busbw")),
                 )
 
 
 def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueRow:
-    run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition = point
+    run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition, comm = point
     (
         _,
         backend,
@@ -271,6 +288,8 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         elapsed,
         ingested.images_per_s,
         ingested.step,
+        bool(comm),
+        ingested.busbw,
     )
 
 

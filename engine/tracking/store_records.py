@@ -45,6 +45,7 @@ QUEUE_CHANGES = (
     "j.started",
     "j.ended",
 )
+COMM_MARK = '"comm_benchmark": true'  # how a comm run's recipe reads in the store (sorted JSON)
 QUEUE_POINT = (
     "run_id",
     "experiment",
@@ -54,6 +55,9 @@ QUEUE_POINT = (
     "ranks_per_node",
     "per_device_batch",
     "repetition",
+    # whether it is a communication benchmark (plan.py), not a training run: its recipe
+    # says so, and the queue names it so (it measures no images/s)
+    f"instr(coalesce(training, ''), '{COMM_MARK}') > 0",
 )
 
 
