@@ -335,3 +335,24 @@ def test_without_a_benchmark_the_report_shows_the_breakdown_but_draws_no_bars(tm
     table = {r["devices"]: r for r in md_table(made.path.read_text(), "Where the efficiency goes")}
     assert table["2"]["exposed comm ms"] == "20.0" and table["2"]["allreduce ms"] == "-"
     assert "experiment.comm_benchmark = true" in made.path.read_text()  # says how to get it
+
+
+@pytest.mark.parametrize("compute,says_noise", [(0.060, False), (0.108, True)])
+def test_the_breakdown_line_says_when_the_probe_ran_slower_than_the_timed_steps(
+    compute, says_noise
+):
+    from dlscale.engine.results.tables import breakdown_text
+
+    step, exposed = 0.0853, 0.0
+    line = breakdown_text(
+        {
+            "step_time_s": step,
+            "compute_time_s": compute,
+            "exposed_comm_s": exposed,
+            "other_s": step - compute - exposed,
+            "efficiency": 0.9,
+            "predicted_efficiency": 1.0,
+        }
+    )
+    assert line.startswith("step 85.3 ms = compute ")
+    assert ("noise, not a saving" in line) is says_noise

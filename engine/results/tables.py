@@ -233,5 +233,7 @@ def breakdown_text(r: dict[str, Any]) -> str:
         f"step {step * ms:.1f} ms = compute {compute * ms:.1f} + exposed comm "
         f"{exposed * ms:.1f} + rest {rest * ms:.1f}"
     )
+    if rest < 0:  # compute comes from the probe's steps, after the timed ones: not a cost
+        parts += " (the probe's steps ran slower than the timed ones: noise, not a saving)"
     eff = f"efficiency {fmt(r.get('efficiency'))} measured, {fmt(r.get('predicted_efficiency'))}"
     return f"{parts}; {eff} predicted (compute + allreduce model)"
