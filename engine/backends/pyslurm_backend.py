@@ -23,7 +23,8 @@ from typing import Any
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
-from ..tracking.store import TERMINAL, Store
+from ..runs import TERMINAL, State
+from ..tracking.store import Store
 from . import slurm_arrays, slurm_noacct, slurm_tags
 from .base import Backend, JobRequest, JobStatus
 from .pyslurm_submit import job_description
@@ -166,7 +167,7 @@ class PyslurmBackend(SlurmJobs, Backend):
 
     def submitted(self, job_id: str) -> None:
         """Known PENDING until the controller says more."""
-        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+        self._cache[job_id] = SlurmJob(job_id, State.PENDING, "PENDING")
 
     def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
         """Runs of one job shape as one job array, within the site's limits; the rest
@@ -218,7 +219,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         jobs = self._call("queue", self.api.Jobs.load)
         me, count = os.getuid(), 0
         for job in jobs.values():
-            if job.user_id != me or map_state(_text(job.state) or "UNKNOWN") in TERMINAL:
+            if job.user_id != me or map_state(_text(job.state) or State.UNKNOWN) in TERMINAL:
                 continue
             waiting = _waiting_tasks(job)
             count += 1 if waiting is None else len(waiting)
@@ -233,7 +234,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         for job in jobs.values():
             comment = _text(getattr(job, "comment", None)) or ""
             if job.user_id == me and comment.startswith(slurm_tags.PREFIX + ":"):
-                state = map_state(_text(job.state) or "UNKNOWN")
+                state = map_state(_text(job.state) or State.UNKNOWN)
                 own = getattr(job, "array_id", None) or job.id
                 out.append(slurm_tags.Tagged(str(own), state, comment))
         return out
@@ -351,13 +352,13 @@ class PyslurmBackend(SlurmJobs, Backend):
 
     @staticmethod
     def _status(key: str, job, from_controller: bool) -> SlurmJob:
-        raw = _text(job.state) or "UNKNOWN"
+        raw = _text(job.state) or State.UNKNOWN
         state = map_state(raw)
         if from_controller:
             # squeue's pending reason; a finished job's (NonZeroExitCode...) is not what
             # sacct, and so the commands, report
             nodes, elapsed = job.allocated_nodes, job.run_time
-            reason = job.state_reason if state == "PENDING" else None
+            reason = job.state_reason if state == State.PENDING else None
         else:  # the reason a job last pended for, as sacct shows it
             nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
         return SlurmJob(

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from ..errors import ControllerUnreachable, SchedulerError, SubmitError
 from ..paths import RunPaths
-from ..tracking.store import TERMINAL, Store
+from ..runs import TERMINAL, State
+from ..tracking.store import Store
 from . import slurm_arrays, slurm_noacct, slurm_tags
 from .base import Backend, JobRequest, JobStatus
 from .slurm_jobs import SlurmJobs
@@ -153,7 +154,7 @@ class SlurmCLI(SlurmJobs, Backend):
 
     def submitted(self, job_id: str) -> None:
         """Known PENDING until sacct or squeue says more (sacct may not know it yet)."""
-        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+        self._cache[job_id] = SlurmJob(job_id, State.PENDING, "PENDING")
 
     def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
         """Runs of one job shape as one job array, within the site's limits; the rest

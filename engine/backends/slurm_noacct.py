@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..paths import RunPaths
-from ..tracking.store import TERMINAL
+from ..runs import TERMINAL, State
 from .base import JobStatus
 from .slurm_parse import ParseError, parse_exit_marker, parse_scontrol_jobs
 
@@ -64,7 +64,7 @@ def last_word(row: dict[str, Any]) -> JobStatus | None:
     return JobStatus(
         row["job_id"],
         state,
-        None if state != "CANCELLED" else "ended by SIGTERM (scancel, or the time limit)",
+        None if state != State.CANCELLED else "ended by SIGTERM (scancel, or the time limit)",
         None,
         None,
         code,

@@ -26,48 +26,20 @@ from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
 from ..errors import UserError
 from ..files import open_regular, read_text
-from ..launching.plan import digest, plan
+from ..launching.plan import RUN_FIELDS, digest, plan
 from ..paths import RunPaths
+from ..runs import CONFIGURATION, COUNTS, TEXTS, State
 from ..text import printable
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
 from .store_records import INGEST_BYTES
 
-_FIELDS = (
-    "run_id",
-    "point_id",
-    "experiment",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
-    "devices",
-    "per_device_batch",
-    "global_batch",
-    "scaling",
-    "precision",
-    "loader",
-    "repetition",
-    "training",
-    "rerun_of",
-    "created",
-    "site",
-)
-_IDENTITY = (
-    "experiment",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
-    "per_device_batch",
-    "global_batch",
-    "scaling",
-    "precision",
-    "loader",
-    "training",
-)
+# A run's row as run.json keeps it: what identifies the run (plan.RUN_FIELDS) and where it
+# came from.
+_FIELDS = ("run_id", "point_id", *RUN_FIELDS, "devices", "rerun_of", "created", "site")
+# What a point id hashes: the configuration and the recipe (Run.identity without the
+# repetition).
+_IDENTITY = (*CONFIGURATION, "training")
 
 
 def write_run_file(
@@ -258,12 +230,12 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
     job_id = job_of_records(backend, env)
     state, reason = (
-        "PLANNED",
+        State.PLANNED,
         ("recovered by `dlscale store rebuild`: no records yet; `dlscale run SPEC` submits it"),
     )
     if records:
         state, reason = (
-            "FAILED",
+            State.FAILED,
             (
                 "recovered by `dlscale store rebuild` without a summary "
                 "record (it had not finished); `dlscale run SPEC` runs it "
@@ -286,14 +258,14 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     # a job the scheduler may still run (its id known) may still finish its last line
     out.records += store.ingest(run_id, paths.metrics, final=not job_id)
     if store.records(run_id, "summary"):
-        store.update_run(run_id, state="COMPLETED", reason=None)
+        store.update_run(run_id, state=State.COMPLETED, reason=None)
     elif job_id and not row.get("site"):
         # Slurm may still be running it (a run imported from another site's bundle never
         # runs here): the next poll asks, and settles the run.
-        store.add_job(backend, job_id, run_id, "RUNNING")
+        store.add_job(backend, job_id, run_id, State.RUNNING)
         store.update_run(
             run_id,
-            state="RUNNING",
+            state=State.RUNNING,
             reason=f"recovered by `dlscale store rebuild`: asking Slurm about job {job_id}",
         )
 
@@ -303,8 +275,8 @@ def _first(places: list[Path], name: str) -> Path | None:
 
 
 # What run.json must hold, by type (a hand-edited or hostile one is named, not trusted).
-_COUNTS = ("nodes", "ranks_per_node", "per_device_batch", "global_batch", "repetition")
-_TEXTS = ("experiment", "framework", "model", "dataset", "scaling", "precision", "loader")
+_COUNTS = (*COUNTS, "repetition")
+_TEXTS = TEXTS
 
 
 def _check_row(row: dict[str, Any]) -> None:
