@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.custom import anchored
-from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK  # noqa: F401
+from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
 from ..runs import Configuration
 

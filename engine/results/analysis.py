@@ -18,13 +18,10 @@ from ..runs import State
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
-from .points import (  # noqa: F401
+from .points import (
     POINT_FIELDS,
     Point,
-    Spread,
     device_kind,
-    efficiency,
-    speedup,
     spread,
     unit_and_axes,
 )
