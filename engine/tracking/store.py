@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import re
 import sqlite3
@@ -88,7 +89,12 @@ _ONE_LIVE_JOB_PER_RUN = (
 )
 
 
-# A job's row without its payload.
+# A planned run's row (Store.add_runs): its configuration's columns named by runs.py.
+_INSERTED = ("run_id", "point_id", *CONFIGURATION, "devices", "repetition", "training")
+_INSERT_RUN = (
+    f"INSERT OR IGNORE INTO runs ({', '.join(_INSERTED)}, state, run_dir, created, updated) "
+    f"VALUES ({', '.join('?' * len(_INSERTED))}, '{State.PLANNED}', ?, ?, ?)"
+)
 
 
 def default_home() -> Path:
@@ -247,28 +253,16 @@ class Store(Claims, Jobs, Records, Imports):
             return text
 
         runs_dir = str(self.runs_dir)
+        configuration = operator.attrgetter(*CONFIGURATION)
         with self.transaction() as c:
             c.executemany(
-                "INSERT OR IGNORE INTO runs (run_id, point_id, experiment, framework, model, "
-                "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
-                "scaling, precision, loader, repetition, training, state, run_dir, created, "
-                f"updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'{State.PLANNED}',?,?,?)",
+                _INSERT_RUN,
                 [
                     (
                         run.run_id,
                         run.point_id,
-                        run.experiment,
-                        run.framework,
-                        run.model,
-                        run.dataset,
-                        run.nodes,
-                        run.ranks_per_node,
+                        *configuration(run),
                         run.devices,
-                        run.per_device_batch,
-                        run.global_batch,
-                        run.scaling,
-                        run.precision,
-                        run.loader,
                         run.repetition,
                         training(run),
                         os.path.join(runs_dir, run.run_id),
