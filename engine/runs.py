@@ -79,7 +79,8 @@ class Configuration:
 
 # Asked once: dataclasses.fields() walks the class at every call.
 CONFIGURATION = tuple(f.name for f in fields(Configuration))
-# The configuration's whole-number fields and names, with their SQLite column types.
-COUNTS = tuple(f.name for f in fields(Configuration) if f.type == "int")
-TEXTS = tuple(f.name for f in fields(Configuration) if f.type == "str")
-COLUMN_TYPES = {f.name: "INTEGER" if f.type == "int" else "TEXT" for f in fields(Configuration)}
+# The configuration's whole-number fields and names, with their SQLite column types (a
+# field's type is its annotation's text here, or the type itself without the __future__ import).
+COUNTS = tuple(f.name for f in fields(Configuration) if f.type in ("int", int))
+TEXTS = tuple(f.name for f in fields(Configuration) if f.type in ("str", str))
+COLUMN_TYPES = {name: "INTEGER" if name in COUNTS else "TEXT" for name in CONFIGURATION}
