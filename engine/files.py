@@ -15,8 +15,6 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from ..trainers.common.records import nesting as depth  # noqa: F401  (one home)
-
 # A spec, profile or reference is a few KiB; a thousand times that is a mistake.
 TEXT_LIMIT = 4 << 20
 # Tables and arrays nested deeper than this in a TOML file are refused: no field of a

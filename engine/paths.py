@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import read_text
+from .runs import CONFIGURATION
 
 # The records' file name also names them in messages ("metrics.jsonl line 7 skipped").
 METRICS_NAME = "metrics.jsonl"
@@ -22,18 +23,8 @@ METRICS_NAME = "metrics.jsonl"
 RUN_FIELDS = (
     "run_id",
     "point_id",
-    "experiment",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
+    *CONFIGURATION,
     "devices",
-    "per_device_batch",
-    "global_batch",
-    "scaling",
-    "precision",
-    "loader",
     "repetition",
     "training",
     "rerun_of",

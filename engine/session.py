@@ -29,9 +29,10 @@ from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm
+from .runs import ACTIVE, State
 from .tracking import follow, logs, queue
 from .tracking.monitor import Tick, sync
-from .tracking.store import ACTIVE, Store, default_home
+from .tracking.store import Store, default_home
 from .tracking.store_health import fault_message
 
 
@@ -199,7 +200,8 @@ class Session:
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
         done = {
-            r["run_id"] for r in self.store.runs(loaded.spec.experiment.name, states=("COMPLETED",))
+            r["run_id"]
+            for r in self.store.runs(loaded.spec.experiment.name, states=(State.COMPLETED,))
         }
         todo = [r for r in p.runs if r.run_id not in done]
         secs = self.target.time_limit_s()

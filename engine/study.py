@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .backends.base import WAITING, Backend, JobRequest, NotYet
+from .backends.base import Backend, JobRequest, NotYet
 from .config.spec import LoadedSpec
 from .errors import (
     ControllerUnreachable,
@@ -31,8 +31,9 @@ from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
+from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, State
 from .tracking.follow import find_run
-from .tracking.store import ACTIVE, SUBMITTING, Store
+from .tracking.store import Store
 
 
 def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> None:
@@ -131,9 +132,9 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     report = SubmitReport()
     # Every run stored, then every run not done claimed, each in one transaction.
     rows = store.add_runs(p.runs, rows=False)
-    wanted = [run for run in p.runs if rows[run.run_id]["state"] != "COMPLETED"]
-    report.completed = [run for run in p.runs if rows[run.run_id]["state"] == "COMPLETED"]
-    mine = store.claim_runs([run.run_id for run in wanted], skip=("COMPLETED",))
+    wanted = [run for run in p.runs if rows[run.run_id]["state"] != State.COMPLETED]
+    report.completed = [run for run in p.runs if rows[run.run_id]["state"] == State.COMPLETED]
+    mine = store.claim_runs([run.run_id for run in wanted], skip=(State.COMPLETED,))
     claimed: list[tuple[Run, dict, bool]] = []
     for run in wanted:
         if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
@@ -143,7 +144,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
             (
                 run,
                 mine[run.run_id],
-                rows[run.run_id]["state"] not in ("PLANNED", SUBMITTING, WAITING),
+                rows[run.run_id]["state"] not in UNSUBMITTED,
             )
         )
 
@@ -206,7 +207,7 @@ def _hand_over_all(
         for (run, row, again, request), outcome in zip(ready, outcomes):
             settled.add(row["run_id"])
             if isinstance(outcome, NotYet):  # the place's limits: a later wave submits it
-                store.release_run(row["run_id"], WAITING, str(outcome))
+                store.release_run(row["run_id"], State.WAITING, str(outcome))
                 store.update_run(row["run_id"], backend=backend.name)  # whose wave takes it
                 report.waiting.append(run)
                 continue
@@ -247,7 +248,7 @@ def adopt(store: Store, backend: Backend, rows: list[dict]) -> set[str]:
     except ControllerUnreachable:
         return set()  # the submission that follows meets the same controller and says so
     jobs: list[tuple[str, str, str, dict | None]] = [
-        (job_id, run_id, "PENDING", backend.payload(_request_of(again[run_id])))
+        (job_id, run_id, State.PENDING, backend.payload(_request_of(again[run_id])))
         for run_id, job_id in found.items()
         if store.job(backend.name, job_id) is None
     ]
@@ -290,7 +291,7 @@ def _record_all(
         refusals: list = store.add_jobs(
             backend.name,
             [
-                (job_id, row["run_id"], "PENDING", backend.payload(request))
+                (job_id, row["run_id"], State.PENDING, backend.payload(request))
                 for row, job_id, request in accepted
             ],
         )
@@ -298,7 +299,7 @@ def _record_all(
         for row, job_id, _ in accepted:
             store.release_run(
                 row["run_id"],
-                "FAILED",
+                State.FAILED,
                 (
                     f"not recorded: {backend.name} job {job_id} was submitted but the store "
                     f"refused it ({not_submitted_because(exc)}); cancel it there or let it run"
@@ -314,17 +315,17 @@ def _record_all(
                 f"refused it ({not_submitted_because(refusal)}); cancel it there or let it "
                 "run"
             )
-            store.release_run(row["run_id"], "FAILED", why)
+            store.release_run(row["run_id"], State.FAILED, why)
         out.append(why)
     return out
 
 
 def _release(
-    store: Store, row: dict, exc: BaseException, backend: Backend, refused: str = "PLANNED"
+    store: Store, row: dict, exc: BaseException, backend: Backend, refused: str = State.PLANNED
 ) -> None:
     store.release_run(
         row["run_id"],
-        "FAILED" if isinstance(exc, SubmitError) else refused,
+        State.FAILED if isinstance(exc, SubmitError) else refused,
         f"not submitted: {not_submitted_because(exc)}",
     )
 
@@ -445,7 +446,9 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
             return backend.again(claimed, paths, payload)
 
         layout = _layout(payload)
-        out.append((row["run_id"], _hand_over(store, backend, claimed, request, "PLANNED", layout)))
+        out.append(
+            (row["run_id"], _hand_over(store, backend, claimed, request, State.PLANNED, layout))
+        )
     return out
 
 
@@ -456,7 +459,7 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     job id)."""
     row = find_run(store, ident)
     old_id = row["run_id"]
-    if row["state"] in ACTIVE + ("PLANNED", SUBMITTING):
+    if row["state"] in UNFINISHED:
         raise UserError(
             f"run {old_id} is {row['state']}; a rerun repeats a finished run "
             "(wait for it, or cancel it)"
@@ -491,4 +494,4 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
         return backend.repeat(row, claimed, payload, moved)
 
     # refused or no longer fitting here: the rerun stays, FAILED, saying why
-    return new_id, _hand_over(store, backend, claimed, request, "FAILED", _layout(payload))
+    return new_id, _hand_over(store, backend, claimed, request, State.FAILED, _layout(payload))

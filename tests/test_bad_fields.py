@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from dlscale.engine.config.profile import Container, Environment, Partition, Profile, load_profile
+from dlscale.engine.config.profile import Partition, Profile, load_profile
+from dlscale.engine.config.software import Container, Environment
 from dlscale.engine.config.spec import Experiment, Scale, Training, load_spec
 from dlscale.engine.errors import SpecError
 

@@ -8,10 +8,11 @@ import textwrap
 import pytest
 
 from conftest import dlscale, write_spec
+from dlscale.engine.config.frameworks import NO_COMM_BENCHMARK
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import SpecError
 from dlscale.engine.launching.launch import trainer_args
-from dlscale.engine.launching.plan import NO_COMM_BENCHMARK, plan
+from dlscale.engine.launching.plan import plan
 
 # 4 frameworks x 5 models x 10 scales x 5 batches x 10 repetitions = 10,000 runs. The digest
 # of their ids was taken before comm_benchmark and lr_schedules existed (commit f965915).

@@ -9,7 +9,7 @@ from test_report import check_png, md_table, pixels_of
 from test_store import line, make_run
 
 from conftest import dlscale
-from dlscale.engine.launching.plan import NO_COMM_BENCHMARK
+from dlscale.engine.config.frameworks import NO_COMM_BENCHMARK
 from dlscale.engine.results import analysis, figures, mllog, tables
 from dlscale.engine.results import report as reporting
 from dlscale.engine.tracking.store import Store

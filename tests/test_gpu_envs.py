@@ -18,8 +18,8 @@ from test_frameworks import env_home, horovod_env, tf_env  # noqa: F401  (fixtur
 
 
 def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
-    for fw, cpu in envs.RECIPES.items():
-        gpu = envs.recipe_for(fw, device="cuda")
+    for fw, cpu in recipes.RECIPES.items():
+        gpu = recipes.recipe_for(fw, device="cuda")
         packages = [p for s in gpu.steps for p in s.packages]
         assert gpu.device == "cuda" and gpu.digest != cpu.digest and gpu.cuda
         assert "nvidia-ml-py==13.580.82" in packages  # the energy meter reads NVML
@@ -33,29 +33,29 @@ def test_every_framework_has_a_gpu_recipe_cached_apart_from_its_cpu_one(home):
         assert envbuild.default_prefix(gpu, home).name == f"{fw}-cuda-{gpu.digest}"
         assert gpu.imports == cpu.imports  # the same trainer runs in either
     # PyPI's CUDA torch, by its exact version string: never a +cpu wheel a site keeps
-    assert "torch===2.13.0" in envs.recipe_for("pytorch-ddp", device="cuda").steps[0].packages
-    tf = envs.recipe_for("tensorflow", device="cuda")
+    assert "torch===2.13.0" in recipes.recipe_for("pytorch-ddp", device="cuda").steps[0].packages
+    tf = recipes.recipe_for("tensorflow", device="cuda")
     assert tf.steps[0].packages[0] == "tensorflow[and-cuda]==2.21.0"
-    assert tf.steps[1] == envs.RECIPES["tensorflow"].steps[1]  # tf_keras --no-deps, as on CPU
-    hvd_tf = envs.recipe_for("horovod-tensorflow", device="cuda")
+    assert tf.steps[1] == recipes.RECIPES["tensorflow"].steps[1]  # tf_keras --no-deps, as on CPU
+    hvd_tf = recipes.recipe_for("horovod-tensorflow", device="cuda")
     assert hvd_tf.steps[0].packages[0] == "tensorflow[and-cuda]==2.15.1"
-    assert envs.recipe_for("mxnet", device="cuda").steps[0].packages[0] == "mxnet-cu117==1.9.1"
+    assert recipes.recipe_for("mxnet", device="cuda").steps[0].packages[0] == "mxnet-cu117==1.9.1"
 
 
 @pytest.mark.parametrize("framework", ["horovod-pytorch", "horovod-tensorflow"])
 def test_horovod_for_gpus_is_built_with_nccl_and_keyed_by_the_sites_cuda(framework, monkeypatch):
     for name in recipes.HOROVOD_SITE_ENV:
         monkeypatch.delenv(name, raising=False)
-    cpu_wheel = envs.RECIPES[framework].steps[1]
-    wheel = envs.recipe_for(framework, device="cuda").steps[1]
+    cpu_wheel = recipes.RECIPES[framework].steps[1]
+    wheel = recipes.recipe_for(framework, device="cuda").steps[1]
     env = dict(wheel.env)
     assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_GPU"] == "CUDA"
     assert "HOROVOD_GPU_OPERATIONS" not in dict(cpu_wheel.env)
     assert wheel.folder != cpu_wheel.folder
     # another CUDA, NCCL or module set compiles another wheel; the CPU wheel's key stays
     monkeypatch.setenv("HOROVOD_NCCL_HOME", "/opt/nccl-2.18")
-    other_nccl = envs.recipe_for(framework, device="cuda").steps[1]
-    with_modules = envs.recipe_for(framework, device="cuda", modules=["CUDA/12.2"]).steps[1]
+    other_nccl = recipes.recipe_for(framework, device="cuda").steps[1]
+    with_modules = recipes.recipe_for(framework, device="cuda", modules=["CUDA/12.2"]).steps[1]
     assert len({wheel.folder, other_nccl.folder, with_modules.folder}) == 3
     assert dict(other_nccl.site) == {"HOROVOD_NCCL_HOME": "/opt/nccl-2.18"}
     assert cpu_wheel.for_site().folder == cpu_wheel.folder  # CPU builds read no site
@@ -64,10 +64,12 @@ def test_horovod_for_gpus_is_built_with_nccl_and_keyed_by_the_sites_cuda(framewo
 def test_the_cpu_recipes_keep_the_cache_keys_they_had():
     """The GPU variants change nothing for CPU builds: their folders (and compiled Horovod
     wheels, minutes each) are found again, not rebuilt."""
-    for fw in envs.RECIPES:
-        assert envs.recipe_for(fw).name == fw
-        assert all(not s.site_env for s in envs.RECIPES[fw].steps if isinstance(s, envs.WheelBuild))
-    hvd = envs.RECIPES["horovod-pytorch"].steps[1]
+    for fw in recipes.RECIPES:
+        assert recipes.recipe_for(fw).name == fw
+        assert all(
+            not s.site_env for s in recipes.RECIPES[fw].steps if isinstance(s, recipes.WheelBuild)
+        )
+    hvd = recipes.RECIPES["horovod-pytorch"].steps[1]
     assert hvd.digest == recipes.WheelBuild(hvd.requirement, hvd.key, hvd.env, hvd.cxx_std).digest
 
 
@@ -158,9 +160,9 @@ def test_the_probe_reads_how_a_built_environment_was_built(request, env_home, fr
     reads CUDA from the wheels' files without importing."""
     built = request.getfixturevalue(FIXTURE_OF[framework])
     python = str(Path(built.prefix) / "bin" / "python")
-    problem, _, facts = envs.probe_facts(python, envs.recipe_for(framework), full_import=True)
+    problem, _, facts = envs.probe_facts(python, recipes.recipe_for(framework), full_import=True)
     assert problem is None and facts == {"cuda": None, "nccl": nccl}
-    assert envs.probe_facts(python, envs.recipe_for(framework), full_import=False)[2] == {
+    assert envs.probe_facts(python, recipes.recipe_for(framework), full_import=False)[2] == {
         "cuda": None,
         "nccl": None,
     }

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.registry import make_backend
+from dlscale.engine.config import gpu_arch
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError, SpecError
@@ -117,13 +118,13 @@ def refusals(loaded, backend="local", profile=None, partition=None, home=None) -
     ],
 )
 def test_gpu_architectures_are_read_as_people_write_them(text, arch):
-    assert gpus.parse_arch(text) == arch
+    assert gpu_arch.parse_arch(text) == arch
 
 
 @pytest.mark.parametrize("text", ["hopper", "9", "sm_9.0", "", "0.1", "sm_05"])
 def test_a_gpu_architecture_that_is_none_is_refused(text):
     with pytest.raises(ValueError, match="is not a GPU architecture"):
-        gpus.parse_arch(text)
+        gpu_arch.parse_arch(text)
 
 
 @pytest.mark.parametrize(

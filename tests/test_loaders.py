@@ -20,7 +20,7 @@ import torch
 from conftest import dlscale, write_spec
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
-from dlscale.engine.launching import envbuild, envs
+from dlscale.engine.launching import envbuild, envs, recipes
 from dlscale.engine.tracking.store import Store
 from dlscale.trainers.common.args import build_parser
 from dlscale.trainers.common.imagenet import read_folders
@@ -404,7 +404,7 @@ def loaders_spec(tmp_path, data_dir, name="loaders", scales='"1x1"'):
 
 def test_dali_without_dali_in_the_environment_is_refused_with_the_fix(tmp_path, home):
     assert envs.resolve("pytorch-ddp", home).source == "dlscale's own"
-    if envs.own_interpreter_has(envs.EXTRAS["dali"].probe_recipe):
+    if envs.own_interpreter_has(recipes.EXTRAS["dali"].probe_recipe):
         pytest.skip("dlscale's own interpreter has DALI")
     spec = loaders_spec(tmp_path, tmp_path)
     for command in ("plan", "run"):
@@ -419,12 +419,15 @@ def test_dali_without_dali_in_the_environment_is_refused_with_the_fix(tmp_path, 
 
 
 def test_dali_environments_are_opt_in_and_keyed_apart(home):
-    plain, with_dali = envs.recipe_for("pytorch-ddp"), envs.recipe_for("pytorch-ddp", ["dali"])
+    plain, with_dali = (
+        recipes.recipe_for("pytorch-ddp"),
+        recipes.recipe_for("pytorch-ddp", ["dali"]),
+    )
     assert plain.digest != with_dali.digest and "nvidia.dali" in with_dali.imports
     assert "nvidia-dali-cuda130==2.4.0" not in str(plain.steps)  # never in the default one
     assert envbuild.default_prefix(with_dali, home).name == f"pytorch-ddp+dali-{with_dali.digest}"
     for fw in ("pytorch-ddp", "deepspeed", "horovod-pytorch"):
-        assert any("pillow" in p for s in envs.RECIPES[fw].steps for p in s.packages)
+        assert any("pillow" in p for s in recipes.RECIPES[fw].steps for p in s.packages)
     proc = dlscale("env", "create", "tensorflow", "--with", "dali", check=2)
     assert "--with dali: only for pytorch-ddp, horovod-pytorch, deepspeed" in proc.stderr
     assert "Traceback" not in proc.stderr

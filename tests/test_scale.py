@@ -26,7 +26,8 @@ from dlscale.engine.backends.local.backend import LocalBackend
 from dlscale.engine.backends.local.worker import make_folder
 from dlscale.engine.backends.slurm.parsing import parse_sacct
 from dlscale.engine.config.spec import load_spec
-from dlscale.engine.tracking.store import SUBMITTING, Store
+from dlscale.engine.runs import State
+from dlscale.engine.tracking.store import Store
 
 MANY = [make_run(repetition=i % 100, per_device_batch=8 * (1 + i // 100)) for i in range(300)]
 
@@ -110,7 +111,7 @@ def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
     for p in procs:
         p.join()
     assert sorted(claimed) == sorted(r.run_id for r in MANY)  # each once, none twice
-    assert {r["state"] for r in store.runs()} == {SUBMITTING}
+    assert {r["state"] for r in store.runs()} == {State.SUBMITTING}
     assert {r["attempts"] for r in store.runs()} == {1}
 
 

@@ -13,14 +13,14 @@ import pytest
 
 from conftest import REPO, dlscale, skip_without_pyslurm, start_release, write_spec
 from dlscale.engine import study
-from dlscale.engine.backends.base import WAITING
 from dlscale.engine.backends.slurm.commands import SlurmCLI
 from dlscale.engine.backends.slurm.common import run_command
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
+from dlscale.engine.runs import ACTIVE, State
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.monitor import sync
-from dlscale.engine.tracking.store import ACTIVE, Store
+from dlscale.engine.tracking.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
@@ -64,7 +64,7 @@ def settle(store, backend, experiment, timeout=900):
     assert wait_for(
         lambda: (
             sync(store, backend, experiment)
-            and not [r for r in store.runs(experiment) if r["state"] in ACTIVE + (WAITING,)]
+            and not [r for r in store.runs(experiment) if r["state"] in ACTIVE + (State.WAITING,)]
         ),
         timeout,
     ), {r["run_id"]: r["state"] for r in store.runs(experiment)}
@@ -184,7 +184,7 @@ def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
     report = study.submit(store, load_spec(spec), backend)
     # the site's MaxArraySize (10) splits the first wave; the job limit (15) ends it
     assert len(report.submitted) == 15 and len(report.waiting) == 15
-    waiting = store.runs("waves", states=(WAITING,))
+    waiting = store.runs("waves", states=(State.WAITING,))
     assert len(waiting) == 15 and all("MaxArraySize 10" in r["reason"] for r in waiting)
     # a waiting run cancelled is never submitted
     skipped = waiting[-1]

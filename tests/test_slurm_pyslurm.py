@@ -347,7 +347,7 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         pytest.skip("pyslurm does not import in this venv")
     from dlscale.engine.backends.slurm.commands import SlurmCLI
     from dlscale.engine.backends.slurm.pyslurm.backend import PyslurmBackend
-    from dlscale.engine.tracking.store import TERMINAL
+    from dlscale.engine.runs import TERMINAL
 
     def sbatch(*args):
         return subprocess.run(

@@ -19,7 +19,8 @@ from test_store import make_run
 
 from conftest import BIN, dlscale, write_spec
 from dlscale.engine.errors import StoreError
-from dlscale.engine.tracking.store import SUBMITTING, Store
+from dlscale.engine.runs import State
+from dlscale.engine.tracking.store import Store
 
 RUNS = [make_run(repetition=i) for i in range(40)]
 
@@ -47,7 +48,7 @@ def test_racing_processes_claim_each_run_exactly_once(tmp_path):
     for p in procs:
         p.join()
     assert sorted(claimed) == sorted(r.run_id for r in RUNS)  # each once, none twice
-    assert {r["state"] for r in store.runs()} == {SUBMITTING}
+    assert {r["state"] for r in store.runs()} == {State.SUBMITTING}
     assert {r["attempts"] for r in store.runs()} == {1}
 
 
@@ -114,13 +115,13 @@ def test_a_claim_whose_process_died_is_released_with_the_reason(tmp_path):
     dead.wait()
     store.conn.execute(
         "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
-        (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
+        (State.SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
     )
     assert store.claim_run(run.run_id) is not None  # a dead claimer's run is taken over
     store.release_run(run.run_id, "PLANNED", "not submitted: test")
     store.conn.execute(
         "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
-        (SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
+        (State.SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
     )
     assert store.release_stale_claims() == [run.run_id]
     row = store.run(run.run_id)

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from ..engine.session import Snapshot, run_label
+from ..engine.session import Snapshot, State, run_label
 from ..engine.text import printable
 from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen, DetailScreen
@@ -26,16 +26,16 @@ from .screens import AppScreen
 from .widgets import Banner, Plain, TextField
 
 STATE_STYLE = {
-    "PENDING": "yellow",
-    "RUNNING": "bold cyan",
-    "COMPLETED": "green",
-    "FAILED": "bold red",
-    "TIMEOUT": "red",
-    "NODE_FAIL": "red",
-    "CANCELLED": "magenta",
-    "PLANNED": "bold yellow",
-    "SUBMITTING": "italic yellow",
-    "WAITING": "yellow",
+    State.PENDING: "yellow",
+    State.RUNNING: "bold cyan",
+    State.COMPLETED: "green",
+    State.FAILED: "bold red",
+    State.TIMEOUT: "red",
+    State.NODE_FAIL: "red",
+    State.CANCELLED: "magenta",
+    State.PLANNED: "bold yellow",
+    State.SUBMITTING: "italic yellow",
+    State.WAITING: "yellow",
 }  # for room in the queue: a later wave submits it
 
 
@@ -68,7 +68,7 @@ _HIDEABLE = {
     )
 }
 # Sorting by state puts what needs watching first.
-_STATE_ORDER = ("RUNNING", "SUBMITTING", "PENDING", "WAITING", "PLANNED")
+_STATE_ORDER = (State.RUNNING, State.SUBMITTING, State.PENDING, State.WAITING, State.PLANNED)
 _STATE_WORD = re.compile(r"[A-Z_]+")
 SORTS = (None, "state", "job", "images/s")  # what `o` steps through
 
@@ -322,7 +322,7 @@ class QueueScreen(AppScreen):
             if snap.rows
             else "  no runs yet: build a study on the Build screen (F2)"
         )
-        planned = snap.counts.get("PLANNED", 0)
+        planned = snap.counts.get(State.PLANNED, 0)
         if planned:  # stored but not handed to the scheduler: the reason column says why
             hint = (
                 f"  {planned} not submitted (reason on the right): ctrl+r on Build (F2) "

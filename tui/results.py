@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 
 from ..engine.results import charts, tables
-from ..engine.session import Snapshot
+from ..engine.session import Snapshot, State
 from .dialogs import CompareScreen
 from .errors import describe
 from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
@@ -147,7 +147,7 @@ class ResultsScreen(AppScreen):
         """Reload when runs finish (new numbers), not on every tick."""
         if snap is None:
             return
-        done = sum(snap.counts.get(s, 0) for s in ("COMPLETED", "FAILED", "TIMEOUT"))
+        done = sum(snap.counts.get(s, 0) for s in (State.COMPLETED, State.FAILED, State.TIMEOUT))
         if done != self._completed:
             self._completed = done
             self.action_reload()

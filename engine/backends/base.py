@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from ..tracking.store import Store
 
 
-# A run's state while it is not submitted yet because the place's limits (a site's job
-# limits) leave no room: Backend.next_wave submits it later.
-WAITING = "WAITING"
-
-
 class NotYet(DlscaleError):
     """submit_many's answer for a job the place has no room for now (its limits): the run
     is left WAITING and next_wave submits it."""

@@ -6,7 +6,8 @@ import sys
 
 from rich.console import Console
 
-from ..tracking.store import TERMINAL, Store  # noqa: TC001
+from ..runs import TERMINAL, State
+from ..tracking.store import Store  # noqa: TC001
 
 # Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
 out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
@@ -34,7 +35,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
 
         def on_tick(tick, rows) -> None:
             done = sum(r["state"] in TERMINAL for r in rows)
-            running = [r for r in rows if r["state"] == "RUNNING"]
+            running = [r for r in rows if r["state"] == State.RUNNING]
             now = ""
             if running:
                 r = running[0]

@@ -10,9 +10,10 @@ from pathlib import Path
 import click
 
 from ..config.frameworks import FRAMEWORKS
+from ..config.gpu_arch import parse_arch
 from ..config.profile import load_profile
 from ..errors import UserError
-from ..launching import env_registry, envbuild, envs, gpus
+from ..launching import env_registry, envbuild, envs, gpus, recipes
 from ..launching import smoke as smoke_run
 from ..results.tables import Table
 from ..tracking.store import default_home
@@ -39,7 +40,7 @@ def _site(
     environ = {}
     if gpu and part.gpu_arch:
         limit = gpus.GPU_BUILD_ARCHS.get(framework)
-        if limit is not None and not limit.runs_on(gpus.parse_arch(part.gpu_arch)):
+        if limit is not None and not limit.runs_on(parse_arch(part.gpu_arch)):
             raise UserError(
                 f"{framework} --gpu: it cannot run on partition {part.name}'s "
                 f"GPUs ({part.gpu_arch}, {profile_path}): {limit.why}"
@@ -82,7 +83,7 @@ def env() -> None:
     "--with",
     "extras",
     multiple=True,
-    type=click.Choice(list(envs.EXTRAS)),
+    type=click.Choice(list(recipes.EXTRAS)),
     help="add an opt-in loader: dali (NVIDIA DALI, ~700 MB; pytorch-ddp, deepspeed, "
     "horovod-pytorch)",
 )
@@ -118,7 +119,7 @@ def _variants(home: Path) -> list[tuple[str, str]]:
     rows = []
     for fw in FRAMEWORKS:
         rows.append((fw, "cpu"))
-        if fw in envs.GPU_RECIPES and (on_gpus or envs.registry_key(fw, "cuda") in recorded):
+        if fw in recipes.GPU_RECIPES and (on_gpus or envs.registry_key(fw, "cuda") in recorded):
             rows.append((fw, "cuda"))
     return rows
 
@@ -192,7 +193,7 @@ def doctor(
             problem, versions = st.problem, {}
         else:
             problem, versions, facts = envs.probe_facts(
-                st.python, envs.recipe_for(fw, st.extras, st.device), full_import=True
+                st.python, recipes.recipe_for(fw, st.extras, st.device), full_import=True
             )
             if problem:
                 problem += f"; rebuild with `{envs.create_command(fw, home, st.extras, device)}`"

@@ -12,6 +12,7 @@ from ..launching.estimate import Estimate
 from ..launching.plan import Plan, Run
 from ..results.formatting import fmt
 from ..results.tables import Table
+from ..runs import State
 
 
 @dataclass
@@ -26,7 +27,7 @@ class PlanView:
 
     @property
     def todo(self) -> list[Run]:
-        return [r for r in self.plan.runs if self.state(r) != "COMPLETED"]
+        return [r for r in self.plan.runs if self.state(r) != State.COMPLETED]
 
     def _title(self) -> str:
         return f"Plan of {self.loaded.spec.experiment.name} ({self.loaded.path})"
@@ -54,7 +55,7 @@ class PlanView:
                 else "left",
             )
         for (fw, model, dataset, nodes, rpn), runs in groups.items():
-            todo = [r for r in runs if self.state(r) != "COMPLETED"]
+            todo = [r for r in runs if self.state(r) != State.COMPLETED]
             t.add_row(
                 fw,
                 model,

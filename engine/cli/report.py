@@ -9,6 +9,7 @@ import click
 from ..errors import DlscaleError
 from ..results import mllog
 from ..results import report as reporting
+from ..runs import State
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .bundles import export_bundle
@@ -108,7 +109,7 @@ def export_mllog(
         ids += [
             r["run_id"]
             for r in store.runs(
-                reporting.pick_experiment(store, experiment)["name"], states=("COMPLETED",)
+                reporting.pick_experiment(store, experiment)["name"], states=(State.COMPLETED,)
             )
         ]
     if not ids:

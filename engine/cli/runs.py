@@ -7,7 +7,6 @@ import sys
 import click
 
 from .. import study
-from ..backends.base import WAITING
 from ..backends.registry import BACKENDS, make_backend
 from ..config.profile import load_profile
 from ..config.spec import load_spec
@@ -15,8 +14,9 @@ from ..errors import PlanError
 from ..launching.estimate import estimate
 from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
+from ..runs import ACTIVE, State
 from ..tracking import follow as following
-from ..tracking.store import ACTIVE, Store
+from ..tracking.store import Store
 from . import plan_view
 from .console import err, out, wait_with_progress
 from .options import backend_for, experiment_option, store_of
@@ -169,7 +169,7 @@ def run(
     out.print(tables.results_table(rows))
     out.print(tables.baselines_note(rows))
     click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
-    failed = [rid for rid in run_ids if store.run(rid)["state"] != "COMPLETED"]
+    failed = [rid for rid in run_ids if store.run(rid)["state"] != State.COMPLETED]
     if failed:
         err.print(
             f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
@@ -193,7 +193,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
         ids += [
             r["run_id"]
             for r in store.runs(experiment)
-            if r["state"] in ACTIVE + (WAITING,) or r["run_id"] in live
+            if r["state"] in ACTIVE + (State.WAITING,) or r["run_id"] in live
         ]
         if not ids:
             out.print(f"nothing to cancel: {experiment} has no queued or running runs")
@@ -246,6 +246,6 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
         f"rerun / original {tables.fmt(row['ratio'], 3)}"
     )
-    if row["state"] != "COMPLETED":
+    if row["state"] != State.COMPLETED:
         err.print(f"dlscale: the rerun ended {row['state']}; `dlscale status` shows why")
         sys.exit(1)

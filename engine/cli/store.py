@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..runs import State
 from ..tracking import recovery
 from ..tracking.store import default_home
 from .console import out
@@ -47,7 +48,7 @@ def rebuild(ctx: click.Context, force: bool) -> None:
         )
     for problem in done.unreadable:
         out.print(f"not recovered: {problem}", soft_wrap=True)
-    if any(s in done.runs for s in ("RUNNING", "FAILED", "PLANNED")):
+    if any(s in done.runs for s in (State.RUNNING, State.FAILED, State.PLANNED)):
         out.print(
             "`dlscale status` shows each run; runs that had not finished can be run "
             "again with `dlscale run SPEC`",

@@ -11,11 +11,12 @@ from ..backends.registry import make_backend
 from ..errors import DlscaleError
 from ..paths import RunPaths
 from ..results import tables
+from ..runs import UNFINISHED, State
 from ..tracking import follow as following
 from ..tracking import queue
 from ..tracking.logs import follow, tail_lines
 from ..tracking.monitor import sync
-from ..tracking.store import ACTIVE, SUBMITTING, Store
+from ..tracking.store import Store
 from .console import err, out
 from .options import experiment_option, store_of
 
@@ -33,7 +34,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     store = _store(ctx)
     problems = following.refresh(store)
     every = queue.rows(store, experiment)
-    rows = every if show_all else [q for q in every if q.state != "COMPLETED"] or every
+    rows = every if show_all else [q for q in every if q.state != State.COMPLETED] or every
     click.echo(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
@@ -77,7 +78,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
             return False
         last_check[0] = time.time()
         sync(store, backend)
-        return store.run(row["run_id"])["state"] not in ACTIVE + ("PLANNED", SUBMITTING)
+        return store.run(row["run_id"])["state"] not in UNFINISHED
 
     try:
         for line in follow(path, lines, stop=finished):

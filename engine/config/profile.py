@@ -25,7 +25,7 @@ from pydantic import (
 from ..errors import PlanError
 from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
-from .software import Container, Environment  # noqa: F401  (a profile's environments)
+from .software import Environment
 from .spec import NODES
 from .tomlfile import StrictModel, limit, load_toml_model
 

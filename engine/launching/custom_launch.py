@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.entry import dlscale_version
-from ..config.custom import script_path  # noqa: F401  (jobscript's too)
+from ..config.custom import script_path
 from ..config.tomlfile import line_of
 from ..errors import PlanError
 from ..paths import RunPaths

@@ -10,17 +10,6 @@ from pathlib import Path
 
 from ..errors import DlscaleError
 from ..files import read_text
-from .recipes import (  # noqa: F401
-    EXTRAS,
-    GPU_RECIPES,
-    RECIPES,
-    TORCH,
-    Extra,
-    Recipe,
-    Step,
-    WheelBuild,
-    recipe_for,
-)
 
 REGISTRY = "envs.json"
 

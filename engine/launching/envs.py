@@ -28,19 +28,10 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ...trainers.common.entry import dlscale_version
+from ..config.software import Environment
 from . import gpus
 from .env_registry import create_command, registered, registry_key
-from .recipes import (  # noqa: F401
-    EXTRAS,
-    GPU_RECIPES,
-    RECIPES,
-    TORCH,
-    Extra,
-    Recipe,
-    Step,
-    WheelBuild,
-    recipe_for,
-)
+from .recipes import EXTRAS, GPU_RECIPES, RECIPES, Recipe, recipe_for
 
 # --- the registry ----------------------------------------------------------------------
 
@@ -381,8 +372,6 @@ def slurm_environment(framework: str, profile, home: Path, device: str = "cpu"):
     the environment `dlscale env create` recorded for `device` (its venv, on a file system
     the nodes share), else the profile's python when dlscale's own interpreter has the
     framework. Returns (Environment, extra variables for the job)."""
-    from ..config.profile import Environment  # noqa: PLC0415  (profile imports gpus)
-
     given = profile.environments.get(framework)
     if given is not None:
         return given, {}

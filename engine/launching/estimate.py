@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..runs import State
 from ..tracking.store import Store
 from .plan import Run
 
@@ -48,9 +49,9 @@ class Estimate:
 def estimate(store: Store, runs: list[Run]) -> Estimate:
     history: dict[tuple, list[float]] = {}
     durations = {}
-    completed = store.runs(states=("COMPLETED",))
+    completed = store.runs(states=(State.COMPLETED,))
     for backend in {r["backend"] for r in completed if r["backend"]}:
-        for j in store.jobs(backend, states=("COMPLETED",)):
+        for j in store.jobs(backend, states=(State.COMPLETED,)):
             # Slurm's own elapsed time where the watcher kept it, else start to end
             if j["elapsed"]:
                 durations[j["run_id"]] = j["elapsed"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..config.gpu_arch import arch_name, parse_arch  # noqa: F401  (gpus.parse_arch)
+from ..config.gpu_arch import arch_name, parse_arch
 from ..errors import PlanError
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")

@@ -1,8 +1,8 @@
 """Render a run's Slurm batch script from the templates in dlscale.jobscripts.
 
-Templates are chosen by launcher: `srun` (one task per device) and `torchrun` (one task per
-node). Later launchers (Horovod, TensorFlow, MXNet roles, DeepSpeed) extend base.sh.j2 and
-fill its blocks: tasks, environment, rendezvous, launch.
+Templates are chosen by launcher (launcher_for): `srun` (one task per device), `torchrun`
+(one task per node) and `mpirun` (declared frameworks' MPI scripts). Each extends
+base.sh.j2 and fills its blocks: tasks, environment, rendezvous, launch.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from pathlib import Path
 import jinja2
 
 from ...trainers.common.entry import dlscale_version
+from ..config.custom import script_path
 from ..config.frameworks import FRAMEWORKS
-from ..config.profile import Environment, LoadedProfile, Partition
+from ..config.profile import LoadedProfile, Partition
+from ..config.software import Environment
 from ..errors import PlanError
 from ..paths import RunPaths
 from . import custom_launch
@@ -170,7 +172,7 @@ def render(
     if declared:  # the user's own script: its declaration's software (config/custom.py)
         software = dict(run.training["custom"].get("software") or {})
         if software.get("venv"):  # taken from the spec's folder, as the script is
-            software["venv"] = str(custom_launch.script_path(software["venv"], folder))
+            software["venv"] = str(script_path(software["venv"], folder))
         env = Environment.model_validate(software)
         env_vars = custom_launch.job_env(run, run_dir, device)
         if home is not None:

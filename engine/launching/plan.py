@@ -17,36 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from ..config.custom import anchored
-from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK  # noqa: F401
-from ..config.spec import LoadedSpec, model_fits_dataset
+from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
+from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
+from ..runs import Configuration
 
 
 @dataclass(frozen=True)
-class Run:
-    experiment: str
-    framework: str
-    model: str
-    dataset: str
-    nodes: int
-    ranks_per_node: int
-    per_device_batch: int
-    global_batch: int
-    scaling: str
-    precision: str
-    loader: str
+class Run(Configuration):
+    """One repetition of a configuration, with the training recipe it runs."""
+
     repetition: int
     training: dict[str, Any] = field(hash=False, compare=False)
 
-    @property
-    def devices(self) -> int:
-        return self.nodes * self.ranks_per_node
-
-    @property
-    def scale(self) -> str:
-        return f"{self.nodes}x{self.ranks_per_node}"
-
     def identity(self, with_repetition: bool = True) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in _RUN_FIELDS}
+        d = {name: getattr(self, name) for name in RUN_FIELDS}
         if not with_repetition:
             d.pop("repetition")
         return d
@@ -79,8 +63,9 @@ class Run:
         )
 
 
-# Asked once: dataclasses.fields() walks the class at every call, twice per run.
-_RUN_FIELDS = tuple(f.name for f in fields(Run))
+# What a run id hashes: the configuration, the repetition and the recipe. Asked once:
+# dataclasses.fields() walks the class at every call, twice per run.
+RUN_FIELDS = tuple(f.name for f in fields(Run))
 
 
 def digest(d: dict[str, Any]) -> str:
@@ -144,15 +129,15 @@ def plan(loaded: LoadedSpec) -> Plan:
         for fw, scale, batch, prec, loader, sched in itertools.product(
             exp.frameworks, exp.scales, batches, exp.precisions, exp.loaders, recipes
         ):
-            per_device = batch if exp.scaling == "weak" else batch // scale.devices
             # Only a framework's options that differ from its defaults join its recipe, so
             # specs without options keep the run ids they always had.
             options = loaded.spec.options_for(fw)
             own = [{**sched, "options": options} if options else sched]
             for fw_recipe in declared[fw][id(sched)] if fw in declared else own:
-                runs += _repetitions(
-                    exp, fw, model, dataset, scale, per_device, prec, loader, fw_recipe
-                )
+                runs += [
+                    _run(exp, fw, model, dataset, scale, batch, prec, loader, rep, fw_recipe)
+                    for rep in range(exp.repetitions)
+                ]
         if exp.comm_benchmark:
             comm += _comm_runs(loaded, model, dataset, recipe)
     notes = []
@@ -209,28 +194,35 @@ def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _repetitions(exp, fw, model, dataset, scale, per_device, prec, loader, recipe) -> list[Run]:
-    return [
-        _run(exp, fw, model, dataset, scale, per_device, prec, loader, rep, recipe)
-        for rep in range(exp.repetitions)
-    ]
-
-
-def _run(exp, fw, model, dataset, scale, per_device, prec, loader, rep, recipe) -> Run:
+def _run(
+    exp: Experiment,
+    framework: str,
+    model: str,
+    dataset: str,
+    scale: Scale,
+    batch: int,
+    precision: str,
+    loader: str,
+    repetition: int,
+    recipe: dict[str, Any],
+) -> Run:
+    """The run of one value of every axis. `batch` is the spec's: per device (weak
+    scaling) or global (strong), which validation makes a whole multiple of the devices."""
+    per_device = batch if exp.scaling == "weak" else batch // scale.devices
     return Run(
-        exp.name,
-        fw,
-        model,
-        dataset,
-        scale.nodes,
-        scale.ranks_per_node,
-        per_device,
-        per_device * scale.devices,
-        exp.scaling,
-        prec,
-        loader,
-        rep,
-        recipe,
+        experiment=exp.name,
+        framework=framework,
+        model=model,
+        dataset=dataset,
+        nodes=scale.nodes,
+        ranks_per_node=scale.ranks_per_node,
+        per_device_batch=per_device,
+        global_batch=per_device * scale.devices,
+        scaling=exp.scaling,
+        precision=precision,
+        loader=loader,
+        repetition=repetition,
+        training=recipe,
     )
 
 
@@ -246,8 +238,5 @@ def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, A
             continue
         options = loaded.spec.options_for(fw)
         marked = {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}
-        per_device = batch if exp.scaling == "weak" else max(1, batch // scale.devices)
-        out.append(
-            _run(exp, fw, model, dataset, scale, per_device, prec, exp.loaders[0], 0, marked)
-        )
+        out.append(_run(exp, fw, model, dataset, scale, batch, prec, exp.loaders[0], 0, marked))
     return out

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runs import State
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
-from .points import (  # noqa: F401
+from .points import (
     POINT_FIELDS,
     Point,
-    Spread,
     device_kind,
-    efficiency,
-    speedup,
     spread,
     unit_and_axes,
 )
@@ -67,7 +65,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
         throughput = finite(s.get("throughput"))
-        if r["state"] == "COMPLETED" and throughput is not None:
+        if r["state"] == State.COMPLETED and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
             p.summaries.append(s)
@@ -144,7 +142,7 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
         orig = store.run(r["rerun_of"])
         t0 = finite((summaries.get(orig["run_id"]) or {}).get("throughput"))
         t1 = finite((summaries.get(r["run_id"]) or {}).get("throughput"))
-        ok = orig["state"] == r["state"] == "COMPLETED"
+        ok = orig["state"] == r["state"] == State.COMPLETED
         out.append(
             {
                 "run_id": r["run_id"],
@@ -157,8 +155,8 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
                 "ranks": r["devices"],
                 "state": r["state"],
                 "original_state": orig["state"],
-                "original_throughput": t0 if orig["state"] == "COMPLETED" else None,
-                "rerun_throughput": t1 if r["state"] == "COMPLETED" else None,
+                "original_throughput": t0 if orig["state"] == State.COMPLETED else None,
+                "rerun_throughput": t1 if r["state"] == State.COMPLETED else None,
                 "ratio": (t1 / t0) if ok and t0 and t1 is not None else None,
             }
         )

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from ...trainers.common.records import RecordError, parse_record
 from ..errors import UserError
-from ..tracking.store import TERMINAL
+from ..runs import TERMINAL
 
 FORMAT = "dlscale-bundle"
 FORMAT_VERSION = 1

@@ -26,7 +26,8 @@ from ..config.tomlfile import parse_toml
 from ..errors import NotFoundError, SpecError, UserError
 from ..launching.plan import digest
 from ..paths import RunPaths, write_run_file
-from ..tracking.store import TERMINAL, Store
+from ..runs import TERMINAL
+from ..tracking.store import Store
 from ..tracking.store_imports import Imported
 from .bundle_read import (
     EXPERIMENT,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NotFoundError, UserError
+from ..runs import State
 from ..tracking.store import Store
 from . import analysis, bundles
 from .bundle_read import read_bundle
@@ -106,7 +107,12 @@ def judge(p: Point, b: Point, tolerance: float, max_cv: float) -> Verdict:
     # A slowdown twice the tolerance must show: the interval's half-width within
     # tolerance x baseline (as a fraction of this point's mean).
     margin = tolerance * base / mean if mean else tolerance
-    if p.throughput.n == 0 and p.states and "PENDING" not in p.states and "RUNNING" not in p.states:
+    if (
+        p.throughput.n == 0
+        and p.states
+        and State.PENDING not in p.states
+        and State.RUNNING not in p.states
+    ):
         return Verdict(
             name,
             REGRESSED,

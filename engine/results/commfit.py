@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runs import State
 from ..tracking.store import Store
 from .efficiency import is_comm
 
@@ -239,7 +240,7 @@ def measurements(store: Store, experiment: str | None) -> CommData:
     runs = [
         r
         for r in store.runs(experiment)
-        if is_comm(r) and r["state"] == "COMPLETED" and not r.get("rerun_of")
+        if is_comm(r) and r["state"] == State.COMPLETED and not r.get("rerun_of")
     ]
     records = store.last_records("comm", [r["run_id"] for r in runs]) if runs else {}
     data = CommData()

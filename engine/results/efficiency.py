@@ -24,6 +24,7 @@ import statistics
 from typing import Any
 
 from ..config.frameworks import NO_COMM_BENCHMARK
+from ..runs import State
 from ..tracking.store import Store
 from ..tracking.store_records import COMM_MARK
 from .points import Point
@@ -64,7 +65,7 @@ def attach(
     records = store.last_records("comm", [r["run_id"] for r in comm_rows]) if comm_rows else {}
     bench: dict[tuple, dict[str, Any]] = {}
     for r in sorted(comm_rows, key=lambda r: r["created"] or 0):  # the latest one wins
-        rec = records.get(r["run_id"]) if r["state"] == "COMPLETED" else None
+        rec = records.get(r["run_id"]) if r["state"] == State.COMPLETED else None
         if rec is not None or comm_key(r) not in bench or bench[comm_key(r)]["record"] is None:
             bench[comm_key(r)] = {
                 "run_id": r["run_id"],

@@ -8,11 +8,12 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..files import read_text
+from ..runs import CONFIGURATION, State
 
 NOISY_CV = 0.05
 
@@ -100,7 +101,9 @@ def efficiency(speedup_value: float | None, devices: int) -> float | None:
 
 @dataclass
 class Point:
-    """One measurement point: all repetitions of one configuration."""
+    """One measurement point: all repetitions of one configuration. Its first fields are
+    runs.Configuration's, in order (checked below): a frozen dataclass cannot be the base
+    of this one, which analysis fills in as it goes."""
 
     experiment: str
     framework: str
@@ -144,10 +147,10 @@ class Point:
         distinct = set(self.states)
         if len(distinct) == 1:
             return self.states[0]
-        for s in ("RUNNING", "PENDING"):
+        for s in (State.RUNNING, State.PENDING):
             if s in distinct:
                 return s
-        return "PARTIAL"  # some repetitions completed, others failed or were cancelled
+        return State.PARTIAL  # some repetitions completed, others failed or were cancelled
 
     def baseline_key(self) -> tuple:
         batch = self.per_device_batch if self.scaling == "weak" else self.global_batch
@@ -216,19 +219,9 @@ class Point:
         }
 
 
-POINT_FIELDS = (
-    "experiment",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
-    "per_device_batch",
-    "global_batch",
-    "scaling",
-    "precision",
-    "loader",
-)
+POINT_FIELDS = CONFIGURATION
+if tuple(f.name for f in fields(Point))[: len(CONFIGURATION)] != CONFIGURATION:
+    raise TypeError("Point's first fields must be runs.Configuration's, in order")
 
 
 def throughput_unit(rows: list[dict[str, Any]]) -> str:

@@ -25,6 +25,7 @@ import markupsafe
 
 from ..config.tomlfile import tomllib
 from ..errors import NotFoundError, UserError
+from ..runs import State
 from ..tracking.store import Store
 from . import analysis, figures, mllog, projection, tables
 from .bundles import profile_of, profile_text
@@ -220,7 +221,9 @@ def _write(
         if data:
             folder.write(file, json.dumps(data, indent=2) + "\n")
     logs = mllog.write(
-        store, [r["run_id"] for r in runs if r["state"] == "COMPLETED"], folder.subfolder("mllog")
+        store,
+        [r["run_id"] for r in runs if r["state"] == State.COMPLETED],
+        folder.subfolder("mllog"),
     )
 
     made = {

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import analysis, tables
-from .points import throughput_unit
+from . import tables
+from .points import speedup, throughput_unit
 from .reference import LoadedReference, compare
 from .report_tables import Table
 
@@ -168,7 +168,7 @@ def _loader_table(rows: list[dict[str, Any]]) -> Table | None:
             cells.append(tables.throughput_text(at) if at else "-")
         for ld in loaders[1:]:
             other = by.get(ld)
-            ratio = analysis.speedup(
+            ratio = speedup(
                 other["throughput"] if other else None, base["throughput"] if base else None
             )
             cells.append(tables.fmt(ratio))

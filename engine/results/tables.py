@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..tracking.queue import QUEUE_COLUMNS
 from . import report_tables
-from .formatting import elapsed_text, fmt, throughput_text  # noqa: F401  (tables.fmt...)
+from .formatting import fmt, throughput_text
 from .points import throughput_unit
 
 

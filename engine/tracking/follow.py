@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from ..backends.base import WAITING
 from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
+from ..runs import ACTIVE, State
 from .monitor import sync
-from .store import ACTIVE, RUN_ID_PREFIX, RUN_ID_RULE, Store
+from .store import RUN_ID_PREFIX, RUN_ID_RULE, Store
 
 
 def find_run(store: Store, ident: str) -> dict:
@@ -56,7 +56,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
             jobs.append((row["backend"], row["job_id"]))
         for backend, job_id in jobs:
             by_backend.setdefault(backend, []).append(job_id)
-        if jobs or row["state"] == WAITING:  # a waiting run has no job: no wave takes it
+        if jobs or row["state"] == State.WAITING:  # a waiting run has no job: no wave takes it
             done.append(rid)
     for backend, job_ids in by_backend.items():
         make_backend(backend, store).watcher.cancel(job_ids)
@@ -66,12 +66,12 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
             store.update_job(
                 backend,
                 job["job_id"],
-                state="CANCELLED",
+                state=State.CANCELLED,
                 ended=time.time(),
                 reason="cancelled by the user",
             )
     for rid in done:
-        store.update_run(rid, state="CANCELLED", reason="cancelled by the user")
+        store.update_run(rid, state=State.CANCELLED, reason="cancelled by the user")
     return done
 
 
@@ -89,4 +89,4 @@ def refresh(store: Store) -> list[str]:
 
 
 def backends_in_use(store: Store) -> list[str]:
-    return store.live_backends(states=ACTIVE + (WAITING,))
+    return store.live_backends(states=ACTIVE + (State.WAITING,))

@@ -7,12 +7,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.base import WAITING, Backend
+from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
+from ..runs import ACTIVE, FAILURES, TERMINAL, State
 from . import log_patterns
 from .logs import failure_reason
-from .store import ACTIVE, SUBMITTING, TERMINAL, Store
+from .store import Store
 
 
 def finalize_run(store: Store, run_id: str, job_state: str) -> str:
@@ -23,23 +24,23 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     # A declared framework reporting through its log: its records are made from it now.
     measured_nothing = (
         log_patterns.settle(row, (store.job(row["backend"], row["job_id"]) or {}).get("nodes"))
-        if job_state == "COMPLETED" and row["job_id"]
+        if job_state == State.COMPLETED and row["job_id"]
         else None
     )
     store.ingest(run_id, RunPaths(run_dir).metrics, final=True)
     state, reason = job_state, None
     if measured_nothing:
-        state = "FAILED"
+        state = State.FAILED
         reason = measured_nothing + "\n" + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
-    elif state == "COMPLETED" and not store.records(run_id, "summary"):
-        state = "FAILED"
+    elif state == State.COMPLETED and not store.records(run_id, "summary"):
+        state = State.FAILED
         reason = (
             "the job ended without a summary record\n"
             + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
         )
-    elif state in ("FAILED", "TIMEOUT", "NODE_FAIL"):
+    elif state in FAILURES:
         reason = failure_reason(RunPaths(run_dir).log)
-    elif state == "CANCELLED":
+    elif state == State.CANCELLED:
         reason = "cancelled"
     store.update_run(run_id, state=state, reason=reason)
     return state
@@ -82,12 +83,12 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                 store.update_run(r["run_id"], reason=VANISHED)
             elif st is not None and r["reason"] == VANISHED:
                 store.update_run(r["run_id"], reason=st.reason)
-            if st is None or (st.state == "PENDING" and r["state"] == "RUNNING"):
+            if st is None or (st.state == State.PENDING and r["state"] == State.RUNNING):
                 # sacct (slurmdbd) can lag the controller by seconds: a job seen running is
                 # not sent back to pending by a stale answer (our scripts never requeue).
                 continue
             backend.observed(store, st)
-            if st.state == "RUNNING" or st.state in TERMINAL:
+            if st.state == State.RUNNING or st.state in TERMINAL:
                 new += store.ingest(r["run_id"], RunPaths.of(r).metrics)
             if st.state in TERMINAL:
                 # The local worker settles its own runs; this covers the gap in between and
@@ -137,7 +138,7 @@ def wait_until_done(
         rows = [store.run(rid) for rid in run_ids]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.
-        if not any(r["state"] in ACTIVE + (SUBMITTING, WAITING) for r in rows):
+        if not any(r["state"] in ACTIVE + (State.SUBMITTING, State.WAITING) for r in rows):
             return tick
         if tick.states != last or tick.new_records:
             backoff.reset()

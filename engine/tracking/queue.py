@@ -13,11 +13,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..backends.base import WAITING
 from ..results.formatting import elapsed_text, finite, fmt
+from ..runs import ACTIVE, State
 from ..text import printable
 from .store import Store
-from .store_claims import ACTIVE, SUBMITTING
 from .store_records import QUEUE_CHANGES, skipped_text
 
 
@@ -44,7 +43,7 @@ class QueueRow:
     def why_not_cancel(self) -> str | None:
         """Why cancelling this run would do nothing (None: it can be cancelled), in the
         words `follow.cancel` acts on: a queued, running or waiting run."""
-        if self.state in ACTIVE or self.state == WAITING:
+        if self.state in ACTIVE or self.state == State.WAITING:
             return None
         return (
             f"run {self.run_id} is {self.state}: only a queued, running or waiting run "
@@ -54,7 +53,7 @@ class QueueRow:
     def why_not_resubmit(self) -> str | None:
         """Why resubmitting this run would be refused (None: it can be), as
         `study.resubmit` refuses it."""
-        if self.state in ACTIVE or self.state == SUBMITTING:
+        if self.state in ACTIVE or self.state == State.SUBMITTING:
             return f"run {self.run_id} is {self.state}: cancel it first, then resubmit"
         if not self.job_id:
             return (

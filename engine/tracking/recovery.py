@@ -24,25 +24,15 @@ from ..errors import UserError
 from ..files import open_regular, read_text
 from ..launching.plan import digest, plan
 from ..paths import RUN_FIELDS, RunPaths
+from ..runs import CONFIGURATION, COUNTS, TEXTS, State
 from ..text import printable
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
 from .store_records import INGEST_BYTES
 
-_IDENTITY = (
-    "experiment",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
-    "per_device_batch",
-    "global_batch",
-    "scaling",
-    "precision",
-    "loader",
-    "training",
-)
+# What a point id hashes: the configuration and the recipe (Run.identity without the
+# repetition).
+_IDENTITY = (*CONFIGURATION, "training")
 
 
 @dataclass
@@ -160,12 +150,12 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
     job_id = job_of_records(backend, env)
     state, reason = (
-        "PLANNED",
+        State.PLANNED,
         ("recovered by `dlscale store rebuild`: no records yet; `dlscale run SPEC` submits it"),
     )
     if records:
         state, reason = (
-            "FAILED",
+            State.FAILED,
             (
                 "recovered by `dlscale store rebuild` without a summary "
                 "record (it had not finished); `dlscale run SPEC` runs it "
@@ -190,14 +180,14 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     # a job the scheduler may still run (its id known) may still finish its last line
     out.records += store.ingest(run_id, paths.metrics, final=not job_id)
     if store.records(run_id, "summary"):
-        store.update_run(run_id, state="COMPLETED", reason=None)
+        store.update_run(run_id, state=State.COMPLETED, reason=None)
     elif job_id and not row.get("site"):
         # Slurm may still be running it (a run imported from another site's bundle never
         # runs here): the next poll asks, and settles the run.
-        store.add_job(backend, job_id, run_id, "RUNNING")
+        store.add_job(backend, job_id, run_id, State.RUNNING)
         store.update_run(
             run_id,
-            state="RUNNING",
+            state=State.RUNNING,
             reason=f"recovered by `dlscale store rebuild`: asking Slurm about job {job_id}",
         )
 
@@ -207,8 +197,8 @@ def _first(places: list[Path], name: str) -> Path | None:
 
 
 # What run.json must hold, by type (a hand-edited or hostile one is named, not trusted).
-_COUNTS = ("nodes", "ranks_per_node", "per_device_batch", "global_batch", "repetition")
-_TEXTS = ("experiment", "framework", "model", "dataset", "scaling", "precision", "loader")
+_COUNTS = (*COUNTS, "repetition")
+_TEXTS = TEXTS
 
 
 def _check_row(row: dict[str, Any]) -> None:

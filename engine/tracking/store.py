@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import re
 import sqlite3
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
-from .store_claims import ACTIVE, SUBMITTING, Claims, chunks  # noqa: F401  (store.SUBMITTING)
+from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, State
+from .store_claims import Claims
 from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .store_imports import Imports
 from .store_jobs import Jobs
@@ -30,13 +32,10 @@ from .store_revisions import add_revisions
 if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
     from ..launching.plan import Run
 
-# ACTIVE, SUBMITTING: a run one process has claimed for submission, between rendering its
-# job and the scheduler's answer (store_claims.py); both are named here for every reader.
 RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS experiments (
     name TEXT PRIMARY KEY, spec_path TEXT, spec_text TEXT, spec_digest TEXT, updated REAL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -44,7 +43,7 @@ CREATE TABLE IF NOT EXISTS runs (
     framework TEXT, model TEXT, dataset TEXT, nodes INTEGER, ranks_per_node INTEGER,
     devices INTEGER, per_device_batch INTEGER, global_batch INTEGER, scaling TEXT,
     precision TEXT, loader TEXT, repetition INTEGER, training TEXT,
-    state TEXT NOT NULL DEFAULT 'PLANNED', reason TEXT, backend TEXT, job_id TEXT,
+    state TEXT NOT NULL DEFAULT '{State.PLANNED}', reason TEXT, backend TEXT, job_id TEXT,
     run_dir TEXT, attempts INTEGER NOT NULL DEFAULT 0, created REAL, updated REAL,
     ingest_offset INTEGER NOT NULL DEFAULT 0, ingest_lines INTEGER NOT NULL DEFAULT 0,
     bad_records INTEGER NOT NULL DEFAULT 0, rerun_of TEXT);
@@ -64,9 +63,12 @@ CREATE TABLE IF NOT EXISTS skipped_records (
     PRIMARY KEY (run_id, line));
 """
 
-# Added after the first release; _migrate adds them to older stores.
+# Added after the first release; _migrate adds them to older stores. A configuration field
+# (runs.Configuration) missing from a store gains its column the same way: a new study axis
+# needs no schema change of its own.
 # site: where an imported run was measured (NULL: here); see store_imports.py.
 _ADDED_RUN_COLUMNS = {
+    **{name: COLUMN_TYPES[name] for name in CONFIGURATION},
     "rerun_of": "TEXT",
     "claimed_by": "TEXT",
     "rev": "INTEGER",
@@ -83,11 +85,16 @@ _ADDED_JOB_COLUMNS = {
 # The schema's own guard against duplicate jobs: at most one queued or running job per run.
 _ONE_LIVE_JOB_PER_RUN = (
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_live_per_run ON "
-    "jobs(run_id) WHERE state IN ('PENDING', 'RUNNING')"
+    f"jobs(run_id) WHERE state IN {ACTIVE_SQL}"
 )
 
 
-# A job's row without its payload.
+# A planned run's row (Store.add_runs): its configuration's columns named by runs.py.
+_INSERTED = ("run_id", "point_id", *CONFIGURATION, "devices", "repetition", "training")
+_INSERT_RUN = (
+    f"INSERT OR IGNORE INTO runs ({', '.join(_INSERTED)}, state, run_dir, created, updated) "
+    f"VALUES ({', '.join('?' * len(_INSERTED))}, '{State.PLANNED}', ?, ?, ?)"
+)
 
 
 def default_home() -> Path:
@@ -246,28 +253,16 @@ class Store(Claims, Jobs, Records, Imports):
             return text
 
         runs_dir = str(self.runs_dir)
+        configuration = operator.attrgetter(*CONFIGURATION)
         with self.transaction() as c:
             c.executemany(
-                "INSERT OR IGNORE INTO runs (run_id, point_id, experiment, framework, model, "
-                "dataset, nodes, ranks_per_node, devices, per_device_batch, global_batch, "
-                "scaling, precision, loader, repetition, training, state, run_dir, created, "
-                "updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'PLANNED',?,?,?)",
+                _INSERT_RUN,
                 [
                     (
                         run.run_id,
                         run.point_id,
-                        run.experiment,
-                        run.framework,
-                        run.model,
-                        run.dataset,
-                        run.nodes,
-                        run.ranks_per_node,
+                        *configuration(run),
                         run.devices,
-                        run.per_device_batch,
-                        run.global_batch,
-                        run.scaling,
-                        run.precision,
-                        run.loader,
                         run.repetition,
                         training(run),
                         os.path.join(runs_dir, run.run_id),
@@ -316,7 +311,7 @@ class Store(Claims, Jobs, Records, Imports):
         row = {
             **copied,
             "run_id": run_id,
-            "state": "PLANNED",
+            "state": State.PLANNED,
             "rerun_of": original["run_id"],
             "run_dir": str(self.runs_dir / run_id),
             "created": now,
@@ -408,7 +403,7 @@ class Store(Claims, Jobs, Records, Imports):
         """The queued and running runs, with only what a watcher's tick reads of them."""
         sql = (
             "SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
-            "state IN ('PENDING', 'RUNNING')"
+            f"state IN {ACTIVE_SQL}"
         )
         args = []
         if experiment:

@@ -1,6 +1,6 @@
 """Claiming runs for submission: only one process at a time may submit a run.
 
-A claimed run is SUBMITTING, owned by the process that claimed it (host, pid and the
+A claimed run is State.SUBMITTING, owned by the process that claimed it (host, pid and the
 process's start time, so a later process reusing the pid is not taken for it), until that
 process records its job (add_job / add_jobs) or releases it saying why not. The schema's
 own guard (one queued or running job per run) backs the claims up.
@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFoundError, StoreError
+from ..runs import ACTIVE, ACTIVE_SQL, State
 
-ACTIVE = ("PENDING", "RUNNING")
-SUBMITTING = "SUBMITTING"
 # A claim by a process on another host cannot be checked; after this long it is stale.
 _FOREIGN_CLAIM_S = 600.0
 # Run ids per statement: well under SQLite's limit on bound parameters (32766, or 999 in
@@ -67,7 +66,7 @@ class Claims:
                 live = {
                     r[0]
                     for r in c.execute(
-                        f"SELECT run_id FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND "
+                        f"SELECT run_id FROM jobs WHERE state IN {ACTIVE_SQL} AND "
                         f"run_id IN ({marks})",
                         part,
                     )
@@ -81,7 +80,7 @@ class Claims:
                         row["state"] in skip + ACTIVE
                         or row["run_id"] in live
                         or (
-                            row["state"] == SUBMITTING
+                            row["state"] == State.SUBMITTING
                             and _claim_alive(row["claimed_by"], row["updated"])
                         )
                     ):
@@ -95,7 +94,7 @@ class Claims:
                 "UPDATE runs SET state=?, claimed_by=?, reason=?, "
                 "attempts=attempts+1, ingest_offset=0, ingest_lines=0, "
                 "bad_records=0, updated=? WHERE run_id=?",
-                [(SUBMITTING, me, reason, now, rid) for rid in claimable],
+                [(State.SUBMITTING, me, reason, now, rid) for rid in claimable],
             )
         return self.rows_of(claimable)
 
@@ -188,7 +187,7 @@ class Claims:
             c.execute(
                 "UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
                 "state=? AND claimed_by=?",
-                (state, reason, time.time(), run_id, SUBMITTING, _process_id()),
+                (state, reason, time.time(), run_id, State.SUBMITTING, _process_id()),
             )
 
     def release_stale_claims(self) -> list[str]:
@@ -199,14 +198,14 @@ class Claims:
         stale = [
             r
             for r in self.conn.execute(
-                "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (SUBMITTING,)
+                "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (State.SUBMITTING,)
             )
             if not _claim_alive(r["claimed_by"], r["updated"])
         ]
         if stale:
             with self.transaction() as c:
                 c.executemany(
-                    "UPDATE runs SET state='PLANNED', reason=?, updated=? WHERE "
+                    f"UPDATE runs SET state='{State.PLANNED}', reason=?, updated=? WHERE "
                     "run_id=? AND state=? AND claimed_by IS ?",
                     [
                         (
@@ -215,7 +214,7 @@ class Claims:
                             "where the scheduler had taken one)",
                             time.time(),
                             r["run_id"],
-                            SUBMITTING,
+                            State.SUBMITTING,
                             r["claimed_by"],
                         )
                         for r in stale

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ..runs import ACTIVE_SQL, State
 from .store_claims import chunks
 
 _JOB_STATE = (
@@ -27,7 +28,7 @@ class Jobs:
     def live_jobs(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
         """Every queued or running job of these runs, in any backend: not only the job a
         run row names, so a duplicate (from a store made before the guard) is reached."""
-        sql, args = "SELECT * FROM jobs WHERE state IN ('PENDING', 'RUNNING')", []
+        sql, args = f"SELECT * FROM jobs WHERE state IN {ACTIVE_SQL}", []
         if run_ids is not None:
             sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
             args = list(run_ids)
@@ -81,19 +82,21 @@ class Jobs:
         with self.transaction() as c:
             row = c.execute(
                 "SELECT job_id, run_id FROM jobs WHERE backend=? AND "
-                "state='PENDING' ORDER BY submitted, job_id LIMIT 1",
+                f"state='{State.PENDING}' ORDER BY submitted, job_id LIMIT 1",
                 (backend,),
             ).fetchone()
             if row is None:
                 return None
             now = time.time()
-            fields = {**fields, "state": "RUNNING", "started": now}
+            fields = {**fields, "state": State.RUNNING, "started": now}
             c.execute(
                 f"UPDATE jobs SET {', '.join(f'{k}=?' for k in fields)} "
                 "WHERE backend=? AND job_id=?",
                 (*fields.values(), backend, row[0]),
             )
-            c.execute("UPDATE runs SET state='RUNNING', updated=? WHERE run_id=?", (now, row[1]))
+            c.execute(
+                f"UPDATE runs SET state='{State.RUNNING}', updated=? WHERE run_id=?", (now, row[1])
+            )
         return self.job(backend, row[0])
 
     def update_job(self, backend: str, job_id: str, **fields: Any) -> None:

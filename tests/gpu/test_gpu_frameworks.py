@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlscale.engine.launching import envs, gpus
+from dlscale.engine.launching import envs, gpus, recipes
 from dlscale.engine.tracking.store import default_home
 from dlscale.trainers.common.gpu import COMPUTE_DTYPE
 
@@ -191,7 +191,7 @@ def test_horovod_gpu_environments_have_nccl():
     for framework in ("horovod-pytorch", "horovod-tensorflow"):
         status = gpu_env(framework)
         _, _, facts = envs.probe_facts(
-            status.python, envs.recipe_for(framework, (), "cuda"), full_import=True
+            status.python, recipes.recipe_for(framework, (), "cuda"), full_import=True
         )
         assert facts["nccl"] is True and facts["cuda"]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
+from ...runs import ACTIVE, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from ..base import Backend, JobRequest, JobStatus, Watcher
@@ -89,12 +90,12 @@ def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = 
     store.update_job(
         "local",
         job["job_id"],
-        state="FAILED",
+        state=State.FAILED,
         ended=time.time(),
         reason=reason,
         exit_code=exit_code,
     )
-    finalize_run(store, job["run_id"], "FAILED")
+    finalize_run(store, job["run_id"], State.FAILED)
     log_tail = (store.run(job["run_id"])["reason"] or "").split("\n")[1:]
     store.update_run(job["run_id"], reason="\n".join([reason, *log_tail]))
 
@@ -280,7 +281,7 @@ class LocalBackend(Backend):
                 (
                     job_id,
                     r.run_id,
-                    "PENDING",
+                    State.PENDING,
                     {
                         "argv": r.argv,
                         "env": r.env,
@@ -310,13 +311,13 @@ class LocalWatcher(Watcher):
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         rows = self._jobs(job_ids)
-        active = [r for r in rows if r["state"] in ("PENDING", "RUNNING")]
+        active = [r for r in rows if r["state"] in ACTIVE]
         if active and not worker_alive(self.store.home):
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
             # Its launcher and ranks died with it (a parent-death signal); stop any that did
             # not, proven to be the job's own, never by the recorded pid alone.
             for r in active:
-                if r["state"] == "RUNNING":
+                if r["state"] == State.RUNNING:
                     signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGKILL)
                     settle_failed(self.store, r, lost_reason(r))
             self.ensure_worker()
@@ -344,13 +345,13 @@ class LocalWatcher(Watcher):
         return [j for j in self.store.jobs(self.name, payload=False) if j["job_id"] in wanted]
 
     def cancel(self, job_ids: list[str]) -> None:
-        for r in self.store.jobs(self.name, job_ids, states=("PENDING", "RUNNING")):
+        for r in self.store.jobs(self.name, job_ids, states=ACTIVE):
             self.store.update_job(
                 self.name,
                 r["job_id"],
-                state="CANCELLED",
+                state=State.CANCELLED,
                 ended=time.time(),
                 reason="cancelled by the user",
             )
-            if r["state"] == "RUNNING":  # the worker follows up (SIGKILL after a grace)
+            if r["state"] == State.RUNNING:  # the worker follows up (SIGKILL after a grace)
                 signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGTERM)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ....trainers.common.lifeline import parent_watch
 from ...paths import Layout, RunPaths, lay_out
+from ...runs import State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from .backend import LOCK_NAME, settle_failed
@@ -80,8 +81,8 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
     run_dir = Path(payload["run_dir"])
     why = make_folder(store, job, payload)
     if why is not None:
-        store.update_job("local", job["job_id"], state="FAILED", ended=time.time(), reason=why)
-        store.update_run(job["run_id"], state="FAILED", reason=why)  # it has no log to read
+        store.update_job("local", job["job_id"], state=State.FAILED, ended=time.time(), reason=why)
+        store.update_run(job["run_id"], state=State.FAILED, reason=why)  # it has no log to read
         return
     metrics = RunPaths(run_dir).metrics
     with open(payload["log"], "ab") as log:
@@ -95,12 +96,12 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             store.update_job(
                 "local",
                 job["job_id"],
-                state="FAILED",
+                state=State.FAILED,
                 ended=time.time(),
                 exit_code=127,
                 reason=proc,
             )
-            finalize_run(store, job["run_id"], "FAILED")
+            finalize_run(store, job["run_id"], State.FAILED)
             return
         # Recorded while it is our unreaped child, so the mark is this launcher's own.
         store.update_job("local", job["job_id"], pid=proc.pid, pid_mark=process_mark(proc.pid))
@@ -111,7 +112,9 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             if now - last_ingest > INGEST_EVERY_S:  # partial results survive a killed run
                 store.ingest(job["run_id"], metrics)
                 last_ingest = now
-                cancelled = (store.job("local", job["job_id"]) or {}).get("state") == "CANCELLED"
+                cancelled = (store.job("local", job["job_id"]) or {}).get(
+                    "state"
+                ) == State.CANCELLED
             if term_sent is None and (cancelled or stopping.get("signal")):
                 _signal_launcher(proc, signal.SIGTERM)
                 term_sent = now
@@ -128,8 +131,8 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             )
     row = store.job("local", job["job_id"])
     assert row is not None  # the worker's own job: nothing deletes it while it runs
-    if row["state"] == "CANCELLED":
-        finalize_run(store, job["run_id"], "CANCELLED")
+    if row["state"] == State.CANCELLED:
+        finalize_run(store, job["run_id"], State.CANCELLED)
     elif term_sent and stopping.get("signal"):  # not a job that ended on its own meanwhile
         name = signal.Signals(stopping["signal"]).name
         settle_failed(
@@ -140,7 +143,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             exit_code=rc,
         )
     else:
-        state = "COMPLETED" if rc == 0 else "FAILED"
+        state = State.COMPLETED if rc == 0 else State.FAILED
         store.update_job("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
         finalize_run(store, job["run_id"], state)
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ControllerUnreachable, DlscaleError, SubmitError
 from ...paths import RunPaths
-from ..base import WAITING, JobRequest, NotYet
+from ...runs import State
+from ..base import JobRequest, NotYet
 
 if TYPE_CHECKING:
     from ...tracking.store import Store
@@ -230,7 +231,7 @@ def next_wave(
     """Submit the WAITING runs the queue has room for now; returns how many went. Their job
     scripts were written when they were planned; the limits and throttle come from the
     profile and spec kept in their folders."""
-    waiting = [r for r in store.runs(experiment, states=(WAITING,))]
+    waiting = [r for r in store.runs(experiment, states=(State.WAITING,))]
     if not waiting:
         return 0
     from ...config.profile import load_profile as load
@@ -259,19 +260,21 @@ def next_wave(
         outcomes = submit_many(backend, requests, profile, throttle)
     except BaseException:
         for row in claimed:
-            store.release_run(row["run_id"], WAITING, f"{WAITING_REASON} (the wave failed)")
+            store.release_run(row["run_id"], State.WAITING, f"{WAITING_REASON} (the wave failed)")
         raise
     went = 0
     for row, request, outcome in zip(claimed, requests, outcomes):
         if isinstance(outcome, WaitForSlots):
-            store.release_run(row["run_id"], WAITING, str(outcome))
+            store.release_run(row["run_id"], State.WAITING, str(outcome))
         elif isinstance(outcome, Exception):
             store.release_run(
                 row["run_id"],
-                "FAILED" if isinstance(outcome, SubmitError) else WAITING,
+                State.FAILED if isinstance(outcome, SubmitError) else State.WAITING,
                 f"not submitted: {outcome}",
             )
         else:
-            store.add_job(backend.name, outcome, row["run_id"], "PENDING", backend.payload(request))
+            store.add_job(
+                backend.name, outcome, row["run_id"], State.PENDING, backend.payload(request)
+            )
             went += 1
     return went

@@ -17,7 +17,8 @@ from typing import Any
 
 from ...errors import ControllerUnreachable, SchedulerError, SubmitError
 from ...paths import RunPaths
-from ...tracking.store import TERMINAL, Store
+from ...runs import TERMINAL
+from ...tracking.store import Store
 from ..base import Backend, JobRequest, JobStatus
 from . import arrays, tags
 from .common import (

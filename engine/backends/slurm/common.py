@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ...errors import ControllerUnreachable
 from ...paths import RunPaths
-from ...tracking.store import TERMINAL
+from ...runs import TERMINAL, State
 from ..base import JobStatus, Watcher
 from .parsing import SlurmJob, parse_exit_marker
 
@@ -104,7 +104,7 @@ def last_word(row: dict[str, Any]) -> JobStatus | None:
     return JobStatus(
         row["job_id"],
         state,
-        None if state != "CANCELLED" else "ended by SIGTERM (scancel, or the time limit)",
+        None if state != State.CANCELLED else "ended by SIGTERM (scancel, or the time limit)",
         None,
         None,
         code,
@@ -126,7 +126,7 @@ class SlurmWatcher(Watcher):
 
     def submitted(self, job_id: str) -> None:
         """Known PENDING until Slurm says more (its database may not know it yet)."""
-        self._cache[job_id] = SlurmJob(job_id, "PENDING", "PENDING")
+        self._cache[job_id] = SlurmJob(job_id, State.PENDING, "PENDING")
 
     def _live(self, job_ids: list[str]) -> list[str]:
         """The jobs not known to be finished: the only ones asked about."""

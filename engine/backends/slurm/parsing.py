@@ -12,33 +12,35 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..runs import State
+
 # Slurm's job states, mapped onto the ones dlscale shows. Unknown states read as UNKNOWN
 # rather than being guessed.
 STATE_MAP = {
-    "PENDING": "PENDING",
-    "CONFIGURING": "PENDING",
-    "REQUEUED": "PENDING",
-    "REQUEUE_HOLD": "PENDING",
-    "REQUEUE_FED": "PENDING",
-    "RESV_DEL_HOLD": "PENDING",
-    "RUNNING": "RUNNING",
-    "COMPLETING": "RUNNING",
-    "RESIZING": "RUNNING",
-    "SUSPENDED": "RUNNING",
-    "STAGE_OUT": "RUNNING",
-    "SIGNALING": "RUNNING",
-    "STOPPED": "RUNNING",
-    "COMPLETED": "COMPLETED",
-    "FAILED": "FAILED",
-    "OUT_OF_MEMORY": "FAILED",
-    "BOOT_FAIL": "FAILED",
-    "SPECIAL_EXIT": "FAILED",
-    "PREEMPTED": "FAILED",
-    "REVOKED": "FAILED",
-    "CANCELLED": "CANCELLED",
-    "DEADLINE": "TIMEOUT",
-    "TIMEOUT": "TIMEOUT",
-    "NODE_FAIL": "NODE_FAIL",
+    "PENDING": State.PENDING,
+    "CONFIGURING": State.PENDING,
+    "REQUEUED": State.PENDING,
+    "REQUEUE_HOLD": State.PENDING,
+    "REQUEUE_FED": State.PENDING,
+    "RESV_DEL_HOLD": State.PENDING,
+    "RUNNING": State.RUNNING,
+    "COMPLETING": State.RUNNING,
+    "RESIZING": State.RUNNING,
+    "SUSPENDED": State.RUNNING,
+    "STAGE_OUT": State.RUNNING,
+    "SIGNALING": State.RUNNING,
+    "STOPPED": State.RUNNING,
+    "COMPLETED": State.COMPLETED,
+    "FAILED": State.FAILED,
+    "OUT_OF_MEMORY": State.FAILED,
+    "BOOT_FAIL": State.FAILED,
+    "SPECIAL_EXIT": State.FAILED,
+    "PREEMPTED": State.FAILED,
+    "REVOKED": State.FAILED,
+    "CANCELLED": State.CANCELLED,
+    "DEADLINE": State.TIMEOUT,
+    "TIMEOUT": State.TIMEOUT,
+    "NODE_FAIL": State.NODE_FAIL,
 }
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
 # the user's jobs with their comments (tags): an array's own id, state, comment last
@@ -66,7 +68,7 @@ class SlurmJob:
 @functools.lru_cache(maxsize=256)
 def map_state(raw: str) -> str:
     word = raw.strip().split(" ")[0].rstrip("+").upper()
-    return STATE_MAP.get(word, "UNKNOWN")
+    return STATE_MAP.get(word, State.UNKNOWN)
 
 
 def parse_sbatch(stdout: str) -> str:
@@ -152,9 +154,9 @@ def _current_state(state) -> str:
     # 22.05: {"current": "COMPLETED"}; 23.02+: {"current": ["COMPLETED"], "reason": ...};
     # some builds print a bare string.
     if isinstance(state, dict):
-        state = state.get("current", "UNKNOWN")
+        state = state.get("current", State.UNKNOWN)
     if isinstance(state, list):
-        state = state[0] if state else "UNKNOWN"
+        state = state[0] if state else State.UNKNOWN
     return str(state)
 
 
@@ -301,7 +303,7 @@ def parse_scontrol_jobs(stdout: str) -> dict[str, SlurmJob]:
         f = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
         array_job, task = f.get("ArrayJobId"), f.get("ArrayTaskId")
         jids = expand_array(f"{array_job}_[{task}]") if array_job and task else [f.get("JobId", "")]
-        raw = f.get("JobState", "UNKNOWN")
+        raw = f.get("JobState", State.UNKNOWN)
         exit_code, sig = _exit(f.get("ExitCode", ""))
         reason = f.get("Reason")
         for jid in jids:
@@ -324,7 +326,7 @@ def parse_exit_marker(text: str) -> tuple[str, int | None] | None:
     words = text.split()
     if words[:1] == ["exit"] and len(words) == 2 and words[1].isdigit():
         code = int(words[1])
-        return ("COMPLETED" if code == 0 else "FAILED"), code
+        return (State.COMPLETED if code == 0 else State.FAILED), code
     if words[:1] == ["signal"] and len(words) == 2:
-        return "CANCELLED", None
+        return State.CANCELLED, None
     return None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...errors import ControllerUnreachable
-from ...tracking.store import TERMINAL
+from ...runs import TERMINAL
 
 PREFIX = "dlscale"
 ARRAY = "array-"

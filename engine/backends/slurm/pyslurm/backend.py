@@ -15,7 +15,8 @@ from typing import Any
 
 from ....errors import ControllerUnreachable, SchedulerError, SubmitError
 from ....paths import RunPaths
-from ....tracking.store import TERMINAL, Store
+from ....runs import TERMINAL, State
+from ....tracking.store import Store
 from ...base import Backend, JobRequest
 from .. import arrays, tags
 from ..common import clean_env, user_name
@@ -103,7 +104,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         jobs = self.controller.call("queue", self.controller.api.Jobs.load)
         me, count = os.getuid(), 0
         for job in jobs.values():
-            if job.user_id != me or map_state(text_of(job.state) or "UNKNOWN") in TERMINAL:
+            if job.user_id != me or map_state(text_of(job.state) or State.UNKNOWN) in TERMINAL:
                 continue
             waiting = waiting_tasks(job)
             count += 1 if waiting is None else len(waiting)
@@ -118,7 +119,7 @@ class PyslurmBackend(SlurmJobs, Backend):
         for job in jobs.values():
             comment = text_of(getattr(job, "comment", None)) or ""
             if job.user_id == me and comment.startswith(tags.PREFIX + ":"):
-                state = map_state(text_of(job.state) or "UNKNOWN")
+                state = map_state(text_of(job.state) or State.UNKNOWN)
                 own = getattr(job, "array_id", None) or job.id
                 out.append(tags.Tagged(str(own), state, comment))
         return out

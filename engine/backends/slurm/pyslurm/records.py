@@ -3,6 +3,7 @@ record answers for (an array's tasks), its state, pending reason, nodes and time
 
 from __future__ import annotations
 
+from ....runs import State
 from ..parsing import SlurmJob, expand_array, map_state
 
 
@@ -60,13 +61,13 @@ def waiting_tasks(job) -> list[str] | None:
 
 def status(key: str, job, from_controller: bool) -> SlurmJob:
     """A job record as dlscale keeps it under `key`: the controller's or the database's."""
-    raw = text_of(job.state) or "UNKNOWN"
+    raw = text_of(job.state) or State.UNKNOWN
     state = map_state(raw)
     if from_controller:
         # squeue's pending reason; a finished job's (NonZeroExitCode...) is not what
         # sacct, and so the commands, report
         nodes, elapsed = job.allocated_nodes, job.run_time
-        reason = job.state_reason if state == "PENDING" else None
+        reason = job.state_reason if state == State.PENDING else None
     else:  # the reason a job last pended for, as sacct shows it
         nodes, elapsed, reason = job.nodelist, job.elapsed_time, job.state_reason
     return SlurmJob(

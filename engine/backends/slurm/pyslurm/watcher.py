@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ....errors import SchedulerError
-from ....tracking.store import TERMINAL
+from ....runs import TERMINAL
 from ...base import JobStatus
 from ..common import SlurmWatcher, clean_env, has_accounting, run_command
 from .api import Controller

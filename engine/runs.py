@@ -1,0 +1,86 @@
+"""The run's vocabulary: the states a run and its job go through, and what identifies a run.
+
+Everything else derives from these: the planner's `Run` (launching/plan.py) is a
+`Configuration` with its repetition and recipe, a point (results/points.py) is all
+repetitions of one configuration, `store rebuild` checks a run.json's fields by their types
+here, and the store adds a configuration field's column to an older store. Standard library
+only: every layer imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import Enum
+
+
+class State(str, Enum):
+    """A run's state, a job's (as a backend maps its scheduler's words), or a point's. The
+    values are the strings stored in SQLite and written in JSON, so a member is equal to its
+    string, and prints as it (str, format) on every Python."""
+
+    PLANNED = "PLANNED"  # in the store, not submitted
+    SUBMITTING = "SUBMITTING"  # claimed by one process, between its job's script and the answer
+    WAITING = "WAITING"  # not submitted yet: the place's limits leave no room (next_wave)
+    PENDING = "PENDING"  # queued
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    UNKNOWN = "UNKNOWN"  # a job's: a scheduler's word dlscale does not know
+    PARTIAL = "PARTIAL"  # a point's: some repetitions completed, others did not
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# A live job: queued or running (the schema allows one per run).
+ACTIVE = (State.PENDING, State.RUNNING)
+# ACTIVE as an SQL list, `('PENDING', 'RUNNING')`: the text of the schema's partial index on
+# live jobs, which a query must repeat for SQLite to use it.
+ACTIVE_SQL = "(" + ", ".join(f"'{s.value}'" for s in ACTIVE) + ")"
+# How a job ends; the run takes its job's end (monitor.finalize_run).
+TERMINAL = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL)
+# Ends whose reason is in the job's log.
+FAILURES = (State.FAILED, State.TIMEOUT, State.NODE_FAIL)
+# Not (yet) given to the place: no job of its own.
+UNSUBMITTED = (State.PLANNED, State.SUBMITTING, State.WAITING)
+# Still to end, as far as a watcher waiting for it knows: queued, running, or on its way.
+UNFINISHED = ACTIVE + (State.PLANNED, State.SUBMITTING)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What a measurement point is: the configuration its repetitions share. A run is one
+    repetition of it (plan.Run); its id hashes these fields with the repetition and the
+    training recipe. The one place a study axis is named."""
+
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    nodes: int
+    ranks_per_node: int
+    per_device_batch: int
+    global_batch: int
+    scaling: str
+    precision: str
+    loader: str
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def scale(self) -> str:
+        return f"{self.nodes}x{self.ranks_per_node}"
+
+
+# Asked once: dataclasses.fields() walks the class at every call.
+CONFIGURATION = tuple(f.name for f in fields(Configuration))
+# The configuration's whole-number fields and names, with their SQLite column types (a
+# field's type is its annotation's text here, or the type itself without the __future__ import).
+COUNTS = tuple(f.name for f in fields(Configuration) if f.type in ("int", int))
+TEXTS = tuple(f.name for f in fields(Configuration) if f.type in ("str", str))
+COLUMN_TYPES = {name: "INTEGER" if name in COUNTS else "TEXT" for name in CONFIGURATION}
