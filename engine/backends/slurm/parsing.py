@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..runs import State
+from ...runs import State
 
 # Slurm's job states, mapped onto the ones dlscale shows. Unknown states read as UNKNOWN
 # rather than being guessed.
