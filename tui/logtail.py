@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Log
 from textual.worker import get_current_worker
 
-from ..engine.tracking.logs import follow_chunks
+from ..engine.session import follow_chunks
 from .messages import LogLines
 from .widgets import Plain, TextField, shown_path
 
