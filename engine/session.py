@@ -4,6 +4,10 @@ threads; every method is safe to call from any thread.
 
 Raises only DlscaleError subclasses (UserError for bad input, SchedulerError/StoreError for
 failures of the world), which the caller shows as a message.
+
+The engine's words a front end needs beside a Session's methods are imported here as `X as
+X` (CHOICES, QueueRow, Backoff...), so the TUI imports the engine through this module, errors
+and the renderers only (tests/test_boundaries.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from .config import specfile
 from .config.custom import declared_names
 from .config.frameworks import FRAMEWORKS
 from .config.profile import LoadedProfile, load_profile
-from .config.spec import LoadedSpec
+from .config.spec import LoadedSpec, load_spec
+from .config.specfile import CHOICES as CHOICES
 from .errors import PlanError, UserError
 from .launching import envs
 from .launching.estimate import estimate
@@ -31,9 +36,14 @@ from .results import analysis, charts
 from .results.efficiency import is_comm
 from .runs import ACTIVE, State
 from .tracking import follow, logs, queue
-from .tracking.monitor import Tick, sync
+from .tracking.logs import follow_chunks as follow_chunks
+from .tracking.monitor import Backoff as Backoff
+from .tracking.queue import QUEUE_COLUMNS as QUEUE_COLUMNS
+from .tracking.queue import QueueRow as QueueRow
 from .tracking.store import Store, default_home
 from .tracking.store_health import fault_message
+from .where import backend_for, check_home
+from .where import given_as as given_as
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,22 @@ class Session:
         self._choice = threading.Lock()  # backend, profile, partition change together
         self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
         self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
+
+    @classmethod
+    def open(
+        cls,
+        home: str | None,
+        backend: str | None,
+        profile_path: str | None,
+        partition: str | None,
+        home_given_as: str = "--home",
+    ) -> Session:
+        """A session as a front end's options ask for it: the backend they choose (slurm with
+        a profile, else local; an option that backend would ignore is refused) and a home
+        that can be written (UserError naming it and `home_given_as` if not)."""
+        backend = backend_for(backend, profile_path, partition)
+        check_home(home, home_given_as)
+        return cls(home, backend, profile_path, partition)
 
     def _choose(self, backend: str, profile: LoadedProfile | None, partition: str | None) -> None:
         """Where submissions go from now on; the target backend is made once per choice
@@ -258,6 +284,14 @@ class Session:
 
     # --- queue ---------------------------------------------------------------------------
 
+    # The Build screen's spec files (config.specfile): read with their problems, checked,
+    # saved where the form says, loaded to submit.
+    read_spec = staticmethod(specfile.read)
+    check_spec = staticmethod(specfile.check)
+    save_spec = staticmethod(specfile.save)
+    spec_choices = staticmethod(specfile.choices)
+    load_spec = staticmethod(load_spec)
+
     def experiments(self) -> list[str]:
         """Most recently touched first."""
         return [
@@ -269,10 +303,7 @@ class Session:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
         reachable, warning, new = True, None, 0
         with self._lock:
-            # a submission killed mid-way shows as not submitted, backends live or not
-            self.store.release_stale_claims()
-            for backend in follow.backends_in_use(self.store):
-                tick: Tick = sync(self.store, self._follower(backend))
+            for _, tick in follow.sync_live(self.store, self._follower):
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 new += tick.new_records

@@ -123,22 +123,17 @@ def test_no_generic_top_level_packages_installed(tmp_path):
     assert out.strip() == "[]"
 
 
-# The TUI renders and calls the engine through its front-end modules; Slurm commands,
-# scheduler backends, the store's SQL and record parsing stay behind them.
+# The TUI calls the engine through its facade, `session` (a Session, what it returns, and the
+# engine's words it names for front ends), and shows its errors; besides those it imports
+# renderers only: text as users and jobs wrote it, and the results' charts and tables.
 TUI_MAY_USE = (
     "dlscale.engine.session",
     "dlscale.engine.errors",
-    "dlscale.engine.text",  # how text from users and jobs is shown
-    "dlscale.engine.config.spec",
-    "dlscale.engine.config.specfile",
-    "dlscale.engine.tracking.queue",
-    "dlscale.engine.tracking.logs",
-    "dlscale.engine.tracking.monitor",
+    "dlscale.engine.text",
     "dlscale.engine.results.charts",
     "dlscale.engine.results.tables",
     "dlscale.engine.results.compare_table",
-    "dlscale.engine.cli.options",
-)  # dlscale-tui's own command line checks
+)
 
 
 def _module_file(name: str) -> bool:
@@ -150,6 +145,16 @@ def _module_file(name: str) -> bool:
     return spec is not None and spec.submodule_search_locations is None
 
 
+def _tui_may_import(name: str) -> bool:
+    """An allowed module, a name inside one, or a package on the way to one (`from ..engine
+    import errors` reads `dlscale.engine`, then `dlscale.engine.errors`)."""
+    return (
+        name in TUI_MAY_USE
+        or name.rpartition(".")[0] in TUI_MAY_USE
+        or any(allowed.startswith(name + ".") for allowed in TUI_MAY_USE)
+    )
+
+
 def test_tui_uses_only_the_engines_front_end_modules():
     engine = sorted(
         {
@@ -159,6 +164,12 @@ def test_tui_uses_only_the_engines_front_end_modules():
         }
     )
     assert engine and [(f, m) for f, m in engine if m not in TUI_MAY_USE] == []
+    # every engine import, packages and names in them included, not only modules' files
+    assert [
+        (Path(f).name, m)
+        for f, m in imported_modules(REPO / "tui")
+        if m.startswith("dlscale.engine") and not _tui_may_import(m)
+    ] == []
     assert not [
         (f, m)
         for f, m in imported_modules(REPO / "tui")
@@ -199,3 +210,30 @@ def test_the_engine_has_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycles, "import cycles in engine/: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A seam between modules is real when neither reaches into the other: a name with a
+    leading underscore stays in its module."""
+    found = set()
+    for folder in ("engine", "tui", "trainers"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom):
+                    found |= {
+                        (str(path.relative_to(REPO)), a.name)
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    }
+    assert sorted(found) == []
+
+
+def test_no_module_is_over_600_lines():
+    """Past that a module holds more than one concept: split it along one, not by lines."""
+    long = {
+        str(p.relative_to(REPO)): n
+        for folder in ("engine", "tui", "trainers")
+        for p in (REPO / folder).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 600
+    }
+    assert long == {}

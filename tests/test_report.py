@@ -323,13 +323,13 @@ def _point(loader, devices, throughput):
 
 def test_the_loader_table_sets_each_loader_against_native():
     rows = [_point("native", 4, 100.0), _point("dali", 4, 150.0), _point("native", 8, 180.0)]
-    t = reporting._loader_table(rows)
+    t = reporting.loader_table(rows)
     assert t.headers[-3:] == ["native images/s", "dali images/s", "dali / native"]
     assert t.rows == [
         ["resnet50", "pytorch-ddp", "1x4", "64", "bf16", "100.0 ± 1.0", "150.0 ± 1.0", "1.50"],
         ["resnet50", "pytorch-ddp", "2x4", "64", "bf16", "180.0 ± 1.0", "-", "-"],
     ]
-    assert reporting._loader_table(rows[:1]) is None  # one loader: no comparison
+    assert reporting.loader_table(rows[:1]) is None  # one loader: no comparison
 
 
 def test_figures_of_a_large_matrix_use_a_log_axis_and_name_each_series(tmp_path):

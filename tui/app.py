@@ -22,11 +22,9 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
-from ..engine.cli.options import backend_for, check_home, given_as
 from ..engine.errors import DlscaleError
-from ..engine.session import Session, Snapshot
+from ..engine.session import Backoff, Session, Snapshot, given_as
 from ..engine.text import printable
-from ..engine.tracking.monitor import Backoff
 from .build import BuildScreen
 from .dialogs import HelpScreen
 from .errors import describe
@@ -239,9 +237,8 @@ def main(
 ) -> None:
     """The dlscale terminal app: build a scaling study, watch its jobs, read its results."""
     try:
-        backend = backend_for(backend, profile_path, partition)
-        check_home(home, given_as(click.get_current_context(), "home"))
-        session = Session(home, backend, profile_path, partition)
+        source = given_as(click.get_current_context(), "home")
+        session = Session.open(home, backend, profile_path, partition, source)
     except DlscaleError as exc:
         click.echo(f"dlscale-tui: {exc}", err=True)
         sys.exit(exc.exit_code)

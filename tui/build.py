@@ -19,11 +19,10 @@ from textual.widgets import Button, Footer, Header, Input, SelectionList
 from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
-from ..engine.config import specfile
-from ..engine.session import Preview, Snapshot
+from ..engine.session import CHOICES, Preview, Session, Snapshot
 from .dialogs import PathScreen
 from .errors import describe
-from .form import FIELDS, LISTS, TITLES, _as_list, _n, _words
+from .form import FIELDS, LISTS, TITLES, as_list, counted, split_words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
 from .submit import SubmitFromForm
 from .widgets import Banner, Choices, Plain, TextField, literal
@@ -112,11 +111,11 @@ class BuildScreen(SubmitFromForm):
                 Selection(
                     literal(f"{name} (checking its environment...)"), name, False, disabled=True
                 )
-                for name in specfile.CHOICES["frameworks"]
+                for name in CHOICES["frameworks"]
             ]
         )
         self._check_frameworks(self.data)
-        self.offer(specfile.CHOICES)
+        self.offer(CHOICES)
         profile = self.app.session.profile
         self.query_one("#profile", Input).value = profile.path if profile else ""
         if self.app.spec_path:
@@ -178,7 +177,7 @@ class BuildScreen(SubmitFromForm):
         message.stop()
         choices = message.choices
         fw = self.query_one("#frameworks", SelectionList)
-        wanted = set(_as_list(self.data.get("experiment", {}).get("frameworks")))
+        wanted = set(as_list(self.data.get("experiment", {}).get("frameworks")))
         wanted |= set(fw.selected)
         self._filling = True
         fw.clear_options()
@@ -200,8 +199,8 @@ class BuildScreen(SubmitFromForm):
     # --- form <-> data -------------------------------------------------------------------
 
     def fill(self, data: dict[str, Any]) -> None:
-        choices = specfile.choices(data)
-        if choices["frameworks"] != specfile.choices(self.shown_data)["frameworks"]:
+        choices = Session.spec_choices(data)
+        if choices["frameworks"] != Session.spec_choices(self.shown_data)["frameworks"]:
             self._check_frameworks(copy.deepcopy(data))  # its declared frameworks listed
         self.shown_data = data
         self._filling = True
@@ -212,9 +211,9 @@ class BuildScreen(SubmitFromForm):
             "name": exp.get("name") if isinstance(exp.get("name"), str) else "",
             "scales": ", ".join(
                 str(s) if not isinstance(s, dict) else f"{s.get('nodes')}x{s.get('ranks_per_node')}"
-                for s in _as_list(exp.get("scales", []))
+                for s in as_list(exp.get("scales", []))
             ),
-            "batch": ", ".join(str(b) for b in _as_list(batch)),
+            "batch": ", ".join(str(b) for b in as_list(batch)),
             "repetitions": str(exp.get("repetitions", 3)),
             "steps": str(training.get("steps", "")),
             "path": self.loaded_from or "",
@@ -224,7 +223,7 @@ class BuildScreen(SubmitFromForm):
         for wid in LISTS:
             sl = self.query_one(f"#{wid}", SelectionList)
             sl.deselect_all()
-            for v in _as_list(exp.get(wid, DEFAULTS["experiment"].get(wid, []))):
+            for v in as_list(exp.get(wid, DEFAULTS["experiment"].get(wid, []))):
                 if isinstance(v, str) and v in choices[wid]:
                     sl.select(v)
         self.batch_title()
@@ -246,14 +245,14 @@ class BuildScreen(SubmitFromForm):
         exp["name"] = self.query_one("#name", Input).value.strip()
         for wid in LISTS:
             exp[wid] = list(self.query_one(f"#{wid}", SelectionList).selected)
-        exp["scales"] = _words(self.query_one("#scales", Input).value)
+        exp["scales"] = split_words(self.query_one("#scales", Input).value)
         batch_key = "global_batch" if exp.get("scaling") == "strong" else "per_device_batch"
         for wid, (table, key) in {
             "batch": (exp, batch_key),
             "repetitions": (exp, "repetitions"),
             "steps": (training, "steps"),
         }.items():
-            words = _words(self.query_one(f"#{wid}", Input).value)
+            words = split_words(self.query_one(f"#{wid}", Input).value)
             try:
                 values = [int(w) for w in words]
             except ValueError:
@@ -330,8 +329,9 @@ class BuildScreen(SubmitFromForm):
             lines.append("")
         if p.ok and not self._bad:
             lines += [
-                f"{_n(p.runs, 'run')} ({p.to_run} to run, {p.runs - p.to_run} completed earlier)",
-                f"{_n(p.device_runs, 'device-run')}",
+                f"{counted(p.runs, 'run')} ({p.to_run} to run, "
+                f"{p.runs - p.to_run} completed earlier)",
+                f"{counted(p.device_runs, 'device-run')}",
                 p.estimate
                 if p.to_run
                 else "nothing to run: every run completed earlier (results: F4)",
@@ -404,7 +404,7 @@ class BuildScreen(SubmitFromForm):
     # --- files ---------------------------------------------------------------------------
 
     def load(self, path: str) -> None:
-        data, problems = specfile.read(path)
+        data, problems = Session.read_spec(path)
         self.file_problems = problems
         if problems:
             self.notify(
@@ -453,7 +453,7 @@ class BuildScreen(SubmitFromForm):
             self.notify("fix the fields marked in red first", severity="error")
             return
         try:
-            specfile.save(data, path)
+            Session.save_spec(data, path)
         except Exception as exc:
             self.notify(describe(exc), title="not saved", severity="error", timeout=10)
             return

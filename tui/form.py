@@ -39,13 +39,13 @@ TITLES = {
 }
 
 
-def _words(text: str) -> list[str]:
+def split_words(text: str) -> list[str]:
     return [w for w in re.split(r"[,\s]+", text.strip()) if w]
 
 
-def _n(count: int, noun: str) -> str:
+def counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _as_list(v: Any) -> list[Any]:
+def as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v] if v not in (None, "") else []

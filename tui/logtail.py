@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
-from ..engine.tracking.logs import follow_chunks
+from ..engine.session import follow_chunks
 from .logview import LogView
 from .messages import LogLines
 from .widgets import Plain, TextField, shown_path

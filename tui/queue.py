@@ -15,9 +15,8 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from ..engine.session import Snapshot, State, run_label
+from ..engine.session import QUEUE_COLUMNS, QueueRow, Snapshot, State, run_label
 from ..engine.text import printable
-from ..engine.tracking.queue import QUEUE_COLUMNS, QueueRow
 from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
 from .logtail import LogTail

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Button, Input
 
-from ..engine.config import specfile
-from ..engine.config.spec import load_spec
+from ..engine.session import Session
 from .errors import describe
 from .messages import SubmitFailed, Submitted
 from .screens import AppScreen
@@ -95,8 +94,8 @@ class SubmitFromForm(AppScreen):
         try:
             path = self._spec_name(data)
             if path != self.loaded_from:  # unsaved choices: keep them beside the store
-                specfile.save(data, path)
-            report = self.app.session.submit(load_spec(path))
+                Session.save_spec(data, path)
+            report = self.app.session.submit(Session.load_spec(path))
         except Exception as exc:  # the engine released any run it claimed, with why
             self.post_message(SubmitFailed(describe(exc), name))
             return
@@ -133,5 +132,5 @@ class SubmitFromForm(AppScreen):
 
 
 def spec_dump(data: dict[str, Any]) -> dict[str, Any] | None:
-    loaded, _ = specfile.check(data)
+    loaded, _ = Session.check_spec(data)
     return loaded.spec.model_dump() if loaded else None

@@ -18,8 +18,9 @@ from ..results.check import PASSED, REGRESSED, SKIPPED, check, load_baseline
 from ..results.junit import junit_xml, write_junit
 from ..results.points import NOISY_CV
 from ..tracking import follow as following
+from ..where import backend_for, given_as
 from .console import out, wait_with_progress
-from .options import backend_for, given_as, store_of
+from .options import store_of
 from .runs import backend_options
 
 _SHOWN = 20  # lines of points a summary shows (regressions always all)

@@ -17,9 +17,10 @@ from ..results import analysis, charts, tables
 from ..runs import ACTIVE, State
 from ..tracking import follow as following
 from ..tracking.store import Store
+from ..where import backend_for
 from . import plan_view
 from .console import err, out, wait_with_progress
-from .options import backend_for, experiment_option, store_of
+from .options import experiment_option, store_of
 
 
 def _store(ctx: click.Context) -> Store:

@@ -34,13 +34,13 @@ from .report_folder import ReportFolder
 from .report_many import several
 from .report_projection import projection_table
 from .report_sections import (
-    _loader_table,
-    _noisy_table,
-    _reference_table,
-    _rerun_table,
-    _results_table,
-    _tta_table,
+    loader_table,
+    noisy_table,
+    reference_table,
+    rerun_table,
+    results_table,
     shown_path,
+    tta_table,
 )
 from .report_tables import Table, efficiency_table
 
@@ -227,13 +227,13 @@ def _write(
     )
 
     made = {
-        "results": _results_table(rows, analysis.notes(store, name)),
+        "results": results_table(rows, analysis.notes(store, name)),
         "efficiency": efficiency_table(rows),
-        "tta": _tta_table(rows),
-        "loaders": _loader_table(rows),
-        "noisy": _noisy_table(rows),
-        "reruns": _rerun_table(reruns),
-        "reference": _reference_table(ref, rows) if ref else None,
+        "tta": tta_table(rows),
+        "loaders": loader_table(rows),
+        "noisy": noisy_table(rows),
+        "reruns": rerun_table(reruns),
+        "reference": reference_table(ref, rows) if ref else None,
         "projection": beyond,
     }
     sections = {k: t for k, t in made.items() if t is not None}

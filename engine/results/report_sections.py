@@ -17,7 +17,7 @@ def _scale(r: dict[str, Any]) -> str:
     return f"{r['nodes']}x{r['ranks_per_node']}"
 
 
-def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
+def results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     loaders = len({r["loader"] for r in rows}) > 1
     schedules = len({r.get("lr_schedule") for r in rows}) > 1
     devices = len({r.get("device") for r in rows}) > 1
@@ -101,7 +101,7 @@ def _results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
     return Table("Throughput, speedup and efficiency", headers, body, notes, right)
 
 
-def _tta_table(rows: list[dict[str, Any]]) -> Table | None:
+def tta_table(rows: list[dict[str, Any]]) -> Table | None:
     rows = [r for r in rows if r["best_top1"] is not None]
     if not rows:
         return None
@@ -144,7 +144,7 @@ def _tta_table(rows: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _loader_table(rows: list[dict[str, Any]]) -> Table | None:
+def loader_table(rows: list[dict[str, Any]]) -> Table | None:
     loaders = sorted({r["loader"] for r in rows}, key=lambda x: (x != "native", x))
     if len(loaders) < 2:
         return None
@@ -187,7 +187,7 @@ def _loader_table(rows: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _noisy_table(rows: list[dict[str, Any]]) -> Table | None:
+def noisy_table(rows: list[dict[str, Any]]) -> Table | None:
     noisy = [r for r in rows if r["noisy"]]
     if not noisy:
         return None
@@ -215,7 +215,7 @@ def _noisy_table(rows: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _rerun_table(reruns: list[dict[str, Any]]) -> Table | None:
+def rerun_table(reruns: list[dict[str, Any]]) -> Table | None:
     if not reruns:
         return None
     body = [
@@ -254,7 +254,7 @@ def _rerun_table(reruns: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def _reference_table(ref: LoadedReference, rows: list[dict[str, Any]]) -> Table:
+def reference_table(ref: LoadedReference, rows: list[dict[str, Any]]) -> Table:
     p = ref.reference.paper
     body = []
     for c in compare(ref.reference, rows):

@@ -5,11 +5,13 @@ status` and `dlscale logs` start with these alone."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+from ..backends.base import Backend
 from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
 from ..runs import ACTIVE, State
-from .monitor import sync
+from .monitor import Tick, sync
 from .store import RUN_ID_PREFIX, RUN_ID_RULE, Store
 
 
@@ -77,15 +79,21 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
 
 def refresh(store: Store) -> list[str]:
     """Bring the store up to date with every backend that has live jobs; returns what went
-    wrong (a one-shot command reports a failed poll at once: it has no later poll). Claims
-    of submitters that are gone are released first, whatever backends are live."""
+    wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
+    return [
+        f"{backend}: {tick.warning or 'did not answer'}"
+        for backend, tick in sync_live(store, lambda name: make_backend(name, store))
+        if tick.warning or not tick.reachable
+    ]
+
+
+def sync_live(store: Store, backend_of: Callable[[str], Backend]) -> list[tuple[str, Tick]]:
+    """One poll of every backend with live jobs, each asked through `backend_of(name)`: what
+    `dlscale` commands (refresh) and a front end's Session (Session.refresh) both do. Claims
+    of submitters that are gone are released first, whatever backends are live: a submission
+    killed mid-way shows as not submitted."""
     store.release_stale_claims()
-    problems = []
-    for backend in backends_in_use(store):
-        tick = sync(store, make_backend(backend, store))
-        if tick.warning or not tick.reachable:
-            problems.append(f"{backend}: {tick.warning or 'did not answer'}")
-    return problems
+    return [(backend, sync(store, backend_of(backend))) for backend in backends_in_use(store)]
 
 
 def backends_in_use(store: Store) -> list[str]:
