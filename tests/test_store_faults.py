@@ -18,8 +18,9 @@ from test_hostile_records import finished_run, recorded_lines
 
 from conftest import BIN, dlscale, write_spec
 from dlscale.engine import cli
+from dlscale.engine.paths import write_run_file
 from dlscale.engine.tracking import store as store_module
-from dlscale.engine.tracking.recovery import rebuild, write_run_file
+from dlscale.engine.tracking.recovery import rebuild
 from dlscale.engine.tracking.store import Store
 from dlscale.engine.tracking.store_health import store_problem
 
