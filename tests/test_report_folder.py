@@ -241,6 +241,28 @@ def test_a_killed_report_does_not_block_the_next_one(store, tmp_path, home):
         assert (out / "report.md").is_file()
 
 
+def test_a_report_killed_before_it_marked_its_stage_leaves_nothing_behind(store, tmp_path):
+    """The stage is made (mkdtemp), then locked and marked: a kill in between leaves an
+    empty, unmarked folder of the stage's name. The next report removes it; an unmarked
+    folder that holds anything, or is named otherwise, is left as it is."""
+    import tempfile
+
+    add_experiment(store, tmp_path, "e")
+    out = tmp_path / "rep"
+    out.mkdir()
+    killed = Path(tempfile.mkdtemp(dir=out, prefix=".dlscale-report-"))
+    kept_full = out / ".dlscale-report-abcd1234"
+    kept_full.mkdir()
+    (kept_full / "notes.txt").write_text("mine\n")
+    kept_named = out / ".dlscale-report-mine"
+    kept_named.mkdir()
+    reporting.build(store, "e", out, force=True)
+    assert not killed.exists()
+    assert (kept_full / "notes.txt").read_text() == "mine\n"
+    assert kept_named.is_dir()
+    assert (out / "report.md").is_file()
+
+
 def test_a_live_reports_stage_is_not_taken_for_a_leftover(store, tmp_path):
     from dlscale.engine.results.report_folder import ReportFolder
 

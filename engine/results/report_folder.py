@@ -13,7 +13,9 @@ opened once, and its subfolders are opened without following links (O_NOFOLLOW) 
 files are moved in, every move and removal by directory descriptor (os.replace and unlink
 with dir_fd), so a path is never resolved again. The staging folder is locked (flock) for
 as long as its report lives and holds a marker file: one left by a report that was killed
-(unlocked, marked) is dlscale's and the next report removes it.
+(unlocked, marked) is dlscale's and the next report removes it; so is an unlocked, empty
+one named as mkdtemp names a stage, left by a report killed before it marked it (rmdir
+takes only an empty folder).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..errors import UserError
 MANIFEST = ".dlscale-report.json"
 STAGE_PREFIX = ".dlscale-report-"
 _STAGE_MARK = ".dlscale-stage"  # inside a staging folder: it is dlscale's
+_STAGE_NAME = re.compile(re.escape(STAGE_PREFIX) + r"[a-z0-9_]{8}")  # tempfile.mkdtemp's names
 SUBFOLDERS = ("figures", "mllog")
 # The only names a report writes. A manifest is a file in the user's folder that anyone
 # can edit: an entry outside these shapes (`../x`, `notes.txt`) is never acted on.
@@ -89,13 +92,16 @@ def _remove_leftover_stages(out_fd: int) -> None:
         except OSError:
             continue  # not a folder (or a link): not ours to judge
         try:
-            if not _is_regular(_STAGE_MARK, fd):
-                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # a live report's
-            _rmtree_at(fd)
+            if _is_regular(_STAGE_MARK, fd):
+                _rmtree_at(fd)
+            elif not _STAGE_NAME.fullmatch(name):
+                continue
+            # Unmarked but named as mkdtemp names a stage: a report killed between making
+            # its stage and marking it left it empty; rmdir takes only an empty folder.
             os.rmdir(name, dir_fd=out_fd)
         except OSError:
             pass  # leave it; it blocks nothing
@@ -118,6 +124,28 @@ def _rmtree_at(fd: int) -> None:
             os.unlink(name, dir_fd=fd)
 
 
+def _make_stage(out: Path, out_fd: int) -> tuple[Path, int]:
+    """A new staging folder, locked (held while this report lives) and marked. Another
+    report's cleanup may take it while it is still empty and unlocked: then make another."""
+    for _ in range(100):
+        name = Path(tempfile.mkdtemp(dir=f"/proc/self/fd/{out_fd}", prefix=STAGE_PREFIX)).name
+        try:
+            fd = _open_dir(name, out_fd)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.close(os.open(_STAGE_MARK, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+        except FileNotFoundError:  # removed between mkdtemp and the lock
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        return out / name, fd
+    raise UserError(f"--out {out}: could not make a staging folder there; nothing was written")
+
+
 def _listing(names: list[str], most: int = 3) -> str:
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
@@ -132,11 +160,7 @@ class ReportFolder:
         self.out = out
         self.out_fd = out_fd  # --out as it was opened: never resolved by path again
         self.ours = ours  # rel path -> digest: files of dlscale's earlier report
-        name = tempfile.mkdtemp(dir=f"/proc/self/fd/{out_fd}", prefix=STAGE_PREFIX)
-        self.stage = out / Path(name).name
-        self.stage_fd = _open_dir(Path(name).name, out_fd)
-        fcntl.flock(self.stage_fd, fcntl.LOCK_EX)  # held while this report lives
-        os.close(os.open(_STAGE_MARK, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=self.stage_fd))
+        self.stage, self.stage_fd = _make_stage(out, out_fd)
         self.removed: list[str] = []
 
     @classmethod
