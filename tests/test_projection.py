@@ -58,6 +58,39 @@ def test_too_few_sizes_fit_the_bandwidth_alone_and_say_so():
     assert commfit.fit([], commfit.INTER) is None
 
 
+S_ALPHA, S_INV = 1e-12, 1e-24  # variances of the order a fit gives: s^2 and (s/B)^2
+COVARIANCES = {
+    "none": [[0, 0], [0, 0]],
+    "bandwidth alone": [[0, 0], [0, S_INV]],
+    "latency alone": [[S_ALPHA, 0], [0, 0]],
+    "independent": [[S_ALPHA, 0], [0, S_INV]],
+    "correlated": [[S_ALPHA, -0.9e-18], [-0.9e-18, S_INV]],
+    "perfectly correlated": [[S_ALPHA, -1e-18], [-1e-18, S_INV]],
+    "rounded past singular": [[S_ALPHA, -1e-18 * (1 + 1e-9)], [-1e-18 * (1 + 1e-9), S_INV]],
+    "asymmetric by rounding": [[S_ALPHA, -0.5e-18], [-0.5e-18 * (1 + 1e-12), S_INV]],
+}
+
+
+@pytest.mark.parametrize("name", COVARIANCES)
+def test_draws_follow_any_covariance_a_fit_can_give_singular_ones_included(name):
+    cov = np.array(COVARIANCES[name], dtype=float)
+    link = commfit.Link(commfit.INTER, 5e-5, 4.0, tuple(map(tuple, cov)), commfit.MEASURED, ())
+    alpha, inv = link.sample(np.random.default_rng(1), 20_000)
+    assert np.isfinite(alpha).all() and np.isfinite(inv).all() and len(alpha) == 20_000
+    # alpha's spread is far below its mean here, so the physical clipping never bites
+    raw = np.column_stack([alpha, inv])
+    assert raw.mean(axis=0) == pytest.approx([5e-5, link.inv_bandwidth], rel=0.01)
+    got = np.cov(raw.T)
+    for i in range(2):
+        if cov[i, i]:
+            assert got[i, i] == pytest.approx(cov[i, i], rel=0.05)
+        else:  # no spread: every draw is the fit's value
+            assert np.ptp(raw[:, i]) == 0
+    if cov[0, 0] and cov[1, 1]:
+        want_r = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
+        assert got[0, 1] / np.sqrt(got[0, 0] * got[1, 1]) == pytest.approx(want_r, abs=0.02)
+
+
 # --- a synthetic study -----------------------------------------------------------------
 
 
@@ -167,6 +200,62 @@ def test_a_tier_not_measured_uses_the_stated_figures_and_says_so(tmp_path):
 
 
 # --- the command -------------------------------------------------------------------------
+
+
+SIZES = np.geomspace(16_000, sum(BUCKETS), 8)
+
+
+def degenerate_sweeps(kind):
+    """Sweeps whose fit has no latency spread: two sizes only, or times that put the
+    fitted latency below zero (a fast link's small messages beat the line through the
+    large ones). Either way the bandwidth is fitted alone."""
+    if kind == "two sizes":
+        return lambda n, nodes: [(s, model_time(s, n, nodes)) for s in (100_000, sum(BUCKETS))]
+
+    def below_zero(n, nodes):
+        inv = 1 / ((INTRA_GBPS if nodes == 1 else INTER_GBPS) * 1e9)
+        wire = [commfit.allreduce_time(0.0, inv, [int(s)], n) for s in SIZES]
+        return [(int(s), t - wire[0] / 2) for s, t in zip(SIZES, wire, strict=True)]
+
+    return below_zero
+
+
+@pytest.mark.parametrize("kind", ["two sizes", "latency below zero"])
+def test_a_fit_without_a_latency_projects_and_reports(tmp_path, kind):
+    """A CI run met this: the bandwidth-only fit's covariance has no Cholesky factor, and
+    `project` and `report` ended in an internal error."""
+    store = Store(tmp_path)
+    sweeps = degenerate_sweeps(kind)
+    for nodes, rpn in ((1, 1), (1, 2), (2, 1)):
+        add_point(store, tmp_path, nodes, rpn)
+        if nodes * rpn > 1:
+            sweep = [{"bytes": s, "time_s": t, "rounds": 10} for s, t in sweeps(nodes * rpn, nodes)]
+            assert all(e["time_s"] > 0 for e in sweep)
+            add_comm(
+                store,
+                tmp_path,
+                model_time(0, nodes * rpn, nodes, BUCKETS),
+                1.0,
+                record={"buckets": BUCKETS, "sweep": sweep},
+                nodes=nodes,
+                ranks_per_node=rpn,
+                per_device_batch=BATCH,
+            )
+    store.save_experiment("e", "spec.toml", "[experiment]\n", "0" * 12)
+    (fam,) = json.loads(
+        dlscale(
+            "project", "-e", "e", "--to", "8", "--format", "json", home=tmp_path, check=0
+        ).stdout
+    )
+    link = fam["links"]["inter-node"]
+    assert link["latency_us"] == 0 and "bandwidth fitted alone" in link["note"]
+    projected = [r for r in fam["rows"] if r["kind"] == "projected"]
+    assert {4, 8} <= {r["nodes"] for r in projected}
+    for r in projected:
+        x = r["throughput"]
+        assert 0 < x["ci95_low"] <= x["value"] <= x["ci95_high"] < float("inf")
+    dlscale("report", "-e", "e", "--out", str(tmp_path / "out"), home=tmp_path, check=0)
+    assert (tmp_path / "out" / "projection.json").exists()
 
 
 def test_project_prints_measured_and_projected_rows_and_the_held_out_check(study, tmp_path):

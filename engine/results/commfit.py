@@ -100,10 +100,7 @@ class Link:
         """k draws of (alpha, 1/B) from the fit's normal approximation, kept physical
         (alpha >= 0, 1/B > 0)."""
         mean = np.array([self.latency_s, self.inv_bandwidth])
-        cov = np.array(self.cov)
-        if not cov.any():
-            return np.full(k, mean[0]), np.full(k, mean[1])
-        draws = rng.multivariate_normal(mean, cov, size=k, method="cholesky")
+        draws = normal_draws(mean, np.array(self.cov, dtype=float), rng, k)
         return np.maximum(draws[:, 0], 0.0), np.maximum(draws[:, 1], mean[1] * 1e-3)
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,6 +117,26 @@ class Link:
             "inputs": list(self.inputs),
             "note": self.note,
         }
+
+
+def normal_draws(mean: np.ndarray, cov: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
+    """k draws from N(mean, cov) for any positive semi-definite cov, singular ones included:
+    a bandwidth fitted alone has no latency spread, and alpha and 1/B can be perfectly
+    correlated. A Cholesky factor exists for neither, so this factors the correlation
+    matrix by eigenvalues, counting rounding's negative ones as zero; working on the
+    correlations keeps it exact although alpha's and 1/B's variances differ by ~12 orders."""
+    cov = (cov + cov.T) / 2
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    draws = np.tile(mean, (k, 1)).astype(float)
+    live = sd > 0
+    if not live.any():
+        return draws
+    s = sd[live]
+    corr = cov[np.ix_(live, live)] / np.outer(s, s)
+    vals, vecs = np.linalg.eigh(corr)
+    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    draws[:, live] += (rng.standard_normal((k, len(s))) @ root.T) * s
+    return draws
 
 
 def allreduce_time(alpha: Any, inv_bw: Any, buckets: list[int], n: int) -> Any:
