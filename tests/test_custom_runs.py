@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = REPO / "examples" / "custom"
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
+EXAMPLE_NAMES = ("gpt-log", "gpt-records", "gpt-slurm")  # (a), (b), (c) of issue 25
 
 
 def example(tmp_path: Path, name: str, edit=lambda text: text) -> Path:
@@ -74,15 +75,24 @@ def test_a_log_that_matched_nothing_is_failed_with_the_reason(tmp_path, home):
     assert [r["throughput"] for r in json.loads(out.stdout)] == [None]
 
 
-def test_torchrun_example_on_two_slurm_nodes(slurm_22_05, tmp_path, home, monkeypatch):
-    for name, value in slurm_22_05.env.items():
-        monkeypatch.setenv(name, value)
-    shutil.copy(EXAMPLES / "gpt.py", tmp_path / "gpt.py")
-    spec = tmp_path / "gpt-slurm.toml"
-    text = (EXAMPLES / "gpt-slurm.toml").read_text()
-    spec.write_text(text.replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"'))
-    args = ["run", str(spec), "--profile", str(PROFILE), "--backend", "slurm", "--wait"]
-    dlscale(*args, home=home, check=0)
+def slurm_example(tmp_path: Path, name: str) -> Path:
+    """An example for the Slurm test cluster, its software this checkout's venv: a job's
+    python3 is otherwise the node's, without torch (gpt-log and gpt-records name none, as
+    the local backend runs them with dlscale's own Python)."""
+    venv = f'venv = "{REPO / ".venv"}"'
+
+    def edit(text: str) -> str:
+        if "[frameworks.gpt.software]" not in text:
+            return text.replace(
+                "[frameworks.gpt]\n", f"[frameworks.gpt.software]\n{venv}\n\n[frameworks.gpt]\n"
+            )
+        return text.replace('venv = "../../.venv"', venv)
+
+    return example(tmp_path, name, edit)
+
+
+def check_torchrun_on_two_nodes(home: Path) -> None:
+    """Example (c): each run's job script wraps the script with torchrun, one per node."""
     store = Store(home)
     runs = store.runs("gpt-slurm")
     assert sorted(r["nodes"] for r in runs) == [1, 2]
@@ -92,50 +102,138 @@ def test_torchrun_example_on_two_slurm_nodes(slurm_22_05, tmp_path, home, monkey
         assert "torch.distributed.run --nnodes=" in script and "--no-python" in script
         summary = store.records(run["run_id"], "summary")[0]
         assert summary["throughput"] > 0 and summary["unit"] == "tokens"
+
+
+def test_the_three_examples_on_the_slurm_cluster(slurm_22_05, tmp_path, home, monkeypatch):
+    """Issue 25, item 5: (a) log patterns only, (b) records and (c) torchrun on two nodes,
+    submitted together through the CLI to the Slurm test cluster; each completes with its
+    numbers (a and b: CI95, speedup and efficiency over two repetitions)."""
+    for name, value in slurm_22_05.env.items():
+        monkeypatch.setenv(name, value)
+    slurm = ["--profile", str(PROFILE), "--backend", "slurm"]
+    specs = {name: slurm_example(tmp_path, f"{name}.toml") for name in EXAMPLE_NAMES}
+    for name in ("gpt-log", "gpt-records"):
+        dlscale("run", str(specs[name]), *slurm, home=home, check=0)
+    for name in ("gpt-slurm", "gpt-log", "gpt-records"):  # the same command waits again
+        dlscale("run", str(specs[name]), *slurm, "--wait", home=home, check=0)
+    for name in ("gpt-log", "gpt-records"):
+        rows = check_results(home, name)
+        assert {r["nodes"] for r in rows} == {1}
+    check_torchrun_on_two_nodes(home)
     out = dlscale("results", "--format", "json", home=home, check=0)
-    two = next(r for r in json.loads(out.stdout) if r["nodes"] == 2)
+    two = next(
+        r for r in json.loads(out.stdout) if r["experiment"] == "gpt-slurm" and r["nodes"] == 2
+    )
     assert two["speedup"] is not None and two["unit"] == "tokens"
 
 
-async def test_a_declared_framework_runs_through_the_tui(tmp_path, home):
-    """Issue 25 in the TUI: Build opens the example spec (ctrl+o), lists its declared
-    framework, submits; the runs complete; Results names the unit, tokens/s with CI95, and
-    gives speedup and efficiency."""
-    from textual.widgets import DataTable
-
-    from dlscale.engine.session import Session
-    from dlscale.tui.app import DlscaleApp
+async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
+    """Build: open the spec (ctrl+o), see its declared framework, submit (ctrl+r): the
+    Queue shows it."""
     from test_tui import until
     from tui_text import screen_text
+
+    app = pilot.app
+    await pilot.press("f2")
+    await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
+    await pilot.press("ctrl+o")
+    await until(pilot, lambda: app.screen.query("#path-input"), 10, "the path dialog")
+    await pilot.press("home", "ctrl+k", *str(spec), "enter")  # the last spec's path is there
+    await until(pilot, lambda: f"{runs} runs ({runs} to run" in screen_text(app), 30, "the preview")
+    text = screen_text(app)
+    assert "[x] gpt" in text and spec.stem in text, text
+    await pilot.press("ctrl+r")
+    await until(
+        pilot,
+        lambda: app.current_mode == "queue" and app.experiment == spec.stem,
+        60,
+        "the queue",
+    )
+
+
+async def completed(pilot, experiment: str, runs: int, timeout: float) -> None:
+    """Queue or Results: e (next experiment) until the experiment is shown, then wait until
+    its runs completed."""
+    from test_tui import until
+
+    app = pilot.app
+    for _ in range(len(app.snapshot.experiments) if app.snapshot else 0):
+        if app.experiment == experiment:
+            break
+        await pilot.press("e")
+    await until(
+        pilot,
+        lambda: (
+            app.experiment == experiment
+            and app.snapshot is not None
+            and app.snapshot.experiment == experiment
+            and app.snapshot.counts.get("COMPLETED") == runs
+        ),
+        timeout,
+        f"{runs} runs of {experiment} completed",
+    )
+
+
+async def check_results_screen(pilot, experiment: str, points: int) -> None:
+    """Results names the unit (tokens/s with CI95, never images/s) and each point's speedup
+    and efficiency, as the engine computes them."""
+    from textual.widgets import DataTable
+
+    from test_tui import until
+    from tui_text import screen_text
+
+    app = pilot.app
+    await pilot.press("f4")
+    results = app.screen.query_one("#results", DataTable)
+    await until(pilot, lambda: results.row_count == points, 30, f"{points} points")
+    text = screen_text(app)
+    head = next(line for line in text.splitlines() if "± CI95" in line)
+    assert "tokens/s ± CI95" in head and "speedup" in head and "eff." in head, text
+    assert "images/s" not in text, text
+    for point in app.session.results(experiment):
+        assert point["throughput_ci95"] is not None or point["n"] == 1, point
+        assert point["speedup"] is not None and point["efficiency"] is not None
+        scale = f" {point['nodes']}x{point['ranks_per_node']} "
+        row = next(line for line in text.splitlines() if scale in line)
+        assert f"{point['speedup']:.2f}" in row and f"{point['efficiency']:.2f}" in row, row
+
+
+async def test_a_declared_framework_runs_through_the_tui(tmp_path, home):
+    """Issue 25 in the TUI: Build opens example (b) (ctrl+o), lists its declared framework,
+    submits; the runs complete; Results names the unit, tokens/s with CI95, and gives
+    speedup and efficiency."""
+    from dlscale.engine.session import Session
+    from dlscale.tui.app import DlscaleApp
 
     spec = example(tmp_path, "gpt-records.toml")
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
-        await pilot.press("ctrl+o")
-        await until(pilot, lambda: app.screen.query("#path-input"), 10, "the path dialog")
-        await pilot.press(*str(spec), "enter")
-        await until(pilot, lambda: "4 runs (4 to run" in screen_text(app), 30, "the preview")
-        text = screen_text(app)
-        assert "[x] gpt" in text and "gpt-records" in text, text
-        await pilot.press("ctrl+r")
-        await until(pilot, lambda: app.current_mode == "queue", 60, "the queue")
-        await until(
-            pilot,
-            lambda: app.snapshot and app.snapshot.counts.get("COMPLETED") == 4,
-            400,
-            "four runs completed",
-        )
-        await pilot.press("f4")
-        results = app.screen.query_one("#results", DataTable)
-        await until(pilot, lambda: results.row_count == 2, 30, "two points")
-        text = screen_text(app)
-        head = next(line for line in text.splitlines() if "± CI95" in line)
-        assert "tokens/s ± CI95" in head and "speedup" in head and "eff." in head, text
-        assert "images/s" not in text, text
-        for point in app.session.results("gpt-records"):
-            assert point["n"] == 2 and point["throughput_ci95"] is not None
-            assert point["speedup"] is not None and point["efficiency"] is not None
-            scale = f" {point['nodes']}x{point['ranks_per_node']} "
-            row = next(line for line in text.splitlines() if scale in line)
-            assert f"{point['speedup']:.2f}" in row and f"{point['efficiency']:.2f}" in row, row
+        await submit_in_tui(pilot, spec, 4)
+        await completed(pilot, "gpt-records", 4, 400)
+        await check_results_screen(pilot, "gpt-records", 2)
+    for point in app.session.results("gpt-records"):
+        assert point["n"] == 2 and point["throughput_ci95"] is not None
+
+
+async def test_the_examples_through_the_tui_on_the_slurm_cluster(
+    slurm_22_05, tmp_path, home, monkeypatch
+):
+    """Issue 25 in the TUI on the Slurm test cluster: example (c), torchrun on two nodes,
+    and example (a), reported through its log's patterns only, each opened and submitted
+    from Build, one after the other; both complete and Results shows each in tokens/s."""
+    from dlscale.engine.session import Session
+    from dlscale.tui.app import DlscaleApp
+
+    for name, value in slurm_22_05.env.items():
+        monkeypatch.setenv(name, value)
+    app = DlscaleApp(Session(home, "slurm", str(PROFILE)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await submit_in_tui(pilot, slurm_example(tmp_path, "gpt-slurm.toml"), 2)
+        await submit_in_tui(pilot, slurm_example(tmp_path, "gpt-log.toml"), 4)
+        await completed(pilot, "gpt-log", 4, 400)
+        await check_results_screen(pilot, "gpt-log", 2)
+        await completed(pilot, "gpt-slurm", 2, 400)
+        await check_results_screen(pilot, "gpt-slurm", 2)
+    check_torchrun_on_two_nodes(home)
+    for point in app.session.results("gpt-log"):
+        assert point["n"] == 2 and point["throughput_ci95"] is not None
