@@ -9,6 +9,7 @@ only: every layer imports it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import Enum
 
@@ -33,6 +34,15 @@ class State(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def per_second(units: Iterable[str | None]) -> str:
+    """What a set of runs' throughput counts a second, for a column or an axis: "images/s"
+    for the built-in trainers, a declared framework's own ("tokens/s"), "units/s" where
+    they differ. `units`: an iterable of unit words (None or "" meaning images; none at all
+    too)."""
+    found = {u or "images" for u in units} or {"images"}
+    return f"{found.pop() if len(found) == 1 else 'units'}/s"
 
 
 # A live job: queued or running (the schema allows one per run).

@@ -40,6 +40,7 @@ from .tracking.logs import follow_chunks as follow_chunks
 from .tracking.monitor import Backoff as Backoff
 from .tracking.queue import QUEUE_COLUMNS as QUEUE_COLUMNS
 from .tracking.queue import QueueRow as QueueRow
+from .tracking.queue import queue_header as queue_header
 from .tracking.store import Store, default_home
 from .tracking.store_health import fault_message
 from .where import backend_for, check_home

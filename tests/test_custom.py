@@ -370,3 +370,44 @@ def test_step_times_give_units_over_time_whatever_lines_come_between(times, warm
     throughput, elapsed = p.summarize(m)
     assert elapsed == pytest.approx(sum(measured))
     assert throughput == pytest.approx(96 * len(measured) / sum(measured))
+
+
+async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
+    """tokens/s is not images/s, wherever a declared framework's throughput is shown: the
+    status table, check's verdicts and the TUI's Queue (Results and reports: test_custom_runs
+    and test_report)."""
+    from test_store import line
+
+    from dlscale.engine.session import Session
+    from dlscale.engine.tracking.store import Store
+    from dlscale.tui.app import DlscaleApp
+    from test_tui import until
+    from tui_text import screen_text
+
+    home = tmp_path / "home"
+    store = Store(home)
+    text = spec_text(extra='unit = "tokens"').replace("repetitions = 1", "repetitions = 2")
+    for name in ("base", "c"):  # a baseline, and the study checked against it
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(text.replace('name = "c"', f'name = "{name}"'))
+        runs = plan(load_spec(spec)).runs
+        store.add_runs(runs)
+        store.save_experiment(name, str(spec), spec.read_text(), "0" * 12)
+        for i, run in enumerate(runs):
+            path = tmp_path / f"{run.run_id}.jsonl"
+            fields = {"timed_steps": 10, "warmup_steps": 1, "elapsed_s": 1.0}
+            summary = line("summary", status="completed", throughput=1000.0 + i % 2, **fields)
+            path.write_text(summary)
+            store.ingest(run.run_id, path)
+            store.update_run(run.run_id, state="COMPLETED")
+    shown = dlscale("status", home=home, check=0).stdout
+    head = next(x for x in shown.splitlines() if x.startswith("run "))
+    assert "tokens/s" in head and "images/s" not in shown, shown
+    verdicts = dlscale("check", str(spec), "--baseline", "base", home=home, check=0).stdout
+    assert "tokens/s against the baseline's" in verdicts and "images/s" not in verdicts
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("f3")
+        await until(pilot, lambda: "COMPLETED" in screen_text(app), 30, "the runs")
+        screen = screen_text(app)
+        assert "tokens/s" in screen and "images/s" not in screen, screen

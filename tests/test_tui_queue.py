@@ -531,13 +531,13 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
     _record(store, bench.run_id, "summary", throughput=0.0, comm_busbw_gbps=1.25)
     rows = _by_id(queue.rows(store, "comm"))
     trained, comm = rows[ids[0]].cells(), rows[bench.run_id].cells()
-    at = {c: QUEUE_COLUMNS.index(c) for c in ("rep", "images/s", "reason")}
-    assert (trained[at["rep"]], trained[at["images/s"]], trained[at["reason"]]) == (
+    at = {c: QUEUE_COLUMNS.index(c) for c in ("rep", "throughput", "reason")}
+    assert (trained[at["rep"]], trained[at["throughput"]], trained[at["reason"]]) == (
         "0",
         "512.0",
         "",
     )
-    assert (comm[at["rep"]], comm[at["images/s"]]) == ("comm", "-")
+    assert (comm[at["rep"]], comm[at["throughput"]]) == ("comm", "-")
     assert comm[at["reason"]] == "communication benchmark, busbw 1.25 GB/s"
     store.update_run(bench.run_id, state="FAILED", reason="gloo: connection refused")
     failed = _by_id(queue.rows(store, "comm"))[bench.run_id].cells()[at["reason"]]

@@ -38,7 +38,7 @@ Queue
   c                cancel the selected run, or the chosen ones (asks first)
   s                resubmit the selected run, or the chosen ones (asks first)
   space            choose the selected run too (c and s act on all chosen)
-  o                sort: by state (running first), job id, images/s, or as planned
+  o                sort: by state (running first), job id, throughput, or as planned
   /                with a log open: search it (n next, N previous); else: filter the runs
   home, end        first, last run
   p                pause or resume following the log

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.widgets.data_table import ColumnKey
 from textual.worker import get_current_worker
 
-from ..engine.session import QUEUE_COLUMNS, QueueRow, Snapshot, State, run_label
+from ..engine.session import QUEUE_COLUMNS, QueueRow, Snapshot, State, queue_header, run_label
 from ..engine.text import printable
 from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
@@ -69,7 +69,7 @@ _HIDEABLE = {
 # Sorting by state puts what needs watching first.
 _STATE_ORDER = (State.RUNNING, State.SUBMITTING, State.PENDING, State.WAITING, State.PLANNED)
 _STATE_WORD = re.compile(r"[A-Z_]+")
-SORTS = (None, "state", "job", "images/s")  # what `o` steps through
+SORTS = (None, "state", "job", "throughput")  # what `o` steps through
 
 
 def sort_key(column: str, cell: object) -> tuple:
@@ -80,7 +80,7 @@ def sort_key(column: str, cell: object) -> tuple:
         word = _STATE_WORD.search(text.split("]", 1)[-1] if text.startswith("[") else text)
         state = word.group() if word else text
         return (_STATE_ORDER.index(state) if state in _STATE_ORDER else len(_STATE_ORDER), state)
-    if column in ("images/s", "batch", "rep", "elapsed"):
+    if column in ("throughput", "batch", "rep", "elapsed"):
         try:
             return (0, -float(text.split()[0].rstrip("s")))
         except (ValueError, IndexError):
@@ -126,6 +126,7 @@ class JobTable(DataTable):
         self.latest: list[QueueRow] = []  # the rows last asked for
         self.filling = False  # more of them to add next frame
         self.constants: dict[str, str] = {}  # columns hidden: one value in every row
+        self.header = queue_header([])  # as shown: the throughput column in the rows' unit
         self._columns(list(range(len(QUEUE_COLUMNS))))
 
     def _columns(self, visible: list[int]) -> None:
@@ -134,9 +135,7 @@ class JobTable(DataTable):
         self.clear(columns=True)
         self.shown, self.texts = {}, {}
         for i in visible:
-            self.add_column(
-                QUEUE_COLUMNS[i], key=QUEUE_COLUMNS[i], width=cell_len(QUEUE_COLUMNS[i])
-            )
+            self.add_column(self.header[i], key=QUEUE_COLUMNS[i], width=cell_len(self.header[i]))
         self.job_columns = {i: self.columns[ColumnKey(QUEUE_COLUMNS[i])] for i in visible}
 
     def _hide_constant_columns(self, rows: list[QueueRow]) -> None:
@@ -151,7 +150,9 @@ class JobTable(DataTable):
                     constants[i] = str(first)
         visible = [i for i in range(len(QUEUE_COLUMNS)) if i not in constants]
         self.constants = {QUEUE_COLUMNS[i]: v for i, v in constants.items()}
-        if visible != self.columns_shown:
+        header = queue_header(rows)  # tokens/s is not images/s
+        if visible != self.columns_shown or header != self.header:
+            self.header = header
             self._columns(visible)
 
     filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all

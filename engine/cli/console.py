@@ -6,6 +6,7 @@ import sys
 
 from rich.console import Console
 
+from ..results.points import unit_and_axes
 from ..runs import TERMINAL, State
 from ..tracking.store import Store  # noqa: TC001
 
@@ -27,7 +28,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[now]}"),
+        TextColumn("{task.fields[now]}", markup=False),  # run names, Slurm's words: text
         console=err,
         transient=False,
     ) as progress:
@@ -44,7 +45,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                     f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
                     f"#{r['repetition']}"
                     + (
-                        f": step {last['step']}, {last['images_per_s']:.0f} images/s"
+                        f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"
                         if last
                         else ": starting"
                     )

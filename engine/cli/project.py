@@ -38,7 +38,7 @@ def _table(fam: dict[str, Any]) -> Table:
         ("devices", "right"),
         ("measured/projected", "left"),
         ("global batch", "right"),
-        ("images/s [95%]", "right"),
+        (f"{fam.get('unit') or 'images'}/s [95%]", "right"),
         ("speedup [95%]", "right"),
         ("efficiency [95%]", "right"),
         ("link", "left"),

@@ -14,6 +14,7 @@ from ..errors import PlanError
 from ..launching.estimate import estimate
 from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
+from ..results.points import unit_and_axes
 from ..runs import ACTIVE, State
 from ..tracking import follow as following
 from ..tracking.store import Store
@@ -242,9 +243,10 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)
     row = next(r for r in analysis.reruns(store, original["experiment"]) if r["run_id"] == new_id)
+    per_s = f"{unit_and_axes(original)[0]}/s"
     out.print(
         f"original {row['rerun_of']}: {tables.fmt(row['original_throughput'], 1)} "
-        f"images/s; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} images/s; "
+        f"{per_s}; rerun {new_id}: {tables.fmt(row['rerun_throughput'], 1)} {per_s}; "
         f"rerun / original {tables.fmt(row['ratio'], 3)}"
     )
     if row["state"] != State.COMPLETED:

@@ -117,7 +117,7 @@ def judge(p: Point, b: Point, tolerance: float, max_cv: float) -> Verdict:
             name,
             REGRESSED,
             f"no repetition completed ({', '.join(sorted(set(p.states)))}); the baseline's "
-            f"mean is {base:,.1f} images/s",
+            f"mean is {base:,.1f} {p.unit}/s",
             p,
             b,
             threshold,
@@ -148,7 +148,7 @@ def judge(p: Point, b: Point, tolerance: float, max_cv: float) -> Verdict:
                 needed,
             )
     shown = (
-        f"{mean:,.1f} ± {half:,.1f} images/s against the baseline's {base:,.1f} "
+        f"{mean:,.1f} ± {half:,.1f} {p.unit}/s against the baseline's {base:,.1f} "
         f"(regressed below {threshold:,.1f})"
     )
     if mean + half < threshold:

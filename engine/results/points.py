@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import read_text
-from ..runs import CONFIGURATION, State
+from ..runs import CONFIGURATION, State, per_second
 
 NOISY_CV = 0.05
 
@@ -227,8 +227,7 @@ if tuple(f.name for f in fields(Point))[: len(CONFIGURATION)] != CONFIGURATION:
 def throughput_unit(rows: list[dict[str, Any]]) -> str:
     """What the rows' throughput counts a second, for a column or an axis: "tokens/s" where
     they all count tokens, "units/s" where they differ."""
-    units = {r.get("unit") or "images" for r in rows}
-    return f"{units.pop() if len(units) == 1 else 'units'}/s"
+    return per_second(r.get("unit") for r in rows)
 
 
 def unit_and_axes(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -295,6 +295,7 @@ def _family(
         "per_device_batch": first.per_device_batch,
         "loader": first.loader,
         "device": first.device,
+        "unit": first.unit,  # what its throughput counts a second
         "rows": [],
         "held_out": None,
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runs import per_second
 from .formatting import fmt
 from .report_tables import Table
 
@@ -41,7 +42,8 @@ def held_out_line(fam: dict[str, Any]) -> tuple[str, bool]:
     x = held["projected_throughput"]
     line = (
         f"{fam['family']}: held-out check: {scale} projected from {', '.join(held['from'])} "
-        f"at {fmt(x['value'], 1)} images/s [{fmt(x['ci95_low'], 1)}, {fmt(x['ci95_high'], 1)}]"
+        f"at {fmt(x['value'], 1)} {fam.get('unit') or 'images'}/s "
+        f"[{fmt(x['ci95_low'], 1)}, {fmt(x['ci95_high'], 1)}]"
         f", measured {fmt(held['measured_throughput'], 1)}: error {100 * held['error']:+.1f}%"
     )
     if held["outside_interval"]:
@@ -57,7 +59,7 @@ def projection_table(families: list[dict[str, Any]], to: int, to_from: str) -> T
         "scale",
         "devices",
         "measured/projected",
-        "images/s [95%]",
+        f"{per_second(f.get('unit') for f in families)} [95%]",
         "speedup [95%]",
         "efficiency [95%]",
         "link",

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..tracking.queue import QUEUE_COLUMNS
+from ..tracking.queue import QUEUE_COLUMNS, queue_header
 from . import report_tables
 from .formatting import fmt, throughput_text
 from .points import throughput_unit
@@ -206,10 +206,10 @@ def status_table(queue: list) -> str:
     plain aligned columns. Not a rich Table: laying one out measured and wrapped every cell
     (2.6 s for 1,000 runs); this is a join per row. The reason comes last and whole (it is
     cut at 80 characters already), so a narrow terminal wraps only that line's end."""
-    head = ("run", "experiment", *QUEUE_COLUMNS)
+    head = ("run", "experiment", *queue_header(queue))
     rows = [(q.run_id, q.experiment, *q.cells()) for q in queue]
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
-    right = {head.index(c) for c in ("batch", "rep", "elapsed", "images/s")}
+    right = {2 + QUEUE_COLUMNS.index(c) for c in ("batch", "rep", "elapsed", "throughput")}
 
     # One format for every row: str.format pads in C.
     form = "  ".join(

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from ..results.formatting import elapsed_text, finite, fmt
-from ..runs import ACTIVE, State
+from ..runs import ACTIVE, State, per_second
 from ..text import printable
 from .store import Store
 from .store_records import QUEUE_CHANGES, skipped_text
@@ -39,6 +39,7 @@ class QueueRow:
     step: int | None  # last reported step while running
     comm_benchmark: bool = False  # times the allreduce (plan.py): not a training run
     busbw_gbps: float | None = None  # what a communication benchmark measured
+    unit: str = "images"  # what its throughput counts a second (a declared framework's own)
 
     def why_not_cancel(self) -> str | None:
         """Why cancelling this run would do nothing (None: it can be cancelled), in the
@@ -65,7 +66,7 @@ class QueueRow:
     def cells(self) -> tuple[str, ...]:
         """The row as text, in QUEUE_COLUMNS order. A communication benchmark says so where
         a training run's reason goes and in its repetition's place (seen at 80 columns, where
-        the reason is cut), and has no images/s."""
+        the reason is cut), and has no throughput."""
         reason = self.reason
         if self.comm_benchmark:
             if reason:
@@ -102,9 +103,18 @@ QUEUE_COLUMNS = (
     "state",
     "nodes",
     "elapsed",
-    "images/s",
+    "throughput",  # shown as what it counts a second: queue_header
     "reason",
 )
+
+
+def queue_header(queue: list[QueueRow]) -> tuple[str, ...]:
+    """QUEUE_COLUMNS as a table heads them: the throughput column says what the rows' runs
+    count a second (images/s, a declared framework's tokens/s, units/s where they differ;
+    a communication benchmark counts none)."""
+    unit = per_second(r.unit for r in queue if not r.comm_benchmark)
+    return tuple(unit if c == "throughput" else c for c in QUEUE_COLUMNS)
+
 
 # Run ids per `IN (...)` list: SQLite takes at most 32,766 parameters in one statement.
 _IDS_PER_QUERY = 5000
@@ -251,7 +261,9 @@ class QueueReader:
 
 
 def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueRow:
-    run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition, comm = point
+    run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition, comm, unit = (
+        point
+    )
     (
         _,
         backend,
@@ -289,6 +301,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         ingested.step,
         bool(comm),
         ingested.busbw,
+        printable(str(unit)),
     )
 
 

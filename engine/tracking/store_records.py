@@ -58,6 +58,10 @@ QUEUE_POINT = (
     # whether it is a communication benchmark (plan.py), not a training run: its recipe
     # says so, and the queue names it so (it measures no images/s)
     f"instr(coalesce(training, ''), '{COMM_MARK}') > 0",
+    # what its throughput counts: a declared framework's unit (config/custom.py), else
+    # images; text a damaged store holds is no JSON, and asks json_extract nothing
+    "CASE WHEN json_valid(training) AND json_type(training, '$.custom') = 'object' "
+    "THEN coalesce(json_extract(training, '$.custom.unit'), 'samples') ELSE 'images' END",
 )
 
 
