@@ -5,6 +5,9 @@ appearing late, being truncated, and being replaced."""
 import threading
 import time
 
+import pytest
+
+from conftest import REPO
 from dlscale.engine.tracking.logs import (
     CUT,
     MAX_LINE,
@@ -179,3 +182,35 @@ def test_follow_shows_progress_redraws_and_cuts_a_line_that_never_ends(tmp_path)
             got += next(chunks)
         assert got == ["after"]
     stop.set()
+
+
+@pytest.mark.parametrize(
+    "log,cause",
+    [
+        (
+            "srun-no-torch.log",
+            "python3: Error while finding module specification for 'torch.distributed.run' "
+            "(ModuleNotFoundError: No module named 'torch')",
+        ),
+        (
+            "torchrun-user-error.log",
+            "[rank1]: ValueError: --seq-len 4096 is longer than the model's context (1024)",
+        ),
+        ("torchrun-gloo-abort.log", "terminate called without an active exception"),
+    ],
+)
+def test_a_scripts_failure_is_named_by_its_cause_not_the_launchers_last_words(log, cause):
+    """Recorded logs of scripts that are not dlscale's (tests/fixtures/failed-logs): the
+    reason is the first exception or crash, not srun's 'Terminating StepId' nor torchrun's
+    ChildFailedError; the log's last lines follow it."""
+    path = REPO / "tests" / "fixtures" / "failed-logs" / log
+    head, *context = failure_reason(path).splitlines()
+    assert head.endswith(cause), head
+    last = [x for x in path.read_text().splitlines() if x.strip()][-1]
+    assert context[-1] == "  | " + last
+
+
+def test_with_no_error_line_the_reason_is_the_logs_last_line(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("step 1\nWarning: slow\nstep 2 (Errors: 0)\nkilled by the user\n")
+    assert failure_reason(log).splitlines()[0] == "killed by the user"

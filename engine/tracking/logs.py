@@ -12,12 +12,22 @@ from ..files import open_regular
 from ..text import printable
 
 _TRAINER_ERROR = re.compile(rb"dlscale-[\w-]+: error: [^\r\n]*")
+# Where a script is not dlscale's, the line that says what went wrong: a Python exception
+# (`ValueError: ...`, also inside a launcher's words: `(ModuleNotFoundError: No module
+# named 'torch')`) or the C runtime's last words. The first one in the log's tail is the
+# cause: a rank's error comes before the others' "Connection closed by peer" and the
+# launcher's own traceback (ChildFailedError, which only says a rank failed).
+_SCRIPT_ERROR = re.compile(
+    r"\b(?!ChildFailedError\b)[A-Z]\w*(?:Error|Exception)\b: \S"
+    r"|^terminate called|Segmentation fault|\bout of memory\b|\boom[-_]kill"
+)
 # A line ends at \n, \r\n or a lone \r: progress bars (tqdm, Keras) redraw themselves with
 # \r, and each redraw is shown as a line rather than one line that never ends.
 _BREAK = re.compile(rb"\r\n|\r|\n")
 MAX_LINE = 4096  # characters of a line shown; a longer one is cut (and marked)
 CUT = " \u2026"  # marks where a line was cut
 REASON_BYTES = 4 << 20  # how far from the end a failed run's error line is looked for
+REASON_LINES = 200  # how many last lines a script's own error line is looked for in
 
 
 # No such file, or no such folder to hold it (a run folder not laid out yet, or
@@ -79,20 +89,27 @@ def tail_lines(path: str | Path, n: int = 20, block: int = 64 * 1024) -> list[st
 
 
 def failure_reason(path: str | Path, context: int = 5) -> str:
-    """One line saying why a run failed (the trainer's own error line when it printed one
-    in the last REASON_BYTES of its log), followed by the last lines of its log."""
+    """One line saying why a run failed, followed by the last lines of its log. The line is
+    the trainer's own error line where it printed one in the last REASON_BYTES of its log;
+    else the first exception or crash in its last REASON_LINES lines (a script that is not
+    dlscale's); else its last line."""
     try:
         with open_regular(path, follow=False) as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - REASON_BYTES))
             end = fh.read(REASON_BYTES)
-        tail = [line for line in tail_lines(path, 200) if line.strip()][-context:]
+        lines = [line for line in tail_lines(path, REASON_LINES) if line.strip()]
     except ABSENT:
         return f"no log at {path}"
     except OSError as exc:  # not the run's own regular file: not read
         return f"its log was not read: {printable(str(exc))}"
+    tail = lines[-context:]
     errors = _TRAINER_ERROR.findall(end)
-    head = _show(errors[-1]) if errors else tail[-1] if tail else "the job failed without output"
+    if errors:
+        head = _show(errors[-1])
+    else:
+        cause = next((line for line in lines if _SCRIPT_ERROR.search(line)), None)
+        head = cause or (tail[-1] if tail else "the job failed without output")
     return "\n".join([head, *("  | " + line for line in tail)])
 
 
