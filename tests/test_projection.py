@@ -3,9 +3,12 @@ synthetic study's projection matches the model that generated it, the held-out c
 computes its error and flags a miss, and `dlscale project` refuses bad input in one line."""
 
 import json
+import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_efficiency_results import add, add_comm, breakdown
 
 from conftest import dlscale
@@ -89,6 +92,44 @@ def test_draws_follow_any_covariance_a_fit_can_give_singular_ones_included(name)
     if cov[0, 0] and cov[1, 1]:
         want_r = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
         assert got[0, 1] / np.sqrt(got[0, 0] * got[1, 1]) == pytest.approx(want_r, abs=0.02)
+
+
+# Any sweep a benchmark can record: sizes from a byte to a GB, 2 to 64 ranks, times from a
+# microsecond to minutes, in any relation to each other (noise, a link faster for small
+# messages, one size only, one point twice).
+SWEEP = st.lists(
+    st.tuples(
+        st.integers(1, 10**9),
+        st.sampled_from([2, 4, 8, 64]),
+        st.floats(1e-6, 300, allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=12,
+).flatmap(lambda pts: st.lists(st.sampled_from(pts), min_size=len(pts), max_size=len(pts) + 3))
+
+
+@given(sweep=SWEEP, step_s=st.floats(1e-3, 100), seed=st.integers(0, 2**16))
+@settings(max_examples=60, deadline=None, database=None)
+def test_any_recorded_sweep_fits_and_projects_without_error(sweep, step_s, seed):
+    """The class of the CI failure (a singular covariance ending `project` in LinAlgError):
+    whatever sweep the benchmark recorded, the fit gives a physical link or none, its draws
+    are finite, and every projected estimate is finite and inside its own interval."""
+    samples = [commfit.Sample("r", "f", 2, n, b, t) for b, n, t in sweep]
+    link = commfit.fit(samples, commfit.INTER)
+    if link is None:
+        return
+    assert link.latency_s >= 0 and 0 < link.bandwidth_gbps < math.inf
+    alpha, inv = link.sample(np.random.default_rng(seed), 200)
+    assert np.isfinite(alpha).all() and np.isfinite(inv).all() and (inv > 0).all()
+    links = {commfit.INTRA: link, commfit.INTER: link}
+    base = projection.Base(2, 32, projection.Mean(64 / step_s, 0.05 * 64 / step_s, 3), None, None)
+    one = projection.Mean(32 / step_s, 0.05 * 32 / step_s, 3)
+    for nodes in (2, 16, 1024):
+        got = projection.project(base, one, links, BUCKETS, nodes, 2, samples=200, seed=seed)
+        for name in ("step_time_s", "throughput", "speedup", "efficiency"):
+            e = got[name]
+            assert all(math.isfinite(v) for v in (e.value, e.low, e.high)), (name, e)
+            assert e.low <= e.value * (1 + 1e-9) and e.value <= e.high * (1 + 1e-9), (name, e)
 
 
 # --- a synthetic study -----------------------------------------------------------------
