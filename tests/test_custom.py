@@ -102,6 +102,18 @@ BAD = {
         {"command": '["{python}", "{script}", "{steps}"]', "length": "epochs = 2"},
         r"\(file\): frameworks\.gpt\.command uses \{steps\}, and training gives epochs",
     ),
+    "comm benchmark under mpirun": (
+        {"extra": 'launcher = "mpirun"\ncomm = { parameters = 1000 }'},
+        r":\d+: frameworks\.gpt\.comm: .*torchrun or srun sets up",
+    ),
+    "comm benchmark of no parameters": (
+        {"extra": "comm = { parameters = 0 }"},
+        r":\d+: frameworks\.gpt\.comm\.parameters: Input should be greater than or equal to 1",
+    ),
+    "comm benchmark with a misspelt field": (
+        {"extra": "comm = { parameter = 10 }"},
+        r":\d+: frameworks\.gpt\.comm\.parameter: unknown key; allowed keys here: parameters",
+    ),
     "unknown framework": (
         {"frameworks": '["gtp"]'},
         r"experiment\.frameworks: unknown framework 'gtp'; allowed: .*pytorch-ddp.*, gpt",
@@ -411,3 +423,37 @@ async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
         await until(pilot, lambda: "COMPLETED" in screen_text(app), 30, "the runs")
         screen = screen_text(app)
         assert "tokens/s" in screen and "images/s" not in screen, screen
+
+
+def test_a_declared_frameworks_comm_benchmark_is_planned_where_it_gives_its_size(tmp_path):
+    """With [frameworks.NAME.comm]: one benchmark per scale of 2+ devices (not per axis
+    value), the declared launcher and software, dlscale's PyTorch trainer timing the
+    declared gradient; without it, the plan says how to get one."""
+    from dlscale.engine.launching.plan import plan as make_plan
+
+    extra = 'launcher = "torchrun"\ncomm = { parameters = 5000 }'
+    text = spec_text(extra=extra).replace(
+        "repetitions = 1", "comm_benchmark = true\nrepetitions = 1"
+    )
+    spec = tmp_path / "s.toml"
+    spec.write_text(text)
+    planned = make_plan(load_spec(spec))
+    bench = [r for r in planned.runs if r.comm_benchmark]
+    assert [(r.scale, r.framework) for r in bench] == [("1x2", "gpt")]
+    custom = bench[0].training["custom"]
+    assert custom["launcher"] == "torchrun" and custom["log"] is None
+    assert custom["command"][:4] == [
+        "{python}",
+        "-m",
+        "dlscale.trainers.torch_ddp",
+        "--comm-benchmark",
+    ]
+    assert custom["command"][-2:] == ["--gradient-elements", "5000"]
+    argv = custom_launch.rank_command(bench[0], tmp_path / "run", "cpu", "/venv/bin/python", None)
+    assert argv[0] == "/venv/bin/python" and "{" not in " ".join(argv)
+    assert not [n for n in planned.notes if "none for gpt" in n]
+    spec.write_text(text.replace("comm = { parameters = 5000 }", ""))
+    planned = make_plan(load_spec(spec))
+    assert not [r for r in planned.runs if r.comm_benchmark]
+    [note] = [n for n in planned.notes if "none for gpt" in n]
+    assert "[frameworks.gpt.comm] parameters = N" in note

@@ -57,6 +57,49 @@ def test_example_study_gives_ci95_speedup_and_efficiency(name, tmp_path, home):
         assert params["world_size"] == run["devices"]
 
 
+GPT_PARAMETERS = 134_912  # examples/custom/gpt.py's defaults at seq_len 32
+
+
+def with_comm(text: str) -> str:
+    """An example with the communication benchmark: the study asks for it, and the script's
+    declaration gives its model's size."""
+    text = text.replace("repetitions = ", "comm_benchmark = true\nrepetitions = ", 1)
+    return text + f"\n[frameworks.gpt.comm]\nparameters = {GPT_PARAMETERS}\n"
+
+
+def test_a_declared_frameworks_comm_benchmark_feeds_its_projection(tmp_path, home):
+    """Issue 25, item 4: a comm benchmark where the launcher gives torch a process group.
+    Example (a) with [frameworks.gpt.comm]: its benchmark run (torchrun, the declared
+    software) times the declared gradient in DDP's buckets, and `dlscale project` fits the
+    intra-node link from it and projects the script past its measured scales, in tokens/s."""
+    spec = example(tmp_path, "gpt-log.toml", with_comm)
+    plan = dlscale("plan", str(spec), home=home, check=0).stdout
+    assert "5 runs" in plan and "none for gpt" not in plan, plan  # 2 x 2 and the benchmark
+    dlscale("run", str(spec), "--wait", home=home, check=0)
+    store = Store(home)
+    [bench] = [r for r in store.runs("gpt-log") if '"comm_benchmark": true' in r["training"]]
+    assert (bench["state"], bench["nodes"], bench["ranks_per_node"]) == ("COMPLETED", 1, 2)
+    [comm] = store.records(bench["run_id"], "comm")
+    assert sum(comm["buckets"]) == 4 * GPT_PARAMETERS and len(comm["sweep"]) == 8
+    check_results(home, "gpt-log")  # the benchmark is no point of the results
+    profile = tmp_path / "stated.toml"
+    profile.write_text(
+        PROFILE.read_text() + "\n[interconnect]\ninjection_gbps = 1.25\nlatency_us = 50\n"
+    )
+    project = ["project", "-e", "gpt-log", "--to", "4", "--profile", str(profile)]
+    (fam,) = json.loads(dlscale(*project, "--format", "json", home=home, check=0).stdout)
+    assert fam["unit"] == "tokens" and fam["gradient_bytes"] == 4 * GPT_PARAMETERS
+    assert fam["links"]["intra-node"]["source"] == "measured"
+    assert fam["links"]["intra-node"]["inputs"] == [bench["run_id"]]
+    projected = [r for r in fam["rows"] if r["kind"] == "projected"]
+    assert [(r["nodes"], r["ranks_per_node"]) for r in projected] == [(2, 2), (4, 2)]
+    for r in projected:
+        x = r["throughput"]
+        assert 0 < x["ci95_low"] <= x["value"] <= x["ci95_high"]
+    shown = dlscale(*project, home=home, check=0).stdout
+    assert "tokens/s [95%]" in shown and "images/s" not in shown
+
+
 def test_a_log_that_matched_nothing_is_failed_with_the_reason(tmp_path, home):
     def edit(text: str) -> str:
         text = text.replace('scales = ["1x1", "1x2"]', 'scales = ["1x1"]')
@@ -92,14 +135,20 @@ def slurm_example(tmp_path: Path, name: str) -> Path:
 
 
 def check_torchrun_on_two_nodes(home: Path) -> None:
-    """Example (c): each run's job script wraps the script with torchrun, one per node."""
+    """Example (c): each run's job script wraps the script with torchrun, one per node; its
+    communication benchmark times the declared gradient across the two nodes the same way."""
     store = Store(home)
     runs = store.runs("gpt-slurm")
-    assert sorted(r["nodes"] for r in runs) == [1, 2]
+    bench = [r for r in runs if '"comm_benchmark": true' in r["training"]]
+    assert sorted(r["nodes"] for r in runs) == [1, 2, 2] and [r["nodes"] for r in bench] == [2]
     for run in runs:
         assert run["state"] == "COMPLETED", run["reason"]
         script = (Path(run["run_dir"]) / "job.sh").read_text()
         assert "torch.distributed.run --nnodes=" in script and "--no-python" in script
+        if run in bench:
+            [comm] = store.records(run["run_id"], "comm")
+            assert sum(comm["buckets"]) == 4 * GPT_PARAMETERS and len(comm["sweep"]) == 8
+            continue
         summary = store.records(run["run_id"], "summary")[0]
         assert summary["throughput"] > 0 and summary["unit"] == "tokens"
 
@@ -125,6 +174,12 @@ def test_the_three_examples_on_the_slurm_cluster(slurm_22_05, tmp_path, home, mo
         r for r in json.loads(out.stdout) if r["experiment"] == "gpt-slurm" and r["nodes"] == 2
     )
     assert two["speedup"] is not None and two["unit"] == "tokens"
+    # (c)'s benchmark across the two nodes fits the inter-node link: the script projected
+    (fam,) = json.loads(
+        dlscale("project", "-e", "gpt-slurm", "--to", "4", "--format", "json", home=home).stdout
+    )
+    assert fam["links"]["inter-node"]["source"] == "measured"
+    assert [(r["nodes"], r["kind"]) for r in fam["rows"]][-1] == (4, "projected")
 
 
 async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
@@ -228,11 +283,11 @@ async def test_the_examples_through_the_tui_on_the_slurm_cluster(
         monkeypatch.setenv(name, value)
     app = DlscaleApp(Session(home, "slurm", str(PROFILE)))
     async with app.run_test(size=(120, 40)) as pilot:
-        await submit_in_tui(pilot, slurm_example(tmp_path, "gpt-slurm.toml"), 2)
+        await submit_in_tui(pilot, slurm_example(tmp_path, "gpt-slurm.toml"), 3)
         await submit_in_tui(pilot, slurm_example(tmp_path, "gpt-log.toml"), 4)
         await completed(pilot, "gpt-log", 4, 400)
         await check_results_screen(pilot, "gpt-log", 2)
-        await completed(pilot, "gpt-slurm", 2, 400)
+        await completed(pilot, "gpt-slurm", 3, 400)
         await check_results_screen(pilot, "gpt-slurm", 2)
     check_torchrun_on_two_nodes(home)
     for point in app.session.results("gpt-log"):

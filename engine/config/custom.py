@@ -7,7 +7,10 @@ str.format_map on each element, never through a shell; the launcher that starts 
 one task per device, torchrun: one per node, mpirun); its software (a venv, modules, a
 container, as a profile's environments); its unit; and how it reports: `[frameworks.NAME.log]`
 patterns read from the run's log (engine/tracking/log_patterns.py), or else the records the
-script writes itself (trainers/report.py).
+script writes itself (trainers/report.py). With `[frameworks.NAME.comm]` giving its model's
+parameter count, a study's communication benchmark times an allreduce of that gradient with
+the declaration's own launcher and software (dlscale's PyTorch trainer in --comm-benchmark
+mode, over the process group torchrun or srun sets up).
 
 The spec's experiment checks (spec.py) ask `declared()` which names the spec being
 validated declares: a context variable set around the whole spec's validation, so every
@@ -175,6 +178,24 @@ class LogReport(StrictModel):
         return self
 
 
+class CommDeclared(StrictModel):
+    """`[frameworks.NAME.comm]`: what the communication benchmark needs of a script's model.
+    Its gradient, as fp32 elements, is allreduced in DDP's buckets."""
+
+    parameters: StrictInt = Field(ge=1, le=10**13)  # the model's trainable parameters
+
+
+# What the communication benchmark of a declared framework runs, with its launcher and
+# software: dlscale's PyTorch trainer, timing a gradient of the declared size. The software
+# needs torch (and numpy); dlscale.trainers comes on PYTHONPATH, as for the records module.
+COMM_COMMAND = [
+    "{python}", "-m", "dlscale.trainers.torch_ddp", "--comm-benchmark",
+    "--model", "resnet20", "--dataset", "synthetic-cifar",  # required flags; unused
+    "--per-device-batch", "{per_device_batch}", "--precision", "{precision}",
+    "--device", "{device}", "--steps", "1", "--run-id", "{run_id}", "--output", "{metrics}",
+]  # fmt: skip
+
+
 class Declared(StrictModel):
     """One `[frameworks.NAME]` table."""
 
@@ -184,7 +205,19 @@ class Declared(StrictModel):
     unit: Literal[UNITS] = "samples"  # type: ignore[valid-type]
     software: Software = Field(default_factory=Software)
     log: LogReport | None = None  # absent: the script writes records (trainers/report.py)
+    comm: CommDeclared | None = None  # absent: no communication benchmark of its own
     description: StrictStr = ""
+
+    @field_validator("comm")
+    @classmethod
+    def _comm_needs_a_process_group(cls, value: CommDeclared | None, info) -> Any:
+        launcher = info.data.get("launcher")
+        if value is not None and launcher == "mpirun":
+            raise ValueError(
+                "the communication benchmark runs over torch's process group, which torchrun "
+                'or srun sets up; with launcher = "mpirun" leave [comm] out'
+            )
+        return value
 
     @field_validator("script")
     @classmethod
@@ -195,6 +228,13 @@ class Declared(StrictModel):
                 f"{_SPEC.get({}).get('folder', '.')})"
             )
         return value
+
+
+def comm_declaration(decl: dict[str, Any]) -> dict[str, Any]:
+    """What a declaration (as a run's recipe holds it) runs for its communication benchmark:
+    the same launcher and software, COMM_COMMAND with its gradient's size, read as records."""
+    command = [*COMM_COMMAND, "--gradient-elements", str(decl["comm"]["parameters"])]
+    return {**decl, "command": command, "script": None, "log": None}
 
 
 def anchored(data: dict[str, Any], folder: str | Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config.custom import anchored
+from ..config.custom import anchored, comm_declaration
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
 from ..runs import Configuration
@@ -140,6 +140,7 @@ def plan(loaded: LoadedSpec) -> Plan:
                 ]
         if exp.comm_benchmark:
             comm += _comm_runs(loaded, model, dataset, recipe)
+            comm += _declared_comm_runs(loaded, model, dataset, recipe)
     notes = []
     if exp.comm_benchmark:
         notes = [
@@ -147,10 +148,11 @@ def plan(loaded: LoadedSpec) -> Plan:
             for fw in exp.frameworks
             if fw in NO_COMM_BENCHMARK
         ] + [
-            f"communication benchmark: none for {fw}: a declared framework's script times "
-            "no allreduce dlscale can start on its own"
+            f"communication benchmark: none for {fw}: give its model's parameter count as "
+            f"[frameworks.{fw}.comm] parameters = N, and dlscale times that gradient's "
+            "allreduce with its launcher and software"
             for fw in exp.frameworks
-            if fw in declared
+            if fw in declared and loaded.spec.frameworks[fw].comm is None
         ]
         if all(s.devices == 1 for s in exp.scales):
             notes.append(
@@ -224,6 +226,39 @@ def _run(
         repetition=repetition,
         training=recipe,
     )
+
+
+def _declared_comm_runs(
+    loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]
+) -> list[Run]:
+    """A declared framework's benchmark per scale of 2+ devices and precision, where it
+    gives its model's size (custom.comm_declaration): not per user axis value, as the
+    gradient is the declared one whatever they are."""
+    exp = loaded.spec.experiment
+    out = []
+    for fw in exp.frameworks:
+        decl = loaded.spec.frameworks.get(fw)
+        if decl is None or decl.comm is None:
+            continue
+        custom = declared_recipes(loaded, fw, [recipe])[id(recipe)][0]["custom"]
+        marked = {**recipe, "custom": comm_declaration(custom), "comm_benchmark": True}
+        for scale, prec in itertools.product(exp.scales, exp.precisions):
+            if scale.devices > 1:
+                out.append(
+                    _run(
+                        exp,
+                        fw,
+                        model,
+                        dataset,
+                        scale,
+                        exp.batches[0],
+                        prec,
+                        exp.loaders[0],
+                        0,
+                        marked,
+                    )
+                )
+    return out
 
 
 def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]) -> list[Run]:

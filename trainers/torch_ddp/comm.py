@@ -35,6 +35,18 @@ def gradient_elements(model: torch.nn.Module) -> list[int]:
     return [p.numel() for p in model.parameters() if p.requires_grad][::-1]
 
 
+# A declared gradient (--gradient-elements) as parameters of at most this many elements:
+# the buckets then fill as DDP fills them from a model's layers (a large model's layers are
+# mostly this size or smaller), not as one tensor bigger than any bucket.
+DECLARED_LAYER_ELEMENTS = 1 << 20
+
+
+def declared_gradient(elements: int) -> list[int]:
+    """A script's gradient known only by its size, as parameter sizes."""
+    step = DECLARED_LAYER_ELEMENTS
+    return [min(step, elements - i) for i in range(0, elements, step)]
+
+
 def run(run: Any) -> int:
     """`run` is train.TorchRun: the rank's context, its framework and device."""
     ctx, strategy, device = run.ctx, run.strategy, run.device
@@ -43,8 +55,14 @@ def run(run: Any) -> int:
         raise TrainerError(
             "--comm-benchmark needs 2 or more ranks: one rank has nothing to communicate"
         )
-    model = build(args.model, classes_of(args))
-    plan = strategy.comm_plan(gradient_elements(model), args)
+    fields = recipe_fields(args)
+    if args.gradient_elements:  # a declared framework's script: its gradient by its size
+        grads, parameters = declared_gradient(args.gradient_elements), args.gradient_elements
+        fields["model"] = f"a gradient of {parameters} elements"
+    else:
+        model = build(args.model, classes_of(args))
+        grads, parameters = gradient_elements(model), parameter_count(model)
+    plan = strategy.comm_plan(grads, args)
     dtype = {2: torch.float16, 4: torch.float32}[plan.element_bytes]
     # Zeros: a sum of zeros stays finite however many rounds run (ones would overflow fp16).
     tensors = [
@@ -57,12 +75,12 @@ def run(run: Any) -> int:
         framework=strategy.framework,
         world_size=ctx.world,
         global_batch=ctx.global_batch,
-        parameters=parameter_count(model),
+        parameters=parameters,
         precision=run.precision,
         device=device.type,
         mode="comm-benchmark",
         distributed=True,
-        **recipe_fields(args),
+        **fields,
         **strategy.record(args, launch),
     )
     versions = {

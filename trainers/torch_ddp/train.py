@@ -8,6 +8,7 @@ so the slowest rank sets the time.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 from dataclasses import dataclass
@@ -185,6 +186,12 @@ class TorchRun:
         return self.strategy.gather(obj, self.ctx.launch)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer, got {text!r}")
+    return int(text)
+
+
 def train(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
     strategy = strategy or Distribution()
     parser = build_parser(strategy.prog)
@@ -193,6 +200,13 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
         action="store_true",
         help="time one step's gradient allreduce, in this framework's buckets "
         "over its process group, instead of training",
+    )
+    parser.add_argument(
+        "--gradient-elements",
+        type=_positive,
+        default=None,
+        help="with --comm-benchmark: a gradient of this many elements instead of --model's "
+        "(a declared framework's own model, given by its parameter count)",
     )
     strategy.add_args(parser)
     args = parser.parse_args(argv)
