@@ -213,3 +213,20 @@ def test_a_folder_whose_records_say_nonsense_is_named_and_the_rebuild_goes_on(ho
     proc = dlscale("store", "rebuild", "--force", check=0)
     assert "abcdef012345" in proc.stdout and "recovered 6 run(s)" in proc.stdout, proc.stdout
     assert dlscale("status", "--all", check=0).stdout.count("COMPLETED") == 6
+
+
+def test_damage_the_check_itself_cannot_read_still_names_the_error(home, monkeypatch):
+    """Over some damage SQLite's quick_check raises instead of listing what is wrong (seen
+    in CI's core suite on Python 3.10): the sentence still names the error that was hit."""
+    from dlscale.engine.tracking import store_health
+
+    recorded_study(home)
+
+    def unreadable(db):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(store_health, "_quick_check", unreadable)
+    error = TypeError("can only concatenate str")
+    said = fault_message(error, home)
+    assert said is not None and HINT in said and "is damaged" in said, said
+    assert "database disk image is malformed" in said and str(error) in said, said

@@ -93,8 +93,10 @@ def _read_through_damage(exc: BaseException, home: Path) -> str | None:
         return None
     try:
         answer = _quick_check(db)
-    except sqlite3.DatabaseError as check_exc:
-        return damage_message(check_exc, home)
+    except sqlite3.DatabaseError as check_exc:  # the check itself cannot read it (3.10's SQLite)
+        if damage_message(check_exc, home) is None:
+            return None
+        answer = [str(check_exc)]
     except OSError:
         return None
     if answer == ["ok"]:
