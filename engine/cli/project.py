@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import NotFoundError, UserError
+from ..runs import per_second
 from ..tracking import follow as following
 from .console import out
 from .options import experiment_option, store_of
@@ -38,7 +39,7 @@ def _table(fam: dict[str, Any]) -> Table:
         ("devices", "right"),
         ("measured/projected", "left"),
         ("global batch", "right"),
-        (f"{fam.get('unit') or 'images'}/s [95%]", "right"),
+        (f"{per_second([fam.get('unit')])} [95%]", "right"),
         ("speedup [95%]", "right"),
         ("efficiency [95%]", "right"),
         ("link", "left"),

@@ -140,7 +140,6 @@ def plan(loaded: LoadedSpec) -> Plan:
                 ]
         if exp.comm_benchmark:
             comm += _comm_runs(loaded, model, dataset, recipe)
-            comm += _declared_comm_runs(loaded, model, dataset, recipe)
     notes = []
     if exp.comm_benchmark:
         notes = [
@@ -228,50 +227,37 @@ def _run(
     )
 
 
-def _declared_comm_runs(
-    loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]
-) -> list[Run]:
-    """A declared framework's benchmark per scale of 2+ devices and precision, where it
-    gives its model's size (custom.comm_declaration): not per user axis value, as the
-    gradient is the declared one whatever they are."""
+def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]) -> list[Run]:
+    """One benchmark per framework, scale of 2+ devices and precision: the allreduce depends
+    on the model and its classes (the gradient), the scale and the framework's options
+    (Horovod's fp16 compression), not on the batch, the loader, the lr schedule or a
+    declared framework's axis values."""
     exp = loaded.spec.experiment
+    batch = exp.batches[0]
     out = []
     for fw in exp.frameworks:
-        decl = loaded.spec.frameworks.get(fw)
-        if decl is None or decl.comm is None:
+        marked = _comm_recipe(loaded, fw, recipe)
+        if marked is None:
             continue
-        custom = declared_recipes(loaded, fw, [recipe])[id(recipe)][0]["custom"]
-        marked = {**recipe, "custom": comm_declaration(custom), "comm_benchmark": True}
         for scale, prec in itertools.product(exp.scales, exp.precisions):
             if scale.devices > 1:
                 out.append(
-                    _run(
-                        exp,
-                        fw,
-                        model,
-                        dataset,
-                        scale,
-                        exp.batches[0],
-                        prec,
-                        exp.loaders[0],
-                        0,
-                        marked,
-                    )
+                    _run(exp, fw, model, dataset, scale, batch, prec, exp.loaders[0], 0, marked)
                 )
     return out
 
 
-def _comm_runs(loaded: LoadedSpec, model: str, dataset: str, recipe: dict[str, Any]) -> list[Run]:
-    """One benchmark per framework, scale of 2+ devices and precision: the allreduce depends
-    on the model and its classes (the gradient), the scale and the framework's options
-    (Horovod's fp16 compression), not on the batch, the loader or the lr schedule."""
-    exp = loaded.spec.experiment
-    batch = exp.batches[0]
-    out = []
-    for fw, scale, prec in itertools.product(exp.frameworks, exp.scales, exp.precisions):
-        if fw not in COMM_BENCHMARK_FRAMEWORKS or scale.devices == 1:
-            continue
-        options = loaded.spec.options_for(fw)
-        marked = {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}
-        out.append(_run(exp, fw, model, dataset, scale, batch, prec, exp.loaders[0], 0, marked))
-    return out
+def _comm_recipe(loaded: LoadedSpec, fw: str, recipe: dict[str, Any]) -> dict[str, Any] | None:
+    """The recipe of a framework's benchmark runs, marked as such; None where it has none:
+    a built-in framework without a benchmark, or a declared one that gives no model size
+    (its benchmark is custom.comm_declaration's)."""
+    decl = loaded.spec.frameworks.get(fw)
+    if decl is not None:
+        if decl.comm is None:
+            return None
+        custom = declared_recipes(loaded, fw, [recipe])[id(recipe)][0]["custom"]
+        return {**recipe, "custom": comm_declaration(custom), "comm_benchmark": True}
+    if fw not in COMM_BENCHMARK_FRAMEWORKS:
+        return None
+    options = loaded.spec.options_for(fw)
+    return {**recipe, **({"options": options} if options else {}), "comm_benchmark": True}

@@ -42,7 +42,7 @@ def held_out_line(fam: dict[str, Any]) -> tuple[str, bool]:
     x = held["projected_throughput"]
     line = (
         f"{fam['family']}: held-out check: {scale} projected from {', '.join(held['from'])} "
-        f"at {fmt(x['value'], 1)} {fam.get('unit') or 'images'}/s "
+        f"at {fmt(x['value'], 1)} {per_second([fam.get('unit')])} "
         f"[{fmt(x['ci95_low'], 1)}, {fmt(x['ci95_high'], 1)}]"
         f", measured {fmt(held['measured_throughput'], 1)}: error {100 * held['error']:+.1f}%"
     )

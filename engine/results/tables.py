@@ -209,7 +209,8 @@ def status_table(queue: list) -> str:
     head = ("run", "experiment", *queue_header(queue))
     rows = [(q.run_id, q.experiment, *q.cells()) for q in queue]
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
-    right = {2 + QUEUE_COLUMNS.index(c) for c in ("batch", "rep", "elapsed", "throughput")}
+    names = ("run", "experiment", *QUEUE_COLUMNS)  # the columns' names, as head shows them
+    right = {names.index(c) for c in ("batch", "rep", "elapsed", "throughput")}
 
     # One format for every row: str.format pads in C.
     form = "  ".join(

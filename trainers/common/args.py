@@ -53,6 +53,10 @@ def _number_type(k: Knob):
     return parse
 
 
+# argparse type for a count that must be 1 or more (--per-device-batch, a trainer's own flags)
+positive_int = _number_type(Knob("count", "int", None, "", ge=1))
+
+
 def add_knob(parser, k: Knob) -> None:
     if k.kind == "bool":
         parser.add_argument(k.option, action="store_true", help=k.help)
@@ -82,7 +86,7 @@ def build_parser(
     p.add_argument("--dataset", required=True, choices=datasets)
     p.add_argument(
         "--per-device-batch",
-        type=_number_type(Knob("per_device_batch", "int", None, "", ge=1)),
+        type=positive_int,
         required=True,
     )
     p.add_argument(

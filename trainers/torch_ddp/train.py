@@ -8,7 +8,6 @@ so the slowest rank sets the time.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..common import comm as common_comm
 from ..common import data as common_data
-from ..common.args import build_parser
+from ..common.args import build_parser, positive_int
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv, local_world_size
@@ -186,12 +185,6 @@ class TorchRun:
         return self.strategy.gather(obj, self.ctx.launch)
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"a positive integer, got {text!r}")
-    return int(text)
-
-
 def train(argv: list[str] | None = None, strategy: Distribution | None = None) -> int:
     strategy = strategy or Distribution()
     parser = build_parser(strategy.prog)
@@ -203,7 +196,7 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     )
     parser.add_argument(
         "--gradient-elements",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="with --comm-benchmark: a gradient of this many elements instead of --model's "
         "(a declared framework's own model, given by its parameter count)",
