@@ -566,3 +566,21 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
         await pilot.press("enter")
         await until(pilot, lambda: "(job comm-9)" in screen_text(app), 10, "the log's title")
         assert "pytorch-ddp resnet50 2x4 communication benchmark (job comm-9)" in screen_text(app)
+
+
+@pytest.mark.parametrize("unit", ["tokens", "[/b]frames", "[b]x[/b]", "\x1b]0;t\x07"])
+async def test_the_throughput_heading_names_the_rows_unit_as_written(home, unit):
+    """The heading is the runs' unit (tokens/s is not images/s), read from the store: a
+    damaged or hand-edited one may hold any text there, shown as written, never markup."""
+    from dlscale.engine.text import printable
+
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = await _table(app, pilot)
+        table.show_rows([QueueRow(**{**r.__dict__, "unit": unit}) for r in _rows(3)])
+        await pilot.pause()
+        head = next(x for x in screen_text(app).splitlines() if " state " in x)
+        assert f" {printable(unit)}/s " in f"{head} ", head
+        table.show_rows(_rows(3))  # runs of the built-in trainers: images again
+        await pilot.pause()
+        assert " images/s " in next(x for x in screen_text(app).splitlines() if " state " in x)

@@ -22,7 +22,7 @@ from .errors import describe
 from .logtail import LogTail
 from .messages import DetailFound, EngineFailed, JobActed, LogFound
 from .screens import AppScreen
-from .widgets import Banner, Plain, TextField
+from .widgets import Banner, Plain, TextField, literal_cell
 
 STATE_STYLE = {
     State.PENDING: "yellow",
@@ -135,7 +135,9 @@ class JobTable(DataTable):
         self.clear(columns=True)
         self.shown, self.texts = {}, {}
         for i in visible:
-            self.add_column(self.header[i], key=QUEUE_COLUMNS[i], width=cell_len(self.header[i]))
+            # the throughput's heading is a run's unit, as its store holds it: never markup
+            label = literal_cell(self.header[i])
+            self.add_column(label, key=QUEUE_COLUMNS[i], width=label.cell_len)
         self.job_columns = {i: self.columns[ColumnKey(QUEUE_COLUMNS[i])] for i in visible}
 
     def _hide_constant_columns(self, rows: list[QueueRow]) -> None:
