@@ -457,3 +457,35 @@ def test_a_declared_frameworks_comm_benchmark_is_planned_where_it_gives_its_size
     assert not [r for r in planned.runs if r.comm_benchmark]
     [note] = [n for n in planned.notes if "none for gpt" in n]
     assert "[frameworks.gpt.comm] parameters = N" in note
+
+
+@pytest.mark.parametrize(
+    "training,unit",
+    [
+        ('{"custom": {"unit": "tokens"}}', "tokens"),
+        ('{"custom": {"command": ["x"]}}', "samples"),  # a declaration's default
+        ('{"steps": 3}', "images"),  # a built-in trainer's run
+        ('{"custom": "not a table"}', "images"),
+        ("not JSON at all", "images"),  # a damaged store
+    ],
+)
+def test_the_queues_unit_is_the_one_results_give(tmp_path, training, unit):
+    """The queue reads a run's unit in SQL (one expression over 10,000 rows a refresh), the
+    results from the decoded recipe (points.unit_and_axes): the two must agree."""
+    import sqlite3
+
+    from dlscale.engine.results.points import unit_and_axes
+    from dlscale.engine.tracking import queue
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path / "home")
+    [run] = plan(_loaded(tmp_path)).runs[:1]
+    store.add_runs([run])
+    store.close()
+    conn = sqlite3.connect(tmp_path / "home" / "dlscale.db")
+    conn.execute("UPDATE runs SET training = ?", (training,))
+    conn.commit()
+    conn.close()
+    store = Store(tmp_path / "home")
+    [row] = queue.rows(store)
+    assert row.unit == unit == unit_and_axes(store.run(run.run_id))[0]
