@@ -287,17 +287,26 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     )
     slow = write_spec(tmp_path / "l.toml", name="slow", scales='"1x1"', steps=1000000)
     prof = str(profile_copy(tmp_path))
-    for spec in (crash, slow):
+
+    def submit(spec):
         dlscale("run", str(spec), "--profile", prof, "--backend", noacct, check=0)
+
     store = Store(home)
-    [failed], [cancelled] = store.runs("crash"), store.runs("slow")
+    submit(slow)
+    [cancelled] = store.runs("slow")
     assert wait_for(
         lambda: state_after_sync(store, cancelled["run_id"], noacct)[0] == "RUNNING", 180
     )
     assert "cancelled 1 run(s)" in dlscale("cancel", cancelled["run_id"], check=0).stdout
+    # The crash goes in only now: every sync above settles every live run, and one that saw
+    # the crash end while the controller still held it would never need to ask about
+    # accounting (the CI failure of 2026-11-26 under load).
+    submit(crash)
+    [failed] = store.runs("crash")
     # the crash ends; nobody asks until the controller has forgotten it (MinJobAge 10 s):
     # its end comes from the marker its job script wrote
     marker = ended_and_forgotten(failed)
+    assert store.run(failed["run_id"])["state"] in ACTIVE  # nothing settled it yet
     state, accounting = state_after_sync(store, failed["run_id"], noacct)
     assert state == "FAILED", store.run(failed["run_id"])
     if noacct == "pyslurm":  # learnt from the controller's config, not the profile
