@@ -3,7 +3,7 @@
 Times, as fresh processes in alternating rounds: `python -c pass` (the interpreter alone, the
 floor), `dlscale --help` (target under 0.3 s) and `dlscale status` on a store of 1,000 runs
 (target under 0.5 s). The store is made by the engine's own API, as a submission makes it
-(add_runs, claim_runs, add_jobs), its jobs recorded as completed so that `status` asks no
+(add_runs, claims.take_many, jobs.add_many), its jobs recorded as completed so that `status` asks no
 scheduler: what is timed is starting, reading the store and printing 1,000 rows.
 
     .venv/bin/python benchmarks/cli_startup.py [--rounds 7]
@@ -47,8 +47,8 @@ def build(home: Path, spec: Path) -> int:
     runs = plan(load_spec(str(spec))).runs
     store = Store(home)
     store.add_runs(runs)
-    claimed = store.claim_runs([r.run_id for r in runs])
-    store.add_jobs(
+    claimed = store.claims.take_many([r.run_id for r in runs])
+    store.jobs.add_many(
         "local", [(f"local-{i + 1}", rid, "COMPLETED", {}) for i, rid in enumerate(claimed)]
     )
     store.close()

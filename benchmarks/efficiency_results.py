@@ -114,7 +114,7 @@ def build(home: Path) -> int:
                         energy_per_image_j=None,
                     )
                     path.write_text(body)
-                    store.ingest(run.run_id, path)
+                    store.records.ingest(run.run_id, path)
                     store.update_run(run.run_id, state="COMPLETED")
                     n += 1
     store.close()

@@ -106,8 +106,8 @@ def complete_all(home: Path) -> float:
         run_dir = Path(row["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "metrics.jsonl").write_text("".join(lines))
-        store.ingest(row["run_id"], run_dir / "metrics.jsonl")
-        store.update_job(row["backend"], row["job_id"], state="COMPLETED", exit_code=0)
+        store.records.ingest(row["run_id"], run_dir / "metrics.jsonl")
+        store.jobs.update(row["backend"], row["job_id"], state="COMPLETED", exit_code=0)
         store.update_run(row["run_id"], state="COMPLETED")
     store.close()
     return time.perf_counter() - t0

@@ -64,7 +64,7 @@ def one_round(store: Store, row: dict, text: str) -> dict[str, float]:
     )
     store.conn.commit()
     start = time.perf_counter()
-    records = store.ingest(row["run_id"], paths.metrics)
+    records = store.records.ingest(row["run_id"], paths.metrics)
     ingest_s = time.perf_counter() - start
     assert records == len(measured.rates) + len(measured.warmup) + 3, records
     return {"read_s": read_s, "settle_s": settle_s, "ingest_s": ingest_s, "records": records}

@@ -50,7 +50,7 @@ def build(home: Path, runs: int) -> int:
         row = store.add_run(run)
         Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
         (Path(row["run_dir"]) / "metrics.jsonl").write_text(body)
-        store.ingest(run.run_id, Path(row["run_dir"]) / "metrics.jsonl")
+        store.records.ingest(run.run_id, Path(row["run_dir"]) / "metrics.jsonl")
         store.update_run(run.run_id, state="COMPLETED")
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()

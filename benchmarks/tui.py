@@ -80,15 +80,15 @@ def big_store(home: Path, jobs: int) -> list[str]:
         )
         store.add_run(run)
         store.update_run(run.run_id, backend="local", job_id=f"local-{i}", state="PENDING")
-        store.add_job("local", f"local-{i}", run.run_id, "PENDING")
+        store.jobs.add("local", f"local-{i}", run.run_id, "PENDING")
         ids.append(run.run_id)
         if i < RUNNING:
-            store.update_job("local", f"local-{i}", state="RUNNING", started=time.time() - i)
+            store.jobs.update("local", f"local-{i}", state="RUNNING", started=time.time() - i)
             store.update_run(run.run_id, state="RUNNING")
             rd = Path(store.run(run.run_id)["run_dir"])
             rd.mkdir(parents=True, exist_ok=True)
             (rd / "metrics.jsonl").write_text(interval(10))
-            store.ingest(run.run_id, rd / "metrics.jsonl")
+            store.records.ingest(run.run_id, rd / "metrics.jsonl")
     store.close()
     return ids
 
@@ -97,7 +97,7 @@ def tick(store: Store, ids: list[str], k: int) -> None:
     """What a watcher tick finds changed in the store (not timed)."""
     start = k % 2 == 0
     for i in range(RUNNING, RUNNING + CHANGING):
-        store.update_job(
+        store.jobs.update(
             "local",
             f"local-{i}",
             state="RUNNING" if start else "PENDING",
@@ -109,7 +109,7 @@ def tick(store: Store, ids: list[str], k: int) -> None:
         path = Path(store.run(ids[i])["run_dir"]) / "metrics.jsonl"
         with open(path, "a") as fh:
             fh.write(interval(11 + k))
-        store.ingest(ids[i], path)
+        store.records.ingest(ids[i], path)
 
 
 def ms(seconds: float) -> float:

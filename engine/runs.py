@@ -94,3 +94,7 @@ CONFIGURATION = tuple(f.name for f in fields(Configuration))
 COUNTS = tuple(f.name for f in fields(Configuration) if f.type in ("int", int))
 TEXTS = tuple(f.name for f in fields(Configuration) if f.type in ("str", str))
 COLUMN_TYPES = {name: "INTEGER" if name in COUNTS else "TEXT" for name in CONFIGURATION}
+
+# How a communication benchmark run's recipe reads in a stored row (its training column:
+# sorted JSON), for readers that test it in SQL over many rows or without decoding it.
+COMM_MARK = '"comm_benchmark": true'

@@ -337,8 +337,8 @@ class Session:
         """Everything the queue's detail view shows of one run."""
         row = self.store.run(run_id)
         paths = RunPaths.of(row)
-        job = self.store.job(row["backend"], row["job_id"]) if row["job_id"] else None
-        env = self.store.last_records("env", [row["run_id"]]).get(row["run_id"], {})
+        job = self.store.jobs.get(row["backend"], row["job_id"]) if row["job_id"] else None
+        env = self.store.records.last("env", [row["run_id"]]).get(row["run_id"], {})
         versions = env.get("framework_versions")
         return RunDetail(
             run_id=row["run_id"],

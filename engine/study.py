@@ -115,7 +115,7 @@ class SubmitReport:
 
 def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     """Submit the runs of a spec that have not completed. Each run is claimed in the store
-    first (claim_run), so two submissions of one spec at once never submit a run twice; a
+    first (store.claims), so two submissions of one spec at once never submit a run twice; a
     run that cannot be handed to the backend is released with the reason (`not submitted:
     ...`) and reported, never left half-submitted."""
     p = plan(loaded)
@@ -134,7 +134,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     rows = store.add_runs(p.runs, rows=False)
     wanted = [run for run in p.runs if rows[run.run_id]["state"] != State.COMPLETED]
     report.completed = [run for run in p.runs if rows[run.run_id]["state"] == State.COMPLETED]
-    mine = store.claim_runs([run.run_id for run in wanted], skip=(State.COMPLETED,))
+    mine = store.claims.take_many([run.run_id for run in wanted], skip=(State.COMPLETED,))
     claimed: list[tuple[Run, dict, bool]] = []
     for run in wanted:
         if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
@@ -207,7 +207,7 @@ def _hand_over_all(
         for (run, row, again, request), outcome in zip(ready, outcomes):
             settled.add(row["run_id"])
             if isinstance(outcome, NotYet):  # the place's limits: a later wave submits it
-                store.release_run(row["run_id"], State.WAITING, str(outcome))
+                store.claims.release(row["run_id"], State.WAITING, str(outcome))
                 store.update_run(row["run_id"], backend=backend.name)  # whose wave takes it
                 report.waiting.append(run)
                 continue
@@ -250,9 +250,9 @@ def adopt(store: Store, backend: Backend, rows: list[dict]) -> set[str]:
     jobs: list[tuple[str, str, str, dict | None]] = [
         (job_id, run_id, State.PENDING, backend.payload(_request_of(again[run_id])))
         for run_id, job_id in found.items()
-        if store.job(backend.name, job_id) is None
+        if store.jobs.get(backend.name, job_id) is None
     ]
-    refused = store.add_jobs(backend.name, jobs) if jobs else []
+    refused = store.jobs.add_many(backend.name, jobs) if jobs else []
     out = set()
     for (job_id, run_id, *_), why in zip(jobs, refused):
         if why is None:
@@ -288,7 +288,7 @@ def _record_all(
     if backend.records_its_jobs() or not accepted:
         return [None] * len(accepted)
     try:
-        refusals: list = store.add_jobs(
+        refusals: list = store.jobs.add_many(
             backend.name,
             [
                 (job_id, row["run_id"], State.PENDING, backend.payload(request))
@@ -297,7 +297,7 @@ def _record_all(
         )
     except Exception as exc:  # the store itself failed (locked, disk full): none recorded
         for row, job_id, _ in accepted:
-            store.release_run(
+            store.claims.release(
                 row["run_id"],
                 State.FAILED,
                 (
@@ -315,7 +315,7 @@ def _record_all(
                 f"refused it ({not_submitted_because(refusal)}); cancel it there or let it "
                 "run"
             )
-            store.release_run(row["run_id"], State.FAILED, why)
+            store.claims.release(row["run_id"], State.FAILED, why)
         out.append(why)
     return out
 
@@ -323,7 +323,7 @@ def _record_all(
 def _release(
     store: Store, row: dict, exc: BaseException, backend: Backend, refused: str = State.PLANNED
 ) -> None:
-    store.release_run(
+    store.claims.release(
         row["run_id"],
         State.FAILED if isinstance(exc, SubmitError) else refused,
         f"not submitted: {not_submitted_because(exc)}",
@@ -368,7 +368,7 @@ def _layout(payload: dict) -> Layout | None:
 
 
 def _payload(store: Store, row: dict) -> dict:
-    return json.loads((store.job(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
+    return json.loads((store.jobs.get(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
 
 
 def refuse_imported(row: dict) -> None:
@@ -421,7 +421,7 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         home_moved = _home_mover(payload, Path(row["run_dir"]))
         if home_moved is not None:
             payload = _each_text(payload, home_moved)
-        claimed = store.claim_run(row["run_id"])
+        claimed = store.claims.take(row["run_id"])
         if claimed is None:
             raise UserError(
                 f"run {row['run_id']} is being submitted or has a queued or "
@@ -474,7 +474,7 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
         {"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()}
     )
     store.add_rerun(row, new_id)
-    claimed = store.claim_run(new_id)
+    claimed = store.claims.take(new_id)
     assert claimed is not None  # a run made this instant: nobody else knows it
     claimed["backend"] = row["backend"]
     old, new = RunPaths.of(row), RunPaths.of(claimed)

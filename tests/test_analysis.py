@@ -36,7 +36,7 @@ def add(store, tmp_path, throughputs, tta=None, **over):
                 best_top1=0.9 if tta else None,
             )
         )
-        store.ingest(run.run_id, path)
+        store.records.ingest(run.run_id, path)
         store.update_run(run.run_id, state="COMPLETED")
 
 
@@ -97,7 +97,7 @@ def add_on(store, tmp_path, device, throughputs, first_rep=0, **over):
                 elapsed_s=1.0,
             )
         )
-        store.ingest(run.run_id, path)
+        store.records.ingest(run.run_id, path)
         store.update_run(run.run_id, state="COMPLETED")
 
 

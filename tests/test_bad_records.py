@@ -74,13 +74,13 @@ def test_a_bad_line_is_skipped_kept_with_its_line_and_counted(tmp_path):
         + '{"kind": "interval", "st\n'
         + line("interval", step=3, images_per_s=2.0, loss=0.5)
     )
-    assert store.ingest(run.run_id, metrics) == 2
+    assert store.records.ingest(run.run_id, metrics) == 2
     assert store.run(run.run_id)["bad_records"] == 2
-    assert [(s["line"], s["file"]) for s in store.skipped()[run.run_id]] == [
+    assert [(s["line"], s["file"]) for s in store.records.skipped()[run.run_id]] == [
         (2, "m.jsonl"),
         (3, "m.jsonl"),
     ]
-    notes = store.skipped_notes()
+    notes = store.records.skipped_notes()
     assert notes[0] == (
         f"run {run.run_id}: m.jsonl line 2 skipped: interval.images_per_s "
         "is 'abc', not a finite number >= 0 (at most 2^53)"
@@ -88,7 +88,7 @@ def test_a_bad_line_is_skipped_kept_with_its_line_and_counted(tmp_path):
     assert "m.jsonl line 3 skipped: not JSON" in notes[1]
     # a new attempt starts clean
     store.start_attempt(run.run_id)
-    assert store.skipped() == {}
+    assert store.records.skipped() == {}
 
 
 def test_status_results_chart_and_report_name_the_bad_lines(home, tmp_path):

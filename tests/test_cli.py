@@ -79,7 +79,7 @@ def test_a_crashing_run_fails_alone_with_its_log_tail(tmp_path, home):
         dlscale("status")
         time.sleep(1)
     assert all(r["state"] == "COMPLETED" for r in store.runs("good"))
-    assert all(store.records(r["run_id"], "summary") for r in store.runs("good"))
+    assert all(store.records.of(r["run_id"], "summary") for r in store.runs("good"))
     status = dlscale("status", "-e", "bad", check=0).stdout
     assert "FAILED" in status and "injected fault" in status
 
@@ -132,9 +132,9 @@ def test_cancel_stops_a_running_run(tmp_path, home):
     out = dlscale("cancel", "--experiment", "t", check=0).stdout
     assert "cancelled 2 run(s)" in out
     deadline = time.time() + 60
-    while time.time() < deadline and store.jobs("local", states=("RUNNING",)):
+    while time.time() < deadline and store.jobs.find("local", states=("RUNNING",)):
         time.sleep(0.5)
-    assert not store.jobs("local", states=("RUNNING",))
+    assert not store.jobs.find("local", states=("RUNNING",))
     assert {r["state"] for r in store.runs()} == {"CANCELLED"}
     # The job is marked at once; its processes take a moment to go (SIGTERM, then torchrun
     # stops its ranks), and must all be gone within the launcher's grace period.

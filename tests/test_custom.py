@@ -331,7 +331,7 @@ def test_speedup_is_against_the_single_device_point_of_the_same_axis_value(tmp_p
         value = speed[(run.scale, run.training["axes"]["seq_len"])]
         fields = {"timed_steps": 10, "warmup_steps": 1, "elapsed_s": 1.0}
         path.write_text(line("summary", status="completed", throughput=value, **fields))
-        store.ingest(run.run_id, path)
+        store.records.ingest(run.run_id, path)
         store.update_run(run.run_id, state="COMPLETED")
     rows = {(r["ranks"], r["axes"]["seq_len"]): r for r in results(store)}
     assert rows[(2, 32)]["speedup"] == pytest.approx(1.9)
@@ -410,7 +410,7 @@ async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
             fields = {"timed_steps": 10, "warmup_steps": 1, "elapsed_s": 1.0}
             summary = line("summary", status="completed", throughput=1000.0 + i % 2, **fields)
             path.write_text(summary)
-            store.ingest(run.run_id, path)
+            store.records.ingest(run.run_id, path)
             store.update_run(run.run_id, state="COMPLETED")
     shown = dlscale("status", home=home, check=0).stdout
     head = next(x for x in shown.splitlines() if x.startswith("run "))

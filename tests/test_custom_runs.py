@@ -52,7 +52,7 @@ def test_example_study_gives_ci95_speedup_and_efficiency(name, tmp_path, home):
     check_results(home, name.removesuffix(".toml"))
     store = Store(home)
     for run in store.runs(name.removesuffix(".toml")):
-        params = store.records(run["run_id"], "params")[0]
+        params = store.records.of(run["run_id"], "params")[0]
         assert params["unit"] == "tokens" and params["axes"] == {"seq_len": 32}
         assert params["world_size"] == run["devices"]
 
@@ -79,7 +79,7 @@ def test_a_declared_frameworks_comm_benchmark_feeds_its_projection(tmp_path, hom
     store = Store(home)
     [bench] = [r for r in store.runs("gpt-log") if '"comm_benchmark": true' in r["training"]]
     assert (bench["state"], bench["nodes"], bench["ranks_per_node"]) == ("COMPLETED", 1, 2)
-    [comm] = store.records(bench["run_id"], "comm")
+    [comm] = store.records.of(bench["run_id"], "comm")
     assert sum(comm["buckets"]) == 4 * GPT_PARAMETERS and len(comm["sweep"]) == 8
     check_results(home, "gpt-log")  # the benchmark is no point of the results
     profile = tmp_path / "stated.toml"
@@ -146,10 +146,10 @@ def check_torchrun_on_two_nodes(home: Path) -> None:
         script = (Path(run["run_dir"]) / "job.sh").read_text()
         assert "torch.distributed.run --nnodes=" in script and "--no-python" in script
         if run in bench:
-            [comm] = store.records(run["run_id"], "comm")
+            [comm] = store.records.of(run["run_id"], "comm")
             assert sum(comm["buckets"]) == 4 * GPT_PARAMETERS and len(comm["sweep"]) == 8
             continue
-        summary = store.records(run["run_id"], "summary")[0]
+        summary = store.records.of(run["run_id"], "summary")[0]
         assert summary["throughput"] > 0 and summary["unit"] == "tokens"
 
 

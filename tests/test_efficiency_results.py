@@ -50,7 +50,7 @@ def add(
         )
         path = tmp_path / f"{run.run_id}.jsonl"
         path.write_text(text)
-        store.ingest(run.run_id, path)
+        store.records.ingest(run.run_id, path)
         store.update_run(run.run_id, state=state, reason=reason)
         ids.append(run.run_id)
     return ids
@@ -88,7 +88,7 @@ def add_comm(
         if state == "COMPLETED"
         else ""
     )
-    store.ingest(run.run_id, path)
+    store.records.ingest(run.run_id, path)
     store.update_run(run.run_id, state=state, reason=reason)
     return run.run_id
 

@@ -40,12 +40,12 @@ def check_study(home: Path, tmp_path: Path, name: str, scales: list[str]) -> lis
         s for s in scales if s != "1x1"
     )
     # the benchmarks ran before the training runs (the same order on Slurm: submitted first)
-    started = {j["run_id"]: j["submitted"] for b in ("local", "slurm") for j in store.jobs(b)}
+    started = {j["run_id"]: j["submitted"] for b in ("local", "slurm") for j in store.jobs.find(b)}
     assert max(started[r["run_id"]] for r in comm) <= min(
         started[r["run_id"]] for r in runs if r not in comm
     )
     for r in comm:
-        (bench,) = store.records(r["run_id"], "comm")
+        (bench,) = store.records.of(r["run_id"], "comm")
         assert bench["backend"] == "gloo" and bench["world_size"] == r["devices"]
         assert bench["comm_busbw_gbps"] > 0 and bench["buckets"] == [1_049_000, 29_888]
         sizes = [e["bytes"] for e in bench["sweep"]]  # the sweep the projection fits
@@ -60,7 +60,7 @@ def check_study(home: Path, tmp_path: Path, name: str, scales: list[str]) -> lis
             assert r["comm_busbw_gbps"] > 0 and r["comm_run_id"] in {c["run_id"] for c in comm}
             assert r["predicted_step_s"] > r["comm_time_s"] > 0
         # energy where the machine lets it be read, else null with why
-        env = store.records(r["run_id"], "env")[0]
+        env = store.records.of(r["run_id"], "env")[0]
         if env["energy_source"] is None:
             assert r["images_per_joule"] is None
             assert r["unmeasured"]["images_per_joule"] == env["energy_unavailable"]
@@ -148,7 +148,7 @@ def test_efficiency_study_on_two_slurm_nodes(slurm_cluster, tmp_path, home):
         for r in store.runs("efficiency-cpu-slurm")
         if '"comm_benchmark": true' in r["training"] and r["nodes"] == 2
     ]
-    env = store.records(across["run_id"], "env")[0]
+    env = store.records.of(across["run_id"], "env")[0]
     assert sorted(env["nodes"]) == ["node1", "node2"] and env["job_id"]
     assert {r["ranks"] for r in rows} == {1, 2}
 

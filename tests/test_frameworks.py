@@ -215,9 +215,9 @@ def local_and_two_slurm_nodes(framework, env_home, tmp_path, options=""):
     local = store.runs(f"{name}-local")
     assert {r["state"] for r in local} == {"COMPLETED"} and len(local) == 2
     run = store.runs(f"{name}-slurm")[0]
-    env = store.records(run["run_id"], "env")[0]
+    env = store.records.of(run["run_id"], "env")[0]
     assert sorted(env["hostnames"]) == ["node1", "node2"] and env["launcher"] == "srun"
-    assert len(set(store.records(run["run_id"], "summary")[0]["weights_digest_per_rank"])) == 1
+    assert len(set(store.records.of(run["run_id"], "summary")[0]["weights_digest_per_rank"])) == 1
     return run
 
 
@@ -225,7 +225,7 @@ def assert_every_run_recorded(env_home, local_experiment, slurm_run, **params):
     """The spec's framework options reached every trainer: its params record says so."""
     store = Store(env_home)
     for run in store.runs(local_experiment) + [slurm_run]:
-        recorded = store.records(run["run_id"], "params")[0]
+        recorded = store.records.of(run["run_id"], "params")[0]
         assert {k: recorded[k] for k in params} == params
 
 

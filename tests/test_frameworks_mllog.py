@@ -39,12 +39,12 @@ def test_a_target_run_passes_mlcommons_checker_with_its_time_to_accuracy(
         path = out / f"{run['run_id']}.mllog"
         passed, output = mlperf_check(path, tmp_path)
         assert passed, output
-        summary = store.records(run["run_id"], "summary")[0]
+        summary = store.records.of(run["run_id"], "summary")[0]
         assert summary["reached_target"] and summary["time_to_accuracy_s"] > 0
         assert mlperf_score_s(path) == pytest.approx(summary["time_to_accuracy_s"], rel=0.01)
         events = [mllog.parse(line) for line in path.read_text().splitlines()]
         assert [e["value"] for e in events if e["key"] == "dlscale_framework"] == [framework]
-        evals = store.records(run["run_id"], "eval")
+        evals = store.records.of(run["run_id"], "eval")
         assert [e["value"] for e in events if e["key"] == "eval_accuracy"] == [
             r["top1"] for r in evals
         ]

@@ -62,8 +62,8 @@ def test_a_hostile_record_is_skipped_named_and_the_run_still_reads(tmp_path, nam
     store = Store(tmp_path)
     runs = store.runs(name_exp)
     assert all(r["bad_records"] == 1 for r in runs), [r["bad_records"] for r in runs]
-    assert all(store.records(r["run_id"], "summary") for r in runs)
-    notes = store.skipped_notes()
+    assert all(store.records.of(r["run_id"], "summary") for r in runs)
+    notes = store.records.skipped_notes()
     assert len(notes) == len(runs) and all("metrics.jsonl line" in n for n in notes), notes
     # the readers that crashed on these: results' analysis, the report's figures, mllog
     from dlscale.engine.results import analysis, mllog
@@ -102,7 +102,7 @@ def finished_run(
     (Path(row["run_dir"]) / "metrics.jsonl").write_bytes(metrics)
     if place is not None:
         place(Path(row["run_dir"]))
-    store.add_job("local", "1", run.run_id, state)
+    store.jobs.add("local", "1", run.run_id, state)
     finalize_run(store, run.run_id, state)
     return store, run.run_id
 
@@ -116,14 +116,14 @@ def test_a_finished_runs_unterminated_last_line_is_taken(tmp_path):
     lines = recorded_lines()
     store, run_id = finished_run(tmp_path, b"\n".join(lines))  # no final \n
     assert store.run(run_id)["state"] == "COMPLETED"
-    assert len(store.records(run_id)) == len(lines)
+    assert len(store.records.of(run_id)) == len(lines)
 
 
 def test_a_finished_runs_torn_last_line_is_skipped_and_counted(tmp_path):
     lines = recorded_lines()
     store, run_id = finished_run(tmp_path, b"\n".join([*lines, b'{"kind": "inter']))
     assert store.run(run_id)["bad_records"] == 1
-    assert f"line {len(lines) + 1} skipped: not JSON" in store.skipped_notes()[0]
+    assert f"line {len(lines) + 1} skipped: not JSON" in store.records.skipped_notes()[0]
 
 
 @pytest.mark.parametrize("sep", [b"\r", b"\r\n"])
@@ -131,7 +131,7 @@ def test_records_separated_by_carriage_returns_are_read(tmp_path, sep):
     lines = recorded_lines()
     store, run_id = finished_run(tmp_path, sep.join(lines) + sep)
     assert store.run(run_id)["state"] == "COMPLETED", store.run(run_id)["reason"]
-    assert len(store.records(run_id)) == len(lines)
+    assert len(store.records.of(run_id)) == len(lines)
     assert store.run(run_id)["bad_records"] == 0
 
 
@@ -160,10 +160,10 @@ def test_a_runs_files_that_are_not_its_own_regular_files_stop_no_command(tmp_pat
     store.conn.execute("DELETE FROM records WHERE run_id=?", (run_id,))
     _replace(run_dir / "metrics.jsonl", kind)
     _replace(run_dir / "run.log", kind)
-    store.ingest(run_id, run_dir / "metrics.jsonl")
-    store.ingest(run_id, run_dir / "metrics.jsonl")  # noted once
+    store.records.ingest(run_id, run_dir / "metrics.jsonl")
+    store.records.ingest(run_id, run_dir / "metrics.jsonl")  # noted once
     assert store.run(run_id)["bad_records"] == 1
-    note = store.skipped_notes()[0]
+    note = store.records.skipped_notes()[0]
     assert "metrics.jsonl not read: " in note and "not a regular file" in note, note
     finalize_run(store, run_id, "FAILED")
     reason = store.run(run_id)["reason"]

@@ -472,7 +472,7 @@ def test_native_and_dali_side_by_side_on_two_slurm_nodes(
         ("dali", "COMPLETED"),
     }
     for run in runs:
-        env = Store(dali_home).records(run["run_id"], "env")[0]
+        env = Store(dali_home).records.of(run["run_id"], "env")[0]
         assert sorted(env["hostnames"]) == ["node1", "node2"]
         assert (
             f"source {dali_env.prefix}/bin/activate"

@@ -48,7 +48,7 @@ def _run(spec, *extra):
 
 def _one_job_per_run(home, state):
     made = fake_slurm.jobs(state)
-    recorded = {j["job_id"].split("_")[0] for j in Store(home).jobs("slurm")}
+    recorded = {j["job_id"].split("_")[0] for j in Store(home).jobs.find("slurm")}
     assert {j["id"] for j in made} == recorded, (made, recorded)
     return made
 
@@ -99,7 +99,7 @@ def test_dlscale_killed_between_acceptance_and_recording_adopts_the_job_next_tim
     spec = _spec(tmp_path, runs)
     _killed_submission(spec, fake, sig)
     # the job exists, and the store does not know it
-    assert len(fake_slurm.jobs(fake)) == 1 and Store(home).jobs("slurm") == []
+    assert len(fake_slurm.jobs(fake)) == 1 and Store(home).jobs.find("slurm") == []
     again = _run(spec)
     assert again.returncode == 0, again.stderr
     assert "adopted" in again.stdout

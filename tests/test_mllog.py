@@ -92,12 +92,12 @@ def export(tmp_path, text: str) -> tuple[dict, list[dict], object]:
     store.add_run(run)
     path = tmp_path / "metrics.jsonl"
     path.write_text(text)
-    store.ingest(run.run_id, path)
+    store.records.ingest(run.run_id, path)
     store.update_run(run.run_id, state="COMPLETED")
     dlscale("export", "mllog", run.run_id, "--out", str(tmp_path / "ml"), home=home, check=0)
     out = tmp_path / "ml" / f"{run.run_id}.mllog"
     events = [mllog.parse(x) for x in out.read_text().splitlines()]
-    summary = store.records(run.run_id, "summary")[0]
+    summary = store.records.of(run.run_id, "summary")[0]
     return summary, events, out
 
 
@@ -190,7 +190,7 @@ def test_without_mlperf_logging_an_export_says_what_to_install(tmp_path):
     run = make_run()
     store.add_run(run)
     (tmp_path / "m.jsonl").write_text(records([], None))
-    store.ingest(run.run_id, tmp_path / "m.jsonl")
+    store.records.ingest(run.run_id, tmp_path / "m.jsonl")
     env = {**os.environ, "PYTHONPATH": str(hidden.parent), "DLSCALE_HOME": str(home)}
     proc = subprocess.run(
         [str(BIN / "dlscale"), "export", "mllog", run.run_id],

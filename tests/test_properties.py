@@ -123,7 +123,7 @@ def _every_reader(home: Path, run_ids: list[str]) -> None:
     store = Store(home)
     try:
         status_table(queue.rows(store))
-        store.skipped_notes()
+        store.records.skipped_notes()
         for name in store.experiment_names():
             for row in analysis.results(store, name):  # no number a table cannot show
                 for key, value in row.items():
@@ -146,14 +146,14 @@ def test_any_records_file_is_ingested_read_and_rebuilt_alike(metrics, state):
         store, run_id = finished_run(home, metrics, state)
         row = store.run(run_id)
         write_run_file(row, Path(row["run_dir"]), "local")
-        before = (len(store.records(run_id)), row["bad_records"])
+        before = (len(store.records.of(run_id)), row["bad_records"])
         assert row["state"] in ("COMPLETED", "FAILED", "CANCELLED")
         store.save_experiment(row["experiment"], "spec.toml", "", "")
         store.close()
         _every_reader(home, [run_id])
         rebuild(home, force=True)
         rebuilt = Store(home)
-        again = (len(rebuilt.records(run_id)), rebuilt.run(run_id)["bad_records"])
+        again = (len(rebuilt.records.of(run_id)), rebuilt.run(run_id)["bad_records"])
         rebuilt.close()
         assert again == before  # the same file, the same rules, the same records kept
         _every_reader(home, [run_id])

@@ -186,7 +186,7 @@ def test_report_of_the_ccgrid_cpu_study_on_the_slurm_cluster(slurm_cluster, tmp_
             .replace(one["run_id"][:8], new["run_id"][:8])
             == b
         )
-    env = store.records(new["run_id"], "env")[0]
+    env = store.records.of(new["run_id"], "env")[0]
     assert env["job_id"] == new["job_id"] and sorted(env["nodes"]) == ["node1", "node2"]
     assert (Path(new["run_dir"]) / "spec.toml").read_text() == spec.read_text()
 
@@ -232,12 +232,12 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
     (stop,) = [e for e in events if e["key"] == "run_stop"]
     assert stop["event_type"] == "INTERVAL_END"
     assert stop["metadata"]["status"] == "success"  # the target was reached
-    evals = store.records(one["run_id"], "eval")
+    evals = store.records.of(one["run_id"], "eval")
     assert [e["value"] for e in events if e["key"] == "eval_accuracy"] == [r["top1"] for r in evals]
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [
         r["epoch"] for r in evals
     ]
-    summary = store.records(one["run_id"], "summary")[0]
+    summary = store.records.of(one["run_id"], "summary")[0]
     (tput,) = [e for e in events if e["key"] == "dlscale_throughput"]
     assert tput["value"] == summary["throughput"]
     assert [e["value"] for e in events if e["key"] == "global_batch_size"] == [32]
@@ -254,20 +254,20 @@ def test_report_mllog_and_rerun_of_a_local_time_to_accuracy_run(tmp_path, home):
         path = tmp_path / "ml" / f"{run['run_id']}.mllog"
         passed, output = mlperf_check(path, tmp_path)
         assert passed, output
-        tta = store.records(run["run_id"], "summary")[0]["time_to_accuracy_s"]
+        tta = store.records.of(run["run_id"], "summary")[0]["time_to_accuracy_s"]
         assert mlperf_score_s(path) == pytest.approx(tta, rel=0.01)
 
     # rerun: a new run repeating the 1-rank one; the original stays as it was
-    before = store.records(one["run_id"])
+    before = store.records.of(one["run_id"])
     out = dlscale("rerun", one["run_id"], "--wait", check=0).stdout
     (new,) = store.reruns(one["run_id"])
     assert f"run {new['run_id']} repeats run {one['run_id']}" in out
     assert new["state"] == "COMPLETED" and new["run_id"] != one["run_id"]
-    assert store.records(one["run_id"]) == before
-    assert store.records(new["run_id"], "params")[0]["run_id"] == new["run_id"]
+    assert store.records.of(one["run_id"]) == before
+    assert store.records.of(new["run_id"], "params")[0]["run_id"] == new["run_id"]
     assert Path(new["run_dir"]).name == new["run_id"]
     t0 = before[-1]["throughput"]
-    t1 = store.records(new["run_id"], "summary")[0]["throughput"]
+    t1 = store.records.of(new["run_id"], "summary")[0]["throughput"]
     assert f"rerun / original {t1 / t0:.3f}" in out
     rows = analysis.results(store, "tta")
     assert [r["n"] for r in rows] == [1, 1]  # not pooled into the point's repetitions

@@ -41,7 +41,7 @@ def add_experiment(store: Store, tmp_path: Path, name: str, tta: bool = False) -
                 best_top1=0.9 if tta else None,
             )
         )
-        store.ingest(run.run_id, metrics)
+        store.records.ingest(run.run_id, metrics)
         store.update_run(run.run_id, state="COMPLETED")
         ids.append(run.run_id)
     return ids

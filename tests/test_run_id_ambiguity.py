@@ -28,7 +28,7 @@ def _store(home) -> Store:
     store = Store(home)
     store.restore_run(_row("c0c9b0f6a481", "RUNNING"))
     store.update_run("c0c9b0f6a481", backend="slurm", job_id="2111")
-    store.add_job("slurm", "2111", "c0c9b0f6a481", "RUNNING")
+    store.jobs.add("slurm", "2111", "c0c9b0f6a481", "RUNNING")
     store.restore_run(_row("2111bcf9704f", "RUNNING"))
     return store
 
@@ -45,7 +45,7 @@ def test_digits_naming_a_job_and_another_runs_prefix_are_ambiguous(home):
         assert "slurm job 2111 (of run c0c9b0f6a481)" in said and "run 2111bcf9704f" in said
     # a whole run id is never ambiguous; a job id with no such run prefix is the job
     assert find_run(store, "2111bcf9704f")["run_id"] == "2111bcf9704f"
-    store.add_job("slurm", "777", "2111bcf9704f", "RUNNING")
+    store.jobs.add("slurm", "777", "2111bcf9704f", "RUNNING")
     assert find_run(store, "777")["run_id"] == "2111bcf9704f"
     store.close()
     for argv in (["cancel", "2111"], ["logs", "2111"], ["resubmit", "2111"]):

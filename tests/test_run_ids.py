@@ -25,12 +25,12 @@ def one_run(home):
     run = make_run()
     store.add_run(run)
     store.start_attempt(run.run_id)
-    store.add_job("slurm", "4242", run.run_id, "COMPLETED")  # an earlier attempt's job
-    store.add_job("local", "local-1", run.run_id, "PENDING")
+    store.jobs.add("slurm", "4242", run.run_id, "COMPLETED")  # an earlier attempt's job
+    store.jobs.add("local", "local-1", run.run_id, "PENDING")
     (home / "runs" / run.run_id / "run.log").write_text("the run's log\n")
     metrics = home / "runs" / run.run_id / "metrics.jsonl"
     metrics.write_text(line("interval", step=1, images_per_s=1.0, loss=0.5))
-    store.ingest(run.run_id, metrics)
+    store.records.ingest(run.run_id, metrics)
     store.close()
     return run.run_id
 
@@ -54,7 +54,7 @@ def test_patterns_and_non_hex_are_refused_and_touch_nothing(home, one_run, capsy
         assert code == 2, (ident, out, err)
         assert RULE in err and "Traceback" not in err, (ident, err)
     assert Store(home).runs() == before  # nothing cancelled, resubmitted or rerun
-    assert Store(home).jobs("local")[0]["state"] == "PENDING"
+    assert Store(home).jobs.find("local")[0]["state"] == "PENDING"
 
 
 def test_hex_prefixes_and_job_ids_still_resolve(home, one_run, capsys):

@@ -68,7 +68,7 @@ def test_a_batched_submission_stores_each_run_with_its_job_and_claim(tmp_path, h
     assert len(report.submitted) == len(runs) == 300 and not report.failed_to_submit
     # a few writes for the whole submission, not several per run as before
     assert len(began) < 12, len(began)
-    jobs = {j["run_id"]: j for j in store.jobs("local")}
+    jobs = {j["run_id"]: j for j in store.jobs.find("local")}
     me = store.conn.execute("SELECT DISTINCT claimed_by FROM runs").fetchall()
     assert len(me) == 1 and str(os.getpid()) in me[0][0]  # each claimed by this process
     spec_file = home / "specs" / f"{loaded.digest}.toml"
@@ -87,14 +87,14 @@ def test_a_batched_submission_stores_each_run_with_its_job_and_claim(tmp_path, h
     # and again: nothing is submitted twice, every run is already queued
     again = study.submit(store, loaded, LocalBackend(store, start_worker=False))
     assert not again.submitted and len(again.active) == 300
-    assert len(store.jobs("local")) == 300
+    assert len(store.jobs.find("local")) == 300
 
 
 def _claim_many(home, start, queue):
     store = Store(home)
     while time.time() < start:  # every process begins at the same instant
         time.sleep(0.001)
-    queue.put(list(store.claim_runs([r.run_id for r in MANY], skip=("COMPLETED",))))
+    queue.put(list(store.claims.take_many([r.run_id for r in MANY], skip=("COMPLETED",))))
 
 
 def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
@@ -136,7 +136,7 @@ def test_two_dlscale_run_of_a_big_spec_at_once_submit_each_run_once(tmp_path, ho
         outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     store = Store(home)
-    per_run = Counter(j["run_id"] for j in store.jobs("local"))
+    per_run = Counter(j["run_id"] for j in store.jobs.find("local"))
     assert len(per_run) == 300 and set(per_run.values()) == {1}
     submitted = [int(o.split(" submitted")[0].rsplit(" ", 1)[-1]) for o, _ in outs]
     assert sum(submitted) == 300, outs
@@ -150,24 +150,24 @@ def test_many_ids_are_bound_in_parts_any_sqlite_takes(tmp_path):
     runs = [make_run(repetition=i % 100, per_device_batch=8 * (1 + i // 100)) for i in range(1200)]
     for i, r in enumerate(runs):
         store.add_run(r)
-        store.add_job("slurm", str(1000 + i), r.run_id, "PENDING")
+        store.jobs.add("slurm", str(1000 + i), r.run_id, "PENDING")
     if not hasattr(store.conn, "setlimit"):
         pytest.skip("sqlite3's Connection.setlimit is Python 3.11's: no way to lower the limit")
     store.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
     ids = [str(1000 + i) for i in range(1200)]
-    assert len(store.jobs("slurm", ids)) == 1200
-    assert store.last_records("summary", [r.run_id for r in runs]) == {}
-    assert store.skipped([r.run_id for r in runs]) == {}
-    assert len(store.claim_runs([r.run_id for r in runs])) == 0  # all have live jobs
-    assert len(store.rows_of([r.run_id for r in runs])) == 1200
+    assert len(store.jobs.find("slurm", ids)) == 1200
+    assert store.records.last("summary", [r.run_id for r in runs]) == {}
+    assert store.records.skipped([r.run_id for r in runs]) == {}
+    assert len(store.claims.take_many([r.run_id for r in runs])) == 0  # all have live jobs
+    assert len(store.db.runs_by_id([r.run_id for r in runs])) == 1200
 
 
 def test_add_jobs_refuses_only_the_duplicate(tmp_path):
     store = Store(tmp_path)
     a, b = make_run(repetition=0), make_run(repetition=1)
     store.add_runs([a, b])
-    store.add_job("local", "local-1", a.run_id, "PENDING")
-    refused = store.add_jobs(
+    store.jobs.add("local", "local-1", a.run_id, "PENDING")
+    refused = store.jobs.add_many(
         "local",
         [
             ("local-2", a.run_id, "PENDING", None),
@@ -250,7 +250,7 @@ def test_a_batch_of_jobs_is_recorded_and_a_refused_one_said(tmp_path, home):
     store = Store(home)
     earlier = make_run(repetition=99, experiment="other")
     store.add_run(earlier)
-    store.add_job("fake", "7", earlier.run_id, "COMPLETED")  # job 7 is taken
+    store.jobs.add("fake", "7", earlier.run_id, "COMPLETED")  # job 7 is taken
     began = _transactions(store)
     report = study.submit(store, load_spec(str(spec)), _Queues(store, start_worker=False))
     assert len(began) < 12, len(began)
@@ -258,6 +258,6 @@ def test_a_batch_of_jobs_is_recorded_and_a_refused_one_said(tmp_path, home):
     run, why = report.failed_to_submit[0]
     assert why.startswith("not recorded: fake job 7 was submitted but the store refused it")
     assert store.run(run.run_id)["state"] == "FAILED" and store.run(run.run_id)["reason"] == why
-    jobs = {j["run_id"]: j["job_id"] for j in store.jobs("fake")}
+    jobs = {j["run_id"]: j["job_id"] for j in store.jobs.find("fake")}
     assert all(store.run(r.run_id)["job_id"] == jobs[r.run_id] for r in report.submitted)
     assert {store.run(r.run_id)["state"] for r in report.submitted} == {"PENDING"}

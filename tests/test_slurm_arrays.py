@@ -71,10 +71,10 @@ def settle(store, backend, experiment, timeout=900):
 
 
 def assert_own_records(store, row):
-    kinds = [rec["kind"] for rec in store.records(row["run_id"])]
+    kinds = [rec["kind"] for rec in store.records.of(row["run_id"])]
     assert kinds.count("params") == 1 and kinds.count("env") == 1, kinds
     assert kinds.count("summary") == 1 and kinds.count("interval") >= 1, kinds
-    env = store.records(row["run_id"], "env")[0]
+    env = store.records.of(row["run_id"], "env")[0]
     assert env["job_id"] == row["job_id"]  # the array task, as dlscale tracks it
     log = (Path(row["run_dir"]) / "run.log").read_text()
     assert f"of run {row['run_id']} on" in log  # its own log, in its own folder
@@ -223,9 +223,9 @@ def test_quickstart_without_accounting(noacct, home):
     rows = store.runs("quickstart-slurm")
     assert len(rows) == 2 and {r["state"] for r in rows} == {"COMPLETED"}
     for r in rows:
-        assert store.job("slurm", r["job_id"])["state"] == "COMPLETED"
+        assert store.jobs.get("slurm", r["job_id"])["state"] == "COMPLETED"
         assert (Path(r["run_dir"]) / "job.exit").read_text().strip() == "exit 0"
-        assert len(store.records(r["run_id"], "summary")) == 1
+        assert len(store.records.of(r["run_id"], "summary")) == 1
 
 
 def ended_and_forgotten(row) -> Path:
@@ -312,7 +312,7 @@ def test_failed_and_cancelled_runs_without_accounting(noacct, tmp_path, home):
     if noacct == "pyslurm":  # learnt from the controller's config, not the profile
         assert accounting == "False"
     code = int(marker.read_text().split()[1])
-    assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
+    assert code != 0 and store.jobs.get("slurm", failed["job_id"])["exit_code"] == code
     assert "injected fault at step 2" in store.run(failed["run_id"])["reason"]
     assert wait_for(
         lambda: state_after_sync(store, cancelled["run_id"], noacct)[0] == "CANCELLED", 60
@@ -408,7 +408,7 @@ def test_pyslurm_follows_jobs_without_accounting(slurm_target, tmp_path, home):
     row = store.run(failed["run_id"])
     assert row["state"] == "FAILED", row
     code = int(marker.read_text().split()[1])
-    assert code != 0 and store.job("slurm", failed["job_id"])["exit_code"] == code
+    assert code != 0 and store.jobs.get("slurm", failed["job_id"])["exit_code"] == code
     assert "injected fault at step 2" in row["reason"]
     assert store.run(cancelled["run_id"])["state"] == "CANCELLED"
     assert store.run(done["run_id"])["state"] == "COMPLETED"

@@ -71,10 +71,10 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
         r.run_id for r in plan(load_spec(spec)).runs
     )
     for r in runs.values():
-        kinds = [rec["kind"] for rec in store.records(r["run_id"])]
+        kinds = [rec["kind"] for rec in store.records.of(r["run_id"])]
         assert {k: kinds.count(k) for k in set(kinds)} == RECORDS, (r["nodes"], kinds)
-        assert store.job("slurm", r["job_id"])["state"] == "COMPLETED"  # job ids tracked
-    env = store.records(runs[2]["run_id"], "env")[0]
+        assert store.jobs.get("slurm", r["job_id"])["state"] == "COMPLETED"  # job ids tracked
+    env = store.records.of(runs[2]["run_id"], "env")[0]
     assert env["hostnames"] == ["node1", "node2"] and env["launcher"] == "srun"
     assert env["job_id"] == runs[2]["job_id"]
     run_dir = Path(runs[2]["run_dir"])
@@ -119,7 +119,7 @@ def test_torchrun_launcher_trains_across_two_nodes(slurm_cluster, tmp_path, home
     prof = profile_copy(tmp_path, 'launcher = "torchrun"\n')
     dlscale("run", str(spec), "--profile", str(prof), "--backend", "slurm", "--wait", check=0)
     run = Store(home).runs("torchrun2")[0]
-    env = Store(home).records(run["run_id"], "env")[0]
+    env = Store(home).records.of(run["run_id"], "env")[0]
     assert env["launcher"] == "torchrun" and env["world_size"] == 2
     assert sorted(env["hostnames"]) == ["node1", "node2"]
 
@@ -185,7 +185,7 @@ def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path
     said = "sbatch: error" if slurm_target.backend == "slurm" else "Invalid generic resource"
     assert all(f"not submitted: {said}" in r["reason"] for r in store.runs("refused-by-sbatch"))
     kept = store.runs("kept")[0]
-    assert kept["state"] == "COMPLETED" and store.records(kept["run_id"], "summary")
+    assert kept["state"] == "COMPLETED" and store.records.of(kept["run_id"], "summary")
 
 
 def test_trainer_crash_is_failed_with_the_log_tail(slurm_cluster, tmp_path, home):
@@ -227,7 +227,7 @@ def test_time_limit_gives_timeout(slurm_cluster, tmp_path, home):
     store = Store(home)
     run = store.runs("timeout")[0]
     assert run["state"] == "TIMEOUT"
-    assert store.records(run["run_id"], "interval")  # partial results were kept
+    assert store.records.of(run["run_id"], "interval")  # partial results were kept
 
 
 def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
@@ -292,7 +292,7 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
         assert not ticks[-1].reachable
         assert "controller unreachable" in dlscale("status", check=0).stderr
         assert store.run(run_id)["state"] == "RUNNING"  # nothing was lost or guessed
-        assert store.job("slurm", job_id)["state"] == "RUNNING"
+        assert store.jobs.get("slurm", job_id)["state"] == "RUNNING"
     finally:
         slurm_target.cluster("start-ctld")
     assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
@@ -303,7 +303,7 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
     assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
     assert wait_for(lambda: slurm_says(job_id).startswith("CANCELLED"), timeout=30)
     if slurm_target.backend == "pyslurm":  # the run ended when a poll saw the job end
-        assert store.job("slurm", job_id)["state"] == "CANCELLED"
+        assert store.jobs.get("slurm", job_id)["state"] == "CANCELLED"
 
 
 def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
@@ -342,7 +342,7 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
     )
     assert wait_for(lambda: slurm_says(job).startswith("CANCELLED"), timeout=30)
     if slurm_target.backend == "pyslurm":
-        assert store.job("slurm", job)["state"] == "CANCELLED"
+        assert store.jobs.get("slurm", job)["state"] == "CANCELLED"
     run_dir = Path(first["run_dir"])
     assert (run_dir / "attempts" / "1" / "metrics.jsonl").exists()
     assert (run_dir / "job.sh").read_text() == (run_dir / "attempts" / "1" / "job.sh").read_text()

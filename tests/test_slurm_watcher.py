@@ -195,9 +195,9 @@ def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):
     store = Store(tmp_path)
     run = make_run()
     store.add_run(run)
-    store.add_job("slurm", "5", run.run_id, "PENDING")
+    store.jobs.add("slurm", "5", run.run_id, "PENDING")
     sync(store, Lagging("RUNNING"))
     assert store.run(run.run_id)["state"] == "RUNNING"
     sync(store, Lagging("PENDING"))
     assert store.run(run.run_id)["state"] == "RUNNING"
-    assert store.job("slurm", "5")["state"] == "RUNNING"
+    assert store.jobs.get("slurm", "5")["state"] == "RUNNING"

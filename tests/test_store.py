@@ -41,21 +41,21 @@ def test_ingest_is_idempotent_and_takes_whole_lines_only(tmp_path):
     store.add_run(run)
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(INTERVAL * 3 + INTERVAL[:20])  # the last line is still being written
-    assert store.ingest(run.run_id, metrics) == 3
-    assert store.ingest(run.run_id, metrics) == 0
-    assert len(store.records(run.run_id)) == 3
+    assert store.records.ingest(run.run_id, metrics) == 3
+    assert store.records.ingest(run.run_id, metrics) == 0
+    assert len(store.records.of(run.run_id)) == 3
     with open(metrics, "a") as fh:
         fh.write(INTERVAL[20:] + "garbage\n")
-    assert store.ingest(run.run_id, metrics) == 1
+    assert store.records.ingest(run.run_id, metrics) == 1
     row = store.run(run.run_id)
     assert (row["ingest_lines"], row["bad_records"]) == (5, 1)
     # a second Store on the same file (another process) sees the same and adds nothing
-    assert Store(tmp_path).ingest(run.run_id, metrics) == 0
-    assert len(store.records(run.run_id)) == 4
+    assert Store(tmp_path).records.ingest(run.run_id, metrics) == 0
+    assert len(store.records.of(run.run_id)) == 4
 
 
 def _ingest_in_child(home, run_id, path, queue):
-    queue.put(Store(home).ingest(run_id, path))
+    queue.put(Store(home).records.ingest(run_id, path))
 
 
 def test_concurrent_ingest_never_doubles(tmp_path):
@@ -76,7 +76,7 @@ def test_concurrent_ingest_never_doubles(tmp_path):
     for p in procs:
         p.join()
     assert sum(queue.get() for _ in procs) == 200
-    assert len(store.records(run.run_id)) == 200
+    assert len(store.records.of(run.run_id)) == 200
 
 
 def test_a_new_attempt_moves_the_old_files_and_records_aside(tmp_path):
@@ -85,9 +85,9 @@ def test_a_new_attempt_moves_the_old_files_and_records_aside(tmp_path):
     row = store.add_run(run)
     store.start_attempt(run.run_id)
     (tmp_path / "runs" / run.run_id / "metrics.jsonl").write_text(INTERVAL)
-    store.ingest(run.run_id, tmp_path / "runs" / run.run_id / "metrics.jsonl")
+    store.records.ingest(run.run_id, tmp_path / "runs" / run.run_id / "metrics.jsonl")
     row = store.start_attempt(run.run_id)
-    assert row["attempts"] == 2 and store.records(run.run_id) == []
+    assert row["attempts"] == 2 and store.records.of(run.run_id) == []
     assert (tmp_path / "runs" / run.run_id / "attempts" / "1" / "metrics.jsonl").exists()
 
 

@@ -41,21 +41,21 @@ def _study_of_every_kind(home, tmp_path) -> None:
     fresh = write_spec(tmp_path / "fresh.toml", name="fresh", scales='"1x1", "1x2"')
     store = Store(home)
     for _ in range(6):  # recorded_study gave its jobs local-1..6 without the counter
-        store.next_counter("local_job")
+        store.jobs.next_counter("local_job")
     report = study.submit(store, load_spec(fresh), LocalBackend(store, start_worker=False))
     assert len(report.submitted) == 2, report.failed_to_submit
     _started(store)
     metrics = sorted((FIXTURE / "runs").glob("*/metrics.jsonl"))
     for row, source in zip(store.runs("fresh"), metrics):
         shutil.copy(source, Path(row["run_dir"]) / "metrics.jsonl")
-        store.ingest(row["run_id"], Path(row["run_dir"]) / "metrics.jsonl")
+        store.records.ingest(row["run_id"], Path(row["run_dir"]) / "metrics.jsonl")
         store.update_run(row["run_id"], state="COMPLETED")
     store.close()
 
 
 def _started(store: Store) -> None:
     """What the local worker does first as each queued job starts: lay out its folder."""
-    for job in store.live_jobs():
+    for job in store.jobs.live():
         assert make_folder(store, job, json.loads(job["payload"])) is None
 
 

@@ -29,7 +29,7 @@ def _claim_all(home, start, queue):
     store = Store(home)
     while time.time() < start:  # every process begins at the same instant
         time.sleep(0.001)
-    got = [r.run_id for r in RUNS if store.claim_run(r.run_id, skip=("COMPLETED",))]
+    got = [r.run_id for r in RUNS if store.claims.take(r.run_id, skip=("COMPLETED",))]
     queue.put(got)
 
 
@@ -56,18 +56,18 @@ def test_the_schema_refuses_a_second_live_job_for_a_run(tmp_path):
     store = Store(tmp_path)
     run = make_run()
     store.add_run(run)
-    store.add_job("local", "local-1", run.run_id, "PENDING")
+    store.jobs.add("local", "local-1", run.run_id, "PENDING")
     with pytest.raises(StoreError, match="already has a queued or running job"):
-        store.add_job("local", "local-2", run.run_id, "PENDING")
-    with pytest.raises(sqlite3.IntegrityError):  # the schema itself, not only add_job
+        store.jobs.add("local", "local-2", run.run_id, "PENDING")
+    with pytest.raises(sqlite3.IntegrityError):  # the schema itself, not only jobs.add
         store.conn.execute(
             "INSERT INTO jobs (backend, job_id, run_id, state) VALUES "
             "('slurm', '99', ?, 'RUNNING')",
             (run.run_id,),
         )
-    store.update_job("local", "local-1", state="COMPLETED")
-    store.add_job("local", "local-2", run.run_id, "PENDING")  # one live job again is fine
-    assert store.claim_run(run.run_id) is None  # and it is not claimable while it lives
+    store.jobs.update("local", "local-1", state="COMPLETED")
+    store.jobs.add("local", "local-2", run.run_id, "PENDING")  # one live job again is fine
+    assert store.claims.take(run.run_id) is None  # and it is not claimable while it lives
 
 
 def _older_store_with_duplicates(home):
@@ -78,10 +78,10 @@ def _older_store_with_duplicates(home):
     for run in (a, b):
         store.add_run(run)
     store.conn.execute("DROP INDEX jobs_one_live_per_run")
-    store.add_job("local", "local-1", a.run_id, "RUNNING")
-    store.add_job("local", "local-2", a.run_id, "PENDING")
-    store.add_job("local", "local-3", b.run_id, "RUNNING")
-    store.add_job("local", "local-4", b.run_id, "COMPLETED")
+    store.jobs.add("local", "local-1", a.run_id, "RUNNING")
+    store.jobs.add("local", "local-2", a.run_id, "PENDING")
+    store.jobs.add("local", "local-3", b.run_id, "RUNNING")
+    store.jobs.add("local", "local-4", b.run_id, "COMPLETED")
     store.update_run(b.run_id, state="COMPLETED")
     store.close()
     return a.run_id, b.run_id
@@ -90,11 +90,11 @@ def _older_store_with_duplicates(home):
 def test_cancel_reaches_every_live_job_of_a_run_in_an_older_store(home):
     a, b = _older_store_with_duplicates(home)
     store = Store(home)  # opens: the guard cannot be made while duplicates live
-    assert len(store.live_jobs()) == 3
+    assert len(store.jobs.live()) == 3
     out = dlscale("cancel", "--experiment", "e", check=0).stdout
     assert "cancelled 2 run(s)" in out
-    assert store.live_jobs() == []
-    assert {j["job_id"]: j["state"] for j in store.jobs("local")} == {
+    assert store.jobs.live() == []
+    assert {j["job_id"]: j["state"] for j in store.jobs.find("local")} == {
         "local-1": "CANCELLED",
         "local-2": "CANCELLED",
         "local-3": "CANCELLED",
@@ -103,8 +103,8 @@ def test_cancel_reaches_every_live_job_of_a_run_in_an_older_store(home):
     Store(home)  # the next open makes the guard
     with pytest.raises(StoreError, match="already has a queued or running job"):
         s = Store(home)
-        s.add_job("local", "local-5", a, "PENDING")
-        s.add_job("local", "local-6", a, "PENDING")
+        s.jobs.add("local", "local-5", a, "PENDING")
+        s.jobs.add("local", "local-6", a, "PENDING")
 
 
 def test_a_claim_whose_process_died_is_released_with_the_reason(tmp_path):
@@ -117,20 +117,20 @@ def test_a_claim_whose_process_died_is_released_with_the_reason(tmp_path):
         "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
         (State.SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
     )
-    assert store.claim_run(run.run_id) is not None  # a dead claimer's run is taken over
-    store.release_run(run.run_id, "PLANNED", "not submitted: test")
+    assert store.claims.take(run.run_id) is not None  # a dead claimer's run is taken over
+    store.claims.release(run.run_id, "PLANNED", "not submitted: test")
     store.conn.execute(
         "UPDATE runs SET state=?, claimed_by=? WHERE run_id=?",
         (State.SUBMITTING, f"{socket.gethostname()} {dead.pid} 12345", run.run_id),
     )
-    assert store.release_stale_claims() == [run.run_id]
+    assert store.claims.release_stale() == [run.run_id]
     row = store.run(run.run_id)
     assert row["state"] == "PLANNED"
     assert f"the submission by dlscale pid {dead.pid}" in row["reason"]
     # a live claim (this process) is neither released nor taken over
-    assert store.claim_run(run.run_id) is not None
-    assert store.release_stale_claims() == []
-    assert store.claim_run(run.run_id) is None
+    assert store.claims.take(run.run_id) is not None
+    assert store.claims.release_stale() == []
+    assert store.claims.take(run.run_id) is None
 
 
 @pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
@@ -155,7 +155,7 @@ def test_a_run_folder_that_cannot_be_made_is_not_left_half_submitted(tmp_path, h
     assert "internal error" not in proc.stderr
     row = Store(home).run(first)
     assert row["state"] == "PLANNED" and row["reason"].startswith("not submitted: ")
-    assert Store(home).live_jobs() == []
+    assert Store(home).jobs.live() == []
     status = dlscale("status", check=0).stdout
     assert "PLANNED" in status and "not submitted" in status
     # out of the way, the same command submits it
@@ -185,11 +185,11 @@ def test_two_dlscale_runs_of_one_spec_make_one_job_per_run(tmp_path, home):
     try:
         assert [p.returncode for p in procs] == [0, 0], outs
         store = Store(home)
-        per_run = Counter(j["run_id"] for j in store.jobs("local"))
+        per_run = Counter(j["run_id"] for j in store.jobs.find("local"))
         assert len(per_run) == 120 and set(per_run.values()) == {1}, per_run.most_common(3)
         submitted = sum(int(o.split(" submitted")[0].split()[-1]) for o, _ in outs)
         assert submitted == 120, outs
     finally:
         out = dlscale("cancel", "--experiment", "t", check=0).stdout
     assert "cancelled 120 run(s)" in out
-    assert Store(home).live_jobs() == []
+    assert Store(home).jobs.live() == []

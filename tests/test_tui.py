@@ -297,7 +297,7 @@ async def test_controller_unreachable_shows_a_banner(home):
     store = Store(home)
     run = store.runs()[0]
     store.update_run(run["run_id"], state="RUNNING", backend="slurm", job_id="4242")
-    store.add_job("slurm", "4242", run["run_id"], "RUNNING")
+    store.jobs.add("slurm", "4242", run["run_id"], "RUNNING")
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
 
     def down(argv, env=None, timeout=30):
@@ -332,7 +332,7 @@ async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
     recorded_study(home)
     store = Store(home)
     run = store.runs()[0]
-    store.add_job("slurm", "777", run["run_id"], "PENDING")
+    store.jobs.add("slurm", "777", run["run_id"], "PENDING")
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))
     session._followers["slurm"] = SlurmCLI(
         runner=lambda argv, env=None, timeout=30: CommandResult(argv, 0, "", "")
@@ -442,7 +442,7 @@ async def test_build_submit_follow_results_on_the_slurm_cluster(home, slurm_clus
     async with app.run_test(size=(120, 40)) as pilot:
         assert "slurm test-cluster:debug" in app.sub_title
         await _build_submit_watch(pilot, app, home, "1x1, 2x1", "node[1-2]")
-    jobs = Store(home).jobs("slurm")
+    jobs = Store(home).jobs.find("slurm")
     assert len(jobs) == 2 and all(j["state"] == "COMPLETED" for j in jobs)
 
 

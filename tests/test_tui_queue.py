@@ -46,7 +46,7 @@ def _study(home: Path, n: int = 6, name: str = "big") -> Store:
         )
         store.add_run(run)
         store.update_run(run.run_id, state="PENDING", backend="local", job_id=f"{name}-{i}")
-        store.add_job("local", f"{name}-{i}", run.run_id, "PENDING")
+        store.jobs.add("local", f"{name}-{i}", run.run_id, "PENDING")
     return store
 
 
@@ -80,7 +80,7 @@ def _record(store: Store, run_id: str, kind: str = "interval", **fields) -> None
     )
     with open(rd / "metrics.jsonl", "a") as fh:
         fh.write(json.dumps(line) + "\n")
-    store.ingest(run_id, rd / "metrics.jsonl")
+    store.records.ingest(run_id, rd / "metrics.jsonl")
 
 
 def _by_id(rows: list[QueueRow]) -> dict[str, QueueRow]:
@@ -115,10 +115,10 @@ def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
     again = _by_id(reader.rows(store, "big", now=now + 1))
     assert all(again[i] is first[i] for i in ids)  # nothing changed: the same objects
     if change == "job state":
-        store.update_job("local", "big-2", state="RUNNING", nodes="node3")
+        store.jobs.update("local", "big-2", state="RUNNING", nodes="node3")
         store.update_run(target, state="RUNNING")
     elif change == "pending reason":
-        store.update_job("local", "big-2", reason="Resources")
+        store.jobs.update("local", "big-2", reason="Resources")
     elif change == "run reason":
         store.update_run(target, reason="not submitted: no room\nsecond line")
     elif change == "new record":
@@ -131,10 +131,10 @@ def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
     elif change == "resubmitted":
         store.start_attempt(target)  # its records move aside
     elif change == "job started (clock)":
-        store.update_job("local", "big-2", state="RUNNING", started=now - 65)
+        store.jobs.update("local", "big-2", state="RUNNING", started=now - 65)
         store.update_run(target, state="RUNNING")
     elif change == "job ended":
-        store.update_job("local", "big-2", state="COMPLETED", started=now - 65, ended=now - 5)
+        store.jobs.update("local", "big-2", state="COMPLETED", started=now - 65, ended=now - 5)
         store.update_run(target, state="COMPLETED")
     after = reader.rows(store, "big", now=now + 2)
     assert after == queue.rows(store, "big", now=now + 2)
@@ -167,7 +167,7 @@ def test_a_reader_makes_anew_only_the_rows_that_changed(home, change):
 
 def test_a_running_jobs_clock_moves_every_read(home):
     store = _study(home, 3)
-    store.update_job("local", "big-0", state="RUNNING", started=1_000.0)
+    store.jobs.update("local", "big-0", state="RUNNING", started=1_000.0)
     reader = QueueReader()
     one = reader.rows(store, now=1_010.0)
     two = reader.rows(store, now=1_070.0)
@@ -225,7 +225,7 @@ def test_a_reader_sees_every_kind_of_write_from_another_process(home):
                     {"pid": rng.randint(2, 99999)},  # not shown: no change on screen
                 ]
             )
-            writer.update_job(*job, **fields)
+            writer.jobs.update(*job, **fields)
 
     def run_write() -> None:
         writer.update_run(
@@ -236,18 +236,18 @@ def test_a_reader_sees_every_kind_of_write_from_another_process(home):
         rid = pick()
         job = job_of(rid)
         if job:
-            writer.update_job(*job, state="CANCELLED", ended=3000.0)
-        claimed = writer.claim_run(rid)
+            writer.jobs.update(*job, state="CANCELLED", ended=3000.0)
+        claimed = writer.claims.take(rid)
         if claimed is None:
             return
         writer.start_attempt(rid)
-        new_id = f"j{writer.next_counter('test_job')}"
-        writer.add_jobs("local", [(new_id, rid, "PENDING", {})])
+        new_id = f"j{writer.jobs.next_counter('test_job')}"
+        writer.jobs.add_many("local", [(new_id, rid, "PENDING", {})])
 
     def release() -> None:
         rid = pick()
-        if writer.claim_run(rid) is not None:
-            writer.release_run(rid, "PLANNED", "not submitted: test")
+        if writer.claims.take(rid) is not None:
+            writer.claims.release(rid, "PLANNED", "not submitted: test")
 
     def record() -> None:
         _record(writer, pick(), images_per_s=rng.uniform(1, 1000), step=rng.randint(1, 99))
@@ -283,8 +283,8 @@ def test_a_store_from_before_revisions_gains_them_and_is_followed(home):
     store = Store(home)
     reader = QueueReader()
     assert len(reader.rows(store, now=10.0)) == 4
-    store.update_job("local", "big-1", state="RUNNING", nodes="node9")
-    store.update_run(store.job("local", "big-1")["run_id"], state="RUNNING")
+    store.jobs.update("local", "big-1", state="RUNNING", nodes="node9")
+    store.update_run(store.jobs.get("local", "big-1")["run_id"], state="RUNNING")
     (row,) = [r for r in reader.rows(store, now=11.0) if r.job_id == "big-1"]
     assert (row.state, row.nodes) == ("RUNNING", "node9")
     assert reader.rows(store, now=12.0) == queue.rows(store, now=12.0)
@@ -522,7 +522,7 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
     )
     store.add_run(bench)
     store.update_run(bench.run_id, state="PENDING", backend="local", job_id="comm-9")
-    store.add_job("local", "comm-9", bench.run_id, "PENDING")
+    store.jobs.add("local", "comm-9", bench.run_id, "PENDING")
     ids = [r["run_id"] for r in store.runs("comm")]
     for run_id in ids:
         store.update_run(run_id, state="COMPLETED")

@@ -28,7 +28,7 @@ def _study(home) -> tuple[str, dict[str, str]]:
     states = dict.fromkeys(runs, "COMPLETED")
     for rid, state in zip(runs, ("FAILED", "PENDING", "RUNNING")):
         row = store.run(rid)
-        store.update_job(row["backend"], row["job_id"], state=state, ended=None)
+        store.jobs.update(row["backend"], row["job_id"], state=state, ended=None)
         store.update_run(
             rid,
             state=state,

@@ -165,7 +165,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
                 120,
                 "the job queued",
             )
-            assert len(Store(home).jobs("slurm")) == 1
+            assert len(Store(home).jobs.find("slurm")) == 1
     finally:
         go.set()
         follow.cancel(Store(home), [r["run_id"] for r in Store(home).runs()])

@@ -96,6 +96,6 @@ def test_resubmitting_in_a_copied_home_writes_only_into_the_copy(tmp_path):
     store = Store(copy)
     row = store.run(run["run_id"])
     assert row["run_dir"] == str(copy / "runs" / run["run_id"]) and row["attempts"] == 2
-    payload = store.job("local", row["job_id"])["payload"]
+    payload = store.jobs.get("local", row["job_id"])["payload"]
     assert str(first) + os.sep not in payload, json.loads(payload)
     assert (copy / "runs" / run["run_id"] / "attempts" / "1" / "run.log").is_file()

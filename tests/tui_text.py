@@ -53,8 +53,8 @@ def recorded_study(home, edit=None) -> str:
             metrics = Path(row["run_dir"]) / "metrics.jsonl"
             lines = edit(run.run_id, metrics.read_text().splitlines(keepends=True))
             metrics.write_text("".join(lines))
-        store.add_job("local", job["job_id"], run.run_id, job["state"])
-        store.update_job(
+        store.jobs.add("local", job["job_id"], run.run_id, job["state"])
+        store.jobs.update(
             "local",
             job["job_id"],
             state=job["state"],
@@ -62,7 +62,7 @@ def recorded_study(home, edit=None) -> str:
             started=1_000.0,
             ended=1_000.0 + job["elapsed_s"],
         )
-        store.ingest(run.run_id, Path(row["run_dir"]) / "metrics.jsonl")
+        store.records.ingest(run.run_id, Path(row["run_dir"]) / "metrics.jsonl")
         store.update_run(run.run_id, state=job["state"])
     store.close()
     return loaded.spec.experiment.name

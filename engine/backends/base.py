@@ -202,7 +202,7 @@ class Backend(abc.ABC):
     def observed(self, store: Store, status: JobStatus) -> None:
         """Keep what a poll saw of a job in the store (a backend whose own worker keeps its
         job rows does nothing here)."""
-        store.update_job(
+        store.jobs.update(
             self.name,
             status.job_id,
             state=status.state,

@@ -40,7 +40,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
             now = ""
             if running:
                 r = running[0]
-                last = store.last_records("interval", [r["run_id"]]).get(r["run_id"])
+                last = store.records.last("interval", [r["run_id"]]).get(r["run_id"])
                 now = (
                     f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
                     f"#{r['repetition']}"

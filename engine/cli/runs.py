@@ -191,7 +191,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
     if experiment:
         # Every run with a live job, whatever its row says (a duplicate job of a run that
         # completed under another job is live too).
-        live = {j["run_id"] for j in store.live_jobs()}
+        live = {j["run_id"] for j in store.jobs.live()}
         ids += [
             r["run_id"]
             for r in store.runs(experiment)

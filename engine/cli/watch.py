@@ -38,7 +38,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     click.echo(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
-    for note in store.skipped_notes([q.run_id for q in every] if experiment else None):
+    for note in store.records.skipped_notes([q.run_id for q in every] if experiment else None):
         out.print(note, soft_wrap=True)
     for problem in problems:
         err.print(

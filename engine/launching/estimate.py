@@ -51,7 +51,7 @@ def estimate(store: Store, runs: list[Run]) -> Estimate:
     durations = {}
     completed = store.runs(states=(State.COMPLETED,))
     for backend in {r["backend"] for r in completed if r["backend"]}:
-        for j in store.jobs(backend, states=(State.COMPLETED,)):
+        for j in store.jobs.find(backend, states=(State.COMPLETED,)):
             # Slurm's own elapsed time where the watcher kept it, else start to end
             if j["elapsed"]:
                 durations[j["run_id"]] = j["elapsed"]

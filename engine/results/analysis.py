@@ -38,10 +38,10 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     comm = [r for r in every if explained.is_comm(r)]
     runs = [r for r in every if not explained.is_comm(r)]
     ids = [r["run_id"] for r in runs] if experiment else None
-    summaries = store.last_records("summary", ids)
+    summaries = store.records.last("summary", ids)
     # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
     # without its env record yet (queued) joins the point its siblings ran on.
-    envs = store.last_record_fields("env", ENV_FIELDS, ids)
+    envs = store.records.last_fields("env", ENV_FIELDS, ids)
     kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
     seen: dict[str, str] = {}
     for r in runs:
@@ -123,7 +123,7 @@ def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, li
 def notes(store: Store, experiment: str | None = None) -> list[str]:
     """What the results leave out and why: metric lines skipped on ingest, by run, file and
     line (a run whose summary was skipped has no throughput in the table)."""
-    return store.skipped_notes(
+    return store.records.skipped_notes(
         [r["run_id"] for r in store.runs(experiment)] if experiment else None
     )
 
@@ -136,7 +136,7 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     if not again:
         return []
     ids = [r["run_id"] for r in runs] + [r["rerun_of"] for r in again]
-    summaries = store.last_records("summary", ids)
+    summaries = store.records.last("summary", ids)
     out = []
     for r in again:
         orig = store.run(r["rerun_of"])

@@ -160,7 +160,7 @@ def _run_members(store: Store, r: dict[str, Any]) -> dict[str, bytes]:
     where = f"runs/{r['run_id']}"
     row = {k: r.get(k) for k in _ROW_FIELDS}
     row["training"] = json.loads(r["training"] or "{}")
-    records = store.records(r["run_id"])
+    records = store.records.of(r["run_id"])
     out = {
         f"{where}/run.json": _json(row),
         f"{where}/metrics.jsonl": "".join(json.dumps(rec) + "\n" for rec in records).encode(),
@@ -250,7 +250,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
         "spec_digest": bundle.experiment.spec_digest,
         "site": site,
     }
-    return store.import_runs(experiment, rows, records, write_folders)
+    return store.imports.add(experiment, rows, records, write_folders)
 
 
 def _add_site(folder: Path, site: str, origin: str) -> None:

@@ -259,7 +259,7 @@ def measurements(store: Store, experiment: str | None) -> CommData:
         for r in store.runs(experiment)
         if is_comm(r) and r["state"] == State.COMPLETED and not r.get("rerun_of")
     ]
-    records = store.last_records("comm", [r["run_id"] for r in runs]) if runs else {}
+    records = store.records.last("comm", [r["run_id"] for r in runs]) if runs else {}
     data = CommData()
     for r in sorted(runs, key=lambda r: r["created"] or 0):
         rec = records.get(r["run_id"])

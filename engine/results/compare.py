@@ -138,7 +138,7 @@ class Comparison:
 def _env(store: Store, run_ids: list[str]) -> dict[str, str]:
     """Each fact's distinct values over these runs, as one text each."""
     seen: dict[str, set[str]] = {}
-    for env in store.last_record_fields("env", ENV_FACTS, run_ids).values():
+    for env in store.records.last_fields("env", ENV_FACTS, run_ids).values():
         for fact, value in env.items():
             if value is None:
                 continue

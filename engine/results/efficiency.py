@@ -24,9 +24,8 @@ import statistics
 from typing import Any
 
 from ..config.frameworks import NO_COMM_BENCHMARK
-from ..runs import State
+from ..runs import COMM_MARK, State
 from ..tracking.store import Store
-from ..tracking.store_records import COMM_MARK
 from .points import Point
 
 
@@ -62,7 +61,7 @@ def attach(
 ) -> None:
     """Give each point its scale's benchmark and, where no energy was measured, why not
     (from `envs`, the env records analysis read for the points' device)."""
-    records = store.last_records("comm", [r["run_id"] for r in comm_rows]) if comm_rows else {}
+    records = store.records.last("comm", [r["run_id"] for r in comm_rows]) if comm_rows else {}
     bench: dict[tuple, dict[str, Any]] = {}
     for r in sorted(comm_rows, key=lambda r: r["created"] or 0):  # the latest one wins
         rec = records.get(r["run_id"]) if r["state"] == State.COMPLETED else None
@@ -216,7 +215,7 @@ def accuracy_curves(store: Store, points: list[Point]) -> dict[str, list[tuple[f
     for p in sorted(points, key=lambda p: (str(p.lr_schedule), p.devices)):
         by_epoch: dict[int, list[float]] = {}
         for rid in p.completed_run_ids:
-            for rec in store.records(rid, "eval"):
+            for rec in store.records.of(rid, "eval"):
                 by_epoch.setdefault(rec["epoch"], []).append(rec["top1"])
         if by_epoch:
             name = " ".join([str(p.lr_schedule)] + [str(_attr(p, k)) for k in varying])

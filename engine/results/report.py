@@ -99,7 +99,7 @@ def pick_experiment(store: Store, name: str | None) -> dict[str, Any]:
 
 
 def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    envs = store.last_records("env", [r["run_id"] for r in runs])
+    envs = store.records.last("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
     nodes: set[str] = set()
     devices: Counter[str] = Counter()

@@ -22,7 +22,7 @@ def find_run(store: Store, ident: str) -> dict:
     error lists both (`cancel 2111` must not pick one silently)."""
     named: dict[str, str] = {}  # run id: what names it
     for backend in BACKENDS:
-        job = store.job(backend, ident)
+        job = store.jobs.get(backend, ident)
         if job:
             named.setdefault(job["run_id"], f"{backend} job {ident} (of run {job['run_id']})")
     if not RUN_ID_PREFIX.fullmatch(ident):
@@ -51,7 +51,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         rows[row["run_id"]] = row
     by_backend: dict[str, list[str]] = {}
     done = []
-    live = store.live_jobs(list(rows))
+    live = store.jobs.live(list(rows))
     for rid, row in rows.items():
         jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
         if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) not in jobs:
@@ -64,8 +64,8 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         make_backend(backend, store).watcher.cancel(job_ids)
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
-        for job in store.jobs(backend, job_ids, states=ACTIVE):
-            store.update_job(
+        for job in store.jobs.find(backend, job_ids, states=ACTIVE):
+            store.jobs.update(
                 backend,
                 job["job_id"],
                 state=State.CANCELLED,
@@ -92,7 +92,7 @@ def sync_live(store: Store, backend_of: Callable[[str], Backend]) -> list[tuple[
     `dlscale` commands (refresh) and a front end's Session (Session.refresh) both do. Claims
     of submitters that are gone are released first, whatever backends are live: a submission
     killed mid-way shows as not submitted."""
-    store.release_stale_claims()
+    store.claims.release_stale()
     return [(backend, sync(store, backend_of(backend))) for backend in backends_in_use(store)]
 
 

@@ -23,16 +23,16 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     run_dir = Path(row["run_dir"])
     # A declared framework reporting through its log: its records are made from it now.
     measured_nothing = (
-        log_patterns.settle(row, (store.job(row["backend"], row["job_id"]) or {}).get("nodes"))
+        log_patterns.settle(row, (store.jobs.get(row["backend"], row["job_id"]) or {}).get("nodes"))
         if job_state == State.COMPLETED and row["job_id"]
         else None
     )
-    store.ingest(run_id, RunPaths(run_dir).metrics, final=True)
+    store.records.ingest(run_id, RunPaths(run_dir).metrics, final=True)
     state, reason = job_state, None
     if measured_nothing:
         state = State.FAILED
         reason = measured_nothing + "\n" + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
-    elif state == State.COMPLETED and not store.records(run_id, "summary"):
+    elif state == State.COMPLETED and not store.records.of(run_id, "summary"):
         state = State.FAILED
         reason = (
             "the job ended without a summary record\n"
@@ -62,7 +62,7 @@ class Tick:
 def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     """One tick: ask the backend about every live job at once, ingest, settle."""
     # A submission killed mid-way (its process gone) shows as not submitted, with why.
-    store.release_stale_claims()
+    store.claims.release_stale()
     # runs left waiting for the site's limits go as far as the queue has room now
     backend.next_wave(store, experiment)
     live = [r for r in store.live_runs(experiment) if r["backend"] == backend.name and r["job_id"]]
@@ -89,7 +89,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                 continue
             backend.observed(store, st)
             if st.state == State.RUNNING or st.state in TERMINAL:
-                new += store.ingest(r["run_id"], RunPaths.of(r).metrics)
+                new += store.records.ingest(r["run_id"], RunPaths.of(r).metrics)
             if st.state in TERMINAL:
                 # The local worker settles its own runs; this covers the gap in between and
                 # every other backend.

@@ -3,7 +3,7 @@ nodes, elapsed time and throughput so far. `dlscale status` and the TUI's queue 
 show these rows.
 
 The TUI reads the queue again every watcher tick, 10,000 runs included, within its 100 ms
-for a whole refresh: one query of the columns shown (Store.queue_view), the latest records
+for a whole refresh: one query of the columns shown (store.queue.changes), the latest records
 read again only for runs that ingested lines since, and a row rebuilt only when what it
 shows changed, so the screen can pass over the others by identity (QueueReader)."""
 
@@ -17,7 +17,8 @@ from ..results.formatting import elapsed_text, finite, fmt
 from ..runs import ACTIVE, State, per_second
 from ..text import printable
 from .store import Store
-from .store_records import QUEUE_CHANGES, skipped_text
+from .store_queue import QUEUE_CHANGES
+from .store_records import skipped_text
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def queue_header(queue: list[QueueRow]) -> tuple[str, ...]:
 
 # Run ids per `IN (...)` list: SQLite takes at most 32,766 parameters in one statement.
 _IDS_PER_QUERY = 5000
-# Where Store.queue_view puts what decides whether a run's records or clock must be read.
+# Where store.queue.changes puts what decides whether a run's records or clock must be read.
 _LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
     1 + QUEUE_CHANGES.index(c)
     for c in ("r.ingest_lines", "r.bad_records", "j.elapsed", "j.started", "j.ended")
@@ -149,7 +150,7 @@ class QueueReader:
     """Reads one store's queue again and again (Session.refresh, every watcher tick).
 
     The first read takes every run; each later one only the runs written since the store
-    revision it last saw (Store.queue_view's `since`), plus the running jobs, whose clocks
+    revision it last saw (store.queue.changes's `since`), plus the running jobs, whose clocks
     move. It keeps, per run, its point (which never changes), what its records add, and the
     values its row was last made from: a run whose values did not change keeps the same
     QueueRow object. New runs (the count grew), or another store or experiment, mean a
@@ -176,13 +177,13 @@ class QueueReader:
             whole = self._seen is None or self._seen[:2] != (where, experiment)
             if not whole:
                 assert self._seen is not None
-                view = store.queue_view(experiment, since=self._seen[2])
+                view = store.queue.changes(experiment, since=self._seen[2])
                 # New runs (counted after: a new run among the changes is counted too).
-                whole = store.run_count(experiment) != len(self._rows) or any(
+                whole = store.queue.count(experiment) != len(self._rows) or any(
                     v[0] not in self._rows for v in view
                 )
             if whole:
-                view = store.queue_view(experiment)
+                view = store.queue.changes(experiment)
             self._read_points(store, view, whole)
             self._read_records(store, view, whole)
             points, ingested = self._points, self._ingested
@@ -226,7 +227,7 @@ class QueueReader:
         if whole and len(self._points) + len(new) > len(view):  # another experiment
             self._points = {v[0]: self._points[v[0]] for v in view if v[0] in self._points}
         for i in range(0, len(new), _IDS_PER_QUERY):
-            for point in store.queue_points(new[i : i + _IDS_PER_QUERY]):
+            for point in store.queue.points(new[i : i + _IDS_PER_QUERY]):
                 self._points[point[0]] = point
 
     def _read_records(self, store: Store, view: list[tuple], whole: bool) -> None:
@@ -241,9 +242,9 @@ class QueueReader:
         for i in range(0, len(stale), _IDS_PER_QUERY):
             chunk = stale[i : i + _IDS_PER_QUERY]
             ids = [v[0] for v in chunk]
-            progress = store.last_record_fields("interval", _PROGRESS, ids)
-            progress.update(store.last_record_fields("summary", _PROGRESS_DONE, ids))
-            skipped = store.skipped(ids)
+            progress = store.records.last_fields("interval", _PROGRESS, ids)
+            progress.update(store.records.last_fields("summary", _PROGRESS_DONE, ids))
+            skipped = store.records.skipped(ids)
             for v in chunk:
                 last = progress.get(v[0]) or {}
                 bad = skipped.get(v[0]) or []

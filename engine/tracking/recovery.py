@@ -178,13 +178,13 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     if guessed:  # only once its row is in the store: a folder refused above is not numbered
         out.guessed.append(run_id)
     # a job the scheduler may still run (its id known) may still finish its last line
-    out.records += store.ingest(run_id, paths.metrics, final=not job_id)
-    if store.records(run_id, "summary"):
+    out.records += store.records.ingest(run_id, paths.metrics, final=not job_id)
+    if store.records.of(run_id, "summary"):
         store.update_run(run_id, state=State.COMPLETED, reason=None)
     elif job_id and not row.get("site"):
         # Slurm may still be running it (a run imported from another site's bundle never
         # runs here): the next poll asks, and settles the run.
-        store.add_job(backend, job_id, run_id, State.RUNNING)
+        store.jobs.add(backend, job_id, run_id, State.RUNNING)
         store.update_run(
             run_id,
             state=State.RUNNING,

@@ -1,5 +1,10 @@
 """The study's memory: experiments, runs, jobs and the metric records, in SQLite (WAL).
 
+`Store` owns the experiments and runs, and is composed of the parts that own the rest, each
+over the same connection (database.py): `claims` (who is submitting a run), `jobs`,
+`records` (ingest and reading back), `queue` (what the queue's rows are made from) and
+`imports` (runs from other sites' bundles).
+
 Several processes use it at once (the CLI, the TUI, the local worker), so every write is a
 short explicit transaction and readers never block writers. Ingest is idempotent: a record
 is keyed by (run, line number), and the byte offset read so far moves in the same
@@ -8,24 +13,24 @@ transaction as the records, so a crash mid-ingest neither loses nor doubles a re
 
 from __future__ import annotations
 
-import contextlib
 import json
 import operator
 import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
 from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, State
+from .database import Database
 from .store_claims import Claims
 from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .store_imports import Imports
 from .store_jobs import Jobs
+from .store_queue import QueueView
 from .store_records import RECORDS_CHECKED, Records
 from .store_revisions import add_revisions
 
@@ -117,7 +122,7 @@ def _check_db_path(db: Path) -> None:
         )
 
 
-class Store(Claims, Jobs, Records, Imports):
+class Store:
     def __init__(self, home: str | Path | None = None) -> None:
         self.home = Path(home) if home else default_home()
         db = self.home / "dlscale.db"
@@ -138,6 +143,12 @@ class Store(Claims, Jobs, Records, Imports):
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
+            self.db = Database(self.conn, self.home)
+            self.claims = Claims(self.db)
+            self.jobs = Jobs(self.db)
+            self.records = Records(self.db)
+            self.imports = Imports(self.db)
+            self.queue = QueueView(self.db)
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
@@ -160,7 +171,7 @@ class Store(Claims, Jobs, Records, Imports):
             ("experiments", _ADDED_EXPERIMENT_COLUMNS),
         ):
             if missing(table, added):
-                with self.transaction() as c:  # two processes may open an old store at once
+                with self.db.transaction() as c:  # two processes may open an old store at once
                     for column in missing(table, added):
                         c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {added[column]}")
         add_revisions(self.conn)
@@ -168,10 +179,10 @@ class Store(Claims, Jobs, Records, Imports):
             self.conn.execute(_ONE_LIVE_JOB_PER_RUN)
         except sqlite3.IntegrityError:
             # A store from before the guard that already holds duplicate live jobs: cancel
-            # reaches them all (live_jobs), and the guard is made at an open after they end.
+            # reaches them all (jobs.live), and the guard is made at an open after they end.
             pass
         if self.conn.execute("PRAGMA user_version").fetchone()[0] < RECORDS_CHECKED:
-            self.revalidate()
+            self.records.revalidate()
         self._follow_home()
 
     def _follow_home(self) -> None:
@@ -183,7 +194,7 @@ class Store(Claims, Jobs, Records, Imports):
         if row is None or row["run_dir"] == here + row["run_id"]:
             return
         try:
-            with self.transaction() as c:
+            with self.db.transaction() as c:
                 c.execute(
                     "UPDATE runs SET run_dir = ? || run_id WHERE run_dir IS NOT ? || run_id",
                     (here, here),
@@ -198,21 +209,10 @@ class Store(Claims, Jobs, Records, Imports):
     def close(self) -> None:
         self.conn.close()
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE: take the write lock up front so read-then-write is atomic."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
-
     # --- experiments and runs ------------------------------------------------------------
 
     def save_experiment(self, name: str, path: str, text: str, digest: str) -> None:
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute(
                 "INSERT INTO experiments (name, spec_path, spec_text, spec_digest, updated) "
                 "VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
@@ -254,7 +254,7 @@ class Store(Claims, Jobs, Records, Imports):
 
         runs_dir = str(self.runs_dir)
         configuration = operator.attrgetter(*CONFIGURATION)
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.executemany(
                 _INSERT_RUN,
                 [
@@ -272,7 +272,7 @@ class Store(Claims, Jobs, Records, Imports):
                     for run in runs
                 ],
             )
-        return self.rows_of(
+        return self.db.runs_by_id(
             [run.run_id for run in runs], columns=None if rows else ("run_id", "state")
         )
 
@@ -282,7 +282,7 @@ class Store(Claims, Jobs, Records, Imports):
         row = {k: v for k, v in row.items() if k in have}
         row.setdefault("created", time.time())
         row["updated"] = time.time()
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute(
                 f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 tuple(row.values()),
@@ -317,7 +317,7 @@ class Store(Claims, Jobs, Records, Imports):
             "created": now,
             "updated": now,
         }
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute(
                 f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 tuple(row.values()),
@@ -413,7 +413,7 @@ class Store(Claims, Jobs, Records, Imports):
     def update_run(self, run_id: str, **fields: Any) -> None:
         fields["updated"] = time.time()
         cols = ", ".join(f"{k}=?" for k in fields)
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
 
     def start_attempt(self, run_id: str) -> dict[str, Any]:
@@ -421,7 +421,7 @@ class Store(Claims, Jobs, Records, Imports):
         with its files, so the new attempt's numbers are not mixed with them."""
         row = self.run(run_id)
         self.set_aside({**row, "attempts": row["attempts"] + 1})
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute("DELETE FROM records WHERE run_id=?", (run_id,))
             c.execute("DELETE FROM skipped_records WHERE run_id=?", (run_id,))
             c.execute(

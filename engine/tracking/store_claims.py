@@ -2,65 +2,52 @@
 
 A claimed run is State.SUBMITTING, owned by the process that claimed it (host, pid and the
 process's start time, so a later process reusing the pid is not taken for it), until that
-process records its job (add_job / add_jobs) or releases it saying why not. The schema's
+process records its job (Jobs.add / add_many) or releases it saying why not. The schema's
 own guard (one queued or running job per run) backs the claims up.
 
-A submission claims all its runs in one transaction (claim_runs): 10,000 runs in one
+A submission claims all its runs in one transaction (take_many): 10,000 runs in one
 write, not 10,000, and two submissions of one spec at once still never both get a run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import sqlite3
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError, StoreError
+from ..errors import NotFoundError
 from ..runs import ACTIVE, ACTIVE_SQL, State
+from .database import Database, chunks
 
 # A claim by a process on another host cannot be checked; after this long it is stale.
 _FOREIGN_CLAIM_S = 600.0
-# Run ids per statement: well under SQLite's limit on bound parameters (32766, or 999 in
-# builds older than 3.32).
-CHUNK = 500
-
-
-def chunks(items: list, size: int = CHUNK):
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 class Claims:
-    """Mixed into Store: uses its `conn`, `home`, `transaction()` and `run()`."""
+    """The store's claims on runs (`store.claims`)."""
 
-    conn: sqlite3.Connection
-    home: Path
-    transaction: Callable[[], AbstractContextManager[Any]]
-    run: Callable[[str], dict[str, Any]]
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    def claim_run(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    def take(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
         """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
         this process, its attempt is counted and the earlier attempt's records dropped.
         Returns None, changing nothing, when the run is in `skip`, queued or running, has
         a live job, or is claimed by another process that is still alive; so of two
         `dlscale run` of one spec, each run is submitted by exactly one. The claimer must
-        end the claim: add_job (submitted) or release_run (not, with why)."""
-        if self.conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
-            raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
-        return self.claim_runs([run_id], skip).get(run_id)
+        end the claim: Jobs.add (submitted) or release (not, with why)."""
+        if self.db.conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.db.home})")
+        return self.take_many([run_id], skip).get(run_id)
 
-    def claim_runs(self, run_ids: list[str], skip: tuple[str, ...] = ()) -> dict[str, dict]:
-        """claim_run for many runs in one transaction: the rows of those this process now
+    def take_many(self, run_ids: list[str], skip: tuple[str, ...] = ()) -> dict[str, dict]:
+        """take for many runs in one transaction: the rows of those this process now
         holds, by run id (runs not in the store are left out)."""
         me = _process_id()
         claimable: list[str] = []
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             for part in chunks(run_ids):
                 marks = ",".join("?" * len(part))
                 live = {
@@ -96,114 +83,34 @@ class Claims:
                 "bad_records=0, updated=? WHERE run_id=?",
                 [(State.SUBMITTING, me, reason, now, rid) for rid in claimable],
             )
-        return self.rows_of(claimable)
+        return self.db.runs_by_id(claimable)
 
-    def rows_of(
-        self, run_ids: list[str], columns: tuple[str, ...] | None = None
-    ) -> dict[str, dict[str, Any]]:
-        """The rows of these runs (only `columns`, if given), by id, in as few queries as
-        the parameter limit allows."""
-        out: dict[str, dict[str, Any]] = {}
-        what = ", ".join(columns) if columns else "*"
-        for part in chunks(run_ids):
-            for row in self.conn.execute(
-                f"SELECT {what} FROM runs WHERE run_id IN ({','.join('?' * len(part))})", part
-            ):
-                out[row["run_id"]] = dict(row)
-        return out
+    # --- ending a claim without a job ------------------------------------------------
 
-    # --- ending a claim: the job recorded, or the run released ---------------------------
-
-    def add_job(
-        self,
-        backend: str,
-        job_id: str,
-        run_id: str,
-        state: str,
-        payload: dict[str, Any] | None = None,
-    ) -> None:
-        refused = self.add_jobs(backend, [(job_id, run_id, state, payload)])[0]
-        if refused is not None:
-            raise refused
-
-    def add_jobs(
-        self, backend: str, jobs: list[tuple[str, str, str, dict[str, Any] | None]]
-    ) -> list[StoreError | None]:
-        """Record (job id, run id, state, payload) jobs and put their runs in that state,
-        in one transaction. Each job the schema refuses (its run has a queued or running
-        job already, or the job id is taken) gets its StoreError, in order; None where
-        recorded. A refused job changes nothing; the others are recorded all the same."""
-        now = time.time()
-        rows = [
-            (backend, job_id, run_id, state, now, json.dumps(payload or {}))
-            for job_id, run_id, state, payload in jobs
-        ]
-        with self.transaction() as c:
-            c.execute("SAVEPOINT jobs")
-            try:  # all at once; only if the schema refuses one are they taken one by one
-                c.executemany(
-                    "INSERT INTO jobs (backend, job_id, run_id, state, submitted, "
-                    "payload) VALUES (?,?,?,?,?,?)",
-                    rows,
-                )
-                out: list[StoreError | None] = [None] * len(rows)
-            except sqlite3.IntegrityError:
-                c.execute("ROLLBACK TO jobs")
-                out = [self._insert_job(c, row) for row in rows]
-            c.execute("RELEASE jobs")
-            c.executemany(
-                "UPDATE runs SET state=?, backend=?, job_id=?, reason=NULL, "
-                "updated=? WHERE run_id=?",
-                [
-                    (state, backend, job_id, now, run_id)
-                    for (_, job_id, run_id, state, *_), refused in zip(rows, out)
-                    if refused is None
-                ],
-            )
-        return out
-
-    @staticmethod
-    def _insert_job(c: sqlite3.Connection, row: tuple) -> StoreError | None:
-        backend, job_id, run_id = row[:3]
-        try:
-            c.execute(
-                "INSERT INTO jobs (backend, job_id, run_id, state, submitted, payload) "
-                "VALUES (?,?,?,?,?,?)",
-                row,
-            )
-        except sqlite3.IntegrityError as exc:  # this statement only: the rest stand
-            if "jobs.run_id" not in str(exc):
-                return StoreError(f"job {job_id} ({backend}) is in the store already")
-            return StoreError(
-                f"run {run_id} already has a queued or running job; job "
-                f"{job_id} ({backend}) is not recorded for it"
-            )
-        return None
-
-    def release_run(self, run_id: str, state: str, reason: str) -> None:
+    def release(self, run_id: str, state: str, reason: str) -> None:
         """End this process's claim on a run that was not submitted, saying why; a run a
-        job was recorded for meanwhile (add_job) is left as it is."""
-        with self.transaction() as c:
+        job was recorded for meanwhile (Jobs.add) is left as it is."""
+        with self.db.transaction() as c:
             c.execute(
                 "UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? AND "
                 "state=? AND claimed_by=?",
                 (state, reason, time.time(), run_id, State.SUBMITTING, _process_id()),
             )
 
-    def release_stale_claims(self) -> list[str]:
+    def release_stale(self) -> list[str]:
         """Claims whose process is gone (killed mid-submission) go back to PLANNED with
         the reason, so the run shows as not submitted and the next `run` takes it (and
         adopts a job the scheduler had taken, study.adopt). Every command that reads the
         queue calls it (follow.refresh, Session.refresh, each sync)."""
         stale = [
             r
-            for r in self.conn.execute(
+            for r in self.db.conn.execute(
                 "SELECT run_id, claimed_by, updated FROM runs WHERE state=?", (State.SUBMITTING,)
             )
             if not _claim_alive(r["claimed_by"], r["updated"])
         ]
         if stale:
-            with self.transaction() as c:
+            with self.db.transaction() as c:
                 c.executemany(
                     f"UPDATE runs SET state='{State.PLANNED}', reason=?, updated=? WHERE "
                     "run_id=? AND state=? AND claimed_by IS ?",

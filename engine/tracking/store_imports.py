@@ -11,14 +11,13 @@ site since (a later bundle) has its row and records replaced, in the same transa
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreError
+from .database import Database
 
 
 @dataclass
@@ -30,12 +29,12 @@ class Imported:
 
 
 class Imports:
-    """Mixed into Store: uses its `conn` and `transaction()`."""
+    """Runs from bundles (`store.imports`)."""
 
-    conn: sqlite3.Connection
-    transaction: Callable[[], AbstractContextManager[Any]]
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    def import_runs(
+    def add(
         self,
         experiment: dict[str, Any],
         rows: list[dict[str, Any]],
@@ -47,7 +46,7 @@ class Imports:
         commit; if it fails, nothing of the import stays in the store."""
         out = Imported(experiment["name"])
         now = time.time()
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             c.execute(
                 "INSERT INTO experiments (name, spec_path, spec_text, spec_digest, updated, "
                 "site) VALUES (?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "

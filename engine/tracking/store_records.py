@@ -1,6 +1,5 @@
-"""The store's metric records: ingest (idempotent, whole lines only, checked by type), the
-lines it skipped with why, and reading them back; and the queue's view of runs, their jobs
-and how much of their records was ingested (read every watcher tick).
+"""The store's metric records (`store.records`): ingest (idempotent, whole lines only,
+checked by type), the lines it skipped with why, and reading them back.
 
 A skipped line is kept as (run, file, line number, reason) so every front end can say which
 line of which run's file was left out; a store made by an older dlscale, which kept only a
@@ -10,18 +9,17 @@ count and trusted records by shape, is checked once when opened (`revalidate`).
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordError, parse_record
+from ..errors import NotFoundError
 from ..files import open_regular
 from ..paths import METRICS_NAME, RunPaths
 from ..text import printable
+from .database import Database, chunks
 from .logs import ABSENT
-from .store_claims import chunks
 
 # Bumped when stored records must be checked again by newer rules (PRAGMA user_version).
 RECORDS_CHECKED = 2  # 2: bounded numbers and depth, typed lists, a time on every record
@@ -29,48 +27,10 @@ _SHOWN_PER_RUN = 3
 # Read from a records file a call (a transaction each): bounds the memory an ingest takes.
 INGEST_BYTES = 16 << 20
 
-# What the queue shows of a run that can change from one watcher tick to the next: the
-# run's state and job (r.) and its job's (j.), in the order queue_view returns them after
-# the run id. What cannot change, the run's point, is QUEUE_POINT (queue_points).
-QUEUE_CHANGES = (
-    "r.backend",
-    "r.job_id",
-    "r.state",
-    "r.reason",
-    "r.ingest_lines",
-    "r.bad_records",
-    "j.reason",
-    "j.nodes",
-    "j.elapsed",
-    "j.started",
-    "j.ended",
-)
-COMM_MARK = '"comm_benchmark": true'  # how a comm run's recipe reads in the store (sorted JSON)
-QUEUE_POINT = (
-    "run_id",
-    "experiment",
-    "framework",
-    "model",
-    "nodes",
-    "ranks_per_node",
-    "per_device_batch",
-    "repetition",
-    # whether it is a communication benchmark (plan.py), not a training run: its recipe
-    # says so, and the queue names it so (it measures no images/s)
-    f"instr(coalesce(training, ''), '{COMM_MARK}') > 0",
-    # what its throughput counts: a declared framework's unit (config/custom.py), else
-    # images; text a damaged store holds is no JSON, and asks json_extract nothing
-    "CASE WHEN json_valid(training) AND json_type(training, '$.custom') = 'object' "
-    "THEN coalesce(json_extract(training, '$.custom.unit'), 'samples') ELSE 'images' END",
-)
-
 
 class Records:
-    """Mixed into Store: uses its `conn`, `transaction()` and `run()`."""
-
-    conn: sqlite3.Connection
-    transaction: Callable[[], AbstractContextManager[Any]]
-    run: Callable[[str], dict[str, Any]]
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def ingest(self, run_id: str, path: str | Path, final: bool = False) -> int:
         """Read the records written since the last ingest; return how many were new.
@@ -80,7 +40,11 @@ class Records:
         is not a valid record is skipped, and kept with its number and why. At most
         INGEST_BYTES are read a call; a file that is not a regular file of the run's own
         (a folder, a FIFO, a link) is not read and is noted once as skipped."""
-        row = self.run(run_id)
+        row = self.db.conn.execute(
+            "SELECT ingest_offset, ingest_lines FROM runs WHERE run_id=?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r} in the store ({self.db.home})")
         try:
             with open_regular(path, follow=False) as fh:
                 fh.seek(row["ingest_offset"])
@@ -110,7 +74,7 @@ class Records:
                 bad.append((run_id, number + 1, Path(path).name, str(exc)))
                 continue
             new.append((run_id, number, rec["kind"], json.dumps(rec)))
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             # Re-check the offset under the write lock: another process may have ingested
             # the same bytes meanwhile; then this call adds nothing.
             now_offset = c.execute(
@@ -137,7 +101,7 @@ class Records:
 
     def _note_unread(self, run_id: str, name: str, why: str) -> None:
         """A run's records file that cannot be read (line 0: the file, not a line)."""
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             cur = c.execute(
                 "INSERT OR IGNORE INTO skipped_records VALUES (?,0,?,?)",
                 (run_id, name, f"not read: {why}"),
@@ -145,19 +109,19 @@ class Records:
             if cur.rowcount > 0:
                 c.execute("UPDATE runs SET bad_records=bad_records+1 WHERE run_id=?", (run_id,))
 
-    def records(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+    def of(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT body FROM records WHERE run_id=?", [run_id]
         if kind:
             sql += " AND kind=?"
             args.append(kind)
-        return [json.loads(r[0]) for r in self.conn.execute(sql + " ORDER BY line", args)]
+        return [json.loads(r[0]) for r in self.db.conn.execute(sql + " ORDER BY line", args)]
 
-    def last_records(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
+    def last(self, kind: str, run_ids: list[str] | None = None) -> dict[str, dict]:
         """The latest record of `kind` per run, in one query; only the runs asked for are
         read (the wait loop asks every tick for one run, in a store of any size)."""
         return {rid: json.loads(body) for rid, body in self._latest(kind, "r.body", run_ids)}
 
-    def last_record_fields(
+    def last_fields(
         self, kind: str, fields: dict[str, str], run_ids: list[str] | None = None
     ) -> dict[str, dict[str, Any]]:
         """Some fields of the latest record of `kind` per run, {run id: {name: value}}, each
@@ -177,63 +141,12 @@ class Records:
             if part is not None:
                 where += f" AND run_id IN ({','.join('?' * len(part))})"
                 args.extend(part)
-            yield from self.conn.execute(
+            yield from self.db.conn.execute(
                 f"SELECT r.run_id, {picks} FROM records r JOIN (SELECT run_id, MAX(line) AS "
                 f"line FROM records WHERE {where} GROUP BY run_id) m ON r.run_id=m.run_id "
                 "AND r.line=m.line",
                 args,
             )
-
-    def queue_view(self, experiment: str | None = None, since: int | None = None) -> list[tuple]:
-        """(run id, *QUEUE_CHANGES, revision) of each run, oldest first, as plain tuples in
-        one query: the TUI reads a 10,000-run queue every tick, and whole rows as dicts
-        (runs() and jobs()) took most of its 100 ms. With `since`, only the runs whose row
-        or current job was changed after that store revision, through the revision indexes
-        (the queue's reader keeps the rest; new runs it counts); the revision is the higher
-        of the two."""
-        columns = (
-            f"r.run_id, {', '.join(QUEUE_CHANGES)}, "
-            "max(coalesce(r.rev, 0), coalesce(j.rev, 0)) FROM "
-        )
-        join = "jobs j ON j.backend=r.backend AND j.job_id=r.job_id"
-        where, args = [], []
-        if experiment:
-            where.append("r.experiment=?")
-            args.append(experiment)
-        if since is None:
-            cond = f" WHERE {where[0]}" if where else ""
-            sql = f"SELECT {columns}runs r LEFT JOIN {join}{cond} ORDER BY r.created, r.run_id"
-            return self._tuples(sql, args)
-        cond = "".join(f" AND {w}" for w in where)
-        sql = (
-            f"SELECT {columns}runs r LEFT JOIN {join} WHERE r.rev > ?{cond} UNION "
-            # by the job's run id (the runs' key), then only if it is the run's current job
-            f"SELECT {columns}jobs j JOIN runs r ON r.run_id=j.run_id "
-            f"AND r.backend=j.backend AND r.job_id=j.job_id WHERE j.rev > ?{cond}"
-        )
-        return self._tuples(sql, [since, *args, since, *args])
-
-    def run_count(self, experiment: str | None = None) -> int:
-        """How many runs (of one experiment): runs are never deleted, so a count that grew
-        is how a queue reader learns of new ones."""
-        if experiment:
-            sql, args = "SELECT count(*) FROM runs WHERE experiment=?", [experiment]
-        else:
-            sql, args = "SELECT count(*) FROM runs", []
-        return self.conn.execute(sql, args).fetchone()[0]
-
-    def queue_points(self, run_ids: list[str]) -> list[tuple]:
-        """QUEUE_POINT of these runs (at most a few thousand ids a call)."""
-        return self._tuples(
-            f"SELECT {', '.join(QUEUE_POINT)} FROM runs WHERE run_id IN "
-            f"({','.join('?' * len(run_ids))})",
-            run_ids,
-        )
-
-    def _tuples(self, sql: str, args: list) -> list[tuple]:
-        cur = self.conn.cursor()
-        cur.row_factory = None  # tuples, not sqlite3.Row: compared whole, tick to tick
-        return cur.execute(sql, args).fetchall()
 
     def skipped(self, run_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """The lines ingest skipped, per run: {run_id: [{line, file, reason}, ...]}."""
@@ -243,7 +156,7 @@ class Records:
             if part is not None:
                 sql += f" WHERE run_id IN ({','.join('?' * len(part))})"
                 args = list(part)
-            for r in self.conn.execute(sql + " ORDER BY run_id, line", args):
+            for r in self.db.conn.execute(sql + " ORDER BY run_id, line", args):
                 out.setdefault(r["run_id"], []).append(dict(r))
         return dict(sorted(out.items()))
 
@@ -266,7 +179,7 @@ class Records:
         """Once per store (PRAGMA user_version): records stored under older, looser rules
         that break today's move to skipped_records with their line; runs that counted
         skipped lines without keeping them have their file read again to find which."""
-        with self.transaction() as c:
+        with self.db.transaction() as c:
             if c.execute("PRAGMA user_version").fetchone()[0] >= RECORDS_CHECKED:
                 return  # another process did it meanwhile
             moved = []

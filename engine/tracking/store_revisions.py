@@ -1,5 +1,5 @@
 """Store revisions: every run and job row changed gets the next one, so a reader asks only
-for what changed since it last read (Store.queue_view's `since`, the TUI's queue)."""
+for what changed since it last read (the queue's reader, tracking/queue.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 
 # Every run and job row changed gets the next store revision (rev), by triggers so that no
 # writer can forget it: a reader of a 10,000-run queue asks only for the rows past the
-# revision it last saw (queue_view's `since`), through an index. Revisions follow commit
+# revision it last saw (queue.py's `_changes`), through an index. Revisions follow commit
 # order (one writer at a time), so the highest one a read returns bounds the next read.
 # Inserts get none (a study's 10,000 new rows would pay for them): a reader learns of new
 # runs by their count (runs are never deleted), and a new job shows when its run names it.

@@ -87,7 +87,7 @@ def lost_reason(job: dict) -> str:
 def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = None) -> None:
     """Mark a job and its run FAILED for a reason the backend knows (not the trainer's):
     the reason says what happened, and the log's last lines follow it as usual."""
-    store.update_job(
+    store.jobs.update(
         "local",
         job["job_id"],
         state=State.FAILED,
@@ -273,9 +273,9 @@ class LocalBackend(Backend):
                 out.append(exc)
         if not fits:
             return out
-        first = self.store.next_counter("local_job", len(fits))
+        first = self.store.jobs.next_counter("local_job", len(fits))
         ids = [f"local-{first + i}" for i in range(len(fits))]
-        refused = self.store.add_jobs(
+        refused = self.store.jobs.add_many(
             self.name,
             [
                 (
@@ -340,13 +340,13 @@ class LocalWatcher(Watcher):
         """The rows of these jobs; of many, every local job's read in one go and picked
         out (cheaper than binding thousands of ids)."""
         if len(job_ids) <= 500:
-            return self.store.jobs(self.name, job_ids, payload=False)
+            return self.store.jobs.find(self.name, job_ids, payload=False)
         wanted = set(job_ids)
-        return [j for j in self.store.jobs(self.name, payload=False) if j["job_id"] in wanted]
+        return [j for j in self.store.jobs.find(self.name, payload=False) if j["job_id"] in wanted]
 
     def cancel(self, job_ids: list[str]) -> None:
-        for r in self.store.jobs(self.name, job_ids, states=ACTIVE):
-            self.store.update_job(
+        for r in self.store.jobs.find(self.name, job_ids, states=ACTIVE):
+            self.store.jobs.update(
                 self.name,
                 r["job_id"],
                 state=State.CANCELLED,

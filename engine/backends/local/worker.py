@@ -81,7 +81,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
     run_dir = Path(payload["run_dir"])
     why = make_folder(store, job, payload)
     if why is not None:
-        store.update_job("local", job["job_id"], state=State.FAILED, ended=time.time(), reason=why)
+        store.jobs.update("local", job["job_id"], state=State.FAILED, ended=time.time(), reason=why)
         store.update_run(job["run_id"], state=State.FAILED, reason=why)  # it has no log to read
         return
     metrics = RunPaths(run_dir).metrics
@@ -93,7 +93,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
         log.flush()
         proc = _start(job, payload, log)
         if isinstance(proc, str):
-            store.update_job(
+            store.jobs.update(
                 "local",
                 job["job_id"],
                 state=State.FAILED,
@@ -104,15 +104,15 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
             finalize_run(store, job["run_id"], State.FAILED)
             return
         # Recorded while it is our unreaped child, so the mark is this launcher's own.
-        store.update_job("local", job["job_id"], pid=proc.pid, pid_mark=process_mark(proc.pid))
+        store.jobs.update("local", job["job_id"], pid=proc.pid, pid_mark=process_mark(proc.pid))
         last_ingest, term_sent, cancelled = 0.0, None, False
         while proc.poll() is None:
             time.sleep(0.2)
             now = time.time()
             if now - last_ingest > INGEST_EVERY_S:  # partial results survive a killed run
-                store.ingest(job["run_id"], metrics)
+                store.records.ingest(job["run_id"], metrics)
                 last_ingest = now
-                cancelled = (store.job("local", job["job_id"]) or {}).get(
+                cancelled = (store.jobs.get("local", job["job_id"]) or {}).get(
                     "state"
                 ) == State.CANCELLED
             if term_sent is None and (cancelled or stopping.get("signal")):
@@ -129,7 +129,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
                 f"dlscale: stopped {left} process(es) of this job that outlived its "
                 "launcher\n".encode()
             )
-    row = store.job("local", job["job_id"])
+    row = store.jobs.get("local", job["job_id"])
     assert row is not None  # the worker's own job: nothing deletes it while it runs
     if row["state"] == State.CANCELLED:
         finalize_run(store, job["run_id"], State.CANCELLED)
@@ -144,7 +144,7 @@ def _run_job(store: Store, job: dict, stopping: dict) -> None:
         )
     else:
         state = State.COMPLETED if rc == 0 else State.FAILED
-        store.update_job("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
+        store.jobs.update("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
         finalize_run(store, job["run_id"], state)
 
 
@@ -161,7 +161,7 @@ def main(home: str) -> int:
     stopping: dict = {}
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.update(signal=signum))
     while not stopping.get("signal"):
-        job = store.claim_next_job(
+        job = store.jobs.claim_next(
             "local", nodes="localhost", worker_pid=os.getpid(), token=new_token()
         )
         if job is None:

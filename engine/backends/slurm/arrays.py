@@ -246,7 +246,7 @@ def next_wave(
         pass
     claimed, requests = [], []
     for r in waiting:
-        row = store.claim_run(r["run_id"])
+        row = store.claims.take(r["run_id"])
         if row is None:
             continue
         # a wave is the same attempt as the submission that left the run waiting
@@ -260,20 +260,22 @@ def next_wave(
         outcomes = submit_many(backend, requests, profile, throttle)
     except BaseException:
         for row in claimed:
-            store.release_run(row["run_id"], State.WAITING, f"{WAITING_REASON} (the wave failed)")
+            store.claims.release(
+                row["run_id"], State.WAITING, f"{WAITING_REASON} (the wave failed)"
+            )
         raise
     went = 0
     for row, request, outcome in zip(claimed, requests, outcomes):
         if isinstance(outcome, WaitForSlots):
-            store.release_run(row["run_id"], State.WAITING, str(outcome))
+            store.claims.release(row["run_id"], State.WAITING, str(outcome))
         elif isinstance(outcome, Exception):
-            store.release_run(
+            store.claims.release(
                 row["run_id"],
                 State.FAILED if isinstance(outcome, SubmitError) else State.WAITING,
                 f"not submitted: {outcome}",
             )
         else:
-            store.add_job(
+            store.jobs.add(
                 backend.name, outcome, row["run_id"], State.PENDING, backend.payload(request)
             )
             went += 1
