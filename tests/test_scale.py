@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -28,6 +27,10 @@ from dlscale.engine.backends.slurm.parsing import parse_sacct
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.runs import State
 from dlscale.engine.tracking.store import Store
+
+# Racing processes start as separate dlscale commands do: spawned, not forked from a test
+# process that holds a store's connection and pytest's threads (3.12+ warns of deadlocks).
+SPAWN = multiprocessing.get_context("spawn")
 
 MANY = [make_run(repetition=i % 100, per_device_batch=8 * (1 + i // 100)) for i in range(300)]
 
@@ -92,19 +95,16 @@ def test_a_batched_submission_stores_each_run_with_its_job_and_claim(tmp_path, h
 
 def _claim_many(home, start, queue):
     store = Store(home)
-    while time.time() < start:  # every process begins at the same instant
-        time.sleep(0.001)
+    start.wait()  # every process begins at the same instant
     queue.put(list(store.claims.take_many([r.run_id for r in MANY], skip=("COMPLETED",))))
 
 
 def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
     store = Store(tmp_path)
     store.add_runs(MANY)
-    queue = multiprocessing.Queue()
-    start = time.time() + 2
-    procs = [
-        multiprocessing.Process(target=_claim_many, args=(tmp_path, start, queue)) for _ in range(3)
-    ]
+    queue = SPAWN.Queue()
+    start = SPAWN.Barrier(3)
+    procs = [SPAWN.Process(target=_claim_many, args=(tmp_path, start, queue)) for _ in range(3)]
     for p in procs:
         p.start()
     claimed = [rid for _ in procs for rid in queue.get(timeout=120)]

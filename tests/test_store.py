@@ -6,6 +6,10 @@ import multiprocessing
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.tracking.store import Store
 
+# Racing processes start as separate dlscale commands do: spawned, not forked from a test
+# process that holds a store's connection and pytest's threads (3.12+ warns of deadlocks).
+SPAWN = multiprocessing.get_context("spawn")
+
 
 def make_run(**over):
     fields = dict(
@@ -64,11 +68,9 @@ def test_concurrent_ingest_never_doubles(tmp_path):
     store.add_run(run)
     metrics = tmp_path / "m.jsonl"
     metrics.write_text(INTERVAL * 200)
-    queue = multiprocessing.Queue()
+    queue = SPAWN.Queue()
     procs = [
-        multiprocessing.Process(
-            target=_ingest_in_child, args=(tmp_path, run.run_id, metrics, queue)
-        )
+        SPAWN.Process(target=_ingest_in_child, args=(tmp_path, run.run_id, metrics, queue))
         for _ in range(4)
     ]
     for p in procs:

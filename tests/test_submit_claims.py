@@ -11,7 +11,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -22,13 +21,16 @@ from dlscale.engine.errors import StoreError
 from dlscale.engine.runs import State
 from dlscale.engine.tracking.store import Store
 
+# Racing processes start as separate dlscale commands do: spawned, not forked from a test
+# process that holds a store's connection and pytest's threads (3.12+ warns of deadlocks).
+SPAWN = multiprocessing.get_context("spawn")
+
 RUNS = [make_run(repetition=i) for i in range(40)]
 
 
 def _claim_all(home, start, queue):
     store = Store(home)
-    while time.time() < start:  # every process begins at the same instant
-        time.sleep(0.001)
+    start.wait()  # every process begins at the same instant
     got = [r.run_id for r in RUNS if store.claims.take(r.run_id, skip=("COMPLETED",))]
     queue.put(got)
 
@@ -37,11 +39,9 @@ def test_racing_processes_claim_each_run_exactly_once(tmp_path):
     store = Store(tmp_path)
     for r in RUNS:
         store.add_run(r)
-    queue = multiprocessing.Queue()
-    start = time.time() + 2
-    procs = [
-        multiprocessing.Process(target=_claim_all, args=(tmp_path, start, queue)) for _ in range(4)
-    ]
+    queue = SPAWN.Queue()
+    start = SPAWN.Barrier(4)
+    procs = [SPAWN.Process(target=_claim_all, args=(tmp_path, start, queue)) for _ in range(4)]
     for p in procs:
         p.start()
     claimed = [rid for _ in procs for rid in queue.get(timeout=120)]
