@@ -24,7 +24,8 @@ from .dialogs import PathScreen
 from .errors import describe
 from .form import FIELDS, LISTS, TITLES, as_list, counted, split_words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
-from .submit import SubmitFromForm
+from .screens import AppScreen
+from .submit import SubmitButton
 from .widgets import Banner, Choices, Plain, TextField, literal
 
 DEFAULTS: dict[str, Any] = {
@@ -46,7 +47,7 @@ DEFAULTS: dict[str, Any] = {
 PREVIEW_DELAY = 0.15
 
 
-class BuildScreen(SubmitFromForm):
+class BuildScreen(AppScreen):
     BINDINGS = [
         Binding("ctrl+r", "submit", "Submit", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
@@ -91,8 +92,7 @@ class BuildScreen(SubmitFromForm):
                 yield self._text_field("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
                 yield Plain(id="preview")
-                # Enabled by the first preview that finds the form submittable.
-                yield Button("Submit (ctrl+r)", id="submit", variant="primary", disabled=True)
+                yield SubmitButton(id="submit")
         yield Footer(compact=True, show_command_palette=False)
 
     @staticmethod
@@ -347,7 +347,7 @@ class BuildScreen(SubmitFromForm):
         self.query_one("#submit", Button).disabled = (
             not (p.ok and not self._bad)
             or self.query_one("#profile", Input).has_class("invalid")
-            or self.submitting
+            or self.query_one(SubmitButton).submitting
         )
         if self.submit_when_checked:
             self.submit_when_checked = False
@@ -400,6 +400,45 @@ class BuildScreen(SubmitFromForm):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "submit":
             self.action_submit()
+
+    # --- submitting: whether the form may go; the button submits it -------------------
+
+    def action_submit(self) -> None:
+        button = self.query_one(SubmitButton)
+        if button.submitting:
+            self.notify(
+                "a submission is under way; the queue (F3) shows its runs as "
+                "SUBMITTING, and a message says when it is done",
+                severity="warning",
+            )
+            return
+        if self.checking:  # the last keys are being checked: submit once they pass
+            self.submit_when_checked = True
+            return
+        data, bad = self.read_form()
+        p = self.preview
+        if (
+            bad
+            or p is None
+            or not p.ok
+            or self.preview_stale(data)
+            or self.query_one("#profile", Input).has_class("invalid")
+        ):
+            self.notify(
+                "the study cannot be submitted yet: see the fields in red and the "
+                "panel on the right",
+                severity="error",
+            )
+            return
+        path = self._spec_name(data)
+        button.submit(data, path, saved=path == self.loaded_from, runs=p.to_run)
+
+    def preview_stale(self, data: dict[str, Any]) -> bool:
+        return (
+            self.preview is None
+            or self.preview.loaded is None
+            or self.preview.loaded.spec.model_dump() != spec_dump(data)
+        )
 
     # --- files ---------------------------------------------------------------------------
 
@@ -472,3 +511,8 @@ class BuildScreen(SubmitFromForm):
             return self.loaded_from
         name = data.get("experiment", {}).get("name") or "study"
         return str(self.app.session.home / "specs" / f"{name}.toml")
+
+
+def spec_dump(data: dict[str, Any]) -> dict[str, Any] | None:
+    loaded, _ = Session.check_spec(data)
+    return loaded.spec.model_dump() if loaded else None

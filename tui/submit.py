@@ -1,10 +1,12 @@
-"""Submitting the Build screen's study: one submission at a time, said when it starts and
-when it ends, and never silent about a run it could not hand to the scheduler.
+"""The Build screen's Submit button, and the submission it starts: one at a time, said when
+it starts and when it ends, and never silent about a run it could not hand to the scheduler.
 
-A submission can take minutes (sbatch retried while a controller is slow); meanwhile the
-queue keeps refreshing and shows its runs as SUBMITTING, a second ctrl+r says a
-submission is under way, and a failure, however it happens, arrives as a notification
-while the queue shows the run as PLANNED with the reason it was not submitted.
+The screen decides whether its form may be submitted (checked, unchanged since, no field in
+red); the button does the submitting. A submission can take minutes (sbatch retried while a
+controller is slow); meanwhile the queue keeps refreshing and shows its runs as SUBMITTING,
+a second ctrl+r says a submission is under way, and a failure, however it happens, arrives
+as a notification while the queue shows the run as PLANNED with the reason it was not
+submitted.
 """
 
 from __future__ import annotations
@@ -12,88 +14,50 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from textual import work
-from textual.widgets import Button, Input
+from textual.widgets import Button
 
 from ..engine.session import Session
 from .errors import describe
 from .messages import SubmitFailed, Submitted
-from .screens import AppScreen
 
 if TYPE_CHECKING:
-    from ..engine.session import Preview
+    from .app import DlscaleApp
+
+LABEL = "Submit (ctrl+r)"
 
 
-class SubmitFromForm(AppScreen):
-    """BuildScreen's base: submitting uses its form (read_form, preview, _spec_name)."""
-
+class SubmitButton(Button):
     if TYPE_CHECKING:
-        preview: Preview | None
-        loaded_from: str | None
-        submit_when_checked: bool
+        app: DlscaleApp  # type: ignore[assignment]
 
-        @property
-        def checking(self) -> bool: ...
+    def __init__(self, *, id: str) -> None:
+        # Enabled by the first preview that finds the form submittable.
+        super().__init__(LABEL, id=id, variant="primary", disabled=True)
+        self.submitting = False
 
-        def read_form(self) -> tuple[dict[str, Any], dict[str, str]]: ...
-        def _spec_name(self, data: dict[str, Any]) -> str: ...
-
-    submitting = False
-
-    def action_submit(self) -> None:
-        if self.submitting:
-            self.notify(
-                "a submission is under way; the queue (F3) shows its runs as "
-                "SUBMITTING, and a message says when it is done",
-                severity="warning",
-            )
-            return
-        if self.checking:  # the last keys are being checked: submit once they pass
-            self.submit_when_checked = True
-            return
-        data, bad = self.read_form()
-        p = self.preview
-        if (
-            bad
-            or p is None
-            or not p.ok
-            or self.preview_stale(data)
-            or self.query_one("#profile", Input).has_class("invalid")
-        ):
-            self.notify(
-                "the study cannot be submitted yet: see the fields in red and the "
-                "panel on the right",
-                severity="error",
-            )
-            return
-        self._submitting(True)
+    def submit(self, data: dict[str, Any], path: str, saved: bool, runs: int) -> None:
+        """Submit the form's `data` as the spec at `path` (written there first unless it is
+        the file it was loaded from, `saved`), in a worker; `runs` is how many it plans."""
+        self._busy(True)
         where = self.app.session.where
         ask = (
             f": asking the controller first (at most {self.app.session.REACH_S:.0f} s)"
             if where.startswith("slurm")
             else "..."
         )
-        self.notify(f"submitting {p.to_run} run(s) to {where}{ask}")
-        self._submit(data)
+        self.notify(f"submitting {runs} run(s) to {where}{ask}")
+        self._submit(data, path, saved)
 
-    def _submitting(self, busy: bool) -> None:
+    def _busy(self, busy: bool) -> None:
         self.submitting = busy
-        button = self.query_one("#submit", Button)
-        button.disabled = busy
-        button.label = "Submitting..." if busy else "Submit (ctrl+r)"
-
-    def preview_stale(self, data: dict[str, Any]) -> bool:
-        return (
-            self.preview is None
-            or self.preview.loaded is None
-            or self.preview.loaded.spec.model_dump() != spec_dump(data)
-        )
+        self.disabled = busy
+        self.label = "Submitting..." if busy else LABEL
 
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
-    def _submit(self, data: dict[str, Any]) -> None:
+    def _submit(self, data: dict[str, Any], path: str, saved: bool) -> None:
         name = (data.get("experiment") or {}).get("name")
         try:
-            path = self._spec_name(data)
-            if path != self.loaded_from:  # unsaved choices: keep them beside the store
+            if not saved:  # unsaved choices: keep them beside the store
                 Session.save_spec(data, path)
             report = self.app.session.submit(Session.load_spec(path))
         except Exception as exc:  # the engine released any run it claimed, with why
@@ -103,14 +67,14 @@ class SubmitFromForm(AppScreen):
 
     def on_submit_failed(self, message: SubmitFailed) -> None:
         message.stop()
-        self._submitting(False)
+        self._busy(False)
         self.notify(message.problem, title="not submitted", severity="error", timeout=15)
         self._show_queue_of(message.name)
 
     def on_submitted(self, message: Submitted) -> None:
         message.stop()
         report, path = message.report, message.spec_path
-        self._submitting(False)
+        self._busy(False)
         name = report.all_runs[0].experiment if report.all_runs else None
         text = f"{report.sentence()} (spec: {path})"
         for run, why in report.failed_to_submit:
@@ -129,8 +93,3 @@ class SubmitFromForm(AppScreen):
             self.app.experiment = name
         self.app.poll_now()
         self.app.action_show("queue")
-
-
-def spec_dump(data: dict[str, Any]) -> dict[str, Any] | None:
-    loaded, _ = Session.check_spec(data)
-    return loaded.spec.model_dump() if loaded else None
