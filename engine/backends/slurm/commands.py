@@ -11,15 +11,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ...errors import ControllerUnreachable, SchedulerError, SubmitError
 from ...paths import RunPaths
 from ...runs import TERMINAL
 from ...tracking.store import Store
-from ..base import Backend, JobRequest, JobStatus
+from ..base import JobRequest, JobStatus
 from . import arrays, tags
 from .common import (
     TRANSIENT,
@@ -48,27 +47,13 @@ from .parsing import (
 
 
 @dataclass
-class SlurmCLI(SlurmJobs, Backend):
+class SlurmCLI(SlurmJobs):
     """Slurm through its commands: sbatch submits, and its watcher (CommandsWatcher) follows
     with sacct, squeue and scancel."""
 
-    profile: Any = None  # where runs go (SlurmJobs): the cluster profile,
-    partition: str | None = None  # its partition,
-    home: Path | None = None  # and where `dlscale env create` recorded environments
     runner: Runner = run_command
     squeue_every: int = 3  # the watcher's: polls between squeue calls (pending reasons)
-    max_failures: int = 3  # the watcher's: failed polls in a row before "unreachable"
-    retries: int = 3  # sbatch/scancel attempts on transient errors
-    sleep: Callable[[float], None] = time.sleep
-    name: str = "slurm"
     via: str = "Slurm's commands"
-    note: str | None = None
-    throttle: int | None = None  # %N for job arrays: the spec's max_concurrent, if set
-    # the watcher's to start with: None takes the profile's, else sacct's answer decides
-    accounting: InitVar[bool | None] = None
-    wave_every: float = 5.0  # seconds between tries of the next wave
-    _last_wave: float = -1e9
-    limits: arrays.Limits | None = None  # the site's, once asked
 
     def __post_init__(self, accounting: bool | None) -> None:
         self.watcher: CommandsWatcher = CommandsWatcher(

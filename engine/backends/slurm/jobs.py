@@ -1,18 +1,23 @@
-"""What the Slurm backends share, whichever way they reach Slurm (its commands or pyslurm): a
-run's job is a batch script rendered into its folder, with the spec and the cluster profile
-beside it, checked by bash before Slurm sees it; repeating a run submits that script again."""
+"""What the Slurm backends share, whichever way they reach Slurm (its commands or pyslurm):
+where runs go (the cluster profile, its partition), how their watcher starts and waves are
+paced, and the jobs themselves: a run's job is a batch script rendered into its folder,
+with the spec and the cluster profile beside it, checked by bash before Slurm sees it;
+repeating a run submits that script again."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
-from ..base import JobRequest
+from ..base import Backend, JobRequest
+from . import arrays
 
 if TYPE_CHECKING:
     from ...config.profile import LoadedProfile
@@ -22,16 +27,26 @@ if TYPE_CHECKING:
 NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
 
 
-class SlurmJobs:
-    """Mixed into SlurmCLI and PyslurmBackend: their `profile`, `partition` and `home`
-    (where `dlscale env create` recorded the frameworks' environments) say where runs go."""
+@dataclass
+class SlurmJobs(Backend):
+    """The base of SlurmCLI and PyslurmBackend, which differ in how they reach Slurm."""
 
-    name = "slurm"
     needs_profile = True
-    profile: LoadedProfile | None = None
-    partition: str | None = None
-    home: Path | None = None
+    profile: Any = None  # where runs go: the cluster profile (LoadedProfile),
+    partition: str | None = None  # its partition,
+    home: Path | None = None  # and where `dlscale env create` recorded environments
+    max_failures: int = 3  # the watcher's: failed polls in a row before "unreachable"
+    retries: int = 3  # submit/cancel attempts on transient errors
+    sleep: Callable[[float], None] = time.sleep
+    name: str = "slurm"  # both follow the same Slurm jobs
+    via: str = ""  # how it reaches Slurm, in the user's words
+    note: str | None = None
     throttle: int | None = None  # the spec's max_concurrent: job arrays' %N
+    # the watcher's to start with: None takes the profile's, else Slurm's answer decides
+    accounting: InitVar[bool | None] = None
+    wave_every: float = 5.0  # seconds between tries of the next wave
+    _last_wave: float = -1e9
+    limits: arrays.Limits | None = None  # the site's, once asked
 
     def first_accounting(self, given: bool | None) -> bool | None:
         """What the watcher knows of accounting at the start: the caller's word, else the

@@ -8,16 +8,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ....errors import ControllerUnreachable, SchedulerError, SubmitError
 from ....paths import RunPaths
 from ....runs import TERMINAL, State
 from ....tracking.store import Store
-from ...base import Backend, JobRequest
+from ...base import JobRequest
 from .. import arrays, tags
 from ..common import clean_env, user_name
 from ..jobs import SlurmJobs
@@ -29,23 +27,10 @@ from .watcher import PyslurmWatcher
 
 
 @dataclass
-class PyslurmBackend(SlurmJobs, Backend):
+class PyslurmBackend(SlurmJobs):
     """Slurm through pyslurm's API, in this process: the same jobs as SlurmCLI's."""
 
-    profile: Any = None
-    partition: str | None = None
-    home: Path | None = None
-    max_failures: int = 3  # the watcher's: failed polls in a row before "unreachable"
-    retries: int = 3  # submit/cancel attempts on transient errors
-    sleep: Callable[[float], None] = time.sleep
-    name: str = "slurm"  # the same Slurm jobs as the command-line backend tracks
     via: str = "pyslurm"
-    note: str | None = None
-    # the watcher's to start with: None takes the profile's, else the controller's word
-    accounting: InitVar[bool | None] = None
-    wave_every: float = 5.0  # seconds between tries of the next wave
-    _last_wave: float = -1e9
-    limits: arrays.Limits | None = None  # the site's, once asked
 
     def __post_init__(self, accounting: bool | None) -> None:
         self.controller = Controller(self.retries, self.sleep)
