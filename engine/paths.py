@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import read_text
-from .runs import CONFIGURATION
+from .runs import CONFIGURATION, RunRow
 
 # The records' file name also names them in messages ("metrics.jsonl line 7 skipped").
 METRICS_NAME = "metrics.jsonl"
@@ -38,7 +38,7 @@ class RunPaths:
     root: Path
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> RunPaths:
+    def of(cls, row: RunRow) -> RunPaths:
         """The folder of a run as the store records it."""
         return cls(Path(row["run_dir"]))
 
@@ -104,7 +104,7 @@ class Layout:
 
 
 def write_run_file(
-    row: dict[str, Any], run_dir: Path, backend: str, spec_path: str = "", spec_digest: str = ""
+    row: RunRow, run_dir: Path, backend: str, spec_path: str = "", spec_digest: str = ""
 ) -> None:
     """The run's row as submitted, beside its records, so a lost store can be rebuilt. A
     resubmission, which has no spec in hand, keeps the one its earlier attempt named."""
@@ -127,7 +127,7 @@ def write_run_file(
     RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True) + "\n")
 
 
-def lay_out(row: dict[str, Any], backend: str, layout: Layout) -> None:
+def lay_out(row: RunRow, backend: str, layout: Layout) -> None:
     """A run's folder made ready for its job: run.json and its spec (see write_run_file and
     shared_spec); before submission, or when the job starts (Backend.folders_at_start)."""
     run_dir = Path(row["run_dir"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import Enum
+from typing import TypedDict
 
 
 class State(str, Enum):
@@ -98,3 +99,63 @@ COLUMN_TYPES = {name: "INTEGER" if name in COUNTS else "TEXT" for name in CONFIG
 # How a communication benchmark run's recipe reads in a stored row (its training column:
 # sorted JSON), for readers that test it in SQL over many rows or without decoding it.
 COMM_MARK = '"comm_benchmark": true'
+
+
+# --- rows: runs and jobs as the store returns them, typed ----------------------------------
+# Keys and value types are checked where rows cross modules; total=False, because a read may
+# ask for only some columns (Store.runs(columns=...), live_runs). tests/test_rows.py keeps
+# them equal to the store's tables, and RunRow's configuration part to Configuration.
+
+
+class RunRow(TypedDict, total=False):
+    run_id: str
+    point_id: str
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    nodes: int
+    ranks_per_node: int
+    devices: int
+    per_device_batch: int
+    global_batch: int
+    scaling: str
+    precision: str
+    loader: str
+    repetition: int
+    training: str  # the recipe, as sorted JSON
+    state: str
+    reason: str | None
+    backend: str | None
+    job_id: str | None
+    run_dir: str
+    attempts: int
+    created: float | None
+    updated: float | None
+    ingest_offset: int
+    ingest_lines: int
+    bad_records: int
+    rerun_of: str | None
+    claimed_by: str | None
+    rev: int | None
+    site: str | None  # where an imported run was measured (None: here)
+
+
+class JobRow(TypedDict, total=False):
+    backend: str
+    job_id: str
+    run_id: str
+    state: str
+    reason: str | None
+    nodes: str | None
+    submitted: float | None
+    started: float | None
+    ended: float | None
+    exit_code: int | None
+    pid: int | None
+    payload: str  # JSON: a local job's command line and environment
+    elapsed: float | None
+    pid_mark: str | None
+    worker_pid: int | None
+    token: str | None
+    rev: int | None

@@ -34,7 +34,7 @@ from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm
-from .runs import ACTIVE, State
+from .runs import ACTIVE, RunRow, State
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
 from .tracking.monitor import Backoff as Backoff
@@ -88,7 +88,7 @@ class RunDetail:
     versions: dict[str, str]  # from the run's env record: framework, CUDA, NCCL, MPI...
 
 
-def run_label(row: dict[str, Any]) -> str:
+def run_label(row: RunRow) -> str:
     """A run in a few words: what it measures, at which scale, which repetition."""
     scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
     if is_comm(row):
@@ -326,7 +326,7 @@ class Session:
     def log_path(self, run_id: str) -> Path:
         return RunPaths.of(self.store.run(run_id)).log
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> RunRow:
         return self.store.run(run_id)
 
     def page_log(self, run_id: str) -> int:

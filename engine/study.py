@@ -31,7 +31,7 @@ from .launching import envs
 from .launching.plan import Plan, Run, plan
 from .launching.plan import digest as plan_digest
 from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
-from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, State
+from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, RunRow, State
 from .tracking.follow import find_run
 from .tracking.store import Store
 
@@ -135,7 +135,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
     wanted = [run for run in p.runs if rows[run.run_id]["state"] != State.COMPLETED]
     report.completed = [run for run in p.runs if rows[run.run_id]["state"] == State.COMPLETED]
     mine = store.claims.take_many([run.run_id for run in wanted], skip=(State.COMPLETED,))
-    claimed: list[tuple[Run, dict, bool]] = []
+    claimed: list[tuple[Run, RunRow, bool]] = []
     for run in wanted:
         if run.run_id not in mine:  # queued, running, or being submitted by another dlscale
             report.active.append(run)
@@ -148,7 +148,7 @@ def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
             )
         )
 
-    def prepare(run: Run, row: dict) -> JobRequest:
+    def prepare(run: Run, row: RunRow) -> JobRequest:
         if backend.folders_at_start:  # its folder is laid out when its job starts
             if row["attempts"] > 1:
                 store.set_aside(row)  # the earlier attempt's files move aside now
@@ -175,7 +175,7 @@ def in_the_way(run_dir: Path) -> None:
 def _hand_over_all(
     store: Store,
     backend: Backend,
-    claimed: list[tuple[Run, dict, bool]],
+    claimed: list[tuple[Run, RunRow, bool]],
     prepare,
     report: SubmitReport,
 ) -> None:
@@ -184,7 +184,7 @@ def _hand_over_all(
     why; anything unexpected (a bug, a folder that cannot be written, Ctrl-C) stops the
     submission there, and every claimed run not yet submitted is released, saying so."""
     settled: set[str] = set()
-    ready: list[tuple[Run, dict, bool, JobRequest]] = []
+    ready: list[tuple[Run, RunRow, bool, JobRequest]] = []
     stop: BaseException | None = None
     try:
         adopted = adopt(store, backend, [row for _, row, _ in claimed])
@@ -235,7 +235,7 @@ def _hand_over_all(
                     report.failed_to_submit.append((run, not_submitted_because(stop)))
 
 
-def adopt(store: Store, backend: Backend, rows: list[dict]) -> set[str]:
+def adopt(store: Store, backend: Backend, rows: list[RunRow]) -> set[str]:
     """Of these claimed runs, those whose earlier submission was interrupted after the
     scheduler took the job (its answer lost, or dlscale killed before recording it): their
     job is recorded and the run is not submitted again. Only runs claimed before are asked
@@ -267,11 +267,11 @@ def adopt(store: Store, backend: Backend, rows: list[dict]) -> set[str]:
     return out
 
 
-def _request_of(row: dict) -> JobRequest:
+def _request_of(row: RunRow) -> JobRequest:
     return JobRequest(row["run_id"], RunPaths.of(row).root, [])
 
 
-def _record(store: Store, backend: Backend, row: dict, job_id: str, request: JobRequest) -> None:
+def _record(store: Store, backend: Backend, row: RunRow, job_id: str, request: JobRequest) -> None:
     """The job the backend accepted, in the store; if the store refuses it, the run says
     so (the job exists: cancel it there or let it run)."""
     why = _record_all(store, backend, [(row, job_id, request)])[0]
@@ -280,7 +280,7 @@ def _record(store: Store, backend: Backend, row: dict, job_id: str, request: Job
 
 
 def _record_all(
-    store: Store, backend: Backend, accepted: list[tuple[dict, str, JobRequest]]
+    store: Store, backend: Backend, accepted: list[tuple[RunRow, str, JobRequest]]
 ) -> list[str | None]:
     """The jobs the backend accepted, in the store in one transaction; for each one the
     store refused, its run is FAILED saying so (the job exists: cancel it there or let it
@@ -321,7 +321,7 @@ def _record_all(
 
 
 def _release(
-    store: Store, row: dict, exc: BaseException, backend: Backend, refused: str = State.PLANNED
+    store: Store, row: RunRow, exc: BaseException, backend: Backend, refused: str = State.PLANNED
 ) -> None:
     store.claims.release(
         row["run_id"],
@@ -339,7 +339,7 @@ def not_submitted_because(exc: BaseException) -> str:
 
 
 def _hand_over(
-    store: Store, backend: Backend, row: dict, request_of, refused: str, layout: Layout | None
+    store: Store, backend: Backend, row: RunRow, request_of, refused: str, layout: Layout | None
 ) -> str:
     """Submit one claimed run (resubmit, rerun); its claim is released with why whatever
     goes wrong. Returns the job id. Its folder is laid out now (one run: no reason to wait),
@@ -367,11 +367,11 @@ def _layout(payload: dict) -> Layout | None:
     return Layout(**payload["layout"]) if "layout" in payload else None
 
 
-def _payload(store: Store, row: dict) -> dict:
+def _payload(store: Store, row: RunRow) -> dict:
     return json.loads((store.jobs.get(row["backend"], row["job_id"]) or {}).get("payload") or "{}")
 
 
-def refuse_imported(row: dict) -> None:
+def refuse_imported(row: RunRow) -> None:
     """A run imported from another site's bundle is a measurement of that site's: it can be
     read and compared here, never submitted again here."""
     if row.get("site"):
@@ -430,7 +430,7 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
         backend = backend_for(row["backend"])
 
         def request(
-            claimed: dict = claimed,
+            claimed: RunRow = claimed,
             payload: dict = payload,
             backend: Backend = backend,
             home_moved: Callable[[str], str] | None = home_moved,

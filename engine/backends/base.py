@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ControllerUnreachable, DlscaleError
 from ..paths import Layout, RunPaths
+from ..runs import RunRow
 
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
@@ -75,7 +76,7 @@ class Watcher(abc.ABC):
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel the jobs (finished ones are left alone). Raises SchedulerError."""
 
-    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+    def last_word(self, row: RunRow) -> JobStatus | None:
         """How a job the scheduler no longer knows ended, from what it left in the run's
         folder, where the place has such a record (Slurm without accounting)."""
         return None
@@ -136,20 +137,20 @@ class Backend(abc.ABC):
         not parse)."""
 
     @abc.abstractmethod
-    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+    def again(self, row: RunRow, paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
         """The same job once more (resubmit): its folder holds the previous attempt's files
         under attempts/N, and `payload` is what the store kept of its last job."""
 
     @abc.abstractmethod
-    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+    def check_repeatable(self, row: RunRow, payload: dict[str, Any]) -> None:
         """Raise UserError when the run's job cannot be repeated exactly (its script or
         command line is gone), before anything is made for a rerun."""
 
     @abc.abstractmethod
     def repeat(
         self,
-        old_row: dict[str, Any],
-        new_row: dict[str, Any],
+        old_row: RunRow,
+        new_row: RunRow,
         payload: dict[str, Any],
         moved: Callable[[str], str],
     ) -> JobRequest:

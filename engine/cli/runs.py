@@ -238,7 +238,8 @@ def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
         out.print("follow it with `dlscale status`; compare with `dlscale report`")
         return
     try:
-        wait_with_progress(store, make_backend(original["backend"], store), [new_id])
+        # a rerun goes where its original went (study.rerun refuses one never submitted)
+        wait_with_progress(store, make_backend(str(original["backend"]), store), [new_id])
     except KeyboardInterrupt:
         err.print(f"\nstopped waiting; run {new_id} goes on")
         sys.exit(130)

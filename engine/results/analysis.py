@@ -12,7 +12,8 @@ energy per image are efficiency.py's.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from ..runs import State
 from ..tracking.store import Store
@@ -54,7 +55,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         if p is None:
             unit, axes = unit_and_axes(r)
             p = by_point[(r["point_id"], device)] = Point(
-                **{k: r[k] for k in POINT_FIELDS},
+                **{k: cast("Mapping[str, Any]", r)[k] for k in POINT_FIELDS},
                 device=device,
                 site=r.get("site"),
                 lr_schedule=explained.schedule_of(r),
@@ -132,14 +133,14 @@ def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
     """Each rerun next to the run it repeats: both throughputs and their ratio (rerun /
     original), so a reader sees how well a measurement repeats."""
     runs = store.runs(experiment)
-    again = [r for r in runs if r.get("rerun_of")]
+    again = [(r, of) for r in runs if (of := r.get("rerun_of"))]
     if not again:
         return []
-    ids = [r["run_id"] for r in runs] + [r["rerun_of"] for r in again]
+    ids = [r["run_id"] for r in runs] + [of for _, of in again]
     summaries = store.records.last("summary", ids)
     out = []
-    for r in again:
-        orig = store.run(r["rerun_of"])
+    for r, of in again:
+        orig = store.run(of)
         t0 = finite((summaries.get(orig["run_id"]) or {}).get("throughput"))
         t1 = finite((summaries.get(r["run_id"]) or {}).get("throughput"))
         ok = orig["state"] == r["state"] == State.COMPLETED

@@ -20,13 +20,13 @@ import socket
 import tarfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..config.tomlfile import parse_toml
 from ..errors import NotFoundError, SpecError, UserError
 from ..launching.plan import digest
 from ..paths import RunPaths, write_run_file
-from ..runs import TERMINAL
+from ..runs import TERMINAL, RunRow
 from ..tracking.store import Store
 from ..tracking.store_imports import Imported
 from .bundle_read import (
@@ -51,7 +51,7 @@ def dlscale_version() -> str:
         return "unknown"
 
 
-def profile_of(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def profile_of(runs: list[RunRow]) -> dict[str, Any] | None:
     """The cluster profile a Slurm run kept beside its job script, parsed; None for runs
     that had none (the local backend)."""
     for r in runs:
@@ -64,7 +64,7 @@ def profile_of(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def site_of(runs: list[dict[str, Any]]) -> str:
+def site_of(runs: list[RunRow]) -> str:
     """Where these runs were measured: the cluster profile's name, else this host."""
     profile = profile_of(runs) or {}
     name = profile.get("name")
@@ -156,7 +156,7 @@ def profile_text(profile: dict[str, Any] | None) -> str | None:
     return f"{profile.get('name', '?')}" + (f" ({desc})" if desc else "")
 
 
-def _run_members(store: Store, r: dict[str, Any]) -> dict[str, bytes]:
+def _run_members(store: Store, r: RunRow) -> dict[str, bytes]:
     where = f"runs/{r['run_id']}"
     row = {k: r.get(k) for k in _ROW_FIELDS}
     row["training"] = json.loads(r["training"] or "{}")
@@ -204,20 +204,24 @@ def add(store: Store, bundle: Bundle) -> Imported:
     for run in bundle.runs:
         rid = ids[run.row["run_id"]]
         metrics = "".join(json.dumps(rec) + "\n" for rec in run.records).encode()
-        row = {
-            **run.row,
-            "run_id": rid,
-            "point_id": digest({"site": site, "point_id": run.row["point_id"]}),
-            "experiment": name,
-            "devices": run.row["nodes"] * run.row["ranks_per_node"],
-            "training": json.dumps(run.row["training"], sort_keys=True),
-            "rerun_of": ids.get(run.row["rerun_of"] or ""),
-            "site": site,
-            "run_dir": str(store.runs_dir / rid),
-            "ingest_offset": len(metrics),
-            "ingest_lines": len(run.records),
-            "attempts": 1,
-        }
+        # the bundle's row (RunFile's fields, checked by bundle_read), made this store's
+        row = cast(
+            RunRow,
+            {
+                **run.row,
+                "run_id": rid,
+                "point_id": digest({"site": site, "point_id": run.row["point_id"]}),
+                "experiment": name,
+                "devices": run.row["nodes"] * run.row["ranks_per_node"],
+                "training": json.dumps(run.row["training"], sort_keys=True),
+                "rerun_of": ids.get(run.row["rerun_of"] or ""),
+                "site": site,
+                "run_dir": str(store.runs_dir / rid),
+                "ingest_offset": len(metrics),
+                "ingest_lines": len(run.records),
+                "attempts": 1,
+            },
+        )
         rows.append(row)
         records[rid] = run.records
         spec = bundle.experiment.spec_text.encode()

@@ -24,24 +24,24 @@ import statistics
 from typing import Any
 
 from ..config.frameworks import NO_COMM_BENCHMARK
-from ..runs import COMM_MARK, State
+from ..runs import COMM_MARK, RunRow, State
 from ..tracking.store import Store
 from .points import Point
 
 
-def is_comm(row: dict[str, Any]) -> bool:
+def is_comm(row: RunRow) -> bool:
     """A communication benchmark run (plan.py), not a training run."""
     return COMM_MARK in (row.get("training") or "")
 
 
-def schedule_of(row: dict[str, Any]) -> str | None:
+def schedule_of(row: RunRow) -> str | None:
     try:
         return json.loads(row.get("training") or "{}").get("lr_schedule")
     except (ValueError, AttributeError):
         return None
 
 
-def comm_key(r: dict[str, Any]) -> tuple:
+def comm_key(r: RunRow) -> tuple:
     return (
         r["experiment"],
         r["framework"],
@@ -56,7 +56,7 @@ def comm_key(r: dict[str, Any]) -> tuple:
 def attach(
     store: Store,
     points: list[Point],
-    comm_rows: list[dict[str, Any]],
+    comm_rows: list[RunRow],
     envs: dict[str, dict[str, Any]],
 ) -> None:
     """Give each point its scale's benchmark and, where no energy was measured, why not

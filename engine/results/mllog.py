@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UserError
+from ..runs import RunRow
 from ..tracking.store import Store
 
 PREFIX = ":::MLLOG "
@@ -81,7 +82,7 @@ def _first(records: list[tuple[int, dict[str, Any]]], kind: str) -> tuple[int, d
     return next(((n, r) for n, r in records if r["kind"] == kind), (0, {}))
 
 
-def events(records: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+def events(records: list[dict[str, Any]], run: RunRow) -> list[dict[str, Any]]:
     """MLLOG events from a run's records (in file order, as the store keeps them), sorted by
     time (events of one moment keep the order MLPerf's rules expect)."""
     if not records:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import read_text
-from ..runs import CONFIGURATION, State, per_second
+from ..runs import CONFIGURATION, RunRow, State, per_second
 
 NOISY_CV = 0.05
 
@@ -230,7 +230,7 @@ def throughput_unit(rows: list[dict[str, Any]]) -> str:
     return per_second(r.get("unit") for r in rows)
 
 
-def unit_and_axes(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def unit_and_axes(row: RunRow) -> tuple[str, dict[str, Any]]:
     """A run's unit and user axes, from its stored recipe: a declared framework's
     (engine/config/custom.py), else images and none."""
     try:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..paths import RunPaths
+from ..runs import RunRow
 from ..tracking.store import Store
 from . import analysis, commfit
 from . import efficiency as explained
@@ -421,7 +422,7 @@ def study_reach(store: Store, name: str) -> tuple[list[dict[str, Any]], int, str
     return projections(store, name, to, stated), to, to_from
 
 
-def kept_profile(runs: list[dict[str, Any]]) -> Path | None:
+def kept_profile(runs: list[RunRow]) -> Path | None:
     """The cluster profile a Slurm run kept beside its job script, if any run kept one."""
     for r in runs:
         path = RunPaths(Path(r["run_dir"] or "")).profile

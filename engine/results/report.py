@@ -25,7 +25,7 @@ import markupsafe
 
 from ..config.tomlfile import tomllib
 from ..errors import NotFoundError, UserError
-from ..runs import State
+from ..runs import RunRow, State
 from ..tracking.store import Store
 from . import analysis, figures, mllog, projection, tables
 from .bundles import profile_of, profile_text
@@ -98,7 +98,7 @@ def pick_experiment(store: Store, name: str | None) -> dict[str, Any]:
 # --- the set-up: where and with what the numbers were measured --------------------------
 
 
-def setup(store: Store, exp: dict[str, Any], runs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def setup(store: Store, exp: dict[str, Any], runs: list[RunRow]) -> list[tuple[str, str]]:
     envs = store.records.last("env", [r["run_id"] for r in runs])
     versions: dict[str, set[str]] = {}
     nodes: set[str] = set()
@@ -194,7 +194,7 @@ def build(
 def _write(
     store: Store,
     exp: dict[str, Any],
-    runs: list[dict[str, Any]],
+    runs: list[RunRow],
     rows: list[dict[str, Any]],
     ref: LoadedReference | None,
     fmt: str,

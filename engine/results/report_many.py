@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runs import RunRow
 from ..tracking.store import Store
 from . import analysis
 from .compare import site_of
@@ -14,7 +15,7 @@ from .compare import site_of
 
 def several(
     store: Store, experiments: list[dict[str, Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[RunRow], list[dict[str, Any]]]:
     """(the experiments as one for the page, all their runs, all their rows)."""
     names = [e["name"] for e in experiments]
     sites = {n: site_of(store, n) for n in names}

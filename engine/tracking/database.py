@@ -8,7 +8,9 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import cast
+
+from ..runs import JobRow, RunRow
 
 # Ids per statement: well under SQLite's limit on bound parameters (32766, or 999 in builds
 # older than 3.32).
@@ -46,14 +48,23 @@ class Database:
 
     def runs_by_id(
         self, run_ids: list[str], columns: tuple[str, ...] | None = None
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, RunRow]:
         """The rows of these runs (only `columns`, if given), by id, in as few queries as
         the parameter limit allows."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, RunRow] = {}
         what = ", ".join(columns) if columns else "*"
         for part in chunks(run_ids):
             for row in self.conn.execute(
                 f"SELECT {what} FROM runs WHERE run_id IN ({','.join('?' * len(part))})", part
             ):
-                out[row["run_id"]] = dict(row)
+                out[row["run_id"]] = run_row(row)
         return out
+
+
+def run_row(row: sqlite3.Row) -> RunRow:
+    """A runs table row as a typed dict (its keys are the columns read)."""
+    return cast(RunRow, dict(row))
+
+
+def job_row(row: sqlite3.Row) -> JobRow:
+    return cast(JobRow, dict(row))

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from ..backends.base import Backend
 from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
-from ..runs import ACTIVE, State
+from ..runs import ACTIVE, RunRow, State
 from .monitor import Tick, sync
 from .store import RUN_ID_PREFIX, RUN_ID_RULE, Store
 
 
-def find_run(store: Store, ident: str) -> dict:
+def find_run(store: Store, ident: str) -> RunRow:
     """A run by id (or unique prefix), or by the id of one of its jobs (local-3, or a
     Slurm job number). Anything else is refused (UserError), never matched as a pattern.
     Digits that are both a job's id and the start of another run's id name neither: the
@@ -54,8 +54,9 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
     live = store.jobs.live(list(rows))
     for rid, row in rows.items():
         jobs = [(j["backend"], j["job_id"]) for j in live if j["run_id"] == rid]
-        if row["state"] in ACTIVE and row["job_id"] and (row["backend"], row["job_id"]) not in jobs:
-            jobs.append((row["backend"], row["job_id"]))
+        backend, job_id = row["backend"], row["job_id"]
+        if row["state"] in ACTIVE and backend and job_id and (backend, job_id) not in jobs:
+            jobs.append((backend, job_id))
         for backend, job_id in jobs:
             by_backend.setdefault(backend, []).append(job_id)
         if jobs or row["state"] == State.WAITING:  # a waiting run has no job: no wave takes it

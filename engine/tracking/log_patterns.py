@@ -24,6 +24,7 @@ from typing import Any
 from ...trainers.common.entry import dlscale_version
 from ...trainers.common.records import RecordWriter
 from ..paths import RunPaths
+from ..runs import RunRow
 
 
 @dataclass
@@ -112,7 +113,7 @@ class Patterns:
         return throughput, len(m.rates) * self.units_per_step / throughput
 
 
-def units_per_step(log: dict[str, Any], row: dict[str, Any], training: dict[str, Any]) -> float:
+def units_per_step(log: dict[str, Any], row: RunRow, training: dict[str, Any]) -> float:
     """The product of the declaration's units_per_step, placeholders filled from the run."""
     values = {
         "nodes": row["nodes"],
@@ -134,7 +135,7 @@ def units_per_step(log: dict[str, Any], row: dict[str, Any], training: dict[str,
     return product
 
 
-def run_device(row: dict[str, Any], paths: RunPaths) -> str:
+def run_device(row: RunRow, paths: RunPaths) -> str:
     """What the run trained on, as the job was made: a Slurm job script asks for GPUs by
     type (the type's name) or not ("cpu"); the local backend's are this machine's."""
     try:
@@ -151,7 +152,7 @@ def run_device(row: dict[str, Any], paths: RunPaths) -> str:
     return "cpu"
 
 
-def settle(row: dict[str, Any], hosts: str | None = None) -> str | None:
+def settle(row: RunRow, hosts: str | None = None) -> str | None:
     """For a declared framework with log patterns, whose job ended well: write its records
     from its log. Returns why the run measured nothing (it is then FAILED), else None."""
     training = json.loads(row["training"]) if isinstance(row["training"], str) else row["training"]
@@ -190,7 +191,7 @@ def _has_summary(path: Path) -> bool:
 
 def write(
     path: Path,
-    row: dict[str, Any],
+    row: RunRow,
     training: dict[str, Any],
     m: Measured,
     total: tuple[float, float],

@@ -69,12 +69,12 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     reachable, new, watcher = True, 0, backend.watcher
     if live:
         try:
-            statuses = watcher.poll([r["job_id"] for r in live])
+            statuses = watcher.poll([str(r["job_id"]) for r in live])  # each has one
         except ControllerUnreachable:
             statuses, reachable = {}, False
         answered = reachable and watcher.last_poll_ok
         for r in live:
-            st = statuses.get(r["job_id"])
+            st = statuses.get(str(r["job_id"]))
             if st is None and answered:
                 st = watcher.last_word(r)  # forgotten by the scheduler: what the job left
             if st is None and answered and r["reason"] != VANISHED:

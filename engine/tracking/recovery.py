@@ -24,7 +24,7 @@ from ..errors import UserError
 from ..files import open_regular, read_text
 from ..launching.plan import digest, plan
 from ..paths import RUN_FIELDS, RunPaths
-from ..runs import CONFIGURATION, COUNTS, TEXTS, State
+from ..runs import CONFIGURATION, COUNTS, TEXTS, RunRow, State
 from ..text import printable
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
@@ -276,7 +276,7 @@ def _from_records(run_id: str, params: dict, env: dict | None) -> dict[str, Any]
 def _number_repetitions(store: Store, guessed: list[str]) -> None:
     """Runs placed from their records share a point with their repetitions; number them
     in the order they ran."""
-    by_point: dict[str, list[dict[str, Any]]] = {}
+    by_point: dict[str, list[RunRow]] = {}
     for rid in guessed:
         row = store.run(rid)
         by_point.setdefault(row["point_id"], []).append(row)

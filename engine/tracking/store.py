@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
-from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, State
-from .database import Database
+from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, RunRow, State
+from .database import Database, run_row
 from .store_claims import Claims
 from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .store_imports import Imports
@@ -236,11 +236,11 @@ class Store:
             }
         )
 
-    def add_run(self, run: Run) -> dict[str, Any]:
+    def add_run(self, run: Run) -> RunRow:
         """Insert the run if new; return its row either way."""
         return self.add_runs([run])[run.run_id]
 
-    def add_runs(self, runs: list[Run], rows: bool = True) -> dict[str, dict[str, Any]]:
+    def add_runs(self, runs: list[Run], rows: bool = True) -> dict[str, RunRow]:
         """Insert the runs that are new, in one transaction; every run's row, by id (with
         rows=False only its state: a submission reads whole rows only of those it claims)."""
         now = time.time()
@@ -288,7 +288,7 @@ class Store:
                 tuple(row.values()),
             )
 
-    def add_rerun(self, original: dict[str, Any], run_id: str) -> dict[str, Any]:
+    def add_rerun(self, original: RunRow, run_id: str) -> RunRow:
         """A new run that repeats `original` exactly: the same point and parameters, its own
         id and folder, and `rerun_of` naming the run it repeats."""
         now = time.time()
@@ -324,20 +324,20 @@ class Store:
             )
         return self.run(run_id)
 
-    def reruns(self, run_id: str) -> list[dict[str, Any]]:
+    def reruns(self, run_id: str) -> list[RunRow]:
         return [
-            dict(r)
+            run_row(r)
             for r in self.conn.execute(
                 "SELECT * FROM runs WHERE rerun_of=? ORDER BY created", (run_id,)
             )
         ]
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> RunRow:
         """A run by its id or a unique prefix of it. The prefix is compared as text, never
         as a pattern: `%`, `_` or an empty id name no run (NotFoundError, exit 2)."""
         row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is not None:
-            return dict(row)
+            return run_row(row)
         if not RUN_ID_PREFIX.fullmatch(run_id):
             raise NotFoundError(f"no run {run_id!r}: {RUN_ID_RULE}")
         matches = self.conn.execute(
@@ -345,7 +345,7 @@ class Store:
             (len(run_id), run_id),
         ).fetchall()
         if len(matches) == 1:
-            return dict(matches[0])
+            return run_row(matches[0])
         if not matches:
             raise NotFoundError(f"no run {run_id!r} in the store ({self.home})")
         raise NotFoundError(
@@ -370,7 +370,7 @@ class Store:
         experiment: str | None = None,
         states: tuple[str, ...] | None = None,
         columns: tuple[str, ...] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRow]:
         """columns: only these (a queue of 10,000 runs reads a third of each row)."""
         sql, args = f"SELECT {', '.join(columns) if columns else '*'} FROM runs WHERE 1=1", []
         if experiment:
@@ -379,7 +379,7 @@ class Store:
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
-        return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+        return [run_row(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
 
     def state_counts(self, experiment: str | None = None) -> dict[str, int]:
         """Runs by state, counted by SQLite (a watcher's tick, whatever the store's size)."""
@@ -399,7 +399,7 @@ class Store:
             )
         )
 
-    def live_runs(self, experiment: str | None = None) -> list[dict[str, Any]]:
+    def live_runs(self, experiment: str | None = None) -> list[RunRow]:
         """The queued and running runs, with only what a watcher's tick reads of them."""
         sql = (
             "SELECT run_id, backend, job_id, state, reason, run_dir FROM runs WHERE "
@@ -408,7 +408,7 @@ class Store:
         args = []
         if experiment:
             sql, args = sql + " AND experiment=?", [experiment]
-        return [dict(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+        return [run_row(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         fields["updated"] = time.time()
@@ -416,7 +416,7 @@ class Store:
         with self.db.transaction() as c:
             c.execute(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
 
-    def start_attempt(self, run_id: str) -> dict[str, Any]:
+    def start_attempt(self, run_id: str) -> RunRow:
         """A run is (re)submitted: older records belong to an earlier attempt and move aside
         with its files, so the new attempt's numbers are not mixed with them."""
         row = self.run(run_id)
@@ -431,7 +431,7 @@ class Store:
             )
         return self.run(run_id)
 
-    def set_aside(self, row: dict[str, Any]) -> None:
+    def set_aside(self, row: RunRow) -> None:
         """A claimed run's earlier attempt moves its files to attempts/N, so the new
         attempt's numbers are not mixed with them; then its folder is ready."""
         run_dir = Path(row["run_dir"])

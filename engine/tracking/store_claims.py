@@ -15,10 +15,9 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from ..errors import NotFoundError
-from ..runs import ACTIVE, ACTIVE_SQL, State
+from ..runs import ACTIVE, ACTIVE_SQL, RunRow, State
 from .database import Database, chunks
 
 # A claim by a process on another host cannot be checked; after this long it is stale.
@@ -31,7 +30,7 @@ class Claims:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def take(self, run_id: str, skip: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    def take(self, run_id: str, skip: tuple[str, ...] = ()) -> RunRow | None:
         """Take a run for submission, in one transaction: it becomes SUBMITTING, owned by
         this process, its attempt is counted and the earlier attempt's records dropped.
         Returns None, changing nothing, when the run is in `skip`, queued or running, has
@@ -42,7 +41,7 @@ class Claims:
             raise NotFoundError(f"no run {run_id!r} in the store ({self.db.home})")
         return self.take_many([run_id], skip).get(run_id)
 
-    def take_many(self, run_ids: list[str], skip: tuple[str, ...] = ()) -> dict[str, dict]:
+    def take_many(self, run_ids: list[str], skip: tuple[str, ...] = ()) -> dict[str, RunRow]:
         """take for many runs in one transaction: the rows of those this process now
         holds, by run id (runs not in the store are left out)."""
         me = _process_id()

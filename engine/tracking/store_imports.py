@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreError
+from ..runs import RunRow
 from .database import Database
 
 
@@ -37,7 +38,7 @@ class Imports:
     def add(
         self,
         experiment: dict[str, Any],
-        rows: list[dict[str, Any]],
+        rows: list[RunRow],
         records: dict[str, list[dict[str, Any]]],
         write_folders: Callable[[list[str]], None],
     ) -> Imported:

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from ..errors import StoreError
-from ..runs import ACTIVE_SQL, State
-from .database import Database, chunks
+from ..runs import ACTIVE_SQL, JobRow, State
+from .database import Database, chunks, job_row
 
 _JOB_STATE = (
     "backend, job_id, run_id, state, reason, nodes, submitted, started, ended, "
@@ -93,14 +93,14 @@ class Jobs:
 
     # --- reading and following jobs ------------------------------------------------------
 
-    def live(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    def live(self, run_ids: list[str] | None = None) -> list[JobRow]:
         """Every queued or running job of these runs, in any backend: not only the job a
         run row names, so a duplicate (from a store made before the guard) is reached."""
         sql, args = f"SELECT * FROM jobs WHERE state IN {ACTIVE_SQL}", []
         if run_ids is not None:
             sql += f" AND run_id IN ({','.join('?' * len(run_ids))})"
             args = list(run_ids)
-        return [dict(r) for r in self.db.conn.execute(sql + " ORDER BY submitted", args)]
+        return [job_row(r) for r in self.db.conn.execute(sql + " ORDER BY submitted", args)]
 
     def next_counter(self, name: str, count: int = 1) -> int:
         """Take `count` numbers of a counter at once; the first of them."""
@@ -112,11 +112,12 @@ class Jobs:
             last = c.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()[0]
         return last - count + 1
 
-    def get(self, backend: str, job_id: str) -> dict[str, Any] | None:
+    def get(self, backend: str | None, job_id: str | None) -> JobRow | None:
+        """The job, or None (also for a run row's backend and job id before it has one)."""
         row = self.db.conn.execute(
             "SELECT * FROM jobs WHERE backend=? AND job_id=?", (backend, job_id)
         ).fetchone()
-        return dict(row) if row else None
+        return job_row(row) if row else None
 
     def find(
         self,
@@ -124,7 +125,7 @@ class Jobs:
         job_ids: list[str] | None = None,
         states: tuple[str, ...] | None = None,
         payload: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JobRow]:
         """payload=False: all but the payload (a local job's command line and environment,
         the bulk of a row), for those who only follow the jobs."""
         sql, args = f"SELECT {'*' if payload else _JOB_STATE} FROM jobs WHERE backend=?", [backend]
@@ -132,18 +133,18 @@ class Jobs:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
         if job_ids is None:
-            return [dict(r) for r in self.db.conn.execute(sql + " ORDER BY submitted", args)]
+            return [job_row(r) for r in self.db.conn.execute(sql + " ORDER BY submitted", args)]
         out = []  # in parts: a watcher of 10,000 jobs asks for more than SQLite binds at once
         for part in chunks(job_ids):
             out += [
-                dict(r)
+                job_row(r)
                 for r in self.db.conn.execute(
                     sql + f" AND job_id IN ({','.join('?' * len(part))})", [*args, *part]
                 )
             ]
         return sorted(out, key=lambda j: j["submitted"] or 0)
 
-    def claim_next(self, backend: str, **fields: Any) -> dict[str, Any] | None:
+    def claim_next(self, backend: str, **fields: Any) -> JobRow | None:
         """Take the oldest queued job of `backend` to run it: RUNNING, started now, with
         `fields`, and its run RUNNING, in one transaction, so no job is taken twice.
         None when nothing is queued."""

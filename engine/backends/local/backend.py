@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
-from ...runs import ACTIVE, State
+from ...runs import ACTIVE, JobRow, RunRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from ..base import Backend, JobRequest, JobStatus, Watcher
@@ -79,12 +79,12 @@ def check_fits(
         )
 
 
-def lost_reason(job: dict) -> str:
+def lost_reason(job: JobRow) -> str:
     worker = f" (pid {job['worker_pid']} ended)" if job.get("worker_pid") else ""
     return f"the local worker was lost{worker}; this job's ranks were stopped"
 
 
-def settle_failed(store: Store, job: dict, reason: str, exit_code: int | None = None) -> None:
+def settle_failed(store: Store, job: JobRow, reason: str, exit_code: int | None = None) -> None:
     """Mark a job and its run FAILED for a reason the backend knows (not the trainer's):
     the reason says what happened, and the log's last lines follow it as usual."""
     store.jobs.update(
@@ -180,10 +180,10 @@ class LocalBackend(Backend):
             f"{run.experiment}:{run.label()}",
         )
 
-    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+    def again(self, row: RunRow, paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
         return self._from_record(row, paths, payload.get("argv"), payload.get("env"))
 
-    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+    def check_repeatable(self, row: RunRow, payload: dict[str, Any]) -> None:
         if "argv" not in payload:
             raise UserError(
                 f"run {row['run_id']}: its command line is not in the store; "
@@ -192,8 +192,8 @@ class LocalBackend(Backend):
 
     def repeat(
         self,
-        old_row: dict[str, Any],
-        new_row: dict[str, Any],
+        old_row: RunRow,
+        new_row: RunRow,
         payload: dict[str, Any],
         moved: Callable[[str], str],
     ) -> JobRequest:
@@ -205,7 +205,7 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _from_record(
-        row: dict[str, Any], paths: RunPaths, argv: list[str] | None, env: dict[str, str] | None
+        row: RunRow, paths: RunPaths, argv: list[str] | None, env: dict[str, str] | None
     ) -> JobRequest:
         if not argv:
             raise UserError(
@@ -336,7 +336,7 @@ class LocalWatcher(Watcher):
             )
         return out
 
-    def _jobs(self, job_ids: list[str]) -> list[dict[str, Any]]:
+    def _jobs(self, job_ids: list[str]) -> list[JobRow]:
         """The rows of these jobs; of many, every local job's read in one go and picked
         out (cheaper than binding thousands of ids)."""
         if len(job_ids) <= 500:

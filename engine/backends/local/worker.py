@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ....trainers.common.lifeline import parent_watch
 from ...paths import Layout, RunPaths, lay_out
-from ...runs import State
+from ...runs import JobRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from .backend import LOCK_NAME, settle_failed
@@ -42,7 +42,7 @@ def _signal_launcher(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _start(job: dict, payload: dict, log) -> subprocess.Popen | str:
+def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
     """The launcher, in a session of its own, dying with this worker; or why it could not
     start."""
     try:
@@ -61,7 +61,7 @@ def _start(job: dict, payload: dict, log) -> subprocess.Popen | str:
         return str(exc)
 
 
-def make_folder(store: Store, job: dict, payload: dict) -> str | None:
+def make_folder(store: Store, job: JobRow, payload: dict) -> str | None:
     """The run's folder as its job starts: laid out here when it was submitted without
     one (Backend.folders_at_start). Returns why it cannot be made (a full disk, a file in
     its place), or None."""
@@ -76,7 +76,7 @@ def make_folder(store: Store, job: dict, payload: dict) -> str | None:
     return None
 
 
-def _run_job(store: Store, job: dict, stopping: dict) -> None:
+def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
     payload = json.loads(job["payload"])
     run_dir = Path(payload["run_dir"])
     why = make_folder(store, job, payload)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ...errors import ControllerUnreachable
 from ...paths import RunPaths
-from ...runs import TERMINAL, State
+from ...runs import TERMINAL, RunRow, State
 from ..base import JobStatus, Watcher
 from .parsing import SlurmJob, parse_exit_marker
 
@@ -91,7 +91,7 @@ def has_accounting(storage_type: str | None) -> bool:
     return bool(storage) and storage not in ("(null)", "none") and not storage.endswith("/none")
 
 
-def last_word(row: dict[str, Any]) -> JobStatus | None:
+def last_word(row: RunRow) -> JobStatus | None:
     """The end a job wrote in its run folder, once the controller has forgotten it."""
     marker = RunPaths.of(row).exit_marker
     try:
@@ -102,7 +102,7 @@ def last_word(row: dict[str, Any]) -> JobStatus | None:
         return None
     state, code = ended
     return JobStatus(
-        row["job_id"],
+        str(row["job_id"]),  # a row with a job (the watcher asks of no other)
         state,
         None if state != State.CANCELLED else "ended by SIGTERM (scancel, or the time limit)",
         None,
@@ -132,7 +132,7 @@ class SlurmWatcher(Watcher):
         """The jobs not known to be finished: the only ones asked about."""
         return [j for j in job_ids if not (j in self._cache and self._cache[j].state in TERMINAL)]
 
-    def last_word(self, row: dict[str, Any]) -> JobStatus | None:
+    def last_word(self, row: RunRow) -> JobStatus | None:
         return last_word(row) if self.accounting is False else None
 
     def _answer(self, ok: bool, job_ids: list[str]) -> dict[str, JobStatus]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
+from ...runs import RunRow
 from ..base import Backend, JobRequest
 from . import arrays
 
@@ -135,10 +136,10 @@ class SlurmJobs(Backend):
             f"{run.experiment}:{run.label()}",
         )
 
-    def again(self, row: dict[str, Any], paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
+    def again(self, row: RunRow, paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
         return JobRequest(row["run_id"], paths.root, ["sbatch", str(paths.job_script)])
 
-    def check_repeatable(self, row: dict[str, Any], payload: dict[str, Any]) -> None:
+    def check_repeatable(self, row: RunRow, payload: dict[str, Any]) -> None:
         script = RunPaths.of(row).job_script
         if not script.is_file():
             raise UserError(
@@ -148,8 +149,8 @@ class SlurmJobs(Backend):
 
     def repeat(
         self,
-        old_row: dict[str, Any],
-        new_row: dict[str, Any],
+        old_row: RunRow,
+        new_row: RunRow,
         payload: dict[str, Any],
         moved: Callable[[str], str],
     ) -> JobRequest:
