@@ -24,7 +24,7 @@ from .messages import DetailFound, EngineFailed, JobActed, LogFound
 from .screens import AppScreen
 from .widgets import Banner, Plain, TextField, literal_cell
 
-STATE_STYLE = {
+STATE_STYLE: dict[str, str] = {  # by state; a State is its string
     State.PENDING: "yellow",
     State.RUNNING: "bold cyan",
     State.COMPLETED: "green",
