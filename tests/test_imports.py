@@ -1,6 +1,7 @@
-"""Every module of dlscale imports. mypy cannot check the relative imports across the
-package mapping (engine/ is dlscale.engine), so a wrong number of dots after a file moved
-into a package would otherwise show only when that code path runs."""
+"""Every module of dlscale imports: a wrong number of dots after a file moved into a
+package shows here, not only when that code path runs. mypy (scripts/lint) resolves the
+engine's and the TUI's imports too; this also covers the trainers and what imports only
+at run time."""
 
 from __future__ import annotations
 
