@@ -134,12 +134,7 @@ def _cached_or_built_wheel(build: WheelBuild, folder: Path, env_python: Path, lo
         # back Horovod as built for another framework (seen: a torch-only build for TF).
         _run(
             [
-                str(env_python),
-                "-m",
-                "pip",
-                "wheel",
-                "--disable-pip-version-check",
-                "--no-input",
+                *_pip(env_python, "wheel"),
                 "--no-cache-dir",
                 "--no-deps",
                 "--no-build-isolation",
@@ -240,16 +235,7 @@ def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str
             if isinstance(step, WheelBuild):
                 wheel = _built_wheel(step, env_python, home, log, say)
                 _run(
-                    [
-                        str(env_python),
-                        "-m",
-                        "pip",
-                        "install",
-                        "--disable-pip-version-check",
-                        "--no-input",
-                        "--no-deps",
-                        str(wheel),
-                    ],
+                    [*_pip(env_python, "install"), "--no-deps", str(wheel)],
                     dict(os.environ),
                     log,
                     f"installing {wheel.name}",
@@ -259,12 +245,7 @@ def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str
             say(f"{framework}: pip install {' '.join(step.packages)}")
             _run(
                 [
-                    str(env_python),
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
+                    *_pip(env_python, "install"),
                     *step.pip_args,
                     *step.packages,
                 ],
@@ -355,3 +336,8 @@ def _create(
         facts.get("cuda"),
         facts.get("nccl"),
     )
+
+
+def _pip(python: Path, command: str) -> list[str]:
+    """pip COMMAND run by the environment's own python, never asking and never nagging."""
+    return [str(python), "-m", "pip", command, "--disable-pip-version-check", "--no-input"]
