@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import ControllerUnreachable, SchedulerError, SubmitError
-from ...paths import RunPaths
 from ...runs import TERMINAL
-from ...tracking.store import Store
-from ..base import JobRequest, JobStatus
-from . import arrays, tags
+from ..base import JobStatus
+from . import tags
 from .common import (
     TRANSIENT,
     CommandResult,
@@ -74,28 +72,11 @@ class SlurmCLI(SlurmJobs):
                 + (f": {answer}" if answer else "")
             )
 
-    def submit(self, request: JobRequest) -> str:
-        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
-        job_id = self.sbatch([str(RunPaths(request.run_dir).job_script)], tag)
-        self.submitted(job_id)
-        return job_id
+    def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
+        return self.sbatch([*(["--array", array] if array else []), str(script)], tag)
 
     def submitted(self, job_id: str) -> None:
         self.watcher.submitted(job_id)
-
-    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
-        """Runs of one job shape as one job array, within the site's limits; the rest
-        WAITING for a later wave (arrays)."""
-        if not requests or (self.profile is not None and not self.profile.profile.arrays):
-            return super().submit_many(requests)
-        return arrays.submit_many(self, requests, self.profile, self.throttle)
-
-    def next_wave(self, store: Store, experiment: str | None = None) -> int:
-        # at most one try every few seconds: each asks the controller for the queue
-        if time.monotonic() - self._last_wave < self.wave_every:
-            return 0
-        self._last_wave = time.monotonic()
-        return arrays.next_wave(self, store, experiment)
 
     # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
 
@@ -126,17 +107,11 @@ class SlurmCLI(SlurmJobs):
             raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
         return sum(1 for line in res.stdout.splitlines() if line.strip())
 
-    def submit_array(self, script: Path, spec: str) -> str:
-        return self.sbatch(["--array", spec, str(script)], tags.array_token(script))
-
     def tagged_jobs(self) -> list[tags.Tagged]:
         res = user_jobs(self.runner, TAGGED_FORMAT)
         if res.returncode != 0:
             raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
         return [tags.Tagged(*row) for row in parse_tagged(res.stdout)]
-
-    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
-        return tags.orphans(self, home, run_ids)
 
     def sbatch(self, args: list[str], tag: str) -> str:
         """`sbatch --parsable --comment=TAG ARGS`; the job id, also where sbatch's answer

@@ -2,10 +2,13 @@
 where runs go (the cluster profile, its partition), how their watcher starts and waves are
 paced, and the jobs themselves: a run's job is a batch script rendered into its folder,
 with the spec and the cluster profile beside it, checked by bash before Slurm sees it;
-repeating a run submits that script again."""
+repeating a run submits that script again. Submitting goes the same way for both, tagged
+(tags) and in job arrays (arrays); each backend says only how one script reaches Slurm
+(`submit_script`) and how its watcher learns of a new job (`submitted`)."""
 
 from __future__ import annotations
 
+import abc
 import shutil
 import subprocess
 import time
@@ -18,12 +21,13 @@ from ...errors import PlanError, UserError
 from ...paths import RunPaths
 from ...runs import RunRow
 from ..base import Backend, JobRequest
-from . import arrays
+from . import arrays, tags
 
 if TYPE_CHECKING:
     from ...config.profile import LoadedProfile
     from ...config.spec import LoadedSpec
     from ...launching.plan import Run
+    from ...tracking.store import Store
 
 NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
 
@@ -48,6 +52,61 @@ class SlurmJobs(Backend):
     wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
     limits: arrays.Limits | None = None  # the site's, once asked
+
+    @abc.abstractmethod
+    def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
+        """Submit one job script (as a job array of `array`, e.g. "0-9%2", if given) with
+        `tag` in its comment; the job id. Raises SubmitError, ControllerUnreachable."""
+
+    @abc.abstractmethod
+    def submitted(self, job_id: str) -> None:
+        """Tell the watcher: known PENDING until the scheduler says more."""
+
+    # --- what arrays and tags ask of Slurm, each backend its own way --------------------
+
+    @abc.abstractmethod
+    def site_max_array_size(self) -> int | None:
+        """MaxArraySize, where the controller says."""
+
+    @abc.abstractmethod
+    def site_max_submit_jobs(self) -> int | None:
+        """The user's MaxSubmitJobs (the lowest of their associations), where known."""
+
+    @abc.abstractmethod
+    def queued_tasks(self) -> int:
+        """The user's queued and running jobs, array tasks one each. Raises
+        ControllerUnreachable."""
+
+    @abc.abstractmethod
+    def tagged_jobs(self) -> list[tags.Tagged]:
+        """The user's jobs the controller knows, with their comments. Raises
+        ControllerUnreachable."""
+
+    def submit(self, request: JobRequest) -> str:
+        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
+        job_id = self.submit_script(RunPaths(request.run_dir).job_script, tag)
+        self.submitted(job_id)
+        return job_id
+
+    def submit_array(self, script: Path, spec: str) -> str:
+        return self.submit_script(script, tags.array_token(script), array=spec)
+
+    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
+        """Runs of one job shape as one job array, within the site's limits; the rest
+        WAITING for a later wave (arrays)."""
+        if not requests or (self.profile is not None and not self.profile.profile.arrays):
+            return super().submit_many(requests)
+        return arrays.submit_many(self, requests, self.profile, self.throttle)
+
+    def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        # at most one try every few seconds: each asks the controller for the queue
+        if time.monotonic() - self._last_wave < self.wave_every:
+            return 0
+        self._last_wave = time.monotonic()
+        return arrays.next_wave(self, store, experiment)
+
+    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
+        return tags.orphans(self, home, run_ids)
 
     def first_accounting(self, given: bool | None) -> bool | None:
         """What the watcher knows of accounting at the start: the caller's word, else the

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ....errors import ControllerUnreachable, SchedulerError, SubmitError
-from ....paths import RunPaths
 from ....runs import TERMINAL, State
-from ....tracking.store import Store
-from ...base import JobRequest
-from .. import arrays, tags
+from .. import tags
 from ..common import clean_env, user_name
 from ..jobs import SlurmJobs
 from ..parsing import map_state
@@ -40,27 +36,8 @@ class PyslurmBackend(SlurmJobs):
             controller=self.controller,
         )
 
-    def submit(self, request: JobRequest) -> str:
-        tag = tags.token(tags.home_of(request.run_dir), request.run_id)
-        job_id = self._submit_script(RunPaths(request.run_dir).job_script, tag)
-        self.submitted(job_id)
-        return job_id
-
     def submitted(self, job_id: str) -> None:
         self.watcher.submitted(job_id)
-
-    def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
-        """Runs of one job shape as one job array, within the site's limits; the rest
-        WAITING for a later wave (arrays, as the command-line backend)."""
-        if not requests or (self.profile is not None and not self.profile.profile.arrays):
-            return super().submit_many(requests)
-        return arrays.submit_many(self, requests, self.profile, self.throttle)
-
-    def next_wave(self, store: Store, experiment: str | None = None) -> int:
-        if time.monotonic() - self._last_wave < self.wave_every:
-            return 0  # at most one try every few seconds: each asks for the whole queue
-        self._last_wave = time.monotonic()
-        return arrays.next_wave(self, store, experiment)
 
     # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
 
@@ -95,9 +72,6 @@ class PyslurmBackend(SlurmJobs):
             count += 1 if waiting is None else len(waiting)
         return count
 
-    def submit_array(self, script: Path, spec: str) -> str:
-        return self._submit_script(script, tags.array_token(script), array=spec)
-
     def tagged_jobs(self) -> list[tags.Tagged]:
         jobs = self.controller.call("queue", self.controller.api.Jobs.load)
         me, out = os.getuid(), []
@@ -109,14 +83,10 @@ class PyslurmBackend(SlurmJobs):
                 out.append(tags.Tagged(str(own), state, comment))
         return out
 
-    def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
-        return tags.orphans(self, home, run_ids)
-
-    def _submit_script(self, script: Path, tag: str, **extra: str) -> str:
+    def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
         """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
-        with `extra` description attributes (an array's `array`) and the tag in its
-        comment (tags: a lost answer is looked for, not retried blindly). The job
-        id."""
+        as a job array of `array` tasks if given, with the tag in its comment (tags: a lost
+        answer is looked for, not retried blindly). The job id."""
         try:
             text = script.read_text()
             options = job_description(text, str(script))
@@ -131,7 +101,8 @@ class PyslurmBackend(SlurmJobs):
         )
         env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
         options.setdefault("working_directory", os.getcwd())  # sbatch's default, or --chdir
-        options.update(extra)
+        if array:
+            options["array"] = array
         options.pop("comment", None)  # the tag's place (sbatch_extra may not set one)
 
         def send(tag: str) -> str:
