@@ -5,9 +5,12 @@ Home/End, and a run's detail (i) with its whole reason and folder."""
 
 from __future__ import annotations
 
+import fcntl
+
 import pytest
 from textual.widgets import DataTable
 
+from dlscale.engine.backends.local.backend import LOCK_NAME
 from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
@@ -19,9 +22,22 @@ from tui_text import recorded_study, screen_text
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.fixture
+def worker_lock(home):
+    """Held as a running local worker holds it: the queue's refresh syncs with the local
+    backend, which would otherwise settle the edited PENDING and RUNNING jobs (no worker
+    owns them: RUNNING becomes FAILED, and a worker it starts takes PENDING), sooner or
+    later than the table shows them: the tests' states were a race under load."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / LOCK_NAME, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def _study(home) -> tuple[str, dict[str, str]]:
     """The recorded quickstart study with one run FAILED (a two-line reason), one PENDING
-    and one RUNNING; returns the experiment and run id -> state."""
+    and one RUNNING; returns the experiment and run id -> state. Tests that refresh the
+    queue hold `worker_lock`, so a sync leaves those states as they are."""
     name = recorded_study(home)
     store = Store(home)
     runs = [r["run_id"] for r in store.runs(name)]
@@ -57,10 +73,10 @@ def _select(table, run_id: str) -> None:
     table.move_cursor(row=table.get_row_index(run_id))
 
 
-async def test_actions_apply_only_where_they_can_and_say_why_not(home):
+async def test_actions_apply_only_where_they_can_and_say_why_not(home, worker_lock):
     _name, states = _study(home)
     app = DlscaleApp(Session(home, "local"), watch=False)
-    app.poll_now = lambda: None  # a sync would settle the edited states
+    app.poll_now = lambda: None
     async with app.run_test(size=(140, 40)) as pilot:
         app._refresh_queue(app.experiment)
         table = await _queue(pilot, app, len(states))
@@ -92,7 +108,7 @@ async def test_actions_apply_only_where_they_can_and_say_why_not(home):
         await pilot.press("n")
 
 
-async def test_slash_filters_the_table_and_its_letters_are_not_commands(home):
+async def test_slash_filters_the_table_and_its_letters_are_not_commands(home, worker_lock):
     _name, states = _study(home)
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -107,7 +123,7 @@ async def test_slash_filters_the_table_and_its_letters_are_not_commands(home):
         await until(pilot, lambda: table.row_count == len(states), 10, "the table unfiltered")
 
 
-async def test_sorting_home_end_and_detail(home):
+async def test_sorting_home_end_and_detail(home, worker_lock):
     _name, states = _study(home)
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -121,7 +137,8 @@ async def test_sorting_home_end_and_detail(home):
         state = [str(c.label) for c in table.columns.values()].index("state")
         shown = [str(table.get_cell_at((r, state))) for r in range(table.row_count)]
         ranks = [sort_key("state", c) for c in shown]
-        assert ranks == sorted(ranks) and "PENDING" in shown[0], shown
+        assert ranks == sorted(ranks), shown
+        assert "RUNNING" in shown[0] and "PENDING" in shown[1], shown
         await pilot.press("end")
         assert table.cursor_row == table.row_count - 1
         await pilot.press("home")
