@@ -54,8 +54,9 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p = by_point.get((r["point_id"], device))
         if p is None:
             unit, axes = unit_and_axes(r)
+            fields = cast("Mapping[str, Any]", r)  # read by the names POINT_FIELDS holds
             p = by_point[(r["point_id"], device)] = Point(
-                **{k: cast("Mapping[str, Any]", r)[k] for k in POINT_FIELDS},
+                **{k: fields[k] for k in POINT_FIELDS},
                 device=device,
                 site=r.get("site"),
                 lr_schedule=explained.schedule_of(r),
