@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from ...errors import ControllerUnreachable, DlscaleError, SubmitError
 from ...paths import RunPaths
@@ -31,6 +31,7 @@ from ..base import JobRequest, NotYet
 
 if TYPE_CHECKING:
     from ...tracking.store import Store
+    from .jobs import SlurmJobs  # the backends arrays serve (it imports this module)
 
 WAITING_REASON = "waiting for a free slot"
 # #SBATCH options that name one run rather than shape its job
@@ -50,36 +51,6 @@ if [ -z "$run_dir" ]; then
 fi
 exec bash "$run_dir/job.sh"
 """
-
-
-class ArrayPlace(Protocol):
-    """What job arrays ask of a Slurm backend; each asks Slurm its own way (SlurmCLI by
-    its commands, PyslurmBackend by the API)."""
-
-    name: str
-    limits: Limits | None
-    profile: Any  # the cluster profile (LoadedProfile), if any
-
-    def payload(self, request: JobRequest) -> dict[str, Any]: ...
-
-    def site_max_array_size(self) -> int | None:
-        """MaxArraySize, where the controller says."""
-
-    def site_max_submit_jobs(self) -> int | None:
-        """The user's MaxSubmitJobs (the lowest of their associations), where known."""
-
-    def queued_tasks(self) -> int:
-        """The user's queued and running jobs, array tasks one each (as MaxSubmitJobs
-        counts them). Raises ControllerUnreachable."""
-
-    def submit(self, request: JobRequest) -> str: ...
-
-    def submit_array(self, script: Path, spec: str) -> str:
-        """The array script submitted with `--array SPEC`; the array's job id. Raises
-        SubmitError, ControllerUnreachable."""
-
-    def submitted(self, job_id: str) -> None:
-        """Known PENDING until the scheduler says more."""
 
 
 class WaitForSlots(NotYet):
@@ -103,7 +74,7 @@ def shape(script: str) -> tuple[str, ...]:
     )
 
 
-def site_limits(backend: ArrayPlace, profile=None, throttle: int | None = None) -> Limits:
+def site_limits(backend: SlurmJobs, profile=None, throttle: int | None = None) -> Limits:
     """The limits that hold for this user: the site's where it answers, the profile's where
     it sets lower ones."""
     why = []
@@ -165,7 +136,7 @@ def write_array(group: list[JobRequest], script_shape: tuple[str, ...]) -> Path:
 
 
 def submit_many(
-    backend: ArrayPlace, requests: list[JobRequest], profile=None, throttle: int | None = None
+    backend: SlurmJobs, requests: list[JobRequest], profile=None, throttle: int | None = None
 ) -> list[str | Exception]:
     """Each request's job id (`ARRAYID_TASK`, or a plain id for a shape of one run), or
     why not: WaitForSlots for runs beyond the limits (a later wave), SubmitError and
@@ -200,7 +171,7 @@ def submit_many(
 
 
 def _submit_chunk(
-    backend: ArrayPlace, group: list[JobRequest], script_shape: tuple[str, ...], limits: Limits
+    backend: SlurmJobs, group: list[JobRequest], script_shape: tuple[str, ...], limits: Limits
 ) -> list[str | Exception]:
     if len(group) == 1:
         try:
@@ -223,7 +194,7 @@ def _submit_chunk(
 
 
 def next_wave(
-    backend: ArrayPlace,
+    backend: SlurmJobs,
     store: Store,
     experiment: str | None = None,
     load_profile: Callable | None = None,

@@ -78,7 +78,7 @@ class SlurmCLI(SlurmJobs):
     def submitted(self, job_id: str) -> None:
         self.watcher.submitted(job_id)
 
-    # --- what job arrays ask of the place (arrays.ArrayPlace) ------------------------
+    # --- what arrays and tags ask of Slurm (SlurmJobs' abstract methods) ----------------
 
     def site_max_array_size(self) -> int | None:
         res = self.runner(["scontrol", "show", "config"])

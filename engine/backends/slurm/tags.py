@@ -14,7 +14,7 @@ NONCE new for each submission), and:
   submitted again, and a live job of it is adopted (`orphans`).
 
 Both ways of reaching Slurm (its commands, pyslurm) share this; each only lists the user's
-jobs with their comments (TaggedPlace.tagged_jobs). A job that finished and left the
+jobs with their comments (SlurmJobs.tagged_jobs). A job that finished and left the
 controller's memory (MinJobAge, 300 s by default) before the next `run` is not found: its
 run is submitted again, as before.
 """
@@ -26,10 +26,13 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from ...errors import ControllerUnreachable
 from ...runs import TERMINAL
+
+if TYPE_CHECKING:
+    from .jobs import SlurmJobs  # the backends tags serve (it imports this module)
 
 PREFIX = "dlscale"
 ARRAY = "array-"
@@ -43,18 +46,6 @@ class Tagged:
     job_id: str
     state: str
     comment: str
-
-
-class TaggedPlace(Protocol):
-    retries: int  # submission tries
-
-    @property
-    def sleep(self) -> Callable[[float], None]: ...
-
-    def tagged_jobs(self) -> list[Tagged]:
-        """The user's jobs the controller still knows, with their comments, in one query.
-        Raises ControllerUnreachable."""
-        ...
 
 
 def home_tag(home: Path) -> str:
@@ -85,7 +76,7 @@ def parse(comment: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
-def submit_tagged(place: TaggedPlace, send: Callable[[str], str], tag: str) -> str:
+def submit_tagged(place: SlurmJobs, send: Callable[[str], str], tag: str) -> str:
     """send(tag) until Slurm answers: its job id. `send` makes one try and raises
     ControllerUnreachable when the answer was lost (a transient error), SubmitError when
     Slurm refused. Before each retry the queue is asked for `tag`: a job that carries it
@@ -112,12 +103,12 @@ def submit_tagged(place: TaggedPlace, send: Callable[[str], str], tag: str) -> s
     raise AssertionError("not reached")  # retries >= 1
 
 
-def find(place: TaggedPlace, tag: str) -> str | None:
+def find(place: SlurmJobs, tag: str) -> str | None:
     """The job carrying exactly this token, if the controller knows one."""
     return next((j.job_id for j in place.tagged_jobs() if j.comment.strip() == tag), None)
 
 
-def orphans(place: TaggedPlace, home: Path, run_ids: list[str]) -> dict[str, str]:
+def orphans(place: SlurmJobs, home: Path, run_ids: list[str]) -> dict[str, str]:
     """The live jobs of these runs that a submission from this home made (their tokens
     say so), by run id: a plain job's id, or `ARRAYID_TASK` for an array task (the array's
     runs.tsv says which task is which run). One query to the controller. Raises
