@@ -1,15 +1,18 @@
 """The PyTorch trainer on one GPU against a hand-written loop with identical settings.
 
-ResNet-50 on synthetic ImageNet, batch 256, channels_last, bf16 (the DeepLearningExamples
-recipe): the trainer and benchmarks/hand_loop.py alternate in one invocation, each in a fresh
-process, so drift hits both alike; then the trainer in fp16 and with torch.compile. With
---cifar, ResNet-44 (the CCGRID 2020 model) at batch 128/256/512, where per-step overheads
-show. Prints images/s and the ratios and appends them, with the GPU's name, driver, torch and
-CUDA versions, to benchmarks/results.jsonl.
+ResNet-50 on synthetic ImageNet, batch 256, channels_last (the DeepLearningExamples recipe),
+in each of --precisions (default bf16, tf32, fp32): the trainer and benchmarks/hand_loop.py
+alternate in one invocation, each in a fresh process, so drift hits both alike. --variants
+adds the trainer in fp16 and bf16 with torch.compile. With --cifar, ResNet-44 (the CCGRID
+2020 model) in bf16 at batch 128/256/512, where per-step overheads show. Prints images/s and
+the ratios and appends them, with the GPU's name, driver, torch and CUDA versions, to
+benchmarks/results.jsonl.
 
-    python benchmarks/gpu.py [--rounds 3] [--steps 100] [--cifar]
+    python benchmarks/gpu.py [--rounds 3] [--steps 100] [--precisions bf16,tf32,fp32]
+                             [--variants] [--cifar] [--cifar-rounds N]
 
-Targets (issue 13): trainer / hand loop >= 0.97; >= 3,000 images/s in bf16 on one H100.
+Targets (issues 13, 28): trainer / hand loop >= 0.97 in every precision; >= 3,000 images/s
+in bf16 on one H100.
 Without a CUDA device it says so and measures nothing.
 """
 
@@ -126,12 +129,14 @@ def hand(model: str, dataset: str, batch: int, steps: int, warmup: int, precisio
     return float(out.strip().splitlines()[-1])
 
 
-def compare(model: str, dataset: str, batch: int, a, label: str) -> dict:
-    """Trainer against hand loop, alternating, bf16; ratios taken within each round."""
+def compare(
+    model: str, dataset: str, batch: int, a, label: str, precision: str, rounds: int
+) -> dict:
+    """Trainer against hand loop, alternating; ratios taken within each round."""
     hands, trainers, ratios = [], [], []
-    for r in range(a.rounds):
-        hands.append(hand(model, dataset, batch, a.steps, a.warmup, "bf16"))
-        s = trainer(model, dataset, batch, a.steps, a.warmup, "bf16")
+    for r in range(rounds):
+        hands.append(hand(model, dataset, batch, a.steps, a.warmup, precision))
+        s = trainer(model, dataset, batch, a.steps, a.warmup, precision)
         trainers.append(s["throughput"])
         ratios.append(trainers[-1] / hands[-1])
         print(
@@ -143,6 +148,8 @@ def compare(model: str, dataset: str, batch: int, a, label: str) -> dict:
         "model": model,
         "dataset": dataset,
         "batch": batch,
+        "precision": precision,
+        "compute_dtype": s.get("compute_dtype"),
         "hand": hands,
         "trainer": trainers,
         "trainer_over_hand": statistics.median(ratios),
@@ -155,7 +162,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--precisions", default="bf16,tf32,fp32", help="comma-separated")
+    ap.add_argument("--variants", action="store_true", help="also fp16, and bf16 compiled")
     ap.add_argument("--cifar", action="store_true", help="also ResNet-44 at 128/256/512")
+    ap.add_argument("--cifar-rounds", type=int, default=None, help="default: --rounds")
     a = ap.parse_args()
     import torch
 
@@ -169,9 +179,15 @@ def main() -> None:
         flush=True,
     )
     med = statistics.median
-    main_cmp = compare("resnet50", "synthetic-imagenet", a.batch, a, "resnet50 bf16")
+    precisions = [p for p in a.precisions.split(",") if p]
+    resnet50 = {
+        p: compare("resnet50", "synthetic-imagenet", a.batch, a, f"resnet50 {p}", p, a.rounds)
+        for p in precisions
+    }
     variants = {}
     for name, precision, comp in (("fp16", "fp16", False), ("bf16+compile", "bf16", True)):
+        if not a.variants:
+            break
         runs = [
             trainer("resnet50", "synthetic-imagenet", a.batch, a.steps, a.warmup, precision, comp)[
                 "throughput"
@@ -182,21 +198,25 @@ def main() -> None:
         print(
             f"resnet50 trainer {name}: {med(runs):8.1f} images/s (median of {a.rounds})", flush=True
         )
+    cifar_rounds = a.cifar_rounds or a.rounds
     cifar = (
-        [compare("resnet44", "synthetic-cifar", b, a, f"resnet44 b{b}") for b in (128, 256, 512)]
+        [
+            compare("resnet44", "synthetic-cifar", b, a, f"resnet44 b{b}", "bf16", cifar_rounds)
+            for b in (128, 256, 512)
+        ]
         if a.cifar
         else []
     )
-    bf16 = med(main_cmp["trainer"])
     print(
         f"\nresnet50, synthetic ImageNet, batch {a.batch}, channels_last, {a.steps} timed "
-        f"steps, {a.rounds} rounds"
+        f"steps, {a.rounds} rounds (target: trainer/hand >= 0.97; bf16 >= 3000 images/s)"
     )
-    print(f"hand loop bf16     {med(main_cmp['hand']):8.1f} images/s")
-    print(
-        f"trainer bf16       {bf16:8.1f} images/s   trainer/hand = "
-        f"{main_cmp['trainer_over_hand']:.3f} (target >= 0.97); target >= 3000 images/s"
-    )
+    for p, c in resnet50.items():
+        print(
+            f"resnet50 {p:<5} hand {med(c['hand']):8.1f}  trainer {med(c['trainer']):8.1f} "
+            f"images/s  trainer/hand {c['trainer_over_hand']:.3f}  (computed in "
+            f"{c['compute_dtype']})"
+        )
     for name, runs in variants.items():
         print(f"trainer {name:<11}{med(runs):8.1f} images/s")
     for c in cifar:
@@ -211,7 +231,8 @@ def main() -> None:
         "rounds": a.rounds,
         "steps": a.steps,
         "warmup": a.warmup,
-        "resnet50": main_cmp,
+        "batch": a.batch,
+        "resnet50": resnet50,
         "variants": variants,
         "cifar": cifar,
     }

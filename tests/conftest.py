@@ -69,6 +69,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
         if group or item.get_closest_marker("slow") or "/tests/gpu/" in str(item.fspath):
             item.add_marker(pytest.mark.framework)
+        if "env_home" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.envs)
     gpu = [item for item in items if "/tests/gpu/" in str(item.fspath).replace("\\", "/")]
     why = _no_cuda() if gpu else None
     for item in gpu:

@@ -183,3 +183,35 @@ def test_a_real_run_without_counters_says_why(tmp_path):
     env, summary = run_trainer(tmp_path, tmp_path / "nothing-here")
     assert env["energy_source"] is None and "nothing-here" in env["energy_unavailable"]
     assert summary["energy_j"] is None and summary["energy_per_image_j"] is None
+
+
+class FakeNvml:
+    """pynvml's calls the meter makes, on a GPU that is always 75% busy and draws 1 J per
+    read of its counter."""
+
+    def __init__(self):
+        self.mj = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        self.mj += 1000
+        return self.mj
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Rates", (), {"gpu": 75})()
+
+
+def test_a_segment_shorter_than_the_sampling_period_still_has_its_utilisation(monkeypatch):
+    # On an H100 twenty small steps end before the first 0.2 s sample: the H100 proof found
+    # device_util None beside a measured energy.
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    meter = Meter(gpu=type("Gpu", (), {"index": 0})(), every_s=60)
+    assert meter.source == "nvml", meter.unavailable
+    meter.resume()
+    r = meter.reading()
+    assert r.energy_j == pytest.approx(1.0) and r.util == pytest.approx(0.75)

@@ -77,6 +77,8 @@ def _one_rank_torch(tmp_path, precision):
             "-m",
             "dlscale.trainers.torch_ddp",
             *SMALL,
+            "--device",
+            "cpu",  # auto means fp32 on a CPU; a GPU machine would run bf16
             "--precision",
             precision,
             "--output",

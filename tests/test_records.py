@@ -137,3 +137,14 @@ def test_parse_checks_field_types(kind, field, value, message):
 )
 def test_parse_accepts_what_trainers_write(kind, over):
     assert parse_record(_record(kind, **over))["kind"] == kind
+
+
+def test_versions_a_library_gives_as_numbers_are_written_as_text(tmp_path, monkeypatch):
+    # torch.backends.cudnn.version() is 91900, an int: the H100 proof's store skipped every
+    # GPU run's env record for it. Both writers of env records turn versions into text.
+    from dlscale.trainers.report import Reporter
+
+    monkeypatch.setenv("DLSCALE_METRICS", str(tmp_path / "m.jsonl"))
+    Reporter().start(framework_versions={"torch": "2.11.0", "cudnn": 91900, "nccl": None})
+    env = [parse_record(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()][1]
+    assert env["framework_versions"] == {"torch": "2.11.0", "cudnn": "91900", "nccl": None}

@@ -25,7 +25,7 @@ import os
 import socket
 from typing import Any
 
-from .common.records import RecordWriter
+from .common.records import RecordWriter, version_names
 
 RUN_VAR = "DLSCALE_RUN"  # the run's facts as JSON: what its params record holds
 METRICS_VAR = "DLSCALE_METRICS"  # the records' file
@@ -72,7 +72,7 @@ class Reporter:
         self._writer.write("params", **fields)
         self._writer.write(
             "env",
-            framework_versions=framework_versions or {},
+            framework_versions=version_names(framework_versions or {}),
             hostnames=hostnames or [socket.gethostname()],
             devices=devices or ["cpu"] * world,
             world_size=world,

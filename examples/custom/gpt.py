@@ -8,7 +8,7 @@ GPT-2 small is 12 layers, 12 heads, d_model 768, 1024 tokens of context and a 50
 vocabulary; the defaults here keep its shape (pre-norm blocks, causal attention, a 4x MLP,
 tied embeddings) at a size a CPU trains in seconds.
 
-    python gpt.py --steps 20 --per-device-batch 8 --seq-len 64
+    python gpt.py --steps 20 --per-device-batch 8 --seq-len 64 [--device cuda]
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", action="store_true", help="write dlscale's records too")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: a GPU per rank")
     return p.parse_args(argv)
 
 
@@ -78,10 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     world = int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
     rank = int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+    local = int(os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or 0)
+    device = torch.device("cuda", local) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if world > 1:  # MASTER_ADDR and MASTER_PORT come from the launcher or the job
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, rank=rank, world_size=world)
     torch.manual_seed(args.seed)
-    model = GPT(args.vocab, args.seq_len, args.layers, args.heads, args.d_model)
+    model = GPT(args.vocab, args.seq_len, args.layers, args.heads, args.d_model).to(device)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
@@ -94,20 +100,23 @@ def main(argv: list[str] | None = None) -> int:
 
         report = Reporter()
         report.start(
-            devices=["cpu"] * world,
+            devices=[torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"]
+            * world,
             framework_versions={"torch": torch.__version__},
             seq_len=args.seq_len,
         )
     timed, timed_s = 0, 0.0
     for step in range(1, args.steps + args.warmup_steps + 1):
         shape = (args.per_device_batch, args.seq_len + 1)
-        batch = torch.randint(0, args.vocab, shape, generator=gen)
+        batch = torch.randint(0, args.vocab, shape, generator=gen).to(device)
         start = time.perf_counter()
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the step's kernels ran, not only queued
         step_s = time.perf_counter() - start
         warmup = step <= args.warmup_steps
         if not warmup:

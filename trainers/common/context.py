@@ -21,7 +21,7 @@ from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
 from .loop import Loop, Recipe, write_summary
-from .records import RecordWriter
+from .records import RecordWriter, version_names
 from .schedule import LRPlan, scaled_lr
 
 
@@ -150,7 +150,7 @@ class Context:
         hosts = gather(node_name())
         self.writer.write(
             "env",
-            framework_versions={"python": sys.version.split()[0], **versions},
+            framework_versions=version_names({"python": sys.version.split()[0], **versions}),
             hostnames=hosts,
             devices=gather(device),
             world_size=self.world,

@@ -161,6 +161,9 @@ class Meter:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            # One sample at the segment's end too: a segment shorter than the sampling period
+            # (twenty small steps on an H100) would otherwise leave no utilisation at all.
+            self._watch_once()
         seconds = time.perf_counter() - t0
         self._seconds += seconds
         c1 = self._read()
@@ -173,12 +176,15 @@ class Meter:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.every_s):
-            try:
-                value = self._sample()
-            except Exception:  # a sample missed is not a run lost
-                continue
-            if value is not None:
-                self._util.append(value)
+            self._watch_once()
+
+    def _watch_once(self) -> None:
+        try:
+            value = self._sample()
+        except Exception:  # a sample missed is not a run lost
+            return
+        if value is not None:
+            self._util.append(value)
 
     def reading(self) -> Reading:
         self.pause()

@@ -170,6 +170,12 @@ def _fits(value: Any, kind: str) -> bool:
     return isinstance(value, {"text": str, "flag": bool, "list": list, "table": dict}[kind])
 
 
+def version_names(versions: dict[str, Any]) -> dict[str, str | None]:
+    """Versions as an env record holds them ("names": strings or nulls): a library that
+    reports an integer (cuDNN's 91900) is written as its text, not skipped by the store."""
+    return {k: None if v is None else str(v) for k, v in versions.items()}
+
+
 def nesting(value: Any) -> int:
     """How deeply lists and dicts nest in `value` (0 for a scalar), without recursion."""
     deepest, todo = 0, [(value, 1)]

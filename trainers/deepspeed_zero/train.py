@@ -36,6 +36,9 @@ PROG = "dlscale-deepspeed"
 class DeepSpeedZeRO(Distribution):
     framework = FRAMEWORK
     prog = PROG
+    # Its broadcast views each parameter as bytes, which a channels_last weight (stride(-1)
+    # != 1) refuses on the GPU; channels_last inputs still give NHWC convolutions.
+    channels_last_weights = False
 
     def add_args(self, parser) -> None:
         parser.add_argument(

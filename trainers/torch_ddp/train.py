@@ -46,6 +46,9 @@ class Distribution:
 
     framework = FRAMEWORK
     prog = PROG
+    # channels_last weights, not only inputs: a framework that views its flattened parameters
+    # as bytes (DeepSpeed) needs them contiguous, and cuDNN still runs NHWC from the inputs.
+    channels_last_weights = True
 
     def add_args(self, parser) -> None:
         """Flags of this framework alone (the shared ones are in common.args)."""

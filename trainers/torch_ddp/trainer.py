@@ -82,7 +82,7 @@ class Trainer:
         args, run = self.args, self.run
         torch.manual_seed(args.seed)
         self.model = build(args.model, self.classes).to(run.device)
-        if run.channels_last:
+        if run.channels_last and self.strategy.channels_last_weights:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.math_modes = set_math_modes(run.precision) if self.cuda else {}
         # Fused SGD: one kernel for every parameter's update on the GPU (DeepLearningExamples).
@@ -111,6 +111,7 @@ class Trainer:
             parameters=parameter_count(self.model),
             precision=run.precision,
             channels_last=run.channels_last,
+            channels_last_weights=run.channels_last and self.strategy.channels_last_weights,
             total_steps=self.recipe.total_steps,
             steps_per_epoch=self.steps_per_epoch,
             lr_scaled=self.recipe.plan.scaled_lr,
