@@ -237,3 +237,16 @@ def test_no_module_is_over_600_lines():
         if (n := len(p.read_text().splitlines())) > 600
     }
     assert long == {}
+
+
+def test_a_submission_goes_down_from_the_backend_and_never_back_up():
+    """arrays (shapes, limits, the array script) and tags (tokens, reading the queue's list)
+    only compute: they import no backend, not even for annotations (base's value types,
+    JobRequest and NotYet, are no backend), so a submission's path from the backend through
+    them to sbatch never calls back into the backend."""
+    slurm = REPO / "engine" / "backends" / "slurm"
+    backends = ("slurm.jobs", "slurm.commands", "slurm.pyslurm", "registry", "backends.local")
+    for leaf in ("arrays.py", "tags.py"):
+        names = {name for path, name in imported_modules(slurm) if path.endswith(f"/{leaf}")}
+        looked_back = sorted(n for n in names if any(b in n for b in backends))
+        assert looked_back == [], f"{leaf} imports {looked_back}"

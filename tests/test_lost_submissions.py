@@ -231,13 +231,8 @@ def test_only_this_homes_live_tagged_jobs_are_adopted(tmp_path):
         ]
     )
 
-    class Place:
-        retries, sleep = 1, None
-
-        def tagged_jobs(self):
-            return [slurm_tags.Tagged(*row) for row in parse_tagged(squeue)]
-
-    found = slurm_tags.orphans(Place(), home, ["r0", "r1", "r2", "r3", "r4", "r9"])
+    jobs = [slurm_tags.Tagged(*row) for row in parse_tagged(squeue)]
+    found = slurm_tags.orphans(jobs, home, ["r0", "r1", "r2", "r3", "r4", "r9"])
     assert found == {"r0": "10", "r1": "13_0", "r2": "13_1"}
-    assert slurm_tags.find(Place(), f"dlscale:{mine}:r0:aa") == "10"
-    assert slurm_tags.find(Place(), f"dlscale:{mine}:r0:zz") is None
+    assert slurm_tags.find(jobs, f"dlscale:{mine}:r0:aa") == "10"
+    assert slurm_tags.find(jobs, f"dlscale:{mine}:r0:zz") is None

@@ -73,7 +73,18 @@ class SlurmCLI(SlurmJobs):
             )
 
     def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
-        return self.sbatch([*(["--array", array] if array else []), str(script)], tag)
+        """`sbatch --parsable --comment=TAG [--array SPEC] SCRIPT`, once."""
+        args = [*(["--array", array] if array else []), str(script)]
+        res = self.runner(["sbatch", "--parsable", f"--comment={tag}", *args], env=clean_env())
+        if res.returncode != 0:
+            message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
+            if any(t in res.stderr for t in TRANSIENT):
+                raise ControllerUnreachable(f"sbatch: {message}")
+            raise SubmitError(message)
+        try:
+            return parse_sbatch(res.stdout)
+        except ParseError as exc:
+            raise SubmitError(str(exc)) from None
 
     def submitted(self, job_id: str) -> None:
         self.watcher.submitted(job_id)
@@ -112,24 +123,6 @@ class SlurmCLI(SlurmJobs):
         if res.returncode != 0:
             raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
         return [tags.Tagged(*row) for row in parse_tagged(res.stdout)]
-
-    def sbatch(self, args: list[str], tag: str) -> str:
-        """`sbatch --parsable --comment=TAG ARGS`; the job id, also where sbatch's answer
-        was lost and the job is found by its tag (tags). Raises SubmitError,
-        ControllerUnreachable."""
-        return tags.submit_tagged(self, lambda t: self._sbatch_once(args, t), tag)
-
-    def _sbatch_once(self, args: list[str], tag: str) -> str:
-        res = self.runner(["sbatch", "--parsable", f"--comment={tag}", *args], env=clean_env())
-        if res.returncode != 0:
-            message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
-            if any(t in res.stderr for t in TRANSIENT):
-                raise ControllerUnreachable(f"sbatch: {message}")
-            raise SubmitError(message)
-        try:
-            return parse_sbatch(res.stdout)
-        except ParseError as exc:
-            raise SubmitError(str(exc)) from None
 
 
 def user_jobs(runner: Runner, fmt: str) -> CommandResult:

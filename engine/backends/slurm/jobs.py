@@ -3,8 +3,10 @@ where runs go (the cluster profile, its partition), how their watcher starts and
 paced, and the jobs themselves: a run's job is a batch script rendered into its folder,
 with the spec and the cluster profile beside it, checked by bash before Slurm sees it;
 repeating a run submits that script again. Submitting goes the same way for both, tagged
-(tags) and in job arrays (arrays); each backend says only how one script reaches Slurm
-(`submit_script`) and how its watcher learns of a new job (`submitted`)."""
+(tags) and in job arrays (arrays); each backend says only how one script reaches Slurm in
+one try (`submit_script`), what Slurm says of limits and queues, and how its watcher learns
+of a new job (`submitted`). The loops live here: arrays and tags only compute (shapes,
+limits, tokens), so a submission goes down from here and never calls back up."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import PlanError, UserError
+from ...errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
 from ...paths import RunPaths
-from ...runs import RunRow
+from ...runs import RunRow, State
 from ..base import Backend, JobRequest
 from . import arrays, tags
 
@@ -55,8 +57,9 @@ class SlurmJobs(Backend):
 
     @abc.abstractmethod
     def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
-        """Submit one job script (as a job array of `array`, e.g. "0-9%2", if given) with
-        `tag` in its comment; the job id. Raises SubmitError, ControllerUnreachable."""
+        """One try at submitting a job script (as a job array of `array`, e.g. "0-9%2", if
+        given) with `tag` in its comment; the job id. Raises SubmitError where Slurm
+        refused, ControllerUnreachable where its answer was lost (submit_tagged retries)."""
 
     @abc.abstractmethod
     def submitted(self, job_id: str) -> None:
@@ -84,29 +87,158 @@ class SlurmJobs(Backend):
 
     def submit(self, request: JobRequest) -> str:
         tag = tags.token(tags.home_of(request.run_dir), request.run_id)
-        job_id = self.submit_script(RunPaths(request.run_dir).job_script, tag)
+        job_id = self.submit_tagged(RunPaths(request.run_dir).job_script, tag)
         self.submitted(job_id)
         return job_id
 
     def submit_array(self, script: Path, spec: str) -> str:
-        return self.submit_script(script, tags.array_token(script), array=spec)
+        return self.submit_tagged(script, tags.array_token(script), array=spec)
+
+    def submit_tagged(self, script: Path, tag: str, array: str | None = None) -> str:
+        """submit_script until Slurm answers: the job id. Before each retry the queue is
+        asked for `tag`: a job that carries it was made by the try whose answer was lost,
+        and is the answer. Raises SubmitError, ControllerUnreachable."""
+        delay = 1.0
+        for attempt in range(self.retries):
+            try:
+                return self.submit_script(script, tag, array)
+            except ControllerUnreachable as lost:
+                try:
+                    found = tags.find(self.tagged_jobs(), tag)
+                except ControllerUnreachable as exc:
+                    raise ControllerUnreachable(
+                        f"{lost}; whether Slurm made the job is unknown (the queue does not "
+                        f"answer either: {exc}), so it is not retried: the next `dlscale run` "
+                        "looks for it first"
+                    ) from None
+                if found is not None:
+                    return found
+                if attempt == self.retries - 1:
+                    raise
+                self.sleep(delay)
+                delay *= 2
+        raise AssertionError("not reached")  # retries >= 1
 
     def submit_many(self, requests: list[JobRequest]) -> list[str | Exception]:
         """Runs of one job shape as one job array, within the site's limits; the rest
-        WAITING for a later wave (arrays)."""
+        WAITING for a later wave (arrays): each request's job id (`ARRAYID_TASK`, or a
+        plain id for a shape of one run), or why not."""
         if not requests or (self.profile is not None and not self.profile.profile.arrays):
             return super().submit_many(requests)
-        return arrays.submit_many(self, requests, self.profile, self.throttle)
+        return self._submit_arrays(requests, self.profile, self.throttle)
+
+    def _submit_arrays(
+        self, requests: list[JobRequest], profile, throttle: int | None
+    ) -> list[str | Exception]:
+        out: list[str | Exception | None] = [None] * len(requests)
+        limits = self.limits or arrays.site_limits(
+            self.site_max_array_size(), self.site_max_submit_jobs(), profile, throttle
+        )
+        self.limits = limits  # the site's answers hold for a study's waves
+        room = None if limits.jobs is None else max(0, limits.jobs - self.queued_tasks())
+        for script_shape, members in arrays.groups(requests).items():
+            while members:
+                take = arrays.take(limits, room)
+                if take <= 0:
+                    for i in members:
+                        out[i] = arrays.WaitForSlots(f"{arrays.WAITING_REASON} ({limits.why})")
+                    break
+                chunk, members = members[:take], members[take:]
+                ids = self._submit_chunk([requests[i] for i in chunk], script_shape, limits)
+                for i, job in zip(chunk, ids):
+                    out[i] = job
+                if room is not None:  # only what Slurm took fills the queue
+                    room -= sum(1 for j in ids if isinstance(j, str))
+                if any(isinstance(j, ControllerUnreachable) for j in ids):
+                    for i, o in enumerate(out):
+                        if o is None:
+                            out[i] = ids[0]
+                    return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]
+
+    def _submit_chunk(
+        self, group: list[JobRequest], script_shape: tuple[str, ...], limits: arrays.Limits
+    ) -> list[str | Exception]:
+        if len(group) == 1:
+            try:
+                return [self.submit(group[0])]
+            except (SubmitError, ControllerUnreachable) as exc:
+                return [exc]
+        try:
+            script = arrays.write_array(group, script_shape)
+        except (OSError, SubmitError) as exc:
+            return [SubmitError(f"job array: {exc}")] * len(group)
+        try:
+            array_id = self.submit_array(script, arrays.array_spec(len(group), limits))
+        except (SubmitError, ControllerUnreachable) as exc:
+            return [exc] * len(group)
+        ids: list[str | Exception] = [f"{array_id}_{i}" for i in range(len(group))]
+        for i in range(len(group)):
+            self.submitted(f"{array_id}_{i}")
+        return ids
 
     def next_wave(self, store: Store, experiment: str | None = None) -> int:
+        """Submit the WAITING runs the queue has room for now; returns how many went. Their
+        job scripts were written when they were planned; the limits and throttle come from
+        the profile and spec kept in their folders."""
         # at most one try every few seconds: each asks the controller for the queue
         if time.monotonic() - self._last_wave < self.wave_every:
             return 0
         self._last_wave = time.monotonic()
-        return arrays.next_wave(self, store, experiment)
+        waiting = store.runs(experiment, states=(State.WAITING,))
+        if not waiting:
+            return 0
+        from ...config.profile import load_profile
+        from ...config.spec import load_spec
+
+        first = RunPaths.of(waiting[0])
+        profile = load_profile(first.profile) if first.profile.exists() else self.profile
+        throttle = None
+        try:
+            throttle = load_spec(first.spec).spec.experiment.max_concurrent
+        except (DlscaleError, OSError):
+            pass
+        claimed, requests = [], []
+        for r in waiting:
+            row = store.claims.take(r["run_id"])
+            if row is None:
+                continue
+            # a wave is the same attempt as the submission that left the run waiting
+            store.update_run(row["run_id"], attempts=max(1, row["attempts"] - 1))
+            claimed.append(row)
+            paths = RunPaths.of(row)
+            requests.append(
+                JobRequest(row["run_id"], paths.root, ["sbatch", str(paths.job_script)])
+            )
+        if not claimed:
+            return 0
+        try:
+            outcomes = self._submit_arrays(requests, profile, throttle)
+        except BaseException:
+            for row in claimed:
+                store.claims.release(
+                    row["run_id"], State.WAITING, f"{arrays.WAITING_REASON} (the wave failed)"
+                )
+            raise
+        went = 0
+        for row, request, outcome in zip(claimed, requests, outcomes):
+            if isinstance(outcome, arrays.WaitForSlots):
+                store.claims.release(row["run_id"], State.WAITING, str(outcome))
+            elif isinstance(outcome, Exception):
+                store.claims.release(
+                    row["run_id"],
+                    State.FAILED if isinstance(outcome, SubmitError) else State.WAITING,
+                    f"not submitted: {outcome}",
+                )
+            else:
+                store.jobs.add(
+                    self.name, outcome, row["run_id"], State.PENDING, self.payload(request)
+                )
+                went += 1
+        return went
 
     def orphans(self, home: Path, run_ids: list[str]) -> dict[str, str]:
-        return tags.orphans(self, home, run_ids)
+        return tags.orphans(self.tagged_jobs(), home, run_ids)
 
     def first_accounting(self, given: bool | None) -> bool | None:
         """What the watcher knows of accounting at the start: the caller's word, else the

@@ -8,13 +8,14 @@ a short hash of the store's folder, WHAT the run id or `array-FOLDER` for a job 
 NONCE new for each submission), and:
 
 - a submission whose answer was lost asks the queue for its token before trying again,
-  and takes the job it finds (`submit_tagged`); where the queue cannot be asked either, it
+  and takes the job it finds (SlurmJobs.submit_tagged); where the queue cannot be asked either, it
   is not retried (the run is left PLANNED saying so, and the next `run` looks first);
 - a run whose earlier submission was interrupted is looked for in the queue before it is
   submitted again, and a live job of it is adopted (`orphans`).
 
 Both ways of reaching Slurm (its commands, pyslurm) share this; each only lists the user's
-jobs with their comments (SlurmJobs.tagged_jobs). A job that finished and left the
+jobs with their comments (SlurmJobs.tagged_jobs), and this module reads such lists: it asks
+Slurm nothing itself. A job that finished and left the
 controller's memory (MinJobAge, 300 s by default) before the next `run` is not found: its
 run is submitted again, as before.
 """
@@ -23,16 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ...errors import ControllerUnreachable
 from ...runs import TERMINAL
-
-if TYPE_CHECKING:
-    from .jobs import SlurmJobs  # the backends tags serve (it imports this module)
 
 PREFIX = "dlscale"
 ARRAY = "array-"
@@ -76,46 +71,18 @@ def parse(comment: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
-def submit_tagged(place: SlurmJobs, send: Callable[[str], str], tag: str) -> str:
-    """send(tag) until Slurm answers: its job id. `send` makes one try and raises
-    ControllerUnreachable when the answer was lost (a transient error), SubmitError when
-    Slurm refused. Before each retry the queue is asked for `tag`: a job that carries it
-    was made by the try whose answer was lost, and is the answer."""
-    delay = 1.0
-    for attempt in range(place.retries):
-        try:
-            return send(tag)
-        except ControllerUnreachable as lost:
-            try:
-                found = find(place, tag)
-            except ControllerUnreachable as exc:
-                raise ControllerUnreachable(
-                    f"{lost}; whether Slurm made the job is unknown (the queue does not "
-                    f"answer either: {exc}), so it is not retried: the next `dlscale run` "
-                    "looks for it first"
-                ) from None
-            if found is not None:
-                return found
-            if attempt == place.retries - 1:
-                raise
-            place.sleep(delay)
-            delay *= 2
-    raise AssertionError("not reached")  # retries >= 1
+def find(jobs: list[Tagged], tag: str) -> str | None:
+    """The job carrying exactly this token, among the controller's."""
+    return next((j.job_id for j in jobs if j.comment.strip() == tag), None)
 
 
-def find(place: SlurmJobs, tag: str) -> str | None:
-    """The job carrying exactly this token, if the controller knows one."""
-    return next((j.job_id for j in place.tagged_jobs() if j.comment.strip() == tag), None)
-
-
-def orphans(place: SlurmJobs, home: Path, run_ids: list[str]) -> dict[str, str]:
-    """The live jobs of these runs that a submission from this home made (their tokens
-    say so), by run id: a plain job's id, or `ARRAYID_TASK` for an array task (the array's
-    runs.tsv says which task is which run). One query to the controller. Raises
-    ControllerUnreachable."""
+def orphans(jobs: list[Tagged], home: Path, run_ids: list[str]) -> dict[str, str]:
+    """The live jobs among the controller's `jobs` that a submission from this home made
+    for these runs (their tokens say so), by run id: a plain job's id, or `ARRAYID_TASK`
+    for an array task (the array's runs.tsv says which task is which run)."""
     wanted, mine = set(run_ids), home_tag(home)
     live: dict[str, tuple[str, str]] = {}  # job id -> (home, what), any record not finished
-    for job in place.tagged_jobs():
+    for job in jobs:
         tag = parse(job.comment)
         if tag is not None and tag[0] == mine and job.state not in TERMINAL:
             live[job.job_id] = tag

@@ -84,9 +84,9 @@ class PyslurmBackend(SlurmJobs):
         return out
 
     def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
-        """The script submitted as sbatch would (its #SBATCH lines, sbatch's environment),
-        as a job array of `array` tasks if given, with the tag in its comment (tags: a lost
-        answer is looked for, not retried blindly). The job id."""
+        """The script submitted once, as sbatch would (its #SBATCH lines, sbatch's
+        environment), as a job array of `array` tasks if given, with the tag in its comment
+        (SlurmJobs.submit_tagged looks for a lost answer's job by it). The job id."""
         try:
             text = script.read_text()
             options = job_description(text, str(script))
@@ -105,19 +105,16 @@ class PyslurmBackend(SlurmJobs):
             options["array"] = array
         options.pop("comment", None)  # the tag's place (sbatch_extra may not set one)
 
-        def send(tag: str) -> str:
-            try:
-                desc = self.controller.api.JobSubmitDescription(
-                    script=text, environment=env, **options, comment=tag
-                )
-            except (AttributeError, TypeError, ValueError) as exc:
-                raise SubmitError(f"{script}: {exc}") from None
-            try:
-                return str(self.controller.call("submit", desc.submit, tries=1))
-            except ValueError as exc:  # pyslurm's own checks of the description
-                raise SubmitError(f"{script}: {exc}") from None
-
-        return tags.submit_tagged(self, send, tag)
+        try:
+            desc = self.controller.api.JobSubmitDescription(
+                script=text, environment=env, **options, comment=tag
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise SubmitError(f"{script}: {exc}") from None
+        try:
+            return str(self.controller.call("submit", desc.submit, tries=1))
+        except ValueError as exc:  # pyslurm's own checks of the description
+            raise SubmitError(f"{script}: {exc}") from None
 
 
 def _umask() -> int:
