@@ -194,13 +194,14 @@ async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
         assert "speedup (vs best 1-device run)" in text and "ideal" in text
         assert "baseline of quickstart resnet20: best 1-device point pytorch-ddp 1x1" in text
         await pilot.press("m")
-        await pilot.pause(0.3)
-        assert "scaling efficiency" in screen_text(app)
+        await until(pilot, lambda: "scaling efficiency" in screen_text(app), 10, "the chart")
         await pilot.press("m", "m")
-        await pilot.pause(0.3)
         # Results exist, without this metric: the chart says why, not that none exist.
-        assert "time-to-accuracy (s): no run evaluated to a target" in screen_text(app), (
-            screen_text(app)
+        await until(
+            pilot,
+            lambda: "time-to-accuracy (s): no run evaluated to a target" in screen_text(app),
+            10,
+            "the chart's reason",
         )
         # w writes the report of the study shown, as `dlscale report` would.
         monkeypatch.chdir(home)
@@ -242,13 +243,19 @@ async def test_log_tail_follows_pauses_and_searches(home):
         assert "held while paused" not in "\n".join(tail.query_one(LogView).lines)
         await pilot.press("p")
         assert "held while paused" in tail.query_one(LogView).lines[-1]
+
+        def status() -> str:
+            return str(tail.query_one("#log-status", Static).render())
+
         await pilot.press("slash", *"images_per_s", "enter")
-        await pilot.pause(0.3)
-        status = str(tail.query_one("#log-status", Static).render())
-        assert status.startswith("match 1/") or "not found" in status
+        await until(
+            pilot,
+            lambda: status().startswith("match 1/") or "not found" in status(),
+            10,
+            "the search's answer",
+        )
         await pilot.press("slash", *"no such text anywhere", "enter")
-        await pilot.pause(0.3)
-        assert "not found" in str(tail.query_one("#log-status", Static).render())
+        await until(pilot, lambda: "not found" in status(), 10, "not found")
 
 
 @contextlib.asynccontextmanager
@@ -345,8 +352,12 @@ async def test_a_job_that_vanishes_from_the_queue_is_shown(home):
             30,
             "the vanished reason",
         )
-        await pilot.pause(0.3)
-        assert "the scheduler no longer knows this job" in screen_text(app), screen_text(app)
+        await until(
+            pilot,
+            lambda: "the scheduler no longer knows this job" in screen_text(app),
+            10,
+            "the vanished reason on screen",
+        )
         assert app.snapshot.counts.get("PENDING") == 1
         assert not app.warning
 

@@ -103,9 +103,13 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         (row,) = app.snapshot.rows
         assert row.state == "PLANNED" and row.reason.startswith("not submitted: ")
         assert why in row.reason
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert "PLANNED" in text and "not submitted" in text and "no runs yet" not in text
+        await until(
+            pilot,
+            lambda: "PLANNED" in screen_text(app) and "not submitted" in screen_text(app),
+            10,
+            "the planned run on screen",
+        )
+        assert "no runs yet" not in screen_text(app)
         # Fixed, a second ctrl+r on the Build screen submits it.
         if failure == "folder in the way":
             in_the_way.unlink()
@@ -208,9 +212,9 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
             30,
             "results rows",
         )
-        await pilot.pause(0.5)
-        text = screen_text(app)
-        assert "speedup (vs best 1-device run)" in text
+        await until(
+            pilot, lambda: "speedup (vs best 1-device run)" in screen_text(app), 10, "the chart"
+        )
         shown = str(app.screen.query_one("#baselines").render())
         for run_id in expect:
             assert f"run {run_id}: metrics.jsonl line" in shown
