@@ -6,6 +6,17 @@ is allowed. Other `DlscaleError`s are failures of the world (exit status 1).
 
 from __future__ import annotations
 
+# A list of problems shows this many, then "and N more": a spec with 2,000 bad scales is
+# one screen, not 2,000 lines.
+SHOWN_PROBLEMS = 12
+
+
+def capped(lines: list[str], most: int = SHOWN_PROBLEMS, what: str = "problem(s)") -> list[str]:
+    """The first `most` lines, and one saying how many more there are."""
+    if len(lines) <= most:
+        return list(lines)
+    return [*lines[:most], f"and {len(lines) - most} more {what}"]
+
 
 class DlscaleError(Exception):
     exit_code = 1
@@ -21,7 +32,11 @@ class SpecError(UserError):
     def __init__(self, path: str, problems: list[str]) -> None:
         self.path = path
         self.problems = problems
-        super().__init__("\n".join(problems))
+        super().__init__("\n".join(capped(problems)))
+
+    def shown(self) -> list[str]:
+        """The problems as a front end shows them: a few, then how many more."""
+        return capped(self.problems)
 
 
 class PlanError(UserError):

@@ -9,11 +9,13 @@ import functools
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import read_text
+from .errors import UserError
+from .files import read_json, read_text
 from .runs import CONFIGURATION, RunRow
 
 # The records' file name also names them in messages ("metrics.jsonl line 7 skipped").
@@ -93,6 +95,26 @@ class RunPaths:
         return (self.job_script, self.spec, self.profile)
 
 
+def own_folder(run_dir: Path) -> Path:
+    """A run's folder as the store made it: absent or a folder, never a link. A link (or a
+    file) where the home expects a run folder is refused, naming it (UserError, exit 2):
+    dlscale writes and removes nothing through it."""
+    try:
+        mode = os.lstat(run_dir).st_mode
+    except FileNotFoundError:
+        return run_dir
+    if stat.S_ISLNK(mode):
+        raise UserError(
+            f"{run_dir} is a link (to {os.readlink(run_dir)}) where the store expects a run's "
+            "folder; dlscale writes and removes nothing through it: move it away"
+        )
+    if not stat.S_ISDIR(mode):
+        raise UserError(
+            f"{run_dir} is not a folder, where the store expects a run's folder: move it away"
+        )
+    return run_dir
+
+
 @dataclass(frozen=True)
 class Layout:
     """What a run's folder is given before its job starts: its row as submitted (run.json,
@@ -115,8 +137,8 @@ def write_run_file(
         earlier = RunPaths(run_dir).attempt((row.get("attempts") or 1) - 1).record
         if earlier.is_file():
             try:
-                before = json.loads(read_text(earlier, follow=False))
-            except (OSError, ValueError, RecursionError):  # not the run's own: not trusted
+                before = read_json(earlier, follow=False)
+            except (OSError, ValueError):  # not the run's own: not trusted
                 before = {}
             if not isinstance(before, dict):
                 before = {}
@@ -130,7 +152,7 @@ def write_run_file(
 def lay_out(row: RunRow, backend: str, layout: Layout) -> None:
     """A run's folder made ready for its job: run.json and its spec (see write_run_file and
     shared_spec); before submission, or when the job starts (Backend.folders_at_start)."""
-    run_dir = Path(row["run_dir"])
+    run_dir = own_folder(Path(row["run_dir"]))
     run_dir.mkdir(parents=True, exist_ok=True)
     link_or_copy(Path(layout.spec_file), RunPaths(run_dir).spec)
     write_run_file(row, run_dir, backend, layout.spec_path, layout.spec_digest)

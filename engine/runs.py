@@ -90,6 +90,11 @@ class Configuration:
 
 # Asked once: dataclasses.fields() walks the class at every call.
 CONFIGURATION = tuple(f.name for f in fields(Configuration))
+# What a stored run's row may hold, wherever it is read from (a bundle being imported, a
+# run.json that `store rebuild` reads): one bound for both, so a run the one accepts the
+# other keeps.
+COUNT_MAX = 1 << 31
+TEXT_MAX = 200
 # The configuration's whole-number fields and names, with their SQLite column types (a
 # field's type is its annotation's text here, or the type itself without the __future__ import).
 COUNTS = tuple(f.name for f in fields(Configuration) if f.type in ("int", int))

@@ -26,6 +26,7 @@ from .errors import (
     StoreError,
     SubmitError,
     UserError,
+    capped,
 )
 from .launching import envs
 from .launching.plan import Plan, Run, plan
@@ -66,7 +67,7 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
     ]
     problems += backend.refusals(loaded, p.runs)
     if problems:
-        raise PlanError("\n".join(problems))
+        raise PlanError("\n".join(capped(problems)))
 
 
 @dataclass

@@ -4,7 +4,11 @@ A log line may hold escape sequences (`ESC ] 0 ; title BEL` sets the window's ti
 `ESC ] 52` the clipboard), a carriage return that overwrites what was shown, or bidi
 overrides that reorder it. `printable` turns every such character into its visible escape
 (`\\x1b`, `\\u202e`), so what is shown is what was written, and nothing acts on the
-terminal. The CLI and the TUI show job text only through it.
+terminal. A name that is not UTF-8 (Python holds its bytes as lone surrogates) is shown by
+its bytes (`\\xff`) instead of failing to print.
+
+This is the one home of that rule: the CLI's printer (engine/cli/console.py) passes every
+text it prints through it, and the TUI's widgets every text they show.
 """
 
 from __future__ import annotations
@@ -21,8 +25,18 @@ _UNSAFE = [
     *range(0x2066, 0x206A),
     0x2028,
     0x2029,
+    *range(0xD800, 0xE000),  # lone surrogates: a non-UTF-8 byte under surrogateescape
 ]
-_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSAFE}
+_ESCAPES = {
+    c: (
+        f"\\x{c:02x}"
+        if c < 0x100
+        else f"\\x{c - 0xDC00:02x}"
+        if 0xDC80 <= c < 0xDD00
+        else f"\\u{c:04x}"
+    )
+    for c in _UNSAFE
+}
 _ESCAPES_BUT_NEWLINE = {c: e for c, e in _ESCAPES.items() if c != 0x0A}
 
 
@@ -30,3 +44,13 @@ def printable(text: str, newlines: bool = False) -> str:
     """`text` with every control character (and bidi control) shown as its escape;
     newlines=True keeps line breaks (`\\n`) for text of several lines."""
     return text.translate(_ESCAPES_BUT_NEWLINE if newlines else _ESCAPES)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` came from UTF-8 bytes. One that did not (an argument, a file name)
+    holds lone surrogates, which SQLite and a UTF-8 terminal cannot take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import capped
 from ..runs import State
 from ..tracking import recovery
 from ..tracking.store import default_home
@@ -46,8 +47,9 @@ def rebuild(ctx: click.Context, force: bool) -> None:
             "from their params record under the experiment 'recovered': " + " ".join(done.guessed),
             soft_wrap=True,
         )
-    for problem in done.unreadable:
-        out.print(f"not recovered: {problem}", soft_wrap=True)
+    lost = capped([f"not recovered: {p}" for p in done.unreadable], what="folder(s)")
+    for line in lost + capped([f"note: {n}" for n in done.notes], what="note(s)"):
+        out.print(line, soft_wrap=True)
     if any(s in done.runs for s in (State.RUNNING, State.FAILED, State.PLANNED)):
         out.print(
             "`dlscale status` shows each run; runs that had not finished can be run "

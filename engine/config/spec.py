@@ -58,6 +58,43 @@ NODES = limit(StrictInt, "more nodes than any Slurm cluster has", ge=1, le=MAX_N
 RANKS_PER_NODE = limit(StrictInt, "more ranks than any node has GPUs or cores", ge=1, le=1024)
 MAX_BATCH = 65_536
 BATCH_WHY = "larger batches do not fit any device's memory"
+# The runs one spec may plan: ten times the largest study dlscale is measured at (10,000
+# runs plan in 0.04 s and render in 2 s, benchmarks/engine_scale.py). Counted from the
+# axes' lengths before anything is validated or built, so a spec of a million runs is one
+# line at once, not minutes and gigabytes later.
+MAX_RUNS = 100_000
+MAX_REPETITIONS = 100
+_AXES = (
+    "frameworks",
+    "models",
+    "datasets",
+    "scales",
+    "per_device_batch",
+    "global_batch",
+    "precisions",
+    "loaders",
+    "lr_schedules",
+)
+
+
+def matrix_size(experiment: dict[str, Any]) -> tuple[int, list[str]]:
+    """The runs an [experiment] table (as written, not yet validated) expands to, and
+    each axis's size in words: a list is as many values as it holds, anything else one."""
+    sizes = [(axis, experiment[axis]) for axis in _AXES if axis in experiment]
+    axes = experiment.get("axes")
+    if isinstance(axes, dict):
+        sizes += [(f"axes.{name}", values) for name, values in axes.items()]
+    total, words = 1, []
+    for axis, values in sizes:
+        n = len(values) if isinstance(values, list) else 1
+        total *= n
+        words.append(f"{n:,} {axis}")
+    reps = experiment.get("repetitions", 3)
+    # one out of its range is the field's own error, with its reason: counted as one here
+    fits = isinstance(reps, int) and not isinstance(reps, bool) and 1 <= reps <= MAX_REPETITIONS
+    reps = reps if fits else 1
+    words.append(f"{reps:,} repetitions")
+    return total * reps, words
 
 
 def _positive(batch: int) -> int:
@@ -196,7 +233,7 @@ class Experiment(StrictModel):
         StrictInt,
         "beyond 100 repetitions the 95% confidence interval narrows too little to pay for the runs",
         ge=1,
-        le=100,
+        le=MAX_REPETITIONS,
     ) = 3
     # A matrix axis: one set of runs per schedule (Aach et al. compared them at scale).
     # Absent, [training].lr_schedule holds for every run.
@@ -217,6 +254,18 @@ class Experiment(StrictModel):
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            total, words = matrix_size(data)
+            if total > MAX_RUNS:
+                raise ValueError(
+                    f"the matrix is {' x '.join(words)} = {total:,} runs, over the "
+                    f"{MAX_RUNS:,} one spec may plan; split the study into several specs"
+                )
+        return data
+
     @property
     def batches(self) -> list[int]:
         """The batch axis: per device (weak scaling) or global (strong); validation leaves
@@ -225,26 +274,17 @@ class Experiment(StrictModel):
         assert chosen is not None
         return list(chosen)
 
-    @field_validator(
-        "lr_schedules",
-        "frameworks",
-        "models",
-        "datasets",
-        "scales",
-        "per_device_batch",
-        "global_batch",
-        "precisions",
-        "loaders",
-    )
+    @field_validator(*_AXES)
     @classmethod
     def _distinct(cls, values: list[Any] | None) -> list[Any] | None:
         """Each value of an axis once: a repeated one ("1x1" and "01x1") would plan the
-        same runs twice."""
-        seen = []
+        same runs twice. (A set: an axis of 50,000 values is checked in linear time.)"""
+        seen: set[Any] = set()
         for v in values or []:
-            if v in seen:
+            key = (v.nodes, v.ranks_per_node) if isinstance(v, Scale) else v
+            if key in seen:
                 raise ValueError(f"{str(v)!r} is given twice (each value is one set of runs)")
-            seen.append(v)
+            seen.add(key)
         return values
 
     @field_validator("frameworks")

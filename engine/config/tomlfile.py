@@ -276,20 +276,30 @@ def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # no access, NUL...
         why = f"{p}: cannot read ({exc.__class__.__name__}: {exc})"
         raise SpecError(str(p), [why]) from None
+    return text, parse_toml_text(text, str(p))
+
+
+def parse_toml_text(text: str, where: str) -> dict[str, Any]:
+    """TOML text (of the file or the member named `where`) parsed within the same bounds
+    as a file: at most files.TEXT_LIMIT, nested at most TOML_DEPTH; SpecError otherwise.
+    A spec carried in a bundle is held to them too, so a run imported is a run that
+    `store rebuild` can read back."""
+    if len(text) > TEXT_LIMIT:
+        raise SpecError(where, [f"{where}: larger than {TEXT_LIMIT >> 20} MiB"])
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        where = f"{p}:{m[1]}:{m[2]}" if m else str(p)
+        at = f"{where}:{m[1]}:{m[2]}" if m else where
         reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise SpecError(str(p), [f"{where}: invalid TOML: {reason}"]) from None
+        raise SpecError(where, [f"{at}: invalid TOML: {reason}"]) from None
     except RecursionError:  # tomllib recurses per level of nesting
         data = None
     if data is None or depth(data) > TOML_DEPTH:
         raise SpecError(
-            str(p), [f"{p}: invalid TOML: arrays or tables nested over {TOML_DEPTH} deep"]
+            where, [f"{where}: invalid TOML: arrays or tables nested over {TOML_DEPTH} deep"]
         )
-    return text, data
+    return data
 
 
 ALLOWED = f"a regular file of at most {TEXT_LIMIT >> 20} MiB"

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import DlscaleError
-from ..files import read_text
+from ..files import read_json
 
 REGISTRY = "envs.json"
 
@@ -48,7 +48,7 @@ def _registry_path(home: Path) -> Path:
 def registered(home: Path) -> dict[str, dict]:
     path = _registry_path(home)
     try:
-        data = json.loads(read_text(path))
+        data = read_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, RecursionError) as exc:  # a FIFO, too large, not JSON

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import re
 import tarfile
 import zlib
@@ -33,8 +32,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from ...trainers.common.records import RecordError, parse_record
-from ..errors import UserError
-from ..runs import TERMINAL
+from ..config.tomlfile import parse_toml_text
+from ..errors import SpecError, UserError, capped
+from ..files import NotRegularFile, load_json, open_regular
+from ..runs import COUNT_MAX, TERMINAL, TEXT_MAX
 
 FORMAT = "dlscale-bundle"
 FORMAT_VERSION = 1
@@ -50,9 +51,8 @@ LOG_TAIL_BYTES = 32 * 1024
 _HEADER_ROOM = 64 << 20  # tar headers and padding beside the members' own bytes
 SITE_RULE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _RUN_MEMBER = re.compile(r"runs/([0-9a-f]{12})/(" + "|".join(map(re.escape, RUN_FILES)) + ")")
-_SHOWN_PROBLEMS = 12
 _HEX12 = r"^[0-9a-f]{12}$"
-_TEXT = 200
+_TEXT = TEXT_MAX
 
 
 class BundleError(UserError):
@@ -60,12 +60,9 @@ class BundleError(UserError):
 
     def __init__(self, path: str | Path, problems: list[str]) -> None:
         self.problems = problems
-        shown = problems[:_SHOWN_PROBLEMS]
-        more = len(problems) - len(shown)
         super().__init__(
             f"{path}: bundle refused, nothing was imported:\n"
-            + "\n".join(f"  {p}" for p in shown)
-            + (f"\n  and {more} more problem(s)" if more > 0 else "")
+            + "\n".join(f"  {p}" for p in capped(problems))
         )
 
 
@@ -102,12 +99,12 @@ class RunFile(_Strict):
     dataset: StrictStr = Field(max_length=_TEXT)
     nodes: StrictInt = Field(ge=1, le=1_000_000)
     ranks_per_node: StrictInt = Field(ge=1, le=1_000_000)
-    per_device_batch: StrictInt = Field(ge=1)
-    global_batch: StrictInt = Field(ge=1)
+    per_device_batch: StrictInt = Field(ge=1, le=COUNT_MAX)
+    global_batch: StrictInt = Field(ge=1, le=COUNT_MAX)
     scaling: Literal["weak", "strong"]
     precision: StrictStr = Field(max_length=_TEXT)
     loader: StrictStr = Field(max_length=_TEXT)
-    repetition: StrictInt = Field(ge=0)
+    repetition: StrictInt = Field(ge=0, le=COUNT_MAX)
     training: dict[str, Any]
     state: StrictStr
     reason: StrictStr | None = None
@@ -179,7 +176,8 @@ def _members(path: Path) -> tuple[dict[str, bytes], list[str]]:
     data: dict[str, bytes] = {}
     total = 0
     try:
-        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as unzipped:
+        # a FIFO, a device, a folder: refused before it is opened (engine/files.py)
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as unzipped:
             stream = _Bounded(unzipped, MAX_BYTES + _HEADER_ROOM)
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
                 for count, m in enumerate(tar, 1):
@@ -200,23 +198,23 @@ def _members(path: Path) -> tuple[dict[str, bytes], list[str]]:
         return data, [*problems, str(exc)]
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: a folder, not a bundle") from None
+    except NotRegularFile as exc:
+        raise UserError(f"{exc}; a bundle is a .tar.gz file") from None
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error, OSError) as exc:
         return data, [*problems, f"not a dlscale bundle (a tar.gz archive): {exc}"]
     return data, problems
 
 
 def _model(model: type[_Strict], name: str, raw: bytes, problems: list[str]) -> Any:
-    try:
-        return model.model_validate(json.loads(raw))
+    try:  # bounded as every JSON dlscale reads (engine/files.py): no RecursionError
+        return model.model_validate(load_json(raw, MAX_MEMBER_BYTES))
     except (ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, ValidationError):
             for e in exc.errors():
                 where = ".".join(str(x) for x in e["loc"]) or "(the whole file)"
                 problems.append(f"{name}: {where}: {e['msg']}")
         else:
-            problems.append(f"{name}: not JSON: {exc}")
+            problems.append(f"{name}: {exc}")
         return None
 
 
@@ -268,6 +266,11 @@ def read_bundle(path: str | Path) -> Bundle:
         experiment = _model(ExperimentFile, EXPERIMENT, data[EXPERIMENT], problems)
     else:
         problems.append(f"no {EXPERIMENT}")
+    if experiment is not None:
+        try:  # the bounds `store rebuild` reads it back with (spec.toml in each run folder)
+            parse_toml_text(experiment.spec_text, f"{EXPERIMENT}: spec_text")
+        except SpecError as exc:
+            problems += exc.problems
     if experiment is not None and experiment.name != manifest.experiment:
         problems.append(
             f"{EXPERIMENT}: name {experiment.name!r} is not the manifest's "

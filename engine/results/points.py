@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..files import read_text
+from ..files import read_json
 from ..runs import CONFIGURATION, RunRow, State, per_second
 
 NOISY_CV = 0.05
@@ -70,7 +70,7 @@ def _cache_file() -> Path:
 
 def _cached(path: Path) -> dict[str, float]:
     try:
-        data = json.loads(read_text(path, 1 << 20))
+        data = read_json(path, 1 << 20)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

@@ -20,11 +20,12 @@ from ...trainers.common.records import RecordError, parse_record
 from ..backends.local.backend import worker_alive
 from ..backends.registry import backend_of_folder, job_of_records
 from ..config.spec import load_spec
-from ..errors import UserError
-from ..files import open_regular, read_text
+from ..config.tomlfile import parse_toml
+from ..errors import SpecError, UserError
+from ..files import open_regular, read_json, read_text
 from ..launching.plan import digest, plan
-from ..paths import RUN_FIELDS, RunPaths
-from ..runs import CONFIGURATION, COUNTS, TEXTS, RunRow, State
+from ..paths import RUN_FIELDS, RunPaths, own_folder
+from ..runs import CONFIGURATION, COUNT_MAX, COUNTS, TEXT_MAX, TEXTS, RunRow, State
 from ..text import printable
 from .store import RUN_ID_PREFIX, Store
 from .store_health import store_problem
@@ -44,6 +45,7 @@ class Rebuilt:
     skipped_lines: int = 0
     guessed: list[str] = field(default_factory=list)  # run ids placed from records
     unreadable: list[str] = field(default_factory=list)  # "folder: why"
+    notes: list[str] = field(default_factory=list)  # kept, but not all of it: why
 
 
 def rebuild(home: Path, force: bool = False) -> Rebuilt:
@@ -76,7 +78,9 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
     out = Rebuilt(aside)
     folders = (
         sorted(
-            p for p in store.runs_dir.iterdir() if p.is_dir() and RUN_ID_PREFIX.fullmatch(p.name)
+            p
+            for p in store.runs_dir.iterdir()
+            if (p.is_dir() or p.is_symlink()) and RUN_ID_PREFIX.fullmatch(p.name)
         )
         if store.runs_dir.is_dir()
         else []
@@ -100,7 +104,7 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
 
 
 def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
-    run_id = folder.name
+    run_id = own_folder(folder).name  # a link in a run folder's place is named, not followed
     paths = RunPaths(folder)
     attempts = (
         [p for p in paths.attempts.glob("*") if p.name.isdigit()] if paths.attempts.is_dir() else []
@@ -114,21 +118,29 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     row: dict[str, Any] | None = None
     guessed = False
     spec_text, spec_path, spec_digest = "", "", ""
-    if spec_file is not None:
-        loaded = load_spec(spec_file)
-        spec_text, spec_digest = loaded.text, loaded.digest
-        spec_path = str(spec_file)
-        planned = next((r for r in plan(loaded).runs if r.run_id == run_id), None)
-        if planned is not None:
-            row = {**planned.identity(), "run_id": run_id, "point_id": planned.point_id}
     if saved is not None:
-        data = json.loads(read_text(saved, follow=False))
+        data = read_json(saved, follow=False)  # bounded in size and depth, as on import
         if not isinstance(data, dict):
             raise ValueError(f"{saved.name} is not a JSON object")
         row = {k: data.get(k) for k in RUN_FIELDS if data.get(k) is not None}
         row["backend"] = data.get("backend")
         spec_path = data.get("spec_path") or spec_path
         spec_digest = data.get("spec_digest") or spec_digest
+        if spec_file is not None:
+            # run.json says what the run is: its spec is kept as text, read within the
+            # bounds an import applies, and never needs to validate again (a spec of
+            # another site, or of an older dlscale, still keeps its runs)
+            try:
+                spec_text = parse_toml(spec_file)[0]
+            except SpecError as exc:
+                out.notes.append(f"{folder}: its spec.toml is not kept: {exc.problems[0]}")
+    elif spec_file is not None:
+        loaded = load_spec(spec_file)
+        spec_text, spec_digest = loaded.text, loaded.digest
+        spec_path = str(spec_file)
+        planned = next((r for r in plan(loaded).runs if r.run_id == run_id), None)
+        if planned is not None:
+            row = {**planned.identity(), "run_id": run_id, "point_id": planned.point_id}
     if row is None:
         if params is None:
             raise ValueError(
@@ -204,10 +216,10 @@ _TEXTS = TEXTS
 def _check_row(row: dict[str, Any]) -> None:
     for k in _COUNTS:
         v = row.get(k)
-        if not (type(v) is int and 0 <= v <= 1 << 31) and not (k == "repetition" and v is None):
+        if not (type(v) is int and 0 <= v <= COUNT_MAX) and not (k == "repetition" and v is None):
             raise ValueError(f"{k} is {str(v)[:40]!r}, not a whole number from 0 to 2^31")
     for k in _TEXTS:
-        if not isinstance(row.get(k), str) or len(row[k]) > 200:
+        if not isinstance(row.get(k), str) or len(row[k]) > TEXT_MAX:
             raise ValueError(f"{k} is {str(row.get(k))[:40]!r}, not a name")
     if not isinstance(row.get("training") or {}, dict):
         raise ValueError("training is not a JSON object")

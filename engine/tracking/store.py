@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
-from ..paths import RunPaths
+from ..paths import RunPaths, own_folder
 from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, RunRow, State
 from .database import Database, run_row
 from .store_claims import Claims
@@ -434,7 +434,7 @@ class Store:
     def set_aside(self, row: RunRow) -> None:
         """A claimed run's earlier attempt moves its files to attempts/N, so the new
         attempt's numbers are not mixed with them; then its folder is ready."""
-        run_dir = Path(row["run_dir"])
+        run_dir = own_folder(Path(row["run_dir"]))  # a link in its place: refused, named
         if row["attempts"] > 1 and run_dir.is_dir():
             old = RunPaths(run_dir).attempt(row["attempts"] - 1).root
             old.mkdir(parents=True, exist_ok=True)
