@@ -6,10 +6,13 @@ into a hidden temporary folder (refusing any member that would land outside it),
 then is renamed to its final name, which is what `training.data_dir` points at.
 
 What it reads is bounded: no more than the published archive's size is downloaded (a body
-that goes on is cut there and refused), and a `file://` URL must name a regular file (not
-a FIFO, a device or a link to one). The temporary files are removed on any failure and on
-SIGTERM; one left by a fetch that was killed outright is locked by no one (flock) and is
-removed by the next fetch into that folder.
+that goes on is cut there and refused), in no more than a total deadline (`--timeout`; a
+server that trickles a byte at a time is cut there too) as well as a minute per read, and
+a `file://` URL must name a regular file (not a FIFO, a device or a link to one). What it
+writes goes through the one writer's folder (engine/outputs.py): the unpacked folder is
+renamed into place by descriptor, never through a link. The temporary files are removed
+on any failure and on SIGTERM; one left by a fetch that was killed outright is locked by
+no one (flock) and is removed by the next fetch into that folder.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,6 +40,7 @@ from pathlib import Path
 from ..trainers.common.data import DataError, read_cifar10
 from ..trainers.common.imagenet import LayoutCheck, check_layout
 from .errors import DlscaleError, UserError
+from .outputs import OutputError, OutputFolder, check_folder
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ CIFAR10 = Source(
 SOURCES = {CIFAR10.name: CIFAR10}
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
+READ_TIMEOUT_S = 60  # one read (connecting, a header, a chunk) that waits longer fails
+DEADLINE_S = 3600  # the whole download: 170 MB at 50 KB/s
 
 
 class FetchError(DlscaleError):
@@ -105,7 +112,7 @@ def _open_url(url: str):
     FIFO would hang the fetch, a device (/dev/zero) never end."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "file":
-        resp = _opener.open(url, timeout=60)
+        resp = _opener.open(url, timeout=READ_TIMEOUT_S)
         total = resp.headers.get("Content-Length")
         return resp, int(total) if total and total.isdigit() else None
     path = urllib.request.url2pathname(parts.path)
@@ -124,28 +131,78 @@ def _open_url(url: str):
     return os.fdopen(fd, "rb"), st.st_size
 
 
-def _download(url: str, fh, limit: int, on_progress: Progress) -> str:
-    """Stream url into the open file `fh`, at most `limit` bytes; return the MD5 of what
-    arrived."""
+class _Deadline(Exception):
+    pass
+
+
+class _DeadlineAlarm:
+    """The download's total deadline, also while a read is blocked (connecting, a header
+    sent a byte at a time): a timer signal ends it, where signals can be handled (the main
+    thread); elsewhere the deadline is checked between reads."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.armed = False
+
+    def _ring(self, *_: object) -> None:
+        raise _Deadline
+
+    def __enter__(self) -> _DeadlineAlarm:
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGALRM, self._ring)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.armed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+
+
+def _download(
+    url: str,
+    fh,
+    limit: int,
+    on_progress: Progress,
+    deadline_s: float = DEADLINE_S,
+    where: Path = Path("."),
+) -> str:
+    """Stream url into the open file `fh`, at most `limit` bytes in at most `deadline_s`
+    seconds; return the MD5 of what arrived."""
     md5 = hashlib.md5()
     too_big = FetchError(
         f"{url}: more than {limit:,} bytes, the size of the published archive; "
         "refusing the rest (nothing kept)"
     )
+    too_slow = FetchError(
+        f"{url}: not downloaded within --timeout {deadline_s:g} s (nothing kept); a slow "
+        "link needs a longer --timeout, a stalled server another --url"
+    )
+    end = time.monotonic() + deadline_s
     try:
-        resp, total = _open_url(url)
-        with resp:
-            if total is not None and total > limit:
-                raise too_big
-            done = 0
-            on_progress(0, total)
-            while chunk := resp.read(min(1 << 20, limit + 1 - done)):
-                done += len(chunk)
-                if done > limit:
+        with _DeadlineAlarm(deadline_s):
+            resp, total = _open_url(url)
+            with resp:
+                if total is not None and total > limit:
                     raise too_big
-                fh.write(chunk)
-                md5.update(chunk)
-                on_progress(done, total)
+                done = 0
+                on_progress(0, total)
+                # read1: what one read brings, so the deadline is looked at between reads
+                while chunk := resp.read1(min(1 << 20, limit + 1 - done)):
+                    if time.monotonic() > end:
+                        raise _Deadline
+                    done += len(chunk)
+                    if done > limit:
+                        raise too_big
+                    try:
+                        fh.write(chunk)
+                    except OSError as exc:  # a full disk: the writer's sentence
+                        raise OutputError.of("--dir", where, exc) from None
+                    md5.update(chunk)
+                    on_progress(done, total)
+    except _Deadline:
+        raise too_slow from None
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{url}: the server answered {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
@@ -255,6 +312,7 @@ def fetch(
     url: str | None = None,
     md5: str | None = None,
     on_progress: Progress = lambda done, total: None,
+    deadline_s: float = DEADLINE_S,
 ) -> Path:
     """Download, verify and unpack `source` into dest/<source.folder>; return that folder.
     Already there and complete: returned as it is, nothing downloaded."""
@@ -264,42 +322,52 @@ def fetch(
     md5 = (md5 or source.md5).lower()
     dest = Path(dest).expanduser()
     final = dest / source.folder
+    check_folder(dest, "--dir", writable=False)  # a link, a file, a FIFO: refused at once
     if dest.is_dir():
         _remove_leftovers(dest, source)
     if final.is_dir() and all((final / f).is_file() for f in source.files):
         return final
-    if final.exists():
+    if os.path.lexists(final):
         raise UserError(
             f"{final} exists but is not a complete {source.name} folder (it lacks "
             f"{', '.join(f for f in source.files if not (final / f).is_file())}); "
             "move it away and fetch again"
         )
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--dir {dest}: cannot make that folder ({exc.strerror})") from None
-    with _TermAsExit():
-        return _fetch_into(source, dest, final, url, md5, on_progress)
+    with OutputFolder.open(dest, "--dir") as folder, _TermAsExit():
+        return _fetch_into(source, folder, url, md5, on_progress, deadline_s)
 
 
 def _fetch_into(
-    source: Source, dest: Path, final: Path, url: str, md5: str, on_progress: Progress
+    source: Source,
+    folder: OutputFolder,
+    url: str,
+    md5: str,
+    on_progress: Progress,
+    deadline_s: float,
 ) -> Path:
-    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{source.name}-", suffix=".download")
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=folder.path, prefix=f".{source.name}-", suffix=".download"
+        )
+    except OSError as exc:
+        raise OutputError.of("--dir", folder.path, exc) from None
     archive = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # held while this fetch lives
-            got = _download(url, fh, source.size, on_progress)
-            fh.flush()
-            _unpack_checked(source, archive, url, got, md5, final)
+            got = _download(url, fh, source.size, on_progress, deadline_s, folder.path)
+            try:
+                fh.flush()
+            except OSError as exc:
+                raise OutputError.of("--dir", folder.path, exc) from None
+            _unpack_checked(source, archive, url, got, md5, folder)
     finally:
         _remove_temporaries(archive)
-    return final
+    return folder.path / source.folder
 
 
 def _unpack_checked(
-    source: Source, archive: Path, url: str, got: str, md5: str, final: Path
+    source: Source, archive: Path, url: str, got: str, md5: str, folder: OutputFolder
 ) -> None:
     """The downloaded archive checked, unpacked beside it and renamed into place."""
     if got != md5:
@@ -308,14 +376,16 @@ def _unpack_checked(
             "download is corrupt or not the published archive (nothing kept)"
         )
     unpack = _unpack_dir(archive)
-    unpack.mkdir(mode=0o700)
     try:
+        unpack.mkdir(mode=0o700)
         with tarfile.open(archive, "r:*") as tar:
             members = _safe_members(tar, source.folder, url)
             # filter="data" (Python's own guard) as a second line of defence
             tar.extractall(unpack, members=members, filter="data")
     except (tarfile.TarError, EOFError) as exc:
         raise FetchError(f"{url}: not a readable tar archive ({exc})") from None
+    except OSError as exc:  # a full disk while unpacking: the writer's sentence
+        raise OutputError.of("--dir", folder.path, exc) from None
     missing = [f for f in source.files if not (unpack / source.folder / f).is_file()]
     if missing:
         raise FetchError(f"{url}: the archive lacks {', '.join(missing)} under {source.folder}/")
@@ -323,7 +393,7 @@ def _unpack_checked(
         read_cifar10(str(unpack / source.folder))
     except DataError as exc:
         raise FetchError(f"{url}: unpacked, but not readable as {source.name}: {exc}") from None
-    os.replace(unpack / source.folder, final)
+    folder.place_folder(unpack / source.folder, source.folder)
 
 
 # --- ImageNet's folder layout ------------------------------------------------------------
@@ -365,7 +435,8 @@ def write_imagenet_sample(
     if per_class < 1 or val_per_class < 1:
         raise UserError("--per-class and --val-per-class must be 1 or more")
     dest = Path(dest).expanduser()
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+    check_folder(dest)  # a link, a file, a FIFO, a read-only folder: refused at once
+    if dest.exists() and any(dest.iterdir()):
         raise UserError(
             f"{dest} exists and is not an empty folder; name a new one (nothing was written)"
         )
@@ -385,11 +456,13 @@ def write_imagenet_sample(
                 f"digits have only {len(idx)} images of class {cls}"
             )
         picked[cls] = idx[: per_class + val_per_class]
+    parent = OutputFolder.open(dest.parent, make=True, follow=True)
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     except OSError as exc:
-        raise UserError(f"{dest}: cannot write there ({exc.strerror})") from None
+        parent.close(failed=True)
+        raise OutputError.of("", dest, exc) from None
+    failed = True
     try:
         for cls, idx in picked.items():
             name = f"digit-{cls}"  # sorts as 0..9: label = the digit
@@ -409,8 +482,13 @@ def write_imagenet_sample(
             raise DlscaleError(
                 "the sample written does not pass its own check: " + "; ".join(check.problems)
             )
-        os.replace(tmp, dest)  # onto a missing or empty folder: atomic
-    except BaseException:
+        parent.place_folder(tmp, dest.name)  # onto a missing or empty folder: atomic
+        failed = False
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):  # a full disk: the one writer's sentence
+            raise OutputError.of("", dest, exc) from None
         raise
+    finally:
+        parent.close(failed)
     return check_layout(dest, classes)

@@ -42,7 +42,11 @@ def examples(n: int) -> settings:
         max_examples=int(os.environ.get("DLSCALE_PROPERTY_EXAMPLES") or n),
         deadline=None,
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,  # capsys and monkeypatch are reset per call
+        ],
     )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, dlscale, mlperf_check, mlperf_score_s
+from dlscale.engine.outputs import OutputFolder
 from dlscale.engine.results import analysis, charts, figures, mllog, tables
 from dlscale.engine.results import report as reporting
 from dlscale.engine.tracking.store import Store
@@ -352,7 +353,8 @@ def test_figures_of_a_large_matrix_use_a_log_axis_and_name_each_series(tmp_path)
                         "time_to_accuracy_ci95": None,
                     }
                 )
-    made = {f.name: f for f in figures.draw_all(rows, tmp_path, "big")}
+    with OutputFolder.open(tmp_path) as folder:
+        made = {f.name: f for f in figures.draw_all(rows, folder, "big")}
     assert set(made) == {"speedup", "efficiency", "throughput", "frameworks"}  # no TTA
     speed = made["speedup"]
     assert speed.xscale == "log"  # 4 to 1,024 devices spread evenly

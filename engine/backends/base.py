@@ -68,6 +68,12 @@ class Watcher(abc.ABC):
     last_poll_ok: bool = True
     last_error: str | None = None
 
+    def problem(self, warning: str, reachable: bool) -> str:
+        """What a front end says when a poll went wrong (`warning`: why), as a sentence."""
+        if not reachable:
+            return f"controller unreachable: {warning}; states shown as last seen, retrying"
+        return f"the scheduler did not answer the last poll: {warning}"
+
     @abc.abstractmethod
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """States of all `job_ids` in one query. Raises ControllerUnreachable."""

@@ -132,20 +132,47 @@ def cli(ctx: click.Context, home: str | None) -> None:
 def _say(line: str) -> None:
     from .console import err  # rich: loaded only once there is something to say
 
-    err.print(line, markup=False, soft_wrap=True)
+    err.print(line, soft_wrap=True)
+
+
+def _not_utf8(argv: list[str]) -> str | None:
+    """The first argument (or DLSCALE_HOME) that is not UTF-8 text, named: a path or an id
+    that is not cannot be stored, looked up or shown as it is."""
+    from ..text import is_utf8, printable
+
+    home = os.environ.get("DLSCALE_HOME")
+    for n, arg in enumerate(argv, 1):
+        if not is_utf8(arg):
+            return f"argument {n} ({printable(arg)})"
+    if home is not None and not is_utf8(home):
+        return f"DLSCALE_HOME ({printable(home)})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    bad = _not_utf8(args)
+    if bad is not None:
+        _say(
+            f"dlscale: error: {bad} is not UTF-8 text; dlscale takes names and paths in "
+            "UTF-8 (rename the file, or link to it under a UTF-8 name)"
+        )
+        sys.exit(2)
     try:
-        cli.main(args=argv, prog_name="dlscale", standalone_mode=False)
+        cli.main(args=args, prog_name="dlscale", standalone_mode=False)
     except click.exceptions.Abort:
         _say("aborted")
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        import io  # click's own words (usage, the value given), through the printer
+
+        shown = io.StringIO()
+        exc.show(file=shown)
+        for line in shown.getvalue().rstrip("\n").splitlines():
+            _say(line)
         sys.exit(exc.exit_code)
     except SpecError as exc:
-        for problem in exc.problems:
+        for problem in exc.shown():
             _say(f"dlscale: error: {problem}")
         sys.exit(exc.exit_code)
     except DlscaleError as exc:

@@ -7,7 +7,7 @@ import click
 from ..results import bundles
 from ..results import report as reporting
 from .console import out
-from .options import experiment_option, store_of
+from .options import InputPath, OutputPath, experiment_option, store_of
 
 
 @click.command("bundle")
@@ -15,7 +15,7 @@ from .options import experiment_option, store_of
 @click.option(
     "--out",
     "out_file",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(replace=False),
     required=True,
     help="the bundle to write (a new .tar.gz file)",
 )
@@ -42,7 +42,7 @@ def export_bundle(
 
 
 @click.command("import")
-@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.argument("bundle", type=InputPath(dir_okay=False))
 @click.pass_context
 def import_cmd(ctx: click.Context, bundle: str) -> None:
     """Add a bundle from `dlscale export bundle` to this store, under NAME@SITE: all of

@@ -20,7 +20,7 @@ from ..results.points import NOISY_CV
 from ..tracking import follow as following
 from ..where import backend_for, given_as
 from .console import out, wait_with_progress
-from .options import store_of
+from .options import InputPath, OutputPath, store_of
 from .runs import backend_options
 
 _SHOWN = 20  # lines of points a summary shows (regressions always all)
@@ -41,7 +41,7 @@ def fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
 
 
 @click.command()
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=InputPath(dir_okay=False))
 @click.option(
     "--baseline",
     required=True,
@@ -67,7 +67,7 @@ def fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
     is_flag=True,
     help="run the study first (as `dlscale run --wait`); else use its completed results",
 )
-@click.option("--junit", type=click.Path(dir_okay=False), default=None, help="write JUnit XML here")
+@click.option("--junit", type=OutputPath(), default=None, help="write JUnit XML here")
 @backend_options
 @click.pass_context
 def check_cmd(

@@ -9,7 +9,7 @@ import click
 from ..results import compare as comparing
 from ..results.compare_table import comparison_notes, comparison_table
 from ..tracking import follow as following
-from .console import out
+from .console import echo, out
 from .options import known_experiment, store_of
 
 
@@ -31,7 +31,7 @@ def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     following.refresh(store)
     data = comparing.side_by_side(store, a, b)
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2))
+        echo(json.dumps(data, indent=2))
         return
     out.print(comparison_table(data))
     for note in comparison_notes(data):

@@ -1,20 +1,83 @@
-"""Where the command line writes: stdout for what was asked, stderr for errors and progress."""
+"""The one printer: where the command line writes, stdout for what was asked, stderr for
+errors and progress, and every text it writes made printable on the way.
+
+Names, paths, keys, values, records, Slurm's and the trainers' words reach the terminal
+only through `out`, `err` and `echo`, which show every control character as its visible
+escape (engine/text.py: `printable`). dlscale's own styling is the only escape sequence
+written: rich renders it from styles, after the text was made printable, and a chart's
+colours are the one styled text `echo` lets through. No other module of the command line
+writes to stdout or stderr (tests/test_printer.py checks the source and the output).
+"""
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Iterable
+from typing import Any
 
+import click
 from rich.console import Console
+from rich.segment import Segment
+from rich.text import Text
 
 from ..results.points import unit_and_axes
 from ..runs import TERMINAL, State
+from ..text import printable
 from ..tracking.store import Store  # noqa: TC001
 
-# Piped output (CI logs, `| less`) gets room for the wide tables instead of rich's 80 columns.
-out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 160)
-err = Console(
-    stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 160
-)
+
+class _Printable(Console):
+    """rich's Console, every text segment made printable just before it is written; control
+    segments (a progress bar's cursor moves) and styles are rich's own. Markup and emoji
+    codes are off: a name holding `[red]` or `:x:` is shown as written."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        # before rich's Text drops some controls (BEL, CR) unseen: shown, like the rest
+        return super().render_str(printable(text, newlines=True), **kwargs)
+
+    # rich's one step from segments to the string it writes (stable since rich 2; the
+    # printer's tests fail if it stops being called)
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            s if s.control else Segment(printable(s.text, newlines=True), s.style) for s in buffer
+        )
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns.
+    return _Printable(
+        stderr=stderr,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        width=None if stream.isatty() else 160,
+    )
+
+
+out = _console(stderr=False)
+err = _console(stderr=True)
+
+_STYLE = re.compile(r"(\x1b\[[0-9;]*m)")  # SGR: colours and weights, nothing else
+
+
+def echo(text: str, to_err: bool = False, nl: bool = True, styled: bool = False) -> None:
+    """Text already laid out (a table, CSV, JSON, log lines) printed as it is, control
+    characters shown visibly; `styled` keeps the colour codes dlscale's own chart drew."""
+    if styled:
+        shown = "".join(
+            part if i % 2 else printable(part, newlines=True)
+            for i, part in enumerate(_STYLE.split(text))
+        )
+    else:
+        shown = printable(text, newlines=True)
+    click.echo(shown, nl=nl, err=to_err, color=styled or None)
+
+
+def colour() -> bool:
+    """Whether dlscale's own output may be coloured: a terminal, and no NO_COLOR."""
+    return out.is_terminal and not out.no_color
 
 
 def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
@@ -50,8 +113,8 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                         else ": starting"
                     )
                 )
-            if not tick.reachable:
-                now = f"controller unreachable, retrying: {tick.warning}"
+            if tick.problem:  # a scheduler that did not answer, a worker that cannot run
+                now = tick.problem
             progress.update(task, completed=done, now=now)
 
         wait_until_done(store, scheduler, run_ids, on_tick)

@@ -14,9 +14,9 @@ from rich.progress import (
 )
 
 from .. import datasets
-from ..errors import UserError
+from ..errors import UserError, capped
 from .console import err, out
-from .options import md5_callback
+from .options import InputPath, OutputPath, md5_callback
 
 
 @click.group()
@@ -29,7 +29,7 @@ def data() -> None:
 @click.option(
     "--dir",
     "dest",
-    type=click.Path(file_okay=False),
+    type=OutputPath(folder=True, writable=False),
     default=".",
     show_default=True,
     help="where the dataset's folder goes",
@@ -47,7 +47,16 @@ def data() -> None:
     callback=md5_callback,
     help="expected MD5 of the archive at --url (default: the published one)",
 )
-def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> None:
+@click.option(
+    "--timeout",
+    "deadline_s",
+    type=click.IntRange(1, 7 * 24 * 3600),
+    default=int(datasets.DEADLINE_S),
+    show_default=True,
+    help="give the download up after this many seconds in all (each read also gives up "
+    f"after {datasets.READ_TIMEOUT_S} s without data)",
+)
+def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None, deadline_s: int) -> None:
     """Download, verify (MD5) and unpack a dataset; prints the folder for training.data_dir."""
     source = datasets.SOURCES[dataset]
     with Progress(
@@ -64,7 +73,7 @@ def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> Non
         def on_progress(done: int, total: int | None) -> None:
             progress.update(task, completed=done, total=total)
 
-        folder = datasets.fetch(source, dest, url, md5, on_progress)
+        folder = datasets.fetch(source, dest, url, md5, on_progress, deadline_s)
     out.print(
         f'{dataset}: {folder}\nuse it as  training.data_dir = "{folder.resolve()}"', soft_wrap=True
     )
@@ -72,7 +81,7 @@ def data_fetch(dataset: str, dest: str, url: str | None, md5: str | None) -> Non
 
 @data.command("check")
 @click.argument("dataset", type=click.Choice(["imagenet"]))
-@click.argument("root", type=click.Path())
+@click.argument("root", type=InputPath())
 @click.option(
     "--classes",
     type=click.IntRange(1, 100_000),
@@ -89,14 +98,14 @@ def data_check(dataset: str, root: str, classes: int) -> None:
     if check.problems:
         raise UserError(
             f"{check.root} is not a usable ImageNet folder:\n"
-            + "\n".join(f"  {p}" for p in check.problems)
+            + "\n".join(f"  {p}" for p in capped(check.problems))
         )
     out.print(f"{check.root}: layout OK")
 
 
 @data.command("sample")
 @click.argument("dataset", type=click.Choice(["imagenet"]))
-@click.argument("dest", type=click.Path())
+@click.argument("dest", type=OutputPath(folder=True))
 @click.option(
     "--classes",
     type=click.IntRange(1, 10),

@@ -18,7 +18,7 @@ from ..launching import smoke as smoke_run
 from ..results.tables import Table
 from ..tracking.store import default_home
 from .console import err, out
-from .options import folder_or_new
+from .options import InputPath, OutputPath
 
 
 def _home(ctx: click.Context) -> Path:
@@ -65,7 +65,7 @@ def env() -> None:
 @click.option(
     "--profile",
     "profile_path",
-    type=click.Path(dir_okay=False),
+    type=InputPath(dir_okay=False),
     default=None,
     help="a cluster profile whose modules (CUDA, NCCL) are loaded before building "
     "(in a login shell), and whose partition's gpu_arch Horovod's kernels are built for",
@@ -73,9 +73,8 @@ def env() -> None:
 @click.option("--partition", default=None, help="the profile's partition (default: its default)")
 @click.option(
     "--prefix",
-    type=click.Path(file_okay=False),
+    type=OutputPath(folder=True),
     default=None,
-    callback=folder_or_new,
     help="where to build the venv (default: DLSCALE_ENV_CACHE or DLSCALE_HOME, "
     "then envs/FRAMEWORK-RECIPE)",
 )
@@ -163,7 +162,7 @@ def env_remove(ctx: click.Context, framework: str, gpu: bool) -> None:
 @click.option(
     "--profile",
     "profile_path",
-    type=click.Path(dir_okay=False),
+    type=InputPath(dir_okay=False),
     default=None,
     help="cluster profile TOML: say which way --backend slurm talks to Slurm with it",
 )

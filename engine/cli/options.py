@@ -1,17 +1,23 @@
 """Checks on the command lines' own values, made while they are parsed, before any work: the
 store's folder (--home, DLSCALE_HOME) can be made and written, a named experiment is in the
-store, an MD5 looks like one. `dlscale` and `dlscale-tui` share them; numbers are bounded
-where each option is declared (click.IntRange says its range itself)."""
+store, an MD5 looks like one, a path is one dlscale may read or write. `dlscale` and
+`dlscale-tui` share them; numbers are bounded where each option is declared (click.IntRange
+says its range itself).
+
+Every path a command takes is one of two types, so that a new one says which it is
+(tests/test_outputs.py finds every output path in these definitions): `InputPath` (read:
+engine/files.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
+rules, engine/outputs.py, checked here before any work).
+"""
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import outputs
 from ..errors import NotFoundError
 from ..where import check_home, source_of
 
@@ -19,21 +25,34 @@ if TYPE_CHECKING:
     from ..tracking.store import Store
 
 
-def folder_or_new(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A callback for an option naming a folder to write in (--out, --prefix): absent, or a
-    folder; anything else there (a file, /dev/null, a FIFO, a link to nowhere or to itself)
-    is exit 2 naming what it is, before any work (click's file_okay=False lets devices and
-    FIFOs through)."""
-    if value is None or not os.path.lexists(value):
+def _named(param: click.Parameter | None) -> str:
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.human_readable_name if param is not None else ""
+
+
+class InputPath(click.Path):
+    """A path a command reads: a spec, a profile, a bundle, a folder to check."""
+
+
+class OutputPath(click.Path):
+    """A file (or, with `folder`, a folder) a command writes through the one writer,
+    checked before any work: absent, or a regular file (with `replace`) or a folder (never
+    a link to one), where it can be written (unless not `writable`: a folder that may only
+    be read, the data being there already); a link, a FIFO, a device or anything else there
+    is refused."""
+
+    def __init__(self, folder: bool = False, replace: bool = True, writable: bool = True) -> None:
+        super().__init__()  # what may be there is the one writer's to say, not click's
+        self.folder, self.replace, self.writable = folder, replace, writable
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        value = super().convert(value, param, ctx)
+        if self.folder:
+            outputs.check_folder(value, _named(param), self.writable)
+        else:
+            outputs.check_file(value, _named(param), self.replace)
         return value
-    if os.path.isdir(value):
-        return value
-    try:
-        mode = os.stat(value).st_mode
-        what = "a file" if stat.S_ISREG(mode) else "a device, FIFO or socket"
-    except OSError as exc:
-        what = f"a link that leads nowhere ({exc.strerror})"
-    raise click.BadParameter(f"{value} is {what}, not a folder", ctx, param)
 
 
 def home_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -12,8 +12,8 @@ from rich.text import Text
 from ..errors import NotFoundError, UserError
 from ..runs import per_second
 from ..tracking import follow as following
-from .console import out
-from .options import experiment_option, store_of
+from .console import colour, echo, out
+from .options import InputPath, experiment_option, store_of
 
 
 def _only_experiment(names: list[str], home: str) -> str:
@@ -75,7 +75,7 @@ def _table(fam: dict[str, Any]) -> Table:
 @click.option(
     "--profile",
     "profile_path",
-    type=click.Path(dir_okay=False),
+    type=InputPath(dir_okay=False),
     default=None,
     help="a cluster profile whose [interconnect] states the links the benchmark did not "
     "measure (default: the profile the runs kept)",
@@ -115,7 +115,7 @@ def project(
         )
     fams = projection.projections(store, name, to, stated)
     if fmt == "json":
-        click.echo(json.dumps(fams, indent=2))
+        echo(json.dumps(fams, indent=2))
         return
     for fam in fams:
         out.print(_table(fam))
@@ -133,8 +133,10 @@ def project(
         "from the repetitions' spread and the fit (docs/measuring.md).",
         soft_wrap=True,
     )
-    click.echo(
+    shown = colour()
+    echo(
         charts.projection_chart(
-            projection.chart_series(fams, metric), metric, min(out.width, 100), 22, out.is_terminal
-        )
+            projection.chart_series(fams, metric), metric, min(out.width, 100), 22, shown
+        ),
+        styled=shown,
     )

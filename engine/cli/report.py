@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ..errors import DlscaleError
+from ..outputs import OutputFolder
 from ..results import mllog
 from ..results import report as reporting
 from ..runs import State
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .bundles import export_bundle
-from .console import out
-from .options import experiment_option, folder_or_new, known_experiment, store_of
+from .console import echo, out
+from .options import InputPath, OutputPath, experiment_option, known_experiment, store_of
 
 
 def _store(ctx: click.Context) -> Store:
@@ -34,9 +33,8 @@ def _store(ctx: click.Context) -> Store:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False),
+    type=OutputPath(folder=True),
     default=None,
-    callback=folder_or_new,
     help="folder for the report, its figures and exports (default report-NAME)",
 )
 @click.option(
@@ -49,7 +47,7 @@ def _store(ctx: click.Context) -> Store:
 )
 @click.option(
     "--reference",
-    type=click.Path(dir_okay=False),
+    type=InputPath(dir_okay=False),
     default=None,
     help="published numbers to set beside yours (default: reference.toml next to "
     "the experiment's spec, when there is one)",
@@ -93,9 +91,8 @@ def export() -> None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False),
+    type=OutputPath(folder=True),
     default=None,
-    callback=folder_or_new,
     help="write RUN.mllog files here (default: print one run to stdout)",
 )
 @click.pass_context
@@ -120,9 +117,10 @@ def export_mllog(
         lines = mllog.lines(store, ids[0])
         if not lines:
             raise DlscaleError(f"run {ids[0]} has no records yet")
-        click.echo("\n".join(lines))
+        echo("\n".join(lines))
         return
-    written = mllog.write(store, ids, Path(out_dir))
+    with OutputFolder.open(out_dir, "--out") as folder:
+        written = mllog.write(store, ids, folder)
     out.print(
         f"wrote {len(written)} MLLOG file(s) to {out_dir}"
         + (f"; {len(ids) - len(written)} run(s) had no records" if len(written) < len(ids) else "")

@@ -9,7 +9,7 @@ from ...trainers.common.args import MODELS
 from ..results import analysis, charts, tables
 from ..tracking import follow as following
 from ..tracking.store import Store
-from .console import err, out
+from .console import colour, echo, err, out
 from .options import experiment_option, store_of
 
 
@@ -34,9 +34,9 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
     rows = analysis.results(store, experiment)
     notes = analysis.notes(store, experiment)
     if fmt == "json":
-        click.echo(tables.results_json(rows))
+        echo(tables.results_json(rows))
     elif fmt == "csv":
-        click.echo(tables.results_csv(rows), nl=False)
+        echo(tables.results_csv(rows), nl=False)
     else:
         out.print(tables.results_table(rows))
         out.print(tables.baselines_note(rows))
@@ -77,8 +77,8 @@ def chart(
     store = _store(ctx)
     following.refresh(store)
     rows = analysis.results(store, experiment)
-    click.echo(
-        charts.chart(
-            rows, metric, model, width or min(out.width, 100), height, color=out.is_terminal
-        )
+    shown = colour()
+    echo(
+        charts.chart(rows, metric, model, width or min(out.width, 100), height, color=shown),
+        styled=shown,
     )

@@ -20,8 +20,8 @@ from ..tracking import follow as following
 from ..tracking.store import Store
 from ..where import backend_for
 from . import plan_view
-from .console import err, out, wait_with_progress
-from .options import experiment_option, store_of
+from .console import colour, echo, err, out, wait_with_progress
+from .options import InputPath, experiment_option, store_of
 
 
 def _store(ctx: click.Context) -> Store:
@@ -37,7 +37,7 @@ def backend_options(f):
     f = click.option(
         "--profile",
         "profile_path",
-        type=click.Path(dir_okay=False),
+        type=InputPath(dir_okay=False),
         default=None,
         help="cluster profile TOML (needed with --backend slurm)",
     )(f)
@@ -50,7 +50,7 @@ def backend_options(f):
 
 
 @click.command("plan")
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=InputPath(dir_okay=False))
 @backend_options
 @click.option(
     "--include-planned",
@@ -105,7 +105,7 @@ def plan_cmd(
         {r["run_id"]: r["state"] for r in store.runs(loaded.spec.experiment.name)},
     )
     if fmt == "json":
-        click.echo(view.json(refusals))
+        echo(view.json(refusals))
         return
     out.print(view.runs_table() if every_run else view.summary_table())
     for model, dataset in p.skipped_pairs:
@@ -120,7 +120,7 @@ def plan_cmd(
 
 
 @click.command()
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=InputPath(dir_okay=False))
 @backend_options
 @click.option(
     "--wait/--no-wait",
@@ -170,7 +170,8 @@ def run(
     rows = analysis.results(store, name)
     out.print(tables.results_table(rows))
     out.print(tables.baselines_note(rows))
-    click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
+    shown = colour()
+    echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=shown), styled=shown)
     failed = [rid for rid in run_ids if store.run(rid)["state"] != State.COMPLETED]
     if failed:
         err.print(

@@ -4,12 +4,13 @@ are the commands typed many times a day."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
 from ..backends.registry import make_backend
 from ..errors import DlscaleError
-from ..paths import RunPaths
+from ..paths import RunPaths, own_folder
 from ..results import tables
 from ..runs import UNFINISHED, State
 from ..tracking import follow as following
@@ -17,7 +18,7 @@ from ..tracking import queue
 from ..tracking.logs import follow, tail_lines
 from ..tracking.monitor import sync
 from ..tracking.store import Store
-from .console import err, out
+from .console import echo, err, out
 from .options import experiment_option, store_of
 
 
@@ -35,17 +36,13 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     problems = following.refresh(store)
     every = queue.rows(store, experiment)
     rows = every if show_all else [q for q in every if q.state != State.COMPLETED] or every
-    click.echo(tables.status_table(rows))
+    echo(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
     for note in store.records.skipped_notes([q.run_id for q in every] if experiment else None):
         out.print(note, soft_wrap=True)
-    for problem in problems:
-        err.print(
-            f"dlscale: controller unreachable or not answering ({problem}); "
-            "states shown as last seen",
-            soft_wrap=True,
-        )
+    for problem in problems:  # a scheduler that did not answer, a worker that cannot run
+        err.print(f"dlscale: {problem}", soft_wrap=True)
 
 
 @click.command()
@@ -59,7 +56,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     """The log of a run (unique id prefixes work)."""
     store = _store(ctx)
     row = following.find_run(store, run_id)
-    path = RunPaths.of(row).log
+    path = RunPaths(own_folder(Path(row["run_dir"] or ""))).log  # a link there: named, not read
     if not follow_log:
         if not path.exists():
             raise DlscaleError(f"run {row['run_id']} has no log yet ({path}); state {row['state']}")
@@ -68,7 +65,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
         except OSError as exc:  # a link, a FIFO, a folder in the log's place
             raise DlscaleError(f"run {row['run_id']}: its log was not read: {exc}") from None
         for line in shown:
-            click.echo(line)
+            echo(line)
         return
     backend = make_backend(row["backend"] or "local", store)
     last_check = [0.0]
@@ -82,6 +79,6 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
 
     try:
         for line in follow(path, lines, stop=finished):
-            click.echo(line)
+            echo(line)
     except KeyboardInterrupt:
         pass

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ...trainers.common.args import DATASETS, LOADERS, MODELS, PRECISIONS
 from ..errors import SpecError
+from ..outputs import write_file
 from .custom import anchored, declared_names
 from .frameworks import FRAMEWORKS
 from .spec import LoadedSpec, Spec
@@ -146,7 +147,4 @@ def save(data: dict[str, Any], path: str | Path) -> Path:
     if loaded is None:
         raise SpecError(str(p), [f"{p}: {pr}" for pr in problems])
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(loaded.text, encoding="utf-8")
-    tmp.replace(p)
-    return p
+    return write_file(p, loaded.text)  # the one writer: never through a link

@@ -5,6 +5,8 @@ profile's `module load` (CUDA, NCCL), in a login shell where `module` exists."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -21,6 +23,8 @@ from pathlib import Path
 
 from ..config.frameworks import FRAMEWORKS
 from ..errors import DlscaleError, UserError
+from ..files import read_json
+from ..outputs import OutputError
 from . import env_registry, envs
 from .recipe_steps import CXX_WRAPPER
 from .recipes import GPU_RECIPES, RECIPES, Recipe, WheelBuild, recipe_for
@@ -203,8 +207,30 @@ def create(
             ),
         )
     prefix = Path(prefix).expanduser().resolve() if prefix else default_prefix(recipe, home)
-    with _exclusive(prefix.with_name(prefix.name + ".lock"), str(prefix), say):
-        return _create(framework, recipe, prefix, home, python or sys.executable, say)
+    lock = prefix.with_name(prefix.name + ".lock")
+    made = not os.path.lexists(prefix) and not os.path.lexists(lock)
+    try:
+        with _exclusive(lock, str(prefix), say):
+            return _create(framework, recipe, prefix, home, python or sys.executable, say)
+    except BaseException as exc:
+        if made:  # a build that never got anywhere leaves nothing (the one writer's rule)
+            _remove_unfinished(prefix, lock)
+        if isinstance(exc, OSError) and exc.errno in _DISK_FAULTS:
+            raise OutputError.of("--prefix", prefix, exc) from None
+        raise
+
+
+_DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+
+
+def _remove_unfinished(prefix: Path, lock: Path) -> None:
+    """What a failed build made where nothing was: the venv, an empty log, the lock."""
+    shutil.rmtree(prefix, ignore_errors=True)
+    log = prefix.with_name(prefix.name + ".build.log")
+    for path in (log, lock):
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
 
 
 def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str, say) -> None:
@@ -282,8 +308,8 @@ def _create(
     stamp = prefix / STAMP
     env_python = prefix / "bin" / "python"
     try:
-        same = json.loads(stamp.read_text()).get("recipe") == recipe.digest
-    except (OSError, json.JSONDecodeError):
+        same = read_json(stamp).get("recipe") == recipe.digest  # bounded; a FIFO is refused
+    except (OSError, ValueError, AttributeError):
         same = False
     built = not (same and not envs.probe(str(env_python), recipe, full_import=False)[0])
     if built:

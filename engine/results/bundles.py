@@ -25,7 +25,8 @@ from typing import Any, cast
 from ..config.tomlfile import parse_toml
 from ..errors import NotFoundError, SpecError, UserError
 from ..launching.plan import digest
-from ..paths import RunPaths, write_run_file
+from ..outputs import check_file, writing
+from ..paths import RunPaths, own_folder, write_run_file
 from ..runs import TERMINAL, RunRow
 from ..tracking.store import Store
 from ..tracking.store_imports import Imported
@@ -101,8 +102,7 @@ def export(
             f"--site {site!r}: a site is 1 to 64 letters, digits, '.', '_' or '-', "
             "beginning with a letter or digit"
         )
-    if out.exists():
-        raise UserError(f"--out {out}: already exists; name a new file (nothing is overwritten)")
+    check_file(out, "--out", replace=False)  # before the work: a link, a FIFO, a file there
     every = store.runs(experiment)
     runs = [r for r in every if r["state"] in TERMINAL]
     if not runs:
@@ -130,17 +130,11 @@ def export(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(members.items())},
     }
-    part = out.with_name(f".{out.name}.{os.getpid()}.part")
-    try:
-        with tarfile.open(part, "w:gz") as tar:
-            for name, data in [(MANIFEST, _json(manifest)), *sorted(members.items())]:
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = len(data), 0o644
-                tar.addfile(info, io.BytesIO(data))
-        os.replace(part, out)
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        raise UserError(f"--out {out}: cannot be written ({exc.strerror})") from None
+    with writing(out, "--out", replace=False) as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+        for name, data in [(MANIFEST, _json(manifest)), *sorted(members.items())]:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     return out, len(runs), len(every) - len(runs)
 
 
@@ -233,7 +227,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
         made = []
         try:
             for rid in changed:
-                folder = Path(by_id[rid]["run_dir"])
+                folder = own_folder(Path(by_id[rid]["run_dir"]))  # never a link
                 if folder.exists():
                     shutil.rmtree(folder)  # an earlier import's copy of the same run
                 folder.mkdir(parents=True)

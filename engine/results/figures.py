@@ -8,6 +8,7 @@ tables say.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ matplotlib.use("Agg")  # before pyplot: a headless backend, whatever the user's 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 
+from ..outputs import OutputFolder
 from .charts import METRICS, series
 from .points import throughput_unit
 
@@ -38,6 +40,7 @@ class Figure:
     legend: list[str] = field(default_factory=list)
     colors: dict[str, str] = field(default_factory=dict)  # label -> hex colour as drawn
     xscale: str = "linear"
+    png: bytes = field(default=b"", repr=False)  # as drawn; written by draw_all
 
     @property
     def file(self) -> str:
@@ -77,8 +80,10 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
             out.series[label] = [(float(x), float(y)) for x, y in coll.get_offsets()]
     legend = ax.get_legend()
     out.legend = [t.get_text() for t in legend.get_texts()] if legend else []
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    out.png = png.getvalue()
     return out
 
 
@@ -325,15 +330,16 @@ def projection_figure(
 
 def draw_all(
     rows: list[dict[str, Any]],
-    out_dir: Path,
+    folder: OutputFolder,
     experiment: str,
     curves: dict[str, list[tuple[float, float]]] | None = None,
     projected: list[dict[str, Any]] | None = None,
     projected_throughput: list[dict[str, Any]] | None = None,
 ) -> list[Figure]:
-    """Every figure that the rows can fill, written under out_dir; empty ones are skipped.
-    `curves`: top-1 against epoch per lr schedule (analysis.accuracy_curves)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Every figure that the rows can fill, written into `folder` by the one writer; empty
+    ones are skipped. `curves`: top-1 against epoch per lr schedule
+    (analysis.accuracy_curves)."""
+    out_dir = folder.path
     baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
     base = f"\nbaseline: best 1-device run ({', '.join(baselines)})" if baselines else ""
     made = [
@@ -368,4 +374,7 @@ def draw_all(
             "throughput",
         ),
     ]
-    return [f for f in made if f is not None]
+    drawn = [f for f in made if f is not None]
+    for f in drawn:
+        folder.write(f.file, f.png)
+    return drawn

@@ -4,11 +4,10 @@ each point not judged, with why. Written by xml.etree, so no text of a user's is
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..errors import UserError
+from ..outputs import write_file
 from .check import REGRESSED, SKIPPED, Verdict
 
 
@@ -45,12 +44,5 @@ def junit_xml(
 
 
 def write_junit(path: str | Path, data: bytes) -> None:
-    """Whole or not at all: a CI job never reads half a file."""
-    path = Path(path)
-    part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        part.write_bytes(data)
-        os.replace(part, path)
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        raise UserError(f"--junit {path}: cannot be written ({exc.strerror})") from None
+    """Whole or not at all (the one writer): a CI job never reads half a file."""
+    write_file(path, data, "--junit")

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UserError
+from ..outputs import OutputFolder
 from ..runs import RunRow
 from ..tracking.store import Store
 
@@ -284,16 +285,15 @@ def lines(store: Store, run_id: str) -> list[str]:
     return [PREFIX + json.dumps(e) for e in events(store.records.of(run["run_id"]), run)]
 
 
-def write(store: Store, run_ids: list[str], out_dir: Path) -> list[Path]:
-    """One `RUN_ID.mllog` file per run that has records; returns the files written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write(store: Store, run_ids: list[str], folder: OutputFolder) -> list[Path]:
+    """One `RUN_ID.mllog` file per run that has records, each through the one writer;
+    returns the files written."""
     written = []
     for rid in run_ids:
         text = lines(store, rid)
         if text:
-            path = out_dir / f"{store.run(rid)['run_id']}.mllog"
-            path.write_text("\n".join(text) + "\n")
-            written.append(path)
+            name = f"{store.run(rid)['run_id']}.mllog"
+            written.append(folder.write(name, "\n".join(text) + "\n"))
     return written
 
 

@@ -203,14 +203,15 @@ def _write(
     """Everything into the folder's stage, then into place (see report_folder)."""
     name = exp["name"]
     families, beyond = _projection(store, name)
-    figs = figures.draw_all(
-        rows,
-        folder.subfolder("figures"),
-        name,
-        analysis.accuracy_curves(store, name),
-        projection.chart_series(families),
-        projection.chart_series(families, "throughput"),
-    )
+    with folder.subfolder("figures") as into:
+        figs = figures.draw_all(
+            rows,
+            into,
+            name,
+            analysis.accuracy_curves(store, name),
+            projection.chart_series(families),
+            projection.chart_series(families, "throughput"),
+        )
     folder.write("results.csv", tables.results_csv(rows))
     folder.write("results.json", tables.results_json(rows) + "\n")
     reruns = analysis.reruns(store, name)
@@ -220,11 +221,10 @@ def _write(
     for file, data in extra.items():
         if data:
             folder.write(file, json.dumps(data, indent=2) + "\n")
-    logs = mllog.write(
-        store,
-        [r["run_id"] for r in runs if r["state"] == State.COMPLETED],
-        folder.subfolder("mllog"),
-    )
+    with folder.subfolder("mllog") as into:
+        logs = mllog.write(
+            store, [r["run_id"] for r in runs if r["state"] == State.COMPLETED], into
+        )
 
     made = {
         "results": results_table(rows, analysis.notes(store, name)),
@@ -241,7 +241,7 @@ def _write(
     def image(f: figures.Figure) -> str:
         if fmt == "md":
             return f"figures/{f.file}"
-        return "data:image/png;base64," + base64.b64encode(f.path.read_bytes()).decode()
+        return "data:image/png;base64," + base64.b64encode(f.png).decode()
 
     page = _templates.get_template(f"report.{fmt}.j2").render(
         name=name,

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
+from ..files import load_json
+from ..outputs import OutputFolder
 
 MANIFEST = ".dlscale-report.json"
 STAGE_PREFIX = ".dlscale-report-"
@@ -156,30 +158,28 @@ class ReportFolder:
     report's files; commit() moves them into place, removes the earlier report's stale
     files and writes the manifest; discard() (always, at the end) removes the stage."""
 
-    def __init__(self, out: Path, out_fd: int, ours: dict[str, str]) -> None:
-        self.out = out
-        self.out_fd = out_fd  # --out as it was opened: never resolved by path again
+    def __init__(self, output: OutputFolder, ours: dict[str, str]) -> None:
+        self.output = output  # --out as it was opened: never resolved by path again
+        self.out, self.out_fd = output.path, output.fd
+        self.committed = False
         self.ours = ours  # rel path -> digest: files of dlscale's earlier report
-        self.stage, self.stage_fd = _make_stage(out, out_fd)
+        self.stage, self.stage_fd = _make_stage(self.out, self.out_fd)
         self.removed: list[str] = []
 
     @classmethod
     def open(cls, out: Path, force: bool = False) -> ReportFolder:
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out}: exists and is not a folder")
+        # the one writer's folder: made if need be, a link or anything else in its place
+        # refused, opened once
+        output = OutputFolder.open(out, "--out")
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as exc:
-            raise UserError(f"--out {out}: cannot make that folder ({exc.strerror})") from None
-        try:
-            return cls._open(out, out_fd, force)
+            return cls._open(output, force)
         except BaseException:
-            os.close(out_fd)
+            output.close(failed=True)
             raise
 
     @classmethod
-    def _open(cls, out: Path, out_fd: int, force: bool) -> ReportFolder:
+    def _open(cls, output: OutputFolder, force: bool) -> ReportFolder:
+        out, out_fd = output.path, output.fd
         for sub in SUBFOLDERS:
             _check_subfolder(out, out_fd, sub)
         _remove_leftover_stages(out_fd)
@@ -195,26 +195,19 @@ class ReportFolder:
         for rel, digests in (manifest or {}).items():
             if (digest := _digest_rel(out_fd, rel)) in digests:
                 ours[rel] = digest
-        return cls(out, out_fd, ours)
+        return cls(output, ours)
 
     def write(self, rel: str, text: str) -> Path:
-        """A file of the report into the stage, through no link (the stage is dlscale's,
-        but it sits in a folder the user writes to)."""
+        """A file of the report into the stage, by the one writer, through no link (the
+        stage is dlscale's, but it sits in a folder the user writes to)."""
         sub, _, name = rel.rpartition("/")
-        folder = self.stage_fd if not sub else self._stage_subfolder(sub)
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-            with os.fdopen(os.open(name, flags, 0o644, dir_fd=folder), "w") as fh:
-                fh.write(text)
-        finally:
-            if folder != self.stage_fd:
-                os.close(folder)
-        return self.stage / rel
+        with self.subfolder(sub) if sub else OutputFolder.at(self.stage, self.stage_fd) as f:
+            return f.write(name, text)
 
-    def subfolder(self, name: str) -> Path:
-        """A subfolder of the stage (made here, never a link)."""
-        os.close(self._stage_subfolder(name))
-        return self.stage / name
+    def subfolder(self, name: str) -> OutputFolder:
+        """A subfolder of the stage (made here, never a link), for the one writer; the
+        caller closes it."""
+        return OutputFolder(self.stage / name, self._stage_subfolder(name), "--out")
 
     def _stage_subfolder(self, name: str) -> int:
         try:
@@ -236,7 +229,9 @@ class ReportFolder:
         """Move the staged files into --out; returns their names, relative to it."""
         fds: dict[str, int] = {}  # "" (--out), a subfolder's name: its descriptor
         try:
-            return self._commit(fds)
+            staged = self._commit(fds)
+            self.committed = True
+            return staged
         finally:
             for sub, fd in fds.items():
                 if sub:
@@ -312,12 +307,8 @@ class ReportFolder:
             )
             + "\n"
         )
-        tmp = ".manifest.json"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, 0o644, dir_fd=self.stage_fd)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, MANIFEST, src_dir_fd=self.stage_fd, dst_dir_fd=self.out_fd)
+        with OutputFolder.at(self.out, self.out_fd, "--out") as out:
+            out.write(MANIFEST, text)
 
     def discard(self) -> None:
         try:
@@ -327,7 +318,7 @@ class ReportFolder:
             pass  # a leftover the next report removes
         finally:
             os.close(self.stage_fd)  # the lock goes with it
-            os.close(self.out_fd)
+            self.output.close(failed=not self.committed)  # a folder it made, if empty
 
 
 def _open_subfolders(dir_fd: int, why: Callable[[str], str]) -> dict[str, int]:
@@ -405,7 +396,7 @@ def _read_manifest(out: Path, out_fd: int) -> dict[str, list[str]] | None:
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise bad
-            data = json.loads(fh.read(1 << 24))
+            data = load_json(fh.read((1 << 24) + 1), 1 << 24)  # bounded (engine/files.py)
         files = data["files"]
         return {
             rel: [str(d) for d in digests] for rel, digests in files.items() if _OURS.fullmatch(rel)

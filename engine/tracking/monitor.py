@@ -57,6 +57,7 @@ class Tick:
     reachable: bool = True  # False once the scheduler's tolerance for failures is spent
     new_records: int = 0
     warning: str | None = None  # the last poll failed (still tolerated): why
+    problem: str | None = None  # what a front end says of it (Watcher.problem)
 
 
 def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
@@ -103,7 +104,8 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
         warning = watcher.last_error or "the scheduler did not answer"
     if not reachable:
         warning = warning or watcher.last_error or "unreachable"
-    return Tick(counts, reachable, new, warning)
+    problem = watcher.problem(warning, reachable) if warning else None
+    return Tick(counts, reachable, new, warning, problem)
 
 
 class Backoff:
