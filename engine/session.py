@@ -107,6 +107,7 @@ class Snapshot:
     warning: str | None = None
     new_records: int = 0
     experiments: list[str] = field(default_factory=list)
+    problem: str | None = None  # what to say of a poll that went wrong (Watcher.problem)
 
     @property
     def live(self) -> int:
@@ -302,15 +303,23 @@ class Session:
 
     def refresh(self, experiment: str | None) -> Snapshot:
         """Ask each backend with live jobs about all of them at once, ingest, read rows."""
-        reachable, warning, new = True, None, 0
+        reachable, warning, problem, new = True, None, None, 0
         with self._lock:
             for _, tick in follow.sync_live(self.store, self._follower):
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
+                problem = problem or tick.problem
                 new += tick.new_records
         rows = self._queue.rows(self.store, experiment)
         return Snapshot(
-            experiment, rows, queue.counts(rows), reachable, warning, new, self.experiments()
+            experiment,
+            rows,
+            queue.counts(rows),
+            reachable,
+            warning,
+            new,
+            self.experiments(),
+            problem,
         )
 
     def cancel(self, run_ids: list[str]) -> list[str]:

@@ -24,7 +24,7 @@ from textual.worker import get_current_worker
 
 from ..engine.errors import DlscaleError
 from ..engine.session import Backoff, Session, Snapshot, given_as
-from ..engine.text import printable
+from ..engine.text import is_utf8, printable
 from .build import BuildScreen
 from .dialogs import HelpScreen
 from .errors import describe
@@ -157,14 +157,9 @@ class DlscaleApp(App):
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None:
             return
-        if snap.reachable and not snap.warning:
-            self.warning = None
-        elif not snap.reachable:
-            self.warning = (
-                f"controller unreachable: {snap.warning}; states shown as last seen, retrying"
-            )
-        else:
-            self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
+        # the backend's own sentence: a scheduler that did not answer, a local worker that
+        # cannot run (and why)
+        self.warning = snap.problem if snap.warning or not snap.reachable else None
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
         self.sub_title = f"{self.session.where} | {counts or 'no runs yet'}"
 
@@ -236,14 +231,18 @@ def main(
     home: str | None,
 ) -> None:
     """The dlscale terminal app: build a scaling study, watch its jobs, read its results."""
+    bad = next((v for v in (spec, profile_path, home, partition) if v and not is_utf8(v)), None)
+    if bad is not None:  # as `dlscale` says it (engine/cli): a name that cannot be stored
+        click.echo(f"dlscale-tui: {printable(bad)} is not UTF-8 text; give it in UTF-8", err=True)
+        sys.exit(2)
     try:
         source = given_as(click.get_current_context(), "home")
         session = Session.open(home, backend, profile_path, partition, source)
     except DlscaleError as exc:
-        click.echo(f"dlscale-tui: {exc}", err=True)
+        click.echo(printable(f"dlscale-tui: {exc}", newlines=True), err=True)
         sys.exit(exc.exit_code)
     if spec and not Path(spec).exists():
-        click.echo(f"dlscale-tui: {spec}: no such file", err=True)
+        click.echo(printable(f"dlscale-tui: {spec}: no such file"), err=True)
         sys.exit(2)
     app = DlscaleApp(session, spec)
     app.run()

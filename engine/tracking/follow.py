@@ -82,7 +82,7 @@ def refresh(store: Store) -> list[str]:
     """Bring the store up to date with every backend that has live jobs; returns what went
     wrong (a one-shot command reports a failed poll at once: it has no later poll)."""
     return [
-        f"{backend}: {tick.warning or 'did not answer'}"
+        tick.problem or f"{backend}: did not answer"
         for backend, tick in sync_live(store, lambda name: make_backend(name, store))
         if tick.warning or not tick.reachable
     ]

@@ -116,6 +116,23 @@ def _quick_check(db: Path) -> list[str]:
         conn.close()
 
 
+def write_locked(home: Path) -> bool:
+    """Whether another process holds the store's write lock at this moment (asked without
+    waiting, and without writing)."""
+    try:
+        conn = sqlite3.connect(file_uri(home / "dlscale.db"), uri=True, timeout=0)
+    except sqlite3.Error:
+        return False
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.rollback()
+        return False
+    except sqlite3.OperationalError as exc:
+        return "locked" in str(exc) or "busy" in str(exc)
+    finally:
+        conn.close()
+
+
 def store_problem(home: Path) -> str | None:
     """What is wrong with a store's file, if anything, read-only: empty (0 bytes), not a
     database, or pages that fail SQLite's quick_check. None for a healthy or absent one."""

@@ -7,9 +7,11 @@ the CLI or TUI that submitted them exits, as they would under Slurm.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from ...paths import RunPaths
 from ...runs import ACTIVE, JobRow, RunRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
+from ...tracking.store_health import BUSY_S, fault_message, write_locked
 from ..base import Backend, JobRequest, JobStatus, Watcher
 from .processes import signal_job
 
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from ...launching.plan import Run
 
 LOCK_NAME = "local-worker.lock"
+WORKER_START_S = 5.0  # how long a front end waits to hear whether a worker it started runs
 
 
 def worker_alive(home: Path) -> bool:
@@ -236,19 +240,54 @@ class LocalBackend(Backend):
     def worker_alive(self) -> bool:
         return worker_alive(self.store.home)
 
-    def ensure_worker(self) -> None:
+    def ensure_worker(self, wait: bool = False) -> str | None:
+        """Start a worker if none runs. With `wait`, wait (at most WORKER_START_S) for it to
+        say it can write, and return why it cannot (the store full, read-only, locked), or
+        None: what a front end shows, instead of runs that stay pending with no reason."""
         if not self.start_worker or self.worker_alive():
-            return
-        log = open(self.store.home / "local-worker.log", "ab")
-        subprocess.Popen(
-            [sys.executable, "-m", "dlscale.engine.backends.local.worker", str(self.store.home)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-        log.close()
+            return None
+        home = self.store.home
+        try:
+            log = open(home / "local-worker.log", "ab")
+        except OSError as exc:
+            return fault_message(exc, home) or str(exc)
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dlscale.engine.backends.local.worker", str(home)]
+                + [str(write_fd)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(write_fd,),
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            return f"cannot start it: {exc}"
+        finally:
+            log.close()
+            os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            if not wait:
+                return None
+            answer = b""
+            if select.select([pipe], [], [], WORKER_START_S)[0]:
+                answer = pipe.readline(4096)
+        said = answer.decode("utf-8", "replace").strip()
+        if said.startswith("error: "):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(WORKER_START_S)  # gone, so the next poll starts another
+            return said.removeprefix("error: ")
+        if not said and proc.poll() not in (None, 0):
+            return f"it ended at once (exit status {proc.returncode}; {home / 'local-worker.log'})"
+        if not said and write_locked(home):  # it waits (BUSY_S) for another process's write
+            return (
+                f"the store {home / 'dlscale.db'} is locked by another process's write; the "
+                f"worker waits for it (up to {BUSY_S} s a try)"
+            )
+        return None  # it runs, or is still starting
 
     def submit(self, request: JobRequest) -> str:
         result = self.submit_many([request])[0]
@@ -305,13 +344,14 @@ class LocalWatcher(Watcher):
 
     name = "local"
 
-    def __init__(self, store: Store, ensure_worker: Callable[[], None]) -> None:
+    def __init__(self, store: Store, ensure_worker: Callable[..., str | None]) -> None:
         self.store = store
         self.ensure_worker = ensure_worker  # the backend's: starts a worker if none runs
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
         rows = self._jobs(job_ids)
         active = [r for r in rows if r["state"] in ACTIVE]
+        self.last_poll_ok, self.last_error = True, None
         if active and not worker_alive(self.store.home):
             # A worker that died (killed, machine rebooted) leaves RUNNING jobs nobody owns.
             # Its launcher and ranks died with it (a parent-death signal); stop any that did
@@ -320,7 +360,14 @@ class LocalWatcher(Watcher):
                 if r["state"] == State.RUNNING:
                     signal_job(r["pid"], r["pid_mark"], r["token"], signal.SIGKILL)
                     settle_failed(self.store, r, lost_reason(r))
-            self.ensure_worker()
+            why = self.ensure_worker(wait=True)
+            if why is not None:  # the runs wait; the front end says why, every poll
+                self.last_poll_ok = False
+                self.last_error = (
+                    f"the local worker cannot run: {why}; "
+                    f"{sum(r['state'] != State.RUNNING for r in active)} run(s) wait until "
+                    "it can (the next dlscale command that can write starts it again)"
+                )
             rows = self._jobs(job_ids)
         now = time.time()
         out = {}
@@ -335,6 +382,9 @@ class LocalWatcher(Watcher):
                 r["exit_code"],
             )
         return out
+
+    def problem(self, warning: str, reachable: bool) -> str:
+        return warning  # already the sentence to show (poll)
 
     def _jobs(self, job_ids: list[str]) -> list[JobRow]:
         """The rows of these jobs; of many, every local job's read in one go and picked

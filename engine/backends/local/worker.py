@@ -6,6 +6,12 @@ Only one worker runs per store (an exclusive lock), so measurements never overla
 Every job's launcher gets a parent-death signal and the job's token in its environment: a
 worker killed outright takes the job down with it, and whatever of the job is left can be
 told apart from the processes that merely inherited its numbers.
+
+A worker that cannot run (the store or its disk full, read-only, locked) says why on the
+pipe its starter gave it (`ok` once it has taken its first job or found none, else
+`error: WHY`), since then it may have nowhere else to write: the starter
+(LocalBackend.ensure_worker) tells the front end, and the runs wait, pending, for the next
+worker a command starts.
 """
 
 from __future__ import annotations
@@ -17,13 +23,16 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ....trainers.common.lifeline import parent_watch
-from ...paths import Layout, RunPaths, lay_out
+from ...errors import UserError
+from ...paths import Layout, RunPaths, lay_out, own_folder
 from ...runs import JobRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
+from ...tracking.store_health import fault_message
 from .backend import LOCK_NAME, settle_failed
 from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
@@ -70,9 +79,11 @@ def make_folder(store: Store, job: JobRow, payload: dict) -> str | None:
         if "layout" in payload:
             lay_out(store.run(job["run_id"]), "local", Layout(**payload["layout"]))
         else:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            own_folder(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"cannot lay out the run's folder {run_dir}: {exc}"
+    except UserError as exc:  # a link where its folder belongs: named, never followed
+        return str(exc)
     return None
 
 
@@ -148,13 +159,53 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
         finalize_run(store, job["run_id"], state)
 
 
-def main(home: str) -> int:
-    store = Store(home)
-    lock = open(Path(home) / LOCK_NAME, "a+")
+class _Report:
+    """The pipe to the process that started this worker: one line, then closed."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def say(self, line: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (line.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass  # the starter did not wait for the answer
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def main(home: str, report_fd: int | None = None) -> int:
+    report = _Report(report_fd)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another worker drains the queue
+        code = _work(home, report)
+    except Exception as exc:  # the store or its disk: why, where it can still be said
+        fault = fault_message(exc, Path(home))
+        why = fault or f"{type(exc).__name__}: {exc}"
+        report.say(f"error: {why}")
+        if fault is None:  # a bug: its traceback in the worker's log
+            traceback.print_exc()
+        print(f"dlscale: the local worker stopped: {why}", file=sys.stderr, flush=True)
+        return 3
+    report.say("ok")
+    return code
+
+
+def _work(home: str, report: _Report) -> int:
+    store = Store(home)
+    # the lock goes as this returns or raises: a worker that says why it stops is not
+    # taken for one still running
+    with open(Path(home) / LOCK_NAME, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another worker drains the queue
+        return _drain(store, report)
+
+
+def _drain(store: Store, report: _Report) -> int:
     # A worker stopped with SIGTERM takes its job down with it instead of orphaning it. The
     # handler only takes note: the loop signals the job, where it knows the launcher is
     # still its own child.
@@ -164,6 +215,7 @@ def main(home: str) -> int:
         job = store.jobs.claim_next(
             "local", nodes="localhost", worker_pid=os.getpid(), token=new_token()
         )
+        report.say("ok")  # it can write: its first job is taken (or there was none)
         if job is None:
             break
         _run_job(store, job, stopping)
@@ -171,4 +223,4 @@ def main(home: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))
