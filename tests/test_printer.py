@@ -150,7 +150,8 @@ def stored(h: dict) -> list[list[str]]:
     ]
 
 
-def test_nothing_printed_holds_an_escape(hostile, capsys, monkeypatch):
+def test_nothing_printed_holds_an_escape(hostile, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # what a command writes by default (report-NAME) goes here
     monkeypatch.setenv("DLSCALE_HOME", str(hostile["home"]))
     monkeypatch.setenv("NO_COLOR", "1")
     walked = [[*path, *hostile_arguments(cmd, hostile)] for path, cmd in COMMANDS]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import outputs
 from ..errors import NotFoundError
 from ..where import check_home, source_of
 
@@ -47,6 +46,8 @@ class OutputPath(click.Path):
         self.folder, self.replace, self.writable = folder, replace, writable
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from .. import outputs  # the command line starts without it (dlscale --help)
+
         value = super().convert(value, param, ctx)
         if self.folder:
             outputs.check_folder(value, _named(param), self.writable)
