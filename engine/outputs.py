@@ -5,8 +5,8 @@ Its promises, for every such file:
 - only a regular file is written, and never through a link: a link, a FIFO, a device, a
   socket or a folder where the file goes is refused, and left as it was;
 - the file is written under a temporary name in its own folder, opened by descriptor, and
-  renamed into place when whole, so a reader never sees half of it, and a link swapped
-  in meanwhile is replaced itself, never followed;
+  renamed into place when whole, so a reader never sees half of it; what is in its place
+  is looked at again just before (a link swapped in meanwhile is refused, never followed);
 - on any error (a full disk, a read-only folder, Ctrl-C) the temporary file is removed;
 - a refusal or a failure is an `OutputError`: one sentence naming the option, the path and
   why, exit status 2, nothing written.
@@ -14,7 +14,7 @@ Its promises, for every such file:
 A folder dlscale writes into (report --out, export mllog --out, data fetch --dir) is an
 `OutputFolder`: opened once, refusing a link in its place, and written only by descriptor.
 `check_file` and `check_folder` are the same rules asked before any work is done, for the
-command line's options (engine/cli/options.py: OutputFile, OutputFolder).
+command line's options (engine/cli/options.py: OutputPath).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class OutputFolder:
                         f"{_named(self.option, where)}: already exists; name a new file "
                         "(nothing is overwritten)"
                     ) from None
-                if exc.errno == errno.EISDIR or exc.errno == errno.ENOTDIR:
+                if exc.errno in (errno.EISDIR, errno.ENOTDIR):  # a folder there now
                     mode = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode
                     raise _refuse_kind(self.option, where, mode) from None
                 raise _failed(self.option, where, exc) from None

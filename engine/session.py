@@ -28,6 +28,7 @@ from .config.profile import LoadedProfile, load_profile
 from .config.spec import LoadedSpec, load_spec
 from .config.specfile import CHOICES as CHOICES
 from .errors import PlanError, UserError
+from .files import read_text
 from .launching import envs
 from .launching.estimate import estimate
 from .launching.plan import plan
@@ -255,7 +256,7 @@ class Session:
         text = row["spec_text"]
         given = Path(row["spec_path"]) if row.get("spec_path") else None
         try:
-            if given is not None and given.is_file() and given.read_text("utf-8") == text:
+            if given is not None and given.is_file() and read_text(given) == text:  # bounded
                 return str(given)
         except (OSError, UnicodeDecodeError):
             pass  # unreadable now: the kept copy below

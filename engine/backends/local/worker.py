@@ -80,10 +80,8 @@ def make_folder(store: Store, job: JobRow, payload: dict) -> str | None:
             lay_out(store.run(job["run_id"]), "local", Layout(**payload["layout"]))
         else:
             own_folder(run_dir).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    except (OSError, UserError) as exc:  # a full disk; a link or a file in its place
         return f"cannot lay out the run's folder {run_dir}: {exc}"
-    except UserError as exc:  # a link where its folder belongs: named, never followed
-        return str(exc)
     return None
 
 
