@@ -137,7 +137,7 @@ OPTION_ERRORS = [
         ["options.tensorflow", "unknown key", "deepspeed", "horovod-pytorch", "pytorch-ddp"],
     ),
     (
-        "[options.pytorch-ddp]\ncompile_mode = \"fast\"",
+        '[options.pytorch-ddp]\ncompile_mode = "fast"',
         "compile_mode",
         ["options.pytorch-ddp.compile_mode", "allowed: default, reduce-overhead", "got 'fast'"],
     ),
