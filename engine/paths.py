@@ -81,6 +81,12 @@ class RunPaths:
     def metrics(self) -> Path:
         return self.root / METRICS_NAME
 
+    @property
+    def energy(self) -> Path:
+        """A declared framework's energy timelines, one per metered task
+        (trainers/common/metered.py), read when its run is settled."""
+        return self.root / "energy"
+
     # Earlier attempts keep their files apart from the current one's.
     @property
     def attempts(self) -> Path:

@@ -31,6 +31,7 @@ from pydantic import (
 from ...trainers.common.args import (
     CIFAR_MODELS,
     DATASETS,
+    FOLDER_LOADERS,
     IMAGENET_MODELS,
     LOADERS,
     MODELS,
@@ -311,6 +312,13 @@ class Experiment(StrictModel):
                     f'spec of their own with loaders = ["native"], or use {loader} with '
                     f"{', '.join(real)}"
                 )
+            arrays = [d for d in info.data.get("datasets", []) if d != "imagenet"]
+            if loader in FOLDER_LOADERS and arrays:
+                raise ValueError(
+                    f"loader {loader!r} decodes JPEG folders (dataset imagenet), and "
+                    f"{', '.join(arrays)} is held as arrays: give it a spec of its own with "
+                    'loaders = ["native"] or ["dali"]'
+                )
         return values
 
     @field_validator("models")
@@ -379,6 +387,14 @@ class Experiment(StrictModel):
 def _option_type(opt: Option) -> Any:
     if isinstance(opt.default, bool):
         return StrictBool
+    if isinstance(opt.default, str):
+
+        def one_of(value: str) -> str:
+            if value not in opt.allowed:
+                raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
+            return value
+
+        return Annotated[StrictStr, AfterValidator(one_of)]
 
     def allowed(value: int) -> int:
         if opt.allowed and value not in opt.allowed:
@@ -446,7 +462,7 @@ class Spec(StrictModel):
             )
         return value
 
-    def options_for(self, framework: str) -> dict[str, bool | int]:
+    def options_for(self, framework: str) -> dict[str, bool | int | str]:
         """The options the spec sets for a framework, defaults left out: a run's id
         changes only when an option really changes what the run does."""
         if framework not in FRAMEWORKS:  # a declared framework has no options
@@ -479,6 +495,12 @@ class Spec(StrictModel):
                 "train/ and val/; `dlscale data sample imagenet DIR` writes a "
                 "small one)"
             )
+        for fw in self.experiment.frameworks:
+            mode = self.options_for(fw).get("compile_mode")
+            if mode is not None and not t.compile:
+                raise ValueError(
+                    f"options.{fw}.compile_mode = {mode!r} needs training.compile = true"
+                )
         return self
 
 

@@ -134,6 +134,20 @@ def job_env(run: Run, run_dir: Path, device: str) -> dict[str, str]:
     }
 
 
+METER_MODULE = "dlscale.trainers.common.metered"
+
+
+def metered(python: str, run: Run, run_dir: Path, device: str, per_task: bool) -> list[str]:
+    """The words that run a declared framework's command under dlscale's energy meter
+    (trainers/common/metered.py): the GPUs of a node's task (`per_task`: one task a device,
+    one GPU each; else the node's ranks' GPUs), or the node's CPU packages."""
+    paths = RunPaths(run_dir)
+    words = [python, "-m", METER_MODULE, "--out", str(paths.energy), "--log", str(paths.log)]
+    if device == "cuda":
+        words += ["--task-gpu"] if per_task else ["--devices", str(run.ranks_per_node)]
+    return [*words, "--"]
+
+
 def local_command(
     run: Run, run_dir: Path, folder: str | None, device: str, pythonpath: str
 ) -> tuple[list[str], dict[str, str]]:
@@ -161,6 +175,7 @@ def local_command(
             "--",
             *argv,
         ]
+    argv = metered(sys.executable, run, run_dir, device, per_task=False) + argv
     return argv, {**job_env(run, run_dir, device), "PYTHONPATH": pythonpath}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from ...trainers.common.records import ENERGY_FIELDS
 from ..runs import State
 from ..tracking.store import Store
 from . import efficiency as explained
@@ -39,7 +40,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     comm = [r for r in every if explained.is_comm(r)]
     runs = [r for r in every if not explained.is_comm(r)]
     ids = [r["run_id"] for r in runs] if experiment else None
-    summaries = store.records.last("summary", ids)
+    summaries = with_energy(store, store.records.last("summary", ids), ids)
     # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
     # without its env record yet (queued) joins the point its siblings ran on.
     envs = store.records.last_fields("env", ENV_FIELDS, ids)
@@ -107,6 +108,21 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         )
     )
     return out
+
+
+def with_energy(
+    store: Store, summaries: dict[str, dict[str, Any]], ids: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """Summaries with the energy a declared framework's meter measured around its script
+    (its `energy` record) where the script's own summary left those fields empty."""
+    for run_id, energy in store.records.last("energy", ids).items():
+        s = summaries.get(run_id)
+        if s is not None:
+            summaries[run_id] = {
+                **s,
+                **{k: energy[k] for k in ENERGY_FIELDS if k in energy and s.get(k) is None},
+            }
+    return summaries
 
 
 def _mean(p: Point) -> float:

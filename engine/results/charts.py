@@ -168,7 +168,10 @@ def projection_chart(
             xs = [p[0] for p in s["measured"]]
             xs_all.update(xs)
             plt.plot(
-                xs, [p[1] for p in s["measured"]], label=f"{s['name']} (measured)", marker="hd"
+                xs,
+                [p[1] for p in s["measured"]],
+                label=f"{s['name']} ({s.get('measured_as', 'measured')})",
+                marker="hd",
             )
         if s["projected"]:
             pts = sorted(s["measured"][-1:] + s["projected"])  # continue from the last measured

@@ -36,6 +36,9 @@ class Measured:
     warmup: list[tuple[float, float | None, int | None]] = field(default_factory=list)
     accuracies: list[tuple[int, int, float]] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
+    # Where in the log the last measured line ends (bytes, as its text re-encodes): the
+    # meter's log-size samples date it, and with it the end of the timed steps.
+    end_offset: int = 0
 
 
 def _number(match: re.Match[str]) -> float | None:
@@ -67,7 +70,9 @@ class Patterns:
         loss: float | None = None
         epoch: int | None = None
         skip = int(self.log.get("warmup_lines") or 0)
+        offset = 0
         for line in lines:
+            offset += len(line.encode("utf-8", "replace"))
             if not started:
                 started = self.until.search(line) is not None  # type: ignore[union-attr]
                 continue
@@ -97,6 +102,7 @@ class Patterns:
                 out.warmup.append((rate, loss, epoch))
                 continue
             out.rates.append((rate, loss, epoch))
+            out.end_offset = offset
             if self.by_time:
                 out.step_times.append(seconds)
         return out
@@ -257,4 +263,5 @@ def write(
             best_top1=best,
             final_loss=final_loss,
             unit=unit,
+            log_measured_until_byte=m.end_offset,
         )

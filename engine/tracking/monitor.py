@@ -11,7 +11,7 @@ from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
 from ..runs import ACTIVE, FAILURES, TERMINAL, State
-from . import log_patterns
+from . import custom_energy, log_patterns
 from .logs import failure_reason
 from .store import Store
 
@@ -28,6 +28,9 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
         else None
     )
     store.records.ingest(run_id, RunPaths(run_dir).metrics, final=True)
+    # A declared framework metered around its script: its energy over the timed steps.
+    if job_state == State.COMPLETED and custom_energy.settle(store, run_id):
+        store.records.ingest(run_id, RunPaths(run_dir).metrics, final=True)
     state, reason = job_state, None
     if measured_nothing:
         state = State.FAILED
