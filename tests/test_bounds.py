@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_bad_input import invoke
@@ -27,6 +28,12 @@ from tui_text import recorded_study
 pytestmark = pytest.mark.timeout(600)
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def here(capsys, *argv: str) -> SimpleNamespace:
+    """`dlscale ARGV` in this process (a real command costs a second a call)."""
+    code, out, err = invoke(capsys, *argv)
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def sentence(proc, code: int, *says: str) -> None:
@@ -56,8 +63,9 @@ def test_json_is_bounded_in_depth_and_size():
             load_json(text, limit=64 if says == "larger than" else 1 << 20)
 
 
-def test_deep_json_anywhere_in_a_bundle_is_refused_whole(tmp_path, bundle):
+def test_deep_json_anywhere_in_a_bundle_is_refused_whole(tmp_path, bundle, capsys, monkeypatch):
     home = tmp_path / "home"
+    monkeypatch.setenv("DLSCALE_HOME", str(home))
     recorded_study(home)
     before = _dump(home)
     m = _members(bundle)
@@ -67,32 +75,33 @@ def test_deep_json_anywhere_in_a_bundle_is_refused_whole(tmp_path, bundle):
         "run.json": _write(tmp_path / "r.tgz", {**m, run_json: DEEP}),
         "experiment.json": _write(tmp_path / "e.tgz", {**m, "experiment.json": DEEP}),
     }
+    spec = str(write_spec(tmp_path / "s.toml"))
     for what, path in cases.items():
-        sentence(dlscale("import", str(path), home=home), 2, "nested over")
-        sentence(
-            dlscale("check", str(write_spec(tmp_path / "s.toml")), "--baseline", str(path)),
-            2,
-            "nested over",
-        )
+        sentence(here(capsys, "import", str(path)), 2, "nested over")
+        sentence(here(capsys, "check", spec, "--baseline", str(path)), 2, "nested over")
         assert _dump(home) == before, what
 
 
-def test_a_bundles_spec_is_held_to_the_bounds_a_rebuild_reads_it_with(tmp_path, bundle):
+def test_a_bundles_spec_is_held_to_the_bounds_a_rebuild_reads_it_with(
+    tmp_path, bundle, capsys, monkeypatch
+):
     """A spec nested 5,000 deep would be accepted and then lost by `store rebuild`."""
     m = _members(bundle)
     exp = json.loads(m["experiment.json"])
     exp["spec_text"] = "a = " + "[" * 5000 + "]" * 5000 + "\n"
     path = _write(tmp_path / "deep-spec.tgz", {**m, "experiment.json": json.dumps(exp).encode()})
-    sentence(dlscale("import", str(path), home=tmp_path / "h"), 2, "spec_text", "nested over")
+    monkeypatch.setenv("DLSCALE_HOME", str(tmp_path / "h"))
+    sentence(here(capsys, "import", str(path)), 2, "spec_text", "nested over")
 
 
-def test_a_deep_report_manifest_is_not_dlscales(tmp_path):
+def test_a_deep_report_manifest_is_not_dlscales(tmp_path, capsys, monkeypatch):
     home = tmp_path / "home"
+    monkeypatch.setenv("DLSCALE_HOME", str(home))
     name = recorded_study(home)
     out = tmp_path / "report"
     out.mkdir()
     (out / ".dlscale-report.json").write_bytes(DEEP)
-    sentence(dlscale("report", "-e", name, "--out", str(out), home=home), 2, "not a manifest")
+    sentence(here(capsys, "report", "-e", name, "--out", str(out)), 2, "not a manifest")
 
 
 # --- plans ---------------------------------------------------------------------------------

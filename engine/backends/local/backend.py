@@ -7,14 +7,10 @@ the CLI or TUI that submitted them exits, as they would under Slurm.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import select
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -26,16 +22,15 @@ from ...paths import RunPaths
 from ...runs import ACTIVE, JobRow, RunRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
-from ...tracking.store_health import BUSY_S, fault_message, write_locked
 from ..base import Backend, JobRequest, JobStatus, Watcher
 from .processes import signal_job
+from .starting import ensure_worker
 
 if TYPE_CHECKING:
     from ...config.spec import LoadedSpec
     from ...launching.plan import Run
 
 LOCK_NAME = "local-worker.lock"
-WORKER_START_S = 5.0  # how long a front end waits to hear whether a worker it started runs
 
 
 def worker_alive(home: Path) -> bool:
@@ -241,53 +236,12 @@ class LocalBackend(Backend):
         return worker_alive(self.store.home)
 
     def ensure_worker(self, wait: bool = False) -> str | None:
-        """Start a worker if none runs. With `wait`, wait (at most WORKER_START_S) for it to
-        say it can write, and return why it cannot (the store full, read-only, locked), or
-        None: what a front end shows, instead of runs that stay pending with no reason."""
-        if not self.start_worker or self.worker_alive():
+        """Start a worker if none runs. With `wait`, return why it cannot (the store full,
+        read-only, locked), or None: what a front end shows, instead of runs that stay
+        pending with no reason (starting.py)."""
+        if not self.start_worker:
             return None
-        home = self.store.home
-        try:
-            log = open(home / "local-worker.log", "ab")
-        except OSError as exc:
-            return fault_message(exc, home) or str(exc)
-        read_fd, write_fd = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dlscale.engine.backends.local.worker", str(home)]
-                + [str(write_fd)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(write_fd,),
-            )
-        except OSError as exc:
-            os.close(read_fd)
-            return f"cannot start it: {exc}"
-        finally:
-            log.close()
-            os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as pipe:
-            if not wait:
-                return None
-            answer = b""
-            if select.select([pipe], [], [], WORKER_START_S)[0]:
-                answer = pipe.readline(4096)
-        said = answer.decode("utf-8", "replace").strip()
-        if said.startswith("error: "):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(WORKER_START_S)  # gone, so the next poll starts another
-            return said.removeprefix("error: ")
-        if not said and proc.poll() not in (None, 0):
-            return f"it ended at once (exit status {proc.returncode}; {home / 'local-worker.log'})"
-        if not said and write_locked(home):  # it waits (BUSY_S) for another process's write
-            return (
-                f"the store {home / 'dlscale.db'} is locked by another process's write; the "
-                f"worker waits for it (up to {BUSY_S} s a try)"
-            )
-        return None  # it runs, or is still starting
+        return ensure_worker(self.store.home, self.worker_alive, wait)
 
     def submit(self, request: JobRequest) -> str:
         result = self.submit_many([request])[0]

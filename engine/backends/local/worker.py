@@ -10,7 +10,7 @@ told apart from the processes that merely inherited its numbers.
 A worker that cannot run (the store or its disk full, read-only, locked) says why on the
 pipe its starter gave it (`ok` once it has taken its first job or found none, else
 `error: WHY`), since then it may have nowhere else to write: the starter
-(LocalBackend.ensure_worker) tells the front end, and the runs wait, pending, for the next
+(starting.py) tells the front end, and the runs wait, pending, for the next
 worker a command starts.
 """
 
