@@ -54,3 +54,9 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def quoted(text: str) -> str:
+    """A user's text (a log pattern) shown as a TOML literal string holds it: in single
+    quotes, backslashes as written (repr would double them), controls made visible."""
+    return printable(f"'{text}'" if "'" not in text else f'"{text}"')

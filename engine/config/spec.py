@@ -46,6 +46,7 @@ from .custom import (
     check_axes,
     check_names,
     declared,
+    declared_uses,
     declaring,
     free_name,
     unset_lengths,
@@ -196,9 +197,21 @@ class _TrainingChecks(StrictModel):
 
     @model_validator(mode="after")
     def _one_length(self) -> _TrainingChecks:
-        if (self.steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
-            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
         steps, warmup = self.steps, self.warmup_steps  # type: ignore[attr-defined]
+        # A declared framework's script needs only what its command names (custom.py):
+        # no length at all, or a warm-up it never reads, is its own business.
+        uses = declared_uses()
+        if uses is not None:
+            if steps is not None and self.epochs is not None:  # type: ignore[attr-defined]
+                raise ValueError("give at most one of steps or epochs")
+            if steps is not None and {"steps", "warmup_steps"} <= uses and warmup >= steps:
+                raise ValueError(
+                    f"warmup_steps {warmup} is not fewer than steps {steps}: the command "
+                    "gets both; lower warmup_steps or raise steps"
+                )
+            return self
+        if (steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
+            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
         if steps is not None and warmup >= steps:
             raise ValueError(
                 f"warmup_steps {warmup} is not fewer than steps {steps}: a run would warm up "
@@ -441,6 +454,8 @@ class Spec(StrictModel):
     def _declarations(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
         # The experiment's checks see the frameworks this spec declares (custom.declared).
         with declaring(data, (info.context or {}).get("folder")):
+            if isinstance(data, dict) and "training" not in data and declared_uses() is not None:
+                data = {**data, "training": {}}  # a script's own recipe: [training] optional
             return handler(data)
 
     _names = field_validator("frameworks")(classmethod(lambda cls, v: check_names(v, FRAMEWORKS)))

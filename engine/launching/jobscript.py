@@ -201,7 +201,9 @@ def render(
     # container): one a node under torchrun, one a device under srun and mpirun.
     meter_prefix = ""
     if declared and home is not None:  # the meter imports from the job's PYTHONPATH
-        meter = custom_launch.metered(profile.python, run, run_dir, device, launcher != "torchrun")
+        asked = custom_launch.interpreter(run, folder, python)
+        per_task = launcher != "torchrun"
+        meter = custom_launch.metered(profile.python, run, run_dir, device, per_task, asked)
         meter_prefix = " ".join(shlex.quote(w) for w in meter) + " "
     if declared:
         rank_argv = custom_launch.rank_command(

@@ -17,6 +17,8 @@ from typing import Any, cast
 
 from ...trainers.common.records import ENERGY_FIELDS
 from ..runs import State
+from ..text import printable
+from ..tracking import completion
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
@@ -140,10 +142,16 @@ def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, li
 
 def notes(store: Store, experiment: str | None = None) -> list[str]:
     """What the results leave out and why: metric lines skipped on ingest, by run, file and
-    line (a run whose summary was skipped has no throughput in the table)."""
-    return store.records.skipped_notes(
-        [r["run_id"] for r in store.runs(experiment)] if experiment else None
-    )
+    line (a run whose summary was skipped has no throughput in the table); runs counted
+    though their job failed after their measurement (completion.py), with how it ended."""
+    runs = store.runs(experiment)
+    marked = [
+        f"run {r['run_id']} ({r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
+        f"#{r['repetition']}) is counted: {printable(str(r['reason']).split(chr(10), 1)[0])}"
+        for r in runs
+        if r["state"] == State.COMPLETED and completion.marked(r["reason"])
+    ]
+    return store.records.skipped_notes([r["run_id"] for r in runs] if experiment else None) + marked
 
 
 def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:

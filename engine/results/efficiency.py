@@ -23,7 +23,7 @@ import math
 import statistics
 from typing import Any
 
-from ..config.frameworks import NO_COMM_BENCHMARK
+from ..config.frameworks import FRAMEWORKS, NO_COMM_BENCHMARK
 from ..runs import COMM_MARK, RunRow, State
 from ..tracking.store import Store
 from .points import Point
@@ -113,7 +113,14 @@ def _breakdown_why(p: Point) -> str:
         for s in p.summaries
         if s.get("breakdown_unavailable") is not None
     }
-    return "; ".join(sorted(why)) or f"the {p.framework} trainer records no step-time breakdown"
+    if why:
+        return "; ".join(sorted(why))
+    if p.framework not in FRAMEWORKS:  # a declared framework: its script may record one
+        return (
+            f"{p.framework}'s script records no step-time breakdown (compute_time_s and "
+            "exposed_comm_s in its summary record)"
+        )
+    return f"the {p.framework} trainer records no step-time breakdown"
 
 
 def _comm_why(p: Point) -> str:

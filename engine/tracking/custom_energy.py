@@ -150,6 +150,8 @@ def settle(store: Store, run_id: str) -> bool:
     end = log_time(timelines, int(offset)) if offset is not None else summary.get("time")
     if problems:
         fields: dict[str, Any] = {"energy_unavailable": "; ".join(problems)[:500]}
+    elif timelines and not any(tl.get("source") and tl["samples"] for tl in timelines):
+        fields = over(timelines, 0.0, 0.0, units)  # nothing was metered: why not, not when
     elif end is None or not timelines:
         fields = {
             "energy_unavailable": "the meter around the script did not see when its "

@@ -1,6 +1,7 @@
 """Energy around a command dlscale did not write: a declared framework's script (issue 38).
 
-    python -m dlscale.trainers.common.metered --out DIR [--devices N] [--log FILE] -- ARGV...
+    python -m dlscale.trainers.common.metered --out DIR [--devices N] [--log FILE]
+        [--software FILE --interpreter JSON] -- ARGV...
 
 Runs ARGV as a child (its standard streams, signals forwarded, its exit status returned) and
 samples, a few times a second, the cumulative energy counters of what that child computes on:
@@ -9,7 +10,9 @@ CPU packages (RAPL under /sys/class/powercap, by the node's first task only: the
 With --log it also samples the run's log size, so the engine can tell when a log line was
 written. At exit the timeline is written to DIR/<host>-<task>.json, where the engine
 (engine/tracking/custom_energy.py) takes the energy over the script's timed steps from it:
-the window its summary record, or its log's last measured line, says.
+the window its summary record, or its log's last measured line, says. With --software and
+--interpreter, before the command starts, the node's first task asks the command's Python
+what it holds (interpreter.py, time-limited) and writes that to the file --software names.
 
 Standard library only (nvidia-ml-py where a GPU is metered): it runs in the job's own
 environment, not dlscale's.
@@ -205,11 +208,25 @@ def main(argv: list[str] | None = None) -> int:
         help="one task a device: the GPU of this task's local rank (the one it sees alone)",
     )
     p.add_argument("--log", default=None, help="the run's log, whose size is sampled")
+    p.add_argument(
+        "--software",
+        default=None,
+        help="where the node's first task writes what --interpreter holds, before the command",
+    )
+    p.add_argument(
+        "--interpreter",
+        default=None,
+        help="the argv (JSON) of the Python the command runs in, asked for its versions",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no command to run after --")
+    # Asked before the command starts, so it never competes with the measurement, and a
+    # task that dies later (or a launcher that stops the rest when one fails) keeps it.
+    if a.software and a.interpreter and _task() == "0":
+        record_software(Path(a.software), json.loads(a.interpreter))
     try:
         counters = Counters(a.devices, first_task=_task() == "0", task_gpu=a.task_gpu)
         timeline: Timeline | None = Timeline(counters, a.log)
@@ -234,6 +251,38 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"dlscale-metered: the timeline was not written ({exc})", file=sys.stderr)
     return rc if rc >= 0 else 128 - rc
+
+
+PROBE_S = 30.0  # a cold container or a slow shared file system, not a hung interpreter
+
+
+def record_software(out: Path, interpreter: list[str]) -> None:
+    """`interpreter`'s versions (interpreter.py run in it, time-limited) as JSON in `out`,
+    written whole or not at all; or why they are unknown."""
+    source = Path(__file__).with_name("interpreter.py").read_text(encoding="utf-8")
+    try:
+        done = subprocess.run(
+            [*interpreter, "-c", source],
+            capture_output=True,
+            timeout=PROBE_S,
+            stdin=subprocess.DEVNULL,
+        )
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"]
+            raise ValueError(f"it exited {done.returncode}: {said[-1]}")
+        versions = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        data: dict[str, Any] = {"interpreter": interpreter, "versions": versions}
+    except subprocess.TimeoutExpired:
+        data = {"interpreter": interpreter, "unavailable": f"no answer in {PROBE_S:.0f} s"}
+    except (OSError, ValueError, IndexError) as exc:
+        data = {"interpreter": interpreter, "unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, out)
+    except OSError as exc:
+        print(f"dlscale-metered: the software was not written ({exc})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ records as training goes, and one `summary` record last. A communication benchma
 (`--comm-benchmark`) trains nothing: its measurement is one `comm` record before its summary.
 A declared framework's run may end with an `energy` record after its summary: written by the
 engine from the meter around the script (trainers/common/metered.py), it fills the summary's
-energy fields the script left empty.
+energy fields the script left empty; and with a second `env` record, the script's own with
+the versions its interpreter holds added (engine/tracking/custom_software.py), which
+readers of a run's last env record see.
 Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
 
