@@ -32,7 +32,7 @@ hostile_text = st.lists(
     st.one_of(
         st.sampled_from(["\x1b[2J", "\x1b]0;x\x07", "\x9b", "\x85", "\r", "\u202e", "\u2028"]),
         st.sampled_from(["..", "/", "#", "?", "%", "$(id)", "'", '"', "\\", "\0", " "]),
-        st.characters(blacklist_categories=("Cs",)),
+        st.characters(exclude_categories=("Cs",)),
     ),
     max_size=12,
 ).map("".join)
