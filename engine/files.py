@@ -123,6 +123,8 @@ def _kernels() -> frozenset[int]:
 
 def _refuse_special(path: str | Path, follow: bool) -> None:
     """Anything but a regular file, refused before it is opened (opening a device can act)."""
+    if "\0" in str(path):  # the OS takes no such name (a ValueError, were it asked)
+        raise NotRegularFile(path, "a name holding a NUL character")
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError as exc:

@@ -99,6 +99,10 @@ def _writable_folder(option: str, path: Path, folder: Path) -> None:
 
 def _mode(option: str, path: Path) -> int | None:
     """What is at `path` (its lstat mode), or None where nothing is."""
+    if "\0" in str(path):  # the OS takes no such name (a ValueError, were it asked)
+        raise OutputError(
+            f"{_named(option, path)}: a name holding a NUL character; nothing was written"
+        )
     try:
         return os.lstat(path).st_mode
     except FileNotFoundError:

@@ -35,6 +35,8 @@ def check_home(home: str | Path | None, source: str = "--home") -> Path:
 
     path = Path(home).expanduser() if home else default_home()
     where = f"home {path} ({source})"
+    if "\0" in str(path):  # the OS takes no such name (a ValueError, were it asked)
+        raise UserError(f"{where}: holds a NUL character; no folder is named so")
     try:
         existing = path
         while not existing.exists() and existing != existing.parent:

@@ -15,7 +15,7 @@ import click
 
 from ..errors import DlscaleError, SpecError
 from .lazy import LazyGroup
-from .options import home_callback
+from .options import NamedPath, home_callback
 
 _chosen: dict[str, str | None] = {"home": None}  # for messages outside a command
 
@@ -117,7 +117,7 @@ COMMANDS = {
 @click.option(
     "--home",
     envvar="DLSCALE_HOME",
-    type=click.Path(),
+    type=NamedPath(),
     callback=home_callback,
     help="where the store and run folders live (default ~/.dlscale)",
 )

@@ -30,7 +30,17 @@ def _named(param: click.Parameter | None) -> str:
     return param.human_readable_name if param is not None else ""
 
 
-class InputPath(click.Path):
+class NamedPath(click.Path):
+    """A path as a name: one holding a NUL character (which no argv carries, but a caller
+    in this process can) is refused in a sentence, where click's own check would raise."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\0" in value:
+            self.fail(f"{value!r} holds a NUL character: no file is named so", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class InputPath(NamedPath):
     """A path a command reads: a spec, a profile, a bundle, a folder to check."""
 
 
@@ -48,12 +58,11 @@ class OutputPath(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         from .. import outputs  # the command line starts without it (dlscale --help)
 
-        value = super().convert(value, param, ctx)
-        if self.folder:
+        if self.folder:  # first: click's own stat would raise on a NUL in the name
             outputs.check_folder(value, _named(param), self.writable)
         else:
             outputs.check_file(value, _named(param), self.replace)
-        return value
+        return super().convert(value, param, ctx)
 
 
 def home_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
