@@ -20,8 +20,10 @@ from .schedule import LRPlan, step_time_stats
 
 # Test only: DLSCALE_TEST_SLOWDOWN=0.10 makes every timed step wait until it has taken
 # 1 / (1 - 0.10) of its time, so throughput drops by 10%: how benchmarks/check_rates.py and
-# the tests prove that `dlscale check` detects a slowdown. Its wait follows the step's wall
-# time, so on a GPU (asynchronous steps) it slows less than asked. The summary records it.
+# the tests prove that `dlscale check` detects a slowdown. The step's time is taken after
+# the device has finished it (the framework's sync), so on a GPU, whose steps return before
+# their work is done, the wait is as long as the work and not as the launch. The summary
+# records it, and every table marks the numbers it made.
 SLOWDOWN_VARIABLE = "DLSCALE_TEST_SLOWDOWN"
 
 
@@ -113,6 +115,9 @@ class Hooks:
     timer: StepTimer = field(default_factory=WallTimer)
     progress: Callable[[str], None] | None = None  # one human line per interval (rank 0)
     meter: Any = None  # energy over the timed segments (common.energy.Meter): resume/pause
+    # waits for this rank's device alone (no barrier): where steps are asynchronous (GPUs),
+    # the test slowdown times a step's work with it
+    device_sync: Callable[[], None] | None = None
 
 
 @dataclass
@@ -194,6 +199,8 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         loss = hooks.step(xb, yb)
         if seg_start is not None:
             if stretch:
+                if hooks.device_sync is not None:  # its work, not its launch, is stretched
+                    hooks.device_sync()
                 time.sleep((time.perf_counter() - began) * stretch)
             hooks.timer.end()
         out.step += 1

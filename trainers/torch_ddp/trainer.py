@@ -172,6 +172,7 @@ class Trainer:
             set_lr=lambda lr: self.strategy.set_lr(self.opt, lr),
             loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
             sync=self.run.sync,
+            device_sync=self.run.sync_device,
             evaluate=self.evaluate if self.data is not None else None,
             timer=CudaTimer() if self.cuda else training_loop.WallTimer(),
             progress=self.ctx.progress,
