@@ -1,9 +1,10 @@
 """`dlscale check`: its rule on points made by hand; every outcome through the real command
 with its exit status and JUnit file (0 passed, 1 regressed, 2 bad input, 3 not judged:
 undecided, or a baseline that shares nothing with the study), on stores built from the
-quickstart's recorded records with their throughputs set (no training: about 20 s); the
-history and its window; and one check through real runs, interleaved with the baseline's
-runs repeated, with the trainer's test-only slowdown (a slow test: about 2 minutes)."""
+quickstart's recorded records with their throughputs set (no training: 30 to 60 s); the
+history and its window; the test slowdown's mark in results, compare, check and the
+report; and one check through real runs, interleaved with the baseline's runs repeated,
+with the trainer's test-only slowdown (a slow test: 2 to 4 minutes on 2 busy cores)."""
 
 import json
 import xml.etree.ElementTree as ET
@@ -264,6 +265,30 @@ def test_the_history_keeps_a_series_and_gives_the_window_baseline(baseline_bundl
     assert all(e["site"] and e["date"] for e in lines)
 
 
+def test_numbers_made_with_the_test_slowdown_are_marked_wherever_shown(baseline_bundle, tmp_path):
+    def slowed(run_id, lines):
+        recs = [json.loads(line) for line in lines]
+        for r in recs:
+            if r["kind"] == "summary":
+                r["test_slowdown"] = 0.1
+        return [json.dumps(r) + "\n" for r in recs]
+
+    home = tmp_path / "h"
+    recorded_study(home, slowed)
+    note = "! = made with the test-only DLSCALE_TEST_SLOWDOWN=0.1"
+    table = dlscale("results", home=home, check=0).stdout
+    assert " !" in table and note in table
+    rows = json.loads(dlscale("results", "--format", "json", home=home, check=0).stdout)
+    assert {r["test_slowdown"] for r in rows} == {0.1}
+    dlscale("import", str(baseline_bundle), home=home, check=0)
+    compared = dlscale("compare", "quickstart@before", "quickstart", home=home, check=0).stdout
+    assert " !" in compared and note in compared
+    checked = _check(home, "--baseline", str(baseline_bundle))
+    assert "[made with the test-only DLSCALE_TEST_SLOWDOWN=0.1]" in checked.stdout
+    dlscale("report", "-e", "quickstart", "--out", str(tmp_path / "rep"), home=home, check=0)
+    assert note in (tmp_path / "rep" / "report.md").read_text()
+
+
 # --- real runs ---------------------------------------------------------------------------
 
 
@@ -280,7 +305,7 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     junit = tmp_path / "j.xml"
     proc = dlscale(
         "check", str(study), "--baseline", "base", "--run", "--interleave",
-        "--max-repetitions", "4", "--tolerance", "20%", "--junit", str(junit),
+        "--max-repetitions", "3", "--tolerance", "20%", "--junit", str(junit),
         home=home,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
