@@ -116,7 +116,8 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     took = time.monotonic() - start
     if proc.returncode not in EXIT:
         sys.exit(f"check failed to run ({proc.returncode}): {proc.stderr[-2000:]}")
-    verdict = next((line for line in proc.stdout.splitlines() if "ratio" in line), "")
+    outcomes = ("PASSED", "REGRESSED", "UNDECIDED", "NOT JUDGED")
+    verdict = next((x for x in proc.stdout.splitlines() if x.strip().startswith(outcomes)), "")
     return {
         "kind": kind,
         "outcome": EXIT[proc.returncode],

@@ -96,7 +96,8 @@ def run_rounds(
     out = Rounds()
     start = time.monotonic()
     if interleave:  # each point's first repetition stored (planned): the points to pair
-        store.add_runs([r for r in plan(loaded).runs if r.repetition == 0], rows=False)
+        first = [r for r in plan(loaded).runs if r.repetition == 0 and not r.comm_benchmark]
+        store.add_runs(first, rows=False)
     else:  # the spec's own repetitions first, all at once
         report = submit(store, loaded, backend)
         ids = [r.run_id for r in report.all_runs]

@@ -65,9 +65,14 @@ def test_the_rule(values, outcome, says):
 
 
 def test_an_undecided_point_names_one_spread_and_the_budget_that_would_judge_it():
-    v = judge(_point([94.0, 97.0, 96.0]), _point([100.0, 99.0, 101.0]), 0.05)
+    steady = _point([100.0, 100.1, 99.9, 100.05, 99.95])
+    v = judge(_point([94.0, 99.0, 96.0]), steady, 0.05)
     assert v.outcome == UNDECIDED and v.needed is not None and v.needed > 3
     assert f"about {v.needed} repetitions" in v.why and "projected" in v.why
+    # a baseline too noisy for any number of the study's repetitions says so
+    v = judge(_point([94.0, 97.0, 96.0]), _point([100.0, 99.0, 101.0]), 0.05)
+    assert v.outcome == UNDECIDED and v.needed is None
+    assert "a baseline with more repetitions would" in v.why
 
 
 def test_numbers_made_with_the_test_slowdown_are_marked():

@@ -90,6 +90,9 @@ def test_independent_sides_carry_both_uncertainties():
     steady = [100.0, 100.3, 99.7]
     d = decide.independent(study, steady, TOLERANCE)
     assert d.outcome == REGRESSED and d.high is not None and d.high < 0.95
+    # a baseline of two repetitions is enough against three of the study's, not two
+    assert decide.independent(study[:3], steady[:2], TOLERANCE).outcome == REGRESSED
+    assert decide.independent(study[:2], steady, TOLERANCE).outcome == UNDECIDED
 
 
 def test_a_window_of_past_checks_predicts_the_next():

@@ -166,6 +166,12 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
 def budget_text(d: decide.Decision, tolerance: float, side: str) -> tuple[int | None, str]:
     """What would decide an undecided point: (repetitions a side, the words)."""
     n = decide.repetitions_to_decide(d, tolerance)
+    if n is None and d.reference_se and d.ratio and d.low is not None:
+        return None, (
+            f"no number of the study's repetitions would: the baseline's own mean is known "
+            f"only to ±{100 * decide.critical(d.n[1] - 1) * d.reference_se:.1f}% from its "
+            f"{d.n[1]} repetitions; a baseline with more repetitions would"
+        )
     if d.ratio is not None and d.low is not None and n is None:
         return None, (
             "no budget would: its ratio sits at the tolerance's edge, which is what a "

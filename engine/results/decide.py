@@ -21,7 +21,8 @@ The interval, by how the two sides were measured:
   of the last N checks' values, as a Student-t prediction interval (the next check varies
   as much as the past ones did).
 
-LEVEL is two-sided 95% at every look, after at least MIN_PAIRS pairs: the sequential
+LEVEL is two-sided 95% at every look, after at least MIN_PAIRS pairs (or repetitions of
+the study, against at least two of a baseline measured apart): the sequential
 looks `check` takes (a round of runs, then a look) keep the false-alarm and miss rates
 under 5% on synthetic series of known shift and noise (tests/test_decide.py measures
 them), because a 2.5% tail at each look on a narrowing interval rarely crosses twice.
@@ -50,6 +51,9 @@ class Decision:
     method: str
     n: tuple[int, int]  # repetitions (or checks) on each side: candidate, reference
     spread: float | None = None  # the log ratio's standard deviation per pair or check
+    # independent sides: the relative standard error of the baseline's mean, which more
+    # repetitions of the study cannot shrink
+    reference_se: float | None = None
 
     @property
     def change(self) -> float | None:
@@ -98,11 +102,12 @@ def independent(candidate: list[float], reference: list[float], tolerance: float
         return Decision(UNDECIDED, None, None, None, INDEPENDENT, n)
     if r.low is None:
         return Decision(UNDECIDED, r.value, None, None, INDEPENDENT, n)
-    enough = min(n) >= 2 and sum(n) >= 2 * MIN_PAIRS
+    # the study's side can grow (check --run adds to it), a baseline's cannot: three of
+    # the study's and two of the baseline's at the least
+    enough = n[0] >= MIN_PAIRS and n[1] >= 2
     outcome = _outcome(r.low, r.high, 1 - tolerance) if enough else UNDECIDED
-    # a pair's worth of spread (log scale), for repetitions_to_decide: both sides' CVs
-    spread = math.hypot(_cv(candidate), _cv(reference))
-    return Decision(outcome, r.value, r.low, r.high, INDEPENDENT, n, spread)
+    se = _cv(reference) / math.sqrt(n[1])
+    return Decision(outcome, r.value, r.low, r.high, INDEPENDENT, n, _cv(candidate), se)
 
 
 def _cv(values: list[float]) -> float:
@@ -128,19 +133,19 @@ def window(value: float, past: list[float], tolerance: float) -> Decision:
 
 
 def repetitions_to_decide(d: Decision, tolerance: float, limit: int = 1000) -> int | None:
-    """About how many repetitions a side (pairs, for paired runs) would decide an
-    undecided point, were its ratio and spread what they are now: the fewest n whose
-    interval's half-width (log scale) is under the ratio's distance from the floor. None
-    when no number would (the ratio sits on the floor, or nothing is known of the spread);
-    a projection, not a measurement."""
+    """About how many repetitions (pairs, for paired runs; the study's, against a baseline
+    measured apart, whose own spread stays) would decide an undecided point, were its
+    ratio and spread what they are now: the fewest n whose interval's half-width (log
+    scale) is under the ratio's distance from the floor. None when no number would (the
+    ratio sits on the floor, the baseline's spread alone is too wide, or nothing is known
+    of the spread); a projection, not a measurement."""
     if d.ratio is None or d.spread is None or d.ratio <= 0:
         return None
     gap = abs(math.log(d.ratio) - math.log(1 - tolerance))
     if gap == 0:
         return None
-    if d.spread == 0:
-        return MIN_PAIRS
+    fixed = d.reference_se or 0.0  # a baseline measured apart does not grow
     for n in range(max(MIN_PAIRS, 2), limit + 1):
-        if critical(n - 1) * d.spread / math.sqrt(n) < gap:
+        if critical(n - 1) * math.hypot(d.spread / math.sqrt(n), fixed) < gap:
             return n
     return None
