@@ -134,7 +134,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 @click.option(
     "--max-minutes",
     type=click.FloatRange(0.1, 10_000),
-    default=30.0,
+    default=10.0,
     show_default=True,
     help="with --run: no round begins that would end past this",
 )
