@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def trainer(
     warmup: int,
     precision: str,
     compile: bool = False,
+    mode: str = "default",
+    env: dict[str, str] | None = None,
 ) -> dict:
     """One rank of the trainer as the local backend starts it; its summary record."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,14 +97,24 @@ def trainer(
                 "--output",
                 str(out),
             ]
-            + (["--compile"] if compile else []),
+            + (["--compile", "--compile-mode", mode] if compile else []),
             check=True,
             capture_output=True,
+            env={**os.environ, **(env or {})},
         )
         return json.loads(out.read_text().splitlines()[-1])
 
 
-def hand(model: str, dataset: str, batch: int, steps: int, warmup: int, precision: str) -> float:
+def hand(
+    model: str,
+    dataset: str,
+    batch: int,
+    steps: int,
+    warmup: int,
+    precision: str,
+    compile: bool = False,
+    mode: str = "default",
+) -> float:
     out = subprocess.run(
         [
             sys.executable,
@@ -121,7 +134,8 @@ def hand(model: str, dataset: str, batch: int, steps: int, warmup: int, precisio
             "--precision",
             precision,
             "--channels-last",
-        ],
+        ]
+        + (["--compile", "--compile-mode", mode] if compile else []),
         check=True,
         capture_output=True,
         text=True,
@@ -130,13 +144,22 @@ def hand(model: str, dataset: str, batch: int, steps: int, warmup: int, precisio
 
 
 def compare(
-    model: str, dataset: str, batch: int, a, label: str, precision: str, rounds: int
+    model: str,
+    dataset: str,
+    batch: int,
+    a,
+    label: str,
+    precision: str,
+    rounds: int,
+    mode: str | None = None,
 ) -> dict:
-    """Trainer against hand loop, alternating; ratios taken within each round."""
+    """Trainer against hand loop, alternating; ratios taken within each round. `mode`: both
+    under torch.compile in that mode (None: eager)."""
     hands, trainers, ratios = [], [], []
+    comp = {"compile": mode is not None, "mode": mode or "default"}
     for r in range(rounds):
-        hands.append(hand(model, dataset, batch, a.steps, a.warmup, precision))
-        s = trainer(model, dataset, batch, a.steps, a.warmup, precision)
+        hands.append(hand(model, dataset, batch, a.steps, a.warmup, precision, **comp))
+        s = trainer(model, dataset, batch, a.steps, a.warmup, precision, **comp)
         trainers.append(s["throughput"])
         ratios.append(trainers[-1] / hands[-1])
         print(
@@ -149,6 +172,7 @@ def compare(
         "dataset": dataset,
         "batch": batch,
         "precision": precision,
+        "compile_mode": mode,
         "compute_dtype": s.get("compute_dtype"),
         "hand": hands,
         "trainer": trainers,
@@ -164,8 +188,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--precisions", default="bf16,tf32,fp32", help="comma-separated")
     ap.add_argument("--variants", action="store_true", help="also fp16, and bf16 compiled")
+    ap.add_argument(
+        "--compile-modes",
+        default="",
+        help="comma-separated torch.compile modes (default, reduce-overhead...): ResNet-50 "
+        "in bf16, the compiled trainer against the hand loop compiled in the same mode",
+    )
     ap.add_argument("--cifar", action="store_true", help="also ResNet-44 at 128/256/512")
     ap.add_argument("--cifar-rounds", type=int, default=None, help="default: --rounds")
+    ap.add_argument(
+        "--slowdown",
+        type=float,
+        default=0.0,
+        help="check the test knob DLSCALE_TEST_SLOWDOWN at this fraction: ResNet-44, batch "
+        "128, bf16 (short asynchronous steps), with and without it, alternating",
+    )
     a = ap.parse_args()
     import torch
 
@@ -179,10 +216,24 @@ def main() -> None:
         flush=True,
     )
     med = statistics.median
-    precisions = [p for p in a.precisions.split(",") if p]
+    precisions = [p for p in a.precisions.split(",") if p]  # "" for none
     resnet50 = {
         p: compare("resnet50", "synthetic-imagenet", a.batch, a, f"resnet50 {p}", p, a.rounds)
         for p in precisions
+    }
+    compiled = {
+        m: compare(
+            "resnet50",
+            "synthetic-imagenet",
+            a.batch,
+            a,
+            f"resnet50 bf16 compiled {m}",
+            "bf16",
+            a.rounds,
+            m,
+        )
+        for m in a.compile_modes.split(",")
+        if m
     }
     variants = {}
     for name, precision, comp in (("fp16", "fp16", False), ("bf16+compile", "bf16", True)):
@@ -197,6 +248,22 @@ def main() -> None:
         variants[name] = runs
         print(
             f"resnet50 trainer {name}: {med(runs):8.1f} images/s (median of {a.rounds})", flush=True
+        )
+    knob = []
+    for r in range(a.rounds if a.slowdown else 0):
+        pair = []
+        for value in (0.0, a.slowdown) if r % 2 == 0 else (a.slowdown, 0.0):
+            env = {"DLSCALE_TEST_SLOWDOWN": str(value)} if value else {}
+            s = trainer("resnet44", "synthetic-cifar", 128, a.steps, a.warmup, "bf16", env=env)
+            pair.append((value, s["throughput"]))
+        plain = next(t for v, t in pair if not v)
+        slowed = next(t for v, t in pair if v)
+        knob.append({"plain": plain, "slowed": slowed, "slowed_over_plain": slowed / plain})
+        print(
+            f"slowdown knob {a.slowdown:.2f} round {r + 1}: plain {plain:8.1f}  slowed "
+            f"{slowed:8.1f} images/s  slowed/plain {slowed / plain:.3f} (asked "
+            f"{1 - a.slowdown:.3f})",
+            flush=True,
         )
     cifar_rounds = a.cifar_rounds or a.rounds
     cifar = (
@@ -217,6 +284,11 @@ def main() -> None:
             f"images/s  trainer/hand {c['trainer_over_hand']:.3f}  (computed in "
             f"{c['compute_dtype']})"
         )
+    for m, c in compiled.items():
+        print(
+            f"resnet50 bf16 compiled ({m}) hand {med(c['hand']):8.1f}  trainer "
+            f"{med(c['trainer']):8.1f} images/s  trainer/hand {c['trainer_over_hand']:.3f}"
+        )
     for name, runs in variants.items():
         print(f"trainer {name:<11}{med(runs):8.1f} images/s")
     for c in cifar:
@@ -233,6 +305,8 @@ def main() -> None:
         "warmup": a.warmup,
         "batch": a.batch,
         "resnet50": resnet50,
+        "compiled": compiled,
+        "slowdown_knob": {"asked": a.slowdown, "rounds": knob} if knob else None,
         "variants": variants,
         "cifar": cifar,
     }

@@ -29,6 +29,7 @@ def hand_loop(
     channels_last: bool = False,
     compile: bool = False,
     threads: int = 1,
+    compile_mode: str = "default",
 ) -> float:
     import torch
     import torch.nn.functional as F
@@ -40,7 +41,7 @@ def hand_loop(
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     if cuda:
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = precision != "fp32"  # as the trainer (device.py)
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
     size, classes = SIZES[dataset]
@@ -53,7 +54,9 @@ def hand_loop(
         weight_decay=5e-4,
         **({"fused": True} if cuda else {}),
     )
-    net = torch.compile(model) if compile else model
+    mode = None if compile_mode == "default" else compile_mode
+    net = torch.compile(model, mode=mode) if compile else model
+    graphs = compile and compile_mode in ("reduce-overhead", "max-autotune")
     x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -68,6 +71,8 @@ def hand_loop(
         if i == warmup:
             sync()
             t0 = time.perf_counter()
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(dev.type, dtype, enabled=dtype is not None):
             loss = F.cross_entropy(net(x), y)
         opt.zero_grad(set_to_none=True)
@@ -93,6 +98,7 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "bf16", "fp16"))
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile-mode", default="default")
     a = ap.parse_args()
     print(
         hand_loop(
@@ -105,6 +111,7 @@ def main() -> None:
             a.precision,
             a.channels_last,
             a.compile,
+            compile_mode=a.compile_mode,
         )
     )
 

@@ -1,6 +1,6 @@
 """Does the test-only DLSCALE_TEST_SLOWDOWN slow a run by what it says, on a GPU too (issue
-35)? Its wait is taken after the device has finished the step, so asynchronous steps are
-stretched by their work, not by their launch.
+35)? Its wait is added at the loop's synchronised points for the timed time since the last
+one, so asynchronous steps are stretched by their work, not by their launch.
 
 The PyTorch trainer is run directly (through torchrun, as the local backend starts it),
 alternating runs without and with the knob, ROUNDS of each; printed and appended to

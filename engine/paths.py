@@ -79,6 +79,18 @@ class RunPaths:
     def metrics(self) -> Path:
         return self.root / METRICS_NAME
 
+    @property
+    def energy(self) -> Path:
+        """A declared framework's energy timelines, one per metered task
+        (trainers/common/metered.py), read when its run is settled."""
+        return self.root / "energy"
+
+    @property
+    def software(self) -> Path:
+        """What a declared framework's Python holds, as its meter asked it after the run
+        (trainers/common/interpreter.py), read when its run is settled."""
+        return self.root / "software.json"
+
     # Earlier attempts keep their files apart from the current one's.
     @property
     def attempts(self) -> Path:

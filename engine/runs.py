@@ -9,10 +9,11 @@ only: every layer imports it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class State(str, Enum):
@@ -99,6 +100,19 @@ COLUMN_TYPES = {name: "INTEGER" if name in COUNTS else "TEXT" for name in CONFIG
 # How a communication benchmark run's recipe reads in a stored row (its training column:
 # sorted JSON), for readers that test it in SQL over many rows or without decoding it.
 COMM_MARK = '"comm_benchmark": true'
+
+
+def declaration(row: RunRow) -> dict[str, Any] | None:
+    """A declared framework's declaration, as a stored run's recipe holds it (its training
+    column, JSON, under "custom"); None for a built-in framework's run."""
+    training = row.get("training")
+    if isinstance(training, str):
+        try:
+            training = json.loads(training)
+        except ValueError:
+            return None
+    decl = training.get("custom") if isinstance(training, dict) else None
+    return decl if isinstance(decl, dict) else None
 
 
 # --- rows: runs and jobs as the store returns them, typed ----------------------------------

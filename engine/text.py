@@ -30,3 +30,9 @@ def printable(text: str, newlines: bool = False) -> str:
     """`text` with every control character (and bidi control) shown as its escape;
     newlines=True keeps line breaks (`\\n`) for text of several lines."""
     return text.translate(_ESCAPES_BUT_NEWLINE if newlines else _ESCAPES)
+
+
+def quoted(text: str) -> str:
+    """A user's text (a log pattern) shown as a TOML literal string holds it: in single
+    quotes, backslashes as written (repr would double them), controls made visible."""
+    return printable(f"'{text}'" if "'" not in text else f'"{text}"')

@@ -7,12 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, dlscale
 from dlscale.engine.config.spec import load_spec
+from dlscale.engine.errors import SpecError
 from dlscale.engine.launching import custom_launch, jobscript
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.log_patterns import Patterns
@@ -118,6 +120,34 @@ BAD = {
         {"frameworks": '["gtp"]'},
         r"experiment\.frameworks: unknown framework 'gtp'; allowed: .*pytorch-ddp.*, gpt",
     ),
+    "a pattern shown as written, backslashes single": (
+        {"log": "throughput = '(\\d+ ([0-9.]+)'"},
+        r"frameworks\.gpt\.log\.throughput: '\(\\d\+ \(\[0-9\.\]\+\)' is not a regular",
+    ),
+    "warm-up not fewer than steps where the command gets both": (
+        {"command": '["{python}", "{script}", "{steps}", "{warmup_steps}"]', "length": "steps = 1"},
+        r":\d+: training: warmup_steps 1 is not fewer than steps 1: the command gets both",
+    ),
+    "steps placeholder where the spec gives no length": (
+        {"command": '["{python}", "{script}", "{steps}"]', "length": ""},
+        r"frameworks\.gpt\.command uses \{steps\}, and \[training\] gives no steps: add steps",
+    ),
+    "steps and epochs both": (
+        {"length": "steps = 2\nepochs = 1"},
+        r":\d+: training: give at most one of steps or epochs",
+    ),
+    "a records completion with log patterns": (
+        {"extra": 'complete_when = "records"'},
+        r":\d+: frameworks\.gpt\.complete_when: with a \[log\] table .*log\.complete_when",
+    ),
+    "an unknown completion": (
+        {"extra": 'complete_when = "summary"'},
+        r":\d+: frameworks\.gpt\.complete_when: Input should be 'exit' or 'records'",
+    ),
+    "a final line that is no pattern": (
+        {"log": "throughput = 'throughput ([0-9.]+)'\ncomplete_when = '(done'"},
+        r":\d+: frameworks\.gpt\.log\.complete_when: '\(done' is not a regular expression",
+    ),
 }
 
 
@@ -129,6 +159,44 @@ def test_bad_declaration_is_exit_2_naming_the_field(case, tmp_path, home):
     out = dlscale("plan", str(spec), check=2)
     assert re.search(re.escape(str(spec)) + ".*" + expected, out.stderr), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_script_needs_of_training_only_what_its_command_uses(tmp_path):
+    """Issue 37, item 4: no [training] at all where the command names none of it, and a
+    warm-up the command never gets is no reason to refuse its steps."""
+    spec = tmp_path / "s.toml"
+    no_training = spec_text(command='["{python}", "{script}", "--seq-len", "{seq_len}"]')
+    spec.write_text(no_training.replace("[training]\nsteps = 3\nwarmup_steps = 1\n", ""))
+    assert "[training]" not in spec.read_text()
+    assert len(plan(load_spec(spec)).runs) == 4
+    spec.write_text(spec_text(command='["{python}", "{script}", "{steps}"]', length="steps = 1"))
+    assert len(plan(load_spec(spec)).runs) == 4  # warmup_steps 1, which it never gets
+    # A declaration without complete_when plans the runs it always did (it is no part of
+    # their identity at its default, "exit").
+    runs = [r.run_id for r in plan(_loaded(tmp_path)).runs]
+    explicit = plan(_loaded(tmp_path, extra='complete_when = "exit"')).runs
+    assert [r.run_id for r in explicit] == runs
+
+
+@pytest.mark.parametrize("table", ["experiment", "training"])
+def test_a_missing_table_is_named_with_its_file_and_line(tmp_path, table):
+    """A built-in framework's spec still needs [training]: the error says where to add it
+    (the file's end), and a key missing from a table names that table's line."""
+    spec = tmp_path / "s.toml"
+    text = (REPO / "examples" / "quickstart.toml").read_text()
+    start = text.index(f"[{table}]")
+    end = text.find("\n[", start + 1)
+    spec.write_text(text[:start] + (text[end + 1 :] if end > 0 else ""))
+    last = len(spec.read_text().splitlines())
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec)
+    missing = f"{spec}:{last}: {table}: required, but missing: add a [{table}] table"
+    assert missing in refused.value.problems, refused.value.problems
+    spec.write_text(text.replace('models = ["resnet20"]\n', ""))
+    line = text.splitlines().index("[experiment]") + 1
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec)
+    assert f"{spec}:{line}: experiment.models: required, but missing" in str(refused.value)
 
 
 def test_axes_need_a_declared_framework(tmp_path, home):
@@ -489,3 +557,54 @@ def test_the_queues_unit_is_the_one_results_give(tmp_path, training, unit):
     store = Store(tmp_path / "home")
     [row] = queue.rows(store)
     assert row.unit == unit == unit_and_axes(store.run(run.run_id))[0]
+
+
+# Where a built-in name is the only right answer, not a filter over the store's runs: the
+# environments dlscale builds, and the datasets it fetches or checks.
+BUILT_IN_ONLY = {("env", "create"), ("env", "remove"), ("doctor",)}
+BUILT_IN_ONLY |= {("data", "fetch"), ("data", "check"), ("data", "sample")}
+FILTERED = {"model": "gpt2-tiny", "dataset": "synthetic-tokens", "framework": "gpt"}
+# Options so named that filter nothing: project's --model is the gradient of stated figures,
+# a model dlscale knows the size of (a declared one's is given with --parameters).
+NOT_FILTERS = {(("project",), "model")}
+
+
+def test_every_filter_by_model_dataset_or_framework_takes_the_stores_declared_names(
+    capsys, tmp_path, home
+):
+    """Issue 37, item 2, as a class: every option of every command (walked from the click
+    tree) that names a model, dataset or framework takes a declared framework's own words
+    from the store, and refuses one the store lacks naming those it has; a parameter limited
+    to the built-in names is one of the few where only those make sense."""
+    from test_bad_input import COMMANDS, invoke
+
+    from dlscale.engine.config.frameworks import FRAMEWORKS
+    from dlscale.engine.tracking.store import Store
+    from dlscale.trainers.common.args import DATASETS, MODELS
+
+    built_in = {*MODELS, *DATASETS, *FRAMEWORKS}
+    assert {path for path, _ in COMMANDS} >= BUILT_IN_ONLY
+    for path, cmd in COMMANDS:
+        for p in cmd.params:
+            choices = set(getattr(p.type, "choices", ()) or ())
+            if choices and choices <= built_in and path not in BUILT_IN_ONLY:
+                raise AssertionError(f"{' '.join(path)} {p.name}: only built-in names")
+    named = [
+        (path, p)
+        for path, cmd in COMMANDS
+        for p in cmd.params
+        if isinstance(p, click.Option) and p.name in FILTERED
+    ]
+    filters = [(path, p) for path, p in named if getattr(p.callback, "stored", None) == p.name]
+    others = {(path, p.name) for path, p in named} - {(path, p.name) for path, p in filters}
+    assert others == NOT_FILTERS, others  # a new one filters the store, or says why not
+    assert {(" ".join(path), p.name) for path, p in filters} >= {("chart", "model")}
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text())
+    Store(home).add_runs(plan(load_spec(spec)).runs)
+    for path, p in filters:
+        flag = max(p.opts, key=len)
+        code, out, err = invoke(capsys, *path, flag, FILTERED[p.name])
+        assert code == 0 and "Error" not in err, (path, flag, code, out, err)
+        code, out, err = invoke(capsys, *path, flag, "resnet20")
+        assert code == 2 and f"it has: {FILTERED[p.name]}" in err, (path, flag, err)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from test_energy import fake_powercap, set_energy
 
 from conftest import REPO, dlscale
 from dlscale.engine.tracking.store import Store
@@ -45,16 +48,42 @@ def check_results(home: Path, experiment: str) -> list[dict]:
     return rows
 
 
+@pytest.fixture
+def burning_package(tmp_path, monkeypatch):
+    """A CPU package (a fake RAPL tree the runs' meter reads) that draws 50 W."""
+    root = fake_powercap(tmp_path / "powercap", packages=1, start=0)
+    monkeypatch.setenv("DLSCALE_POWERCAP", str(root))
+    stop = threading.Event()
+
+    def burn():
+        t0 = time.monotonic()
+        while not stop.wait(0.02):
+            set_energy(root, 0, int((time.monotonic() - t0) * 50e6))
+
+    t = threading.Thread(target=burn)
+    t.start()
+    yield
+    stop.set()
+    t.join()
+
+
 @pytest.mark.parametrize("name", ["gpt-log.toml", "gpt-records.toml"])
-def test_example_study_gives_ci95_speedup_and_efficiency(name, tmp_path, home):
+def test_example_study_gives_ci95_speedup_and_efficiency(name, tmp_path, home, burning_package):
     spec = example(tmp_path, name)
     dlscale("run", str(spec), "--wait", home=home, check=0)
-    check_results(home, name.removesuffix(".toml"))
+    rows = check_results(home, name.removesuffix(".toml"))
     store = Store(home)
     for run in store.runs(name.removesuffix(".toml")):
         params = store.records.of(run["run_id"], "params")[0]
         assert params["unit"] == "tokens" and params["axes"] == {"seq_len": 32}
         assert params["world_size"] == run["devices"]
+        # Metered around the script, over its timed steps (from its summary's time, or
+        # from when its log's last measured line was written): about the 50 W drawn.
+        (energy,) = store.records.of(run["run_id"], "energy")
+        assert energy["energy_source"] == "powercap", energy
+        assert 25 < energy["mean_power_w"] < 75, energy
+    for r in rows:
+        assert r["images_per_joule"] > 0, r
 
 
 GPT_PARAMETERS = 134_912  # examples/custom/gpt.py's defaults at seq_len 32

@@ -26,13 +26,15 @@ def add(
     evals=(),
     reason=None,
     schedule=None,
+    training=None,
     **over,
 ):
-    """One run per summary (repetitions of one point); `summaries`: extra summary fields."""
+    """One run per summary (repetitions of one point); `summaries`: extra summary fields;
+    `training`: more of the recipe (a declared framework's `custom`)."""
     ids = []
     for rep, extra in enumerate(summaries):
-        training = {"steps": 4, **({"lr_schedule": schedule} if schedule else {})}
-        run = make_run(repetition=rep, training=training, **over)
+        recipe = {"steps": 4, **(training or {}), **({"lr_schedule": schedule} if schedule else {})}
+        run = make_run(repetition=rep, training=recipe, **over)
         store.add_run(run)
         text = "".join(line("eval", step=e, epoch=e, top1=a, elapsed_s=1.0) for e, a in evals)
         if env is not None:

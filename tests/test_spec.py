@@ -132,9 +132,14 @@ OPTION_ERRORS = [
     ),
     ("[options.horovod-pytorch]\nfp16_allreduce = 1", "fp16_allreduce", ["valid boolean"]),
     (
-        "[options.pytorch-ddp]\nbucket_mb = 25",
-        "[options.pytorch-ddp]",
-        ["options.pytorch-ddp", "unknown key", "deepspeed", "horovod-pytorch"],
+        "[options.tensorflow]\nbucket_mb = 25",
+        "[options.tensorflow]",
+        ["options.tensorflow", "unknown key", "deepspeed", "horovod-pytorch", "pytorch-ddp"],
+    ),
+    (
+        '[options.pytorch-ddp]\ncompile_mode = "fast"',
+        "compile_mode",
+        ["options.pytorch-ddp.compile_mode", "allowed: default, reduce-overhead", "got 'fast'"],
     ),
 ]
 

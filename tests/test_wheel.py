@@ -23,6 +23,7 @@ from conftest import REPO
 DATA = {
     "dlscale/jobscripts": ("jobscripts", "*.j2"),
     "dlscale/engine/results/templates": ("engine/results/templates", "*.j2"),
+    "dlscale/engine/results": ("engine/results", "*.toml"),  # the published scaling
     "dlscale/tui": ("tui", "*.tcss"),
 }
 

@@ -45,7 +45,7 @@ COMMANDS = {
     "project": (
         "project",
         "project",
-        "Project the scaling curve past the measured scales, with intervals and a held-out check.",
+        "Project scaling past the measured scales, or from stated figures, with honest intervals.",
     ),
     "logs": ("watch", "logs", "The log of a run (unique id prefixes work)."),
     "cancel": ("runs", "cancel", "Cancel queued or running runs."),

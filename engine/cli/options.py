@@ -77,3 +77,27 @@ def md5_callback(ctx: click.Context, param: click.Parameter, value: str | None) 
             param,
         )
     return value
+
+
+def stored(field: str):
+    """A callback for an option filtering by a model, dataset or framework: a name the
+    store's runs have (a declared framework's own words as well as the built-in ones), else
+    exit 2 naming those it has."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None or ctx.resilient_parsing:
+            return value
+        store = store_of(ctx)
+        known = store.names(field)
+        if value not in known:
+            raise click.BadParameter(
+                f"no {field} {value!r} among the runs in the store ({store.home}); it has: "
+                f"{', '.join(known) or 'none yet'}",
+                ctx,
+                param,
+            )
+        return value
+
+    # the field it filters by: how a test finds every filter among the options
+    check.stored = field  # type: ignore[attr-defined]
+    return check

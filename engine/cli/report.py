@@ -55,6 +55,15 @@ def _store(ctx: click.Context) -> Store:
     "the experiment's spec, when there is one)",
 )
 @click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="a cluster profile: its [interconnect] states the links the projection section "
+    "uses where the benchmark measured none, its partition how far it projects (default: "
+    "the profile the runs kept)",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="write into a folder that is not empty and holds no earlier report "
@@ -67,6 +76,7 @@ def report(
     out_dir: str | None,
     fmt: str,
     reference: str | None,
+    profile_path: str | None,
     force: bool,
 ) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
@@ -74,7 +84,7 @@ def report(
     following.refresh(store)
     names = [reporting.pick_experiment(store, e)["name"] for e in experiments or [None]]
     default = f"report-{'-'.join(names)}"
-    made = reporting.build(store, names, out_dir or default, fmt, reference, force)
+    made = reporting.build(store, names, out_dir or default, fmt, reference, force, profile_path)
     out.print(
         f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
         f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)",

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import click
 
-from ...trainers.common.args import MODELS
 from ..results import analysis, charts, tables
 from ..results.formatting import slowed_note
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .console import err, out
-from .options import experiment_option, store_of
+from .options import experiment_option, store_of, stored
 
 
 def _store(ctx: click.Context) -> Store:
@@ -59,7 +58,12 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
 @click.option(
     "--metric", type=click.Choice(list(charts.METRICS)), default="speedup", show_default=True
 )
-@click.option("--model", type=click.Choice(MODELS), default=None, help="only this model")
+@click.option(
+    "--model",
+    default=None,
+    callback=stored("model"),
+    help="only this model (one the store's runs have, a declared framework's too)",
+)
 # Below 40x10 plotext has no room for the axes and the legend.
 @click.option(
     "--width",
@@ -81,6 +85,10 @@ def chart(
     store = _store(ctx)
     following.refresh(store)
     rows = analysis.results(store, experiment)
+    empty = charts.nothing_to_draw(rows, metric, model)
+    if empty is not None:  # a sentence, not an empty box
+        out.print(empty, soft_wrap=True)
+        return
     click.echo(
         charts.chart(
             rows, metric, model, width or min(out.width, 100), height, color=out.is_terminal

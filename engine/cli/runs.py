@@ -16,6 +16,7 @@ from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
 from ..results.points import unit_and_axes
 from ..runs import ACTIVE, State
+from ..text import printable
 from ..tracking import follow as following
 from ..tracking.store import Store
 from ..where import backend_for
@@ -168,15 +169,28 @@ def run(
         )
         sys.exit(130)
     rows = analysis.results(store, name)
-    out.print(tables.results_table(rows))
-    out.print(tables.baselines_note(rows))
-    click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
-    failed = [rid for rid in run_ids if store.run(rid)["state"] != State.COMPLETED]
+    failed = [r for r in map(store.run, run_ids) if r["state"] != State.COMPLETED]
+    if rows:
+        out.print(tables.results_table(rows))
+        out.print(tables.baselines_note(rows))
+    empty = charts.nothing_to_draw(rows, "speedup")
+    if empty is None:
+        click.echo(charts.chart(rows, "speedup", width=min(out.width, 100), color=out.is_terminal))
+    elif len(failed) < len(run_ids):
+        out.print(empty, soft_wrap=True)
     if failed:
-        err.print(
+        why = (
             f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete; "
             "`dlscale status` shows why"
         )
+        if len(failed) == len(run_ids):  # nothing to chart: the first reason says why here
+            first = str(failed[0]["reason"] or "no reason recorded").split("\n", 1)[0]
+            why = (
+                f"dlscale: {len(failed)} of {len(run_ids)} runs did not complete, so there is "
+                f"nothing to chart; run {failed[0]['run_id']}: {printable(first)}; `dlscale "
+                "status` shows each run's reason"
+            )
+        err.print(why, soft_wrap=True)
         sys.exit(1)
 
 

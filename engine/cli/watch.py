@@ -3,6 +3,7 @@ are the commands typed many times a day."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import click
@@ -11,7 +12,8 @@ from ..backends.registry import make_backend
 from ..errors import DlscaleError
 from ..paths import RunPaths
 from ..results import tables
-from ..runs import UNFINISHED, State
+from ..runs import TERMINAL, UNFINISHED, State
+from ..text import printable
 from ..tracking import follow as following
 from ..tracking import queue
 from ..tracking.logs import follow, tail_lines
@@ -34,7 +36,10 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     store = _store(ctx)
     problems = following.refresh(store)
     every = queue.rows(store, experiment)
-    rows = every if show_all else [q for q in every if q.state != State.COMPLETED] or every
+    # a completed run with a reason (counted though its job failed after its measurement,
+    # or with records skipped) is shown too
+    shown = [q for q in every if q.state != State.COMPLETED or q.reason]
+    rows = every if show_all else shown or every
     click.echo(tables.status_table(rows))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
@@ -69,6 +74,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
             raise DlscaleError(f"run {row['run_id']}: its log was not read: {exc}") from None
         for line in shown:
             click.echo(line)
+        _say_why(store, row["run_id"])
         return
     backend = make_backend(row["backend"] or "local", store)
     last_check = [0.0]
@@ -84,4 +90,15 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
         for line in follow(path, lines, stop=finished):
             click.echo(line)
     except KeyboardInterrupt:
-        pass
+        return
+    _say_why(store, row["run_id"])
+
+
+def _say_why(store: Store, run_id: str) -> None:
+    """Under a finished run's log, on stderr (the log alone goes to stdout): why it failed,
+    or how its job ended after its measurement, in one line."""
+    row = store.run(run_id)
+    if row["state"] in TERMINAL and row["reason"]:
+        first = printable(row["reason"].split("\n", 1)[0])
+        sys.stdout.flush()  # the log's lines first, where both go to one terminal or file
+        err.print(f"dlscale: run {run_id} {row['state']}: {first}", soft_wrap=True)

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..text import quoted
 from .software import Software
 from .tomlfile import StrictModel, limit
 
@@ -82,6 +83,7 @@ def declaring(data: Any, folder: str | None) -> Iterator[None]:
             "names": list(tables) if isinstance(tables, dict) else [],
             "axes": list(axes) if isinstance(axes, dict) else [],
             "folder": folder or ".",
+            "uses": _raw_uses(exp, tables),
         }
     )
     try:
@@ -96,6 +98,42 @@ _SPEC: ContextVar[dict[str, Any]] = ContextVar("dlscale_spec")
 def declared() -> list[str]:
     """The framework names the spec under validation declares."""
     return list(_SPEC.get({}).get("names", []))
+
+
+def declared_uses() -> set[str] | None:
+    """The placeholders the commands (and units_per_step) of the spec under validation use,
+    where every framework it runs is declared; None where it runs a built-in one. What a
+    script needs of `[training]` is only what these name (Training's checks ask)."""
+    return _SPEC.get({}).get("uses")
+
+
+def _raw_uses(exp: Any, tables: Any) -> set[str] | None:
+    names = exp.get("frameworks") if isinstance(exp, dict) else None
+    if not (isinstance(names, list) and names and isinstance(tables, dict)):
+        return None
+    used: set[str] = set()
+    for name in names:
+        decl = tables.get(name) if isinstance(name, str) else None
+        if not isinstance(decl, dict):
+            return None  # a built-in framework (or a mistake the experiment's checks name)
+        log = decl.get("log")
+        log = log if isinstance(log, dict) else {}
+        for text in [*_texts(decl.get("command")), *_texts(log.get("units_per_step"))]:
+            try:
+                used.update(fields_in(text))
+            except ValueError:  # a lone brace: the command's own check says so
+                continue
+    return used
+
+
+def _texts(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def uses(decl: Declared) -> set[str]:
+    """The placeholders a declaration's command and its log's units_per_step name."""
+    texts = [*decl.command, *(decl.log.units_per_step if decl.log else [])]
+    return {name for text in texts for name in fields_in(text)}
 
 
 def all_declared(frameworks: list[str]) -> bool:
@@ -136,17 +174,17 @@ def check_placeholders(text: str) -> str:
 Filled = Annotated[StrictStr, AfterValidator(check_placeholders)]
 
 
-def _regex(value: str | None) -> str | None:
+def _regex(value: str | None, groups: int = 1) -> str | None:
     if value is None:
         return None
     try:
         pattern = re.compile(value)
     except re.error as exc:
-        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
-    if pattern.groups < 1:
+        raise ValueError(f"{quoted(value)} is not a regular expression: {exc}") from None
+    if pattern.groups < groups:
         raise ValueError(
-            f"{value!r} captures nothing: put the number in a group, e.g. ([0-9.]+) or "
-            "(?P<value>[0-9.]+)"
+            f"{quoted(value)} captures nothing: put the number in a group, e.g. "
+            "([0-9.]+) or (?P<value>[0-9.]+)"
         )
     return value
 
@@ -166,10 +204,14 @@ class LogReport(StrictModel):
     epoch: StrictStr | None = None
     warmup_lines: limit(StrictInt, "no run prints that many lines", ge=0, le=10**9) = 0  # type: ignore[valid-type]
     warmup_until: StrictStr | None = None  # lines before its first match are warm-up
+    # A line the script prints once its measurement is complete: a run whose log holds it
+    # is COMPLETED even where its process then dies (marked with its exit status).
+    complete_when: StrictStr | None = None
 
     _patterns = field_validator(
         "throughput", "step_time", "loss", "accuracy", "epoch", "warmup_until"
     )(classmethod(lambda cls, v: _regex(v)))
+    _final = field_validator("complete_when")(classmethod(lambda cls, v: _regex(v, groups=0)))
 
     @model_validator(mode="after")
     def _one_measure(self) -> LogReport:
@@ -207,6 +249,20 @@ class Declared(StrictModel):
     log: LogReport | None = None  # absent: the script writes records (trainers/report.py)
     comm: CommDeclared | None = None  # absent: no communication benchmark of its own
     description: StrictStr = ""
+    # When a run counts as complete: its job's exit status 0 ("exit"), or its summary record
+    # written ("records"), whatever its process does after it (log patterns say it with
+    # log.complete_when, a pattern of their last line).
+    complete_when: Literal["exit", "records"] = "exit"
+
+    @field_validator("complete_when")
+    @classmethod
+    def _records_need_no_log(cls, value: str, info) -> Any:
+        if value == "records" and info.data.get("log") is not None:
+            raise ValueError(
+                "with a [log] table its records are made from the log: say when its "
+                "measurement is complete with log.complete_when, a pattern of its last line"
+            )
+        return value
 
     @field_validator("comm")
     @classmethod
@@ -281,17 +337,21 @@ def check_axes(axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
 
 
 def unset_lengths(declared: dict[str, Declared], training: Any) -> list[str]:
-    """`{steps}` where the spec gives epochs, or `{epochs}` where it gives steps: the
-    placeholder would have no value; one line per declaration and placeholder."""
+    """`{steps}` where the spec gives epochs or no length at all, and `{epochs}` likewise:
+    the placeholder would have no value; one line per declaration and placeholder."""
     out = []
     for name, decl in declared.items():
         for length in ("steps", "epochs"):
-            used = any(length in fields_in(t) for t in decl.command)
-            if used and getattr(training, length) is None:
-                other = "epochs" if length == "steps" else "steps"
-                out.append(
-                    f"frameworks.{name}.command uses {{{length}}}, and training gives {other}"
-                )
+            if length not in uses(decl) or getattr(training, length) is not None:
+                continue
+            other = "epochs" if length == "steps" else "steps"
+            field = "command" if any(length in fields_in(t) for t in decl.command) else "log"
+            gives = (
+                f"training gives {other}"
+                if getattr(training, other) is not None
+                else f"[training] gives no {length}: add {length} = N there"
+            )
+            out.append(f"frameworks.{name}.{field} uses {{{length}}}, and {gives}")
     return out
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...trainers.common.args import ARRAY_DATASETS, DATASETS, LOADERS, NATIVE_ONLY
+from ...trainers.common.args import (
+    ARRAY_DATASETS,
+    COMPILE_MODES,
+    DATASETS,
+    LOADERS,
+    NATIVE_ONLY,
+)
 
 
 @dataclass(frozen=True)
@@ -14,8 +20,8 @@ class Option:
 
     name: str
     flag: str
-    default: bool | int
-    allowed: tuple[int, ...] = ()  # for an int: its values
+    default: bool | int | str
+    allowed: tuple[int | str, ...] = ()  # for an int or a text: its values
     help: str = ""
 
 
@@ -25,6 +31,17 @@ FP16_ALLREDUCE = Option(
     "--fp16-allreduce",
     False,
     help="compress gradients to fp16 for Horovod's allreduce",
+)
+
+
+# torch.compile's mode, for the PyTorch family's runs with training.compile = true: CUDA
+# graphs (reduce-overhead) and Triton autotuning are what users compare frameworks with.
+COMPILE_MODE = Option(
+    "compile_mode",
+    "--compile-mode",
+    "default",
+    COMPILE_MODES,
+    "with training.compile: torch.compile's mode (reduce-overhead: CUDA graphs)",
 )
 
 
@@ -49,14 +66,14 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
-        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun"),
+        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun", options=(COMPILE_MODE,)),
         # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
         Framework(
             "horovod-pytorch",
             "dlscale.trainers.horovod_torch",
             "horovodrun",
             ("srun",),
-            options=(FP16_ALLREDUCE,),
+            options=(FP16_ALLREDUCE, COMPILE_MODE),
         ),
         Framework(
             "horovod-tensorflow",
@@ -97,13 +114,14 @@ FRAMEWORKS: dict[str, Framework] = {
                     "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
                     "partitioned across ranks",
                 ),
+                COMPILE_MODE,
             ),
         ),
     )
 }
 
 
-def option_flags(framework: str, values: dict[str, bool | int]) -> list[str]:
+def option_flags(framework: str, values: dict[str, bool | int | str]) -> list[str]:
     """The trainer flags for a run's framework options (those the spec set)."""
     flags: list[str] = []
     for opt in FRAMEWORKS[framework].options:

@@ -31,6 +31,7 @@ from pydantic import (
 from ...trainers.common.args import (
     CIFAR_MODELS,
     DATASETS,
+    FOLDER_LOADERS,
     IMAGENET_MODELS,
     LOADERS,
     MODELS,
@@ -45,6 +46,7 @@ from .custom import (
     check_axes,
     check_names,
     declared,
+    declared_uses,
     declaring,
     free_name,
     unset_lengths,
@@ -158,9 +160,21 @@ class _TrainingChecks(StrictModel):
 
     @model_validator(mode="after")
     def _one_length(self) -> _TrainingChecks:
-        if (self.steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
-            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
         steps, warmup = self.steps, self.warmup_steps  # type: ignore[attr-defined]
+        # A declared framework's script needs only what its command names (custom.py):
+        # no length at all, or a warm-up it never reads, is its own business.
+        uses = declared_uses()
+        if uses is not None:
+            if steps is not None and self.epochs is not None:  # type: ignore[attr-defined]
+                raise ValueError("give at most one of steps or epochs")
+            if steps is not None and {"steps", "warmup_steps"} <= uses and warmup >= steps:
+                raise ValueError(
+                    f"warmup_steps {warmup} is not fewer than steps {steps}: the command "
+                    "gets both; lower warmup_steps or raise steps"
+                )
+            return self
+        if (steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
+            raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
         if steps is not None and warmup >= steps:
             raise ValueError(
                 f"warmup_steps {warmup} is not fewer than steps {steps}: a run would warm up "
@@ -271,6 +285,13 @@ class Experiment(StrictModel):
                     f'spec of their own with loaders = ["native"], or use {loader} with '
                     f"{', '.join(real)}"
                 )
+            arrays = [d for d in info.data.get("datasets", []) if d != "imagenet"]
+            if loader in FOLDER_LOADERS and arrays:
+                raise ValueError(
+                    f"loader {loader!r} decodes JPEG folders (dataset imagenet), and "
+                    f"{', '.join(arrays)} is held as arrays: give it a spec of its own with "
+                    'loaders = ["native"] or ["dali"]'
+                )
         return values
 
     @field_validator("models")
@@ -339,6 +360,14 @@ class Experiment(StrictModel):
 def _option_type(opt: Option) -> Any:
     if isinstance(opt.default, bool):
         return StrictBool
+    if isinstance(opt.default, str):
+
+        def one_of(value: str) -> str:
+            if value not in opt.allowed:
+                raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
+            return value
+
+        return Annotated[StrictStr, AfterValidator(one_of)]
 
     def allowed(value: int) -> int:
         if opt.allowed and value not in opt.allowed:
@@ -385,6 +414,8 @@ class Spec(StrictModel):
     def _declarations(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
         # The experiment's checks see the frameworks this spec declares (custom.declared).
         with declaring(data, (info.context or {}).get("folder")):
+            if isinstance(data, dict) and "training" not in data and declared_uses() is not None:
+                data = {**data, "training": {}}  # a script's own recipe: [training] optional
             return handler(data)
 
     _names = field_validator("frameworks")(classmethod(lambda cls, v: check_names(v, FRAMEWORKS)))
@@ -406,7 +437,7 @@ class Spec(StrictModel):
             )
         return value
 
-    def options_for(self, framework: str) -> dict[str, bool | int]:
+    def options_for(self, framework: str) -> dict[str, bool | int | str]:
         """The options the spec sets for a framework, defaults left out: a run's id
         changes only when an option really changes what the run does."""
         if framework not in FRAMEWORKS:  # a declared framework has no options
@@ -439,6 +470,12 @@ class Spec(StrictModel):
                 "train/ and val/; `dlscale data sample imagenet DIR` writes a "
                 "small one)"
             )
+        for fw in self.experiment.frameworks:
+            mode = self.options_for(fw).get("compile_mode")
+            if mode is not None and not t.compile:
+                raise ValueError(
+                    f"options.{fw}.compile_mode = {mode!r} needs training.compile = true"
+                )
         return self
 
 

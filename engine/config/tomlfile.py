@@ -152,6 +152,16 @@ def line_of(text: str, loc: tuple[Any, ...], kind: str = "") -> int | None:
     return None
 
 
+def missing_line(text: str, loc: tuple[Any, ...]) -> int:
+    """Where a missing key or table belongs: its table's header, else (a table of the file's
+    own) the file's last line, where one is added."""
+    for cut in range(len(loc) - 1, 0, -1):
+        line = line_of(text, loc[:cut])
+        if line is not None:
+            return line
+    return max(1, len(text.splitlines()))
+
+
 # --- what the problem is ---------------------------------------------------------------
 
 
@@ -217,6 +227,10 @@ def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
         )
         return f"unknown key; allowed keys here: {', '.join(allowed)}"
     if kind == "missing":
+        parts = _parts(loc)
+        table = _model_at(model, parts)
+        if isinstance(table, type) and issubclass(table, BaseModel):
+            return f"required, but missing: add a [{'.'.join(map(str, parts))}] table"
         return "required, but missing"
     if kind == "model_type":
         parts = _parts(loc)
@@ -254,6 +268,8 @@ def problems_from(path: str, text: str, exc: ValidationError, model: type[BaseMo
     for err in errors_of(exc):
         loc = tuple(err["loc"])
         line = line_of(text, loc, err["type"])
+        if line is None and err["type"] == "missing":
+            line = missing_line(text, loc)
         where = f"{path}:{line}" if line else path
         out.append(f"{where}: {field_name(loc, err['type'])}: {describe(err, model)}")
     return out

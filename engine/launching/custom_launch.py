@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.entry import dlscale_version
-from ..config.custom import script_path
+from ..config.custom import fields_in, script_path
 from ..config.tomlfile import line_of
 from ..errors import PlanError
 from ..paths import RunPaths
@@ -134,6 +134,40 @@ def job_env(run: Run, run_dir: Path, device: str) -> dict[str, str]:
     }
 
 
+METER_MODULE = "dlscale.trainers.common.metered"
+
+
+def interpreter(run: Run, folder: str | None, default: str) -> list[str] | None:
+    """The Python a declared framework's command runs in, as words (a container's before its
+    python3): what its software is asked of. None where the command names no {python}."""
+    decl = run.training["custom"]
+    if not any("python" in fields_in(text) for text in decl["command"]):
+        return None
+    words = container_words(decl.get("software") or {})
+    return [*words, software_python(run, folder, default)]
+
+
+def metered(
+    python: str,
+    run: Run,
+    run_dir: Path,
+    device: str,
+    per_task: bool,
+    asked: list[str] | None = None,
+) -> list[str]:
+    """The words that run a declared framework's command under dlscale's energy meter
+    (trainers/common/metered.py): the GPUs of a node's task (`per_task`: one task a device,
+    one GPU each; else the node's ranks' GPUs), or the node's CPU packages; and, after it,
+    the versions `asked` (the command's interpreter) holds."""
+    paths = RunPaths(run_dir)
+    words = [python, "-m", METER_MODULE, "--out", str(paths.energy), "--log", str(paths.log)]
+    if device == "cuda":
+        words += ["--task-gpu"] if per_task else ["--devices", str(run.ranks_per_node)]
+    if asked:
+        words += ["--software", str(paths.software), "--interpreter", json.dumps(asked)]
+    return [*words, "--"]
+
+
 def local_command(
     run: Run, run_dir: Path, folder: str | None, device: str, pythonpath: str
 ) -> tuple[list[str], dict[str, str]]:
@@ -161,6 +195,8 @@ def local_command(
             "--",
             *argv,
         ]
+    asked = interpreter(run, folder, sys.executable)
+    argv = metered(sys.executable, run, run_dir, device, per_task=False, asked=asked) + argv
     return argv, {**job_env(run, run_dir, device), "PYTHONPATH": pythonpath}
 
 

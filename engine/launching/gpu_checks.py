@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...trainers.common.args import GPU_LOADERS
 from ..config.tomlfile import line_of
 from . import envs
 from .gpus import GPU_BUILD_ARCHS, arch_name, local_gpus, parse_arch, plan_device, precision_problem
@@ -16,6 +17,18 @@ def _line(text: str, loc: tuple) -> str:
     return f":{line}" if line else ""
 
 
+def _gpu_loaders(loaded, runs) -> list[str]:
+    """A loader that decodes on the GPU (nvjpeg), asked of runs that will have none."""
+    if not any(r.loader in GPU_LOADERS for r in runs):
+        return []
+    return [
+        f"{loaded.path}{_line(loaded.text, ('experiment', 'loaders'))}: experiment.loaders: "
+        f"{', '.join(sorted({r.loader for r in runs} & set(GPU_LOADERS)))} decodes on an NVIDIA "
+        "GPU, and these runs have none (this machine shows no GPU, or the partition has no "
+        "gpus_per_node); use native or dali"
+    ]
+
+
 def check_gpus(
     loaded, runs, profile=None, partition: str | None = None, home: Path | None = None
 ) -> list[str]:
@@ -24,7 +37,7 @@ def check_gpus(
     ranks per node than this machine shows GPUs (Slurm's partitions are jobscript's)."""
     device, _ = plan_device(profile, partition)
     if device != "cuda":
-        return []
+        return _gpu_loaders(loaded, runs)
 
     def spec(field: str) -> str:
         return f"{loaded.path}{_line(loaded.text, ('experiment', field))}: experiment.{field}"

@@ -197,6 +197,14 @@ def render(
         )
         prefix = " ".join(shlex.quote(w) for w in words) + " "
     launcher = launcher_for(run, env)
+    # A declared framework's tasks run under dlscale's energy meter (on the host, outside a
+    # container): one a node under torchrun, one a device under srun and mpirun.
+    meter_prefix = ""
+    if declared and home is not None:  # the meter imports from the job's PYTHONPATH
+        asked = custom_launch.interpreter(run, folder, python)
+        per_task = launcher != "torchrun"
+        meter = custom_launch.metered(profile.python, run, run_dir, device, per_task, asked)
+        meter_prefix = " ".join(shlex.quote(w) for w in meter) + " "
     if declared:
         rank_argv = custom_launch.rank_command(
             run, run_dir, device, custom_launch.software_python(run, folder, python), folder
@@ -226,6 +234,7 @@ def render(
         gpus=partition.gpus_per_node > 0,
         python=python,
         container_prefix=prefix,
+        meter_prefix=meter_prefix,
         rank_argv=rank_argv,
         torchrun_target=target,
     )

@@ -185,6 +185,11 @@ def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
     Build screen names it by another path; an edited script makes new runs); where its
     software comes from is the environment's, as for a built-in framework, not the run's."""
     out = {k: v for k, v in decl.items() if k != "software"}
+    # complete_when at its default is left out, so runs declared before it keep their ids
+    if out.get("complete_when") == "exit":
+        del out["complete_when"]
+    if isinstance(out.get("log"), dict) and out["log"].get("complete_when") is None:
+        out["log"] = {k: v for k, v in out["log"].items() if k != "complete_when"}
     script = out.get("script")
     if isinstance(script, str):
         path = Path(script)

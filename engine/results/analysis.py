@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from ...trainers.common.records import ENERGY_FIELDS
 from ..runs import State
+from ..text import printable
+from ..tracking import completion
 from ..tracking.store import Store
 from . import efficiency as explained
 from .formatting import finite
@@ -39,7 +42,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     comm = [r for r in every if explained.is_comm(r)]
     runs = [r for r in every if not explained.is_comm(r)]
     ids = [r["run_id"] for r in runs] if experiment else None
-    summaries = store.records.last("summary", ids)
+    summaries = with_energy(store, store.records.last("summary", ids), ids)
     # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
     # without its env record yet (queued) joins the point its siblings ran on.
     envs = store.records.last_fields("env", ENV_FIELDS, ids)
@@ -109,6 +112,21 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     return out
 
 
+def with_energy(
+    store: Store, summaries: dict[str, dict[str, Any]], ids: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """Summaries with the energy a declared framework's meter measured around its script
+    (its `energy` record) where the script's own summary left those fields empty."""
+    for run_id, energy in store.records.last("energy", ids).items():
+        s = summaries.get(run_id)
+        if s is not None:
+            summaries[run_id] = {
+                **s,
+                **{k: energy[k] for k in ENERGY_FIELDS if k in energy and s.get(k) is None},
+            }
+    return summaries
+
+
 def _mean(p: Point) -> float:
     return p.throughput.mean or 0.0  # singles are the points with a mean
 
@@ -124,10 +142,16 @@ def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, li
 
 def notes(store: Store, experiment: str | None = None) -> list[str]:
     """What the results leave out and why: metric lines skipped on ingest, by run, file and
-    line (a run whose summary was skipped has no throughput in the table)."""
-    return store.records.skipped_notes(
-        [r["run_id"] for r in store.runs(experiment)] if experiment else None
-    )
+    line (a run whose summary was skipped has no throughput in the table); runs counted
+    though their job failed after their measurement (completion.py), with how it ended."""
+    runs = store.runs(experiment)
+    marked = [
+        f"run {r['run_id']} ({r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
+        f"#{r['repetition']}) is counted: {printable(str(r['reason']).split(chr(10), 1)[0])}"
+        for r in runs
+        if r["state"] == State.COMPLETED and completion.marked(r["reason"])
+    ]
+    return store.records.skipped_notes([r["run_id"] for r in runs] if experiment else None) + marked
 
 
 def reruns(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:

@@ -45,6 +45,29 @@ def why_none(results: list[dict[str, Any]], key: str, model: str | None = None) 
     return _NONE_BECAUSE.get(key, f"no result has a {key}")
 
 
+def nothing_to_draw(
+    results: list[dict[str, Any]], metric: str, model: str | None = None
+) -> str | None:
+    """Why a chart of `metric` would be empty, in a sentence a command prints instead of an
+    empty box; None where it has something to draw. The reasons are the points' own
+    (their `unmeasured` fields), or that no run completed."""
+    key, label = METRICS[metric]
+    rows = [r for r in results if model is None or r.get("model") == model]
+    if any(_finite(r.get(key)) for r in rows):
+        return None
+    if not rows:
+        return f"no {label} to chart: no results yet" + (f" for model {model}" if model else "")
+    if not any(r.get("n") for r in rows):  # n: its completed repetitions
+        return (
+            f"no {label} to chart: none of the {len(rows)} point(s) has a completed run; "
+            "`dlscale status` shows why each run failed"
+        )
+    reasons = sorted({str(why) for r in rows if (why := (r.get("unmeasured") or {}).get(key))})
+    why = "; ".join(reasons[:3]) or _NONE_BECAUSE.get(key, f"no result has a {key}")
+    more = f" (and {len(reasons) - 3} more reasons)" if len(reasons) > 3 else ""
+    return f"no {label} to chart: {why}{more}"
+
+
 def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Result rows as lines against devices: one per framework, and per experiment (a report
     of several overlays them), model, precision, device, batch, loader or lr schedule where
@@ -168,7 +191,10 @@ def projection_chart(
             xs = [p[0] for p in s["measured"]]
             xs_all.update(xs)
             plt.plot(
-                xs, [p[1] for p in s["measured"]], label=f"{s['name']} (measured)", marker="hd"
+                xs,
+                [p[1] for p in s["measured"]],
+                label=f"{s['name']} ({s.get('measured_as', 'measured')})",
+                marker="hd",
             )
         if s["projected"]:
             pts = sorted(s["measured"][-1:] + s["projected"])  # continue from the last measured

@@ -14,6 +14,11 @@ at scale; a ring's 2(n-1) would make a 1,024-node projection all latency. A step
 travels in buckets, each paying its latency: k buckets of S bytes in all take k x alpha x L(n)
 + 2(n-1)/n x S / B.
 
+Across nodes the allreduce is hierarchical (scaling_model.py): within each node over its
+device links, then across the N nodes over their NICs. So the inter-node tier's fit is of
+t(S, N) over the node count, after the intra-node tier's time (its own fit) is taken off each
+sample that had more than one rank a node.
+
 The fit is weighted linear least squares in (alpha, 1/B) with relative weights (the times
 span orders of magnitude and their noise is roughly proportional to them); the parameters'
 covariance is the residual variance x (X'WX)^-1, what numpy.polyfit(cov=True) gives for a
@@ -146,19 +151,27 @@ def allreduce_time(alpha: Any, inv_bw: Any, buckets: list[int], n: int) -> Any:
     return len(buckets) * alpha * latency_steps(n) + bus_factor(n) * sum(buckets) * inv_bw
 
 
-def fit(samples: list[Sample], tier: str) -> Link | None:
-    """The tier's link fitted from its sweep samples; None with no usable sample."""
-    use = [s for s in samples if s.ranks > 1 and s.time_s > 0 and s.nbytes > 0]
+def fit(samples: list[Sample], tier: str, intra: Link | None = None) -> Link | None:
+    """The tier's link fitted from its sweep samples; None with no usable sample. Across
+    nodes, `intra` (the device links' fit) takes the node's own part off each sample."""
+    # the ring's size: all ranks within a node; the nodes across them
+    size = (lambda s: s.ranks) if tier == INTRA else (lambda s: s.nodes)
+    inside = (
+        (lambda s: intra.time_s([s.nbytes], s.ranks // s.nodes))
+        if tier == INTER and intra is not None
+        else (lambda s: 0.0)
+    )
+    use = [s for s in samples if size(s) > 1 and s.nbytes > 0 and s.time_s - inside(s) > 0]
     if not use:
         return None
     inputs = tuple(dict.fromkeys(s.run_id for s in use))
-    t = np.array([s.time_s for s in use])
+    t = np.array([s.time_s - inside(s) for s in use])
     x = np.column_stack(
-        [[latency_steps(s.ranks) for s in use], [bus_factor(s.ranks) * s.nbytes for s in use]]
+        [[latency_steps(size(s)) for s in use], [bus_factor(size(s)) * s.nbytes for s in use]]
     )
     w = 1.0 / t  # relative errors
     note = ""
-    sizes = len({(s.nbytes, s.ranks) for s in use})
+    sizes = len({(s.nbytes, size(s)) for s in use})
     params = None
     if sizes >= 3:
         params, cov, resid = _weighted_lstsq(x, t, w)
@@ -236,8 +249,8 @@ class CommData:
     ) -> dict[str, Link]:
         """The framework's fitted links per tier, leaving out the scales in `exclude`
         (nodes, ranks)."""
-        out = {}
-        for tier in TIERS:
+        out: dict[str, Link] = {}
+        for tier in TIERS:  # the device links first: the nodes' fit takes them off
             got = fit(
                 [
                     s
@@ -247,6 +260,7 @@ class CommData:
                     and (s.nodes, s.ranks) not in exclude
                 ],
                 tier,
+                out.get(INTRA),
             )
             if got is not None:
                 out[tier] = got

@@ -23,7 +23,7 @@ import math
 import statistics
 from typing import Any
 
-from ..config.frameworks import NO_COMM_BENCHMARK
+from ..config.frameworks import FRAMEWORKS, NO_COMM_BENCHMARK
 from ..runs import COMM_MARK, RunRow, State
 from ..tracking.store import Store
 from .points import Point
@@ -75,7 +75,7 @@ def attach(
     # Why no energy: the first repetition's env record says it for the point (the others
     # ran on the same kind of device).
     wanting = [
-        p for p in points if p.completed_run_ids and _median(p, "energy_per_image_j") is None
+        p for p in points if p.completed_run_ids and summary_median(p, "energy_per_image_j") is None
     ]
     wanting_ids = {id(p) for p in wanting}
     for p in points:
@@ -91,7 +91,7 @@ def attach(
             p.energy_why = why or "no energy was recorded (runs from before dlscale metered it)"
 
 
-def _median(p: Point | None, key: str) -> float | None:
+def summary_median(p: Point | None, key: str) -> float | None:
     """A summary field's median over the point's completed repetitions (finite, not
     negative: a time, an energy), computed once per point and field."""
     if p is None:
@@ -113,7 +113,14 @@ def _breakdown_why(p: Point) -> str:
         for s in p.summaries
         if s.get("breakdown_unavailable") is not None
     }
-    return "; ".join(sorted(why)) or f"the {p.framework} trainer records no step-time breakdown"
+    if why:
+        return "; ".join(sorted(why))
+    if p.framework not in FRAMEWORKS:  # a declared framework: its script may record one
+        return (
+            f"{p.framework}'s script records no step-time breakdown (compute_time_s and "
+            "exposed_comm_s in its summary record)"
+        )
+    return f"the {p.framework} trainer records no step-time breakdown"
 
 
 def _comm_why(p: Point) -> str:
@@ -130,8 +137,8 @@ def _comm_why(p: Point) -> str:
 def fields(p: Point) -> dict[str, Any]:
     """The point's efficiency fields for its result row."""
     why: dict[str, str] = {}
-    compute = _median(p, "compute_time_s")
-    exposed = _median(p, "exposed_comm_s")
+    compute = summary_median(p, "compute_time_s")
+    exposed = summary_median(p, "exposed_comm_s")
     if compute is None:
         why["compute_time_s"] = _breakdown_why(p)
     if exposed is None:
@@ -159,7 +166,7 @@ def fields(p: Point) -> dict[str, Any]:
 
     predicted_step = predicted = None
     base = p.baseline
-    base_compute = _median(base, "compute_time_s")
+    base_compute = summary_median(base, "compute_time_s")
     if base is None:
         why["predicted_efficiency"] = "no 1-device baseline point"
     elif base_compute is None:
@@ -173,7 +180,7 @@ def fields(p: Point) -> dict[str, Any]:
         predicted_step = c + comm_time
         predicted = c / predicted_step if predicted_step else None
 
-    per_image = _median(p, "energy_per_image_j")
+    per_image = summary_median(p, "energy_per_image_j")
     if per_image is None:
         why["images_per_joule"] = p.energy_why or "no completed repetition"
     return {
@@ -182,10 +189,10 @@ def fields(p: Point) -> dict[str, Any]:
         "compute_time_s": compute,
         "exposed_comm_s": exposed,
         "other_s": other,
-        "forward_s": _median(p, "forward_s"),
-        "backward_s": _median(p, "backward_s"),
-        "optimizer_s": _median(p, "optimizer_s"),
-        "data_wait_s": _median(p, "data_wait_s"),
+        "forward_s": summary_median(p, "forward_s"),
+        "backward_s": summary_median(p, "backward_s"),
+        "optimizer_s": summary_median(p, "optimizer_s"),
+        "data_wait_s": summary_median(p, "data_wait_s"),
         "comm_time_s": comm_time,
         "comm_busbw_gbps": busbw,
         "comm_algbw_gbps": algbw,
@@ -194,8 +201,8 @@ def fields(p: Point) -> dict[str, Any]:
         "predicted_efficiency": predicted,
         "energy_per_image_j": per_image,
         "images_per_joule": 1.0 / per_image if per_image else None,
-        "mean_power_w": _median(p, "mean_power_w"),
-        "device_util": _median(p, "device_util"),
+        "mean_power_w": summary_median(p, "mean_power_w"),
+        "device_util": summary_median(p, "device_util"),
         "unmeasured": why,
     }
 

@@ -280,7 +280,7 @@ def projection_figure(
             yerr=[[p[1] - p[2] for p in m], [p[3] - p[1] for p in m]],
             marker="o",
             capsize=3,
-            label=f"{s['name']} (measured)",
+            label=f"{s['name']} ({s.get('measured_as', 'measured')})",
         )
         pts = sorted(m[-1:] + s["projected"])
         what = "projected, stated link" if s["stated"] else PROJECTED

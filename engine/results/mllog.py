@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UserError
-from ..runs import RunRow
+from ..runs import RunRow, declaration
 from ..tracking.store import Store
 
 PREFIX = ":::MLLOG "
@@ -129,7 +129,10 @@ def events(records: list[dict[str, Any]], run: RunRow) -> list[dict[str, Any]]:
     line = p_line or 1
     log.point(t_init, line, c.CACHE_CLEAR, False)
     log.start(t_init, line, c.INIT_START)
-    log.point(t_init, line, c.SUBMISSION_BENCHMARK, c.RESNET, dlscale_model=params.get("model"))
+    # The built-in trainers' ResNets are MLPerf's "resnet" benchmark; a declared framework's
+    # model is its own, named as declared.
+    benchmark = params.get("model") or run["model"] if declaration(run) else c.RESNET
+    log.point(t_init, line, c.SUBMISSION_BENCHMARK, benchmark, dlscale_model=params.get("model"))
     log.point(t_init, line, c.SUBMISSION_ORG, "dlscale")
     log.point(t_init, line, c.SUBMISSION_DIVISION, c.OPEN)
     log.point(t_init, line, c.SUBMISSION_STATUS, c.RESEARCH)

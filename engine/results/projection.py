@@ -1,188 +1,39 @@
-"""Past the measured scales: each point family's step time, throughput, speedup and
-efficiency projected to scales it did not run, with an interval and the names of its
-inputs, and the held-out check wherever three or more scales were measured.
+"""Past the measured scales: each point family projected to scales it did not run (devices
+inside a node and nodes), with intervals and the names of its inputs, and the held-out
+check wherever three or more scales were measured; or, with no store, from figures the user
+states (stated.py). The model is scaling_model.py's; one scale's projection and its
+interval, projected.py's; the model's defaults and error, calibration.py's.
 
 A family is every point of one framework, model, dataset, precision, batch (per device for
 weak scaling, global for strong), loader, device and lr schedule. Its projection starts
 from the largest measured single-node point, which carries what a node loses by itself
-(shared CPU and memory, loader, PCIe), and adds the allreduce of one step's gradient at
-N nodes from the fitted (or stated) link of its tier (commfit.py):
-
-    local  = T_g - e                   T_g: the base's step, e: its exposed communication
-    hidden = max(C_g - e, 0)           C_g: the base's allreduce (benchmark, else the model)
-    T_n    = local x b_n / b_g + max(C_n - hidden, 0)
-
-C_n is the slower of the two tiers' times at n ranks where a node holds more than one (the
-ring crosses the device links too). So the allreduce is hidden behind compute as much as
-the breakdown measured at the base, no more (without a breakdown none is assumed hidden:
-e = C_g). b is the per-device batch: the same at every scale for weak scaling, global / n
-for strong. Throughput = global batch / T_n,
-speedup against the family's 1-device baseline, efficiency = speedup / n.
-
-The interval is the 2.5th to 97.5th percentile of a Monte Carlo over the inputs' spread: the
-base's and the baseline's mean throughput (Student-t over their repetitions) and each fitted
-link's (alpha, 1/B) (normal with the fit's covariance); SAMPLES draws, SEED fixed, so the
-same store projects the same numbers. Stated links have no spread: the interval then covers
-the measurement only, which the rows say.
+(shared CPU and memory, loader, PCIe). Each of the model's inputs is measured where the
+study measured it: the allreduce's links (the comm benchmark's sweeps, commfit.py), the
+gradient (its buckets), the overlap (the base's step-time breakdown), the jitter (the
+step-time CV of the 1-device point, else the base's), the overhead per step (1-device points
+at two or more per-device batches); else stated (a profile's [interconnect], a declared
+framework's [comm] parameters) or the calibrated default; every row says which.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ..paths import RunPaths
 from ..runs import RunRow
 from ..tracking.store import Store
-from . import analysis, commfit
+from . import analysis, calibration, commfit, stated
 from . import efficiency as explained
-from .commfit import INTRA, CommData, Link
-from .points import Point, t_quantile_975
+from .commfit import CommData, Link
+from .points import Point
+from .projected import Estimate, Mean, Setup, links_said, measured_estimate, project
 
-SAMPLES = 4000
-SEED = 0
 MEASURED = "measured"
 PROJECTED = "projected"
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A value and its 95% interval."""
-
-    value: float
-    low: float
-    high: float
-
-    def as_dict(self) -> dict[str, float]:
-        return {"value": self.value, "ci95_low": self.low, "ci95_high": self.high}
-
-    def holds(self, x: float) -> bool:
-        return self.low <= x <= self.high
-
-
-@dataclass(frozen=True)
-class Mean:
-    """A measured mean throughput, its standard error and repetitions."""
-
-    value: float
-    se: float
-    n: int
-    label: str = ""
-
-    @classmethod
-    def of(cls, p: Point) -> Mean:
-        s = p.throughput
-        se = s.ci95 / t_quantile_975(s.n - 1) if s.ci95 and s.n > 1 else 0.0
-        return cls(float(s.mean or 0.0), se, s.n, p.label())
-
-    def draws(self, rng: np.random.Generator, k: int) -> np.ndarray:
-        if self.se <= 0 or self.n < 2:
-            return np.full(k, self.value)
-        return np.maximum(self.value + self.se * rng.standard_t(self.n - 1, size=k), 1e-12)
-
-
-@dataclass
-class Base:
-    """What the model takes of the largest measured single-node point."""
-
-    ranks_per_node: int
-    per_device_batch: int
-    throughput: Mean
-    exposed_comm_s: float | None  # the breakdown's median; None: no breakdown
-    comm_time_s: float | None  # its benchmark's allreduce; None: modelled from the link
-    run_ids: list[str] = field(default_factory=list)
-
-    @property
-    def global_batch(self) -> int:
-        return self.ranks_per_node * self.per_device_batch
-
-
-def project(
-    base: Base,
-    baseline: Mean | None,
-    links: dict[str, Link],
-    buckets: list[int],
-    nodes: int,
-    ranks_per_node: int,
-    scaling: str = "weak",
-    samples: int = SAMPLES,
-    seed: int = SEED,
-) -> dict[str, Any]:
-    """One scale's projected step time, throughput, speedup and efficiency (Estimates),
-    or {"why": ...} where it cannot be projected."""
-    n = nodes * ranks_per_node
-    tier = commfit.tier_of(nodes)
-    link = links.get(tier)
-    if link is None and n > 1:
-        return {
-            "why": f"no {tier} link: the comm benchmark did not measure it and the "
-            "profile states no [interconnect] figure for it"
-        }
-    g = base.ranks_per_node
-    base_link = links.get(INTRA)
-    if g > 1 and base.comm_time_s is None and base_link is None:
-        return {
-            "why": "the base point's allreduce is neither benchmarked nor modelled "
-            "(no intra-node link)"
-        }
-    rng = np.random.default_rng(seed)
-
-    def step(x_g: Any, alpha: Any, inv: Any, a_g: Any, inv_g: Any) -> Any:
-        t_g = base.global_batch / x_g
-        c_g = (
-            0.0
-            if g == 1
-            else base.comm_time_s
-            if base.comm_time_s is not None
-            else commfit.allreduce_time(a_g, inv_g, buckets, g)
-        )
-        e = c_g if base.exposed_comm_s is None else base.exposed_comm_s
-        local = np.maximum(t_g - e, 0.0)
-        hidden = np.maximum(c_g - e, 0.0)
-        c_n = commfit.allreduce_time(alpha, inv, buckets, n) if n > 1 else 0.0
-        if nodes > 1 and ranks_per_node > 1 and base_link is not None:
-            # the ring also crosses each node's device links: the slower tier bounds it
-            c_n = np.maximum(c_n, commfit.allreduce_time(a_g, inv_g, buckets, n))
-        scale = 1.0 if scaling == "weak" else base.global_batch / n / base.per_device_batch
-        return local * scale + np.maximum(c_n - hidden, 0.0)
-
-    def params(lk: Link | None, k: int | None) -> tuple[Any, Any]:
-        if lk is None:
-            return 0.0, 0.0
-        if k is None:
-            return lk.latency_s, lk.inv_bandwidth
-        return lk.sample(rng, k)
-
-    global_batch = n * base.per_device_batch if scaling == "weak" else base.global_batch
-    central = float(step(base.throughput.value, *params(link, None), *params(base_link, None)))
-    x_draws = base.throughput.draws(rng, samples)
-    alpha, inv = params(link, samples)
-    a_g, inv_g = (alpha, inv) if base_link is link else params(base_link, samples)
-    t_draws = step(x_draws, alpha, inv, a_g, inv_g)
-    b_draws = baseline.draws(rng, samples) if baseline else None
-
-    def est(central_value: float, draws: np.ndarray) -> Estimate:
-        lo, hi = np.percentile(draws, [2.5, 97.5])
-        return Estimate(central_value, float(lo), float(hi))
-
-    out: dict[str, Any] = {
-        "step_time_s": est(central, np.broadcast_to(t_draws, (samples,))),
-        "throughput": est(global_batch / central, global_batch / t_draws),
-        "global_batch": global_batch,
-        "tier": tier if n > 1 else None,
-        "link_source": link.source if link is not None and n > 1 else None,
-    }
-    if baseline is not None and baseline.value > 0:
-        sp = global_batch / t_draws / b_draws
-        out["speedup"] = est(global_batch / central / baseline.value, sp)
-        out["efficiency"] = est(global_batch / central / baseline.value / n, sp / n)
-    return out
-
-
-# --- families from the store -------------------------------------------------------------
+STATED = "stated"  # the row of the figures a user stated (no store)
 
 
 def family_key(p: Point) -> tuple:
@@ -200,49 +51,144 @@ def family_name(p: Point) -> str:
     )
 
 
-def targets(base_rpn: int, to: int) -> list[tuple[int, int]]:
-    """Node counts 1, 2, 4, ... up to `to`, and `to` itself."""
-    nodes = {1, to}
+def targets(per_node: int, to: int) -> list[tuple[int, int]]:
+    """(nodes, devices a node): inside one node 1, 2, 4, ... up to `per_node`, then nodes
+    2, 4, ... up to `to`, and `to` itself, `per_node` devices each."""
+    inside = {1, per_node}
     k = 2
-    while k < to:
-        nodes.add(k)
+    while k < per_node:
+        inside.add(k)
         k *= 2
-    return [(n, base_rpn) for n in sorted(nodes)]
+    nodes = {to} | {2**i for i in range(1, max(to, 1).bit_length()) if 2**i < to}
+    return [(1, d) for d in sorted(inside)] + [(n, per_node) for n in sorted(nodes) if n > 1]
 
 
-def _base(p: Point) -> Base:
-    f = explained.fields(p)
-    return Base(
-        p.ranks_per_node,
-        p.per_device_batch,
-        Mean.of(p),
-        f["exposed_comm_s"],
-        f["comm_time_s"] if p.devices > 1 else 0.0,
-        list(p.completed_run_ids),
+def _same_device(a: Point, b: Point) -> bool:
+    keys = ("experiment", "framework", "model", "dataset", "precision", "loader", "device", "unit")
+    return all(getattr(a, k) == getattr(b, k) for k in keys) and a.axes == b.axes
+
+
+def _measured_terms(base_p: Point, baseline: Point | None, pts: list[Point]) -> dict:
+    """The model's terms this study measured: jitter from the step-time CV, overhead from
+    1-device points at two or more per-device batches, overlap from the breakdown."""
+    out: dict[str, stated.Choice] = {}
+    for p in (baseline, base_p):
+        cv = explained.summary_median(p, "step_time_cv")
+        if p is not None and cv is not None:
+            out[stated.JITTER] = stated.Choice(
+                cv,
+                stated.MEASURED,
+                f"the step-time CV of {p.label()} (runs {', '.join(p.completed_run_ids)})",
+            )
+            break
+    ones = [
+        p
+        for p in pts
+        if p.devices == 1
+        and p.throughput.mean
+        and _same_device(p, base_p)
+        and p.unit == base_p.unit
+    ]
+    fit = stated.overhead_fit(
+        [p.per_device_batch for p in ones],
+        [p.per_device_batch / float(p.throughput.mean or 1) for p in ones],
     )
-
-
-def _inputs(base_p: Point, base: Base, baseline: Point | None, links: dict, tier: str | None):
-    out = [f"base: {base_p.label()} measured (runs {', '.join(base.run_ids)})"]
-    if baseline is not None:
-        out.append(
-            f"baseline: {baseline.label()} measured (runs {', '.join(baseline.completed_run_ids)})"
+    if fit is not None:
+        out[stated.OVERHEAD] = stated.Choice(
+            fit[0],
+            stated.MEASURED,
+            "fitted on the 1-device points at batches "
+            + ", ".join(str(b) for b in sorted({p.per_device_batch for p in ones})),
         )
-    if tier is not None and tier in links:
-        lk = links[tier]
-        out.append(f"{tier} link: {lk.source} ({', '.join(lk.inputs)})")
-    out.append(
-        "overlap: the base's breakdown (exposed_comm_s)"
-        if base.exposed_comm_s is not None
-        else "overlap: none assumed (the base has no step-time breakdown)"
-    )
+    exposed = explained.summary_median(base_p, "exposed_comm_s")
+    if exposed is not None and base_p.devices > 1:
+        # the value is the base's own (scaling_model.fix_base): its exposed allreduce
+        out[stated.OVERLAP] = stated.Choice(
+            math.nan,
+            stated.MEASURED,
+            f"the base's step-time breakdown ({1e3 * exposed:.3g} ms of its allreduce exposed)",
+        )
     return out
 
 
-def _measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
+def declared_parameters(runs: list[RunRow], framework: str) -> int | None:
+    """A declared framework's `[comm] parameters`, as its runs' recipes keep it."""
+    for r in runs:
+        if r["framework"] != framework:
+            continue
+        try:
+            custom = json.loads(r.get("training") or "{}").get("custom") or {}
+            return int(custom["comm"]["parameters"])
+        except (ValueError, AttributeError, KeyError, TypeError):
+            continue
+    return None
+
+
+def gradient_of(first: Point, data: CommData, runs: list[RunRow]) -> tuple[list[int] | None, str]:
+    """One step's gradient buckets and where they came from: the comm benchmark's; else a
+    declared framework's [comm] parameters; else the model's parameter count (fp32)."""
+    got = data.buckets.get((first.framework, first.model, first.precision)) or (
+        ((first.comm or {}).get("record") or {}).get("buckets")
+    )
+    if got:
+        return list(got), f"measured: the comm benchmark's buckets, {stated.mb(sum(got))}"
+    declared = declared_parameters(runs, first.framework)
+    named = stated.named_parameters(first.model)
+    if declared is not None:
+        count, how = declared, f"stated: [frameworks.{first.framework}.comm] parameters"
+    elif named is not None:
+        count, how = named[0], f"default: {first.model}'s parameter count ({named[1]})"
+    else:
+        return None, ""
+    buckets = stated.gradient_buckets(4 * count)
+    return buckets, (
+        f"{how}, {count:,} as fp32 in DDP-sized buckets: {stated.mb(sum(buckets))} "
+        "(no communication benchmark ran)"
+    )
+
+
+def setup_of(
+    base_p: Point,
+    baseline: Point | None,
+    pts: list[Point],
+    links: dict[str, Link],
+    buckets: list[int],
+    grad_how: str,
+    cal: calibration.Calibration,
+    stated_terms: dict[str, float | None] | None = None,
+) -> Setup:
+    f = explained.fields(base_p)
+    terms = stated.choose(cal, _measured_terms(base_p, baseline, pts), stated_terms)
+    inputs = [f"base: {base_p.label()} measured (runs {', '.join(base_p.completed_run_ids)})"]
+    if baseline is not None:
+        inputs.append(
+            f"baseline: {baseline.label()} measured (runs {', '.join(baseline.completed_run_ids)})"
+        )
+    inputs.append(f"gradient: {grad_how}")
+    inputs += [f"{t} link: {lk.source} ({', '.join(lk.inputs)})" for t, lk in links.items()]
+    inputs += stated.terms_lines(terms)
+    inputs.append(cal.error.how())
+    return Setup(
+        base_p.ranks_per_node,
+        base_p.per_device_batch,
+        Mean.of(base_p),
+        links,
+        buckets,
+        terms,
+        cal,
+        baseline=Mean.of(baseline) if baseline else None,
+        exposed_comm_s=f["exposed_comm_s"] if base_p.devices > 1 else None,
+        comm_s=f["comm_time_s"] if base_p.devices > 1 else None,
+        scaling=base_p.scaling,
+        global_batch=base_p.global_batch,
+        inputs=inputs,
+    )
+
+
+def measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
     s = p.throughput
-    mean, half = float(s.mean or 0.0), float(s.ci95 or 0.0)
-    x = Estimate(mean, mean - half, mean + half)
+    mean = float(s.mean or 0.0)
+    x = measured_estimate(mean, float(s.ci95 or 0.0))
     row: dict[str, Any] = {
         "kind": MEASURED,
         "nodes": p.nodes,
@@ -251,7 +197,7 @@ def _measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
         "global_batch": p.global_batch,
         "throughput": x.as_dict(),
         "step_time_s": Estimate(
-            p.global_batch / mean, p.global_batch / x.high, p.global_batch / max(x.low, 1e-12)
+            p.global_batch / mean, p.global_batch / x.high, p.global_batch / x.low
         ).as_dict(),
         "inputs": [f"measured: runs {', '.join(p.completed_run_ids)}"],
     }
@@ -264,15 +210,26 @@ def _measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
     return row
 
 
-def _projected_row(result: dict[str, Any], nodes: int, rpn: int, inputs: list[str]) -> dict:
-    row = {"kind": PROJECTED, "nodes": nodes, "ranks_per_node": rpn, "ranks": nodes * rpn}
+def projected_row(result: dict[str, Any], nodes: int, per_node: int, kind: str = PROJECTED) -> dict:
+    row: dict[str, Any] = {
+        "kind": kind,
+        "nodes": nodes,
+        "ranks_per_node": per_node,
+        "ranks": nodes * per_node,
+    }
     if "why" in result:
-        return {**row, "why": result["why"], "inputs": inputs}
+        return {**row, "why": result["why"]}
+    used = result["links_used"]
     row.update(
         {
             "global_batch": result["global_batch"],
-            "stated": result["link_source"] == commfit.STATED,
-            "inputs": inputs,
+            "per_device_batch": result["per_device_batch"],
+            "stated": commfit.STATED in used.values(),
+            "links_used": used,
+            "link": links_said(used),
+            "terms_s": result["terms"],
+            "dominant": {"term": result["dominant"][0], "share": result["dominant"][1]},
+            "notes": result["notes"],
         }
     )
     for k in ("step_time_s", "throughput", "speedup", "efficiency"):
@@ -281,8 +238,45 @@ def _projected_row(result: dict[str, Any], nodes: int, rpn: int, inputs: list[st
     return row
 
 
+def stated_row(setup: Setup, devices: int) -> dict[str, Any]:
+    """The figures as stated, at the scale they were measured on: a number, no interval
+    (nothing about it was modelled)."""
+    x = setup.throughput.value
+    row: dict[str, Any] = {
+        "kind": STATED,
+        "nodes": 1,
+        "ranks_per_node": devices,
+        "ranks": devices,
+        "global_batch": devices * setup.per_device_batch,
+        "throughput": Estimate(x, x, x).as_dict(),
+        "step_time_s": Estimate(*[setup.step_s(x)] * 3).as_dict(),
+        "inputs": ["stated"],
+    }
+    if setup.baseline is not None:
+        sp = x / setup.baseline.value
+        row["speedup"] = Estimate(sp, sp, sp).as_dict()
+        row["efficiency"] = Estimate(sp / devices, sp / devices, sp / devices).as_dict()
+    return row
+
+
+def rows_of(setup: Setup, scales: list[tuple[int, int]], skip: set) -> list[dict[str, Any]]:
+    """The projected rows at `scales`, less those in `skip` (measured there)."""
+    return [
+        projected_row(project(setup, nodes, per_node), nodes, per_node)
+        for nodes, per_node in scales
+        if (nodes, per_node) not in skip
+    ]
+
+
 def _family(
-    pts: list[Point], data: CommData, stated: dict[str, Link], to: int | None
+    pts: list[Point],
+    everything: list[Point],
+    data: CommData,
+    runs: list[RunRow],
+    stated_links: dict[str, Link],
+    to: int | None,
+    per_node: int | None,
+    stated_terms: dict[str, float | None] | None,
 ) -> dict[str, Any]:
     done = [p for p in pts if p.throughput.mean]
     first = pts[0]
@@ -299,51 +293,61 @@ def _family(
         "unit": first.unit,  # what its throughput counts a second
         "rows": [],
         "held_out": None,
+        "inputs": [],
+        "notes": [],
     }
     singles = [p for p in done if p.nodes == 1]
     if not singles:
         out["why"] = "no completed single-node point to project from"
         return out
     baseline = next((p.baseline for p in done if p.baseline is not None), None)
-    buckets = data.buckets.get((first.framework, first.model, first.precision)) or (
-        ((first.comm or {}).get("record") or {}).get("buckets")
-    )
-    links = {**stated, **data.links(first.framework)}
+    links = {**stated_links, **data.links(first.framework)}
     out["links"] = {t: lk.as_dict() for t, lk in links.items()}
     base_p = max(singles, key=lambda p: p.ranks_per_node)
     out["base"] = base_p.label()
     out["baseline"] = baseline.label() if baseline else None
-    by_scale = {(p.nodes, p.ranks_per_node): p for p in done}
-    for p in sorted(done, key=lambda p: (p.devices, p.nodes)):
-        out["rows"].append(_measured_row(p, baseline))
+    by_scale = {(p.nodes, p.ranks_per_node) for p in done}
+    out["rows"] = [measured_row(p, baseline) for p in done]
+    buckets, grad_how = gradient_of(first, data, runs)
     if not buckets:
         out["why"] = (
-            "no communication benchmark ran for this framework and model: one step's "
-            "gradient (its buckets) is unknown; set experiment.comm_benchmark = true"
+            "one step's gradient is unknown: no communication benchmark ran for this "
+            "framework and model, and it is neither a declared framework with [comm] "
+            "parameters nor a model dlscale knows the size of; set "
+            "experiment.comm_benchmark = true"
         )
+        out["rows"].sort(key=lambda r: (r["ranks"], r["nodes"]))
         return out
     out["gradient_bytes"] = sum(buckets)
-    base = _base(base_p)
-    base_mean = Mean.of(baseline) if baseline else None
-    last = to or max(p.nodes for p in done)
-    for nodes, rpn in targets(base_p.ranks_per_node, last):
-        if (nodes, rpn) in by_scale:
-            continue
-        tier = commfit.tier_of(nodes)
-        res = project(base, base_mean, links, buckets, nodes, rpn, first.scaling)
-        out["rows"].append(
-            _projected_row(res, nodes, rpn, _inputs(base_p, base, baseline, links, tier))
+    cal = calibration.calibrated()
+    setup = setup_of(base_p, baseline, everything, links, buckets, grad_how, cal, stated_terms)
+    out["held_out"] = held_out(done, everything, data, stated_links, buckets, grad_how, baseline)
+    held = out["held_out"] or {}
+    if "projected_throughput" in held:  # this study's own check joins the model error
+        d = calibration.distance(
+            held["base_devices"], held["ranks"], first.per_device_batch, first.per_device_batch
         )
+        ratio = held["measured_throughput"] / held["projected_throughput"]["value"]
+        setup.extra_scores = [math.log(ratio) / d]
+        setup.inputs.append(
+            "model error: with this study's own held-out check among its calibration rows"
+        )
+    out["inputs"] = setup.inputs
+    last = to or max(p.nodes for p in done)
+    scales = targets(per_node or base_p.ranks_per_node, last)
+    out["rows"] += rows_of(setup, scales, by_scale)
     out["rows"].sort(key=lambda r: (r["ranks"], r["nodes"]))
-    out["held_out"] = held_out(done, data, stated, buckets, baseline)
+    out["notes"] = list(dict.fromkeys(n for r in out["rows"] for n in r.get("notes") or []))
     return out
 
 
 def held_out(
     done: list[Point],
+    everything: list[Point],
     data: CommData,
-    stated: dict[str, Link],
+    stated_links: dict[str, Link],
     buckets: list[int],
+    grad_how: str,
     baseline: Point | None,
 ) -> dict[str, Any] | None:
     """With 3+ scales measured: the largest projected from the others (its comm benchmark
@@ -360,34 +364,27 @@ def held_out(
     if not singles:
         return {**row, "why": "no other single-node point to project from"}
     base_p = max(singles, key=lambda p: p.ranks_per_node)
-    links = {**stated, **data.links(target.framework, exclude=frozenset({(nodes, target.devices)}))}
-    base = _base(base_p)
-    if base_p.ranks_per_node > 1 and base.comm_time_s is None and INTRA not in links:
-        return {**row, "why": "the base point's allreduce was not benchmarked"}
-    res = project(
-        base,
-        Mean.of(baseline) if baseline else None,
-        links,
-        buckets,
-        nodes,
-        rpn,
-        target.scaling,
-    )
+    exclude = frozenset({(nodes, target.devices)})
+    links = {**stated_links, **data.links(target.framework, exclude=exclude)}
+    cal = calibration.calibrated()
+    rest = [p for p in everything if p is not target]
+    setup = setup_of(base_p, baseline, rest, links, buckets, grad_how, cal)
+    res = project(setup, nodes, rpn)
     if "why" in res:
         return {**row, "why": res["why"]}
     measured = float(target.throughput.mean or 0.0)
     x: Estimate = res["throughput"]
-    tier = commfit.tier_of(nodes)
     return {
         **row,
         "from": sorted(p.label() for p in others),
         "base": base_p.label(),
+        "base_devices": base_p.ranks_per_node,
         "measured_throughput": measured,
         "projected_throughput": x.as_dict(),
         "error": x.value / measured - 1 if measured else None,
         "outside_interval": not x.holds(measured),
-        "stated": res["link_source"] == commfit.STATED,
-        "inputs": _inputs(base_p, base, baseline, links, tier),
+        "stated": commfit.STATED in res["links_used"].values(),
+        "inputs": setup.inputs,
     }
 
 
@@ -395,31 +392,68 @@ def projections(
     store: Store,
     experiment: str | None,
     to: int | None = None,
-    stated: dict[str, Link] | None = None,
+    stated_links: dict[str, Link] | None = None,
+    per_node: int | None = None,
+    stated_terms: dict[str, float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every family's measured rows, projected rows up to `to` nodes (default: the largest
-    measured) and held-out check; JSON-ready, every row saying measured or projected."""
+    measured) of `per_node` devices (default: the base's) and held-out check; JSON-ready,
+    every row saying measured or projected."""
     pts = analysis.points(store, experiment)
     data = commfit.measurements(store, experiment)
+    runs = store.runs(experiment)
     families: dict[tuple, list[Point]] = {}
     for p in pts:
         families.setdefault(family_key(p), []).append(p)
-    out = [_family(ps, data, stated or {}, to) for ps in families.values()]
+    out = [
+        _family(ps, pts, data, runs, stated_links or {}, to, per_node, stated_terms)
+        for ps in families.values()
+    ]
     for f in out:
         f["skipped"] = data.skipped
     return out
 
 
-def study_reach(store: Store, name: str) -> tuple[list[dict[str, Any]], int, str]:
+def from_figures(fig: stated.Figures, to: int, per_node: int) -> dict[str, Any]:
+    """A family projected from stated figures alone (no store): the stated scale's row
+    says "stated", every other one "projected"."""
+    setup = stated.setup(fig, calibration.calibrated())
+    own = (1, fig.measured_on)
+    rows = [
+        projected_row(project(setup, *scale), *scale)
+        for scale in sorted(set(targets(per_node, to)) - {own})
+    ]
+    rows.append(stated_row(setup, fig.measured_on))
+    rows.sort(key=lambda r: (r["ranks"], r["nodes"]))
+    name = fig.model or f"{fig.parameters:,} parameters"
+    return {
+        "family": f"stated: {name} {fig.dtype} b{setup.per_device_batch:g} {fig.scaling}",
+        "experiment": "stated figures",
+        "model": fig.model,
+        "scaling": fig.scaling,
+        "per_device_batch": setup.per_device_batch,
+        "unit": fig.unit,
+        "rows": rows,
+        "held_out": None,
+        "inputs": setup.inputs,
+        "links": {t: lk.as_dict() for t, lk in setup.links.items()},
+        "notes": list(dict.fromkeys(n for r in rows for n in r.get("notes") or [])),
+        "skipped": [],
+    }
+
+
+def study_reach(
+    store: Store, name: str, profile: str | Path | None = None
+) -> tuple[list[dict[str, Any]], int, str]:
     """The study's families projected as far as its cluster lets it go: to the size of the
-    partition of the profile its runs kept, or to 8 x the largest measured node count where
-    they kept none; with that reach and where it comes from (the report, the TUI)."""
-    to, to_from, stated = how_far(store, name, None, None)
+    partition of the profile given or kept by its runs, or to 8 x the largest measured node
+    count where there is none; with that reach and where it comes from (the report, the TUI)."""
+    to, to_from, links = how_far(store, name, None, profile)
     if to is None:
         nodes = [r["nodes"] for r in store.runs(name)]
         to = 8 * max(nodes, default=1)
         to_from = "8 x the largest measured; no cluster profile was kept to give a partition"
-    return projections(store, name, to, stated), to, to_from
+    return projections(store, name, to, links), to, to_from
 
 
 def kept_profile(runs: list[RunRow]) -> Path | None:
@@ -441,19 +475,20 @@ def how_far(
 
     path = Path(profile) if profile else kept_profile(store.runs(experiment))
     loaded = load_profile(path) if path is not None else None
-    stated = commfit.stated(loaded.profile.interconnect, str(path)) if loaded else {}
+    links = commfit.stated(loaded.profile.interconnect, str(path)) if loaded else {}
     if to is not None:
-        return to, "--to", stated
+        return to, "--to", links
     if loaded is None:
-        return None, "", stated
+        return None, "", links
     part = loaded.profile.partition(None)
-    return part.nodes, f"partition {part.name} of {path}", stated
+    return part.nodes, f"partition {part.name} of {path}", links
 
 
 def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> list[dict]:
     """What a chart of the projection draws, as plain data (the TUI's Results screen and the
     report's figure): per family, measured and projected points as (devices, value, low,
-    high), and the held-out check."""
+    high), and the held-out check. Stated figures count as measured points: they are not
+    the model's."""
     out = []
     for f in families:
         measured: list[tuple] = []
@@ -463,14 +498,21 @@ def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> 
             if v is None:
                 continue
             point = (r["ranks"], v["value"], v["ci95_low"], v["ci95_high"])
-            (measured if r["kind"] == MEASURED else projected).append(point)
+            (projected if r["kind"] == PROJECTED else measured).append(point)
         out.append(
             {
                 "name": f["family"],
                 "measured": measured,
+                "measured_as": STATED if any(r["kind"] == STATED for r in f["rows"]) else MEASURED,
                 "projected": projected,
-                "stated": any(r.get("stated") for r in f["rows"]),
+                "stated": any(r.get("stated") for r in f["rows"] if r["kind"] == PROJECTED),
                 "held_out": f.get("held_out"),
             }
         )
     return out
+
+
+def largest(fam: dict[str, Any]) -> dict[str, Any] | None:
+    """The family's largest projected row that could be projected."""
+    rows = [r for r in fam["rows"] if r["kind"] == PROJECTED and "why" not in r]
+    return max(rows, key=lambda r: (r["ranks"], r["nodes"]), default=None)

@@ -161,11 +161,13 @@ def build(
     fmt: str = "md",
     reference_path: str | Path | None = None,
     force: bool = False,
+    profile: str | Path | None = None,
 ) -> Report:
     """Write the report into out_dir (of several experiments side by side when given a
     list of more than one: report_many). A folder that is not empty must hold an earlier
     report of dlscale's (its manifest) unless `force`; only that report's own files are
-    ever removed or overwritten (report_folder)."""
+    ever removed or overwritten (report_folder). `profile`: the cluster profile whose
+    links and partition the projection uses (default: the one the runs kept)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
     if isinstance(experiment, list) and len(experiment) > 1:  # side by side: report_many
@@ -186,7 +188,7 @@ def build(
 
     folder = ReportFolder.open(Path(out_dir), force)
     try:
-        return _write(store, exp, runs, rows, ref, fmt, folder)
+        return _write(store, exp, runs, rows, ref, fmt, folder, profile)
     finally:
         folder.discard()
 
@@ -199,10 +201,11 @@ def _write(
     ref: LoadedReference | None,
     fmt: str,
     folder: ReportFolder,
+    profile: str | Path | None = None,
 ) -> Report:
     """Everything into the folder's stage, then into place (see report_folder)."""
     name = exp["name"]
-    families, beyond = _projection(store, name)
+    families, beyond = _projection(store, name, profile)
     figs = figures.draw_all(
         rows,
         folder.subfolder("figures"),
@@ -269,8 +272,10 @@ def _write(
     )
 
 
-def _projection(store: Store, name: str) -> tuple[list[dict[str, Any]], Table | None]:
-    families, to, to_from = projection.study_reach(store, name)
+def _projection(
+    store: Store, name: str, profile: str | Path | None
+) -> tuple[list[dict[str, Any]], Table | None]:
+    families, to, to_from = projection.study_reach(store, name, profile)
     return families, projection_table(families, to, to_from)
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..runs import per_second
+from . import projection
 from .formatting import fmt
+from .projected import terms_said
 from .report_tables import Table
 
 TITLE = "Scaling beyond what was measured"
@@ -67,23 +69,20 @@ def projection_table(families: list[dict[str, Any]], to: int, to_from: str) -> T
     body = []
     notes = [
         f"Projected up to {to} nodes ({to_from}) from each family's largest measured "
-        "single-node point plus the allreduce of one step's gradient at that scale, fitted "
-        "per tier from the communication benchmark's message-size sweeps (alpha-beta model, "
-        "nccl-tests' bus bandwidth), hidden behind compute as much as the step-time "
-        "breakdown measured. [95%]: the 2.5th-97.5th percentiles of a Monte Carlo over the "
-        "repetitions' spread and the fit's covariance. A projection is a model, not a "
-        "measurement: see the held-out checks below for how far it was right here."
+        "single-node point: its step, plus at each scale the wait for the slowest rank "
+        "(the step-time jitter's expected maximum), the small-batch overhead (strong "
+        "scaling) and the hierarchical allreduce of one step's gradient (in the node, then "
+        "across nodes; each tier fitted from the communication benchmark's sweeps or "
+        "stated) not hidden behind compute. Each input says where it came from: measured, "
+        "stated or the calibrated default. [95%]: the inputs' spread (a Monte Carlo over "
+        "the repetitions and the fits) widened by the model's own error, calibrated on "
+        "published scaling leaving each source out (docs/measuring.md). A projection is a "
+        "model, not a measurement: the held-out checks below say how far it was right here."
     ]
     alerts: list[str] = []
     for fam in families:
         for r in fam["rows"]:
-            link = (
-                "-"
-                if r["kind"] == "measured"
-                else "stated, not measured"
-                if r.get("stated")
-                else "measured fit"
-            )
+            link = r.get("link", "-") if r["kind"] == projection.PROJECTED else "-"
             body.append(
                 [
                     fam["family"],
@@ -98,7 +97,11 @@ def projection_table(families: list[dict[str, Any]], to: int, to_from: str) -> T
             )
         if fam.get("why"):
             notes.append(f"{fam['family']}: not projected: {fam['why']}.")
+        notes += [f"{fam['family']}: input: {line}." for line in fam.get("inputs") or []]
         notes += [f"{fam['family']}: {link_line(lk)}." for lk in (fam.get("links") or {}).values()]
+        alerts += [f"{fam['family']}: {note}." for note in fam.get("notes") or []]
+        if (top := projection.largest(fam)) is not None:
+            notes.append(f"{fam['family']}: {terms_said(top)}.")
         line, missed = held_out_line(fam)
         (alerts if missed else notes).append(line)
     return Table(TITLE, headers, body, notes, {2, 4, 5, 6}, alerts)

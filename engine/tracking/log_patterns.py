@@ -2,13 +2,14 @@
 turned into the records the built-in trainers write, so its runs get the same throughput,
 CI95, speedup and efficiency.
 
-When a declared framework's job ends well, its log is read once, line by line: warm-up lines
-are left out (those before `warmup_until` first matches, then the first `warmup_lines`
-measurements), each remaining throughput or step-time line is one interval, and the run's
-throughput is the total units over the total time of its measured lines: the harmonic mean
-of per-line rates (each line reports the same work, one step or a fixed number), or units
-per step over the mean step time. A log that matched nothing leaves no summary: the run is
-FAILED saying so, never COMPLETED without a number.
+When a declared framework's job ends well (or after its measurement was complete:
+completion.py), its log is read once, line by line: warm-up lines are left out (those
+before `warmup_until` first matches, then the first `warmup_lines` measurements), each
+remaining throughput or step-time line is one interval, and the run's throughput is the
+total units over the total time of its measured lines: the harmonic mean of per-line rates
+(each line reports the same work, one step or a fixed number), or units per step over the
+mean step time. A log that matched nothing leaves no summary: the run is FAILED saying so,
+never COMPLETED without a number.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from ...trainers.common.entry import dlscale_version
 from ...trainers.common.records import RecordWriter
 from ..paths import RunPaths
 from ..runs import RunRow
+from ..text import quoted
+from . import custom_software
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Measured:
     warmup: list[tuple[float, float | None, int | None]] = field(default_factory=list)
     accuracies: list[tuple[int, int, float]] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
+    # Where in the log the last measured line ends (bytes, as its text re-encodes): the
+    # meter's log-size samples date it, and with it the end of the timed steps.
+    end_offset: int = 0
 
 
 def _number(match: re.Match[str]) -> float | None:
@@ -67,7 +73,9 @@ class Patterns:
         loss: float | None = None
         epoch: int | None = None
         skip = int(self.log.get("warmup_lines") or 0)
+        offset = 0
         for line in lines:
+            offset += len(line.encode("utf-8", "replace"))
             if not started:
                 started = self.until.search(line) is not None  # type: ignore[union-attr]
                 continue
@@ -97,6 +105,7 @@ class Patterns:
                 out.warmup.append((rate, loss, epoch))
                 continue
             out.rates.append((rate, loss, epoch))
+            out.end_offset = offset
             if self.by_time:
                 out.step_times.append(seconds)
         return out
@@ -153,14 +162,15 @@ def run_device(row: RunRow, paths: RunPaths) -> str:
 
 
 def settle(row: RunRow, hosts: str | None = None) -> str | None:
-    """For a declared framework with log patterns, whose job ended well: write its records
-    from its log. Returns why the run measured nothing (it is then FAILED), else None."""
+    """For a declared framework with log patterns whose job ended well (or whose log says
+    its measurement was complete, completion.py): write its records from its log. Returns
+    why the run measured nothing (it is then FAILED), else None."""
     training = json.loads(row["training"]) if isinstance(row["training"], str) else row["training"]
     decl = training.get("custom") if isinstance(training, dict) else None
     if not isinstance(decl, dict) or not decl.get("log"):
         return None
     paths = RunPaths.of(row)
-    if _has_summary(paths.metrics):
+    if has_summary(paths.metrics):
         return None  # settled already (a second look at the same run)
     log = decl["log"]
     try:
@@ -173,15 +183,16 @@ def settle(row: RunRow, hosts: str | None = None) -> str | None:
     which = "throughput" if log.get("throughput") else "step_time"
     if total is None:
         return (
-            f"its log matched no {which} pattern ({log[which]!r})"
+            f"its log matched no {which} pattern ({quoted(log[which])})"
             + (" after the warm-up" if measured.warmup or log.get("warmup_until") else "")
             + f": no throughput was measured (frameworks.{row['framework']}.log.{which})"
         )
-    write(paths.metrics, row, training, measured, total, run_device(row, paths), hosts)
+    software = custom_software.versions(paths)
+    write(paths.metrics, row, training, measured, total, run_device(row, paths), hosts, software)
     return None
 
 
-def _has_summary(path: Path) -> bool:
+def has_summary(path: Path) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return any('"kind": "summary"' in line for line in fh)
@@ -197,8 +208,10 @@ def write(
     total: tuple[float, float],
     device: str,
     hosts: str | None,
+    software: dict[str, str] | None = None,
 ) -> None:
-    """The records a built-in trainer writes, from what the log gave."""
+    """The records a built-in trainer writes, from what the log gave; `software`: what its
+    interpreter held (custom_software.py)."""
     world = row["devices"]
     throughput, elapsed = total
     unit = training["custom"].get("unit", "samples")
@@ -222,7 +235,7 @@ def write(
         names = (hosts or socket.gethostname()).split(",")
         out.write(
             "env",
-            framework_versions={},
+            framework_versions=software or {},
             hostnames=names,
             devices=[device] * world,
             world_size=world,
@@ -257,4 +270,5 @@ def write(
             best_top1=best,
             final_loss=final_loss,
             unit=unit,
+            log_measured_until_byte=m.end_offset,
         )

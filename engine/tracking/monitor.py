@@ -11,35 +11,52 @@ from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths
 from ..runs import ACTIVE, FAILURES, TERMINAL, State
-from . import log_patterns
+from . import completion, custom_energy, custom_software, log_patterns
 from .logs import failure_reason
 from .store import Store
 
 
 def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     """Settle a run whose job ended: ingest the rest of its records and decide its state.
-    A job that exited 0 without a summary record did not measure anything: FAILED."""
+    A job that exited 0 without a summary record did not measure anything: FAILED. A
+    declared framework's run whose measurement was complete before its job failed counts as
+    COMPLETED, marked with how its job ended (completion.py)."""
     row = store.run(run_id)
-    run_dir = Path(row["run_dir"])
+    paths = RunPaths(Path(row["run_dir"]))
+    ended = job_state
+    if job_state in FAILURES and row["job_id"] and completion.measured_before_end(row):
+        job_state = State.COMPLETED
     # A declared framework reporting through its log: its records are made from it now.
     measured_nothing = (
         log_patterns.settle(row, (store.jobs.get(row["backend"], row["job_id"]) or {}).get("nodes"))
         if job_state == State.COMPLETED and row["job_id"]
         else None
     )
-    store.records.ingest(run_id, RunPaths(run_dir).metrics, final=True)
+    store.records.ingest(run_id, paths.metrics, final=True)
+    # A declared framework metered around its script: its energy over the timed steps, and
+    # the software its interpreter held where its own records left it out.
+    if job_state == State.COMPLETED and (
+        custom_energy.settle(store, run_id) | custom_software.settle(store, run_id)
+    ):
+        store.records.ingest(run_id, paths.metrics, final=True)
     state, reason = job_state, None
+    summary = job_state == State.COMPLETED and store.records.of(run_id, "summary")
     if measured_nothing:
         state = State.FAILED
-        reason = measured_nothing + "\n" + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
-    elif state == State.COMPLETED and not store.records.of(run_id, "summary"):
+        reason = measured_nothing + "\n" + failure_reason(paths.log).split("\n", 1)[-1]
+    elif state == State.COMPLETED and not summary and ended != State.COMPLETED:
+        state, reason = ended, failure_reason(paths.log)  # its summary did not hold
+    elif state == State.COMPLETED and not summary:
         state = State.FAILED
         reason = (
             "the job ended without a summary record\n"
-            + failure_reason(RunPaths(run_dir).log).split("\n", 1)[-1]
+            + failure_reason(paths.log).split("\n", 1)[-1]
         )
+    elif state == State.COMPLETED and ended != State.COMPLETED:
+        job = store.jobs.get(row["backend"], row["job_id"]) or {}
+        reason = f"{completion.after_end(ended, job.get('exit_code'))}: {failure_reason(paths.log)}"
     elif state in FAILURES:
-        reason = failure_reason(RunPaths(run_dir).log)
+        reason = failure_reason(paths.log)
     elif state == State.CANCELLED:
         reason = "cancelled"
     store.update_run(run_id, state=state, reason=reason)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError, StoreError
 from ..paths import RunPaths
-from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, RunRow, State
+from ..runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, TEXTS, RunRow, State
 from .database import Database, run_row
 from .store_claims import Claims
 from .store_health import BUSY_S, REBUILD_HINT, fault_message, run_folders
@@ -380,6 +380,15 @@ class Store:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args.extend(states)
         return [run_row(r) for r in self.conn.execute(sql + " ORDER BY created, run_id", args)]
+
+    def names(self, field: str) -> list[str]:
+        """The distinct values of a configuration's text field (model, dataset, framework...)
+        among the store's runs: what an option filtering by it may name (a declared
+        framework's own words among them)."""
+        if field not in TEXTS:
+            raise ValueError(f"{field} is not a configuration's text field")
+        sql = f"SELECT DISTINCT {field} FROM runs ORDER BY {field}"  # noqa: S608 (a column of TEXTS)
+        return [r[0] for r in self.conn.execute(sql)]
 
     def state_counts(self, experiment: str | None = None) -> dict[str, int]:
         """Runs by state, counted by SQLite (a watcher's tick, whatever the store's size)."""

@@ -95,7 +95,7 @@ def test_each_precision_computes_in_the_dtype_it_records(framework, precision, t
         assert ran == precision
     assert summary["compute_dtype"] == COMPUTE_DTYPE[ran]
     assert params["device"] == "cuda" and params["tf32"] == (ran == "tf32")
-    assert params["cudnn_benchmark"] is True and params["fused_sgd"] is True
+    assert params["cudnn_benchmark"] is (ran != "fp32") and params["fused_sgd"] is True
     assert summary["final_loss"] is not None and summary["throughput"] > 0
     assert env["devices"] == [torch.cuda.get_device_name(0)]
     assert env["framework_versions"]["cuda"] and env["framework_versions"]["cudnn"]
@@ -202,3 +202,85 @@ print(json.dumps(out))
     assert r["native"]["steps"] == r["dali"]["steps"] == 64 // 8
     assert r["native"]["labels"] == r["dali"]["labels"]  # the same images per epoch
     assert r["dali"]["devices"] == ["cuda:0"] and r["dali"]["shape"] == [8, 3, 224, 224]
+
+
+def test_nvjpeg_decodes_on_the_gpu_with_the_native_crops(imagenet_sample):
+    """nvJPEG's batch and Pillow's decode of the same files, through the same crops: the
+    same images within a few levels (two JPEG decoders' IDCTs round apart)."""
+    if not importable("torchvision"):
+        pytest.skip("torchvision is not installed in this python")
+    code = """
+import json, random, sys, torch
+from dlscale.trainers.common.imagenet import read_folders
+from dlscale.trainers.torch_ddp import gpu_jpeg
+from dlscale.trainers.torch_ddp.batches import Normalise
+dev = torch.device("cuda", 0)
+folders = read_folders(sys.argv[1])
+datas = [torch.frombuffer(bytearray(open(p, "rb").read()), dtype=torch.uint8)
+         for p, _ in folders.train[:16]]
+decode, versions = gpu_jpeg.nvjpeg_decoder(dev)
+norm = Normalise((0, 0, 0), (1 / 255,) * 3, dev, False)
+gpu = gpu_jpeg.Augment(norm, random.Random(0))(decode(datas))
+cpu = gpu_jpeg.Augment(norm, random.Random(0))([gpu_jpeg.pillow_decode(d) for d in datas])
+print(json.dumps({"device": str(gpu.device), "shape": list(gpu.shape), "versions": versions,
+                  "diff": float((gpu - cpu.to(dev)).abs().mean())}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(imagenet_sample)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["device"] == "cuda:0" and r["shape"] == [16, 3, 224, 224]
+    assert r["versions"]["decoder"] == "nvjpeg"
+    assert r["diff"] < 4.0, r
+
+
+def test_resnet50_trains_from_jpegs_decoded_on_the_gpu(imagenet_sample, tmp_path):
+    if not importable("torchvision"):
+        pytest.skip("torchvision is not installed in this python")
+    args = ["--model", "resnet50", "--dataset", "imagenet", "--data-dir", str(imagenet_sample)]
+    args += ["--per-device-batch", "8", "--steps", "12", "--warmup-steps", "2", "--log-every"]
+    args += ["4", "--device", "cuda", "--loader", "nvjpeg", "--loader-workers", "2"]
+    proc, out = trainer(FAMILY["pytorch-ddp"], tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    env = next(r for r in recs if r["kind"] == "env")
+    assert env["framework_versions"]["decoder"] == "nvjpeg"
+    assert recs[-1]["throughput"] > 0 and recs[-1]["timed_steps"] == 10
+
+
+def test_a_compiled_run_records_the_dtype_it_computed_in(tmp_path):
+    args = [*SMALL, "--precision", "bf16", "--compile"]
+    for mode in ("default", "reduce-overhead"):
+        proc, out = trainer(FAMILY["pytorch-ddp"], tmp_path, *args, "--compile-mode", mode)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        params, summary = records(out)[0], records(out)[-1]
+        assert params["compile"] and params["compile_mode"] == mode
+        assert summary["compute_dtype"] == "bfloat16" and summary["throughput"] > 0
+        out.unlink()
+
+
+def test_your_own_script_is_metered_on_the_gpu(tmp_path):
+    """examples/custom/gpt-gpu.toml through `dlscale run`: NVML's energy over the script's
+    timed steps, metered around it, in its results."""
+    repo = Path(__file__).resolve().parents[2]
+    spec = tmp_path / "gpt-gpu.toml"
+    text = (repo / "examples" / "custom" / "gpt-gpu.toml").read_text()
+    spec.write_text(text.replace("repetitions = 2", "repetitions = 1"))
+    (tmp_path / "gpt.py").write_text((repo / "examples" / "custom" / "gpt.py").read_text())
+    home = tmp_path / "home"
+    env = {**os.environ, "DLSCALE_HOME": str(home)}
+    dlscale = [str(Path(sys.executable).parent / "dlscale")]
+    run = subprocess.run(
+        [*dlscale, "run", str(spec), "--wait"], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    res = subprocess.run(
+        [*dlscale, "results", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    (row,) = json.loads(res.stdout)
+    assert row["images_per_joule"] > 0, row

@@ -17,9 +17,19 @@ DATASETS = ARRAY_DATASETS + ("imagenet",)
 # auto: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), fp16 below, fp32 on
 # CPU. fp32 means fp32 (TF32 off); tf32 is TF32 matmuls and convolutions, chosen knowingly.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
-# native: the framework's own loader; dali: NVIDIA DALI (the PyTorch family's trainers).
-LOADERS = ("native", "dali")
-NATIVE_ONLY = ("native",)  # the loaders of trainers without DALI (TensorFlow, MXNet)
+# native: the framework's own loader; dali: NVIDIA DALI; nvjpeg: JPEGs decoded on the GPU by
+# torchvision's nvJPEG decoder (the PyTorch family's trainers; ImageNet folders, GPU runs).
+LOADERS = ("native", "dali", "nvjpeg")
+GPU_LOADERS = ("nvjpeg",)
+FOLDER_LOADERS = ("nvjpeg",)  # loaders that read JPEG folders only, not array datasets
+NATIVE_ONLY = ("native",)
+# torch.compile's modes, the PyTorch family's `compile_mode` option (engine/config/frameworks.py).
+COMPILE_MODES = (
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+)  # the loaders of trainers without DALI (TensorFlow, MXNet)
 
 
 _BOUNDS = {

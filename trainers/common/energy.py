@@ -28,7 +28,7 @@ class Reading:
     failed: str | None = None  # why the counter stopped answering mid-run, if it did
 
 
-class _Powercap:
+class Powercap:
     """The CPU packages' cumulative energy (µJ) from RAPL zones named package-N."""
 
     def __init__(self, root: Path) -> None:
@@ -81,7 +81,7 @@ class Meter:
             self.unavailable = "the node's first rank meters the CPU packages it shares"
         else:
             root = Path(powercap or os.environ.get("DLSCALE_POWERCAP", POWERCAP))
-            rapl = _Powercap(root) if root.is_dir() else None
+            rapl = Powercap(root) if root.is_dir() else None
             if rapl is None or not rapl.zones:
                 self.unavailable = (
                     f"no readable RAPL package energy under {root} (not "

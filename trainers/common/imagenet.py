@@ -145,7 +145,7 @@ def read_folders(root: str | None) -> Folders:
 # --- transforms (torchvision's RandomResizedCrop, flip, Resize + CenterCrop) -------------
 
 
-def _resized_crop_box(
+def resized_crop_box(
     width: int, height: int, rng: random.Random, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
 ) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params: a crop of 8-100% of the area with an
@@ -187,7 +187,7 @@ def train_transform(path: str, rng: random.Random, size: int = CROP) -> np.ndarr
     from PIL import Image  # noqa: PLC0415
 
     img = load_rgb(path)
-    box = _resized_crop_box(img.width, img.height, rng)
+    box = resized_crop_box(img.width, img.height, rng)
     # resize(box=...) crops and resamples in one pass, as torchvision's crop + resize does
     out = img.resize((size, size), Image.BILINEAR, box=box)
     if rng.random() < 0.5:

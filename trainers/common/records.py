@@ -7,6 +7,11 @@ runs inside every framework's environment on the compute nodes.
 Order in a file: one `params` record first, one `env` record, then `interval` and `eval`
 records as training goes, and one `summary` record last. A communication benchmark run
 (`--comm-benchmark`) trains nothing: its measurement is one `comm` record before its summary.
+A declared framework's run may end with an `energy` record after its summary: written by the
+engine from the meter around the script (trainers/common/metered.py), it fills the summary's
+energy fields the script left empty; and with a second `env` record, the script's own with
+the versions its interpreter holds added (engine/tracking/custom_software.py), which
+readers of a run's last env record see.
 Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
 
@@ -36,6 +41,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
         "comm_algbw_gbps",
         "comm_busbw_gbps",
     ),
+    "energy": ("metered",),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -126,7 +132,28 @@ TYPES: dict[str, dict[str, str]] = {
         "elapsed_s": "rate?",
         "sweep": "list?",  # [{bytes, time_s, algbw_gbps, busbw_gbps, rounds}] by size
     },
+    "energy": {
+        "metered": "text",  # how: "around the script" (the engine's, from its timelines)
+        "energy_j": "rate?",
+        "energy_per_image_j": "rate?",  # per unit of the run's (params.unit)
+        "mean_power_w": "rate?",
+        "device_util": "fraction?",
+        "energy_unavailable": "text?",
+        "energy_source": "text?",
+        "energy_window_s": "rate?",
+        "devices_metered": "texts?",
+    },
 }
+# The summary's energy fields an `energy` record fills where the summary leaves them empty.
+ENERGY_FIELDS = (
+    "energy_j",
+    "energy_per_image_j",
+    "mean_power_w",
+    "device_util",
+    "energy_unavailable",
+    "energy_source",
+    "devices_metered",
+)
 _WHAT = {
     "count": "a whole number >= 0 (at most 2^53)",
     "number": "a finite number (at most 1e100 in size)",

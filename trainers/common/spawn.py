@@ -5,7 +5,8 @@ that works here (TensorFlow's MultiWorkerMirroredStrategy, MXNet's roles).
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus
 DLSCALE_LAUNCHER=spawn for each copy, waits for all, and stops the others as soon as one
 fails, so a dead rank never leaves the rest hanging at a collective. Its exit status is the
-first failure's, else 0. Every rank dies with the spawner (a parent-death signal).
+first failure's (128+N for a rank killed by signal N), else 0. Every rank dies with the
+spawner (a parent-death signal).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             status = failed[0]
             stop_all()
         time.sleep(0.1)
-    return status or next((q.returncode for q in procs if q.returncode), 0)
+    status = status or next((q.returncode for q in procs if q.returncode), 0)
+    return status if status >= 0 else 128 - status  # killed by signal N: 128+N, as a shell says
 
 
 if __name__ == "__main__":

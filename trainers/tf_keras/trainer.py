@@ -108,12 +108,9 @@ class Trainer:
             lambda x: self.model(x, training=False).numpy(), self.dist.all_sum
         )
 
-    def sync_device(self) -> None:
+    def sync(self) -> None:
         if self.device.cuda:  # a GPU's queued steps done before the clock is read
             self.tf.test.experimental.sync_devices()
-
-    def sync(self) -> None:
-        self.sync_device()
         self.dist.barrier()
 
     def hooks(self) -> training_loop.Hooks:
@@ -122,7 +119,6 @@ class Trainer:
             set_lr=self.lr.assign,
             loss_of=float,
             sync=self.sync,
-            device_sync=self.sync_device,
             evaluate=self.evaluate if self.data.test is not None else None,
             progress=self.ctx.progress,
             meter=self.ctx.meter,

@@ -15,22 +15,38 @@ from ..common.gpu import COMPUTE_DTYPE, pick_gpu, resolve_precision  # noqa: F40
 
 def set_math_modes(precision: str) -> dict[str, bool]:
     """TF32 for matmuls and convolutions only when asked for; cuDNN autotuning on (warm-up
-    hides its first steps). Returns what was set, for the params record."""
+    hides its first steps), except in fp32: on an H200 (cuDNN 9.19) autotuning ResNet-50's
+    fp32 convolutions outlasted 190 s, where cuDNN's heuristics start at once and run 973
+    images/s (benchmarks/gpu_fp32.py, docs/gpu.md). Returns what was set, for the params
+    record."""
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
-    return {"tf32": tf32, "cudnn_benchmark": True}
+    autotune = precision != "fp32"
+    torch.backends.cudnn.benchmark = autotune
+    return {"tf32": tf32, "cudnn_benchmark": autotune}
 
 
 class ComputeDtype:
     """The dtype the model's first convolution really computes in, seen once by a forward
-    hook: what ran, not what was asked for."""
+    hook: what ran, not what was asked for. A compiled model gets no hook (removing one from
+    inside the compiled forward breaks its graph and compiles it twice): its first
+    convolution is run once on one image of the first batch, eagerly, under the same
+    autocast (`see_first`)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, compiled: bool = False) -> None:
         self.seen: str | None = None
-        conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
-        self._hook = conv.register_forward_hook(self._see) if conv is not None else None
+        self._conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+        self._hook = None
+        if self._conv is not None and not compiled:
+            self._hook = self._conv.register_forward_hook(self._see)
+
+    def see_first(self, x: torch.Tensor, autocast) -> None:
+        """For a compiled model, before its first step: the first convolution on x[:1]."""
+        if self.seen is not None or self._conv is None or self._hook is not None:
+            return
+        with torch.no_grad(), autocast():
+            self.seen = str(self._conv(x[:1]).dtype).removeprefix("torch.")
 
     def _see(self, module, inputs, output) -> None:
         self.seen = str(output.dtype).removeprefix("torch.")

@@ -1,5 +1,6 @@
 """The PyTorch family's data loaders: the native one (torch DataLoader + DistributedSampler)
-and NVIDIA DALI, over the array datasets (cifar10, digits) and ImageNet folders.
+and NVIDIA DALI, over the array datasets (cifar10, digits) and ImageNet folders, and nvJPEG
+on the GPU over ImageNet folders (gpu_jpeg.py).
 
 Both give the training loop the same thing: per epoch, the same number of batches on every
 rank, each an (images, labels) pair on the run's device, images normalised float NCHW
@@ -22,7 +23,9 @@ import torch
 
 from ..common import data as common_data
 from ..common import imagenet
+from ..common.args import FOLDER_LOADERS
 from ..common.entry import TrainerError
+from . import gpu_jpeg
 from .batches import Batch, Data, Normalise, epoch_sampler, too_few_images, val_arrays
 
 
@@ -41,7 +44,15 @@ def build(
         norm = Normalise(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD, device, channels_last)
         if args.loader == "dali":
             return _dali_folders(args, folders, world, rank, local_rank, device, norm, framework)
+        if args.loader == "nvjpeg":
+            val = _val_folders(args, folders, world, rank, device, norm)
+            return gpu_jpeg.folders(args, folders, world, rank, device, norm, val)
         return _native_folders(args, folders, world, rank, device, norm)
+    if args.loader in FOLDER_LOADERS:
+        raise TrainerError(
+            f"--loader {args.loader} decodes JPEG folders (--dataset imagenet); "
+            f"{args.dataset} is held as arrays: use --loader native or dali"
+        )
     train, test = common_data.load_real(args.dataset, args.data_dir, args.seed)
     norm = Normalise(common_data.CIFAR_MEAN, common_data.CIFAR_STD, device, channels_last)
     if args.loader == "dali":

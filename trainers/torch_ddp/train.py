@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..common import comm as common_comm
 from ..common import data as common_data
-from ..common.args import build_parser, positive_int
+from ..common.args import COMPILE_MODES, build_parser, positive_int
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv, local_world_size
@@ -204,8 +204,17 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
         help="with --comm-benchmark: a gradient of this many elements instead of --model's "
         "(a declared framework's own model, given by its parameter count)",
     )
+    parser.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="with --compile: torch.compile's mode (reduce-overhead: CUDA graphs; "
+        "max-autotune: Triton autotuning and CUDA graphs; max-autotune-no-cudagraphs)",
+    )
     strategy.add_args(parser)
     args = parser.parse_args(argv)
+    if args.compile_mode != "default" and not args.compile:
+        raise TrainerError(f"--compile-mode {args.compile_mode} needs --compile")
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise TrainerError("--device cuda but no CUDA device is visible")

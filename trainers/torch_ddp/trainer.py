@@ -26,6 +26,17 @@ if TYPE_CHECKING:
     from .train import TorchRun
 
 
+# torch.compile's modes that capture CUDA graphs (reduce-overhead; max-autotune also tunes).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compiled(module: torch.nn.Module, args) -> torch.nn.Module:
+    """The module under torch.compile in the run's mode (--compile-mode): the forward pass,
+    and through AOTAutograd its backward; the fused optimizer step stays outside."""
+    mode = None if args.compile_mode == "default" else args.compile_mode
+    return torch.compile(module, mode=mode)
+
+
 def trainable_weights(model: torch.nn.Module) -> Iterator[tuple[str, np.ndarray]]:
     """The trainable weights by name, for the digest. BatchNorm running statistics are left
     out on purpose: each rank updates them from its own data, and DDP re-broadcasts them
@@ -93,11 +104,15 @@ class Trainer:
             weight_decay=args.weight_decay,
             **({"fused": True} if self.cuda else {}),
         )
-        self.seen_dtype = ComputeDtype(self.model)
+        self.seen_dtype = ComputeDtype(self.model, compiled=args.compile)
         wrapped, self.opt = self.strategy.wrap(
             self.model, opt, args, self.ctx.launch, run.device, run.precision
         )
-        self.net = torch.compile(wrapped) if args.compile else wrapped
+        self.net = compiled(wrapped, args) if args.compile else wrapped
+        # CUDA graphs replay into the same output buffers: each step is marked as a new
+        # iteration, so the graphs of the previous one may be overwritten (torch docs,
+        # "CUDAGraph Trees").
+        self.graphs = args.compile and args.compile_mode in CUDA_GRAPH_MODES
         self.scaler = torch.amp.GradScaler("cuda") if run.precision == "fp16" else None
 
     def write_params(self) -> None:
@@ -121,6 +136,7 @@ class Trainer:
             eval_images=data.eval_images if data else None,
             distributed=ctx.launch.distributed,
             fused_sgd=self.cuda,
+            compile_mode=self.args.compile_mode if self.args.compile else None,
             **self.math_modes,
             **recipe_fields(self.args),
             **self.strategy.record(self.args, ctx.launch),
@@ -148,6 +164,10 @@ class Trainer:
     def step(self, xb, yb) -> torch.Tensor:
         """One training step; the loss, unread (reading it synchronises)."""
         self.last[:] = [xb, yb]
+        if self.seen_dtype.seen is None:
+            self.seen_dtype.see_first(xb, self.run.autocast)
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with self.run.autocast():
             loss = F.cross_entropy(self.net(xb), yb)
         self.strategy.step(self.net, self.opt, loss, self.scaler)
@@ -172,7 +192,6 @@ class Trainer:
             set_lr=lambda lr: self.strategy.set_lr(self.opt, lr),
             loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
             sync=self.run.sync,
-            device_sync=self.run.sync_device,
             evaluate=self.evaluate if self.data is not None else None,
             timer=CudaTimer() if self.cuda else training_loop.WallTimer(),
             progress=self.ctx.progress,

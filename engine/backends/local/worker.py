@@ -150,9 +150,13 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
             exit_code=rc,
         )
     else:
-        state = State.COMPLETED if rc == 0 else State.FAILED
-        store.jobs.update("local", job["job_id"], state=state, exit_code=rc, ended=time.time())
+        state, ended = (State.COMPLETED if rc == 0 else State.FAILED), time.time()
+        # The run is settled before its job is seen to end: a watcher in another process
+        # (`run --wait`, `status`) that saw the job end first would settle the run too, from
+        # the records this settling is still writing (and see it FAILED meanwhile).
+        store.jobs.update("local", job["job_id"], exit_code=rc)
         finalize_run(store, job["run_id"], state)
+        store.jobs.update("local", job["job_id"], state=state, ended=ended)
 
 
 def main(home: str) -> int:

@@ -1,0 +1,120 @@
+"""Energy around a declared framework's script: the meter that wraps its command
+(trainers/common/metered.py: its child's exit status and signals, its timeline) and the
+energy over the timed window taken from that timeline (engine/tracking/custom_energy.py).
+The examples' end-to-end runs check the whole path in tests/test_custom_runs.py, and on a
+GPU in tests/gpu."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_energy import fake_powercap, set_energy
+
+from dlscale.engine.tracking import custom_energy
+
+METER = [sys.executable, "-m", "dlscale.trainers.common.metered"]
+
+
+def timeline(samples, unit="uJ", wraps=(10**9,), source="powercap", unavailable=None):
+    return {
+        "source": source,
+        "unit": unit,
+        "devices": ["package-0"] * len(wraps),
+        "wraps": list(wraps),
+        "unavailable": unavailable,
+        "host": "n1",
+        "samples": [[t, list(e), None, size] for t, e, size in samples],
+    }
+
+
+def test_energy_over_the_window_is_interpolated_between_samples():
+    # 10 W from t=100 to t=110 (1e7 uJ a second... 10 J a second), sampled each second
+    tl = timeline([(100 + i, [i * 10_000_000], None) for i in range(11)])
+    fields = custom_energy.over([tl], 102.5, 106.5, units=400)
+    assert fields["energy_j"] == pytest.approx(40.0)
+    assert fields["mean_power_w"] == pytest.approx(10.0)
+    assert fields["energy_per_image_j"] == pytest.approx(0.1)
+    assert fields["energy_source"] == "powercap" and fields["energy_window_s"] == 4.0
+
+
+def test_nodes_and_devices_are_summed_and_a_wrapped_counter_unwrapped():
+    wrap = 50_000_000
+    a = timeline([(0, [0], None), (1, [30_000_000], None), (2, [10_000_000], None)], wraps=[wrap])
+    b = timeline([(0, [0, 0], None), (2, [2_000_000, 4_000_000], None)], wraps=[wrap, wrap])
+    fields = custom_energy.over([a, b], 0.0, 2.0, units=1)
+    assert fields["energy_j"] == pytest.approx(60 + 2 + 4)
+    assert fields["devices_metered"] == ["package-0"] * 3
+
+
+def test_a_window_the_samples_do_not_cover_leaves_the_energy_unknown():
+    tl = timeline([(100 + i, [i], None) for i in range(5)])
+    fields = custom_energy.over([tl], 90.0, 103.0, units=10)
+    assert (
+        "energy_j" not in fields and "do not cover the timed steps" in fields["energy_unavailable"]
+    )
+
+
+def test_shared_packages_left_to_the_first_task_are_not_a_failure():
+    metered = timeline([(0, [0], None), (1, [1_000_000], None)])
+    other = timeline([], source=None, unavailable=custom_energy.SHARED_CPU)
+    assert custom_energy.over([metered, other], 0, 1, 1)["energy_j"] == pytest.approx(1.0)
+    nothing = timeline([], source=None, unavailable="no RAPL here")
+    assert custom_energy.over([nothing], 0, 1, 1) == {"energy_unavailable": "no RAPL here"}
+
+
+def test_the_log_line_is_dated_by_the_first_sample_that_held_it():
+    tl = timeline([(10, [0], 100), (11, [0], 250), (12, [0], 900)])
+    assert custom_energy.log_time([tl], 250) == 11
+    assert custom_energy.log_time([tl], 251) == 12
+    assert custom_energy.log_time([tl], 5000) is None
+
+
+def test_the_meter_runs_its_command_returns_its_status_and_writes_a_timeline(tmp_path, monkeypatch):
+    root = fake_powercap(tmp_path / "powercap", packages=1, start=0)
+    monkeypatch.setenv("DLSCALE_POWERCAP", str(root))
+    log = tmp_path / "run.log"
+    log.write_text("x" * 10)
+    started = tmp_path / "started"
+    script = f"import pathlib, sys, time; pathlib.Path({str(started)!r}).touch(); "
+    script += "time.sleep(0.8); sys.exit(3)"
+    proc = subprocess.Popen(
+        [*METER, "--out", str(tmp_path / "energy"), "--log", str(log), "--", sys.executable]
+        + ["-c", script]
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:  # metering by then
+        time.sleep(0.02)
+    set_energy(root, 0, 5_000_000)
+    assert proc.wait(timeout=60) == 3
+    (written,) = (tmp_path / "energy").glob("*.json")
+    data = json.loads(written.read_text())
+    assert data["source"] == "powercap" and data["unit"] == "uJ"
+    assert len(data["samples"]) >= 3
+    assert data["samples"][0][1] == [0] and data["samples"][-1][1] == [5_000_000]
+    assert data["samples"][-1][3] == 10  # the log's size, sampled
+
+
+def test_a_signal_to_the_meter_reaches_its_command_and_the_timeline_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLSCALE_POWERCAP", str(fake_powercap(tmp_path / "pc", packages=1)))
+    marker = tmp_path / "got-term"
+    script = (
+        "import signal, sys, time, pathlib\n"
+        "def bye(*a):\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('term'); sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [*METER, "--out", str(tmp_path / "energy"), "--", sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert marker.read_text() == "term"
+    assert list((tmp_path / "energy").glob("*.json"))
