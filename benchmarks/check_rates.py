@@ -72,7 +72,7 @@ def dlscale(home: Path, *args: str, slowdown: float = 0.0) -> subprocess.Complet
 
 def pairs_of(home: Path) -> list[tuple[float, float]]:
     """The check's pairs (study, baseline repeat) in the order they ran: each run's value
-    is the check's own (batch over its median step)."""
+    is the check's own (its throughput)."""
     runs = []
     for folder in (home / "runs").iterdir():
         meta = json.loads((folder / "run.json").read_text())
@@ -80,7 +80,7 @@ def pairs_of(home: Path) -> list[tuple[float, float]]:
         summary = next((r for r in recs if r.get("kind") == "summary"), None)
         if summary is None or not (meta["experiment"] == "study" or meta.get("rerun_of")):
             continue
-        value = meta["global_batch"] / summary["step_time_median_s"]
+        value = summary["throughput"]
         runs.append((meta["created"], meta["experiment"], value))
     runs.sort()
     study = [v for _, e, v in runs if e == "study"]

@@ -60,7 +60,7 @@ class Rounds:
             row = store.run(rid)
             if row["state"] != State.COMPLETED:
                 return None
-            return run_value(summaries.get(rid) or {}, row["global_batch"])
+            return run_value(summaries.get(rid) or {})
 
         out = {}
         for pid, mine in self.ours.items():

@@ -10,10 +10,8 @@ The reference of a point is, by what the check was given:
 - the last N checks of the same point in the history (history.py): decided against the
   window's spread.
 
-Each run contributes one value: the throughput at its median timed step (global batch /
-median step time, from its summary), which a burst of other load on a shared machine
-moves less than the mean (Hoefler & Belli, SC'15: medians for skewed timings); a run
-without step times (a declared framework's) contributes its throughput.
+Each run contributes one value: its throughput over its timed steps (the summary's, as
+`results` shows it). The test-only slowdown stretches that time, not each step's record.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ PASSED, REGRESSED, UNDECIDED, SKIPPED = (
     decide.UNDECIDED,
     "not judged",
 )
-STATISTIC = "each run's throughput at its median timed step"
+STATISTIC = "each run's throughput over its timed steps"
 
 
 @dataclass
@@ -75,18 +73,15 @@ def point_name(p: Point) -> str:
     )
 
 
-def run_value(summary: dict[str, Any], global_batch: int) -> float | None:
-    """One run's value for the check: global batch / median step time, else throughput."""
-    median = summary.get("step_time_median_s")
-    if isinstance(median, (int, float)) and median > 0 and global_batch > 0:
-        return global_batch / median
+def run_value(summary: dict[str, Any]) -> float | None:
+    """One run's value for the check: its throughput over its timed steps."""
     value = summary.get("throughput")
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def values_of(p: Point) -> list[float]:
     """The point's completed repetitions' values, in the order they were stored."""
-    out = [run_value(s, p.global_batch) for s in p.summaries]
+    out = [run_value(s) for s in p.summaries]
     return [v for v in out if v is not None]
 
 
