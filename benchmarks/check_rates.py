@@ -1,50 +1,63 @@
-"""How often does `dlscale check` cry wolf, and how often does it catch a real slowdown
-(issue 27, item 4)?
+"""How often does `dlscale check` cry wolf, how often does it catch a real slowdown, and how
+long does a check take, on this machine with a competing process loading it as a CI
+runner's neighbours would (issue 35)?
 
-On real CPU runs of a small study (ResNet-20, synthetic CIFAR, 1 rank, REPETITIONS repetitions
-of STEPS timed steps): the study is run once and exported as the baseline bundle; then it is
-run again RERUNS times unchanged, each in a fresh store, through `dlscale check --run`, and
-RERUNS times with the trainer's test-only slowdown (DLSCALE_TEST_SLOWDOWN, throughput lower by
-that fraction). Printed and appended to results.jsonl: the false-alarm rate (unchanged reruns
-that exit 1), the detection rate (slowed reruns that exit 1), how many of each were not judged
-(and so exit 0 with a reason), the CVs seen, and the repetitions `check` says a point needs at
-that CV (a projection from the measured CV, marked as one).
+Real CPU runs of a small study (ResNet-20, synthetic CIFAR, 1 rank, STEPS timed steps).
+Every check gets a fresh store: the baseline experiment is run there (one repetition),
+then `dlscale check STUDY --baseline base --run --interleave` repeats the baseline's run
+between the study's (ABBA), a round at a time, until the rule decides or --max-repetitions
+pairs are spent. Three kinds of check, taken in turn so the machine's load hits them alike:
+- unchanged: the study is the baseline's configuration;
+- knob: the study's runs slowed by the test-only DLSCALE_TEST_SLOWDOWN (10%);
+- threads: a change a site meets: the baseline at 2 threads a rank, the study at 1 (its
+  true effect on this machine is whatever it is: measured here as the pairs' mean ratio).
+Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
+(passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
+the detection rate (slowed checks that regressed); the median time a check took; the load
+average seen (sampled after each check) with the competing process named; the spread of
+one pair's log ratio; and, marked projected, the rates a larger budget would give, from a
+bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through the same rule.
 
-    .venv/bin/python benchmarks/check_rates.py [--reruns 20] [--repetitions 3] [--steps 8]
+    .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
 
-CPU heavy: every rerun is REPETITIONS real trainer runs (10 to 20 s each on 2 busy cores).
+CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
+checks after that long. Run it niced; it starts its competing process (a busy loop) at the
+same niceness and stops it at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 SPEC = """[experiment]
-name = "rates"
+name = "{name}"
 frameworks = ["pytorch-ddp"]
 models = ["resnet20"]
 datasets = ["synthetic-cifar"]
 scales = ["1x1"]
 per_device_batch = [16]
 precisions = ["fp32"]
-repetitions = {repetitions}
+repetitions = 1
 
 [training]
 steps = {steps}
 warmup_steps = 2
 log_every = {steps}
-threads_per_rank = 1
+threads_per_rank = {threads}
 """
+KINDS = ("unchanged", "knob", "threads")
+EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
 def dlscale(home: Path, *args: str, slowdown: float = 0.0) -> subprocess.CompletedProcess:
@@ -57,101 +70,172 @@ def dlscale(home: Path, *args: str, slowdown: float = 0.0) -> subprocess.Complet
     )
 
 
-def one_check(tmp: Path, name: str, spec: Path, bundle: Path, args: list[str], slowdown: float):
-    junit = tmp / f"{name}.xml"
+def pairs_of(home: Path) -> list[tuple[float, float]]:
+    """The check's pairs (study, baseline repeat) in the order they ran: each run's value
+    is the check's own (its throughput)."""
+    runs = []
+    for folder in (home / "runs").iterdir():
+        meta = json.loads((folder / "run.json").read_text())
+        recs = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        summary = next((r for r in recs if r.get("kind") == "summary"), None)
+        if summary is None or not (meta["experiment"] == "study" or meta.get("rerun_of")):
+            continue
+        value = summary["throughput"]
+        runs.append((meta["created"], meta["experiment"], value))
+    runs.sort()
+    study = [v for _, e, v in runs if e == "study"]
+    base = [v for _, e, v in runs if e == "base"]
+    return list(zip(study, base))
+
+
+def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
+    home = tmp / f"{kind}{i}"
+    base_threads = 2 if kind == "threads" else 1
+    (tmp / "base.toml").write_text(SPEC.format(name="base", steps=a.steps, threads=base_threads))
+    (tmp / "study.toml").write_text(SPEC.format(name="study", steps=a.steps, threads=1))
+    start = time.monotonic()
+    made = dlscale(home, "run", str(tmp / "base.toml"), "--wait")
+    if made.returncode:
+        sys.exit(f"the baseline failed: {made.stderr[-2000:]}")
     proc = dlscale(
-        tmp / name,
+        home,
         "check",
-        str(spec),
+        str(tmp / "study.toml"),
         "--baseline",
-        str(bundle),
+        "base",
         "--run",
+        "--interleave",
+        "--max-repetitions",
+        str(a.max_repetitions),
+        "--tolerance",
+        a.tolerance,
         "--junit",
-        str(junit),
-        *args,
-        slowdown=slowdown,
+        str(home / "check.xml"),
+        slowdown=a.slowdown if kind == "knob" else 0.0,
     )
-    if proc.returncode not in (0, 1) or not junit.is_file():
+    took = time.monotonic() - start
+    if proc.returncode not in EXIT:
         sys.exit(f"check failed to run ({proc.returncode}): {proc.stderr[-2000:]}")
-    suite = ET.parse(junit).getroot().find("testsuite")
-    skipped = int(suite.get("skipped"))
-    results = json.loads(dlscale(tmp / name, "results", "--format", "json").stdout or "[]")
-    cv = next((r["throughput_cv"] for r in results if r["throughput_cv"] is not None), None)
-    return proc.returncode, skipped, cv, proc.stdout
+    outcomes = ("PASSED", "REGRESSED", "UNDECIDED", "NOT JUDGED")
+    verdict = next((x for x in proc.stdout.splitlines() if x.strip().startswith(outcomes)), "")
+    return {
+        "kind": kind,
+        "outcome": EXIT[proc.returncode],
+        "seconds": round(took, 1),
+        "pairs": pairs_of(home),
+        "load": os.getloadavg()[0],
+        "said": verdict.strip()[:400],
+    }
+
+
+def projected(logs: list[float], shift: float, budget: int, tolerance: float, trials=2000):
+    """Rates of the rule at `budget` pairs, resampling measured pair log ratios (their
+    mean removed, `shift` added): a projection from this machine's noise, not a run."""
+    from dlscale.engine.results import decide
+
+    rng = random.Random(35)
+    centre = statistics.fmean(logs)
+    out = {"regressed": 0, "passed": 0, "undecided": 0}
+    for _ in range(trials):
+        study, ref = [], []
+        outcome = "undecided"
+        for _ in range(budget):
+            x = rng.choice(logs) - centre + math.log(1 + shift)
+            study.append(math.exp(x))
+            ref.append(1.0)
+            d = decide.paired(study, ref, tolerance)
+            if d.outcome != decide.UNDECIDED:
+                outcome = d.outcome
+                break
+        out[outcome] += 1
+    return {k: round(v / trials, 3) for k, v in out.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reruns", type=int, default=20)
-    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--minutes", type=float, default=40.0, help="start no check after this")
+    ap.add_argument("--checks", type=int, default=40, help="of each kind, at most")
+    ap.add_argument("--max-repetitions", type=int, default=6)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--tolerance", default="5%")
     ap.add_argument("--slowdown", type=float, default=0.10)
-    ap.add_argument("--max-cv", default="5%")
+    ap.add_argument("--no-hog", action="store_true", help="no competing process")
     ap.add_argument("--no-save", action="store_true", help="print only")
     a = ap.parse_args()
-    start = time.time()
-    with tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t:
-        tmp = Path(t)
-        spec = tmp / "rates.toml"
-        spec.write_text(SPEC.format(repetitions=a.repetitions, steps=a.steps))
-        base = dlscale(tmp / "baseline", "run", str(spec), "--wait")
-        bundle = tmp / "baseline.tar.gz"
-        done = dlscale(tmp / "baseline", "export", "bundle", "--out", str(bundle), "--site", "b")
-        if base.returncode or done.returncode:
-            sys.exit(f"baseline failed: {base.stderr[-2000:]} {done.stderr[-2000:]}")
-        args = ["--tolerance", a.tolerance, "--max-cv", a.max_cv]
-        outcomes: dict[str, list[tuple[int, int, float | None]]] = {"same": [], "slow": []}
-        needed: list[str] = []
-        for i in range(a.reruns):
-            for kind, slowdown in (("same", 0.0), ("slow", a.slowdown)):
-                code, skipped, cv, text = one_check(tmp, f"{kind}{i}", spec, bundle, args, slowdown)
-                outcomes[kind].append((code, skipped, cv))
-                needed += [line for line in text.splitlines() if "it needs" in line]
-                print(
-                    f"rerun {i + 1} {kind}: exit {code}, not judged {skipped}, CV {cv}", flush=True
-                )
-    same, slow = outcomes["same"], outcomes["slow"]
-    cvs = [cv for _, _, cv in same + slow if cv is not None]
-    cv_median = statistics.median(cvs) if cvs else None
-    from dlscale.engine.results.check import repetitions_needed
-
+    hog = None
+    if not a.no_hog:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    start = time.monotonic()
+    checks: list[dict] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t:
+            for i in range(a.checks):
+                for kind in KINDS:
+                    if time.monotonic() - start > 60 * a.minutes:
+                        break
+                    checks.append(one_check(Path(t), i, kind, a))
+                    c = checks[-1]
+                    print(
+                        f"{kind} #{i + 1}: {c['outcome']} in {c['seconds']:.0f} s, "
+                        f"{len(c['pairs'])} pairs, load {c['load']:.1f}: {c['said'][:160]}",
+                        flush=True,
+                    )
+                else:
+                    continue
+                break
+    finally:
+        if hog is not None:
+            hog.terminate()
+            hog.wait()
     tolerance = float(a.tolerance.rstrip("%")) / (100 if a.tolerance.endswith("%") else 1)
+    by_kind = {}
+    for kind in KINDS:
+        mine = [c for c in checks if c["kind"] == kind]
+        if not mine:
+            continue
+        logs = [math.log(s / b) for c in mine for s, b in c["pairs"]]
+        counts = {o: sum(c["outcome"] == o for c in mine) for o in EXIT.values()}
+        by_kind[kind] = {
+            "checks": len(mine),
+            **counts,
+            "regressed_rate": round(counts["regressed"] / len(mine), 3),
+            "median_seconds": statistics.median(c["seconds"] for c in mine),
+            "pairs": len(logs),
+            "mean_ratio": round(math.exp(statistics.fmean(logs)), 3) if logs else None,
+            "pair_log_sd": round(statistics.stdev(logs), 3) if len(logs) > 1 else None,
+        }
+    same_logs = [math.log(s / b) for c in checks if c["kind"] == "unchanged" for s, b in c["pairs"]]
+    projection = {}
+    if len(same_logs) >= 5:
+        for budget in (a.max_repetitions, 20, 40, 80):
+            projection[str(budget)] = {
+                "unchanged": projected(same_logs, 0.0, budget, tolerance),
+                "slowed_10pct": projected(same_logs, -0.10, budget, tolerance),
+            }
+    loads = [c["load"] for c in checks]
     row = {
         "benchmark": "check_rates",
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{os.cpu_count()} cpus",
-        "load_average": os.getloadavg()[0],
-        "reruns": a.reruns,
-        "repetitions": a.repetitions,
+        "machine": f"{os.cpu_count()} cpus, shared",
+        "competing_process": None if a.no_hog else "one busy loop (python), same niceness",
+        "load_average": {
+            "min": min(loads, default=None),
+            "median": statistics.median(loads) if loads else None,
+            "max": max(loads, default=None),
+        },
         "steps": a.steps,
+        "max_repetitions": a.max_repetitions,
         "tolerance": a.tolerance,
-        "max_cv": a.max_cv,
         "slowdown": a.slowdown,
-        "false_alarms": sum(c == 1 for c, _, _ in same),
-        "false_alarm_rate": sum(c == 1 for c, _, _ in same) / len(same),
-        "unchanged_not_judged": sum(s > 0 for _, s, _ in same),
-        "detected": sum(c == 1 for c, _, _ in slow),
-        "detection_rate": sum(c == 1 for c, _, _ in slow) / len(slow),
-        "slowed_not_judged": sum(s > 0 for _, s, _ in slow),
-        "cv_median": cv_median,
-        "cv_max": max(cvs) if cvs else None,
-        # projected from the median CV: the repetitions whose CI95 is within the tolerance
-        "repetitions_needed_projected": (
-            repetitions_needed(cv_median, tolerance) if cv_median else None
-        ),
-        "wall_s": round(time.time() - start, 1),
+        "interleaved": True,
+        "by_kind": by_kind,
+        "false_alarm_rate": by_kind.get("unchanged", {}).get("regressed_rate"),
+        "detection_rate_knob": by_kind.get("knob", {}).get("regressed_rate"),
+        "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
+        "projected_from_measured_pairs": projection,
+        "wall_s": round(time.monotonic() - start, 1),
     }
-    print(
-        f"false alarms: {row['false_alarms']}/{a.reruns} unchanged reruns "
-        f"({100 * row['false_alarm_rate']:.0f}%), {row['unchanged_not_judged']} not judged; "
-        f"detected: {row['detected']}/{a.reruns} reruns slowed by {100 * a.slowdown:.0f}% "
-        f"({100 * row['detection_rate']:.0f}%), {row['slowed_not_judged']} not judged; "
-        f"median CV {cv_median}; repetitions needed at that CV (projected): "
-        f"{row['repetitions_needed_projected']}"
-    )
-    for line in sorted(set(needed))[:5]:
-        print("  check said:", line.strip())
+    print(json.dumps(row, indent=1))
     if not a.no_save:
         with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
             fh.write(json.dumps(row) + "\n")

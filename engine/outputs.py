@@ -11,6 +11,9 @@ Its promises, for every such file:
 - a refusal or a failure is an `OutputError`: one sentence naming the option, the path and
   why, exit status 2, nothing written.
 
+A file that grows (`check --history`, lines appended) keeps the same rules but the
+rename: each line is one write, and what a failed append added is cut off again.
+
 A folder dlscale writes into (report --out, export mllog --out, data fetch --dir) is an
 `OutputFolder`: opened once, refusing a link in its place, and written only by descriptor.
 `check_file` and `check_folder` are the same rules asked before any work is done, for the
@@ -274,6 +277,42 @@ class OutputFolder:
             fh.write(data.encode() if isinstance(data, str) else data)
         return self.path / name
 
+    def append(self, name: str, lines: list[str]) -> Path:
+        """Lines added to the end of `name` (made if absent), each with one write (O_APPEND:
+        two writers at once interleave lines, not bytes); a regular file only, never
+        through a link; on an error what this call added is cut off again, and a file it
+        made is removed."""
+        where = self.path / name
+        self._check(name, replace=True)
+        existed = os.path.lexists(where)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(name, flags | os.O_CLOEXEC, 0o666, dir_fd=self.fd)
+        except OSError as exc:  # ELOOP: a link swapped in; ENXIO: a FIFO no one reads
+            raise _failed(self.option, where, exc) from None
+        start = None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _refuse_kind(self.option, where, st.st_mode)
+            start = st.st_size
+            for line in lines:
+                data = line.encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except BaseException as exc:
+            if start is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                    if not existed:
+                        os.unlink(name, dir_fd=self.fd)
+            if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+                raise _failed(self.option, where, exc) from None
+            raise
+        finally:
+            os.close(fd)
+        return where
+
     def place_folder(self, src: str | Path, name: str) -> Path:
         """Rename a folder made elsewhere on the same disk (a download unpacked, a sample
         written) to `name` in this folder, where nothing is yet (or an empty folder)."""
@@ -315,3 +354,11 @@ def write_file(path: str | Path, data: bytes | str, option: str = "", replace: b
     with writing(path, option, replace) as fh:
         fh.write(data.encode() if isinstance(data, str) else data)
     return Path(path)
+
+
+def append_lines(path: str | Path, lines: list[str], option: str = "") -> Path:
+    """Add `lines` to the end of the file `path` (OutputFolder.append in its folder)."""
+    path = Path(path)
+    check_file(path, option)
+    with OutputFolder.open(path.parent, option, make=False, follow=True) as folder:
+        return folder.append(path.name, lines)

@@ -114,12 +114,17 @@ class SubmitReport:
         )
 
 
-def submit(store: Store, loaded: LoadedSpec, backend: Backend) -> SubmitReport:
-    """Submit the runs of a spec that have not completed. Each run is claimed in the store
+def submit(
+    store: Store, loaded: LoadedSpec, backend: Backend, only: set[str] | None = None
+) -> SubmitReport:
+    """Submit the runs of a spec that have not completed (`only`: those of these run ids,
+    as `dlscale check` adds one repetition at a time). Each run is claimed in the store
     first (store.claims), so two submissions of one spec at once never submit a run twice; a
     run that cannot be handed to the backend is released with the reason (`not submitted:
     ...`) and reported, never left half-submitted."""
     p = plan(loaded)
+    if only is not None:
+        p = replace(p, runs=[r for r in p.runs if r.run_id in only])
     check_plan(loaded, p, backend, store.home)
     # The absolute path, so files kept beside the spec (a study's reference.toml) are found
     # from wherever `dlscale report` runs.

@@ -213,7 +213,8 @@ class ResultsScreen(AppScreen):
                 ),
             )
         note = tables.baselines_note(self.results)
-        skipped = "".join(f"\n{n}" for n in message.notes)
+        slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
+        skipped = (f"\n{slowed}" if slowed else "") + "".join(f"\n{n}" for n in message.notes)
         where = message.experiment or "this store"
         self.query_one("#baselines", Plain).update(
             (

@@ -80,8 +80,9 @@ COMMANDS = {
     "check": (
         "check",
         "check_cmd",
-        "Compare a study with a baseline for CI: exit 0 when no point regressed, 1 when any "
-        "did, 2 on bad input; a JUnit XML file and a one-screen summary.",
+        "Check a study against a baseline for CI: exit 0 when every point passed, 1 when "
+        "any regressed, 2 on bad input, 3 when not every point could be judged; a JUnit XML "
+        "file (for every outcome) and a one-screen summary.",
     ),
     "data": (
         "data",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ..results import analysis, charts, tables
+from ..results.formatting import slowed_note
 from ..tracking import follow as following
 from ..tracking.store import Store
 from .console import colour, echo, err, out
@@ -45,6 +46,9 @@ def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
         explained = tables.explained_note(rows)
         if explained:
             out.print(explained, soft_wrap=True)
+        slowed = slowed_note(rows)
+        if slowed:
+            out.print(slowed, soft_wrap=True)
     for note in notes:  # beside machine-readable output, not inside it
         (out if fmt == "table" else err).print(note, soft_wrap=True)
 

@@ -5,9 +5,11 @@ Everything is built as argv lists; nothing here is pasted into a shell line.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ...trainers.common.flags import flags_for
+from ...trainers.common.loop import SLOWDOWN_VARIABLE
 from ..config.frameworks import FRAMEWORKS, option_flags
 from ..paths import METRICS_NAME, RunPaths
 from .envs import EnvStatus, launch_env
@@ -118,4 +120,10 @@ def local_command(
 def local_env(run: Run) -> dict[str, str]:
     threads = str(run.training["threads_per_rank"])
     # Libraries that size their own thread pools would otherwise take every core per rank.
-    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
+    env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
+    # The test-only slowdown is the job's, recorded with it when it is submitted (the local
+    # worker passes no value of its own): a check that re-runs a baseline's jobs beside
+    # the slowed study's never slows the baseline's too.
+    if slowdown := os.environ.get(SLOWDOWN_VARIABLE, "").strip():
+        env[SLOWDOWN_VARIABLE] = slowdown
+    return env

@@ -1,50 +1,68 @@
-"""`dlscale check`: a study's points against a baseline (an experiment in the store or a
-bundle), each judged passed, regressed, or not judged (and why), for CI systems.
+"""`dlscale check`: a study's points against a reference, each judged passed, regressed,
+undecided (the rule of decide.py could not tell within the budget) or not judged (nothing
+to judge it against), for CI systems.
 
-The rule (after ReFrame's performance references, with the spread of METHOD.md): a point
-regressed when the upper bound of its throughput's 95% confidence interval is below the
-baseline's mean x (1 - tolerance): a slowdown the repetitions show beyond their noise. A
-point is not judged, and says so, when it has no partner in the baseline, fewer than two
-completed repetitions (no interval), a CV over `max_cv` on either side, or an interval so
-wide that a slowdown of twice the tolerance could pass unseen: then the repetitions it would
-need (from its CV, by Student's t) are named.
+The reference of a point is, by what the check was given:
+- its partner in a baseline (an experiment of the store, or a bundle), measured before or
+  elsewhere: decided on independent samples;
+- the baseline's own runs re-run now, interleaved with the study's (check_runs.py): decided
+  on the pairs;
+- the last N checks of the same point in the history (history.py): decided against the
+  window's spread.
+
+Each run contributes one value: its throughput over its timed steps (the summary's, as
+`results` shows it). The test-only slowdown stretches that time, not each step's record.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..errors import NotFoundError, UserError
-from ..runs import State
+from ..errors import NotFoundError
+from ..runs import TERMINAL
 from ..tracking.store import Store
-from . import analysis, bundles
+from . import analysis, bundles, decide
 from .bundle_read import read_bundle
-from .compare import match_key
-from .points import NOISY_CV, Point
+from .compare import partners
+from .points import Point
 
-PASSED, REGRESSED, SKIPPED = "passed", "regressed", "not judged"
-MAX_REPETITIONS = 1000
+PASSED, REGRESSED, UNDECIDED, SKIPPED = (
+    decide.PASSED,
+    decide.REGRESSED,
+    decide.UNDECIDED,
+    "not judged",
+)
+STATISTIC = "each run's throughput over its timed steps"
 
 
 @dataclass
 class Verdict:
     name: str  # the point, in the user's words
-    outcome: str  # PASSED, REGRESSED or SKIPPED
+    outcome: str  # PASSED, REGRESSED, UNDECIDED or SKIPPED
     why: str
     point: Point | None
     baseline: Point | None
-    threshold: float | None = None  # baseline mean x (1 - tolerance)
-    needed: int | None = None  # repetitions a point would need to be judged
+    decision: decide.Decision | None = None
+    needed: int | None = None  # repetitions a side that would decide it (projected)
+    seconds: float = 0.0  # the time its runs took in this check (JUnit's time)
+    in_study: bool = True  # False: a baseline point the study does not measure
+
+    @property
+    def judged(self) -> bool:
+        return self.outcome in (PASSED, REGRESSED)
 
 
 @dataclass
 class Baseline:
-    name: str  # the experiment, or the bundle's NAME@SITE
-    source: str  # "experiment in the store" or the bundle's path
+    name: str  # the experiment, the bundle's NAME@SITE, or the history window
+    source: str  # "experiment in the store", the bundle's path, or the history file
     points: list[Point]
+    runnable: bool = False  # measured in this store: its runs can be re-run (interleaved)
 
 
 def point_name(p: Point) -> str:
@@ -55,11 +73,29 @@ def point_name(p: Point) -> str:
     )
 
 
+def run_value(summary: dict[str, Any]) -> float | None:
+    """One run's value for the check: its throughput over its timed steps."""
+    value = summary.get("throughput")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def values_of(p: Point) -> list[float]:
+    """The point's completed repetitions' values, in the order they were stored."""
+    out = [run_value(s) for s in p.summaries]
+    return [v for v in out if v is not None]
+
+
+def seconds_of(p: Point | None) -> float:
+    return sum(p.runtimes) if p is not None else 0.0
+
+
 def load_baseline(store: Store, given: str) -> Baseline:
     """An experiment of the store by name, else a bundle file, read into a store of its own
     that lives only for this call (the user's store is not touched)."""
     if given in store.experiment_names():
-        return Baseline(given, "experiment in the store", analysis.points(store, given))
+        runs = store.runs(given)
+        here = not any(r.get("site") for r in runs)
+        return Baseline(given, "experiment in the store", analysis.points(store, given), here)
     path = Path(given)
     if not path.is_file():
         raise NotFoundError(
@@ -76,121 +112,186 @@ def load_baseline(store: Store, given: str) -> Baseline:
             scratch.close()
 
 
-def repetitions_needed(cv: float, margin: float) -> int | None:
-    """The fewest repetitions whose 95% interval half-width, t(n-1) x cv / sqrt(n) of the
-    mean, is at most `margin` (a fraction of the mean); None past MAX_REPETITIONS."""
-    from scipy.special import stdtrit
-
-    if cv <= 0:
-        return 2
-    for n in range(2, MAX_REPETITIONS + 1):
-        if float(stdtrit(n - 1, 0.975)) * cv / math.sqrt(n) <= margin:
-            return n
-    return None
+def _failed(p: Point) -> bool:
+    """Every repetition ended and none completed."""
+    return p.throughput.n == 0 and bool(p.states) and all(s in TERMINAL for s in p.states)
 
 
-def _needs(cv: float | None, margin: float) -> tuple[int | None, str]:
-    if cv is None:
-        return None, "at least 2 repetitions (no spread is known yet)"
-    n = repetitions_needed(cv, margin)
+def _slowed(*points: Point | None) -> str:
+    asked = sorted({v for p in points if p is not None and (v := p.test_slowdown)})
+    if not asked:
+        return ""
+    return (
+        " [made with the test-only DLSCALE_TEST_SLOWDOWN="
+        + ", ".join(f"{v:g}" for v in asked)
+        + "]"
+    )
+
+
+def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float, float]) -> str:
+    """A decision in words: both sides' values, the ratio with its interval, and what the
+    interval says about the tolerance (the floor named once, the way it is read)."""
+    floor = 1 - tolerance
+    shown = f"{sides[0]:,.1f} against {sides[1]:,.1f} {unit}/s"
+    if d.ratio is None:
+        return shown
+    n = {
+        decide.PAIRED: f"n={d.n[0]} pairs",
+        decide.WINDOW: f"against the last {d.n[1]} checks",
+    }.get(d.method, f"n={d.n[0]} and {d.n[1]}")
+    if d.low is None:
+        return f"{shown}, ratio {d.ratio:.3f} (no interval yet, {n})"
+    high = "inf" if d.high is None else f"{d.high:.3f}"
+    ratio = f"ratio {d.ratio:.3f} [{d.low:.3f}, {high}] ({d.method}, {n})"
+    if d.outcome == decide.REGRESSED:
+        return (
+            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower; the whole interval is "
+            f"below {floor:.3f}, past the {100 * tolerance:g}% tolerance"
+        )
+    if d.outcome == decide.PASSED:
+        return (
+            f"{shown}, {ratio}: the whole interval is above {floor:.3f}, so any slowdown "
+            f"is within the {100 * tolerance:g}% tolerance"
+        )
+    return (
+        f"{shown}, {ratio}: the interval straddles {floor:.3f} (the {100 * tolerance:g}% tolerance)"
+    )
+
+
+def budget_text(d: decide.Decision, tolerance: float, side: str) -> tuple[int | None, str]:
+    """What would decide an undecided point: (repetitions a side, the words)."""
+    n = decide.repetitions_to_decide(d, tolerance)
+    if n is None and d.reference_se and d.ratio and d.low is not None:
+        return None, (
+            f"no number of the study's repetitions would: the baseline's own mean is known "
+            f"only to ±{100 * decide.critical(d.n[1] - 1) * d.reference_se:.1f}% from its "
+            f"{d.n[1]} repetitions; a baseline with more repetitions would"
+        )
+    if d.ratio is not None and d.low is not None and n is None:
+        return None, (
+            "no budget would: its ratio sits at the tolerance's edge, which is what a "
+            "tolerance means (a slowdown of about the tolerance itself)"
+        )
     if n is None:
-        return None, f"over {MAX_REPETITIONS} repetitions at its CV of {100 * cv:.1f}%"
-    return n, f"about {n} repetitions at its CV of {100 * cv:.1f}%"
+        return None, "at least 3 repetitions a side, to know the spread"
+    return n, f"about {n} {side} would decide it at the spread measured so far (projected)"
 
 
-def judge(p: Point, b: Point, tolerance: float, max_cv: float) -> Verdict:
+def judge(
+    p: Point,
+    b: Point,
+    tolerance: float,
+    reference: list[float] | None = None,
+    candidate: list[float] | None = None,
+) -> Verdict:
+    """A matched point: paired when `reference` (and `candidate`) are the values of runs
+    interleaved in this check, else the study's values against the baseline's."""
     name = point_name(p)
-    mean, half, base = p.throughput.mean, p.throughput.ci95, b.throughput.mean
-    if base is None:
-        return Verdict(name, SKIPPED, "the baseline has no completed repetition of it", p, b)
-    threshold = base * (1 - tolerance)
-    # A slowdown twice the tolerance must show: the interval's half-width within
-    # tolerance x baseline (as a fraction of this point's mean).
-    margin = tolerance * base / mean if mean else tolerance
-    if (
-        p.throughput.n == 0
-        and p.states
-        and State.PENDING not in p.states
-        and State.RUNNING not in p.states
-    ):
+    slowed = _slowed(p, b)
+    if _failed(p):
         return Verdict(
             name,
             REGRESSED,
-            f"no repetition completed ({', '.join(sorted(set(p.states)))}); the baseline's "
-            f"mean is {base:,.1f} {p.unit}/s",
+            f"no repetition completed ({', '.join(sorted(set(p.states)))}); the "
+            f"baseline's runs did{slowed}",
             p,
             b,
-            threshold,
         )
-    if mean is None or half is None:
-        needed, text = _needs(b.throughput.cv, margin)
-        return Verdict(
-            name,
-            SKIPPED,
-            f"{p.throughput.n} completed repetition(s): no interval to judge by; it needs {text}",
-            p,
-            b,
-            threshold,
-            needed,
-        )
-    for side, s in (("its", p), ("the baseline's", b)):
-        if s.throughput.cv is not None and s.throughput.cv > max_cv:
-            needed, text = _needs(max(p.throughput.cv or 0, b.throughput.cv or 0), margin)
-            return Verdict(
-                name,
-                SKIPPED,
-                f"too noisy to judge: {side} CV is {100 * s.throughput.cv:.1f}% "
-                f"(over {100 * max_cv:.1f}%); a quieter machine, or {text}, and a "
-                "higher --max-cv",
-                p,
-                b,
-                threshold,
-                needed,
-            )
-    shown = (
-        f"{mean:,.1f} ± {half:,.1f} {p.unit}/s against the baseline's {base:,.1f} "
-        f"(regressed below {threshold:,.1f})"
-    )
-    if mean + half < threshold:
-        return Verdict(
-            name, REGRESSED, f"{shown}: {100 * (1 - mean / base):.1f}% slower", p, b, threshold
-        )
-    if half > tolerance * base:
-        needed, text = _needs(p.throughput.cv, margin)
-        return Verdict(
-            name,
-            SKIPPED,
-            f"{shown}: its interval is too wide to tell a {200 * tolerance:.0f}% slowdown; "
-            f"it needs {text}",
-            p,
-            b,
-            threshold,
-            needed,
-        )
-    return Verdict(name, PASSED, shown, p, b, threshold)
+    if reference is not None:
+        ours = candidate if candidate is not None else values_of(p)
+        d = decide.paired(ours, reference, tolerance)
+        side, theirs = "pairs", reference
+    else:
+        ours, theirs = values_of(p), values_of(b)
+        if not theirs:
+            return Verdict(name, SKIPPED, "the baseline has no completed repetition of it", p, b)
+        d = decide.independent(ours, theirs, tolerance)
+        side = "repetitions of the study's"
+    if not ours:
+        return Verdict(name, UNDECIDED, f"no completed repetition yet{slowed}", p, b, d)
+    text = describe(d, tolerance, p.unit, (statistics.fmean(ours), statistics.fmean(theirs)))
+    if d.outcome != UNDECIDED:
+        return Verdict(name, d.outcome, text + slowed, p, b, d)
+    needed, words = budget_text(d, tolerance, side)
+    return Verdict(name, UNDECIDED, f"{text}; {words}{slowed}", p, b, d, needed)
 
 
 def check(
-    current: list[Point], baseline: Baseline, tolerance: float, max_cv: float = NOISY_CV
+    current: list[Point],
+    baseline: Baseline,
+    tolerance: float,
+    paired: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> list[Verdict]:
-    """A verdict for every point of either side: matched points judged, the others not."""
-    if not 0 <= tolerance < 1:
-        raise UserError(f"--tolerance {tolerance}: a fraction in [0, 1), e.g. 5%")
-    pool: dict[tuple, list[Point]] = {}
-    for b in baseline.points:
-        pool.setdefault(match_key(b), []).append(b)
+    """A verdict for every point of either side. `paired`: by point name, the values of
+    the study's and the reference's runs interleaved in this check."""
+    pairs, lonely, left = partners(current, baseline.points)
     out = []
-    for p in current:
-        candidates = pool.get(match_key(p), [])
-        if not candidates:
-            out.append(Verdict(point_name(p), SKIPPED, "no such point in the baseline", p, None))
-            continue
-        b = next((c for c in candidates if c.device == p.device), candidates[0])
-        candidates.remove(b)
-        out.append(judge(p, b, tolerance, max_cv))
+    for p, b in pairs:
+        got = (paired or {}).get(point_name(p))
+        if paired is not None and got is None:
+            v = Verdict(point_name(p), SKIPPED, "no run of it was interleaved", p, b)
+        elif got is not None:
+            v = judge(p, b, tolerance, reference=got[1], candidate=got[0])
+        else:
+            v = judge(p, b, tolerance)
+        v.seconds = seconds_of(p)
+        out.append(v)
+    out += [
+        Verdict(
+            point_name(p),
+            SKIPPED,
+            f"no such point in the baseline {baseline.name}",
+            p,
+            None,
+            seconds=seconds_of(p),
+        )
+        for p in lonely
+    ]
     out += [
         Verdict(point_name(b), SKIPPED, "in the baseline, not measured in this study", None, b)
-        for bs in pool.values()
-        for b in bs
+        for b in left
     ]
+    for v in out:
+        v.in_study = v.point is not None
     return out
+
+
+def check_window(
+    current: list[Point], past: dict[str, list[float]], n: int, tolerance: float, where: str
+) -> list[Verdict]:
+    """Each point against its last `n` checks (`past`: by point name, the series' values,
+    oldest first), Bencher's window: decide.window's prediction interval."""
+    out = []
+    for p in current:
+        name, ours, slowed = point_name(p), values_of(p), _slowed(p)
+        series = past.get(name, [])[-n:]
+        if _failed(p):
+            why = f"no repetition completed ({', '.join(sorted(set(p.states)))})"
+            out.append(Verdict(name, REGRESSED, why + slowed, p, None))
+        elif not series:
+            why = f"no earlier check of it in {where}"
+            out.append(Verdict(name, SKIPPED, why + slowed, p, None))
+        elif not ours:
+            out.append(Verdict(name, UNDECIDED, f"no completed repetition{slowed}", p, None))
+        else:
+            value = statistics.fmean(ours)
+            d = decide.window(value, series, tolerance)
+            assert d.ratio is not None
+            text = describe(d, tolerance, p.unit, (value, value / d.ratio))
+            if d.outcome == UNDECIDED:
+                text += "; " + _window_budget(d, tolerance)
+            out.append(Verdict(name, d.outcome, text + slowed, p, None, d))
+        out[-1].seconds = seconds_of(p)
+    return out
+
+
+def _window_budget(d: decide.Decision, tolerance: float) -> str:
+    if d.spread is None:
+        return f"the window needs at least {decide.MIN_PAIRS} earlier checks"
+    gap = abs(math.log(d.ratio or 1) - math.log(1 - tolerance))
+    n = d.n[1]
+    steady = gap / (decide.critical(n - 1) * math.sqrt(1 + 1 / n)) if n > 1 else 0.0
+    return (
+        f"the window's checks vary by {100 * d.spread:.1f}% (log sd); it would decide this "
+        f"ratio were they within about {100 * steady:.1f}%, or with more checks in it"
+    )

@@ -88,9 +88,9 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
     return Welch(t, df, float(2 * stdtr(df, -abs(t))))
 
 
-def ratio(a: list[float], b: list[float]) -> Ratio | None:
-    """mean(b) / mean(a) with Fieller's 95% interval; the interval is None with fewer than
-    2 values a side."""
+def ratio(a: list[float], b: list[float], level: float = 0.95) -> Ratio | None:
+    """mean(b) / mean(a) with Fieller's interval (95% unless `level` says otherwise); the
+    interval is None with fewer than 2 values a side."""
     if not a or not b or statistics.fmean(a) == 0:
         return None
     ma, mb = statistics.fmean(a), statistics.fmean(b)
@@ -101,7 +101,7 @@ def ratio(a: list[float], b: list[float]) -> Ratio | None:
 
     _, va, na = _moments(a)
     _, vb, nb = _moments(b)
-    t = float(stdtrit(_welch_df(va, na, vb, nb), 0.975))
+    t = float(stdtrit(_welch_df(va, na, vb, nb), 0.5 + level / 2))
     g = t * t * va / (ma * ma)
     if g >= 1:  # A's mean is not clearly above zero: the ratio has no upper bound
         return Ratio(r, 0.0, None)
@@ -111,6 +111,26 @@ def ratio(a: list[float], b: list[float]) -> Ratio | None:
 
 def match_key(p: Point) -> tuple:
     return tuple(getattr(p, f) for f in MATCH_FIELDS)
+
+
+def partners(
+    current: list[Point], baseline: list[Point]
+) -> tuple[list[tuple[Point, Point]], list[Point], list[Point]]:
+    """Points matched with a baseline's (another experiment's) by configuration, the same
+    device first: (pairs, those without a partner, the baseline's without one)."""
+    pool: dict[tuple, list[Point]] = {}
+    for b in baseline:
+        pool.setdefault(match_key(b), []).append(b)
+    pairs, lonely = [], []
+    for p in current:
+        candidates = pool.get(match_key(p), [])
+        if not candidates:
+            lonely.append(p)
+            continue
+        b = next((c for c in candidates if c.device == p.device), candidates[0])
+        candidates.remove(b)
+        pairs.append((p, b))
+    return pairs, lonely, [b for bs in pool.values() for b in bs]
 
 
 @dataclass
@@ -135,7 +155,7 @@ class Comparison:
         return [p for p in self.pairs if p.a is not None and p.b is not None]
 
 
-def _env(store: Store, run_ids: list[str]) -> dict[str, str]:
+def env_facts(store: Store, run_ids: list[str]) -> dict[str, str]:
     """Each fact's distinct values over these runs, as one text each."""
     seen: dict[str, set[str]] = {}
     for env in store.records.last_fields("env", ENV_FACTS, run_ids).values():
@@ -172,31 +192,24 @@ def site_of(store: Store, experiment: str) -> str:
 
 def compare(store: Store, a: str, b: str) -> Comparison:
     pa, pb = analysis.points(store, a), analysis.points(store, b)
-    left: dict[tuple, list[Point]] = {}
-    for p in pb:
-        left.setdefault(match_key(p), []).append(p)
-    pairs, lonely_a = [], []
-    for p in pa:
-        candidates = left.get(match_key(p), [])
-        if not candidates:
-            lonely_a.append(Pair(p, None))
-            continue
-        # where one side has a point per device kind, the same device pairs first
-        q = next((c for c in candidates if c.device == p.device), candidates[0])
-        candidates.remove(q)
-        pairs.append(
-            Pair(
-                p,
-                q,
-                ratio(p.throughputs, q.throughputs),
-                welch(p.throughputs, q.throughputs),
-                differences(_env(store, p.completed_run_ids), _env(store, q.completed_run_ids)),
-            )
+    matched, alone, left = partners(pa, pb)
+    pairs = [
+        Pair(
+            p,
+            q,
+            ratio(p.throughputs, q.throughputs),
+            welch(p.throughputs, q.throughputs),
+            differences(
+                env_facts(store, p.completed_run_ids), env_facts(store, q.completed_run_ids)
+            ),
         )
-    lonely_b = [Pair(None, q) for qs in left.values() for q in qs]
+        for p, q in matched
+    ]
+    lonely_a = [Pair(p, None) for p in alone]
+    lonely_b = [Pair(None, q) for q in left]
     overall = differences(
-        _env(store, [r for p in pa for r in p.completed_run_ids]),
-        _env(store, [r for p in pb for r in p.completed_run_ids]),
+        env_facts(store, [r for p in pa for r in p.completed_run_ids]),
+        env_facts(store, [r for p in pb for r in p.completed_run_ids]),
     )
     return Comparison(
         a, b, (site_of(store, a), site_of(store, b)), pairs + lonely_a + lonely_b, overall
@@ -227,6 +240,7 @@ def rows(c: Comparison) -> list[dict[str, Any]]:
                     "speedup": d["speedup"],
                     "efficiency": d["efficiency"],
                     "state": d["state"],
+                    "test_slowdown": d["test_slowdown"],
                 }
                 if p is not None
                 else None

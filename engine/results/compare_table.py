@@ -9,14 +9,17 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import RATIO_METHOD, TEST_METHOD
-from .formatting import fmt
+from .formatting import fmt, slowed_mark, slowed_note
 
 
 def _throughput(side: dict[str, Any] | None) -> str:
     if side is None or side["throughput"] is None:
         return "-"
     ci = f" ± {side['throughput_ci95']:,.1f}" if side["throughput_ci95"] is not None else ""
-    return f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''} (n={side['n']})"
+    return (
+        f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''}{slowed_mark(side)} "
+        f"(n={side['n']})"
+    )
 
 
 def _ratio(r: dict[str, Any]) -> str:
@@ -92,6 +95,9 @@ def comparison_notes(data: dict[str, Any]) -> list[str]:
     """What follows the table: the methods, the differences over the whole experiments and
     the points that have no partner (listed, not dropped)."""
     notes = [f"B/A: {RATIO_METHOD}; p: {TEST_METHOD}."]
+    slowed = slowed_note([side for r in data["rows"] for side in (r["a"], r["b"])])
+    if slowed:
+        notes.append(slowed)
     if data["env_differences"]:
         notes.append(
             "environment, A -> B: "

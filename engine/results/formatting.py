@@ -4,6 +4,7 @@ every table format alike."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -17,7 +18,30 @@ def throughput_text(r: dict[str, Any]) -> str:
     if r["throughput"] is None:
         return "-"
     ci = f" ± {r['throughput_ci95']:,.1f}" if r["throughput_ci95"] is not None else ""
-    return f"{r['throughput']:,.1f}{ci}{' *' if r['noisy'] else ''}"
+    return f"{r['throughput']:,.1f}{ci}{' *' if r['noisy'] else ''}{slowed_mark(r)}"
+
+
+# Runs made with the test-only DLSCALE_TEST_SLOWDOWN (trainers/common/loop.py) measure the
+# knob, not the machine: wherever their numbers are shown they carry this mark and a note.
+SLOWED = "!"
+
+
+def slowed_mark(r: dict[str, Any]) -> str:
+    """The mark after a number measured with the test-only slowdown (a point's or a run's
+    `test_slowdown`), else nothing."""
+    return f" {SLOWED}" if r.get("test_slowdown") else ""
+
+
+def slowed_note(rows: Sequence[dict[str, Any] | None]) -> str | None:
+    """The note that explains the mark, where any row carries it."""
+    asked = sorted({r["test_slowdown"] for r in rows if r and r.get("test_slowdown")})
+    if not asked:
+        return None
+    return (
+        f"{SLOWED} = made with the test-only DLSCALE_TEST_SLOWDOWN="
+        + ", ".join(f"{v:g}" for v in asked)
+        + ": the trainer slowed its own steps on purpose; not a measurement of this machine"
+    )
 
 
 def elapsed_text(seconds: float | None) -> str:

@@ -1,6 +1,9 @@
 """`dlscale check`'s verdicts as JUnit XML, the file CI systems (GitLab, Jenkins, GitHub
-Actions' reporters) read: one testcase per point, a failure for each regression, skipped for
-each point not judged, with why. Written by xml.etree, so no text of a user's is markup."""
+Actions' reporters) read: one testcase per point with the seconds its runs took, a
+failure for each regression, an error for each point of the study that was not decided
+(the check exits non-zero for it too), skipped for a baseline's point the study does not
+measure; bad input is one testcase in error, so a CI job shows why nothing was checked.
+Written by xml.etree, so no text of a user's is markup."""
 
 from __future__ import annotations
 
@@ -8,39 +11,56 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..outputs import write_file
-from .check import REGRESSED, SKIPPED, Verdict
+from .check import PASSED, REGRESSED, Verdict
+
+
+def _suite(name: str, cases: list[tuple[ET.Element, float]], properties: dict[str, str]) -> bytes:
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(sum(c.find("failure") is not None for c, _ in cases)),
+        "errors": str(sum(c.find("error") is not None for c, _ in cases)),
+        "skipped": str(sum(c.find("skipped") is not None for c, _ in cases)),
+        "time": f"{sum(t for _, t in cases):.3f}",
+    }
+    suites = ET.Element("testsuites", {"name": "dlscale check", **counts})
+    suite = ET.SubElement(suites, "testsuite", {"name": name, **counts})
+    props = ET.SubElement(suite, "properties")
+    for key, value in properties.items():
+        ET.SubElement(props, "property", {"name": key, "value": value})
+    suite.extend(c for c, _ in cases)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
 def junit_xml(
     experiment: str, baseline: str, verdicts: list[Verdict], properties: dict[str, str]
 ) -> bytes:
-    failures = sum(v.outcome == REGRESSED for v in verdicts)
-    skipped = sum(v.outcome == SKIPPED for v in verdicts)
-    counts = {
-        "tests": str(len(verdicts)),
-        "failures": str(failures),
-        "errors": "0",
-        "skipped": str(skipped),
-    }
-    suites = ET.Element("testsuites", {"name": "dlscale check", **counts})
-    suite = ET.SubElement(
-        suites, "testsuite", {"name": f"dlscale check {experiment} against {baseline}", **counts}
-    )
-    props = ET.SubElement(suite, "properties")
-    for key, value in properties.items():
-        ET.SubElement(props, "property", {"name": key, "value": value})
+    cases = []
     for v in verdicts:
-        case = ET.SubElement(
-            suite, "testcase", {"classname": f"dlscale.{experiment}", "name": v.name}
+        case = ET.Element(
+            "testcase",
+            {"classname": f"dlscale.{experiment}", "name": v.name, "time": f"{v.seconds:.3f}"},
         )
         if v.outcome == REGRESSED:
             ET.SubElement(case, "failure", {"message": v.why, "type": "regression"}).text = v.why
-        elif v.outcome == SKIPPED:
-            ET.SubElement(case, "skipped", {"message": v.why})
-        else:
+        elif v.outcome == PASSED:
             ET.SubElement(case, "system-out").text = v.why
-    ET.indent(suites)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+        elif v.in_study:  # undecided or not judged: the check did not judge it
+            kind = v.outcome.replace(" ", "-")
+            ET.SubElement(case, "error", {"message": v.why, "type": kind}).text = v.why
+        else:
+            ET.SubElement(case, "skipped", {"message": v.why})
+        cases.append((case, v.seconds))
+    return _suite(f"dlscale check {experiment} against {baseline}", cases, properties)
+
+
+def error_xml(what: str, message: str, seconds: float = 0.0) -> bytes:
+    """The check could not be made (bad input): one testcase in error saying why."""
+    case = ET.Element(
+        "testcase", {"classname": "dlscale.check", "name": what, "time": f"{seconds:.3f}"}
+    )
+    ET.SubElement(case, "error", {"message": message, "type": "bad input"}).text = message
+    return _suite(f"dlscale check {what}", [(case, seconds)], {})
 
 
 def write_junit(path: str | Path, data: bytes) -> None:

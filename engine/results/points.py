@@ -166,6 +166,15 @@ class Point:
             tuple(sorted(self.axes.items())),
         )
 
+    @property
+    def test_slowdown(self) -> float | None:
+        """The largest test-only slowdown (DLSCALE_TEST_SLOWDOWN) any of its completed runs
+        was made with, from their summaries; None when none was: such numbers are marked
+        wherever they are shown."""
+        asked = [s.get("test_slowdown") for s in self.summaries]
+        slowed = [v for v in asked if isinstance(v, (int, float)) and v > 0]
+        return max(slowed) if slowed else None
+
     def label(self) -> str:
         axes = "".join(f" {k}={v}" for k, v in self.axes.items())
         return f"{self.framework} {self.nodes}x{self.ranks_per_node}{axes}"
@@ -216,6 +225,7 @@ class Point:
             # throughput is this many a second: "tokens/s" is not "images/s"
             "unit": self.unit,
             "axes": self.axes,
+            "test_slowdown": self.test_slowdown,
         }
 
 

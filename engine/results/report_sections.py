@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tables
+from .formatting import slowed_mark, slowed_note
 from .points import speedup, throughput_unit
 from .reference import LoadedReference, compare
 from .report_tables import Table
@@ -61,7 +62,7 @@ def results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
                 str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)"),
                 r["precision"],
                 f"{r['n']}/{r['repetitions']}",
-                tables.fmt(r["throughput"], 1),
+                tables.fmt(r["throughput"], 1) + slowed_mark(r),
                 tables.fmt(r["throughput_ci95"], 1),
                 (
                     tables.fmt(100 * r["throughput_cv"], 1, "%")
@@ -97,6 +98,7 @@ def results_table(rows: list[dict[str, Any]], skipped: list[str]) -> Table:
         + (f"; not measured: {'; '.join(sorted(energy))}" if energy else "")
         + "."
     ]
+    notes += [note] if (note := slowed_note(rows)) else []
     notes += skipped  # metric lines left out on ingest, by run, file and line
     return Table("Throughput, speedup and efficiency", headers, body, notes, right)
 

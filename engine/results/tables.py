@@ -12,6 +12,7 @@ from rich.table import Table
 from ..tracking.queue import QUEUE_COLUMNS, queue_header
 from . import report_tables
 from .formatting import fmt, throughput_text
+from .formatting import slowed_note as slowed_note  # the TUI's too (it imports tables)
 from .points import throughput_unit
 
 

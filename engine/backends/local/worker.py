@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 
 from ....trainers.common.lifeline import parent_watch
+from ....trainers.common.loop import SLOWDOWN_VARIABLE
 from ...errors import UserError
 from ...paths import Layout, RunPaths, lay_out, own_folder
 from ...runs import JobRow, State
@@ -51,6 +52,12 @@ def _signal_launcher(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def ambient() -> dict[str, str]:
+    """The worker's environment as every job inherits it, less the test-only slowdown: a
+    job is slowed only when it was submitted slowed (launch.local_env records it)."""
+    return {k: v for k, v in os.environ.items() if k != SLOWDOWN_VARIABLE}
+
+
 def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
     """The launcher, in a session of its own, dying with this worker; or why it could not
     start."""
@@ -61,7 +68,7 @@ def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **payload["env"], TOKEN_VAR: job["token"]},
+            env={**ambient(), **payload["env"], TOKEN_VAR: job["token"]},
             start_new_session=True,
             preexec_fn=parent_watch(),
         )

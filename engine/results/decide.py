@@ -1,0 +1,151 @@
+"""The rule `dlscale check` judges a point by: regressed, passed or undecided, from the ratio
+of the candidate's throughput to the reference's, with both sides' uncertainty, and the
+tolerance as the smallest slowdown that counts (an equivalence-style decision, after
+pyperf's and asv's significance with a minimum effect, and Hoefler & Belli, SC'15).
+
+With `floor` = 1 - tolerance and the ratio's interval [low, high] at LEVEL:
+- regressed: high < floor (slower than the tolerance allows, beyond the noise);
+- passed: low > floor (any slowdown is smaller than the tolerance, beyond the noise);
+- undecided otherwise: the interval still straddles the floor; more repetitions narrow it
+  (`repetitions_to_decide` says about how many), and a true slowdown of exactly the
+  tolerance stays undecided at any budget, which is what a tolerance means.
+
+The interval, by how the two sides were measured:
+- paired (`paired`): candidate and reference runs interleaved (ABBA...), so the machine's
+  drift hits both alike: a Student-t interval on the mean of the pairs' log ratios, whose
+  spread holds both sides' noise;
+- independent (`independent`): a baseline measured earlier or elsewhere: Fieller's interval
+  for the ratio of two means with the Welch-Satterthwaite degrees of freedom
+  (compare.ratio);
+- a window of past checks (`window`, Bencher's): the candidate's value against the spread
+  of the last N checks' values, as a Student-t prediction interval (the next check varies
+  as much as the past ones did).
+
+LEVEL is two-sided 95% at every look, after at least MIN_PAIRS pairs (or repetitions of
+the study, against at least two of a baseline measured apart): the sequential
+looks `check` takes (a round of runs, then a look) keep the false-alarm and miss rates
+under 5% on synthetic series of known shift and noise (tests/test_decide.py measures
+them), because a 2.5% tail at each look on a narrowing interval rarely crosses twice.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+REGRESSED, PASSED, UNDECIDED = "regressed", "passed", "undecided"
+LEVEL = 0.95
+MIN_PAIRS = 3  # a spread from two pairs can be tiny by chance: no decision before three
+PAIRED = "paired runs' log ratios, Student-t 95%"
+INDEPENDENT = "Fieller's 95% interval, Welch-Satterthwaite df"
+WINDOW = "Student-t 95% prediction interval over the window"
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: str  # REGRESSED, PASSED or UNDECIDED
+    ratio: float | None  # candidate / reference
+    low: float | None  # None: no interval (too few repetitions)
+    high: float | None  # None: unbounded (the reference's mean is not clearly above 0)
+    method: str
+    n: tuple[int, int]  # repetitions (or checks) on each side: candidate, reference
+    spread: float | None = None  # the log ratio's standard deviation per pair or check
+    # independent sides: the relative standard error of the baseline's mean, which more
+    # repetitions of the study cannot shrink
+    reference_se: float | None = None
+
+    @property
+    def change(self) -> float | None:
+        """The slowdown (positive) or speedup (negative), as a fraction."""
+        return None if self.ratio is None else 1 - self.ratio
+
+
+def critical(df: float) -> float:
+    """Student-t at the two-sided LEVEL."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, 0.5 + LEVEL / 2))
+
+
+def _outcome(low: float | None, high: float | None, floor: float) -> str:
+    if high is not None and high < floor:
+        return REGRESSED
+    if low is not None and low > floor:
+        return PASSED
+    return UNDECIDED
+
+
+def paired(candidate: list[float], reference: list[float], tolerance: float) -> Decision:
+    """Pairs (candidate[i], reference[i]) measured next to each other."""
+    logs = [math.log(c / r) for c, r in zip(candidate, reference) if c > 0 and r > 0]
+    n = len(logs)
+    if n == 0:
+        return Decision(UNDECIDED, None, None, None, PAIRED, (0, 0))
+    mean = statistics.fmean(logs)
+    if n < 2:
+        return Decision(UNDECIDED, math.exp(mean), None, None, PAIRED, (1, 1))
+    sd = statistics.stdev(logs)
+    half = critical(n - 1) * sd / math.sqrt(n)
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    outcome = _outcome(low, high, 1 - tolerance) if n >= MIN_PAIRS else UNDECIDED
+    return Decision(outcome, math.exp(mean), low, high, PAIRED, (n, n), sd)
+
+
+def independent(candidate: list[float], reference: list[float], tolerance: float) -> Decision:
+    """Two sides measured apart (a baseline from before, or another site's)."""
+    from .compare import ratio
+
+    n = (len(candidate), len(reference))
+    r = ratio(reference, candidate, LEVEL)
+    if r is None:
+        return Decision(UNDECIDED, None, None, None, INDEPENDENT, n)
+    if r.low is None:
+        return Decision(UNDECIDED, r.value, None, None, INDEPENDENT, n)
+    # the study's side can grow (check --run adds to it), a baseline's cannot: three of
+    # the study's and two of the baseline's at the least
+    enough = n[0] >= MIN_PAIRS and n[1] >= 2
+    outcome = _outcome(r.low, r.high, 1 - tolerance) if enough else UNDECIDED
+    se = _cv(reference) / math.sqrt(n[1])
+    return Decision(outcome, r.value, r.low, r.high, INDEPENDENT, n, _cv(candidate), se)
+
+
+def _cv(values: list[float]) -> float:
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
+
+
+def window(value: float, past: list[float], tolerance: float) -> Decision:
+    """This check's value against the values of the last N checks of the same point."""
+    logs = [math.log(v) for v in past if v > 0]
+    n = (1, len(logs))
+    if not logs or value <= 0:
+        return Decision(UNDECIDED, None, None, None, WINDOW, n)
+    mean = statistics.fmean(logs)
+    r = math.exp(math.log(value) - mean)
+    if len(logs) < 2:
+        return Decision(UNDECIDED, r, None, None, WINDOW, n)
+    sd = statistics.stdev(logs)
+    half = critical(len(logs) - 1) * sd * math.sqrt(1 + 1 / len(logs))
+    low, high = r * math.exp(-half), r * math.exp(half)
+    outcome = _outcome(low, high, 1 - tolerance) if len(logs) >= MIN_PAIRS else UNDECIDED
+    return Decision(outcome, r, low, high, WINDOW, n, sd)
+
+
+def repetitions_to_decide(d: Decision, tolerance: float, limit: int = 1000) -> int | None:
+    """About how many repetitions (pairs, for paired runs; the study's, against a baseline
+    measured apart, whose own spread stays) would decide an undecided point, were its
+    ratio and spread what they are now: the fewest n whose interval's half-width (log
+    scale) is under the ratio's distance from the floor. None when no number would (the
+    ratio sits on the floor, the baseline's spread alone is too wide, or nothing is known
+    of the spread); a projection, not a measurement."""
+    if d.ratio is None or d.spread is None or d.ratio <= 0:
+        return None
+    gap = abs(math.log(d.ratio) - math.log(1 - tolerance))
+    if gap == 0:
+        return None
+    fixed = d.reference_se or 0.0  # a baseline measured apart does not grow
+    for n in range(max(MIN_PAIRS, 2), limit + 1):
+        if critical(n - 1) * math.hypot(d.spread / math.sqrt(n), fixed) < gap:
+            return n
+    return None
