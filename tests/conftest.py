@@ -67,7 +67,12 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-        if group or item.get_closest_marker("slow") or "/tests/gpu/" in str(item.fspath):
+        if (
+            group
+            or item.get_closest_marker("slow")
+            or item.get_closest_marker("torch")
+            or "/tests/gpu/" in str(item.fspath)
+        ):
             item.add_marker(pytest.mark.framework)
         if "env_home" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.envs)

@@ -107,6 +107,7 @@ def test_a_deep_report_manifest_is_not_dlscales(tmp_path, capsys, monkeypatch):
 # --- plans ---------------------------------------------------------------------------------
 
 
+@pytest.mark.torch  # the count is checked before, the plan's other checks after
 def test_a_spec_is_counted_before_anything_is_built(tmp_path, home):
     batches = ", ".join(str(b) for b in range(1, 65_537))
     scales = ", ".join(f'"{n}x1"' for n in range(1, 2001))

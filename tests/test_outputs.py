@@ -15,6 +15,7 @@ disk is skipped, saying so.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import stat
 import subprocess
@@ -200,6 +201,7 @@ def arrange(case: str, folder: Path, kind: str, mounts: Mounts) -> tuple[Path, l
     return out, [folder]
 
 
+SKLEARN = importlib.util.find_spec("sklearn") is not None
 CASES = ["link", "dangling link", "fifo", "wrong kind", "read-only folder", "full disk", "device"]
 
 
@@ -214,6 +216,8 @@ def test_no_output_goes_through_or_over_anything(world, case, capsys, monkeypatc
     monkeypatch.setenv("NO_COLOR", "1")
     for path, param in output_params():
         name = " ".join(path)
+        if name == "data sample" and case == "full disk" and not SKLEARN:
+            continue  # it fails at the disk only after drawing the digits, which need sklearn
         kind = "folder" if param.type.folder else "file"
         folder = tmp_path / f"{name}-{param.name}".replace(" ", "-")
         folder.mkdir()

@@ -150,6 +150,7 @@ def stored(h: dict) -> list[list[str]]:
     ]
 
 
+@pytest.mark.torch  # plans the quickstart's pytorch-ddp
 def test_nothing_printed_holds_an_escape(hostile, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # what a command writes by default (report-NAME) goes here
     monkeypatch.setenv("DLSCALE_HOME", str(hostile["home"]))
@@ -166,6 +167,7 @@ def test_nothing_printed_holds_an_escape(hostile, capsys, monkeypatch, tmp_path)
     assert "no meter \\x1b]0;pwned\\x07" in out + err, out
 
 
+@pytest.mark.torch
 def test_real_commands_into_a_file_hold_no_escape(hostile, tmp_path):
     """The binary itself, its output going to a file: what a CI log or `> out.txt` gets."""
     env = {**os.environ, "DLSCALE_HOME": str(hostile["home"]), "NO_COLOR": "1"}

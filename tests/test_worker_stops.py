@@ -61,6 +61,7 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+@pytest.mark.torch
 def test_a_worker_on_a_full_disk_says_why_and_the_runs_wait(disk):
     from dlscale.engine.session import Session
     from dlscale.engine.tracking.monitor import sync
@@ -92,6 +93,7 @@ def test_a_worker_on_a_full_disk_says_why_and_the_runs_wait(disk):
     store.close()
 
 
+@pytest.mark.torch
 def test_a_store_held_locked_is_named_while_the_worker_waits(disk):
     home = disk / "home"
     pending(home, disk / "s.toml").close()

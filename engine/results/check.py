@@ -69,7 +69,10 @@ def point_name(p: Point) -> str:
     return (
         f"{p.framework} {p.model} {p.dataset} {p.nodes}x{p.ranks_per_node} "
         f"b{p.per_device_batch}{'' if p.scaling == 'weak' else ' strong'} {p.precision} "
-        f"{p.loader}" + (f" {p.lr_schedule}" if p.lr_schedule not in (None, "constant") else "")
+        f"{p.loader}"
+        + (f" {p.lr_schedule}" if p.lr_schedule not in (None, "constant") else "")
+        # a declared framework's own axes: a point of its own per value, so a name of its own
+        + "".join(f" {k}={v}" for k, v in sorted(p.axes.items()))
     )
 
 
@@ -153,6 +156,13 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
             f"{shown}, {ratio}: the whole interval is above {floor:.3f}, so any slowdown "
             f"is within the {100 * tolerance:g}% tolerance"
         )
+    if d.low > floor or (d.high is not None and d.high < floor):
+        # clear of the floor, but from too few repetitions for the rule to trust the spread
+        need = {
+            decide.PAIRED: f"{decide.MIN_PAIRS} pairs",
+            decide.WINDOW: f"{decide.MIN_PAIRS} past checks",
+        }.get(d.method, f"{decide.MIN_PAIRS} of the study's repetitions and 2 of the baseline's")
+        return f"{shown}, {ratio}: too few repetitions to judge; the rule needs {need}"
     return (
         f"{shown}, {ratio}: the interval straddles {floor:.3f} (the {100 * tolerance:g}% tolerance)"
     )
