@@ -8,7 +8,11 @@ which screens exist."""
 
 from __future__ import annotations
 
+import os
 import sys
+import termios
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from ..engine.text import printable
 from .build import BuildScreen
 from .dialogs import HelpScreen
 from .errors import describe
-from .messages import EngineFailed, QueueRefreshed
+from .messages import EngineFailed, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
 from .results import METRICS as RESULTS_METRICS
 from .results import ResultsScreen
@@ -60,18 +64,31 @@ class DlscaleApp(App):
 
     snapshot: var[Snapshot | None] = var(None)  # the watcher's last tick
     warning: reactive[str | None] = reactive(None)  # controller unreachable: why
+    waiting: reactive[str | None] = reactive(None)  # a Slurm command slow to answer: which
     experiment: reactive[str | None] = reactive(None)  # the study the screens show
 
-    def __init__(self, session: Session, spec_path: str | None = None, watch: bool = True) -> None:
+    def __init__(
+        self,
+        session: Session,
+        spec_path: str | None = None,
+        watch: bool = True,
+        quit_within: float | None = None,
+    ) -> None:
         super().__init__()
         self.session = session
         self.spec_path = spec_path
         self._watch = watch
         self._backoff = Backoff(first=0.5, cap=5.0)
         self._poll_timer: Timer | None = None
+        # The command line's app: once quitting, the process is gone within this many
+        # seconds, whatever a worker still waits on (dlscale-tui's main sets it).
+        self.quit_within = quit_within
 
     def on_mount(self) -> None:
         self.sub_title = self.session.where
+        self.set_interval(1.0, self.show_waiting)
+        if self._watch:
+            self._learn_site()
         known = self.session.experiments()
         if not self.spec_path and known:
             self.experiment = known[0]
@@ -122,6 +139,47 @@ class DlscaleApp(App):
         at = names.index(self.experiment) if self.experiment in names else -1
         self.experiment = names[(at + 1) % len(names)]
 
+    # --- Slurm never holds the app ---------------------------------------------------------
+
+    # A command is named as waited on once it has gone this long without an answer.
+    WAIT_SHOWN_S = 2.0
+
+    def show_waiting(self) -> None:
+        """Say what the app waits on and for how long (`sacct: no answer for 23 s`)."""
+        slow = [w for w in self.session.waiting() if w.seconds >= self.WAIT_SHOWN_S]
+        self.waiting = "; ".join(str(w) for w in slow) or None
+
+    @work(thread=True, group="site", exit_on_error=False)
+    def _learn_site(self) -> None:
+        """The cluster's limits and accounting, asked once now rather than at a submit."""
+        try:
+            self.session.learn_site()
+        except Exception as exc:  # asked again by the first submission
+            self.post_message(EngineFailed("site", describe(exc)))
+            return
+        self.post_message(SiteLearned())
+
+    def on_site_learned(self, message: SiteLearned) -> None:
+        message.stop()  # kept by the session: submissions and polls ask nothing again
+
+    def exit(self, *args, **kwargs) -> None:  # type: ignore[override]
+        self.leave()
+        super().exit(*args, **kwargs)
+
+    def on_unmount(self) -> None:
+        self.leave()  # also after a crash, which ends the app without exit()
+        if self.quit_within is not None:  # the terminal is given back right after this
+            threading.Thread(target=_end_after, args=(self.quit_within, self), daemon=True).start()
+
+    def leave(self) -> None:
+        """Quitting: every Slurm command in flight is ended by its own pid, and none starts
+        again."""
+        if self.session.calls.closed:
+            return
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        self.session.close()
+
     # --- the watcher ---------------------------------------------------------------------
 
     def poll_now(self) -> None:
@@ -166,9 +224,12 @@ class DlscaleApp(App):
         else:
             self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
-        self.sub_title = f"{self.session.where} | {counts or 'no runs yet'}"
+        where = self.session.where_polled(snap.polled)
+        self.sub_title = f"{where} | {counts or 'no runs yet'}"
 
     def on_engine_failed(self, message: EngineFailed) -> None:
+        if message.what == "site":
+            return  # said again, with the reason, by a submission that needs it
         if message.what == "refresh":
             self.warning = f"cannot refresh the queue: {message.message}; retrying"
             self._rearm()
@@ -199,10 +260,39 @@ class DlscaleApp(App):
 
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.
-        if self._watch:
+        if self._watch and not self.session.calls.closed:
             self._poll_timer = self.set_timer(
                 self._backoff.next(), lambda: self._refresh_queue(self.experiment)
             )
+
+
+# How long quitting may take: the shell's prompt is back within this, whatever Slurm does.
+QUIT_WITHIN_S = 0.5
+
+
+def _end_after(seconds: float, app: App) -> None:
+    """The process ends `seconds` after the app closed if it has not ended by itself: a
+    worker still in a store query, a projection or a report holds nothing up (Slurm's
+    commands were ended already, by their own pids). Never before the terminal is given
+    back (out of raw mode), which Textual does right after the app closes."""
+    time.sleep(seconds)
+    end = time.monotonic() + 5
+    while _raw_terminal() and time.monotonic() < end:
+        time.sleep(0.05)
+    _leave(app.return_code or 0)
+
+
+def _raw_terminal() -> bool:
+    try:
+        return not termios.tcgetattr(sys.stdin.fileno())[3] & termios.ICANON
+    except (termios.error, OSError, ValueError):
+        return False  # not a terminal
+
+
+def _leave(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -245,10 +335,12 @@ def main(
     if spec and not Path(spec).exists():
         click.echo(f"dlscale-tui: {spec}: no such file", err=True)
         sys.exit(2)
-    app = DlscaleApp(session, spec)
+    app = DlscaleApp(session, spec, quit_within=QUIT_WITHIN_S)
     app.run()
     # A crash ends the app with Textual's traceback and return code 1: the shell must see it.
-    sys.exit(app.return_code or 0)
+    # The prompt comes back now: unloading the interpreter's modules took over a second on
+    # a busy login node, and nothing is left to write (the store commits as it goes).
+    _leave(app.return_code or 0)
 
 
 if __name__ == "__main__":

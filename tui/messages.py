@@ -22,6 +22,11 @@ class QueueRefreshed(Message):
 
 
 @dataclass
+class SiteLearned(Message):
+    """The cluster said what it is (limits, accounting), once, at the app's start."""
+
+
+@dataclass
 class EngineFailed(Message):
     """An engine call failed; `what` says which ("refresh", "submit"...), `message` why."""
 

@@ -53,14 +53,18 @@ class Plain(Static):
 
 
 class Banner(Plain):
-    """Hidden while the scheduler answers; a red line saying what is wrong when it does not."""
+    """Hidden while the scheduler answers; a line saying what the app waits on and for how
+    long (`sacct: no answer for 23 s`), and in red what is wrong when it does not answer."""
 
     def on_mount(self) -> None:
         self.watch(self.app, "warning", self._show, init=True)
+        self.watch(self.app, "waiting", self._show, init=False)
 
-    def _show(self, warning: str | None) -> None:
-        self.set_class(bool(warning), "shown")
-        self.update(warning or "")
+    def _show(self, _: str | None = None) -> None:
+        warning, waiting = self.app.warning, self.app.waiting  # type: ignore[attr-defined]
+        self.set_class(bool(warning or waiting), "shown")
+        self.set_class(bool(warning), "failed")
+        self.update("; ".join(t for t in (waiting, warning) if t))
 
 
 @cache

@@ -115,6 +115,16 @@ class Backend(abc.ABC):
         controller (this machine) always answers."""
         return None
 
+    def learn_site(self) -> object | None:
+        """What the place says of itself (its limits, whether it keeps accounting), asked
+        once and kept; None for a place with nothing to ask."""
+        return None
+
+    def knows_site(self, site: object) -> None:
+        """Take what the place said of itself to another backend (learn_site) as said
+        here, so that this one asks nothing again."""
+        return None
+
     def site_profile(self) -> LoadedProfile | None:
         """The cluster profile whose environments set up frameworks' software, if any."""
         return None
