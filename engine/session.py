@@ -240,6 +240,10 @@ class Session:
         """The header's words: the backend, and cluster:partition for Slurm."""
         return self.target.describe()
 
+    def following(self) -> tuple[str, ...]:
+        """The backends a refresh polls now: those with live jobs in the store."""
+        return tuple(follow.backends_in_use(self.store))
+
     def where_polled(self, polled: tuple[str, ...]) -> str:
         """The header's words once a refresh has asked `polled`: the backend submitted to,
         and the ones followed when they are others (a store of Slurm runs opened without

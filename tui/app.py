@@ -32,7 +32,7 @@ from ..engine.text import printable
 from .build import BuildScreen
 from .dialogs import HelpScreen
 from .errors import describe
-from .messages import EngineFailed, QueueRefreshed, SiteLearned
+from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
 from .results import METRICS as RESULTS_METRICS
 from .results import ResultsScreen
@@ -83,9 +83,11 @@ class DlscaleApp(App):
         # The command line's app: once quitting, the process is gone within this many
         # seconds, whatever a worker still waits on (dlscale-tui's main sets it).
         self.quit_within = quit_within
+        self._where = session.where  # the header: where runs go, and what is followed
+        self._counts = ""
 
     def on_mount(self) -> None:
-        self.sub_title = self.session.where
+        self.sub_title = self._where
         self.set_interval(1.0, self.show_waiting)
         if self._watch:
             self._learn_site()
@@ -195,6 +197,7 @@ class DlscaleApp(App):
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
     def _refresh_queue(self, experiment: str | None) -> None:
         try:
+            self.post_message(Polling(self.session.following()))
             snap = self.session.refresh(experiment)
         except Exception as exc:  # shown in the banner; the next tick tries again
             if not get_current_worker().is_cancelled:
@@ -224,8 +227,18 @@ class DlscaleApp(App):
         else:
             self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
-        where = self.session.where_polled(snap.polled)
-        self.sub_title = f"{where} | {counts or 'no runs yet'}"
+        self._counts = counts or "no runs yet"
+        self.show_where(snap.polled)
+
+    def on_polling(self, message: Polling) -> None:
+        self.show_where(message.backends)
+
+    def show_where(self, polled: tuple[str, ...]) -> None:
+        """The header names where runs go and the backends actually polled (a store of
+        Slurm runs opened without a profile polls Slurm: `local` alone would be wrong),
+        from the first poll on, before Slurm answers."""
+        self._where = self.session.where_polled(polled)
+        self.sub_title = f"{self._where} | {self._counts}" if self._counts else self._where
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         if message.what == "site":

@@ -391,7 +391,8 @@ class BuildScreen(AppScreen):
         w.remove_class("invalid")
         w.border_subtitle = None
         if message.changed:
-            self.app.sub_title = self.app.session.where
+            snap = self.app.snapshot
+            self.app.show_where(snap.polled if snap else ())
         self.changed()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:

@@ -22,6 +22,13 @@ class QueueRefreshed(Message):
 
 
 @dataclass
+class Polling(Message):
+    """The backends a refresh is about to ask (the header names them before any answers)."""
+
+    backends: tuple[str, ...]
+
+
+@dataclass
 class SiteLearned(Message):
     """The cluster said what it is (limits, accounting), once, at the app's start."""
 
