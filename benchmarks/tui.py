@@ -32,7 +32,7 @@ from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.logtail import LogTail
 from dlscale.tui.messages import QueueRefreshed
-from dlscale.tui.queue import ROWS_PER_FRAME, JobTable
+from dlscale.tui.jobtable import ROWS_PER_FRAME, JobTable
 
 RUNNING = 300  # jobs running (their clocks move every tick)
 CHANGING = 100  # jobs that start or stop every tick; as many running jobs report a record

@@ -36,6 +36,7 @@ from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm
+from .results.points import unit_and_axes
 from .runs import ACTIVE, RunRow, State
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
@@ -63,7 +64,7 @@ class Preview:
     runs: int = 0
     to_run: int = 0  # not completed in the store already
     device_runs: int = 0  # sum of devices over the runs still to run
-    estimate: str = ""  # from measured twins in the store, or says it is unknown
+    estimate: str = ""  # from completed runs of the same setup, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
@@ -91,11 +92,13 @@ class RunDetail:
 
 
 def run_label(row: RunRow) -> str:
-    """A run in a few words: what it measures, at which scale, which repetition."""
+    """A run in a few words: what it measures, at which scale and batch, with which values
+    of a declared framework's own axes, which repetition."""
     scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
     if is_comm(row):
         return f"{scale} {queue.COMM_WORDS}"
-    return f"{scale} #{row['repetition']}"
+    axes = "".join(f" {k}={v}" for k, v in unit_and_axes(row)[1].items())
+    return f"{scale} batch {row['per_device_batch']}{axes} #{row['repetition']}"
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,7 @@ async def test_log_tail_follows_pauses_and_searches(home):
             20,
         )
         app.screen.query_one("#jobs", DataTable).focus()
-        await pilot.press("enter")
+        await pilot.press("l")
         tail = app.screen.query_one(LogTail)
         await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 10, "log lines")
         path = tail.path
@@ -403,7 +403,7 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     table = app.screen.query_one("#jobs", DataTable)
     await until(pilot, lambda: table.row_count == 2, 30, "two jobs in the queue")
     table.focus()
-    await pilot.press("enter")
+    await pilot.press("l")
     tail = app.screen.query_one(LogTail)
     await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 120, "the log tail")
     await until(

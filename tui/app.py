@@ -28,14 +28,15 @@ from textual.worker import get_current_worker
 
 from ..engine.errors import DlscaleError
 from ..engine.session import Backoff, Session, Snapshot, given_as
-from ..engine.text import printable
+from ..engine.text import signs
+from . import keys
 from .build import BuildScreen
-from .dialogs import HelpScreen
+from .dialogs import DetailScreen, HelpScreen
 from .errors import describe
+from .jobtable import JobTable
 from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
-from .results import METRICS as RESULTS_METRICS
-from .results import ResultsScreen
+from .results import METRICS, PointTable, ResultsScreen
 
 
 class DlscaleApp(App):
@@ -45,21 +46,38 @@ class DlscaleApp(App):
     ENABLE_COMMAND_PALETTE = True
     MODES = {"build": BuildScreen, "queue": QueueScreen, "results": ResultsScreen}
     # F-keys work while typing in a field; the digits and letters work everywhere else.
+    # The tooltips are the help's and the command palette's words (tui/keys.py).
     BINDINGS = [
-        Binding("f1", "help", "Help", priority=True),
-        Binding("f2", "show('build')", "Build", priority=True),
-        Binding("f3", "show('queue')", "Queue", priority=True),
-        Binding("f4", "show('results')", "Results", priority=True),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("f1", "help", "Help", priority=True, tooltip="this help: every key"),
+        Binding("f2", "show('build')", "Build", priority=True, tooltip="the Build screen"),
+        Binding("f3", "show('queue')", "Queue", priority=True, tooltip="the Queue screen"),
+        Binding("f4", "show('results')", "Results", priority=True, tooltip="the Results screen"),
+        Binding(
+            "ctrl+q",
+            "quit",
+            "Quit",
+            show=False,
+            priority=True,
+            tooltip="quit (submitted jobs keep running)",
+        ),
         # Moving between fields with priority: the app then moves the focus before it hands
         # on the keys typed after tab, which otherwise could land in the field just left.
-        Binding("tab", "focus_next", "Next field", show=False, priority=True),
-        Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
-        Binding("question_mark", "help", "Help", show=False),
-        Binding("1", "show('build')", "Build", show=False),
-        Binding("2", "show('queue')", "Queue", show=False),
-        Binding("3", "show('results')", "Results", show=False),
-        Binding("q", "quit", "Quit", show=False),
+        Binding(
+            "tab", "focus_next", "Next field", show=False, priority=True, tooltip="the next field"
+        ),
+        Binding(
+            "shift+tab",
+            "focus_previous",
+            "Previous field",
+            show=False,
+            priority=True,
+            tooltip="the previous field",
+        ),
+        Binding("question_mark", "help", "Help", show=False, tooltip="this help: every key"),
+        Binding("1", "show('build')", "Build", show=False, tooltip="the Build screen"),
+        Binding("2", "show('queue')", "Queue", show=False, tooltip="the Queue screen"),
+        Binding("3", "show('results')", "Results", show=False, tooltip="the Results screen"),
+        Binding("q", "quit", "Quit", show=False, tooltip="quit (submitted jobs keep running)"),
     ]
 
     snapshot: var[Snapshot | None] = var(None)  # the watcher's last tick
@@ -101,26 +119,14 @@ class DlscaleApp(App):
             self.poll_now()
 
     def watch_experiment(self, experiment: str | None) -> None:
-        self.title = printable(f"dlscale: {experiment}") if experiment else "dlscale"
+        self.title = signs(f"dlscale: {experiment}") if experiment else "dlscale"
         self.poll_now()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette (ctrl+p): dlscale's actions first, by what they do, then Textual's."""
-        yield SystemCommand("Build: choose a study", "F2", lambda: self.action_show("build"))
-        yield SystemCommand("Queue: the study's jobs", "F3", lambda: self.action_show("queue"))
-        yield SystemCommand("Results: tables and charts", "F4", lambda: self.action_show("results"))
-        yield SystemCommand("Next experiment", "e", self.action_next_experiment)
-        yield SystemCommand("Help: every key", "F1", self.action_help)
-        for name, help_text, action in (
-            ("Submit the study", "ctrl+r on Build", "submit"),
-            ("Save the study as a spec file", "ctrl+s on Build", "save"),
-            ("Open a spec file", "ctrl+o on Build", "open"),
-            ("Write the report", "w on Results", "write_report"),
-            ("Sort the queue", "o on Queue", "sort"),
-            ("Filter the queue", "/ on Queue", "search"),
-        ):
-            if hasattr(screen, f"action_{action}"):
-                yield SystemCommand(name, help_text, getattr(screen, f"action_{action}"))
+        """The palette (ctrl+p): what every key of this screen does, by name, from the
+        bindings themselves (tui/keys.py), then Textual's own commands."""
+        for title, help_text, callback in keys.commands(self, screen, metrics=METRIC_WORDS):
+            yield SystemCommand(title, help_text, callback)  # type: ignore[arg-type]
         yield from super().get_system_commands(screen)
 
     # --- navigation ----------------------------------------------------------------------
@@ -131,7 +137,7 @@ class DlscaleApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(RESULTS_METRICS))
+            self.push_screen(HelpScreen(help_text()))
 
     def action_next_experiment(self) -> None:
         """The next study the store knows (the Queue and Results screens bind it to e)."""
@@ -263,9 +269,13 @@ class DlscaleApp(App):
         """Every toast is literal, whatever a caller (a screen, a widget) asks: its text
         comes from users, files and the engine (a path or a spec key may hold `[/]`), and
         control characters in it are shown as signs, not sent to the terminal."""
+        lines = message.splitlines()
+        if len(lines) > TOAST_LINES:  # the rest is where the toast points (a panel, a row)
+            more = len(lines) - TOAST_LINES + 1
+            message = "\n".join([*lines[: TOAST_LINES - 1], f"... and {more} more lines"])
         super().notify(
-            printable(message, newlines=True),
-            title=printable(title),
+            signs(message, newlines=True),
+            title=signs(title),
             severity=severity,
             timeout=timeout,
             markup=False,
@@ -277,6 +287,31 @@ class DlscaleApp(App):
             self._poll_timer = self.set_timer(
                 self._backoff.next(), lambda: self._refresh_queue(self.experiment)
             )
+
+
+METRIC_WORDS = ", ".join(METRICS)
+
+
+def help_text() -> str:
+    """F1: every key of every screen, from their bindings (tui/keys.py)."""
+    return keys.help_text(
+        [
+            ("Anywhere", [DlscaleApp], [("ctrl+p", "every action, by name (the command palette)")]),
+            (
+                "Build (F-keys and ctrl-keys also work while typing in a field)",
+                [BuildScreen],
+                [("space", "tick or untick a choice in a list: [x] chosen, [ ] not")],
+            ),
+            ("Queue", [JobTable, QueueScreen], []),
+            ("A run's detail (enter on the Queue)", [DetailScreen], []),
+            ("Results", [PointTable, ResultsScreen], []),
+        ],
+        metrics=METRIC_WORDS,
+    )
+
+
+# A toast's lines at most: at 80x24 a taller one covered the screen (tcss bounds it too).
+TOAST_LINES = 6
 
 
 # How long quitting may take: the shell's prompt is back within this, whatever Slurm does.

@@ -16,14 +16,14 @@ from textual.visual import VisualType
 from textual.widgets import Input, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 
-from ..engine.text import printable
+from ..engine.text import signs
 
 
 def literal(text: object) -> Content:
     """Text from a user, a file or the engine, for a place Textual reads as markup (border
     titles, selection prompts): shown as written, `[/]` and `[b]` included, control
     characters as visible signs."""
-    return Content(printable(str(text), newlines=True))
+    return Content(signs(str(text), newlines=True))
 
 
 def shown_path(path: str | Path | None) -> str:
@@ -38,7 +38,7 @@ def shown_path(path: str | Path | None) -> str:
 
 def literal_cell(text: object, style: str = "") -> Text:
     """The same for a DataTable cell, which reads a str as markup."""
-    return Text(printable(str(text)), style=style)
+    return Text(signs(str(text)), style=style)
 
 
 class Plain(Static):

@@ -14,8 +14,8 @@ from .slurm.pyslurm.backend import PyslurmBackend
 
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
-    from .slurm.calls import Calls
     from ..tracking.store import Store
+    from .slurm.calls import Calls
 
 BACKENDS = ("local", "slurm", "pyslurm")
 

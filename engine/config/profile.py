@@ -27,7 +27,7 @@ from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
 from .software import Environment
 from .spec import NODES
-from .tomlfile import StrictModel, limit, load_toml_model
+from .tomlfile import StrictModel, limit, load_toml_model, worded
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
 # ASCII digits, the whole text (no space, no trailing newline: it becomes an #SBATCH line)
@@ -76,7 +76,7 @@ def _check_time(value: str | None) -> str | None:
 
 
 # Names that end up in #SBATCH lines, where no shell quoting protects them.
-SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
+SAFE_NAME = worded(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' or '-' (no spaces)")
 
 
 # --- sbatch_extra: options for sbatch that dlscale does not set itself -------------------
