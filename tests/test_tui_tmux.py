@@ -42,14 +42,14 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         # A bad value is refused at its field, with the reason, before anything is sent.
         term.keys("Home", "C-k")
         term.type("no spaces allowed")
-        screen = term.wait_for("String should match pattern")
+        screen = term.wait_for("should be 1 to 64 letters")  # in words, not a pattern
         assert "Cannot submit yet" in screen
         term.keys("Home", "C-k")
         term.type("tmux-study")
         term.wait_for("ctrl+r submits")
         term.keys("C-r")
         term.wait_for("local-1", 60)
-        term.keys("Enter")  # the first job's log
+        term.keys("l")  # the first job's log
         term.wait_for("dlscale: local job local-1", 120)
         screen = term.wait_for("2 completed", 300)
         term.keys("F4")
@@ -89,6 +89,7 @@ TAB_ORDER = (
     "steps",
     "path",
     "profile",
+    "preview-scroll",  # the panel on the right: its list of errors scrolls
 )
 
 
