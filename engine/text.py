@@ -48,4 +48,5 @@ def signs(text: str, newlines: bool = False) -> str:
     """`text` as printable shows it, with each C0 control character and DEL as its control
     picture instead of its escape. Text the engine made printable before (a failure reason
     in the store, a log line) reads the same: its `\\x1b` is shown as ␛ too."""
-    return _ESCAPED_C0.sub(_picture, printable(text, newlines))
+    shown = printable(text, newlines)
+    return _ESCAPED_C0.sub(_picture, shown) if "\\x" in shown else shown

@@ -7,7 +7,8 @@ FAKE_SBATCH says how sbatch behaves after it has taken the job: `ok` (prints its
 FAKE_SLURM_DIR/accepted, then sleeps, as a controller that took the job but whose answer
 has not come back yet).
 
-Every call is logged, a line each, in FAKE_SLURM_DIR/calls.log. FAKE_SLURM_HANG names commands (`sacct,squeue`) that never answer, as on a cluster whose
+Every call is logged, a line each, in FAKE_SLURM_DIR/calls.log. FAKE_SLURM_HANG names
+commands (`sacct,squeue`) that never answer, as on a cluster whose
 slurmdbd or controller is swamped: each sleeps until it is killed.
 
 `install(bin_dir)` writes the commands into a folder to put first on PATH.
@@ -99,9 +100,8 @@ def main(name: str, args: list[str]) -> int:
         print("Slurmctld(primary) at fake is UP")
         return 0
     if name == "scontrol" and args[:2] == ["show", "config"]:
-        print(
-            "ClusterName = fake\nMaxArraySize = 1001\nAccountingStorageType = accounting_storage/slurmdbd"
-        )
+        print("ClusterName = fake\nMaxArraySize = 1001")
+        print("AccountingStorageType = accounting_storage/slurmdbd")
         return 0
     if name in ("sacctmgr", "sinfo"):
         return 0

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
+import fake_slurm
 import pytest
 
-import fake_slurm
 from dlscale.engine.backends.slurm.calls import CLOSED, Calls, CommandResult, run_command
 from dlscale.engine.backends.slurm.common import said
 from dlscale.engine.session import Session
@@ -186,3 +186,66 @@ def test_the_site_is_asked_once_not_at_every_submit(home, tmp_path, monkeypatch)
         assert len(report.submitted) == 1
     assert asked("scontrol show config") == 1 and asked("sacctmgr") == 1
     assert asked("sbatch") == 2
+
+
+def _environ_has(pid: int, entry: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return entry.encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _fake_commands_left(state: Path) -> list[int]:
+    entry = f"FAKE_SLURM_DIR={state}"
+    return [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and not _gone(int(p)) and _environ_has(int(p), entry)
+    ]
+
+
+@pytest.mark.parametrize("command", ["status", "run --wait"])
+def test_ctrl_c_in_the_command_line_leaves_at_once_while_slurm_hangs(home, tmp_path, command):
+    """Issue 36, item 1: `dlscale status` and `dlscale run --wait` interrupted (SIGINT, as
+    ctrl+c sends) while sacct and squeue do not answer: the prompt is back within a second,
+    exit 130, and no Slurm command of theirs is left running."""
+    import subprocess
+
+    from conftest import BIN, REPO, write_spec
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    fake_slurm.install(bin_dir)
+    state.mkdir()
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_SLURM_DIR": str(state),
+        "FAKE_SLURM_HANG": "sacct,squeue,sacctmgr,sinfo",
+        "DLSCALE_HOME": str(home),
+    }
+    if command == "status":
+        slurm_runs(home)
+        argv = [str(BIN / "dlscale"), "status"]
+    else:
+        spec = write_spec(tmp_path / "s.toml", name="waits", scales='"1x1"', steps=2)
+        profile = REPO / "examples" / "clusters" / "test-cluster.toml"
+        argv = [str(BIN / "dlscale"), "run", str(spec), "--wait", "--backend", "slurm"]
+        argv += ["--profile", str(profile)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _until(
+            lambda: (state / "calls.log").exists() and "sacct" in (state / "calls.log").read_text(),
+            60,
+        )
+        _until(lambda: bool(_fake_commands_left(state)), 10)  # sacct in flight, hung
+        t = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130, proc.stderr.read()
+    assert took < 1.0, f"the prompt came back after {took:.2f} s"
+    _until(lambda: not _fake_commands_left(state), 2)

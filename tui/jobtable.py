@@ -11,18 +11,20 @@ its state stay put when the table scrolls sideways."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.markup import escape
+from rich.text import Text
 from textual.binding import Binding
+from textual.coordinate import Coordinate
+from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
 from ..engine.session import QUEUE_COLUMNS, QueueRow, State, queue_header
 from ..engine.text import signs
 from . import keys
-from .columns import fit, stretch_width
+from .columns import GAP, fit, stretch_width
 from .widgets import literal_cell
 
 STATE_STYLE: dict[str, str] = {  # by state; a State is its string
@@ -69,7 +71,9 @@ PRIORITY += ("framework", "rep", "elapsed", "nodes")
 FROZEN = (MARK, "job", "state")
 STRETCH = "reason"
 LEAST = 8  # the reason's cells at least, `Runtime…`: enter shows it whole
-SORTS = ("state", "job", "throughput", None)  # what `o` steps through; None: as planned
+# What `o` steps through: what needs watching first (the default), job id, throughput. (The
+# order the runs were planned in read as random: local-57, local-7, local-22...)
+SORTS = ("state", "job", "throughput")
 SORT_SIGN = "▾"
 _STATE = QUEUE_COLUMNS.index("state")
 _REASON = QUEUE_COLUMNS.index(STRETCH)
@@ -134,6 +138,9 @@ _REFILL_AFTER = 100
 # idle (about 0.4 s per 1,000 rows on the 2-core VM), so a first fill of 10,000 jobs comes
 # in frame by frame, the first screenful at once, and the keys keep working meanwhile.
 ROWS_PER_FRAME = 1000
+# Past this many runs a tick's changes are sorted at most every SORT_EVERY_S (order).
+SORT_AT_ONCE = 2000
+SORT_EVERY_S = 2.0
 
 
 class JobTable(DataTable):
@@ -159,7 +166,7 @@ class JobTable(DataTable):
         self.move_cursor(row=self.row_count - 1)
 
     filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all
-    sort_by: str | None = "state"  # one of SORTS
+    sort_by: str = "state"  # one of SORTS
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -168,13 +175,17 @@ class JobTable(DataTable):
         self.texts: dict[str, tuple[str, ...]] = {}  # and its cells' text
         self.made: dict[str, tuple[QueueRow, tuple[str, ...]]] = {}  # cells of rows not shown
         self.latest: list[QueueRow] = []  # the rows last asked for
-        self.filling = False  # more of them to add next frame
+        self.filling = False  # more of them to add in the next frames
+        self.fill_asked = False  # the next frame's fill_more asked for
         self.constants: dict[str, str] = {}  # columns hidden: one value in every row
         self.header = queue_header([])  # as shown: the throughput column in the rows' unit
         self.widths = {c: cell_len(h) for c, h in zip(QUEUE_COLUMNS, self.header)}
         self.marked: set[str] = set()  # the runs chosen with space
         self.columns_shown: list[str] = []
         self.restore: str | None = None  # the run to put the cursor back on, once shown
+        self.stale = True  # the columns to be chosen again (widths, constants, room)
+        self.constants_of: int | None = None  # the row count constants were found for
+        self.sort_timer: Timer | None = None
         self.room = 0
         self._job_keys: dict[str, tuple] = {}
         self._columns([c for c in SHOWN if c != MARK])
@@ -231,53 +242,95 @@ class JobTable(DataTable):
     def relayout(self) -> bool:
         """Choose the columns again for the room and the widths there are now; whether the
         table was laid out anew (its rows then come again)."""
-        self.room = self._room()
+        room, was = self._room(), self.room
+        self.room = room
         visible = self._choose()
-        if visible == self.columns_shown:
-            stretch = self.columns.get(ColumnKey(STRETCH))
-            if stretch is None or stretch.width == self._width_among(visible):
+        if visible == self.columns_shown and room == was:
+            # The same columns: kept (laying 10,000 rows out anew takes seconds). A column
+            # that grew (job ids past local-999) takes its cells from the reason's.
+            over = sum(c.width + GAP for c in self.columns.values()) - room
+            reason = self.columns.get(ColumnKey(STRETCH))
+            if over <= 0:
+                return False
+            if reason is not None and reason.width - over >= LEAST and self.row_count:
+                reason.width -= over
+                # one cell updated as it is: DataTable draws every row again at the new
+                # width, and measures the table's width again (not the column's cells)
+                row = self.coordinate_to_cell_key(Coordinate(0, 0)).row_key
+                self.update_cell(row, STRETCH, self.get_cell(row, STRETCH), update_width=True)
                 return False
         self._columns(visible)
         return True
-
-    def _width_among(self, visible: list[str]) -> int:
-        return stretch_width(self._room_widths(), visible, STRETCH, self.room)
 
     def on_resize(self) -> None:
         if self.is_mounted and self._room() != self.room and self.relayout():
             self.show_rows(self.latest)
 
-    def _hide_constant_columns(self, rows: list[QueueRow]) -> None:
+    def _hide_constant_columns(self, rows: list[QueueRow], changed: list[QueueRow]) -> None:
         """A column with one value in every row (one framework, one batch...) says nothing
         row by row: it goes, and the summary line names its value; at 80 columns that is
-        the room the state, the throughput and the reason need."""
-        constants = {}
-        if len(rows) > 1:
-            first = rows[0].cells(signs)
-            for col, attr in _HIDEABLE.items():
-                value = getattr(rows[0], attr)
-                if value is not None and all(getattr(r, attr) == value for r in rows):
-                    constants[col] = first[_AT[col]]
-        self.constants = constants
-        header = queue_header(rows)  # tokens/s is not images/s, `mode` not `axes`
-        if header != self.header:
-            self.header = header
-            for c, h in zip(QUEUE_COLUMNS, header):
-                self.widths[c] = max(self.widths[c], cell_len(h))
-            self.columns_shown = []  # labels change: lay out anew
+        the room the state, the throughput and the reason need. Asked again of every row
+        only when the runs shown are others, or a changed row breaks a column's one value
+        (a tick of 10,000 runs then costs nothing here)."""
+        same = (
+            len(rows) == self.constants_of
+            and all(r.run_id in self.shown for r in changed)  # no run new to the table
+            and all(
+                self.made[r.run_id][1][_AT[col]] == value
+                for r in changed
+                for col, value in self.constants.items()
+            )
+        )
+        if changed or not same:  # a changed row may count other units (tokens/s)
+            header = queue_header(rows)  # tokens/s is not images/s, `mode` not `axes`
+            if header != self.header:
+                self.header = header
+                for c, h in zip(QUEUE_COLUMNS, header):
+                    self.widths[c] = max(self.widths[c], cell_len(h))
+                self.columns_shown = []  # labels change: lay out anew
+        if not same:
+            constants = {}
+            if len(rows) > 1:
+                first = rows[0].cells(signs)
+                for col, attr in _HIDEABLE.items():
+                    value = getattr(rows[0], attr)
+                    if value is not None and all(getattr(r, attr) == value for r in rows):
+                        constants[col] = first[_AT[col]]
+            if constants != self.constants:
+                self.stale = True
+            self.constants = constants
+            self.constants_of = len(rows)
 
-    def _take_widths(self, rows: Iterable[QueueRow]) -> None:
-        """Keep the cells of rows not shown as they are, and grow the widths they need."""
+    def _changed(self, rows: list[QueueRow]) -> list[QueueRow]:
+        """The rows not shown as they are (new or changed), in order. The cells of those
+        this frame shows (every changed row, the next ROWS_PER_FRAME new ones) are made now
+        and kept for _show, the widths they need grown first (`stale`: lay out again); a
+        first fill of 10,000 runs makes the rest as their frames come."""
+        changed = []
+        new = 0
         for r in rows:
             old = self.shown.get(r.run_id)
-            if old is r or old == r or (r.run_id in self.made and self.made[r.run_id][0] is r):
-                continue
-            texts = r.cells(signs)
-            self.made[r.run_id] = (r, texts)
-            for c, t in zip(QUEUE_COLUMNS, texts):
-                width = cell_len(t)
-                if width > self.widths[c]:
-                    self.widths[c] = width
+            if old is r or old == r:
+                continue  # the engine kept the row (QueueReader): nothing to draw
+            changed.append(r)
+            if old is None:
+                new += 1
+                if new > ROWS_PER_FRAME:
+                    continue
+            made = self.made.get(r.run_id)
+            if made is None or made[0] is not r:
+                self._made(r)
+        return changed
+
+    def _made(self, r: QueueRow) -> tuple[str, ...]:
+        texts = r.cells(signs)
+        self.made[r.run_id] = (r, texts)
+        for c, t in zip(QUEUE_COLUMNS, texts):
+            width = cell_len(t)
+            if width > self.widths[c]:
+                self.widths[c] = width
+                self.stale = True
+        return texts
 
     # --- rows -------------------------------------------------------------------------
 
@@ -286,25 +339,27 @@ class JobTable(DataTable):
         if self.filter_text:
             needle = self.filter_text.lower()
             rows = [r for r in rows if any(needle in c.lower() for c in r.cells(signs))]
-        self._take_widths(rows)
-        self._hide_constant_columns(self.latest)
+        changed = self._changed(rows)
+        self._hide_constant_columns(self.latest, changed)
         # the run the cursor is on stays under it, whatever moves (a first fill: the top)
         selected = self.selected_run() if self.shown else self.restore
-        self.relayout()
-        if self._show(rows):
-            self.order()
+        # (not while a first fill comes in frame by frame: a column that grew meanwhile is
+        # widened in place, and the columns chosen again once every row is in)
+        if not self.columns_shown or (self.stale and not self.filling):
+            self.stale = False
+            if self.relayout():
+                changed = rows  # every row comes again, in the new columns
+        if self._show(rows, changed):
+            self.order(at_once=False)
         self._keep_cursor(selected)
 
     def resort(self) -> None:
-        """Show the rows again in the order asked (as planned: afresh), the header's sign
-        on the column sorted by."""
+        """Show the rows again in the order asked, the header's sign on the column sorted
+        by."""
         for name in self.columns_shown:
             if name != MARK:
                 self.columns[ColumnKey(name)].label = literal_cell(self._heading(name))
         selected = self.selected_run()
-        if self.sort_by is None:
-            self.clear()
-            self.shown, self.texts = {}, {}
         self.show_rows(self.latest)
         self.order()
         self._keep_cursor(selected)
@@ -319,10 +374,17 @@ class JobTable(DataTable):
         elif self.get_row_index(run_id) != self.cursor_row:
             self.move_cursor(row=self.get_row_index(run_id))
 
-    def order(self) -> None:
+    def order(self, at_once: bool = True) -> None:
+        """Sort the rows as asked. A tick's changes in a big table (past SORT_AT_ONCE runs)
+        are sorted at most once every SORT_EVERY_S: each sort takes tens of milliseconds
+        there, and a row whose state changed shows it at once, in its old place meanwhile."""
         by = self.sort_by
-        if by is None or by not in self.columns_shown:
-            return  # planned order, or one value: nothing to sort by
+        if by not in self.columns_shown:
+            return  # one value in every row: nothing to sort by
+        if not at_once and self.row_count > SORT_AT_ONCE:
+            if self.sort_timer is None:
+                self.sort_timer = self.set_timer(SORT_EVERY_S, self._sort_later)
+            return
         if by == "state":
             keys = self._job_keys
 
@@ -337,9 +399,16 @@ class JobTable(DataTable):
         else:
             self.sort(by, "job", key=lambda c: (throughput_order(c[0]), job_order(c[1])))
 
-    def _show(self, rows: list[QueueRow]) -> bool:
-        """Bring the table to these rows; whether the order may have changed (a row
-        added, removed, or moved to another state, job or throughput)."""
+    def _sort_later(self) -> None:
+        self.sort_timer = None
+        selected = self.selected_run()
+        self.order()
+        self._keep_cursor(selected)
+
+    def _show(self, rows: list[QueueRow], changed: list[QueueRow]) -> bool:
+        """Bring the table to these rows (`changed`: those not shown as they are);
+        whether the order may have changed (a row added, removed, or moved to another
+        state, job or throughput)."""
         wanted = {r.run_id for r in rows}
         gone = [k for k in self.shown if k not in wanted]
         for run_id in [k for k in self.made if k not in wanted]:
@@ -351,34 +420,36 @@ class JobTable(DataTable):
             for run_id in gone:
                 self.remove_row(run_id)
                 del self.shown[run_id], self.texts[run_id]
-        added = 0
+        added, more = 0, False
         moved = bool(gone)
         ordered = {_AT[c] for c in ("state", "job", "throughput")}
-        for r in rows:
+        for r in changed:
             old = self.shown.get(r.run_id)
             if old is r or old == r:
                 continue  # the engine kept the row (QueueReader): nothing to draw
             if old is None and added == ROWS_PER_FRAME:
-                if not self.filling:  # the rest after this frame, from the latest rows
-                    self.filling = True
+                more = True
+                if not self.fill_asked:  # the rest after this frame, from the latest rows
+                    self.fill_asked = True
                     self.call_after_refresh(self.fill_more)
                 break
             added += old is None
             self.shown[r.run_id] = r
             was = self.texts.get(r.run_id, ())
             made = self.made.pop(r.run_id, None)
-            texts = self.texts[r.run_id] = made[1] if made and made[0] is r else r.cells(signs)
+            texts = self.texts[r.run_id] = made[1] if made and made[0] is r else self._made(r)
+            self.made.pop(r.run_id, None)
             if old is None:
                 moved = True
                 self._widen(self.job_columns, texts)
                 self.add_row(*self._cells(r, texts), key=r.run_id)
                 continue
-            changed = [i for i in self.job_columns if texts[i] != was[i]]
-            if old.state != r.state and _STATE not in changed:
-                changed.append(_STATE)  # same words, another colour
-            moved = moved or bool(ordered.intersection(changed))
-            wider = self._widen(changed, texts)
-            for i in changed:
+            cols = [i for i in self.job_columns if texts[i] != was[i]]
+            if old.state != r.state and _STATE not in cols:
+                cols.append(_STATE)  # same words, another colour
+            moved = moved or bool(ordered.intersection(cols))
+            wider = self._widen(cols, texts)
+            for i in cols:
                 # update_width only where the column just grew: DataTable then recomputes
                 # the table's scrollable width, measuring this one cell (none is wider).
                 self.update_cell(
@@ -387,9 +458,10 @@ class JobTable(DataTable):
                     self._cell(i, texts[i], r.state),
                     update_width=i in wider,
                 )
+        self.filling = more  # rows still to come, a frame at a time
         return moved
 
-    def _cells(self, r: QueueRow, texts: tuple[str, ...]) -> list[str]:
+    def _cells(self, r: QueueRow, texts: tuple[str, ...]) -> list[str | Text]:
         return [
             (MARKED if r.run_id in self.marked else "")
             if c == MARK
@@ -397,27 +469,34 @@ class JobTable(DataTable):
             for c in self.columns_shown
         ]
 
-    def _cell(self, i: int, text: str, state: str) -> str:
-        """A cell's markup; a reason cut to its column with `…` (enter shows it whole)."""
-        if i == _REASON:
-            room = self.columns[ColumnKey(STRETCH)].width
-            if cell_len(text) > room:
-                text = set_cell_size(text, room - 1) + "…"
+    def _cell(self, i: int, text: str, state: str) -> str | Text:
+        """A cell's markup; a reason as Text cut to its column with `…` where it is drawn
+        (the column may widen; enter shows the reason whole). One Text a run at most: a
+        reason is empty while a run goes well."""
+        if i == _REASON and text:
+            return Text(signs(text), no_wrap=True, overflow="ellipsis", end="")
         return cell_markup(i, text, state)
 
     def fill_more(self) -> None:
-        self.filling = False
+        self.fill_asked = False
         self.show_rows(self.latest)
 
     def _widen(self, indexes, texts: tuple[str, ...]) -> set[int]:
-        """Grow the columns these cells do not fit; return which grew."""
+        """Grow the columns these cells do not fit (the reason as far as the room goes);
+        return which grew."""
         grew = set()
         for i in indexes:
             width = cell_len(texts[i])
             column = self.job_columns.get(i)
-            if column is not None and width > column.width and QUEUE_COLUMNS[i] != STRETCH:
-                column.width = width
-                grew.add(i)
+            if column is None or width <= column.width:
+                continue
+            if i == _REASON:
+                others = sum(c.width + GAP for c in self.columns.values() if c is not column)
+                width = min(width, self.room - others - GAP)
+                if width <= column.width:
+                    continue
+            column.width = width
+            grew.add(i)
         return grew
 
     # --- the runs chosen, the run selected -------------------------------------------

@@ -20,12 +20,11 @@ from .messages import DetailFound, EngineFailed, JobActed, LogFound
 from .screens import AppScreen
 from .widgets import Banner, Plain, TextField
 
-SORT_HELP = "sort: running, pending, finished (newest first); job; throughput; as planned"
+SORT_HELP = "sort: running, pending, finished (newest first); by job id; by throughput"
 SORT_WORDS = {
     "state": "state: running, then pending, then finished (newest first)",
     "job": "job id",
     "throughput": "throughput, the fastest first",
-    None: "the order the runs were planned",
 }
 LISTED = 8  # the runs a question about several names, one a line; the rest are counted
 
