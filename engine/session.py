@@ -12,6 +12,7 @@ and the renderers only (tests/test_boundaries.py).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from dataclasses import dataclass, field
@@ -359,11 +360,13 @@ class Session:
             for e in sorted(self.store.experiments(), key=lambda e: e["updated"] or 0, reverse=True)
         ]
 
-    def refresh(self, experiment: str | None) -> Snapshot:
-        """Ask each backend with live jobs about all of them at once, ingest, read rows."""
+    def refresh(self, experiment: str | None, poll: bool = True) -> Snapshot:
+        """Ask each backend with live jobs about all of them at once, ingest, read rows;
+        poll=False: the rows as the store holds them, asking no backend (what a front end
+        shows while a slow scheduler has not answered yet)."""
         reachable, warning, new, polled = True, None, 0, []
-        with self._lock:
-            for name, tick in follow.sync_live(self.store, self._follower):
+        with self._lock if poll else contextlib.nullcontext():
+            for name, tick in follow.sync_live(self.store, self._follower) if poll else []:
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 new += tick.new_records

@@ -192,7 +192,7 @@ async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
         )
         text = screen_text(app)
         assert "speedup (vs best 1-device run)" in text and "ideal" in text
-        assert "baseline of quickstart resnet20: best 1-device point pytorch-ddp 1x1" in text
+        assert "resnet20 1x1 batch 64: baseline pytorch-ddp 1x1, run " in text  # its own
         await pilot.press("m")
         await until(pilot, lambda: "scaling efficiency" in screen_text(app), 10, "the chart")
         await pilot.press("m", "m")

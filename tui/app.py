@@ -102,6 +102,7 @@ class DlscaleApp(App):
         # seconds, whatever a worker still waits on (dlscale-tui's main sets it).
         self.quit_within = quit_within
         self._where = session.where  # the header: where runs go, and what is followed
+        self._following: tuple[str, ...] = ()
         self._counts = ""
 
     def on_mount(self) -> None:
@@ -203,7 +204,15 @@ class DlscaleApp(App):
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
     def _refresh_queue(self, experiment: str | None) -> None:
         try:
-            self.post_message(Polling(self.session.following()))
+            following = self.session.following()
+            self.post_message(Polling(following))
+            shown = self.snapshot
+            if following and (shown is None or shown.experiment != experiment):
+                # The last known states at once: a slow Slurm must not leave the screen
+                # empty until it answers (the status line says what is awaited).
+                first = self.session.refresh(experiment, poll=False)
+                if not get_current_worker().is_cancelled:
+                    self.post_message(QueueRefreshed(first, polled=False))
             snap = self.session.refresh(experiment)
         except Exception as exc:  # shown in the banner; the next tick tries again
             if not get_current_worker().is_cancelled:
@@ -217,6 +226,8 @@ class DlscaleApp(App):
         if snap.experiment != self.experiment:
             return  # an answer for the study the user just left
         self.snapshot = snap
+        if not message.polled:
+            return  # the poll itself is still under way
         if before is None or before.counts != snap.counts or snap.new_records:
             self._backoff.reset()
         self._rearm()
@@ -234,9 +245,10 @@ class DlscaleApp(App):
             self.warning = f"the scheduler did not answer the last poll: {snap.warning}"
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
         self._counts = counts or "no runs yet"
-        self.show_where(snap.polled)
+        self.show_where(self._following)
 
     def on_polling(self, message: Polling) -> None:
+        self._following = message.backends  # what this tick asks, before it answers
         self.show_where(message.backends)
 
     def show_where(self, polled: tuple[str, ...]) -> None:

@@ -16,9 +16,11 @@ from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
 
 @dataclass
 class QueueRefreshed(Message):
-    """A watcher tick: the current experiment's rows and whether the scheduler answered."""
+    """A watcher tick: the current experiment's rows and whether the scheduler answered;
+    `polled` False: the store's rows, read before the scheduler was asked."""
 
     snapshot: Snapshot
+    polled: bool = True
 
 
 @dataclass

@@ -321,7 +321,9 @@ class ResultsScreen(AppScreen):
         self.query_one(Chart).show(shown, self.metric, model)
         what = f"{model}, {batch_words(r)}" if r else "no point yet"
         self.query_one("#picker", Plain).update(
-            f"{self.metric} of {what} (the selected row's; o: model, b: batch, m: metric)"
+            f"{PROJECTED} of every series of the study (m: metric)"
+            if self.metric == PROJECTED
+            else f"{self.metric} of {what} (the selected row's; o: model, b: batch, m: metric)"
         )
 
     def action_next_metric(self) -> None:
