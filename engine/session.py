@@ -332,14 +332,20 @@ class Session:
     # nothing stored: a front end says so at once instead of sitting at "Submitting...".
     REACH_S = 15.0
 
+    @property
+    def reach_s(self) -> float:
+        """How long a submission waits for the scheduler's first answer: REACH_S, or the
+        profile's command_timeout where that is shorter."""
+        return min(self.REACH_S, self.calls.timeout)
+
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
-        """Submit the study. Raises ControllerUnreachable within REACH_S when the scheduler
+        """Submit the study. Raises ControllerUnreachable within reach_s when the scheduler
         does not answer, before any run is stored."""
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
             target = self.submitter(backend, self.store, profile, partition)
-            target.check_reachable(self.REACH_S)
+            target.check_reachable(self.reach_s)
             target.knows_site(self.learn_site())  # asked once, at the app's start
             return study.submit(self.store, loaded, target)
 
