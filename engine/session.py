@@ -12,6 +12,7 @@ and the renderers only (tests/test_boundaries.py).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from dataclasses import dataclass, field
@@ -21,10 +22,12 @@ from typing import Any
 from . import study
 from .backends.base import Backend
 from .backends.registry import BACKENDS, make_backend
+from .backends.slurm.calls import Calls
+from .backends.slurm.calls import Waiting as Waiting
 from .config import specfile
 from .config.custom import declared_names
 from .config.frameworks import FRAMEWORKS
-from .config.profile import LoadedProfile, load_profile
+from .config.profile import COMMAND_TIMEOUT_S, LoadedProfile, load_profile
 from .config.spec import LoadedSpec, load_spec
 from .config.specfile import CHOICES as CHOICES
 from .errors import PlanError, UserError
@@ -35,6 +38,7 @@ from .launching.plan import plan
 from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm
+from .results.points import unit_and_axes
 from .runs import ACTIVE, RunRow, State
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
@@ -62,7 +66,7 @@ class Preview:
     runs: int = 0
     to_run: int = 0  # not completed in the store already
     device_runs: int = 0  # sum of devices over the runs still to run
-    estimate: str = ""  # from measured twins in the store, or says it is unknown
+    estimate: str = ""  # from completed runs of the same setup, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
@@ -90,11 +94,13 @@ class RunDetail:
 
 
 def run_label(row: RunRow) -> str:
-    """A run in a few words: what it measures, at which scale, which repetition."""
+    """A run in a few words: what it measures, at which scale and batch, with which values
+    of a declared framework's own axes, which repetition."""
     scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
     if is_comm(row):
         return f"{scale} {queue.COMM_WORDS}"
-    return f"{scale} #{row['repetition']}"
+    axes = "".join(f" {k}={v}" for k, v in unit_and_axes(row)[1].items())
+    return f"{scale} batch {row['per_device_batch']}{axes} #{row['repetition']}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class Snapshot:
     new_records: int = 0
     experiments: list[str] = field(default_factory=list)
     problem: str | None = None  # what to say of a poll that went wrong (Watcher.problem)
+    polled: tuple[str, ...] = ()  # the backends this refresh asked (those with live jobs)
 
     @property
     def live(self) -> int:
@@ -126,6 +133,12 @@ class Session:
         if backend not in BACKENDS:
             raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")
         self._local = threading.local()
+        # Every Slurm command of this session goes through one runner: its time is short
+        # (the profile's command_timeout), a front end can say what it waits on, and
+        # close() ends them all at once.
+        self.calls = Calls(COMMAND_TIMEOUT_S)
+        self._site_lock = threading.Lock()
+        self._site: tuple[Backend, object | None] | None = None  # (target, what it said)
         self.home = Path(home) if home else default_home()
         _ = self.store  # open it now: a store that cannot open is an error at start, not later
         self._lock = threading.Lock()  # one backend client, used by one thread at a time
@@ -134,7 +147,7 @@ class Session:
         # lock and a backend client of its own, so the queue refreshes meanwhile and shows
         # the runs being submitted. `submitter(name, store, profile, partition)` makes it.
         self._submit_lock = threading.Lock()
-        self.submitter = make_backend
+        self.submitter = self._make_backend
         self._choice = threading.Lock()  # backend, profile, partition change together
         self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
         self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
@@ -158,7 +171,7 @@ class Session:
     def _choose(self, backend: str, profile: LoadedProfile | None, partition: str | None) -> None:
         """Where submissions go from now on; the target backend is made once per choice
         (pyslurm's probe runs a child process)."""
-        target = make_backend(backend, self.store, profile, partition)
+        target = make_backend(backend, self.store, profile, partition, calls=self.calls)
         if target.needs_profile and profile is None:
             raise PlanError(
                 f"--backend {backend} needs --profile CLUSTER.toml (see examples/clusters/)"
@@ -168,6 +181,37 @@ class Session:
         with self._choice:
             self.backend, self.profile, self.partition = backend, profile, partition
             self.target = target
+            self.calls.timeout = profile.profile.command_timeout if profile else COMMAND_TIMEOUT_S
+
+    def _make_backend(
+        self,
+        name: str,
+        store: Store,
+        profile: LoadedProfile | None = None,
+        partition: str | None = None,
+    ) -> Backend:
+        """A backend of this session's: its Slurm commands go through `calls`."""
+        return make_backend(name, store, profile, partition, calls=self.calls)
+
+    def learn_site(self) -> object | None:
+        """What the cluster submitted to says of itself (its limits, whether it keeps
+        accounting), asked once (a front end asks at its start, in a worker) and handed to
+        every submission and follower from then on, so a submission asks nothing of
+        sacctmgr. Local: nothing to ask."""
+        with self._site_lock:
+            target = self.target
+            if self._site is None or self._site[0] is not target:
+                self._site = (target, target.learn_site())
+            return self._site[1]
+
+    def waiting(self) -> list[Waiting]:
+        """The Slurm commands in flight, the longest waiting first (sacct: 23 s)."""
+        return self.calls.waiting()
+
+    def close(self) -> None:
+        """End every Slurm command in flight, by its own pid, and start none from now on
+        (a front end quitting: nothing of it is left waiting on Slurm)."""
+        self.calls.close()
 
     def use_cluster(self, profile_path: str | None, partition: str | None = None) -> None:
         """Submit to this cluster profile from now on (Slurm), or to this machine (None).
@@ -191,13 +235,28 @@ class Session:
         caches (one that holds a store, the local one, is made per thread)."""
         made = self._followers.get(name)
         if made is None or getattr(made, "store", self.store) is not self.store:
-            made = self._followers[name] = make_backend(name, self.store)
+            made = self._followers[name] = self._make_backend(name, self.store)
+            site = self._site
+            if site is not None and site[1] is not None and name == self.target.name:
+                made.knows_site(site[1])
         return made
 
     @property
     def where(self) -> str:
         """The header's words: the backend, and cluster:partition for Slurm."""
         return self.target.describe()
+
+    def following(self) -> tuple[str, ...]:
+        """The backends a refresh polls now: those with live jobs in the store."""
+        return tuple(follow.backends_in_use(self.store))
+
+    def where_polled(self, polled: tuple[str, ...]) -> str:
+        """The header's words once a refresh has asked `polled`: the backend submitted to,
+        and the ones followed when they are others (a store of Slurm runs opened without
+        a profile polls Slurm: the header must not say local alone)."""
+        here = self.where
+        others = [p for p in polled if p != self.target.name]
+        return f"{here}, following {' and '.join(others)} jobs" if others else here
 
     # --- build ---------------------------------------------------------------------------
 
@@ -275,14 +334,21 @@ class Session:
     # nothing stored: a front end says so at once instead of sitting at "Submitting...".
     REACH_S = 15.0
 
+    @property
+    def reach_s(self) -> float:
+        """How long a submission waits for the scheduler's first answer: REACH_S, or the
+        profile's command_timeout where that is shorter."""
+        return min(self.REACH_S, self.calls.timeout)
+
     def submit(self, loaded: LoadedSpec) -> study.SubmitReport:
-        """Submit the study. Raises ControllerUnreachable within REACH_S when the scheduler
+        """Submit the study. Raises ControllerUnreachable within reach_s when the scheduler
         does not answer, before any run is stored."""
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
         with self._submit_lock:
             target = self.submitter(backend, self.store, profile, partition)
-            target.check_reachable(self.REACH_S)
+            target.check_reachable(self.reach_s)
+            target.knows_site(self.learn_site())  # asked once, at the app's start
             return study.submit(self.store, loaded, target)
 
     # --- queue ---------------------------------------------------------------------------
@@ -302,15 +368,18 @@ class Session:
             for e in sorted(self.store.experiments(), key=lambda e: e["updated"] or 0, reverse=True)
         ]
 
-    def refresh(self, experiment: str | None) -> Snapshot:
-        """Ask each backend with live jobs about all of them at once, ingest, read rows."""
-        reachable, warning, problem, new = True, None, None, 0
-        with self._lock:
-            for _, tick in follow.sync_live(self.store, self._follower):
+    def refresh(self, experiment: str | None, poll: bool = True) -> Snapshot:
+        """Ask each backend with live jobs about all of them at once, ingest, read rows;
+        poll=False: the rows as the store holds them, asking no backend (what a front end
+        shows while a slow scheduler has not answered yet)."""
+        reachable, warning, problem, new, polled = True, None, None, 0, []
+        with self._lock if poll else contextlib.nullcontext():
+            for name, tick in follow.sync_live(self.store, self._follower) if poll else []:
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 problem = problem or tick.problem
                 new += tick.new_records
+                polled.append(name)
         rows = self._queue.rows(self.store, experiment)
         return Snapshot(
             experiment,
@@ -321,11 +390,12 @@ class Session:
             new,
             self.experiments(),
             problem,
+            tuple(polled),
         )
 
     def cancel(self, run_ids: list[str]) -> list[str]:
         with self._lock:
-            return follow.cancel(self.store, run_ids)
+            return follow.cancel(self.store, run_ids, self._follower)
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
         with self._submit_lock:

@@ -13,6 +13,8 @@ text it prints through it, and the TUI's widgets every text they show.
 
 from __future__ import annotations
 
+import re
+
 # C0 controls but tab, DEL and C1 controls; the bidi embeddings, overrides, isolates and
 # marks; the line and paragraph separators (U+2028/9, line breaks to some terminals).
 _UNSAFE = [
@@ -60,3 +62,21 @@ def quoted(text: str) -> str:
     """A user's text (a log pattern) shown as a TOML literal string holds it: in single
     quotes, backslashes as written (repr would double them), controls made visible."""
     return printable(f"'{text}'" if "'" not in text else f'"{text}"')
+
+
+# The terminal app shows a C0 control character or DEL as its one-cell control picture
+# (ESC as ␛, BEL as ␇, CR as ␍): visible at a glance where `\x1b` takes four cells.
+_ESCAPED_C0 = re.compile(r"\\x(1[0-9a-f]|0[0-9a-f]|7f)")
+
+
+def _picture(m: re.Match[str]) -> str:
+    code = int(m[1], 16)
+    return "\u2421" if code == 0x7F else chr(0x2400 + code)
+
+
+def signs(text: str, newlines: bool = False) -> str:
+    """`text` as printable shows it, with each C0 control character and DEL as its control
+    picture instead of its escape. Text the engine made printable before (a failure reason
+    in the store, a log line) reads the same: its `\\x1b` is shown as ␛ too."""
+    shown = printable(text, newlines)
+    return _ESCAPED_C0.sub(_picture, shown) if "\\x" in shown else shown

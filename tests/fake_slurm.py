@@ -7,7 +7,11 @@ FAKE_SBATCH says how sbatch behaves after it has taken the job: `ok` (prints its
 FAKE_SLURM_DIR/accepted, then sleeps, as a controller that took the job but whose answer
 has not come back yet).
 
-`install(bin_dir)` writes the four commands into a folder to put first on PATH.
+Every call is logged, a line each, in FAKE_SLURM_DIR/calls.log. FAKE_SLURM_HANG names
+commands (`sacct,squeue`) that never answer, as on a cluster whose
+slurmdbd or controller is swamped: each sleeps until it is killed.
+
+`install(bin_dir)` writes the commands into a folder to put first on PATH.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
+COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sacctmgr", "sinfo")
 
 
 def install(bin_dir: Path) -> None:
@@ -51,6 +55,11 @@ def _value(args: list[str], name: str) -> str | None:
 
 def main(name: str, args: list[str]) -> int:
     state_dir = Path(os.environ["FAKE_SLURM_DIR"])
+    with open(state_dir / "calls.log", "a") as fh:  # every call, as `name arg...`
+        fh.write(" ".join([name, *args]) + "\n")
+    if name in os.environ.get("FAKE_SLURM_HANG", "").split(","):
+        time.sleep(3600)
+        return 1
     found = jobs(state_dir)
     if name == "sbatch":
         job = {
@@ -87,6 +96,15 @@ def main(name: str, args: list[str]) -> int:
         return 0
     if name == "sacct":
         return 0  # not in accounting yet: squeue's word stands
+    if name == "scontrol" and args[:1] == ["ping"]:
+        print("Slurmctld(primary) at fake is UP")
+        return 0
+    if name == "scontrol" and args[:2] == ["show", "config"]:
+        print("ClusterName = fake\nMaxArraySize = 1001")
+        print("AccountingStorageType = accounting_storage/slurmdbd")
+        return 0
+    if name in ("sacctmgr", "sinfo"):
+        return 0
     if name == "scancel":
         for job in found:
             if job["id"] in {a.split("_")[0] for a in args}:

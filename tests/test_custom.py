@@ -126,7 +126,7 @@ BAD = {
     ),
     "warm-up not fewer than steps where the command gets both": (
         {"command": '["{python}", "{script}", "{steps}", "{warmup_steps}"]', "length": "steps = 1"},
-        r":\d+: training: warmup_steps 1 is not fewer than steps 1: the command gets both",
+        r":\d+: training\.warmup_steps: the 1 warm-up steps .* the command gets both",
     ),
     "steps placeholder where the spec gives no length": (
         {"command": '["{python}", "{script}", "{steps}"]', "length": ""},

@@ -52,7 +52,10 @@ def test_slurm_time_formats(text, seconds):
             ["test.toml:18: partitions[1].cpus_per_node"],
         ),
         (("[environments.pytorch-ddp]", "[environments.pytorch-dpp]"), ["unknown framework"]),
-        (('name = "debug"', 'name = "de bug"'), ["partitions[0].name", "should match pattern"]),
+        (
+            ('name = "debug"', 'name = "de bug"'),
+            ["partitions[0].name", "should be letters, digits, '.', '_' or '-' (no spaces)"],
+        ),
     ],
 )
 def test_bad_profiles_name_file_line_and_field(tmp_path, change, fragments):

@@ -91,8 +91,9 @@ def test_a_plain_time_limit_still_loads(tmp_path):
 
 def test_warmup_not_shorter_than_the_timed_steps_is_refused(tmp_path):
     path = _spec(tmp_path, "warmup_steps = 1", "warmup_steps = 4")
-    with pytest.raises(SpecError, match="warmup_steps 4 is not fewer than steps 4"):
+    with pytest.raises(SpecError, match=r"training\.warmup_steps: the 4 warm-up steps") as err:
         load_spec(path)
+    assert "not fewer than the 4 timed steps (steps)" in str(err.value)
 
 
 def test_more_loader_workers_than_cores_is_refused_locally_and_on_a_partition(tmp_path, home):

@@ -192,7 +192,7 @@ async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
         )
         text = screen_text(app)
         assert "speedup (vs best 1-device run)" in text and "ideal" in text
-        assert "baseline of quickstart resnet20: best 1-device point pytorch-ddp 1x1" in text
+        assert "resnet20 1x1 batch 64: baseline pytorch-ddp 1x1, run " in text  # its own
         await pilot.press("m")
         await until(pilot, lambda: "scaling efficiency" in screen_text(app), 10, "the chart")
         await pilot.press("m", "m")
@@ -224,7 +224,7 @@ async def test_log_tail_follows_pauses_and_searches(home):
             20,
         )
         app.screen.query_one("#jobs", DataTable).focus()
-        await pilot.press("enter")
+        await pilot.press("l")
         tail = app.screen.query_one(LogTail)
         await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 10, "log lines")
         path = tail.path
@@ -403,7 +403,7 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     table = app.screen.query_one("#jobs", DataTable)
     await until(pilot, lambda: table.row_count == 2, 30, "two jobs in the queue")
     table.focus()
-    await pilot.press("enter")
+    await pilot.press("l")
     tail = app.screen.query_one(LogTail)
     await until(pilot, lambda: tail.query_one(LogView).line_count > 0, 120, "the log tail")
     await until(

@@ -50,6 +50,10 @@ def _tui_sources():
         yield path.name, ast.parse(path.read_text(encoding="utf-8"))
 
 
+# Modules whose underscore names are their public API, not Textual's (os._exit).
+STDLIB = ("os", "sys")
+
+
 def test_tui_uses_no_private_textual_api():
     """No read, write, call or override of a Textual internal (DataTable's `_on_idle`,
     `_updated_cells`, `_clear_caches`...), no private Textual module, and no getattr
@@ -60,7 +64,11 @@ def test_tui_uses_no_private_textual_api():
     found = []
     for name, tree in _tui_sources():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in private:
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in private
+                and not (isinstance(node.value, ast.Name) and node.value.id in STDLIB)
+            ):
                 found.append(f"{name}:{node.lineno}: .{node.attr}")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in private:
                 found.append(f"{name}:{node.lineno}: def {node.name}")

@@ -22,13 +22,13 @@ MARKUP = "[b]not bold[/b] a Needle in [@click=app.quit]x[/] 日本語 needle"
 
 
 async def _open_log(pilot) -> tuple[LogTail, LogView]:
-    """Enter on the first job of the recorded study; its log gets the test's lines."""
+    """l on the first job of the recorded study; its log gets the test's lines."""
     app = pilot.app
     await until(pilot, lambda: app.current_mode == "queue", 20, "the queue")
     tail, view = app.screen.query_one(LogTail), app.screen.query_one(LogView)
     jobs = app.screen.query_one("#jobs", DataTable)
     await until(pilot, lambda: jobs.row_count == 6, 20, "the jobs")
-    await pilot.press("enter")  # the table has the focus
+    await pilot.press("l")  # the table has the focus
     await until(pilot, lambda: view.line_count > 0, 10, "the log")
     with open(tail.path, "a") as fh:
         fh.write(f"{LONG}\n{MARKUP}\nthe last line\n")
@@ -69,7 +69,7 @@ async def test_w_wraps_the_long_lines_and_back(home):
         assert not view.wrap and "THE-LINE-ENDS-HERE" not in screen_text(app)
         await pilot.press("o")  # o still sorts while w has its place in the footer
         await pilot.pause()
-        assert app.screen.query_one("#jobs").sort_by == "state"
+        assert app.screen.query_one("#jobs").sort_by == "job"  # from the default, state
         await pilot.press("escape")  # the log closed: o Sort is back
         await pilot.pause()
         footer = screen_text(app).rstrip("\n").splitlines()[-1]

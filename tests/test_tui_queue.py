@@ -18,7 +18,7 @@ from dlscale.engine.tracking import queue
 from dlscale.engine.tracking.queue import QUEUE_COLUMNS, QueueReader, QueueRow
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
-from dlscale.tui.queue import ROWS_PER_FRAME, JobTable
+from dlscale.tui.jobtable import ROWS_PER_FRAME, JobTable
 from test_tui import until
 from tui_text import screen_text
 
@@ -446,7 +446,7 @@ async def test_another_experiment_replaces_the_rows(home):
 async def test_the_queue_screen_shows_a_big_snapshot(home):
     """2,500 jobs through the app's reactive: the first screenful at once, the rest frame by
     frame (DataTable measures each new row); a tick that lands meanwhile, with 100 jobs
-    changing state, shows too, and the table ends with every job in the order given."""
+    changing state, shows too, and the table ends with every job, running ones first."""
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(200, 40)) as pilot:
         await pilot.press("f3")
@@ -460,10 +460,20 @@ async def test_the_queue_screen_shows_a_big_snapshot(home):
         ]
         app.snapshot = Snapshot("big", rows, {"PENDING": 2400, "RUNNING": 100}, experiments=["big"])
         await until(pilot, lambda: table.row_count == 2500, 30, "every row")
-        await pilot.pause()
-        assert [
-            table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value for i in range(2500)
-        ] == [r.run_id for r in rows]
+        # what needs watching first: the running jobs, then the pending ones, each in
+        # job order (issue 36, item 3); a table this big sorts a tick's changes every
+        # few seconds (JobTable.order)
+        want = [r.run_id for r in rows if r.state == "RUNNING"]
+        want += [r.run_id for r in rows if r.state == "PENDING"]
+        await until(
+            pilot,
+            lambda: (
+                [table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value for i in range(2500)]
+                == want
+            ),
+            30,
+            "the running jobs first",
+        )
         assert "2400 pending, 100 running" in str(app.screen.query_one("#queue-summary").render())
         assert _check_shown(app, rows) > 20
         for i in (0, 1000, 2475):
@@ -491,7 +501,7 @@ def test_a_cell_shows_its_text_as_it_is(text):
     scheduler made up shows as it is too; a known one in its colour."""
     from rich.text import Text
 
-    from dlscale.tui.queue import STATE_STYLE, cell_markup
+    from dlscale.tui.jobtable import STATE_STYLE, cell_markup
 
     state = QUEUE_COLUMNS.index("state")
     for col in range(len(QUEUE_COLUMNS)):
@@ -551,19 +561,11 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
         await pilot.pause()
         (line,) = [ln for ln in screen_text(app).splitlines() if "comm-9" in ln]
         # at 80 columns the reason is cut: the rep column says it too
-        assert line.split()[:8] == [
-            "comm-9",
-            "2x4",
-            "comm",
-            "FAILED",
-            "-",
-            "-",
-            "-",
-            "communication",
-        ]
+        assert line.split()[:4] == ["comm-9", "FAILED", "2x4", "comm"], line
+        assert "communica" in line
         table = app.screen.query_one(JobTable)
-        table.move_cursor(row=[r.run_id for r in rows].index(bench.run_id))
-        await pilot.press("enter")
+        table.move_cursor(row=table.get_row_index(bench.run_id))
+        await pilot.press("l")
         await until(pilot, lambda: "(job comm-9)" in screen_text(app), 10, "the log's title")
         assert "pytorch-ddp resnet50 2x4 communication benchmark (job comm-9)" in screen_text(app)
 
@@ -572,15 +574,15 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
 async def test_the_throughput_heading_names_the_rows_unit_as_written(home, unit):
     """The heading is the runs' unit (tokens/s is not images/s), read from the store: a
     damaged or hand-edited one may hold any text there, shown as written, never markup."""
-    from dlscale.engine.text import printable
+    from dlscale.engine.text import signs
 
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(200, 40)) as pilot:
         table = await _table(app, pilot)
         table.show_rows([QueueRow(**{**r.__dict__, "unit": unit}) for r in _rows(3)])
         await pilot.pause()
-        head = next(x for x in screen_text(app).splitlines() if " state " in x)
-        assert f" {printable(unit)}/s " in f"{head} ", head
+        head = next(x for x in screen_text(app).splitlines() if " state▾ " in x)
+        assert f" {signs(unit)}/s " in f"{head} ", head
         table.show_rows(_rows(3))  # runs of the built-in trainers: images again
         await pilot.pause()
-        assert " images/s " in next(x for x in screen_text(app).splitlines() if " state " in x)
+        assert " images/s " in next(x for x in screen_text(app).splitlines() if " state▾ " in x)

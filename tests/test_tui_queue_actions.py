@@ -15,7 +15,6 @@ from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, DetailScreen
-from dlscale.tui.queue import sort_key
 from test_tui import until
 from tui_text import recorded_study, screen_text
 
@@ -102,9 +101,16 @@ async def test_actions_apply_only_where_they_can_and_say_why_not(home, worker_lo
         await pilot.press("space")
         _select(table, completed[1])
         await pilot.press("space")
+        # each marked in its row, counted above the table (issue 36, item 3)
+        marked = [ln for ln in screen_text(app).splitlines() if ln.startswith(" ●")]
+        assert len(marked) == 2 and "2 chosen (space)" in screen_text(app), screen_text(app)
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
-        assert "Resubmit these 2 runs?" in screen_text(app)
+        text = screen_text(app)
+        assert "Resubmit these 2 runs?" in text
+        for run_id in completed[:2]:  # the question lists them, by the words their row shows
+            row = table.shown[run_id]
+            assert f"job {row.job_id}: pytorch-ddp resnet20 {row.scale} batch 64" in text, text
         await pilot.press("n")
 
 
@@ -124,6 +130,9 @@ async def test_slash_filters_the_table_and_its_letters_are_not_commands(home, wo
 
 
 async def test_sorting_home_end_and_detail(home, worker_lock):
+    """Issue 36, item 3: by default what needs watching first (running, then pending, then
+    finished, the newest first), a sign on the heading sorted by, and enter opens the run's
+    detail (as k9s's does) while l opens its log."""
     _name, states = _study(home)
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -131,28 +140,34 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         table = await _queue(pilot, app, len(states))
         # One framework, model and batch in every row: their columns go, named once above.
         assert "all framework pytorch-ddp, model resnet20" in screen_text(app)
-        assert "framework" not in [str(c.label) for c in table.columns.values()]
-        await pilot.press("o")  # by state: what needs watching first
-        await pilot.pause(0.2)
-        state = [str(c.label) for c in table.columns.values()].index("state")
+        labels = [str(c.label) for c in table.columns.values()]
+        assert "framework" not in labels and "state▾" in labels
+        state, job = labels.index("state▾"), labels.index("job")
         shown = [str(table.get_cell_at((r, state))) for r in range(table.row_count)]
-        ranks = [sort_key("state", c) for c in shown]
-        assert ranks == sorted(ranks), shown
         assert "RUNNING" in shown[0] and "PENDING" in shown[1], shown
+        finished = [str(table.get_cell_at((r, job))) for r in range(2, table.row_count)]
+        assert finished == sorted(finished, key=lambda j: -int(j.split("-")[-1])), finished
+        await pilot.press("o")  # by job id
+        await pilot.pause(0.2)
+        assert "job▾" in [str(c.label) for c in table.columns.values()]
+        jobs = [str(table.get_cell_at((r, job))) for r in range(table.row_count)]
+        assert jobs == sorted(jobs, key=lambda j: int(j.split("-")[-1]))
         await pilot.press("end")
         assert table.cursor_row == table.row_count - 1
         await pilot.press("home")
         assert table.cursor_row == 0
         await pilot.click("#jobs", offset=(2, 0))  # the job column's header
         await pilot.pause(0.2)
-        jobs = [str(table.get_cell_at((r, 0))) for r in range(table.row_count)]
-        assert jobs == sorted(jobs, key=lambda j: int(j.split("-")[-1]))
         failed = next(r for r, s in states.items() if s == "FAILED")
         _select(table, failed)
-        await pilot.press("i")
+        await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DetailScreen), 10, "the detail")
         text = screen_text(app)
         assert "second line of the reason" in text and failed in text
         assert "run folder" in text and "torch" in text  # the env record's versions
-        await pilot.press("escape")
+        assert "Y: the run id" in text
+        await pilot.press("Y")
+        assert any(f"copied run id {failed}" in m for m in _notes(app))
+        await pilot.press("l")  # the detail closes on the run's log
+        await until(pilot, lambda: app.screen.query_one("#log").display, 10, "the log")
         assert not isinstance(app.screen, DetailScreen)

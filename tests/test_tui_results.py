@@ -9,7 +9,8 @@ import json
 from dlscale.engine.results import charts
 from dlscale.engine.session import Session
 from dlscale.tui.app import DlscaleApp
-from dlscale.tui.results import COLUMNS, ResultsScreen
+from dlscale.tui.points import headings
+from dlscale.tui.results import ResultsScreen
 from test_tui import field, until
 from tui_text import recorded_study, screen_text
 
@@ -35,8 +36,9 @@ def with_breakdown(run_id: str, lines: list[str]) -> list[str]:
 
 def row_of(app, devices: int) -> dict[str, str]:
     table = field(app, "results")
+    labels = [str(c.label) for c in table.columns.values()]
     for i in range(table.row_count):
-        cells = dict(zip(COLUMNS, map(str, table.get_row_at(i))))
+        cells = dict(zip(labels, map(str, table.get_row_at(i))))
         if cells["dev"] == str(devices):
             return cells | {"index": str(i)}
     raise AssertionError(f"no {devices}-device row")
@@ -106,15 +108,17 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
 
 
 def test_a_result_without_any_unmeasured_part_explains_nothing():
-    from dlscale.tui.results import why_missing
+    from dlscale.tui.points import why_missing
 
+    heads = headings([])
     assert (
         why_missing(
             {
                 "predicted_efficiency": 0.9,
                 "images_per_joule": 3.0,
                 "unmeasured": {"comm_busbw_gbps": "one device"},
-            }
+            },
+            heads,
         )
         == ""
     )
@@ -124,7 +128,8 @@ def test_a_result_without_any_unmeasured_part_explains_nothing():
                 "predicted_efficiency": None,
                 "images_per_joule": 3.0,
                 "unmeasured": {"predicted_efficiency": "no 1-device baseline point"},
-            }
+            },
+            heads,
         )
         == "pred. eff. -: no 1-device baseline point"
     )

@@ -11,7 +11,7 @@ from textual.widgets import Input
 from conftest import REPO
 from dlscale.engine.session import Session
 from dlscale.tui.app import DlscaleApp
-from tui_text import recorded_study
+from tui_text import axis_study, recorded_study
 
 SIZES = [(80, 24), (120, 40)]
 # Exact renders, of the main environment's libraries: another Python may resolve other
@@ -71,7 +71,7 @@ def test_queue_screen_with_log(snap_compare, home, size):
             lambda: app.screen.query("#jobs") and app.screen.query_one("#jobs").row_count == 6,
         )
         app.screen.query_one("#jobs").focus()
-        await pilot.press("down", "enter")
+        await pilot.press("down", "l")
         await settle(pilot, lambda: app.screen.query_one("#log-lines").line_count > 3)
 
     assert snap_compare(app, terminal_size=size, run_before=open_log)
@@ -119,7 +119,7 @@ def test_queue_dialogs(snap_compare, home, size, dialog):
             await pilot.press("down", "s")
             await settle(pilot, lambda: app.screen.query("Button"))
         else:
-            await pilot.press("down", "i")
+            await pilot.press("down", "enter")
             await settle(pilot, lambda: app.screen.query("#detail"))
 
     assert snap_compare(app, terminal_size=size, run_before=open_dialog)
@@ -160,3 +160,25 @@ def test_compare_dialog(snap_compare, two_sites, size, monkeypatch):
         await settle(pilot, lambda: isinstance(app.screen, CompareScreen))
 
     assert snap_compare(app, terminal_size=size, run_before=compare)
+
+
+@pytest.mark.parametrize("screen", ["queue", "results"])
+def test_a_study_of_four_models_and_two_batches_at_80x24(snap_compare, home, screen):
+    """Issue 36, item 2: 4 models x 2 batch sizes x 1 and 2 ranks with an axis of its own
+    (`mode = fail/ok`), at 80x24: the queue with a column per varying value and the reason
+    of each failure; the results with the chart on screen, of the selected point's model
+    and batch, and its baseline alone."""
+    axis_study(home)
+    app = DlscaleApp(Session(home, "local"))
+
+    async def shown(pilot):
+        await settle(pilot, lambda: app.snapshot is not None)
+        if screen == "queue":
+            await pilot.press("f3")
+            await settle(pilot, lambda: app.screen.query_one("#jobs").row_count == 32)
+        else:
+            await pilot.press("f4")
+            await settle(pilot, lambda: app.screen.query_one("#results").row_count == 32)
+            await pilot.press("down", "down", "down")  # a measured point: its numbers
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=shown)

@@ -215,9 +215,17 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
         await until(
             pilot, lambda: "speedup (vs best 1-device run)" in screen_text(app), 10, "the chart"
         )
-        shown = str(app.screen.query_one("#baselines").render())
+        head = str(app.screen.query_one("#results-head").render())
+        assert f"({len(expect)} notes: enter)" in head, head
+        await pilot.press("enter")  # the point in full, the notes under it
+        await until(pilot, lambda: "metrics.jsonl line" in screen_text(app), 10, "the notes")
+        shown = screen_text(app)
         for run_id in expect:
-            assert f"run {run_id}: metrics.jsonl line" in shown
+            assert f"run {run_id}: metrics.jsonl line" in shown, shown
+        await pilot.press("escape")
+        await until(
+            pilot, lambda: "metrics.jsonl line" not in screen_text(app), 10, "the results again"
+        )
         for _ in range(3):  # every metric's chart draws
             await pilot.press("m")
             await pilot.pause(0.2)

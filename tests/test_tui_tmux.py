@@ -4,11 +4,14 @@ send-keys, the screen comes back with capture-pane, as a user over SSH would see
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
 
+import fake_slurm
 import pytest
+from test_slurm_calls import slurm_runs
 
 from conftest import BIN, write_spec
 from tui_terminal import Terminal
@@ -39,14 +42,14 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         # A bad value is refused at its field, with the reason, before anything is sent.
         term.keys("Home", "C-k")
         term.type("no spaces allowed")
-        screen = term.wait_for("String should match pattern")
+        screen = term.wait_for("should be 1 to 64 letters")  # in words, not a pattern
         assert "Cannot submit yet" in screen
         term.keys("Home", "C-k")
         term.type("tmux-study")
         term.wait_for("ctrl+r submits")
         term.keys("C-r")
         term.wait_for("local-1", 60)
-        term.keys("Enter")  # the first job's log
+        term.keys("l")  # the first job's log
         term.wait_for("dlscale: local job local-1", 120)
         screen = term.wait_for("2 completed", 300)
         term.keys("F4")
@@ -86,6 +89,7 @@ TAB_ORDER = (
     "steps",
     "path",
     "profile",
+    "preview-scroll",  # the panel on the right: its list of errors scrolls
 )
 
 
@@ -166,3 +170,63 @@ def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(
         assert term.quit_with("C-q")
     finally:
         term.close()
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie its parent (tmux) has not collected yet: it runs no more."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def _with_env(name: str, value: str) -> list[int]:
+    """The processes whose environment holds name=value (this test's fake Slurm's)."""
+    found = []
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            with open(f"/proc/{proc}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if f"{name}={value}".encode() in env and not _ended(int(proc)):
+            found.append(int(proc))
+    return found
+
+
+def test_quit_within_a_second_while_slurm_hangs(home, tmp_path, terminal_env):
+    """Issue 36, item 1: on a cluster whose sacct, squeue, sacctmgr, scontrol and sinfo
+    never answer, the app says what it waits on and for how long, its header names the
+    backend it polls (a store of Slurm runs opened without a profile), and q gives the
+    shell back within a second, with no Slurm command of its left running. Before, the
+    process went on for 113 s after the screen closed, and started a new squeue."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
+    fake_slurm.install(bin_dir)
+    state.mkdir()
+    slurm_runs(home)
+    argv = [
+        "env",
+        f"PATH={bin_dir}{os.pathsep}{os.environ['PATH']}",
+        f"FAKE_SLURM_DIR={state}",
+        "FAKE_SLURM_HANG=sacct,squeue,sacctmgr,sinfo,scontrol",
+        str(BIN / "dlscale-tui"),
+    ]
+    term = Terminal(argv, terminal_env, size=(80, 24))
+    try:
+        screen = term.wait_for("no answer for", 60)
+        assert re.search(r"sacct: no answer for \d+ s", screen), screen
+        assert "following slurm jobs" in screen.splitlines()[0], screen
+        assert _with_env("FAKE_SLURM_DIR", str(state)), "no Slurm command in flight"
+        pid = term.pid()
+        t = time.monotonic()
+        term.press("q")
+        while not _ended(pid) and time.monotonic() - t < 30:
+            time.sleep(0.01)
+        took = time.monotonic() - t
+    finally:
+        term.close()
+    assert took < 1.0, f"the shell came back after {took:.2f} s"
+    assert _with_env("FAKE_SLURM_DIR", str(state)) == []

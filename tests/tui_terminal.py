@@ -47,6 +47,21 @@ class Terminal:
                 ["tmux", "send-keys", "-t", self.name, *([] if key else ["-l"]), seg], check=True
             )
 
+    def press(self, key: str) -> None:
+        """One key, at once (keys() waits a little after sending)."""
+        subprocess.run(["tmux", "send-keys", "-t", self.name, key], check=True)
+
+    def pid(self) -> int:
+        """The process the terminal runs (its pane's)."""
+        return int(
+            subprocess.run(
+                ["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()[0]
+        )
+
     def type(self, text: str) -> None:
         self.keys(text, literal=True)
 

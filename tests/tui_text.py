@@ -66,3 +66,82 @@ def recorded_study(home, edit=None) -> str:
         store.update_run(run.run_id, state=job["state"])
     store.close()
     return loaded.spec.experiment.name
+
+
+AXIS_SPEC = """\
+[experiment]
+name = "models-x-batches"
+frameworks = ["gpt"]
+models = ["gpt2-tiny", "gpt2-small", "gpt2-medium", "gpt2-large"]
+datasets = ["synthetic-tokens"]
+scales = ["1x1", "1x2"]
+per_device_batch = [8, 16]
+precisions = ["fp32"]
+repetitions = 1
+
+[experiment.axes]
+mode = ["fail", "ok"]
+
+[training]
+steps = 6
+warmup_steps = 2
+
+[frameworks.gpt]
+script = "{script}"
+command = ["{{python}}", "{{script}}", "--mode", "{{mode}}"]
+launcher = "torchrun"
+unit = "tokens"
+"""
+
+
+def axis_study(home) -> str:
+    """A study as a new user writes one: 4 models x 2 batch sizes x 1 and 2 ranks of a
+    declared framework, with an axis of its own (`mode = fail/ok`): the `fail` runs failed,
+    the `ok` ones measured a throughput that falls with the model's size. Fixed numbers and
+    job times, so screens are repeatable. Returns the experiment name."""
+    import json
+    from pathlib import Path
+
+    from dlscale.engine.config.spec import load_spec
+    from dlscale.engine.launching.plan import plan
+    from dlscale.engine.tracking.store import Store
+
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    script = Path(__file__).parent.parent / "examples" / "custom" / "gpt.py"
+    spec = home / "models-x-batches.toml"
+    spec.write_text(AXIS_SPEC.format(script=script))
+    loaded = load_spec(spec)
+    store = Store(home)
+    store.save_experiment(loaded.spec.experiment.name, str(spec), loaded.text, loaded.digest)
+    size = {"gpt2-tiny": 1, "gpt2-small": 2, "gpt2-medium": 4, "gpt2-large": 8}
+    for i, run in enumerate(plan(loaded).runs):
+        store.add_run(run)
+        row = store.start_attempt(run.run_id)
+        job = f"local-{i + 1}"
+        failed = run.training["axes"]["mode"] == "fail"
+        metrics = Path(row["run_dir"]) / "metrics.jsonl"
+        throughput = 24000.0 * run.per_device_batch / 8 / size[run.model] * run.devices**0.9
+        summary = {"status": "completed", "throughput": round(throughput, 1)}
+        summary |= {"timed_steps": 6, "warmup_steps": 2, "elapsed_s": 3.0}
+        metrics.write_text(
+            ""
+            if failed
+            else json.dumps({"kind": "summary", "schema": 1, "time": 0.0, **summary}) + "\n"
+        )
+        Path(row["run_dir"], "run.log").write_text(
+            "RuntimeError: asked to fail (--mode fail)\n" if failed else "done\n"
+        )
+        state = "FAILED" if failed else "COMPLETED"
+        store.jobs.add("local", job, run.run_id, state)
+        store.jobs.update(
+            "local", job, state=state, nodes="localhost", started=1000.0 + i, ended=1010.0 + i
+        )
+        store.records.ingest(run.run_id, metrics)
+        store.update_run(
+            run.run_id,
+            state=state,
+            reason="RuntimeError: asked to fail (--mode fail)" if failed else None,
+        )
+    store.close()
+    return loaded.spec.experiment.name

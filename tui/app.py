@@ -8,7 +8,11 @@ which screens exist."""
 
 from __future__ import annotations
 
+import os
 import sys
+import termios
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,14 +28,15 @@ from textual.worker import get_current_worker
 
 from ..engine.errors import DlscaleError
 from ..engine.session import Backoff, Session, Snapshot, given_as
-from ..engine.text import is_utf8, printable
+from ..engine.text import is_utf8, printable, signs
+from . import keys
 from .build import BuildScreen
-from .dialogs import HelpScreen
+from .dialogs import DetailScreen, HelpScreen
 from .errors import describe
-from .messages import EngineFailed, QueueRefreshed
+from .jobtable import JobTable
+from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
-from .results import METRICS as RESULTS_METRICS
-from .results import ResultsScreen
+from .results import METRICS, PointTable, ResultsScreen
 
 
 class DlscaleApp(App):
@@ -41,37 +46,70 @@ class DlscaleApp(App):
     ENABLE_COMMAND_PALETTE = True
     MODES = {"build": BuildScreen, "queue": QueueScreen, "results": ResultsScreen}
     # F-keys work while typing in a field; the digits and letters work everywhere else.
+    # The tooltips are the help's and the command palette's words (tui/keys.py).
     BINDINGS = [
-        Binding("f1", "help", "Help", priority=True),
-        Binding("f2", "show('build')", "Build", priority=True),
-        Binding("f3", "show('queue')", "Queue", priority=True),
-        Binding("f4", "show('results')", "Results", priority=True),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("f1", "help", "Help", priority=True, tooltip="this help: every key"),
+        Binding("f2", "show('build')", "Build", priority=True, tooltip="the Build screen"),
+        Binding("f3", "show('queue')", "Queue", priority=True, tooltip="the Queue screen"),
+        Binding("f4", "show('results')", "Results", priority=True, tooltip="the Results screen"),
+        Binding(
+            "ctrl+q",
+            "quit",
+            "Quit",
+            show=False,
+            priority=True,
+            tooltip="quit (submitted jobs keep running)",
+        ),
         # Moving between fields with priority: the app then moves the focus before it hands
         # on the keys typed after tab, which otherwise could land in the field just left.
-        Binding("tab", "focus_next", "Next field", show=False, priority=True),
-        Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
-        Binding("question_mark", "help", "Help", show=False),
-        Binding("1", "show('build')", "Build", show=False),
-        Binding("2", "show('queue')", "Queue", show=False),
-        Binding("3", "show('results')", "Results", show=False),
-        Binding("q", "quit", "Quit", show=False),
+        Binding(
+            "tab", "focus_next", "Next field", show=False, priority=True, tooltip="the next field"
+        ),
+        Binding(
+            "shift+tab",
+            "focus_previous",
+            "Previous field",
+            show=False,
+            priority=True,
+            tooltip="the previous field",
+        ),
+        Binding("question_mark", "help", "Help", show=False, tooltip="this help: every key"),
+        Binding("1", "show('build')", "Build", show=False, tooltip="the Build screen"),
+        Binding("2", "show('queue')", "Queue", show=False, tooltip="the Queue screen"),
+        Binding("3", "show('results')", "Results", show=False, tooltip="the Results screen"),
+        Binding("q", "quit", "Quit", show=False, tooltip="quit (submitted jobs keep running)"),
     ]
 
     snapshot: var[Snapshot | None] = var(None)  # the watcher's last tick
     warning: reactive[str | None] = reactive(None)  # controller unreachable: why
+    waiting: reactive[str | None] = reactive(None)  # a Slurm command slow to answer: which
     experiment: reactive[str | None] = reactive(None)  # the study the screens show
 
-    def __init__(self, session: Session, spec_path: str | None = None, watch: bool = True) -> None:
+    def __init__(
+        self,
+        session: Session,
+        spec_path: str | None = None,
+        watch: bool = True,
+        quit_within: float | None = None,
+    ) -> None:
         super().__init__()
         self.session = session
         self.spec_path = spec_path
         self._watch = watch
         self._backoff = Backoff(first=0.5, cap=5.0)
         self._poll_timer: Timer | None = None
+        # The command line's app: once quitting, the process is gone within this many
+        # seconds, whatever a worker still waits on (dlscale-tui's main sets it).
+        self.quit_within = quit_within
+        self._where = session.where  # the header: where runs go, and what is followed
+        self._following: tuple[str, ...] = ()
+        self._counts = ""
 
     def on_mount(self) -> None:
-        self.sub_title = self.session.where
+        self.sub_title = self._where
+        self.set_interval(1.0, self.show_waiting)
+        if self._watch:
+            self._learn_site()
         known = self.session.experiments()
         if not self.spec_path and known:
             self.experiment = known[0]
@@ -82,26 +120,14 @@ class DlscaleApp(App):
             self.poll_now()
 
     def watch_experiment(self, experiment: str | None) -> None:
-        self.title = printable(f"dlscale: {experiment}") if experiment else "dlscale"
+        self.title = signs(f"dlscale: {experiment}") if experiment else "dlscale"
         self.poll_now()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette (ctrl+p): dlscale's actions first, by what they do, then Textual's."""
-        yield SystemCommand("Build: choose a study", "F2", lambda: self.action_show("build"))
-        yield SystemCommand("Queue: the study's jobs", "F3", lambda: self.action_show("queue"))
-        yield SystemCommand("Results: tables and charts", "F4", lambda: self.action_show("results"))
-        yield SystemCommand("Next experiment", "e", self.action_next_experiment)
-        yield SystemCommand("Help: every key", "F1", self.action_help)
-        for name, help_text, action in (
-            ("Submit the study", "ctrl+r on Build", "submit"),
-            ("Save the study as a spec file", "ctrl+s on Build", "save"),
-            ("Open a spec file", "ctrl+o on Build", "open"),
-            ("Write the report", "w on Results", "write_report"),
-            ("Sort the queue", "o on Queue", "sort"),
-            ("Filter the queue", "/ on Queue", "search"),
-        ):
-            if hasattr(screen, f"action_{action}"):
-                yield SystemCommand(name, help_text, getattr(screen, f"action_{action}"))
+        """The palette (ctrl+p): what every key of this screen does, by name, from the
+        bindings themselves (tui/keys.py), then Textual's own commands."""
+        for title, help_text, callback in keys.commands(self, screen, metrics=METRIC_WORDS):
+            yield SystemCommand(title, help_text, callback)  # type: ignore[arg-type]
         yield from super().get_system_commands(screen)
 
     # --- navigation ----------------------------------------------------------------------
@@ -112,7 +138,7 @@ class DlscaleApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(RESULTS_METRICS))
+            self.push_screen(HelpScreen(help_text()))
 
     def action_next_experiment(self) -> None:
         """The next study the store knows (the Queue and Results screens bind it to e)."""
@@ -121,6 +147,47 @@ class DlscaleApp(App):
             return
         at = names.index(self.experiment) if self.experiment in names else -1
         self.experiment = names[(at + 1) % len(names)]
+
+    # --- Slurm never holds the app ---------------------------------------------------------
+
+    # A command is named as waited on once it has gone this long without an answer.
+    WAIT_SHOWN_S = 2.0
+
+    def show_waiting(self) -> None:
+        """Say what the app waits on and for how long (`sacct: no answer for 23 s`)."""
+        slow = [w for w in self.session.waiting() if w.seconds >= self.WAIT_SHOWN_S]
+        self.waiting = "; ".join(str(w) for w in slow) or None
+
+    @work(thread=True, group="site", exit_on_error=False)
+    def _learn_site(self) -> None:
+        """The cluster's limits and accounting, asked once now rather than at a submit."""
+        try:
+            self.session.learn_site()
+        except Exception as exc:  # asked again by the first submission
+            self.post_message(EngineFailed("site", describe(exc)))
+            return
+        self.post_message(SiteLearned())
+
+    def on_site_learned(self, message: SiteLearned) -> None:
+        message.stop()  # kept by the session: submissions and polls ask nothing again
+
+    def exit(self, *args, **kwargs) -> None:  # type: ignore[override]
+        self.leave()
+        super().exit(*args, **kwargs)
+
+    def on_unmount(self) -> None:
+        self.leave()  # also after a crash, which ends the app without exit()
+        if self.quit_within is not None:  # the terminal is given back right after this
+            threading.Thread(target=_end_after, args=(self.quit_within, self), daemon=True).start()
+
+    def leave(self) -> None:
+        """Quitting: every Slurm command in flight is ended by its own pid, and none starts
+        again."""
+        if self.session.calls.closed:
+            return
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        self.session.close()
 
     # --- the watcher ---------------------------------------------------------------------
 
@@ -137,6 +204,15 @@ class DlscaleApp(App):
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
     def _refresh_queue(self, experiment: str | None) -> None:
         try:
+            following = self.session.following()
+            self.post_message(Polling(following))
+            shown = self.snapshot
+            if following and (shown is None or shown.experiment != experiment):
+                # The last known states at once: a slow Slurm must not leave the screen
+                # empty until it answers (the status line says what is awaited).
+                first = self.session.refresh(experiment, poll=False)
+                if not get_current_worker().is_cancelled:
+                    self.post_message(QueueRefreshed(first, polled=False))
             snap = self.session.refresh(experiment)
         except Exception as exc:  # shown in the banner; the next tick tries again
             if not get_current_worker().is_cancelled:
@@ -150,6 +226,8 @@ class DlscaleApp(App):
         if snap.experiment != self.experiment:
             return  # an answer for the study the user just left
         self.snapshot = snap
+        if not message.polled:
+            return  # the poll itself is still under way
         if before is None or before.counts != snap.counts or snap.new_records:
             self._backoff.reset()
         self._rearm()
@@ -161,9 +239,23 @@ class DlscaleApp(App):
         # cannot run (and why)
         self.warning = snap.problem if snap.warning or not snap.reachable else None
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
-        self.sub_title = f"{self.session.where} | {counts or 'no runs yet'}"
+        self._counts = counts or "no runs yet"
+        self.show_where(self._following)
+
+    def on_polling(self, message: Polling) -> None:
+        self._following = message.backends  # what this tick asks, before it answers
+        self.show_where(message.backends)
+
+    def show_where(self, polled: tuple[str, ...]) -> None:
+        """The header names where runs go and the backends actually polled (a store of
+        Slurm runs opened without a profile polls Slurm: `local` alone would be wrong),
+        from the first poll on, before Slurm answers."""
+        self._where = self.session.where_polled(polled)
+        self.sub_title = f"{self._where} | {self._counts}" if self._counts else self._where
 
     def on_engine_failed(self, message: EngineFailed) -> None:
+        if message.what == "site":
+            return  # said again, with the reason, by a submission that needs it
         if message.what == "refresh":
             self.warning = f"cannot refresh the queue: {message.message}; retrying"
             self._rearm()
@@ -184,9 +276,13 @@ class DlscaleApp(App):
         """Every toast is literal, whatever a caller (a screen, a widget) asks: its text
         comes from users, files and the engine (a path or a spec key may hold `[/]`), and
         control characters in it are shown as signs, not sent to the terminal."""
+        lines = message.splitlines()
+        if len(lines) > TOAST_LINES:  # the rest is where the toast points (a panel, a row)
+            more = len(lines) - TOAST_LINES + 1
+            message = "\n".join([*lines[: TOAST_LINES - 1], f"... and {more} more lines"])
         super().notify(
-            printable(message, newlines=True),
-            title=printable(title),
+            signs(message, newlines=True),
+            title=signs(title),
             severity=severity,
             timeout=timeout,
             markup=False,
@@ -194,10 +290,64 @@ class DlscaleApp(App):
 
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.
-        if self._watch:
+        if self._watch and not self.session.calls.closed:
             self._poll_timer = self.set_timer(
                 self._backoff.next(), lambda: self._refresh_queue(self.experiment)
             )
+
+
+METRIC_WORDS = ", ".join(METRICS)
+
+
+def help_text() -> str:
+    """F1: every key of every screen, from their bindings (tui/keys.py)."""
+    return keys.help_text(
+        [
+            ("Anywhere", [DlscaleApp], [("ctrl+p", "every action, by name (the command palette)")]),
+            (
+                "Build (F-keys and ctrl-keys also work while typing in a field)",
+                [BuildScreen],
+                [("space", "tick or untick a choice in a list: [x] chosen, [ ] not")],
+            ),
+            ("Queue", [JobTable, QueueScreen], []),
+            ("A run's detail (enter on the Queue)", [DetailScreen], []),
+            ("Results", [PointTable, ResultsScreen], []),
+        ],
+        metrics=METRIC_WORDS,
+    )
+
+
+# A toast's lines at most: at 80x24 a taller one covered the screen (tcss bounds it too).
+TOAST_LINES = 6
+
+
+# How long quitting may take: the shell's prompt is back within this, whatever Slurm does.
+QUIT_WITHIN_S = 0.5
+
+
+def _end_after(seconds: float, app: App) -> None:
+    """The process ends `seconds` after the app closed if it has not ended by itself: a
+    worker still in a store query, a projection or a report holds nothing up (Slurm's
+    commands were ended already, by their own pids). Never before the terminal is given
+    back (out of raw mode), which Textual does right after the app closes."""
+    time.sleep(seconds)
+    end = time.monotonic() + 5
+    while _raw_terminal() and time.monotonic() < end:
+        time.sleep(0.05)
+    _leave(app.return_code or 0)
+
+
+def _raw_terminal() -> bool:
+    try:
+        return not termios.tcgetattr(sys.stdin.fileno())[3] & termios.ICANON
+    except (termios.error, OSError, ValueError):
+        return False  # not a terminal
+
+
+def _leave(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -244,10 +394,12 @@ def main(
     if spec and not Path(spec).exists():
         click.echo(printable(f"dlscale-tui: {spec}: no such file"), err=True)
         sys.exit(2)
-    app = DlscaleApp(session, spec)
+    app = DlscaleApp(session, spec, quit_within=QUIT_WITHIN_S)
     app.run()
     # A crash ends the app with Textual's traceback and return code 1: the shell must see it.
-    sys.exit(app.return_code or 0)
+    # The prompt comes back now: unloading the interpreter's modules took over a second on
+    # a busy login node, and nothing is left to write (the store commits as it goes).
+    _leave(app.return_code or 0)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 from ..engine.session import CHOICES, Preview, Session, Snapshot
 from .dialogs import PathScreen
 from .errors import describe
-from .form import FIELDS, LISTS, TITLES, as_list, counted, split_words
+from .form import FIELDS, LISTS, TITLES, as_list, counted, field_of, split_words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
 from .screens import AppScreen
 from .submit import SubmitButton
@@ -48,10 +48,11 @@ PREVIEW_DELAY = 0.15
 
 
 class BuildScreen(AppScreen):
+    # The tooltips are the help's and the command palette's words (tui/keys.py).
     BINDINGS = [
-        Binding("ctrl+r", "submit", "Submit", priority=True),
-        Binding("ctrl+s", "save", "Save", priority=True),
-        Binding("ctrl+o", "open", "Open", priority=True),
+        Binding("ctrl+r", "submit", "Submit", priority=True, tooltip="submit the study"),
+        Binding("ctrl+s", "save", "Save", priority=True, tooltip="save the choices as a spec file"),
+        Binding("ctrl+o", "open", "Open", priority=True, tooltip="open a spec file"),
     ]
 
     def __init__(self) -> None:
@@ -91,7 +92,9 @@ class BuildScreen(AppScreen):
                 yield self._text_field("path", "where ctrl+s saves, e.g. my-study.toml")
                 yield self._text_field("profile", "empty: this machine (local backend)")
             with Vertical(id="preview-pane"):
-                yield Plain(id="preview")
+                # Scrolls (tab to it): a long list of errors never hides under the button.
+                with VerticalScroll(id="preview-scroll"):
+                    yield Plain(id="preview")
                 yield SubmitButton(id="submit")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -303,14 +306,7 @@ class BuildScreen(AppScreen):
         by_field: dict[str, list[str]] = {}
         general: list[str] = []
         for pr in p.problems:
-            wid = next(
-                (
-                    w
-                    for w, f in FIELDS.items()
-                    if pr.field == f or (w == "batch" and pr.field == "experiment.global_batch")
-                ),
-                None,
-            )
+            wid = field_of(pr.field)
             (by_field.setdefault(wid, []) if wid else general).append(
                 pr.message if wid else str(pr)
             )
@@ -331,7 +327,7 @@ class BuildScreen(AppScreen):
             lines += [
                 f"{counted(p.runs, 'run')} ({p.to_run} to run, "
                 f"{p.runs - p.to_run} completed earlier)",
-                f"{counted(p.device_runs, 'device-run')}",
+                f"{counted(p.device_runs, 'device')} in all (each run's, added up)",
                 p.estimate
                 if p.to_run
                 else "nothing to run: every run completed earlier (results: F4)",
@@ -391,7 +387,8 @@ class BuildScreen(AppScreen):
         w.remove_class("invalid")
         w.border_subtitle = None
         if message.changed:
-            self.app.sub_title = self.app.session.where
+            snap = self.app.snapshot
+            self.app.show_where(snap.polled if snap else ())
         self.changed()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:

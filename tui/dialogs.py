@@ -14,52 +14,6 @@ from ..engine.results import compare_table
 from ..engine.session import RunDetail
 from .widgets import Plain, TextField, literal_cell, shown_path
 
-HELP = """\
-dlscale-tui: build a scaling study, watch its jobs, read its results.
-
-Anywhere
-  F1 or ?       this help
-  F2 or 1       Build screen
-  F3 or 2       Queue screen
-  F4 or 3       Results screen
-  ctrl+p        every action, by name (the command palette)
-  ctrl+q or q   quit (submitted jobs keep running)
-
-Build (F-keys and ctrl-keys also work while typing in a field)
-  tab, shift+tab   move between fields
-  space            tick or untick a choice in a list: [x] chosen, [ ] not
-  ctrl+r           submit the study
-  ctrl+s           save the choices as a spec file
-  ctrl+o           open a spec file
-
-Queue
-  enter            open the selected job's log (it follows new lines)
-  i                the selected run in full: reason, folders, job, versions
-  c                cancel the selected run, or the chosen ones (asks first)
-  s                resubmit the selected run, or the chosen ones (asks first)
-  space            choose the selected run too (c and s act on all chosen)
-  o                sort: by state (running first), job id, throughput, or as planned
-  /                with a log open: search it (n next, N previous); else: filter the runs
-  home, end        first, last run
-  p                pause or resume following the log
-  w                wrap the log's long lines, or cut them again
-  y                copy the job id (to your clipboard, over SSH too)
-  v                the log in your $PAGER
-  e                next experiment
-  escape           close the search, the filter or the log
-
-Results
-  m                next chart: {metrics}
-  o                next model (or all)
-  r                reload
-  w                write the report (HTML, figures, MLLOG files) to ./report-NAME/
-  e                next experiment
-
-States and numbers come from the store (~/.dlscale or --home); the queue is refreshed by
-one scheduler query per tick for all live jobs. Quitting leaves submitted jobs running;
-reopening dlscale-tui shows the same study.
-"""
-
 
 class Dialog(ModalScreen[ScreenResultType]):
     """A modal screen that opens clear of toasts: Textual draws them over every screen, and
@@ -70,17 +24,17 @@ class Dialog(ModalScreen[ScreenResultType]):
 
 
 class HelpScreen(Dialog[None]):
-    """Every key; `metrics` are the charts the Results screen's m steps through."""
+    """Every key (tui/keys.py makes the text from the bindings)."""
 
-    BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close", tooltip="close")]
 
-    def __init__(self, metrics: tuple[str, ...]) -> None:
+    def __init__(self, text: str) -> None:
         super().__init__()
-        self.metrics = metrics
+        self.text = text
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Plain(HELP.replace("{metrics}", ", ".join(self.metrics)))
+            yield Plain(self.text)
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -132,13 +86,16 @@ class PathScreen(Dialog[str | None]):
         self.dismiss(None)
 
 
-class DetailScreen(Dialog[None]):
+class DetailScreen(Dialog[str | None]):
     """One run in full: its whole reason, where its files are, its job and the versions
-    its env record names. y copies the job id; escape closes."""
+    its env record names. y copies the job id, Y the run id; l closes it on the run's log
+    (dismissed with "log"); escape closes."""
 
     BINDINGS = [
-        Binding("escape,q,i", "dismiss", "Close"),
-        Binding("y", "copy_job", "Copy job id"),
+        Binding("escape,q,i", "dismiss", "Close", tooltip="close the run's detail"),
+        Binding("y", "copy('job')", "Copy job id", tooltip="copy the job id"),
+        Binding("Y", "copy('run')", "Copy run id", tooltip="copy the run id"),
+        Binding("l", "log", "Log", tooltip="close, and follow the run's log"),
     ]
 
     def __init__(self, detail: RunDetail) -> None:
@@ -162,14 +119,38 @@ class DetailScreen(Dialog[None]):
             )
         if d.reason:
             lines += ["", "reason:", d.reason]
-        lines += ["", "y: copy the job id   escape: close"]
+        lines += ["", "y: copy the job id   Y: the run id   l: its log   escape: close"]
         with VerticalScroll(id="detail", classes="dialog"):
             yield Plain("\n".join(lines))
 
-    def action_copy_job(self) -> None:
-        if self.detail.job_id:
-            self.app.copy_to_clipboard(self.detail.job_id)
-            self.app.notify(f"copied job id {self.detail.job_id}")
+    def action_copy(self, what: str) -> None:
+        value = self.detail.job_id if what == "job" else self.detail.run_id
+        if value:
+            self.app.copy_to_clipboard(value)
+            self.app.notify(f"copied {what} id {value}")
+        else:
+            self.app.notify("this run has no job id yet (Y copies its run id)")
+
+    def action_log(self) -> None:
+        self.dismiss("log")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class TextScreen(Dialog[None]):
+    """Text in full, scrolled with the arrows (a Results point: every number, its baseline,
+    why any is missing); escape closes."""
+
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close", tooltip="close")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="text", classes="dialog"):
+            yield Plain(self.text + "\n\nescape: close")
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -19,6 +19,15 @@ FIELDS = {
     "steps": "training.steps",
 }
 
+# Spec fields the form has no field of its own for, and the field whose value a user
+# changes to fix them (the warm-up must be shorter than the timed steps).
+SHOWN_AT = {"experiment.global_batch": "batch", "training.warmup_steps": "steps"}
+
+
+def field_of(spec_field: str) -> str | None:
+    """The form's field a problem with `spec_field` is shown at (None: the panel's list)."""
+    return SHOWN_AT.get(spec_field) or next((w for w, f in FIELDS.items() if f == spec_field), None)
+
 
 LISTS = ("frameworks", "models", "datasets", "precisions", "loaders")
 

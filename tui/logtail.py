@@ -13,6 +13,7 @@ from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from ..engine.session import follow_chunks
+from ..engine.text import signs
 from .logview import LogView
 from .messages import LogLines
 from .widgets import Plain, TextField, shown_path
@@ -69,8 +70,8 @@ class LogTail(Vertical):
                 where = shown_path(path)
                 note = f"{self.title}: no log yet at {where} (the job has not started); waiting"
             first = False
-            if chunk or note:
-                self.post_message(LogLines(serial, chunk, note))
+            if chunk or note:  # control characters as their pictures (␛), as everywhere
+                self.post_message(LogLines(serial, [signs(line) for line in chunk], note))
 
     def on_log_lines(self, message: LogLines) -> None:
         message.stop()

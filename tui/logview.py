@@ -3,8 +3,9 @@
 after, and draws every line as it arrives. Here a line is made into a strip only when it is
 on screen, so a panel holding KEEP_LINES lines scrolls, wraps and marks in milliseconds.
 
-Lines are job output (made printable by the engine): each is a rich Text built from the
-plain string, never read as markup; matches are marked with Text.stylize."""
+Lines are job output (made printable by the engine, control characters shown as signs):
+each is a rich Text built from the plain string, never read as markup; matches are marked
+with Text.stylize."""
 
 from __future__ import annotations
 

@@ -16,9 +16,23 @@ from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
 
 @dataclass
 class QueueRefreshed(Message):
-    """A watcher tick: the current experiment's rows and whether the scheduler answered."""
+    """A watcher tick: the current experiment's rows and whether the scheduler answered;
+    `polled` False: the store's rows, read before the scheduler was asked."""
 
     snapshot: Snapshot
+    polled: bool = True
+
+
+@dataclass
+class Polling(Message):
+    """The backends a refresh is about to ask (the header names them before any answers)."""
+
+    backends: tuple[str, ...]
+
+
+@dataclass
+class SiteLearned(Message):
+    """The cluster said what it is (limits, accounting), once, at the app's start."""
 
 
 @dataclass

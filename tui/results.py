@@ -1,13 +1,17 @@
 """The results screen: the study's table (throughput with CI95, speedup, efficiency beside
-the efficiency model's prediction, images per joule, time-to-accuracy, the baseline named)
-and a plotext chart, metric and model switched by keys. Numbers come from engine.analysis;
-the chart text from engine.charts, as in the CLI. A number the engine could not give is "-",
-and the selected row's line under the table says why."""
+the efficiency model's prediction, images per joule, time-to-accuracy), the selected point
+explained under it, and a plotext chart of the selected point's model and batch, the metric
+switched by a key. Numbers come from engine.analysis; the chart text from engine.charts, as
+in the CLI. A number the engine could not give is "-", and the line under the table says
+why. At 80x24 the chart is always on screen: the table takes a few rows and scrolls, the
+columns that do not fit whole go (their values are said under the table, and enter shows
+the point in full), and the baselines are the selected point's alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -15,44 +19,30 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
-from textual.widgets.data_table import ColumnKey
 
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot, State
-from .dialogs import CompareScreen
+from . import keys
+from .columns import fit
+from .dialogs import CompareScreen, TextScreen
 from .errors import describe
 from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .points import (
+    FROZEN,
+    HIDEABLE,
+    PRIORITY,
+    SHOWN,
+    baseline_words,
+    batch_of,
+    batch_words,
+    cells,
+    headings,
+    in_full,
+    point_words,
+    why_missing,
+)
 from .screens import AppScreen
 from .widgets import Banner, Plain, literal_cell
-
-COLUMNS = (
-    "model",
-    "framework",
-    "scale",
-    "dev",
-    "batch",
-    "n",
-    "images/s ± CI95",
-    "speedup",
-    "eff.",
-    "pred. eff.",
-    "images/J",
-    "TTA s",
-    "state",
-)
-# The columns whose "-" the engine explains (a result's `unmeasured`: field -> why).
-EXPLAINED = {"pred. eff.": "predicted_efficiency", "images/J": "images_per_joule"}
-
-
-def why_missing(r: dict[str, Any]) -> str:
-    """Why this result's explained columns are empty, one clause each; "" when none is."""
-    why = r.get("unmeasured") or {}
-    return "; ".join(
-        f"{col} -: {why[key]}"
-        for col, key in EXPLAINED.items()
-        if r.get(key) is None and why.get(key)
-    )
-
 
 # The metrics m steps through: the engine's charts, then the projection past the measured
 # scales (`dlscale project`), drawn apart: its points are projected, not measured.
@@ -105,37 +95,77 @@ class Chart(Widget):
         )
 
 
-class ResultsScreen(AppScreen):
+class PointTable(DataTable):
+    """The points: enter shows the selected one in full."""
+
     BINDINGS = [
-        Binding("m", "next_metric", "Metric"),
-        Binding("o", "next_model", "Model"),
-        Binding("r", "reload", "Reload", show=False),  # results reload as runs end
-        Binding("w", "write_report", "Report"),
-        Binding("c", "compare", "Compare"),
-        Binding("e", "app.next_experiment", "Next exp.", show=False),
+        keys.enter_shows(
+            "the selected point in full: every number, its baseline, why any is missing"
+        )
+    ]
+
+
+class ResultsScreen(AppScreen):
+    # The tooltips are the help's and the command palette's words (tui/keys.py).
+    BINDINGS = [
+        Binding("m", "next_metric", "Metric", tooltip="the next chart: {metrics}"),
+        Binding(
+            "o",
+            "next_model",
+            "Model",
+            tooltip="the next model: the chart and the cursor move to it",
+        ),
+        Binding(
+            "b",
+            "next_batch",
+            "Batch",
+            tooltip="the next batch size of this model: the chart and the cursor move to it",
+        ),
+        Binding(
+            "r",
+            "reload",
+            "Reload",
+            show=False,
+            tooltip="read the results again (they reload as runs end)",
+        ),
+        Binding(
+            "w",
+            "write_report",
+            "Report",
+            show=False,
+            tooltip="write the report (HTML, figures, MLLOG files) to ./report-NAME/",
+        ),
+        Binding(
+            "c",
+            "compare",
+            "Compare",
+            show=False,
+            tooltip="this experiment beside the next one in the store (dlscale compare)",
+        ),
+        keys.NEXT_EXPERIMENT,
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.results: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.heads: dict[str, str] = headings([])
+        self.columns_shown: list[str] = []
         self.metric = "speedup"
-        self.model: str | None = None
         self._completed: int | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner(id="banner")
-        yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        yield Plain(id="results-head")
+        yield PointTable(id="results", cursor_type="row", zebra_stripes=True)
         yield Plain(id="why")
-        yield Plain(id="baselines")
+        yield Plain(id="picker")
         yield Plain(id="held-out")
         yield Chart(id="chart")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        table = self.query_one("#results", DataTable)
-        for col in COLUMNS:
-            table.add_column(col, key=col)
         self.action_reload()
         self.watch(self.app, "snapshot", self.show_snapshot, init=False)
         self.watch(self.app, "experiment", self.experiment_changed, init=False)
@@ -172,82 +202,132 @@ class ResultsScreen(AppScreen):
     def on_results_loaded(self, message: ResultsLoaded) -> None:
         if message.experiment != self.app.experiment:
             return
-        self.results = message.results
-        models = self.models()
-        if self.model not in models:
-            self.model = None
+        chosen = self.selected()
+        self.results, self.notes = message.results, message.notes
+        self.heads = headings(self.results)
+        self.fill(keep=point_words(chosen) if chosen else None)
+
+    def on_resize(self) -> None:
+        if self.results and self._room() != self.room:
+            chosen = self.selected()
+            self.fill(keep=point_words(chosen) if chosen else None)
+
+    room = 0
+
+    def _room(self) -> int:
+        return max(20, (self.size.width or self.app.size.width) - 1)  # a thin scrollbar
+
+    def fill(self, keep: str | None = None) -> None:
+        """The table anew: the columns that fit whole (a column with one value in every
+        row named above it instead), the cursor on the point it was on."""
         table = self.query_one("#results", DataTable)
-        table.clear()
-        # tokens/s is not images/s: a declared framework's unit names the columns.
-        per_s = tables.throughput_unit(self.results) if self.results else "images/s"
-        for key, label in (
-            ("images/s ± CI95", f"{per_s} ± CI95"),
-            ("images/J", f"{per_s.removesuffix('/s')}/J"),
-        ):
-            table.columns[ColumnKey(key)].label = literal_cell(label)
-        for r in self.results:
-            # Cells as Text: DataTable reads a str as markup.
+        table.clear(columns=True)
+        rows = [cells(r) for r in self.results]
+        constants = {
+            c: rows[0][c]
+            for c in HIDEABLE
+            if len(rows) > 1 and all(row[c] == rows[0][c] for row in rows)
+        }
+        widths = {
+            c: max([cell_len(self.heads[c]), *(cell_len(row[c]) for row in rows)])
+            for c in SHOWN
+            if c not in constants
+        }
+        self.room = self._room()
+        fitted = fit(widths, PRIORITY, self.room)
+        self.columns_shown = [c for c in SHOWN if c in fitted]
+        self.constants = constants
+        for c in self.columns_shown:
+            table.add_column(literal_cell(self.heads[c]), key=c)
+        table.fixed_columns = sum(1 for c in self.columns_shown[:3] if c in FROZEN)
+        for i, (r, row) in enumerate(zip(self.results, rows)):
             table.add_row(
                 *(
-                    literal_cell(c)
-                    for c in (
-                        r["model"],
-                        r["framework"],
-                        f"{r['nodes']}x{r['ranks_per_node']}",
-                        r["ranks"],
-                        r["per_device_batch"],
-                        f"{r['n']}/{r['repetitions']}",
-                    )
+                    # Cells as Text: DataTable reads a str as markup.
+                    literal_cell(row[c], "yellow" if c == "throughput" and r["noisy"] else "")
+                    for c in self.columns_shown
                 ),
-                literal_cell(tables.throughput_text(r), "yellow" if r["noisy"] else ""),
-                *(
-                    literal_cell(c)
-                    for c in (
-                        tables.fmt(r["speedup"]),
-                        tables.fmt(r["efficiency"]),
-                        tables.fmt(r.get("predicted_efficiency")),
-                        tables.fmt(r.get("images_per_joule"), 1),
-                        tables.fmt(r["time_to_accuracy_s"], 1),
-                        r["state"],
-                    )
-                ),
+                key=str(i),
             )
-        note = tables.baselines_note(self.results)
-        slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
-        skipped = (f"\n{slowed}" if slowed else "") + "".join(f"\n{n}" for n in message.notes)
-        where = message.experiment or "this store"
-        self.query_one("#baselines", Plain).update(
-            (
-                (note + "\n" if note else "") + "* = noisy (CV > 5%)   pred. eff.: "
-                "compute + allreduce model   m: metric   o: model"
-                if self.results
-                else f"no results for {where} yet: runs appear here as they complete"
-            )
-            + skipped
-        )
-        self.show_why(table.cursor_row)
-        self.draw_chart()
+        at = next((i for i, r in enumerate(self.results) if point_words(r) == keep), 0)
+        if self.results:
+            table.move_cursor(row=at)
+        self.head()
+        self.show_point(at)
+
+    def head(self) -> None:
+        """The line above the table: the study's points, the columns with one value, the
+        legend of what is marked, and where the rest is."""
+        where = self.app.experiment or "this store"
+        if not self.results:
+            text = f"no results for {where} yet: runs appear here as they complete"
+        else:
+            measured = sum(1 for r in self.results if r["throughput"] is not None)
+            parts = [f"{measured} of {len(self.results)} points measured"]
+            same = [f"{self.heads[c]} {v}" for c, v in self.constants.items() if v]
+            if same:
+                parts.append("all " + ", ".join(same))
+            if any(r["noisy"] for r in self.results):
+                parts.append("* noisy (CV > 5%)")
+            slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
+            if slowed:
+                parts.append(slowed)
+            parts.append("enter: a point in full")
+            text = "; ".join(parts)
+        notes = f" ({len(self.notes)} notes: enter)" if self.notes else ""
+        self.query_one("#results-head", Plain).update(text + notes)
+
+    def selected(self) -> dict[str, Any] | None:
+        table = self.query_one("#results", DataTable)
+        row = table.cursor_row
+        return self.results[row] if self.results and 0 <= row < len(self.results) else None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.show_why(event.cursor_row)
+        self.show_point(event.cursor_row)
 
-    def show_why(self, row: int) -> None:
-        """The selected result's step-time breakdown (why measured and predicted efficiency
-        differ) and its reasons for its "-" cells; hidden when it has neither."""
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        r = self.selected()
+        if r is not None:  # enter: the point in full
+            notes = ["", "notes:", *self.notes] if self.notes else []
+            self.app.push_screen(TextScreen("\n".join([*in_full(r, self.heads), *notes])))
+
+    def show_point(self, row: int) -> None:
+        """Under the table, the selected point: its baseline, then its cells that did not
+        fit, its step-time breakdown and why a number is missing (each line cut at the
+        screen's edge; enter shows it all). The chart shows its model and batch."""
         r = self.results[row] if 0 <= row < len(self.results) else None
-        lines = [tables.breakdown_text(r), why_missing(r)] if r else []
-        text = "\n".join(line for line in lines if line)
-        box = self.query_one("#why", Plain)
-        box.update(
-            f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}: {text}" if r and text else ""
-        )
-        box.display = bool(text)
-
-    def models(self) -> list[str]:
-        return sorted({r["model"] for r in self.results})
+        why = self.query_one("#why", Plain)
+        why.display = r is not None
+        if r is not None:
+            row_cells = cells(r)
+            dropped = [
+                f"{self.heads[c]} {row_cells[c]}"
+                for c in SHOWN
+                if c not in self.columns_shown
+                and c not in self.constants
+                and c != "dev"  # the scale says it
+                and row_cells[c] not in ("", "-")  # a "-" is explained after, or nothing
+            ]
+            more = [*dropped, tables.breakdown_text(r), why_missing(r, self.heads)]
+            why.update(
+                f"{point_words(r)}: {baseline_words(r)}\n"
+                + ("; ".join(m for m in more if m) or "enter: the point in full")
+            )
+        self.draw_chart()
 
     def draw_chart(self) -> None:
-        self.query_one(Chart).show(self.results, self.metric, self.model)
+        r = self.selected()
+        model, batch = (r["model"], batch_of(r)) if r else (None, None)
+        shown = [
+            x for x in self.results if r is None or (x["model"], batch_of(x)) == (model, batch)
+        ]
+        self.query_one(Chart).show(shown, self.metric, model)
+        what = f"{model}, {batch_words(r)}" if r else "no point yet"
+        self.query_one("#picker", Plain).update(
+            f"{PROJECTED} of every series of the study (m: metric)"
+            if self.metric == PROJECTED
+            else f"{self.metric} of {what} (the selected row's; o: model, b: batch, m: metric)"
+        )
 
     def action_next_metric(self) -> None:
         self.metric = METRICS[(METRICS.index(self.metric) + 1) % len(METRICS)]
@@ -290,9 +370,31 @@ class ResultsScreen(AppScreen):
             box.display = self.metric == PROJECTED and bool(message.checks)
 
     def action_next_model(self) -> None:
-        choices: list[str | None] = [None, *self.models()]
-        self.model = choices[(choices.index(self.model) + 1) % len(choices)]
-        self.draw_chart()
+        self._step(lambda r: r["model"], keep_batch=True)
+
+    def action_next_batch(self) -> None:
+        self._step(batch_of, keep_batch=False)
+
+    def _step(self, key, keep_batch: bool) -> None:
+        """The cursor (and so the chart) to the first row of the next model, at the same
+        batch where it has one; or to the next batch of this model."""
+        r = self.selected()
+        if r is None:
+            return
+        if keep_batch:
+            values = sorted({key(x) for x in self.results})
+            pool = self.results
+        else:
+            pool = [x for x in self.results if x["model"] == r["model"]]
+            values = sorted({key(x) for x in pool})
+        nxt = values[(values.index(key(r)) + 1) % len(values)]
+        rows = [x for x in pool if key(x) == nxt]
+        target = (
+            next((x for x in rows if batch_of(x) == batch_of(r)), rows[0])
+            if keep_batch
+            else rows[0]
+        )
+        self.query_one("#results", DataTable).move_cursor(row=self.results.index(target))
 
     def action_compare(self) -> None:
         """This experiment beside the next one the store knows (imported ones included)."""

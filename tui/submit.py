@@ -41,7 +41,7 @@ class SubmitButton(Button):
         self._busy(True)
         where = self.app.session.where
         ask = (
-            f": asking the controller first (at most {self.app.session.REACH_S:.0f} s)"
+            f": asking the controller first (at most {self.app.session.reach_s:.0f} s)"
             if where.startswith("slurm")
             else "..."
         )

@@ -16,14 +16,14 @@ from textual.visual import VisualType
 from textual.widgets import Input, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 
-from ..engine.text import printable
+from ..engine.text import signs
 
 
 def literal(text: object) -> Content:
     """Text from a user, a file or the engine, for a place Textual reads as markup (border
     titles, selection prompts): shown as written, `[/]` and `[b]` included, control
     characters as visible signs."""
-    return Content(printable(str(text), newlines=True))
+    return Content(signs(str(text), newlines=True))
 
 
 def shown_path(path: str | Path | None) -> str:
@@ -38,7 +38,7 @@ def shown_path(path: str | Path | None) -> str:
 
 def literal_cell(text: object, style: str = "") -> Text:
     """The same for a DataTable cell, which reads a str as markup."""
-    return Text(printable(str(text)), style=style)
+    return Text(signs(str(text)), style=style)
 
 
 class Plain(Static):
@@ -53,14 +53,18 @@ class Plain(Static):
 
 
 class Banner(Plain):
-    """Hidden while the scheduler answers; a red line saying what is wrong when it does not."""
+    """Hidden while the scheduler answers; a line saying what the app waits on and for how
+    long (`sacct: no answer for 23 s`), and in red what is wrong when it does not answer."""
 
     def on_mount(self) -> None:
         self.watch(self.app, "warning", self._show, init=True)
+        self.watch(self.app, "waiting", self._show, init=False)
 
-    def _show(self, warning: str | None) -> None:
-        self.set_class(bool(warning), "shown")
-        self.update(warning or "")
+    def _show(self, _: str | None = None) -> None:
+        warning, waiting = self.app.warning, self.app.waiting  # type: ignore[attr-defined]
+        self.set_class(bool(warning or waiting), "shown")
+        self.set_class(bool(warning), "failed")
+        self.update("; ".join(t for t in (waiting, warning) if t))
 
 
 @cache

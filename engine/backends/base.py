@@ -72,7 +72,7 @@ class Watcher(abc.ABC):
         """What a front end says when a poll went wrong (`warning`: why), as a sentence."""
         if not reachable:
             return f"controller unreachable: {warning}; states shown as last seen, retrying"
-        return f"the scheduler did not answer the last poll: {warning}"
+        return f"the scheduler did not answer the last poll: {warning}; states shown as last seen"
 
     @abc.abstractmethod
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
@@ -119,6 +119,16 @@ class Backend(abc.ABC):
         within `within_s` seconds: asked before a submission, so an unreachable controller
         costs seconds, not the minutes of a submission retried. A place with no
         controller (this machine) always answers."""
+        return None
+
+    def learn_site(self) -> object | None:
+        """What the place says of itself (its limits, whether it keeps accounting), asked
+        once and kept; None for a place with nothing to ask."""
+        return None
+
+    def knows_site(self, site: object) -> None:
+        """Take what the place said of itself to another backend (learn_site) as said
+        here, so that this one asks nothing again."""
         return None
 
     def site_profile(self) -> LoadedProfile | None:

@@ -15,6 +15,7 @@ from .slurm.pyslurm.backend import PyslurmBackend
 if TYPE_CHECKING:
     from ..config.profile import LoadedProfile
     from ..tracking.store import Store
+    from .slurm.calls import Calls
 
 BACKENDS = ("local", "slurm", "pyslurm")
 
@@ -64,17 +65,29 @@ def make_backend(
     profile: LoadedProfile | None = None,
     partition: str | None = None,
     connect: bool = True,
+    calls: Calls | None = None,
 ) -> Backend:
     """The backend for `--backend` (or a run's recorded one), where it sends runs; a Slurm
     backend's `note` says which way it talks to Slurm and why. A Slurm backend without a
     profile can follow, cancel and repeat jobs; planning new runs needs the profile.
-    connect=False: for planning only, which asks nothing of the cluster (no pyslurm probe)."""
+    connect=False: for planning only, which asks nothing of the cluster (no pyslurm probe).
+    `calls`: a front end's runner, through which every Slurm command (and the pause between
+    retries) goes, so that closing it ends them all."""
     if backend == "local":
         return LocalBackend(store)
     if backend in ("slurm", "pyslurm"):
         use_pyslurm, why = slurm_via(backend, profile) if connect else (False, None)
         cls = PyslurmBackend if use_pyslurm else SlurmCLI
-        made = cls(profile=profile, partition=partition, home=store.home)
+        if calls is None:
+            made = cls(profile=profile, partition=partition, home=store.home)
+        else:
+            made = cls(
+                profile=profile,
+                partition=partition,
+                home=store.home,
+                runner=calls,
+                sleep=calls.sleep,
+            )
         made.note = why
         return made
     raise UserError(f"--backend {backend!r}: unknown; allowed: {', '.join(BACKENDS)}")

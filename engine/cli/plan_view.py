@@ -45,13 +45,13 @@ class PlanView:
             "devices",
             "runs",
             "to run",
-            "device-runs",
+            "devices in all",
             "est. device-hours",
         ):
             t.add_column(
                 col,
                 justify="right"
-                if col in ("devices", "runs", "to run", "device-runs", "est. device-hours")
+                if col in ("devices", "runs", "to run", "devices in all", "est. device-hours")
                 else "left",
             )
         for (fw, model, dataset, nodes, rpn), runs in groups.items():
@@ -113,7 +113,7 @@ class PlanView:
         todo = self.todo
         return (
             f"{len(self.plan.runs)} runs, {len(todo)} still to run, "
-            f"{sum(r.devices for r in todo)} device-runs; {self.estimate.text(todo)}"
+            f"{sum(r.devices for r in todo)} devices in all; {self.estimate.text(todo)}"
         )
 
     def json(self, refusals: str = "") -> str:

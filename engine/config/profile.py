@@ -27,7 +27,7 @@ from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
 from .software import Environment
 from .spec import NODES
-from .tomlfile import StrictModel, limit, load_toml_model
+from .tomlfile import StrictModel, limit, load_toml_model, worded
 
 # Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
 # ASCII digits, the whole text (no space, no trailing newline: it becomes an #SBATCH line)
@@ -76,7 +76,7 @@ def _check_time(value: str | None) -> str | None:
 
 
 # Names that end up in #SBATCH lines, where no shell quoting protects them.
-SAFE_NAME = r"^[A-Za-z0-9_.-]+$"
+SAFE_NAME = worded(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' or '-' (no spaces)")
 
 
 # --- sbatch_extra: options for sbatch that dlscale does not set itself -------------------
@@ -304,6 +304,10 @@ class Interconnect(StrictModel):
     ) = None  # one message's latency, microseconds
 
 
+# How long a front end waits for one Slurm command by default (Profile.command_timeout).
+COMMAND_TIMEOUT_S = 10
+
+
 class Profile(StrictModel):
     name: StrictStr = Field(pattern=SAFE_NAME)
     description: StrictStr = ""
@@ -357,6 +361,16 @@ class Profile(StrictModel):
     # false: the site has no slurmdbd; jobs are followed with squeue, scontrol and the
     # exit marker each job script writes (unset: learnt from sacct's answer)
     accounting: StrictBool | None = None
+    # Seconds dlscale-tui waits for one Slurm command (sacct, squeue, sacctmgr, scontrol,
+    # sbatch) before it says the command did not answer and goes on: a screen never waits
+    # on a slow slurmdbd for long (the command line waits up to 60 s).
+    command_timeout: limit(
+        StrictInt | StrictFloat,
+        "longer than a screen should wait for one command",
+        "a command needs some time to answer",
+        ge=1,
+        le=600,
+    ) = COMMAND_TIMEOUT_S
     interconnect: Interconnect | None = None
 
     _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))

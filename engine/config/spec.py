@@ -52,7 +52,7 @@ from .custom import (
     unset_lengths,
 )
 from .frameworks import FRAMEWORKS, Option, taking
-from .tomlfile import Number, StrictModel, limit, load_toml_model
+from .tomlfile import Number, StrictModel, limit, load_toml_model, worded
 
 # Limits on what a spec asks for, each with the reason its error gives.
 MAX_NODES = 100_000
@@ -179,7 +179,11 @@ def _knob_type(k: Knob) -> Any:
     elif k.kind == "choice":
         kind = Literal[k.choices]  # type: ignore[valid-type]
     elif k.kind == "str":
-        kind = Annotated[StrictStr, Field(pattern=k.pattern)] if k.pattern else StrictStr
+        kind = (
+            Annotated[StrictStr, Field(pattern=worded(k.pattern, k.form or k.help))]
+            if k.pattern
+            else StrictStr
+        )
     else:
         kind = limit(StrictInt if k.kind == "int" else Number, k.why, k.low_why, **k.bounds())
     return kind | None if k.optional else kind
@@ -195,28 +199,35 @@ class _TrainingChecks(StrictModel):
         # path as one quoted argument that no shell expands.
         return os.path.expanduser(value) if value else value
 
+    @field_validator("warmup_steps", check_fields=False)
+    @classmethod
+    def _warmup_shorter(cls, warmup: int, info: ValidationInfo) -> int:
+        # On warmup_steps (steps is validated before it): a form that shows the steps and
+        # not the warm-up marks its steps field with this (tui/form.py).
+        steps = info.data.get("steps")
+        uses = declared_uses()
+        if uses is not None and not {"steps", "warmup_steps"} <= uses:
+            return warmup  # a declared script's command that never gets both never reads it
+        if isinstance(steps, int) and warmup >= steps:
+            gets = "the command gets both, and " if uses is not None else ""
+            raise ValueError(
+                f"the {warmup} warm-up steps (warmup_steps) are not fewer than the {steps} "
+                f"timed steps (steps): {gets}a run would warm up longer than it is timed; "
+                "raise steps or lower warmup_steps"
+            )
+        return warmup
+
     @model_validator(mode="after")
     def _one_length(self) -> _TrainingChecks:
-        steps, warmup = self.steps, self.warmup_steps  # type: ignore[attr-defined]
+        steps = self.steps  # type: ignore[attr-defined]
         # A declared framework's script needs only what its command names (custom.py):
-        # no length at all, or a warm-up it never reads, is its own business.
-        uses = declared_uses()
-        if uses is not None:
+        # no length at all is its own business (the warm-up: _warmup_shorter).
+        if declared_uses() is not None:
             if steps is not None and self.epochs is not None:  # type: ignore[attr-defined]
                 raise ValueError("give at most one of steps or epochs")
-            if steps is not None and {"steps", "warmup_steps"} <= uses and warmup >= steps:
-                raise ValueError(
-                    f"warmup_steps {warmup} is not fewer than steps {steps}: the command "
-                    "gets both; lower warmup_steps or raise steps"
-                )
             return self
         if (steps is None) == (self.epochs is None):  # type: ignore[attr-defined]
             raise ValueError("give exactly one of steps (timed steps after warm-up) or epochs")
-        if steps is not None and warmup >= steps:
-            raise ValueError(
-                f"warmup_steps {warmup} is not fewer than steps {steps}: a run would warm up "
-                "longer than it is timed; lower warmup_steps or raise steps"
-            )
         return self
 
 
@@ -232,7 +243,13 @@ Training: Any = create_model(
 
 
 class Experiment(StrictModel):
-    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    name: StrictStr = Field(
+        pattern=worded(
+            r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or a digit "
+            "(no spaces)",
+        )
+    )
     description: StrictStr = ""
     frameworks: list[StrictStr] = Field(min_length=1)
     models: list[StrictStr] = Field(min_length=1)

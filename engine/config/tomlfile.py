@@ -216,8 +216,22 @@ def _toml_type(value: Any) -> str:
     )
 
 
+# What each pattern a text field must match means, in words: an error says these, never the
+# regular expression (which a new user cannot read). `worded` registers one.
+PATTERN_WORDS: dict[str, str] = {}
+
+
+def worded(regex: str, words: str) -> str:
+    """`regex`, for Field(pattern=...), with what it allows in words ("letters, digits...")."""
+    PATTERN_WORDS[regex] = words
+    return regex
+
+
 def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
     kind, msg, loc = err["type"], err["msg"], tuple(err["loc"])
+    if kind == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get(str((err.get("ctx") or {}).get("pattern")))
+        msg = f"should be {words}" if words else msg
     if kind == "extra_forbidden":
         parent = _model_at(model, _parts(loc, kind)[:-1])
         allowed = (

@@ -32,16 +32,16 @@ class Estimate:
             return "nothing to run"
         if not known:
             return (
-                f"time unknown: none of these {len(runs)} runs has a completed twin in "
-                "the store yet (estimates come from measured runs)"
+                f"time unknown: none of these {len(runs)} runs has been measured here "
+                "before (an estimate comes from a completed run of the same setup)"
             )
         hours = sum(self.per_run[r.run_id] * r.devices for r in known) / 3600
         wall = sum(self.per_run[r.run_id] for r in known) / 60
         msg = f"estimated {hours:.3f} device-hours, {wall:.1f} min of wall time"
         if unknown:
             msg += (
-                f" for {len(known)} runs; {unknown} run(s) have no completed twin in the "
-                "store yet, so their time is unknown"
+                f" for {len(known)} runs; {unknown} run(s) were never measured here with the "
+                "same setup, so their time is unknown"
             )
         return msg + " (from measured runs in this store)"
 

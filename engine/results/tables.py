@@ -207,10 +207,13 @@ def status_table(queue: list) -> str:
     plain aligned columns. Not a rich Table: laying one out measured and wrapped every cell
     (2.6 s for 1,000 runs); this is a join per row. The reason comes last and whole (it is
     cut at 80 characters already), so a narrow terminal wraps only that line's end."""
-    head = ("run", "experiment", *queue_header(queue))
-    rows = [(q.run_id, q.experiment, *q.cells()) for q in queue]
+    names: tuple[str, ...] = ("run", "experiment", *QUEUE_COLUMNS)  # as head shows them
+    # the axes column only where a declared framework's run has axes of its own
+    keep = [i for i, n in enumerate(names) if n != "axes" or any(q.axes for q in queue)]
+    head = tuple(("run", "experiment", *queue_header(queue))[i] for i in keep)
+    rows = [tuple((q.run_id, q.experiment, *q.cells())[i] for i in keep) for q in queue]
+    names = tuple(names[i] for i in keep)
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
-    names = ("run", "experiment", *QUEUE_COLUMNS)  # the columns' names, as head shows them
     right = {names.index(c) for c in ("batch", "rep", "elapsed", "throughput")}
 
     # One format for every row: str.format pads in C.

@@ -42,9 +42,12 @@ def find_run(store: Store, ident: str) -> RunRow:
     return store.run(next(iter(named)) if named else ident)
 
 
-def cancel(store: Store, run_ids: list[str]) -> list[str]:
+def cancel(
+    store: Store, run_ids: list[str], backend_of: Callable[[str], Backend] | None = None
+) -> list[str]:
     """Cancel every live job of these runs (named by run or job id): all the jobs the
-    store holds for a run, not only the one its row names. Returns the runs that had one."""
+    store holds for a run, not only the one its row names, each through `backend_of(name)`
+    (a front end's own backends; else made here). Returns the runs that had one."""
     rows = {}
     for ident in run_ids:
         row = find_run(store, ident)
@@ -62,7 +65,7 @@ def cancel(store: Store, run_ids: list[str]) -> list[str]:
         if jobs or row["state"] == State.WAITING:  # a waiting run has no job: no wave takes it
             done.append(rid)
     for backend, job_ids in by_backend.items():
-        make_backend(backend, store).watcher.cancel(job_ids)
+        (backend_of or (lambda name: make_backend(name, store)))(backend).watcher.cancel(job_ids)
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
         for job in store.jobs.find(backend, job_ids, states=ACTIVE):

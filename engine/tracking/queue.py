@@ -9,8 +9,10 @@ shows changed, so the screen can pass over the others by identity (QueueReader).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..results.formatting import elapsed_text, finite, fmt
@@ -41,6 +43,7 @@ class QueueRow:
     comm_benchmark: bool = False  # times the allreduce (plan.py): not a training run
     busbw_gbps: float | None = None  # what a communication benchmark measured
     unit: str = "images"  # what its throughput counts a second (a declared framework's own)
+    axes: tuple[tuple[str, str], ...] = ()  # a declared framework's own axes, name and value
 
     def why_not_cancel(self) -> str | None:
         """Why cancelling this run would do nothing (None: it can be cancelled), in the
@@ -64,10 +67,11 @@ class QueueRow:
             )
         return None
 
-    def cells(self) -> tuple[str, ...]:
-        """The row as text, in QUEUE_COLUMNS order. A communication benchmark says so where
-        a training run's reason goes and in its repetition's place (seen at 80 columns, where
-        the reason is cut), and has no throughput."""
+    def cells(self, show: Callable[[str], str] = printable) -> tuple[str, ...]:
+        """The row as text, in QUEUE_COLUMNS order, its job's and the user's words made
+        safe by `show` (text.printable; the TUI shows signs). A communication benchmark
+        says so where a training run's reason goes and in its repetition's place (seen at
+        80 columns, where the reason is cut), and has no throughput."""
         reason = self.reason
         if self.comm_benchmark:
             if reason:
@@ -77,17 +81,18 @@ class QueueRow:
             else:
                 reason = COMM_WORDS
         return (
-            self.job_id or "-",
-            self.framework,
-            self.model,
+            show(self.job_id or "-"),
+            show(self.framework),
+            show(self.model),
             self.scale,
             str(self.per_device_batch),
             "comm" if self.comm_benchmark else str(self.repetition),
+            " ".join(show(v) for _, v in self.axes),
             self.state,
-            self.nodes or "-",
+            show(self.nodes or "-"),
             elapsed_text(self.elapsed_s),
             "-" if self.comm_benchmark else fmt(self.images_per_s, 1),
-            reason[:80],
+            show(reason[:80]),
         )
 
 
@@ -101,6 +106,7 @@ QUEUE_COLUMNS = (
     "scale",
     "batch",
     "rep",
+    "axes",  # a declared framework's own: headed by their names (queue_header)
     "state",
     "nodes",
     "elapsed",
@@ -112,9 +118,11 @@ QUEUE_COLUMNS = (
 def queue_header(queue: list[QueueRow]) -> tuple[str, ...]:
     """QUEUE_COLUMNS as a table heads them: the throughput column says what the rows' runs
     count a second (images/s, a declared framework's tokens/s, units/s where they differ;
-    a communication benchmark counts none)."""
-    unit = per_second(r.unit for r in queue if not r.comm_benchmark)
-    return tuple(unit if c == "throughput" else c for c in QUEUE_COLUMNS)
+    a communication benchmark counts none), and the axes column names the axes (`mode`)."""
+    unit = printable(per_second(r.unit for r in queue if not r.comm_benchmark))
+    axes = next((r.axes for r in queue if r.axes), ())
+    named = {"throughput": unit, "axes": " ".join(printable(n) for n, _ in axes) or "axes"}
+    return tuple(named.get(c, c) for c in QUEUE_COLUMNS)
 
 
 # Run ids per `IN (...)` list: SQLite takes at most 32,766 parameters in one statement.
@@ -262,9 +270,19 @@ class QueueReader:
 
 
 def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueRow:
-    run_id, experiment, framework, model, nodes, ranks_per_node, batch, repetition, comm, unit = (
-        point
-    )
+    (
+        run_id,
+        experiment,
+        framework,
+        model,
+        nodes,
+        ranks_per_node,
+        batch,
+        repetition,
+        comm,
+        unit,
+        axes,
+    ) = point
     (
         _,
         backend,
@@ -282,8 +300,9 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
     ) = v
     if elapsed is None and started:
         elapsed = (ended or now) - started
-    # job text (a log's last line, a scheduler's words): shown with its controls made visible
-    reason = printable((run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped)
+    # job text (a log's last line, a scheduler's words): kept as written, made safe where
+    # shown (cells)
+    reason = (run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped
     return QueueRow(
         run_id,
         experiment,
@@ -296,14 +315,24 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         job_id,
         state,
         reason,
-        printable(job_nodes) if job_nodes else job_nodes,
+        job_nodes,
         elapsed,
         ingested.images_per_s,
         ingested.step,
         bool(comm),
         ingested.busbw,
-        printable(str(unit)),
+        str(unit),
+        _axes(axes),
     )
+
+
+def _axes(text: str | None) -> tuple[tuple[str, str], ...]:
+    """A run's own axes from the JSON its recipe holds (none where it holds none)."""
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return ()
+    return tuple((str(k), str(v)) for k, v in found.items()) if isinstance(found, dict) else ()
 
 
 def rows(store: Store, experiment: str | None = None, now: float | None = None) -> list[QueueRow]:

@@ -39,6 +39,10 @@ QUEUE_POINT = (
     # images; text a damaged store holds is no JSON, and asks json_extract nothing
     "CASE WHEN json_valid(training) AND json_type(training, '$.custom') = 'object' "
     "THEN coalesce(json_extract(training, '$.custom.unit'), 'samples') ELSE 'images' END",
+    # a declared framework's own axes (`mode = fail/ok`), as JSON text: the queue gives
+    # them a column, or two runs of one scale would look the same
+    "CASE WHEN json_valid(training) AND json_type(training, '$.axes') = 'object' "
+    "THEN json_extract(training, '$.axes') END",
 )
 
 

@@ -39,6 +39,7 @@ class Knob:
     low_why: str | None = None
     choices: tuple[str, ...] = ()
     pattern: str | None = None
+    form: str = ""  # what `pattern` allows, in words (an error says these, not the pattern)
     optional: bool = False  # may be left out (None)
     group: str | None = None  # knobs of one group: exactly one is given
 
@@ -209,6 +210,7 @@ TRAINING: tuple[Knob, ...] = (
         None,
         "for testing failure handling: raise at step N",
         pattern=r"^crash@step\d+$",
+        form="crash@stepN (N a step number)",
         optional=True,
     ),
 )

@@ -25,8 +25,9 @@ from .common import (
     SlurmWatcher,
     accounting_disabled,
     clean_env,
-    first_line,
+    has_accounting,
     run_command,
+    said,
     user_name,
 )
 from .jobs import SlurmJobs
@@ -49,9 +50,9 @@ class SlurmCLI(SlurmJobs):
     """Slurm through its commands: sbatch submits, and its watcher (CommandsWatcher) follows
     with sacct, squeue and scancel."""
 
-    runner: Runner = run_command
     squeue_every: int = 3  # the watcher's: polls between squeue calls (pending reasons)
     via: str = "Slurm's commands"
+    _config: str | None = None  # `scontrol show config`, once answered
 
     def __post_init__(self, accounting: bool | None) -> None:
         self.watcher: CommandsWatcher = CommandsWatcher(
@@ -77,10 +78,9 @@ class SlurmCLI(SlurmJobs):
         args = [*(["--array", array] if array else []), str(script)]
         res = self.runner(["sbatch", "--parsable", f"--comment={tag}", *args], env=clean_env())
         if res.returncode != 0:
-            message = " ".join(res.stderr.split()) or f"sbatch exited {res.returncode}"
             if any(t in res.stderr for t in TRANSIENT):
-                raise ControllerUnreachable(f"sbatch: {message}")
-            raise SubmitError(message)
+                raise ControllerUnreachable(said(res))
+            raise SubmitError(said(res))
         try:
             return parse_sbatch(res.stdout)
         except ParseError as exc:
@@ -91,10 +91,23 @@ class SlurmCLI(SlurmJobs):
 
     # --- what arrays and tags ask of Slurm (SlurmJobs' abstract methods) ----------------
 
+    def _site_config(self, name: str) -> str | None:
+        """A value of the controller's configuration (asked once; None where unsaid)."""
+        if self._config is None:
+            res = self.runner(["scontrol", "show", "config"])
+            if res.returncode != 0:
+                return None
+            self._config = res.stdout
+        m = re.search(rf"^{name}\s*=\s*(.*?)\s*$", self._config, re.MULTILINE)
+        return m[1] if m else None
+
     def site_max_array_size(self) -> int | None:
-        res = self.runner(["scontrol", "show", "config"])
-        m = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout, re.MULTILINE)
-        return int(m[1]) if res.returncode == 0 and m else None
+        value = self._site_config("MaxArraySize") or ""
+        return int(value) if value.isdigit() else None
+
+    def site_accounting(self) -> bool | None:
+        storage = self._site_config("AccountingStorageType")
+        return None if self._config is None else has_accounting(storage)
 
     def site_max_submit_jobs(self) -> int | None:
         res = self.runner(
@@ -115,13 +128,13 @@ class SlurmCLI(SlurmJobs):
     def queued_tasks(self) -> int:
         res = self.runner(["squeue", "--noheader", "--array", "--user", user_name(), "--format=%i"])
         if res.returncode != 0:
-            raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
+            raise ControllerUnreachable(said(res))
         return sum(1 for line in res.stdout.splitlines() if line.strip())
 
     def tagged_jobs(self) -> list[tags.Tagged]:
         res = user_jobs(self.runner, TAGGED_FORMAT)
         if res.returncode != 0:
-            raise ControllerUnreachable(f"squeue: {' '.join(res.stderr.split())}")
+            raise ControllerUnreachable(said(res))
         return [tags.Tagged(*row) for row in parse_tagged(res.stdout)]
 
 
@@ -210,7 +223,7 @@ class CommandsWatcher(SlurmWatcher):
                 return self._without_accounting(job_ids)
             else:
                 ok = False
-                self.last_error = f"sacct: {first_line(res.stderr) or res.returncode}"
+                self.last_error = said(res, whole=False)
             still_live = [
                 j
                 for j in live
@@ -244,7 +257,7 @@ class CommandsWatcher(SlurmWatcher):
         res = user_jobs(self.runner, SQUEUE_FORMAT)
         if res.returncode != 0:
             self.controller_ok = False
-            self.last_error = f"squeue: {first_line(res.stderr) or res.returncode}"
+            self.last_error = said(res, whole=False)
             return False
         self.controller_ok, self._need_squeue = True, False
         try:
@@ -276,5 +289,5 @@ class CommandsWatcher(SlurmWatcher):
             return
         res = self._retrying(["scancel", *job_ids])
         if res.returncode != 0:
-            raise SchedulerError(f"scancel: {' '.join(res.stderr.split())}")
+            raise SchedulerError(said(res))
         self._need_squeue = True

@@ -1,6 +1,7 @@
 """What both ways of reaching Slurm (its commands, pyslurm) share: the errors worth a retry,
-running a command, whether a site keeps accounting, the last word a job left in its run
-folder, and the watcher's memory of each job's last known state.
+what a failed command said, whether a site keeps accounting, the last word a job left in its run
+folder, and the watcher's memory of each job's last known state. Running a command is
+calls.py's.
 
 A cluster without accounting (no slurmdbd: sacct answers that accounting is disabled, the
 controller's AccountingStorageType names none, or the profile says `accounting = false`)
@@ -11,7 +12,6 @@ script wrote in the run folder as it ended (`job.exit`: `exit N` or `signal TERM
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +19,8 @@ from ...errors import ControllerUnreachable
 from ...paths import RunPaths
 from ...runs import TERMINAL, RunRow, State
 from ..base import JobStatus, Watcher
+from .calls import CommandResult as CommandResult
+from .calls import run_command as run_command
 from .parsing import SlurmJob, parse_exit_marker
 
 # Messages of a controller or database that is busy or restarting: worth a retry.
@@ -38,35 +40,10 @@ def user_name() -> str:
     return os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 class Runner(Protocol):
     def __call__(
-        self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 60
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> CommandResult: ...
-
-
-def run_command(
-    argv: list[str], env: dict[str, str] | None = None, timeout: float = 60
-) -> CommandResult:
-    """The real runner: argv only, never a shell."""
-    try:
-        p = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError:
-        return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
-        return CommandResult(
-            argv, 124, "", f"{argv[0]}: no answer in {timeout:.0f} s (Socket timed out)"
-        )
-    return CommandResult(argv, p.returncode, p.stdout, p.stderr)
 
 
 def clean_env() -> dict[str, str]:
@@ -77,6 +54,16 @@ def clean_env() -> dict[str, str]:
 
 def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def said(res: CommandResult, whole: bool = True) -> str:
+    """Why a command failed, on one line, named once: `squeue: no answer in 10 s`, and
+    Slurm's own `squeue: error: ...` as it is (never `squeue: squeue: ...`). whole=False:
+    its first line only."""
+    name = os.path.basename(res.argv[0]) if res.argv else "command"
+    text = " ".join(res.stderr.split()) if whole else first_line(res.stderr)
+    text = text or f"exited {res.returncode}"
+    return text if text.startswith(f"{name}:") else f"{name}: {text}"
 
 
 def accounting_disabled(stderr: str) -> bool:

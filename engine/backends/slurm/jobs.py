@@ -17,13 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import ControllerUnreachable, DlscaleError, PlanError, SubmitError, UserError
 from ...paths import RunPaths
 from ...runs import RunRow, State
 from ..base import Backend, JobRequest
 from . import arrays, tags
+from .common import Runner, SlurmWatcher, run_command
 
 if TYPE_CHECKING:
     from ...config.profile import LoadedProfile
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
     from ...tracking.store import Store
 
 NEEDS_PROFILE = "--backend slurm needs --profile CLUSTER.toml (see examples/clusters/)"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a Slurm site says of itself: asked once (a front end asks at its start), then
+    handed to every submission, which then asks nothing of sacctmgr or the controller's
+    configuration. None: the site did not say (no answer in time, or no accounting)."""
+
+    max_array_size: int | None = None
+    max_submit_jobs: int | None = None
+    accounting: bool | None = None  # whether a slurmdbd keeps accounting
 
 
 @dataclass
@@ -54,6 +66,8 @@ class SlurmJobs(Backend):
     wave_every: float = 5.0  # seconds between tries of the next wave
     _last_wave: float = -1e9
     limits: arrays.Limits | None = None  # the site's, once asked
+    site: Site | None = None  # what the site said of itself (learn_site), once asked
+    runner: Runner = run_command  # every Slurm command this backend runs
 
     @abc.abstractmethod
     def submit_script(self, script: Path, tag: str, array: str | None = None) -> str:
@@ -72,6 +86,10 @@ class SlurmJobs(Backend):
         """MaxArraySize, where the controller says."""
 
     @abc.abstractmethod
+    def site_accounting(self) -> bool | None:
+        """Whether the controller names an accounting database (None: it did not say)."""
+
+    @abc.abstractmethod
     def site_max_submit_jobs(self) -> int | None:
         """The user's MaxSubmitJobs (the lowest of their associations), where known."""
 
@@ -84,6 +102,28 @@ class SlurmJobs(Backend):
     def tagged_jobs(self) -> list[tags.Tagged]:
         """The user's jobs the controller knows, with their comments. Raises
         ControllerUnreachable."""
+
+    def learn_site(self) -> Site:
+        """The site's limits and whether it keeps accounting, asked of Slurm once for this
+        backend (the profile's `accounting` is its word where it gives one)."""
+        if self.site is None:
+            accounting = cast(SlurmWatcher, self.watcher).accounting
+            if accounting is None:
+                accounting = self.site_accounting()
+            self.site = Site(
+                self.site_max_array_size(),
+                self.site_max_submit_jobs() if accounting is not False else None,
+                accounting,
+            )
+        return self.site
+
+    def knows_site(self, site: object) -> None:
+        if not isinstance(site, Site):
+            return
+        self.site = site
+        watcher = cast(SlurmWatcher, self.watcher)
+        if watcher.accounting is None and site.accounting is not None:
+            watcher.accounting = site.accounting
 
     def submit(self, request: JobRequest) -> str:
         tag = tags.token(tags.home_of(request.run_dir), request.run_id)
@@ -131,8 +171,9 @@ class SlurmJobs(Backend):
         self, requests: list[JobRequest], profile, throttle: int | None
     ) -> list[str | Exception]:
         out: list[str | Exception | None] = [None] * len(requests)
+        site = self.learn_site()
         limits = self.limits or arrays.site_limits(
-            self.site_max_array_size(), self.site_max_submit_jobs(), profile, throttle
+            site.max_array_size, site.max_submit_jobs, profile, throttle
         )
         self.limits = limits  # the site's answers hold for a study's waves
         room = None if limits.jobs is None else max(0, limits.jobs - self.queued_tasks())

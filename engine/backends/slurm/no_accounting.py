@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import Runner
+from .common import Runner, said
 from .parsing import ParseError, SlurmJob, parse_scontrol_jobs
 
 
@@ -28,7 +28,7 @@ class NoAccounting:
         answer."""
         res = self.runner(["scontrol", "--oneliner", "show", "job"])
         if res.returncode != 0:
-            return None, f"scontrol: {' '.join(res.stderr.split()) or res.returncode}"
+            return None, said(res)
         try:
             return parse_scontrol_jobs(res.stdout), None
         except ParseError as exc:

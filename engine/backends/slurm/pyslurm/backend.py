@@ -13,7 +13,7 @@ from pathlib import Path
 from ....errors import ControllerUnreachable, SchedulerError, SubmitError
 from ....runs import TERMINAL, State
 from .. import tags
-from ..common import clean_env, user_name
+from ..common import clean_env, has_accounting, user_name
 from ..jobs import SlurmJobs
 from ..parsing import map_state
 from .api import Controller
@@ -34,6 +34,7 @@ class PyslurmBackend(SlurmJobs):
             max_failures=self.max_failures,
             accounting=self.first_accounting(accounting),
             controller=self.controller,
+            runner=self.runner,
         )
 
     def submitted(self, job_id: str) -> None:
@@ -46,6 +47,10 @@ class PyslurmBackend(SlurmJobs):
         if config is None:
             return None
         return int(config.max_array_size or 0) or None
+
+    def site_accounting(self) -> bool | None:
+        config = self.controller.config()
+        return None if config is None else has_accounting(config.accounting_storage_type)
 
     def site_max_submit_jobs(self) -> int | None:
         if self.watcher.accounting is False:

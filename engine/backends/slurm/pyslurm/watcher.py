@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from ....errors import SchedulerError
 from ....runs import TERMINAL
 from ...base import JobStatus
-from ..common import SlurmWatcher, clean_env, has_accounting, run_command
+from ..common import Runner, SlurmWatcher, clean_env, has_accounting, run_command, said
 from .api import Controller
 from .records import keys, status, waiting_tasks
 
@@ -21,6 +21,7 @@ class PyslurmWatcher(SlurmWatcher):
 
     controller: Controller = field(default_factory=Controller)  # the backend's too
     controller_ok: bool = True
+    runner: Runner = run_command  # scancel of a waiting array task (pyslurm cannot)
     _raw: dict[str, int] = field(default_factory=dict)  # tracked id -> Slurm's own
 
     def poll(self, job_ids: list[str]) -> dict[str, JobStatus]:
@@ -106,6 +107,6 @@ class PyslurmWatcher(SlurmWatcher):
             # pyslurm cancels by a job's number only (slurm_kill_job); one waiting task
             # of an array is cancelled by `ARRAY_TASK`, which only scancel takes
             # (slurm_kill_job2 is not in pyslurm's API).
-            res = run_command(["scancel", *tasks], clean_env())
+            res = self.runner(["scancel", *tasks], clean_env())
             if res.returncode != 0:
-                raise SchedulerError(f"scancel: {' '.join(res.stderr.split())}")
+                raise SchedulerError(said(res))

@@ -1,0 +1,118 @@
+"""80x24 is first-class for a real study (issue 36, item 2): on a study of 4 models x 2
+batch sizes with an axis of its own (`mode = fail/ok`), a new user reads the throughput,
+the efficiency, the chart and the failure reasons without resizing. Columns that do not fit
+whole go, the least important first: no number is cut to meaningless digits."""
+
+from __future__ import annotations
+
+import pytest
+from rich.cells import cell_len
+from rich.text import Text
+
+from dlscale.engine.session import Session
+from dlscale.tui.app import DlscaleApp
+from dlscale.tui.columns import GAP, fit, stretch_width
+from dlscale.tui.jobtable import JobTable
+from dlscale.tui.results import PointTable
+from test_tui import until
+from tui_text import axis_study, screen_text
+
+
+@pytest.mark.parametrize(
+    "room, chosen",
+    [
+        (80, ["state", "job", "scale", "rate", "reason", "model", "mode", "batch"]),
+        # model does not fit: mode, after it, does (the room is used)
+        (60, ["state", "job", "scale", "rate", "reason", "mode"]),
+        (35, ["state", "job", "scale", "mode"]),
+    ],
+)
+def test_columns_fit_whole_the_least_important_going_first(room, chosen):
+    widths = {"state": 9, "job": 8, "scale": 5, "rate": 8, "reason": 40, "model": 11}
+    widths |= {"mode": 4, "batch": 5, "nodes": 9}
+    priority = ["state", "job", "scale", "rate", "reason", "model", "mode", "batch", "nodes"]
+    got = fit(widths, priority, room, stretch="reason", least=8)
+    assert got == chosen
+    used = sum(widths[c] + GAP for c in got if c != "reason")
+    if "reason" in got:  # the reason takes what is left, at least 8 cells
+        left = stretch_width(widths, got, "reason", room)
+        assert left >= 8 and used + left + GAP <= room
+
+
+def _lines(app) -> list[str]:
+    return screen_text(app).splitlines()
+
+
+def _whole(app, table) -> None:
+    """Each row on screen shows every cell of its shown columns whole (the reason is cut
+    with `…`, and shown whole by enter)."""
+    labels = [str(c.label) for c in table.columns.values()]
+    lines = _lines(app)
+    top = table.region.y + 1  # under the heading
+    shown = 0
+    for i in range(min(table.row_count, table.region.height - 1)):
+        line = lines[top + i]
+        shown += 1
+        for label, cell in zip(
+            labels, (Text.from_markup(str(c)).plain for c in table.get_row_at(i))
+        ):
+            if label != "reason" and cell:
+                assert f" {cell} " in f"{line} ", (label, cell, line)
+    assert shown >= 4
+
+
+async def test_the_queue_at_80x24_shows_what_tells_runs_apart_and_why_they_failed(home):
+    axis_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        await pilot.press("f3")
+        table = app.screen.query_one(JobTable)
+        await until(pilot, lambda: table.row_count == 32, 30, "every run")
+        await pilot.pause(0.3)
+        head = next(ln for ln in _lines(app) if " job " in ln)
+        for column in ("state▾", "job", "model", "mode", "scale", "batch", "tokens/s", "reason"):
+            assert f" {column}" in head, head
+        assert max(cell_len(ln.rstrip()) for ln in _lines(app)) <= 80
+        _whole(app, table)
+        failed = [ln for ln in _lines(app) if " FAILED " in ln]
+        assert failed and all("RuntimeE" in ln for ln in failed), failed
+        # the key columns stay when the table scrolls sideways
+        assert table.fixed_columns >= 2
+        assert "all framework gpt" in screen_text(app)
+
+
+async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(home):
+    axis_study(home)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        await pilot.press("f4")
+        table = app.screen.query_one(PointTable)
+        await until(pilot, lambda: table.row_count == 32, 30, "every point")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        labels = [str(c.label) for c in table.columns.values()]
+        for column in ("model", "mode", "scale", "batch", "tokens/s ± CI95", "speedup", "eff."):
+            assert column in labels, labels
+        _whole(app, table)
+        assert "┌" in text and "devices (ranks)" in text  # the chart, with the table
+        # the selected point's baseline, not a "baseline of ..." line per model and batch
+        assert "baseline of" not in text and ": no baseline (" in text, text
+        assert "all framework gpt" in text
+        first = app.screen.selected()
+        assert f"of {first['model']}, batch {first['per_device_batch']}" in text
+        await pilot.press("o")  # the next model, at the same batch
+        await pilot.pause(0.3)
+        now = app.screen.selected()
+        assert now["model"] != first["model"]
+        assert now["per_device_batch"] == first["per_device_batch"]
+        assert f"- {now['model']}" in screen_text(app)  # the chart's title
+        await pilot.press("b")  # the next batch of that model
+        await pilot.pause(0.3)
+        after = app.screen.selected()
+        assert after["model"] == now["model"]
+        assert after["per_device_batch"] != now["per_device_batch"]
+        await pilot.press("enter")  # the point in full: every number, its baseline
+        await until(pilot, lambda: "time to accuracy" in screen_text(app), 10, "the point")
+        assert "tokens/J" in screen_text(app) and "predicted efficiency" in screen_text(app)

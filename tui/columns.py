@@ -1,0 +1,46 @@
+"""Which columns a table shows in the room it has: at 80 columns the ones a user reads first
+stay whole and the least important go first, so no number is ever cut to meaningless digits
+at the screen's edge. The Queue and the Results screens choose theirs here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+GAP = 2  # DataTable's cell padding: one cell each side of every column
+
+
+def fit(
+    widths: Mapping[str, int],
+    priority: Sequence[str],
+    room: int,
+    stretch: str | None = None,
+    least: int = 12,
+) -> list[str]:
+    """The columns of `priority` (most important first) that fit whole in `room` cells,
+    each `widths[name]` wide plus the gap. `stretch` (a reason), where it is in `priority`,
+    is kept if at least `least` cells are left for it then, and takes whatever is left in
+    the end (stretch_width); every column after it in `priority` must leave it that."""
+    chosen: list[str] = []
+    used = 0
+    reserved = 0  # what the stretching column needs, once it is in
+    for name in priority:
+        if name not in widths:
+            continue
+        if name == stretch:
+            need = min(widths[name], least) + GAP
+            if used + need <= room:
+                chosen.append(name)
+                reserved = need
+            continue
+        need = widths[name] + GAP
+        if used + reserved + need <= room:
+            chosen.append(name)
+            used += need
+    return chosen
+
+
+def stretch_width(widths: Mapping[str, int], chosen: Sequence[str], stretch: str, room: int) -> int:
+    """The width the stretching column gets among `chosen`: what the others leave of `room`,
+    at most its own widest value."""
+    others = sum(widths[n] + GAP for n in chosen if n != stretch)
+    return max(1, min(widths[stretch], room - others - GAP))
