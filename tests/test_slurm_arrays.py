@@ -118,40 +118,41 @@ def each_noacct_target(test):
     )(test)
 
 
-def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
+def test_twelve_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
     slurm_cluster, tmp_path, home
 ):
-    # two job shapes (1 node x 1 rank, 1 node x 2 ranks), 30 runs each; arrays of 25 at most
+    # two job shapes (1 node x 1 rank, 1 node x 2 ranks), 6 runs each; arrays of 4 at most,
+    # one task of each at a time (so a task cancelled just after submission has not started)
     spec = write_spec(
         tmp_path / "s.toml",
-        name="sixty",
+        name="twelve",
         scales='"1x1", "1x2"',
         steps=2,
-        experiment="repetitions = 30\nmax_concurrent = 3",
+        experiment="repetitions = 6\nmax_concurrent = 1",
     )
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     store = Store(home)
     runner = Counting()
     backend = SlurmCLI(
-        profile=load_profile(profile_copy(tmp_path, "max_array_size = 25")),
+        profile=load_profile(profile_copy(tmp_path, "max_array_size = 4")),
         home=store.home,
         runner=runner,
     )
     report = study.submit(store, load_spec(spec), backend)
-    assert len(report.submitted) == 60 and not report.waiting and not report.failed_to_submit
+    assert len(report.submitted) == 12 and not report.waiting and not report.failed_to_submit
     calls = runner.sbatch()
-    assert len(calls) == 2 * math.ceil(30 / 25)  # per shape: ceil(runs / array limit)
+    assert len(calls) == 2 * math.ceil(6 / 4)  # per shape: ceil(runs / array limit)
     sizes = sorted(int(c[c.index("--array") + 1].split("%")[0].split("-")[1]) + 1 for c in calls)
-    assert sizes == [5, 5, 25, 25]
-    assert all(c[c.index("--array") + 1].endswith("%3") for c in calls)  # the throttle
-    rows = store.runs("sixty")
+    assert sizes == [2, 2, 4, 4]
+    assert all(c[c.index("--array") + 1].endswith("%1") for c in calls)  # the throttle
+    rows = store.runs("twelve")
     assert all("_" in r["job_id"] for r in rows)
-    assert len({r["job_id"] for r in rows}) == 60
+    assert len({r["job_id"] for r in rows}) == 12
     # one run mid-array: its task alone is cancelled
-    victim = next(r for r in rows if r["job_id"].endswith("_20"))
+    victim = next(r for r in rows if r["job_id"].endswith("_2"))
     assert follow.cancel(store, [victim["run_id"]]) == [victim["run_id"]]
-    settle(store, backend, "sixty")
-    rows = {r["run_id"]: r for r in store.runs("sixty")}
+    settle(store, backend, "twelve")
+    rows = {r["run_id"]: r for r in store.runs("twelve")}
     assert rows.pop(victim["run_id"])["state"] == "CANCELLED"
     assert {r["state"] for r in rows.values()} == {"COMPLETED"}
     for row in rows.values():
@@ -170,22 +171,22 @@ def test_sixty_runs_go_as_arrays_and_one_cancelled_task_stays_cancelled(
 
 def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
     spec = write_spec(
-        tmp_path / "s.toml", name="waves", scales='"1x1"', steps=2, experiment="repetitions = 30"
+        tmp_path / "s.toml", name="waves", scales='"1x1"', steps=2, experiment="repetitions = 16"
     )
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     store = Store(home)
     runner = Counting()
     backend = SlurmCLI(
-        profile=load_profile(profile_copy(tmp_path, "max_jobs = 15")),
+        profile=load_profile(profile_copy(tmp_path, "max_jobs = 12")),
         home=store.home,
         runner=runner,
         wave_every=0,
     )
     report = study.submit(store, load_spec(spec), backend)
-    # the site's MaxArraySize (10) splits the first wave; the job limit (15) ends it
-    assert len(report.submitted) == 15 and len(report.waiting) == 15
+    # the site's MaxArraySize (10) splits the first wave; the job limit (12) ends it
+    assert len(report.submitted) == 12 and len(report.waiting) == 4
     waiting = store.runs("waves", states=(State.WAITING,))
-    assert len(waiting) == 15 and all("MaxArraySize 10" in r["reason"] for r in waiting)
+    assert len(waiting) == 4 and all("MaxArraySize 10" in r["reason"] for r in waiting)
     # a waiting run cancelled is never submitted
     skipped = waiting[-1]
     assert follow.cancel(store, [skipped["run_id"]]) == [skipped["run_id"]]
@@ -201,8 +202,8 @@ def test_waves_respect_max_array_size_and_the_job_limit(noacct, tmp_path, home):
             c[c.index("--array") + 1].split("%")[0].split("-") if "--array" in c else ("0", "0")
         )
         tasks.append(int(last) - int(first) + 1)
-    assert max(tasks) <= 10 and sum(tasks) == 29
-    assert len(tasks) > math.ceil(29 / 10)  # more than one wave was needed
+    assert max(tasks) <= 10 and sum(tasks) == 15
+    assert len(tasks) > math.ceil(15 / 10)  # more than one wave was needed
 
 
 @each_noacct_target

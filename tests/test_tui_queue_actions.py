@@ -139,7 +139,12 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         app._refresh_queue(app.experiment)
         table = await _queue(pilot, app, len(states))
         # One framework, model and batch in every row: their columns go, named once above.
-        assert "all framework pytorch-ddp, model resnet20" in screen_text(app)
+        await until(
+            pilot,
+            lambda: "all framework pytorch-ddp, model resnet20" in screen_text(app),
+            10,
+            "the line naming the columns with one value",
+        )
         labels = [str(c.label) for c in table.columns.values()]
         assert "framework" not in labels and "state▾" in labels
         state, job = labels.index("state▾"), labels.index("job")

@@ -84,7 +84,9 @@ def test_resubmitting_in_a_copied_home_writes_only_into_the_copy(tmp_path):
             fcntl.flock(held.enter_context(open(home / LOCK_NAME, "a+")), fcntl.LOCK_EX)
         dlscale("run", str(spec), home=first, check=0, timeout=60)
         dlscale("cancel", "-e", "t", home=first, check=0, timeout=60)
-        (run,) = Store(first).runs()
+        first_store = Store(first)
+        (run,) = first_store.runs()
+        first_store.close()  # its SQLite files (-wal, -shm) gone now, not when collected
         run_dir = Path(run["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "run.log").write_text("the first home's log\n")

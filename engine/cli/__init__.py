@@ -150,6 +150,18 @@ def _not_utf8(argv: list[str]) -> str | None:
     return None
 
 
+def _interrupted() -> None:
+    """ctrl+c: the prompt back now, exit 130. Every `with` on the way out has run (partial
+    outputs removed, Slurm commands ended) and the store commits as it goes; tearing the
+    interpreter's modules down took a second or two more on a loaded node."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     bad = _not_utf8(args)
@@ -161,9 +173,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         cli.main(args=args, prog_name="dlscale", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
         _say("aborted")
-        sys.exit(130)
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click's word for ctrl+c
+            _interrupted()
+        sys.exit(130)  # a prompt that met the end of its input
     except click.ClickException as exc:
         import io  # click's own words (usage, the value given), through the printer
 
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             _say(f"dlscale: error: {line}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted()
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
         # ...unless it is the world's fault: SQLite found a damaged page only now, the
         # store is locked, read-only or full, a disk is full
