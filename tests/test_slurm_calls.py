@@ -232,7 +232,16 @@ def test_ctrl_c_in_the_command_line_leaves_at_once_while_slurm_hangs(home, tmp_p
         profile = REPO / "examples" / "clusters" / "test-cluster.toml"
         argv = [str(BIN / "dlscale"), "run", str(spec), "--wait", "--backend", "slurm"]
         argv += ["--profile", str(profile)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A script's background job (scripts/test runs the other Pythons' suites with `&`)
+    # hands its children SIGINT ignored, which Python keeps: give the command ctrl+c's
+    # default, as a terminal would.
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         _until(
             lambda: (state / "calls.log").exists() and "sacct" in (state / "calls.log").read_text(),
