@@ -120,3 +120,19 @@ def test_a_store_from_before_reruns_gains_the_column_and_keeps_its_runs(tmp_path
     assert again["rerun_of"] == row["run_id"] and again["state"] == "PLANNED"
     assert again["point_id"] == row["point_id"] and again["run_dir"].endswith("feedfacecafe")
     assert [r["run_id"] for r in store.reruns(row["run_id"])] == ["feedfacecafe"]
+
+
+def test_a_watchers_stale_news_never_brings_a_settled_run_back(tmp_path):
+    """A watcher (`status`) read the job running; the local worker then failed the run at
+    its start; the watcher's write comes last and must not make it RUNNING again (it
+    stayed RUNNING for ever: no later poll looks at a run whose job has ended)."""
+    store = Store(tmp_path)
+    run = make_run()
+    store.add_run(run)
+    store.update_run(run.run_id, state="PENDING")  # submitted
+    store.advance_run(run.run_id, "RUNNING", None)  # pending to running: news of a live run
+    assert store.run(run.run_id)["state"] == "RUNNING"
+    store.update_run(run.run_id, state="FAILED", reason="cannot lay out the run's folder")
+    store.advance_run(run.run_id, "RUNNING", None)
+    row = store.run(run.run_id)
+    assert row["state"] == "FAILED" and row["reason"] == "cannot lay out the run's folder"

@@ -114,7 +114,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                 if store.run(r["run_id"])["state"] in ACTIVE:
                     finalize_run(store, r["run_id"], st.state)
             elif st.state != r["state"]:
-                store.update_run(r["run_id"], state=st.state, reason=st.reason)
+                store.advance_run(r["run_id"], st.state, st.reason)
     counts = store.state_counts(experiment)
     warning = None
     if live and not watcher.last_poll_ok:

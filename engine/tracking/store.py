@@ -425,6 +425,17 @@ class Store:
         with self.db.transaction() as c:
             c.execute(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
 
+    def advance_run(self, run_id: str, state: str, reason: str | None) -> None:
+        """A watcher's news of a live run (pending to running): written only while the run
+        is still live, so an answer read before the local worker settled it (FAILED at its
+        start, say) cannot bring it back to life."""
+        with self.db.transaction() as c:
+            c.execute(
+                f"UPDATE runs SET state=?, reason=?, updated=? WHERE run_id=? "
+                f"AND state IN {ACTIVE_SQL}",
+                (state, reason, time.time(), run_id),
+            )
+
     def start_attempt(self, run_id: str) -> RunRow:
         """A run is (re)submitted: older records belong to an earlier attempt and move aside
         with its files, so the new attempt's numbers are not mixed with them."""
