@@ -161,7 +161,11 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
         need = {
             decide.PAIRED: f"{decide.MIN_PAIRS} pairs",
             decide.WINDOW: f"{decide.MIN_PAIRS} past checks",
-        }.get(d.method, f"{decide.MIN_PAIRS} of the study's repetitions and 2 of the baseline's")
+        }.get(
+            d.method,
+            f"{decide.MIN_PAIRS} of the study's repetitions and {decide.MIN_BASELINE} of the "
+            "baseline's",
+        )
         return f"{shown}, {ratio}: too few repetitions to judge; the rule needs {need}"
     return (
         f"{shown}, {ratio}: the interval straddles {floor:.3f} (the {100 * tolerance:g}% tolerance)"

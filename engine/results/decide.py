@@ -37,6 +37,7 @@ from dataclasses import dataclass
 REGRESSED, PASSED, UNDECIDED = "regressed", "passed", "undecided"
 LEVEL = 0.95
 MIN_PAIRS = 3  # a spread from two pairs can be tiny by chance: no decision before three
+MIN_BASELINE = 2  # a baseline measured apart cannot grow: two of its repetitions suffice
 PAIRED = "paired runs' log ratios, Student-t 95%"
 INDEPENDENT = "Fieller's 95% interval, Welch-Satterthwaite df"
 WINDOW = "Student-t 95% prediction interval over the window"
@@ -104,7 +105,7 @@ def independent(candidate: list[float], reference: list[float], tolerance: float
         return Decision(UNDECIDED, r.value, None, None, INDEPENDENT, n)
     # the study's side can grow (check --run adds to it), a baseline's cannot: three of
     # the study's and two of the baseline's at the least
-    enough = n[0] >= MIN_PAIRS and n[1] >= 2
+    enough = n[0] >= MIN_PAIRS and n[1] >= MIN_BASELINE
     outcome = _outcome(r.low, r.high, 1 - tolerance) if enough else UNDECIDED
     se = _cv(reference) / math.sqrt(n[1])
     return Decision(outcome, r.value, r.low, r.high, INDEPENDENT, n, _cv(candidate), se)
