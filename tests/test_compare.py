@@ -184,7 +184,9 @@ async def test_the_results_screen_shows_two_experiments_side_by_side(two_sites):
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), 30, "the comparison")
         table = app.screen.query_one(DataTable)
-        assert table.row_count == 1  # 1x2 matched; the 1-device points have no partner
+        # 1x2 matched; the 1-device points have no partner (the rows come at the screen's mount)
+        await until(pilot, lambda: table.row_count >= 1, 10, "the matched point")
+        assert table.row_count == 1
         cells = [str(c) for c in table.get_row_at(0)]
         # model, framework and batch, one value each, are named above the table
         assert cells[0] == "1x2" and "torch: 2.13.0+cpu -> 2.99.0" in cells[-1], cells

@@ -215,7 +215,7 @@ async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
     """Build: open the spec (ctrl+o), see its declared framework, submit (ctrl+r): the
     Queue shows it."""
     from test_tui import until
-    from tui_text import screen_text
+    from tui_text import drawn, screen_text
 
     app = pilot.app
     await pilot.press("f2")
@@ -224,7 +224,7 @@ async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
     await until(pilot, lambda: app.screen.query("#path-input"), 10, "the path dialog")
     await pilot.press("home", "ctrl+k", *str(spec), "enter")  # the last spec's path is there
     await until(pilot, lambda: f"{runs} runs ({runs} to run" in screen_text(app), 30, "the preview")
-    text = screen_text(app)
+    text = await drawn(pilot, lambda t: "[x] gpt" in t)
     assert "[x] gpt" in text and spec.stem in text, text
     await pilot.press("ctrl+r")
     await until(
@@ -264,13 +264,13 @@ async def check_results_screen(pilot, experiment: str, points: int) -> None:
     from textual.widgets import DataTable
 
     from test_tui import until
-    from tui_text import screen_text
+    from tui_text import drawn
 
     app = pilot.app
     await pilot.press("f4")
     results = app.screen.query_one("#results", DataTable)
     await until(pilot, lambda: results.row_count == points, 30, f"{points} points")
-    text = screen_text(app)
+    text = await drawn(pilot, lambda t: "± CI95" in t)
     head = next(line for line in text.splitlines() if "± CI95" in line)
     assert "tokens/s ± CI95" in head and "speedup" in head and "eff." in head, text
     assert "images/s" not in text, text

@@ -1,8 +1,12 @@
 """The test-only slowdown knob (DLSCALE_TEST_SLOWDOWN) takes the throughput down by what it
 says, also where a step returns before its work is done (a GPU's asynchronous steps): the
-shared loop with a step whose work finishes only at the next synchronisation."""
+shared loop with a step whose work finishes only at the next synchronisation.
 
-import time
+The loop runs on a virtual clock: what is asserted is the knob's arithmetic over the loop's
+synchronised points, which a loaded machine's scheduler would blur (CI saw 0.55 to 0.73 for a
+0.70 asked, on real 4 ms sleeps)."""
+
+import types
 
 import pytest
 
@@ -13,8 +17,21 @@ from dlscale.trainers.common.schedule import LRPlan
 STEP_S = 0.004
 
 
+def virtual_clock(monkeypatch):
+    """The loop's time module, as a clock that moves only when something sleeps."""
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += max(0.0, seconds)
+
+    clock = types.SimpleNamespace(perf_counter=lambda: now[0], sleep=sleep)
+    monkeypatch.setattr(loop, "time", clock)
+    return clock
+
+
 def run(monkeypatch, knob: str, asynchronous: bool, eval_every_steps: int | None = None):
     monkeypatch.setenv(loop.SLOWDOWN_VARIABLE, knob)
+    time = virtual_clock(monkeypatch)
     pending = [0.0]  # device work queued and not done
 
     def step(x, y):
@@ -62,16 +79,14 @@ def run(monkeypatch, knob: str, asynchronous: bool, eval_every_steps: int | None
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_the_knob_slows_throughput_by_what_it_says(monkeypatch, asynchronous):
-    ratios = []
-    for _ in range(3):
-        plain = run(monkeypatch, "", asynchronous)
-        slowed = run(monkeypatch, "0.30", asynchronous)
-        ratios.append(slowed / plain)
-    assert sorted(ratios)[1] == pytest.approx(0.70, abs=0.05), ratios
+@pytest.mark.parametrize("knob", ["0.10", "0.30"])
+def test_the_knob_slows_throughput_by_what_it_says(monkeypatch, asynchronous, knob):
+    plain = run(monkeypatch, "", asynchronous)
+    slowed = run(monkeypatch, knob, asynchronous)
+    assert slowed / plain == pytest.approx(1 - float(knob), abs=0.005)
 
 
 def test_evaluations_are_not_stretched(monkeypatch):
     plain = run(monkeypatch, "", True, eval_every_steps=13)
     slowed = run(monkeypatch, "0.30", True, eval_every_steps=13)
-    assert slowed / plain == pytest.approx(0.70, abs=0.07)
+    assert slowed / plain == pytest.approx(0.70, abs=0.005)

@@ -19,7 +19,7 @@ from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, HelpScreen
 from dlscale.tui.logtail import TAIL_LINES, LogTail
 from dlscale.tui.logview import LogView
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -190,7 +190,7 @@ async def test_reopening_shows_the_study_from_the_store(home, monkeypatch):
             20,
             "results rows",
         )
-        text = screen_text(app)
+        text = await drawn(pilot, lambda t: "resnet20 1x1 batch 64: baseline" in t)
         assert "speedup (vs best 1-device run)" in text and "ideal" in text
         assert "resnet20 1x1 batch 64: baseline pytorch-ddp 1x1, run " in text  # its own
         await pilot.press("m")
@@ -419,14 +419,15 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
         )
         or tail.query_one(LogView).line_count > 1
     )
-    assert nodes_expected in screen_text(app), screen_text(app)
+    text = await drawn(pilot, lambda t: nodes_expected in t)
+    assert nodes_expected in text, text
     await pilot.press("f4")
     results = app.screen.query_one("#results", DataTable)
     await until(pilot, lambda: results.row_count == 2, 30, "results rows")
-    text = screen_text(app)
-    assert "speedup (vs best 1-device run)" in text
     rows = app.session.results("tui-study")
     assert all(r["throughput"] for r in rows)
+    text = await drawn(pilot, lambda t: f"{rows[1]['speedup']:.2f}" in t)
+    assert "speedup (vs best 1-device run)" in text
     assert f"{rows[1]['speedup']:.2f}" in text
 
 

@@ -11,7 +11,7 @@ from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from test_tui import field, until
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,5 +53,5 @@ async def test_a_spec_that_declares_its_own_script_lists_it_and_previews(home):
         await until(pilot, lambda: "gpt" in field(app, "frameworks").selected, 20, "gpt ticked")
         assert "gpt2-tiny" in field(app, "models").selected
         await until(pilot, lambda: "4 runs" in _preview(app), 30, "the preview")
-        text = screen_text(app)
+        text = await drawn(pilot, lambda t: "[x] gpt" in t)
         assert "[x] gpt" in text and "[ ] pytorch-ddp" in text

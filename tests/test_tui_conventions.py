@@ -19,7 +19,7 @@ from dlscale.tui import queue as tui_queue
 from dlscale.tui import results as tui_results
 from dlscale.tui.app import DlscaleApp
 from test_tui import field, type_into, until
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study
 
 TUI = REPO / "tui"
 
@@ -268,7 +268,8 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
             20,
             f"the results of {app.experiment}",
         )
-        assert ("PLANNED" in screen_text(app)) == (app.experiment != first)
+        planned = app.experiment != first
+        assert ("PLANNED" in await drawn(pilot, lambda t: ("PLANNED" in t) == planned)) == planned
         # Offered where it works, by the help (the footer keeps room for F2-F4 at 80x24).
         bound = {b.binding.action for b in app.screen.active_bindings.values()}
         assert "app.next_experiment" in bound

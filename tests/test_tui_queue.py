@@ -20,7 +20,7 @@ from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.jobtable import ROWS_PER_FRAME, JobTable
 from test_tui import until
-from tui_text import screen_text
+from tui_text import drawn, screen_text
 
 # --- the engine's rows, tick after tick ----------------------------------------------------
 
@@ -558,8 +558,8 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
         await pilot.press("f3")
         rows = queue.rows(store, "comm")
         app.snapshot = Snapshot("comm", rows, queue.counts(rows), experiments=["comm"])
-        await pilot.pause()
-        (line,) = [ln for ln in screen_text(app).splitlines() if "comm-9" in ln]
+        text = await drawn(pilot, lambda t: "comm-9" in t)
+        (line,) = [ln for ln in text.splitlines() if "comm-9" in ln]
         # at 80 columns the reason is cut: the rep column says it too
         assert line.split()[:4] == ["comm-9", "FAILED", "2x4", "comm"], line
         assert "communica" in line
@@ -580,9 +580,9 @@ async def test_the_throughput_heading_names_the_rows_unit_as_written(home, unit)
     async with app.run_test(size=(200, 40)) as pilot:
         table = await _table(app, pilot)
         table.show_rows([QueueRow(**{**r.__dict__, "unit": unit}) for r in _rows(3)])
-        await pilot.pause()
-        head = next(x for x in screen_text(app).splitlines() if " state▾ " in x)
+        text = await drawn(pilot, lambda t: f" {signs(unit)}/s " in t)
+        head = next(x for x in text.splitlines() if " state▾ " in x)
         assert f" {signs(unit)}/s " in f"{head} ", head
         table.show_rows(_rows(3))  # runs of the built-in trainers: images again
-        await pilot.pause()
-        assert " images/s " in next(x for x in screen_text(app).splitlines() if " state▾ " in x)
+        text = await drawn(pilot, lambda t: " images/s " in t)
+        assert " images/s " in next(x for x in text.splitlines() if " state▾ " in x)

@@ -16,7 +16,7 @@ from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, DetailScreen
 from test_tui import until
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,11 +102,12 @@ async def test_actions_apply_only_where_they_can_and_say_why_not(home, worker_lo
         _select(table, completed[1])
         await pilot.press("space")
         # each marked in its row, counted above the table (issue 36, item 3)
-        marked = [ln for ln in screen_text(app).splitlines() if ln.startswith(" ●")]
-        assert len(marked) == 2 and "2 chosen (space)" in screen_text(app), screen_text(app)
+        text = await drawn(pilot, lambda t: "2 chosen (space)" in t)
+        marked = [ln for ln in text.splitlines() if ln.startswith(" ●")]
+        assert len(marked) == 2 and "2 chosen (space)" in text, text
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
-        text = screen_text(app)
+        text = await drawn(pilot, lambda t: "Resubmit these 2 runs?" in t)
         assert "Resubmit these 2 runs?" in text
         for run_id in completed[:2]:  # the question lists them, by the words their row shows
             row = table.shown[run_id]
@@ -124,7 +125,7 @@ async def test_slash_filters_the_table_and_its_letters_are_not_commands(home, wo
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("backspace", "backspace", *"of memory")
         await until(pilot, lambda: table.row_count == 1, 10, "the filtered table")
-        assert "exit 1: out of memory" in screen_text(app)
+        assert "exit 1: out of memory" in await drawn(pilot, lambda t: "out of memory" in t)
         await pilot.press("escape")
         await until(pilot, lambda: table.row_count == len(states), 10, "the table unfiltered")
 
@@ -167,7 +168,7 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         _select(table, failed)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DetailScreen), 10, "the detail")
-        text = screen_text(app)
+        text = await drawn(pilot, lambda t: "second line of the reason" in t)
         assert "second line of the reason" in text and failed in text
         assert "run folder" in text and "torch" in text  # the env record's versions
         assert "Y: the run id" in text

@@ -12,7 +12,7 @@ from dlscale.tui.app import DlscaleApp
 from dlscale.tui.points import headings
 from dlscale.tui.results import ResultsScreen
 from test_tui import field, until
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study, screen_text
 
 ENERGY_J = 0.25  # per image, on the 1-device runs only: 4.0 images per joule
 
@@ -76,7 +76,8 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         why = str(field(app, "why").render())
         assert "pred. eff. -: no allreduce time for this scale: no communication benchmark" in why
         assert "images/J -: no RAPL counters readable on this node" in why
-        assert "pred. eff." in screen_text(app) and "images/J" in screen_text(app)
+        text = await drawn(pilot, lambda t: "pred. eff." in t and "images/J" in t)
+        assert "pred. eff." in text and "images/J" in text
 
 
 async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
@@ -97,14 +98,14 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
             await pilot.pause()
             if app.screen.metric == "predicted":
                 # One point has a prediction: the chart draws it, not "no results yet".
-                text = screen_text(app)
+                text = await drawn(pilot, lambda t: "predicted efficiency (model)" in t)
                 assert "predicted efficiency (model)" in text
                 assert "no completed results" not in text
         assert {"predicted", "images-per-joule"} <= set(seen)
         while app.screen.metric != "images-per-joule":
             await pilot.press("m")
         await pilot.pause()
-        assert "images per joule" in screen_text(app)
+        assert "images per joule" in await drawn(pilot, lambda t: "images per joule" in t)
 
 
 def test_a_result_without_any_unmeasured_part_explains_nothing():

@@ -25,7 +25,7 @@ from dlscale.tui.dialogs import ConfirmScreen, PathScreen
 from dlscale.tui.messages import EngineFailed
 from dlscale.tui.widgets import TextField
 from test_tui import field, until
-from tui_text import recorded_study, screen_text
+from tui_text import drawn, recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -153,10 +153,11 @@ async def test_hostile_engine_text_in_queue_confirm_and_log_is_literal(home):
             await pilot.press("l")  # the log panel's status names the run
             await pilot.pause(0.1)
             assert app.is_running
-        shown = "".join(screen_text(app).split())
-        for s in strings[: min(len(strings), 5)]:
-            reason = "".join(signs(f"boom {s}").split())
-            assert reason[:20] in shown, (s, screen_text(app))
+        reasons = ["".join(signs(f"boom {s}").split())[:20] for s in strings[:5]]
+        text = await drawn(pilot, lambda t: all(r in "".join(t.split()) for r in reasons))
+        shown = "".join(text.split())
+        for s, reason in zip(strings, reasons, strict=False):
+            assert reason in shown, (s, text)
 
 
 # --- keys in order ---------------------------------------------------------------------

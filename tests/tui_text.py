@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import time
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -23,6 +25,18 @@ def screen_text(app) -> str:
         app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
     )
     return console.export_text()
+
+
+async def drawn(pilot, shown: Callable[[str], bool], timeout: float = 10) -> str:
+    """The screen's text once `shown(text)` holds, or the last text after `timeout`: a loaded
+    machine draws a table's new rows, or a screen's content, a frame or more after the widget
+    holds them. The assert that follows says what was drawn when it never was."""
+    end = time.monotonic() + timeout
+    text = screen_text(pilot.app)
+    while not shown(text) and time.monotonic() < end:
+        await pilot.pause(0.1)
+        text = screen_text(pilot.app)
+    return text
 
 
 def recorded_study(home, edit=None) -> str:
