@@ -158,6 +158,17 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         assert "job▾" in [str(c.label) for c in table.columns.values()]
         jobs = [str(table.get_cell_at((r, job))) for r in range(table.row_count)]
         assert jobs == sorted(jobs, key=lambda j: int(j.split("-")[-1]))
+        await pilot.press("o")  # the fastest first, the runs without a throughput last
+        await pilot.pause(0.2)
+        labels = [str(c.label) for c in table.columns.values()]
+        speed = next(i for i, label in enumerate(labels) if label.endswith("/s▾"))
+        rates = [str(table.get_cell_at((r, speed))) for r in range(table.row_count)]
+        known = [float(x.replace(",", "")) for x in rates if x != "-"]
+        assert known and known == sorted(known, reverse=True), rates
+        assert rates == [*rates[: len(known)], *["-"] * (len(rates) - len(known))], rates
+        await pilot.press("o")  # and back to state: the running run first again
+        await pilot.pause(0.2)
+        assert "RUNNING" in str(table.get_cell_at((0, state)))
         await pilot.press("end")
         assert table.cursor_row == table.row_count - 1
         await pilot.press("home")

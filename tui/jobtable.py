@@ -354,15 +354,27 @@ class JobTable(DataTable):
         self._keep_cursor(selected)
 
     def resort(self) -> None:
-        """Show the rows again in the order asked, the header's sign on the column sorted
-        by."""
-        for name in self.columns_shown:
-            if name != MARK:
-                self.columns[ColumnKey(name)].label = literal_cell(self._heading(name))
+        """Show the rows again in the order asked (the filter changed: rows coming back take
+        their place, not the end), the header's sign on the column sorted by."""
+        self._label_headings()
         selected = self.selected_run()
         self.show_rows(self.latest)
         self.order()
         self._keep_cursor(selected)
+
+    def sort_again(self) -> None:
+        """Sort by `sort_by` now (o, or a click on a heading): only the order and the
+        header's sign change, so the rows are not read again (at 10,000 runs that was
+        a third of the key's time)."""
+        self._label_headings()
+        selected = self.selected_run()
+        self.order()
+        self._keep_cursor(selected)
+
+    def _label_headings(self) -> None:
+        for name in self.columns_shown:
+            if name != MARK:
+                self.columns[ColumnKey(name)].label = literal_cell(self._heading(name))
 
     def _keep_cursor(self, run_id: str | None) -> None:
         """Put the cursor back on this run (not shown yet: once it is)."""
@@ -385,19 +397,28 @@ class JobTable(DataTable):
             if self.sort_timer is None:
                 self.sort_timer = self.set_timer(SORT_EVERY_S, self._sort_later)
             return
+        if self.sort_timer is not None:  # sorted now: the one that waited has nothing to do
+            self.sort_timer.stop()
+            self.sort_timer = None
+        job = self._job_key
         if by == "state":
-            keys = self._job_keys
 
             def key(cells):
                 group = _GROUP_OF_CELL.get(cells[0], 2)
-                job = keys.get(cells[1]) or keys.setdefault(cells[1], job_order(cells[1]))
-                return (group, _newest_first(job) if group == 2 else job)
+                return (group, _newest_first(job(cells[1])) if group == 2 else job(cells[1]))
 
             self.sort("state", "job", key=key)
         elif by == "job":
-            self.sort("job", key=job_order)
+            self.sort("job", key=job)
         else:
-            self.sort(by, "job", key=lambda c: (throughput_order(c[0]), job_order(c[1])))
+            self.sort(by, "job", key=lambda c: (throughput_order(c[0]), job(c[1])))
+
+    def _job_key(self, text: str) -> tuple:
+        """job_order, once per job id: every sort orders by it (10,000 of them a key)."""
+        key = self._job_keys.get(text)
+        if key is None:
+            key = self._job_keys[text] = job_order(text)
+        return key
 
     def _sort_later(self) -> None:
         self.sort_timer = None
