@@ -35,6 +35,7 @@ from .files import read_text
 from .launching import envs
 from .launching.estimate import estimate
 from .launching.plan import plan
+from .leaving import leave_now as leave_now
 from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm

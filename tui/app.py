@@ -8,7 +8,6 @@ which screens exist."""
 
 from __future__ import annotations
 
-import os
 import sys
 import termios
 import threading
@@ -27,7 +26,7 @@ from textual.timer import Timer
 from textual.worker import get_current_worker
 
 from ..engine.errors import DlscaleError
-from ..engine.session import Backoff, Session, Snapshot, given_as
+from ..engine.session import Backoff, Session, Snapshot, given_as, leave_now
 from ..engine.text import is_utf8, printable, signs
 from . import keys
 from .build import BuildScreen
@@ -334,7 +333,7 @@ def _end_after(seconds: float, app: App) -> None:
     end = time.monotonic() + 5
     while _raw_terminal() and time.monotonic() < end:
         time.sleep(0.05)
-    _leave(app.return_code or 0)
+    leave_now(app.return_code or 0)
 
 
 def _raw_terminal() -> bool:
@@ -342,12 +341,6 @@ def _raw_terminal() -> bool:
         return not termios.tcgetattr(sys.stdin.fileno())[3] & termios.ICANON
     except (termios.error, OSError, ValueError):
         return False  # not a terminal
-
-
-def _leave(code: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -399,7 +392,7 @@ def main(
     # A crash ends the app with Textual's traceback and return code 1: the shell must see it.
     # The prompt comes back now: unloading the interpreter's modules took over a second on
     # a busy login node, and nothing is left to write (the store commits as it goes).
-    _leave(app.return_code or 0)
+    leave_now(app.return_code or 0)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ..errors import DlscaleError, SpecError
+from ..leaving import leave_now
 from .lazy import LazyGroup
 from .options import NamedPath, home_callback
 
@@ -150,18 +151,6 @@ def _not_utf8(argv: list[str]) -> str | None:
     return None
 
 
-def _interrupted() -> None:
-    """ctrl+c: the prompt back now, exit 130. Every `with` on the way out has run (partial
-    outputs removed, Slurm commands ended) and the store commits as it goes; tearing the
-    interpreter's modules down took a second or two more on a loaded node."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(130)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     bad = _not_utf8(args)
@@ -176,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort as exc:
         _say("aborted")
         if isinstance(exc.__context__, KeyboardInterrupt):  # click's word for ctrl+c
-            _interrupted()
+            leave_now(130)  # ctrl+c: the prompt back now
         sys.exit(130)  # a prompt that met the end of its input
     except click.ClickException as exc:
         import io  # click's own words (usage, the value given), through the printer
@@ -195,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             _say(f"dlscale: error: {line}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _interrupted()
+        leave_now(130)
     except Exception as exc:  # a bug: say so in one line; DLSCALE_DEBUG=1 shows where
         # ...unless it is the world's fault: SQLite found a damaged page only now, the
         # store is locked, read-only or full, a disk is full
