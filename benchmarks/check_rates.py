@@ -159,9 +159,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--tolerance", default="5%")
     ap.add_argument("--slowdown", type=float, default=0.10)
+    ap.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"which checks, in turn (of {', '.join(KINDS)})"
+    )
     ap.add_argument("--no-hog", action="store_true", help="no competing process")
     ap.add_argument("--no-save", action="store_true", help="print only")
     a = ap.parse_args()
+    kinds = [k for k in a.kinds.split(",") if k]
+    if not kinds or set(kinds) - set(KINDS):
+        ap.error(f"--kinds {a.kinds!r}: a comma-separated list of {', '.join(KINDS)}")
     hog = None
     if not a.no_hog:
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -170,7 +176,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t:
             for i in range(a.checks):
-                for kind in KINDS:
+                for kind in kinds:
                     if time.monotonic() - start > 60 * a.minutes:
                         break
                     checks.append(one_check(Path(t), i, kind, a))
@@ -228,6 +234,7 @@ def main() -> None:
         "tolerance": a.tolerance,
         "slowdown": a.slowdown,
         "interleaved": True,
+        "kinds": kinds,
         "by_kind": by_kind,
         "false_alarm_rate": by_kind.get("unchanged", {}).get("regressed_rate"),
         "detection_rate_knob": by_kind.get("knob", {}).get("regressed_rate"),
