@@ -580,9 +580,17 @@ async def test_the_throughput_heading_names_the_rows_unit_as_written(home, unit)
     async with app.run_test(size=(200, 40)) as pilot:
         table = await _table(app, pilot)
         table.show_rows([QueueRow(**{**r.__dict__, "unit": unit}) for r in _rows(3)])
-        text = await drawn(pilot, lambda t: f" {signs(unit)}/s " in t)
-        head = next(x for x in text.splitlines() if " state▾ " in x)
+        head = await _heading_when(pilot, f" {signs(unit)}/s ")
         assert f" {signs(unit)}/s " in f"{head} ", head
         table.show_rows(_rows(3))  # runs of the built-in trainers: images again
-        text = await drawn(pilot, lambda t: " images/s " in t)
-        assert " images/s " in next(x for x in text.splitlines() if " state▾ " in x)
+        head = await _heading_when(pilot, " images/s ")
+        assert " images/s " in f"{head} ", head
+
+
+async def _heading_when(pilot, words: str) -> str:
+    """The table's heading line once it shows `words` (or as it is after the wait)."""
+
+    def heading(text: str) -> str:
+        return next((f"{x} " for x in text.splitlines() if " state▾ " in x), "")
+
+    return heading(await drawn(pilot, lambda t: words in heading(t)))
