@@ -353,28 +353,19 @@ class JobTable(DataTable):
             self.order(at_once=False)
         self._keep_cursor(selected)
 
-    def resort(self) -> None:
-        """Show the rows again in the order asked (the filter changed: rows coming back take
-        their place, not the end), the header's sign on the column sorted by."""
-        self._label_headings()
-        selected = self.selected_run()
-        self.show_rows(self.latest)
-        self.order()
-        self._keep_cursor(selected)
-
-    def sort_again(self) -> None:
-        """Sort by `sort_by` now (o, or a click on a heading): only the order and the
-        header's sign change, so the rows are not read again (at 10,000 runs that was
-        a third of the key's time)."""
-        self._label_headings()
-        selected = self.selected_run()
-        self.order()
-        self._keep_cursor(selected)
-
-    def _label_headings(self) -> None:
+    def resort(self, reread: bool = True) -> None:
+        """Sort by `sort_by` now, the header's sign on the column sorted by. `reread`: the
+        filter changed, so the rows are shown again first (those coming back take their
+        place, not the end); o or a click on a heading changes only the order, and reading
+        10,000 rows again was a third of the key's time."""
         for name in self.columns_shown:
             if name != MARK:
                 self.columns[ColumnKey(name)].label = literal_cell(self._heading(name))
+        selected = self.selected_run()
+        if reread:
+            self.show_rows(self.latest)
+        self.order()
+        self._keep_cursor(selected)
 
     def _keep_cursor(self, run_id: str | None) -> None:
         """Put the cursor back on this run (not shown yet: once it is)."""

@@ -306,14 +306,14 @@ class QueueScreen(AppScreen):
     def action_sort(self) -> None:
         table = self.query_one(JobTable)
         table.sort_by = SORTS[(SORTS.index(table.sort_by) + 1) % len(SORTS)]
-        table.sort_again()
+        table.resort(reread=False)
         self.notify(f"sorted by {SORT_WORDS[table.sort_by]}")
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         table = self.query_one(JobTable)
         if event.column_key.value in SORTS:
             table.sort_by = str(event.column_key.value)
-            table.sort_again()
+            table.resort(reread=False)
 
     def action_next_match(self, direction: int) -> None:
         self.query_one(LogTail).step(direction)
