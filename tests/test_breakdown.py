@@ -12,25 +12,12 @@ import pytest
 
 from dlscale.trainers.common import breakdown
 from test_frameworks import SMALL, deepspeed_env, env_home, records, run_trainer  # noqa: F401
-
-
-class VirtualClock:
-    """Time that passes only when a fake phase says so: the breakdown's arithmetic is tested
-    exactly, whatever the machine's load (real sleeps overshot by 27 ms at load 8).
-    Only the tests that take `clock` get it: a subprocess's wait sleeps too."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def perf_counter(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
+from virtual_clock import VirtualClock
 
 
 @pytest.fixture
 def clock(monkeypatch) -> VirtualClock:
+    """The breakdown's clock, and every sleep of the fake phases below."""
     virtual = VirtualClock()
     monkeypatch.setattr(breakdown.time, "perf_counter", virtual.perf_counter)
     monkeypatch.setattr(time, "sleep", virtual.sleep)

@@ -6,32 +6,20 @@ The loop runs on a virtual clock: what is asserted is the knob's arithmetic over
 synchronised points, which a loaded machine's scheduler would blur (CI saw 0.55 to 0.73 for a
 0.70 asked, on real 4 ms sleeps)."""
 
-import types
-
 import pytest
 
 from dlscale.trainers.common import loop
 from dlscale.trainers.common.records import RecordWriter
 from dlscale.trainers.common.schedule import LRPlan
+from virtual_clock import VirtualClock
 
 STEP_S = 0.004
 
 
-def virtual_clock(monkeypatch):
-    """The loop's time module, as a clock that moves only when something sleeps."""
-    now = [0.0]
-
-    def sleep(seconds: float) -> None:
-        now[0] += max(0.0, seconds)
-
-    clock = types.SimpleNamespace(perf_counter=lambda: now[0], sleep=sleep)
-    monkeypatch.setattr(loop, "time", clock)
-    return clock
-
-
 def run(monkeypatch, knob: str, asynchronous: bool, eval_every_steps: int | None = None):
     monkeypatch.setenv(loop.SLOWDOWN_VARIABLE, knob)
-    time = virtual_clock(monkeypatch)
+    time = VirtualClock()
+    monkeypatch.setattr(loop, "time", time)  # the loop's clock, and the fake steps' sleeps
     pending = [0.0]  # device work queued and not done
 
     def step(x, y):
