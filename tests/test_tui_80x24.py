@@ -112,7 +112,6 @@ async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(h
         labels = [str(c.label) for c in table.columns.values()]
         for column in ("model", "mode", "scale", "batch", "tokens/s ± CI95", "speedup", "eff."):
             assert column in labels, labels
-        await _settled_whole(pilot, app, table)
         assert "┌" in text and "devices (ranks)" in text  # the chart, with the table
         # the selected point's baseline, not a "baseline of ..." line per model and batch
         assert "baseline of" not in text and ": no baseline (" in text, text
