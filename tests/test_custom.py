@@ -486,7 +486,7 @@ async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
     # Two repetitions a side are too few to judge (exit 3, saying so); the unit is named.
     verdicts = dlscale("check", str(spec), "--baseline", "base", home=home, check=3).stdout
     assert "1,000.5 against 1,000.5 tokens/s" in verdicts and "images/s" not in verdicts
-    assert "too few repetitions to judge" in verdicts and "straddles" not in verdicts
+    assert "too few repetitions to judge" in verdicts and "not yet" not in verdicts
     assert "1x2 b4 fp32 native seq_len=32:" in verdicts  # each axis value a point of its own
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(160, 40)) as pilot:

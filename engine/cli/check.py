@@ -24,6 +24,7 @@ from ..results.check import (
     point_name,
     values_of,
 )
+from ..results.decide import LEVEL
 from ..results.junit import error_xml, junit_xml, write_junit
 from ..where import given_as
 from .console import out
@@ -36,13 +37,14 @@ ORDER = {REGRESSED: 0, UNDECIDED: 1, SKIPPED: 2, PASSED: 3}
 
 
 def fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    """5%, 0.05 or 5 percent, as a fraction in [0, 1)."""
+    """5%, 0.05 or 5 percent, as a fraction in [0, 0.5): the rule asks whether a slowdown
+    of twice the tolerance is ruled out (results/decide.py)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", value or "")
     number = float(m[1]) / (100 if m[2] else 1) if m else None
-    if number is None or not 0 <= number < 1:
+    if number is None or not 0 <= number < 0.5:
         raise click.BadParameter(
             f"{value!r} (from {given_as(ctx, param.name or '')}): give a percentage like 5% "
-            "or a fraction like 0.05, below 100%",
+            "or a fraction like 0.05, below 50% (a pass rules out twice it)",
             ctx,
             param,
         )
@@ -108,8 +110,9 @@ def _write_error(path: str, what: str, message: str) -> None:
     default="5%",
     show_default=True,
     callback=fraction,
-    help="the smallest slowdown that counts: regressed when the ratio's 95% interval lies "
-    "below 1 - this, passed when it lies above",
+    help="the slowdown where the rule is indifferent: regressed when the ratio is below "
+    "1 - this and its 99% interval below 1; passed when it is at or above 1 - this and "
+    "its interval above 1 - twice this (below 50%)",
 )
 @click.option(
     "--run",
@@ -361,7 +364,9 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
     out.print(
         f"check of {name} against {base.name} ({base.source}): tolerance "
         f"{100 * tolerance:g}%; each point judged on {STATISTIC}: regressed when the "
-        f"ratio's 95% interval lies below {1 - tolerance:.3f}, passed when it lies above",
+        f"ratio is below {1 - tolerance:.3f} and its {100 * LEVEL:g}% interval below 1, "
+        f"passed when it is at or above {1 - tolerance:.3f} and its interval above "
+        f"{1 - 2 * tolerance:.3f}",
         soft_wrap=True,
     )
     shown = sorted(verdicts, key=lambda v: ORDER[v.outcome])

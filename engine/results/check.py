@@ -133,8 +133,8 @@ def _slowed(*points: Point | None) -> str:
 
 def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float, float]) -> str:
     """A decision in words: both sides' values, the ratio with its interval, and what the
-    interval says about the tolerance (the floor named once, the way it is read)."""
-    floor = 1 - tolerance
+    interval rules out (the bound it was held to, named the way it is read)."""
+    edge, caught = decide.edges(tolerance)
     shown = f"{sides[0]:,.1f} against {sides[1]:,.1f} {unit}/s"
     if d.ratio is None:
         return shown
@@ -146,18 +146,19 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
         return f"{shown}, ratio {d.ratio:.3f} (no interval yet, {n})"
     high = "inf" if d.high is None else f"{d.high:.3f}"
     ratio = f"ratio {d.ratio:.3f} [{d.low:.3f}, {high}] ({d.method}, {n})"
+    tol, twice = f"{100 * tolerance:g}%", f"{200 * tolerance:g}%"
     if d.outcome == decide.REGRESSED:
         return (
-            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower; the whole interval is "
-            f"below {floor:.3f}, past the {100 * tolerance:g}% tolerance"
+            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower, past the {tol} tolerance; "
+            "the whole interval is below 1.000, so slower beyond the noise"
         )
     if d.outcome == decide.PASSED:
         return (
-            f"{shown}, {ratio}: the whole interval is above {floor:.3f}, so any slowdown "
-            f"is within the {100 * tolerance:g}% tolerance"
+            f"{shown}, {ratio}: within the {tol} tolerance; the whole interval is above "
+            f"{caught:.3f}, so a {twice} slowdown is ruled out"
         )
-    if d.low > floor or (d.high is not None and d.high < floor):
-        # clear of the floor, but from too few repetitions for the rule to trust the spread
+    if decide.outcome_of(d.ratio, d.low, d.high, tolerance) != decide.UNDECIDED:
+        # clear, but from too few repetitions for the rule to trust the spread
         need = {
             decide.PAIRED: f"{decide.MIN_PAIRS} pairs",
             decide.WINDOW: f"{decide.MIN_PAIRS} past checks",
@@ -167,8 +168,14 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
             "baseline's",
         )
         return f"{shown}, {ratio}: too few repetitions to judge; the rule needs {need}"
+    if d.ratio < edge:
+        return (
+            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower, past the {tol} "
+            "tolerance, but the interval reaches 1.000: not yet beyond the noise"
+        )
     return (
-        f"{shown}, {ratio}: the interval straddles {floor:.3f} (the {100 * tolerance:g}% tolerance)"
+        f"{shown}, {ratio}: within the {tol} tolerance, but the interval reaches "
+        f"{caught:.3f}: a {twice} slowdown is not yet ruled out"
     )
 
 
@@ -180,11 +187,6 @@ def budget_text(d: decide.Decision, tolerance: float, side: str) -> tuple[int | 
             f"no number of the study's repetitions would: the baseline's own mean is known "
             f"only to ±{100 * decide.critical(d.n[1] - 1) * d.reference_se:.1f}% from its "
             f"{d.n[1]} repetitions; a baseline with more repetitions would"
-        )
-    if d.ratio is not None and d.low is not None and n is None:
-        return None, (
-            "no budget would: its ratio sits at the tolerance's edge, which is what a "
-            "tolerance means (a slowdown of about the tolerance itself)"
         )
     if n is None:
         return None, "at least 3 repetitions a side, to know the spread"
@@ -302,9 +304,12 @@ def check_window(
 def _window_budget(d: decide.Decision, tolerance: float) -> str:
     if d.spread is None:
         return f"the window needs at least {decide.MIN_PAIRS} earlier checks"
-    gap = abs(math.log(d.ratio or 1) - math.log(1 - tolerance))
     n = d.n[1]
-    steady = gap / (decide.critical(n - 1) * math.sqrt(1 + 1 / n)) if n > 1 else 0.0
+    steady = (
+        decide.gap(d.ratio or 1, tolerance) / (decide.critical(n - 1) * math.sqrt(1 + 1 / n))
+        if n > 1
+        else 0.0
+    )
     return (
         f"the window's checks vary by {100 * d.spread:.1f}% (log sd); it would decide this "
         f"ratio were they within about {100 * steady:.1f}%, or with more checks in it"
