@@ -10,7 +10,9 @@ pairs are spent. Three kinds of check, taken in turn so the machine's load hits 
 - unchanged: the study is the baseline's configuration;
 - knob: the study's runs slowed by the test-only DLSCALE_TEST_SLOWDOWN (10%);
 - threads: a change a site meets: the baseline at 2 threads a rank, the study at 1 (its
-  true effect on this machine is whatever it is: measured here as the pairs' mean ratio).
+  true effect on this machine is whatever it is: measured here as the pairs' mean ratio);
+- workers: another: the study's batches made by a loader process (training.loader_workers
+  = 1), the baseline's in the rank (0); its effect, too, is measured, not assumed.
 Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
 (passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
 the detection rate (slowed checks that regressed); the median time a check took; the load
@@ -19,6 +21,7 @@ one pair's log ratio; and, marked projected, the rates a larger budget would giv
 bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through the same rule.
 
     .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
+        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers]
 
 CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
 checks after that long. Run it niced; it starts its competing process (a busy loop) at the
@@ -55,8 +58,9 @@ steps = {steps}
 warmup_steps = 2
 log_every = {steps}
 threads_per_rank = {threads}
+loader_workers = {workers}
 """
-KINDS = ("unchanged", "knob", "threads")
+KINDS = ("unchanged", "knob", "threads", "workers")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
@@ -91,8 +95,13 @@ def pairs_of(home: Path) -> list[tuple[float, float]]:
 def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     home = tmp / f"{kind}{i}"
     base_threads = 2 if kind == "threads" else 1
-    (tmp / "base.toml").write_text(SPEC.format(name="base", steps=a.steps, threads=base_threads))
-    (tmp / "study.toml").write_text(SPEC.format(name="study", steps=a.steps, threads=1))
+    workers = 1 if kind == "workers" else 0
+    (tmp / "base.toml").write_text(
+        SPEC.format(name="base", steps=a.steps, threads=base_threads, workers=0)
+    )
+    (tmp / "study.toml").write_text(
+        SPEC.format(name="study", steps=a.steps, threads=1, workers=workers)
+    )
     start = time.monotonic()
     made = dlscale(home, "run", str(tmp / "base.toml"), "--wait")
     if made.returncode:
@@ -107,6 +116,8 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
         "--interleave",
         "--max-repetitions",
         str(a.max_repetitions),
+        "--max-minutes",
+        str(a.max_minutes),
         "--tolerance",
         a.tolerance,
         "--junit",
@@ -151,11 +162,24 @@ def projected(logs: list[float], shift: float, budget: int, tolerance: float, tr
     return {k: round(v / trials, 3) for k, v in out.items()}
 
 
+def rule_of() -> str:
+    """The rule the checks were judged by, in a line (rows from before it differ)."""
+    from dlscale.engine.results import decide
+
+    return (
+        "regressed: ratio < 1 - tol and interval < 1; passed: ratio >= 1 - tol and interval "
+        f"> 1 - 2 tol; {100 * decide.LEVEL:g}% a look"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=40.0, help="start no check after this")
     ap.add_argument("--checks", type=int, default=40, help="of each kind, at most")
     ap.add_argument("--max-repetitions", type=int, default=6)
+    ap.add_argument(
+        "--max-minutes", type=float, default=9.0, help="each check's own budget (check's)"
+    )
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--tolerance", default="5%")
     ap.add_argument("--slowdown", type=float, default=0.10)
@@ -231,6 +255,8 @@ def main() -> None:
         },
         "steps": a.steps,
         "max_repetitions": a.max_repetitions,
+        "max_minutes": a.max_minutes,
+        "rule": rule_of(),
         "tolerance": a.tolerance,
         "slowdown": a.slowdown,
         "interleaved": True,
@@ -239,6 +265,7 @@ def main() -> None:
         "false_alarm_rate": by_kind.get("unchanged", {}).get("regressed_rate"),
         "detection_rate_knob": by_kind.get("knob", {}).get("regressed_rate"),
         "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
+        "detection_rate_workers": by_kind.get("workers", {}).get("regressed_rate"),
         "projected_from_measured_pairs": projection,
         "wall_s": round(time.monotonic() - start, 1),
     }
