@@ -37,12 +37,13 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
     spec = write_spec(tmp_path / "tmux.toml", name="tmux-study", scales='"1x1", "1x2"', steps=4)
     term = Terminal([str(BIN / "dlscale-tui"), str(spec)], terminal_env)
     try:
-        screen = term.wait_for("2 runs (2 to run", 60)
+        screen = term.wait_for("2 runs (2 to run", 60, also=("Experiment name", "Submit"))
         assert "Experiment name" in screen and "Submit" in screen
         # A bad value is refused at its field, with the reason, before anything is sent.
         term.keys("Home", "C-k")
         term.type("no spaces allowed")
-        screen = term.wait_for("should be 1 to 64 letters")  # in words, not a pattern
+        # in words, not a pattern
+        screen = term.wait_for("should be 1 to 64 letters", also=("Cannot submit yet",))
         assert "Cannot submit yet" in screen
         term.keys("Home", "C-k")
         term.type("tmux-study")
@@ -53,8 +54,7 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         term.wait_for("dlscale: local job local-1", 120)
         screen = term.wait_for("2 completed", 300)
         term.keys("F4")
-        screen = term.wait_for("speedup (vs best 1-device run)", 30)
-        assert "pytorch-ddp" in screen and "ideal" in screen
+        screen = term.wait_for("speedup (vs best 1-device run)", 30, also=("pytorch-ddp", "ideal"))
         term.keys("m")
         term.wait_for("scaling efficiency")
         term.keys("F1")
@@ -160,8 +160,7 @@ def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(
         term.burst(*["Tab"] * 4)
         time.sleep(0.5)
         term.burst("End", "C-u", "1x1 [/] [b]")
-        screen = term.wait_for("'[/]' is not NODESxRANKS", 20)
-        assert "1x1 [/] [b]" in screen
+        term.wait_for("'[/]' is not NODESxRANKS", 20, also=("1x1 [/] [b]",))
         term.keys("C-o")
         term.type("nope[/]x.toml")
         term.keys("Enter")
@@ -216,7 +215,7 @@ def test_quit_within_a_second_while_slurm_hangs(home, tmp_path, terminal_env):
     ]
     term = Terminal(argv, terminal_env, size=(80, 24))
     try:
-        screen = term.wait_for("no answer for", 60)
+        screen = term.wait_for("no answer for", 60, also=("following slurm jobs",))
         assert re.search(r"sacct: no answer for \d+ s", screen), screen
         assert "following slurm jobs" in screen.splitlines()[0], screen
         assert _with_env("FAKE_SLURM_DIR", str(state)), "no Slurm command in flight"

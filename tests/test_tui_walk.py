@@ -77,7 +77,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
     started = time.monotonic()
     try:
         # Build: the count before submitting, every footer key.
-        screen = term.wait_for("4 runs (4 to run", 60)
+        screen = term.wait_for("4 runs (4 to run", 60, also=("ctrl+r submits",))
         _has_footer(screen, "build")
         assert "ctrl+r submits" in screen
         term.keys("C-r")
@@ -132,7 +132,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
 
         # Cancel it: the whole question, then the run CANCELLED.
         term.keys("c")
-        screen = term.wait_for("Yes (y)")
+        screen = term.wait_for("Yes (y)", also=("Cancel run", "No (n)"))
         question = "(job local-4: pytorch-ddp resnet20 1x2 batch 8 #1 (PENDING))?"
         assert _flat(question) in _flat(screen), screen
         assert "Cancel run" in screen and "No (n)" in screen
@@ -150,7 +150,15 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
 
         # Results: the speedup table and its chart, the footer whole.
         term.keys("F4")
-        screen = term.wait_for("speedup (vs best 1-device run)", 30)
+        # the chart can be on screen a frame before the table: wait for both
+        screen = _wait(
+            term,
+            lambda s: (
+                "speedup (vs best 1-device run)" in s and "images/s ± CI95" in s and " 1x2 " in s
+            ),
+            30,
+            "the speedup table and its chart",
+        )
         _has_footer(screen, "results")
         head = next(line for line in screen.splitlines() if "images/s" in line)
         for column in ("scale", "images/s ± CI95", "speedup", "eff."):

@@ -70,14 +70,16 @@ class Terminal:
             ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
         ).stdout
 
-    def wait_for(self, text: str, timeout: float = 60) -> str:
+    def wait_for(self, text: str, timeout: float = 60, *, also: tuple[str, ...] = ()) -> str:
+        """The first screen that shows `text` and every one of `also`: a screen is drawn a
+        part at a time, so what a test reads next is waited for with what it waited for."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             screen = self.screen()
-            if text in screen:
+            if all(t in screen for t in (text, *also)):
                 return screen
             time.sleep(0.3)
-        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+        raise AssertionError(f"{[text, *also]!r} never all appeared; the screen:\n{self.screen()}")
 
     def alive(self) -> bool:
         return (
