@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dlscale.engine.results import decide
+
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 SPEC = """[experiment]
 name = "{name}"
@@ -142,8 +144,6 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
 def projected(logs: list[float], shift: float, budget: int, tolerance: float, trials=2000):
     """Rates of the rule at `budget` pairs, resampling measured pair log ratios (their
     mean removed, `shift` added): a projection from this machine's noise, not a run."""
-    from dlscale.engine.results import decide
-
     rng = random.Random(35)
     centre = statistics.fmean(logs)
     out = {"regressed": 0, "passed": 0, "undecided": 0}
@@ -160,16 +160,6 @@ def projected(logs: list[float], shift: float, budget: int, tolerance: float, tr
                 break
         out[outcome] += 1
     return {k: round(v / trials, 3) for k, v in out.items()}
-
-
-def rule_of() -> str:
-    """The rule the checks were judged by, in a line (rows from before it differ)."""
-    from dlscale.engine.results import decide
-
-    return (
-        "regressed: ratio < 1 - tol and interval < 1; passed: ratio >= 1 - tol and interval "
-        f"> 1 - 2 tol; {100 * decide.LEVEL:g}% a look"
-    )
 
 
 def main() -> None:
@@ -256,7 +246,7 @@ def main() -> None:
         "steps": a.steps,
         "max_repetitions": a.max_repetitions,
         "max_minutes": a.max_minutes,
-        "rule": rule_of(),
+        "rule": decide.rule_text(tolerance),
         "tolerance": a.tolerance,
         "slowdown": a.slowdown,
         "interleaved": True,

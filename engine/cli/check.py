@@ -24,7 +24,7 @@ from ..results.check import (
     point_name,
     values_of,
 )
-from ..results.decide import LEVEL
+from ..results.decide import LEVEL, rule_text
 from ..results.junit import error_xml, junit_xml, write_junit
 from ..where import given_as
 from .console import out
@@ -111,8 +111,8 @@ def _write_error(path: str, what: str, message: str) -> None:
     show_default=True,
     callback=fraction,
     help="the slowdown where the rule is indifferent: regressed when the ratio is below "
-    "1 - this and its 99% interval below 1; passed when it is at or above 1 - this and "
-    "its interval above 1 - twice this (below 50%)",
+    f"1 - this and its {100 * LEVEL:g}% interval below 1; passed when it is at or above "
+    "1 - this and its interval above 1 - twice this (below 50%)",
 )
 @click.option(
     "--run",
@@ -363,10 +363,7 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
     counts = {o: sum(v.outcome == o and v.in_study for v in verdicts) for o in ORDER}
     out.print(
         f"check of {name} against {base.name} ({base.source}): tolerance "
-        f"{100 * tolerance:g}%; each point judged on {STATISTIC}: regressed when the "
-        f"ratio is below {1 - tolerance:.3f} and its {100 * LEVEL:g}% interval below 1, "
-        f"passed when it is at or above {1 - tolerance:.3f} and its interval above "
-        f"{1 - 2 * tolerance:.3f}",
+        f"{100 * tolerance:g}%; each point judged on {STATISTIC}: {rule_text(tolerance)}",
         soft_wrap=True,
     )
     shown = sorted(verdicts, key=lambda v: ORDER[v.outcome])

@@ -88,6 +88,17 @@ def edges(tolerance: float) -> tuple[float, float]:
     return 1 - tolerance, 1 - 2 * tolerance
 
 
+def rule_text(tolerance: float) -> str:
+    """The rule in words, with its numbers: what `check` prints above its verdicts and what
+    benchmarks/check_rates.py records with its rates."""
+    edge, caught = edges(tolerance)
+    return (
+        f"regressed when the ratio is below {edge:.3f} and its {100 * LEVEL:g}% interval "
+        f"below 1, passed when it is at or above {edge:.3f} and its interval above "
+        f"{caught:.3f}"
+    )
+
+
 def outcome_of(ratio: float, low: float | None, high: float | None, tolerance: float) -> str:
     """The rule on a ratio and its interval, however many repetitions made them."""
     edge, caught = edges(tolerance)
