@@ -164,7 +164,7 @@ def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(
         term.keys("C-o")
         term.type("nope[/]x.toml")
         term.keys("Enter")
-        screen = term.wait_for("nope[/]x.toml: no such file", 20)
+        term.wait_for("nope[/]x.toml: no such file", 20)
         assert term.alive()
         assert term.quit_with("C-q")
     finally:
