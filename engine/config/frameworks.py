@@ -49,9 +49,10 @@ COMPILE_MODE = Option(
 class Framework:
     name: str
     trainer_module: str  # python -m target
-    # Local backend: "torchrun" (one launcher process spawns the ranks), "horovodrun"
-    # (Horovod's own, over gloo), "ranks" (dlscale.trainers.common.spawn: Slurm-style
-    # variables per rank, for frameworks whose roles are set up by the trainer itself).
+    # Local backend: "ranks" (dlscale.trainers.common.spawn: torchrun's variables per rank,
+    # from a launcher that imports only the standard library: torchrun's own import of torch
+    # and its rendezvous cost 2.5 to 4 s a run here, benchmarks/launch_overhead.py), or
+    # "horovodrun" (Horovod's own, over gloo).
     launcher: str
     # Slurm: the job-script template; "srun" starts one task per device, "torchrun" one
     # per node. A profile's environment may choose another that the trainer supports.
@@ -66,7 +67,7 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
-        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "torchrun", options=(COMPILE_MODE,)),
+        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "ranks", options=(COMPILE_MODE,)),
         # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
         Framework(
             "horovod-pytorch",
@@ -104,7 +105,7 @@ FRAMEWORKS: dict[str, Framework] = {
         Framework(
             "deepspeed",
             "dlscale.trainers.deepspeed_zero",
-            "torchrun",
+            "ranks",
             options=(
                 Option(
                     "zero_stage",

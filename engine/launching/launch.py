@@ -58,18 +58,6 @@ def local_command_for(
         raise NotImplementedError(f"{framework} has no environment to launch on this machine")
     python = env.python
     extra = launch_env(env, home)
-    if fw.launcher == "torchrun":  # its standalone rendezvous picks a free port
-        return [
-            python,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes=1",
-            f"--nproc-per-node={ranks}",
-            "-m",
-            fw.trainer_module,
-            *args,
-        ], extra
     if fw.launcher == "horovodrun":
         horovodrun = str(Path(python).parent / "horovodrun")
         return [
@@ -85,7 +73,7 @@ def local_command_for(
             fw.trainer_module,
             *args,
         ], extra
-    if fw.launcher == "ranks":  # the trainers' own spawner: Slurm-style variables per rank
+    if fw.launcher == "ranks":  # the trainers' own spawner: torchrun's variables per rank
         return [
             python,
             "-m",

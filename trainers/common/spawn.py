@@ -1,5 +1,6 @@
-"""Start N ranks of a trainer on this machine, for frameworks without a launcher of their own
-that works here (TensorFlow's MultiWorkerMirroredStrategy, MXNet's roles).
+"""Start N ranks of a trainer on this machine: the local backend's launcher for every framework
+but Horovod's. TensorFlow and MXNet have none that works here; for PyTorch and DeepSpeed it
+sets what torchrun would, without torchrun's own import of torch and rendezvous store.
 
 `python -m dlscale.trainers.common.spawn --ranks N -- CMD...` sets torchrun's variables
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus

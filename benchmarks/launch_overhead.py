@@ -1,0 +1,112 @@
+"""What does starting a run cost, torchrun against dlscale's own spawner?
+
+The local backend starts a PyTorch run's ranks with a launcher. torchrun imports torch in its
+own process and sets up a rendezvous store before any rank starts; dlscale's spawner
+(trainers/common/spawn.py) imports only the standard library and sets the same variables.
+This times whole runs of the DDP trainer (launcher start to exit) at a few timed steps, both
+launchers alternating in one invocation so machine drift hits both alike, at 1 and 2 ranks.
+Prints medians and the ratio, and appends them to benchmarks/results.jsonl.
+
+    .venv/bin/python benchmarks/launch_overhead.py [--rounds 5] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1"],
+    "spawn": [sys.executable, "-m", "dlscale.trainers.common.spawn"],
+}
+
+
+def one_run(launcher: str, ranks: int, steps: int) -> float:
+    """Seconds from the launcher's start to its exit, for one run of the DDP trainer."""
+    head = LAUNCHERS[launcher]
+    head = head + (
+        [f"--nproc-per-node={ranks}"] if launcher == "torchrun" else ["--ranks", str(ranks), "--"]
+    )
+    if launcher == "spawn":
+        head += [sys.executable]
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [
+            *head,
+            "-m",
+            "dlscale.trainers.torch_ddp",
+            "--model",
+            "resnet20",
+            "--dataset",
+            "synthetic-cifar",
+            "--per-device-batch",
+            "64",
+            "--steps",
+            str(steps),
+            "--warmup-steps",
+            "1",
+            "--device",
+            "cpu",
+            "--output",
+            str(Path(tmp) / "metrics.jsonl"),
+        ]
+        start = time.monotonic()
+        subprocess.run(
+            argv, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        )
+        return time.monotonic() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    a = ap.parse_args()
+    seconds: dict[str, list[float]] = {}
+    for r in range(a.rounds):
+        for ranks in (1, 2):
+            # Alternate which goes first, so neither always follows the other's cache warmth.
+            order = ("torchrun", "spawn") if r % 2 == 0 else ("spawn", "torchrun")
+            for launcher in order:
+                seconds.setdefault(f"{launcher}_{ranks}", []).append(
+                    one_run(launcher, ranks, a.steps)
+                )
+        print(
+            f"round {r + 1}: "
+            + "  ".join(f"{k} {v[-1]:5.2f} s" for k, v in sorted(seconds.items())),
+            flush=True,
+        )
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    ratios = {ranks: med[f"spawn_{ranks}"] / med[f"torchrun_{ranks}"] for ranks in (1, 2)}
+    print(f"\nresnet20, batch 64/rank, {a.steps} timed steps, {a.rounds} rounds; medians")
+    for ranks in (1, 2):
+        print(
+            f"{ranks} rank(s): torchrun {med[f'torchrun_{ranks}']:5.2f} s  spawn "
+            f"{med[f'spawn_{ranks}']:5.2f} s  spawn/torchrun = {ratios[ranks]:.3f}  "
+            f"(saves {med[f'torchrun_{ranks}'] - med[f'spawn_{ranks}']:.2f} s a run)"
+        )
+    result = {
+        "benchmark": "launch_overhead",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.node()} {os.cpu_count()} cpus {platform.processor()}",
+        "load_average_1min": os.getloadavg()[0],
+        "steps": a.steps,
+        "rounds": a.rounds,
+        "seconds": seconds,
+        "median_seconds": med,
+        "spawn_over_torchrun": ratios,
+    }
+    with open(HERE / "results.jsonl", "a") as fh:
+        fh.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
