@@ -2,7 +2,8 @@
 long does a check take, on this machine with a competing process loading it as a CI
 runner's neighbours would (issue 35)?
 
-Real CPU runs of a small study (ResNet-20, synthetic CIFAR, 1 rank, STEPS timed steps).
+Real CPU runs of a small study (ResNet-20, synthetic CIFAR, 1 rank, STEPS timed steps, no
+step-time breakdown after them: training.breakdown_pairs = 0).
 Every check gets a fresh store: the baseline experiment is run there (one repetition),
 then `dlscale check STUDY --baseline base --run --interleave` repeats the baseline's run
 between the study's (ABBA), a round at a time, until the rule decides or --max-repetitions
@@ -61,6 +62,7 @@ warmup_steps = 2
 log_every = {steps}
 threads_per_rank = {threads}
 loader_workers = {workers}
+breakdown_pairs = 0
 """
 KINDS = ("unchanged", "knob", "threads", "workers")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
@@ -244,6 +246,7 @@ def main() -> None:
             "max": max(loads, default=None),
         },
         "steps": a.steps,
+        "breakdown_pairs": 0,  # the spec's: runs spend nothing past their timed steps
         "max_repetitions": a.max_repetitions,
         "max_minutes": a.max_minutes,
         "rule": decide.rule_text(tolerance),

@@ -77,7 +77,7 @@ def test_the_probe_costs_a_quarter_of_the_timed_steps_at_most_ten_pairs(timed, p
     assert breakdown.pairs_for(timed) == pairs
 
 
-def torch_summary(tmp_path, nproc):
+def torch_summary(tmp_path, nproc, *extra):
     out = tmp_path / "m.jsonl"
     launch = (
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
@@ -85,7 +85,7 @@ def torch_summary(tmp_path, nproc):
         else [sys.executable]
     )
     proc = subprocess.run(
-        [*launch, "-m", "dlscale.trainers.torch_ddp", *SMALL, "--output", str(out)],
+        [*launch, "-m", "dlscale.trainers.torch_ddp", *SMALL, *extra, "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -103,6 +103,17 @@ def test_ddp_records_its_breakdown(tmp_path, nproc):
     parts = s["forward_s"] + s["backward_s"] + s["optimizer_s"]
     assert 0.5 * s["compute_time_s"] < parts < 2 * s["compute_time_s"]
     assert s["data_wait_s"] >= 0
+    assert s["breakdown_pairs"] == breakdown.pairs_for(s["timed_steps"])
+
+
+@pytest.mark.slow
+def test_the_breakdown_takes_the_pairs_asked_for_and_none_at_zero(tmp_path):
+    """training.breakdown_pairs: a regression check's runs need only their throughput."""
+    s = torch_summary(tmp_path, 1, "--breakdown-pairs", "3")
+    assert s["breakdown_pairs"] == 3 and s["compute_time_s"] > 0
+    s = torch_summary(tmp_path, 1, "--breakdown-pairs", "0")
+    assert s["breakdown_unavailable"] == "not measured: training.breakdown_pairs = 0"
+    assert "probe_step_s" not in s and "compute_time_s" not in s and s["throughput"] > 0
 
 
 @pytest.mark.slow

@@ -27,6 +27,27 @@ def test_ids_follow_what_determines_the_result(tmp_path):
     assert not {r.run_id for r in plan(load_spec(steps)).runs} & base
 
 
+def test_a_knob_added_later_leaves_the_ids_of_specs_without_it_alone(tmp_path):
+    """The quickstart's ids as stores hold them (pinned at 2026-11-27): a new knob that
+    changed every run's id would make every stored run look unrun."""
+    ids = sorted(r.run_id for r in plan(load_spec("examples/quickstart.toml")).runs)
+    assert ids == [
+        "010b72785172",
+        "2bfc6bbdb637",
+        "4b75ba1fc982",
+        "5837e1d803ce",
+        "8351e32b3688",
+        "e90eae4153f9",
+    ]
+    late = [k.name for k in TRAINING if k.in_id_when_set]
+    assert "breakdown_pairs" in late
+    # set, it is part of the recipe: those runs measure something else
+    spec = write_spec(tmp_path / "a.toml")
+    base = {r.run_id for r in plan(load_spec(spec)).runs}
+    set_ = write_spec(tmp_path / "b.toml", "", "breakdown_pairs = 0")
+    assert not {r.run_id for r in plan(load_spec(set_)).runs} & base
+
+
 def test_strong_scaling_splits_the_global_batch(tmp_path):
     path = write_spec(tmp_path / "s.toml", 'scaling = "strong"\nglobal_batch = [16]')
     path.write_text(path.read_text().replace("per_device_batch = [8]\n", ""))

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ...trainers.common.flags import KNOBS
 from ..config.custom import anchored, comm_declaration
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
@@ -105,7 +106,11 @@ class Plan:
 
 def plan(loaded: LoadedSpec) -> Plan:
     exp, training = loaded.spec.experiment, loaded.spec.training
-    recipe = training.model_dump()
+    recipe = {
+        k: v
+        for k, v in training.model_dump().items()
+        if not (v is None and k in KNOBS and KNOBS[k].in_id_when_set)
+    }
     # One recipe per schedule, made once: runs share them (see _identity_digest). Without
     # lr_schedules the recipe is the spec's own, so run ids stay what they were.
     recipes = (

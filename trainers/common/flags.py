@@ -42,6 +42,9 @@ class Knob:
     form: str = ""  # what `pattern` allows, in words (an error says these, not the pattern)
     optional: bool = False  # may be left out (None)
     group: str | None = None  # knobs of one group: exactly one is given
+    # A knob added after stores held runs: it joins a run's recipe (so its id) only when
+    # set, so every spec without it keeps the run ids it always had.
+    in_id_when_set: bool = False
 
     @property
     def option(self) -> str:
@@ -196,6 +199,19 @@ TRAINING: tuple[Knob, ...] = (
         ge=0,
         le=1024,
         why=f"{CORES} to run them",
+    ),
+    Knob(
+        "breakdown_pairs",
+        "int",
+        None,
+        "PyTorch family: pairs of steps after the timed ones that split a step into compute "
+        "and exposed communication (default: a quarter of the timed steps, 2 to 10; 0: none, "
+        "for a run that needs only its throughput, as a regression check does)",
+        ge=0,
+        le=1000,
+        why="each pair steps the model three more times, past the timed steps",
+        optional=True,
+        in_id_when_set=True,
     ),
     Knob(
         "data_dir",

@@ -34,7 +34,7 @@ def synthetic_batches(run: TorchRun, shape) -> Callable[[], Iterator[Any]]:
     return batches
 
 
-def step_breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int) -> dict:
+def step_breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], pairs: int) -> dict:
     """Forward, backward, optimizer, and the communication not hidden behind them (steps
     with and without DDP's gradient synchronisation), after the timed steps."""
     xb, yb = batch
@@ -65,4 +65,4 @@ def step_breakdown(run: TorchRun, net, opt, scaler, batch: list[Any], timed: int
         else f"{strategy.framework} has no step without gradient synchronisation to compare with",
     )
     strategy.barrier(launch)
-    return breakdown.measure(phases, breakdown.pairs_for(timed), launch.distributed)
+    return breakdown.measure(phases, pairs, launch.distributed)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..common import breakdown
 from ..common import data as common_data
 from ..common import loop as training_loop
 from ..common.args import recipe_fields
@@ -204,7 +205,11 @@ class Trainer:
         timed = loop.timed_steps(self.args.warmup_steps)
         if not (timed and self.last):
             return {}
-        return step_breakdown(self.run, self.net, self.opt, self.scaler, self.last, timed)
+        pairs = self.args.breakdown_pairs
+        if pairs == 0:
+            return {"breakdown_unavailable": "not measured: training.breakdown_pairs = 0"}
+        pairs = breakdown.pairs_for(timed) if pairs is None else pairs
+        return step_breakdown(self.run, self.net, self.opt, self.scaler, self.last, pairs)
 
     def finish(self, loop: training_loop.Loop) -> float:
         return self.ctx.finish(
