@@ -1,6 +1,8 @@
 """The Slurm backend's watcher against a replaying runner: one command per tick, squeue
 only every few ticks, terminal states cached, failed polls tolerated then reported."""
 
+import types
+
 import pytest
 
 from dlscale.engine.backends.base import JobRequest
@@ -168,6 +170,28 @@ def test_backoff_grows_while_idle_is_capped_and_resets():
     assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
     b.reset()
     assert b.next() == 0.5
+
+
+@pytest.mark.parametrize("place", ["local", "slurm"])
+def test_a_wait_backs_off_to_its_backends_cap(monkeypatch, tmp_path, place):
+    """A local poll reads the store and asks no one: a check's next round follows the last
+    run's end within a second. A Slurm poll asks the controller: at most one each 5 s."""
+    from dlscale.engine.backends.local.backend import LocalBackend
+    from dlscale.engine.tracking import monitor
+    from dlscale.engine.tracking.store import Store
+
+    store = Store(tmp_path)
+    backend = LocalBackend(store, start_worker=False) if place == "local" else SlurmCLI()
+    polls, sleeps = iter(range(12)), []
+    monkeypatch.setattr(monitor, "sync", lambda store, backend: monitor.Tick({"RUNNING": 1}))
+    monkeypatch.setattr(monitor, "time", types.SimpleNamespace(sleep=sleeps.append))
+
+    class Runs:
+        def run(self, run_id):
+            return {"state": "RUNNING" if next(polls) < 11 else "COMPLETED"}
+
+    monitor.wait_until_done(Runs(), backend, ["r"])  # type: ignore[arg-type]
+    assert max(sleeps) == sleeps[-1] == {"local": 1.0, "slurm": 5.0}[place]
 
 
 def test_a_stale_pending_never_moves_a_running_run_back(tmp_path):

@@ -101,6 +101,9 @@ class Backend(abc.ABC):
     # which on a parallel file system is most of the submission's time. Only where nothing
     # outside dlscale needs the folder before the job starts (the local worker).
     folders_at_start = False
+    # The longest a command following its jobs waits between polls while nothing changes:
+    # each poll asks the scheduler, which a busy site's controller feels.
+    poll_cap_s = 5.0
     # Follows the jobs this backend submits (and any job of its name in the store).
     watcher: Watcher
 

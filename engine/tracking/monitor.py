@@ -146,11 +146,10 @@ def wait_until_done(
     backend: Backend,
     run_ids: list[str],
     on_tick=lambda tick, rows: None,
-    cap_s: float = 5.0,
 ) -> Tick:
     """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
-    runs' rows as that tick left them."""
-    backoff = Backoff(cap=cap_s)
+    runs' rows as that tick left them. Polls back off to the backend's own cap."""
+    backoff = Backoff(cap=backend.poll_cap_s)
     last = None
     while True:
         tick = sync(store, backend)
