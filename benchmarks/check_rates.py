@@ -260,6 +260,9 @@ def main() -> None:
         "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
         "detection_rate_workers": by_kind.get("workers", {}).get("regressed_rate"),
         "projected_from_measured_pairs": projection,
+        # every check as it ran, its pairs (study, baseline repeat) included: later sessions
+        # pool the pairs of rows with the same settings, not only their counts
+        "checks": [{k: c[k] for k in ("kind", "outcome", "seconds", "pairs")} for c in checks],
         "wall_s": round(time.monotonic() - start, 1),
     }
     print(json.dumps(row, indent=1))
