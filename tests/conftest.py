@@ -119,6 +119,12 @@ def _stop_workers(h: Path) -> None:
             pass
 
 
+# How long a command that should answer at once may take before a test calls it hung. Not
+# tighter: the other Pythons' suite runs niced beside the main run, where a starved
+# `dlscale report` took over 60 s to refuse a bad file; a hang (a FIFO opened) never ends.
+HANG_S = 240
+
+
 def dlscale(
     *args: str, home: Path | None = None, timeout: float = 600, check: int | None = None
 ) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dlscale, write_spec
+from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import SpecError
 from tui_text import recorded_study
@@ -58,6 +58,6 @@ def test_every_entry_refuses_a_hostile_file_with_exit_2(tmp_path, home, kind):
         ["report", "-e", name, "--reference", str(bad), "--out", str(tmp_path / "r")],
         ["doctor", "--profile", str(bad)],
     ):
-        proc = dlscale(*argv, home=home, timeout=60)
+        proc = dlscale(*argv, home=home, timeout=HANG_S)
         assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
         assert str(bad) in proc.stderr and "internal error" not in proc.stderr, proc.stderr

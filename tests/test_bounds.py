@@ -21,7 +21,7 @@ import pytest
 from test_bad_input import invoke
 from test_bundles import _dump, _first, _members, _write
 
-from conftest import dlscale, write_spec
+from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.files import JSON_DEPTH, JSONError, load_json
 from tui_text import recorded_study
 
@@ -117,12 +117,12 @@ def test_a_spec_is_counted_before_anything_is_built(tmp_path, home):
         .replace("per_device_batch = [8]", f"per_device_batch = [{batches}]")
         .replace("repetitions = 1\n", "")
     )
-    proc = dlscale("plan", str(huge), timeout=60)
+    proc = dlscale("plan", str(huge), timeout=HANG_S)
     sentence(proc, 2, "2,000 scales", "65,536 per_device_batch", "100 repetitions", "runs, over")
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     # 2,000 scales the local backend refuses: a screen of them, then how many more
     many = write_spec(tmp_path / "many.toml", scales=scales)
-    proc = dlscale("plan", str(many), timeout=120)
+    proc = dlscale("plan", str(many), timeout=HANG_S)
     sentence(proc, 2, "needs 13 nodes", "and 1987 more problem(s)")
     assert len(proc.stderr.strip().splitlines()) <= 13, proc.stderr
 
@@ -144,7 +144,7 @@ def test_special_files_are_refused_before_they_are_opened(tmp_path, home):
     if Path("/proc/kmsg").exists():  # waits for the kernel, as root: a hang before
         cases.append((["plan", "/proc/kmsg"], "a file of the kernel's"))
     for argv, says in cases:
-        sentence(dlscale(*argv, timeout=60), 2, says)  # a FIFO opened would wait for ever
+        sentence(dlscale(*argv, timeout=HANG_S), 2, says)  # a FIFO opened would wait for ever
 
 
 # --- downloads -----------------------------------------------------------------------------

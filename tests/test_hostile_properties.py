@@ -20,7 +20,7 @@ from test_bundles import _dump, _first, _members, _write
 from test_printer import leaks
 from test_properties import examples
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 
@@ -127,12 +127,12 @@ def test_hostile_bundles_through_the_real_commands(bundle, tmp_path_factory, nam
     base = tmp_path_factory.mktemp("real")
     home = base / "home"
     path = hostile_bundle(base / "b.tgz", bundle[1], name, depth, 0)
-    proc = dlscale("import", str(path), home=home, timeout=120)
+    proc = dlscale("import", str(path), home=home, timeout=HANG_S)
     no_harm(proc.returncode, proc.stdout, proc.stderr, ("import", name, depth))
     if proc.returncode == 0:
         before, _ = _dump(home)
         runs = sorted(r for r in before if r.startswith('INSERT INTO "runs"'))
-        proc = dlscale("store", "rebuild", "--force", home=home, timeout=120)
+        proc = dlscale("store", "rebuild", "--force", home=home, timeout=HANG_S)
         no_harm(proc.returncode, proc.stdout, proc.stderr, ("rebuild", name, depth))
         assert len(Store(home).runs()) == len(runs)
     shutil.rmtree(base, ignore_errors=True)

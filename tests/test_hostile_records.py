@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_store import line
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.tracking.monitor import finalize_run
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
@@ -82,7 +82,7 @@ def test_every_hostile_record_at_once_through_the_cli(tmp_path):
         ["report", "-e", exp, "--out", str(tmp_path / "report")],
         ["export", "mllog", "-e", exp, "--out", str(tmp_path / "mllog")],
     ):
-        proc = dlscale(*argv, home=home, timeout=120)
+        proc = dlscale(*argv, home=home, timeout=HANG_S)
         assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
         assert "internal error" not in proc.stderr + proc.stdout
 
@@ -169,7 +169,7 @@ def test_a_runs_files_that_are_not_its_own_regular_files_stop_no_command(tmp_pat
     reason = store.run(run_id)["reason"]
     assert "root:" not in reason and "run.log" in reason, reason
     for argv in (["status", "--all"], ["logs", run_id], ["results"]):
-        proc = dlscale(*argv, home=home, timeout=30)
+        proc = dlscale(*argv, home=home, timeout=HANG_S)
         assert "internal error" not in proc.stderr and "root:" not in proc.stdout, proc
         assert proc.returncode in (0, 1, 2), proc
-    assert dlscale("logs", run_id, home=home, timeout=30).returncode == 1
+    assert dlscale("logs", run_id, home=home, timeout=HANG_S).returncode == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_hostile_records import finished_run
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.text import printable
 from dlscale.engine.tracking.store import Store
 
@@ -44,7 +44,7 @@ def test_status_and_logs_show_escape_sequences_as_text(tmp_path):
     home = tmp_path / "home"
     run_id = _failed_run(home, ("\n".join(HOSTILE_LINES) + "\n").encode())
     for argv in (["status", "--all"], ["logs", run_id]):
-        proc = dlscale(*argv, home=home, check=0, timeout=60)
+        proc = dlscale(*argv, home=home, check=0, timeout=HANG_S)
         shown = proc.stdout + proc.stderr
         assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown, shown
         assert "\u202e" not in shown and "\r" not in shown, shown
