@@ -24,23 +24,35 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LAUNCHERS = {
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1"],
-    "spawn": [sys.executable, "-m", "dlscale.trainers.common.spawn"],
-}
+
+
+def launcher_argv(launcher: str, ranks: int) -> list[str]:
+    """The launcher's part of the command line, as each starts `ranks` ranks of a module."""
+    if launcher == "torchrun":
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={ranks}",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "dlscale.trainers.common.spawn",
+        "--ranks",
+        str(ranks),
+        "--",
+        sys.executable,
+    ]
 
 
 def one_run(launcher: str, ranks: int, steps: int) -> float:
     """Seconds from the launcher's start to its exit, for one run of the DDP trainer."""
-    head = LAUNCHERS[launcher]
-    head = head + (
-        [f"--nproc-per-node={ranks}"] if launcher == "torchrun" else ["--ranks", str(ranks), "--"]
-    )
-    if launcher == "spawn":
-        head += [sys.executable]
     with tempfile.TemporaryDirectory() as tmp:
         argv = [
-            *head,
+            *launcher_argv(launcher, ranks),
             "-m",
             "dlscale.trainers.torch_ddp",
             "--model",

@@ -106,10 +106,11 @@ class Plan:
 
 def plan(loaded: LoadedSpec) -> Plan:
     exp, training = loaded.spec.experiment, loaded.spec.training
+    # [training] is made of the knobs alone (spec.Training), so each key is one of KNOBS.
     recipe = {
         k: v
         for k, v in training.model_dump().items()
-        if not (v is None and k in KNOBS and KNOBS[k].in_id_when_set)
+        if v is not None or not KNOBS[k].in_id_when_set
     }
     # One recipe per schedule, made once: runs share them (see _identity_digest). Without
     # lr_schedules the recipe is the spec's own, so run ids stay what they were.
