@@ -356,7 +356,6 @@ async def test_tui_opens_wrong_shaped_specs_with_the_command_lines_errors(home, 
             await until(
                 pilot,
                 lambda: all(p in str(field(app, "preview").render()) for p in expected),
-                30,
-                f"the errors of {spec}",
+                what=f"the errors of {spec}",
             )
             assert "does not validate" in str(field(app, "preview").render())

@@ -178,14 +178,14 @@ async def test_the_results_screen_shows_two_experiments_side_by_side(two_sites):
 
     app = DlscaleApp(Session(two_sites, "local"))
     async with app.run_test(size=(200, 40)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
         app.experiment = "quickstart"
         await pilot.press("f4")
         await pilot.press("c")
-        await until(pilot, lambda: isinstance(app.screen, CompareScreen), 30, "the comparison")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         table = app.screen.query_one(DataTable)
         # 1x2 matched; the 1-device points have no partner (the rows come at the screen's mount)
-        await until(pilot, lambda: table.row_count >= 1, 10, "the matched point")
+        await until(pilot, lambda: table.row_count >= 1, what="the matched point")
         assert table.row_count == 1
         cells = [str(c) for c in table.get_row_at(0)]
         # model, framework and batch, one value each, are named above the table

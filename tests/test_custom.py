@@ -491,7 +491,7 @@ async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("f3")
-        await until(pilot, lambda: "COMPLETED" in screen_text(app), 30, "the runs")
+        await until(pilot, lambda: "COMPLETED" in screen_text(app), what="the runs")
         screen = screen_text(app)
         assert "tokens/s" in screen and "images/s" not in screen, screen
 

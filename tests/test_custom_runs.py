@@ -219,19 +219,20 @@ async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
 
     app = pilot.app
     await pilot.press("f2")
-    await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
+    await until(pilot, lambda: app.screen.frameworks_checked, what="the environment check")
     await pilot.press("ctrl+o")
-    await until(pilot, lambda: app.screen.query("#path-input"), 10, "the path dialog")
+    await until(pilot, lambda: app.screen.query("#path-input"), what="the path dialog")
     await pilot.press("home", "ctrl+k", *str(spec), "enter")  # the last spec's path is there
-    await until(pilot, lambda: f"{runs} runs ({runs} to run" in screen_text(app), 30, "the preview")
+    await until(
+        pilot, lambda: f"{runs} runs ({runs} to run" in screen_text(app), what="the preview"
+    )
     text = await drawn(pilot, lambda t: "[x] gpt" in t)
     assert "[x] gpt" in text and spec.stem in text, text
     await pilot.press("ctrl+r")
     await until(
         pilot,
         lambda: app.current_mode == "queue" and app.experiment == spec.stem,
-        60,
-        "the queue",
+        what="the queue",
     )
 
 
@@ -269,7 +270,7 @@ async def check_results_screen(pilot, experiment: str, points: int) -> None:
     app = pilot.app
     await pilot.press("f4")
     results = app.screen.query_one("#results", DataTable)
-    await until(pilot, lambda: results.row_count == points, 30, f"{points} points")
+    await until(pilot, lambda: results.row_count == points, what=f"{points} points")
     text = await drawn(pilot, lambda t: "± CI95" in t)
     head = next(line for line in text.splitlines() if "± CI95" in line)
     assert "tokens/s ± CI95" in head and "speedup" in head and "eff." in head, text

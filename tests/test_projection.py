@@ -658,14 +658,13 @@ async def test_the_results_screen_draws_the_projection_and_says_a_missed_check_i
     app = DlscaleApp(Session(tmp_path, "local"), watch=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f4")
-        await until(pilot, lambda: app.screen.results, 20, "the results")
+        await until(pilot, lambda: app.screen.results, what="the results")
         while app.screen.metric != PROJECTED:
             await pilot.press("m")
         await until(
             pilot,
             lambda: field(app, "held-out").display,
-            30,
-            [n.message for n in app._notifications],
+            what=[n.message for n in app._notifications],
         )
         box = field(app, "held-out")
         assert box.has_class("missed") and "MISSED" in str(box.render())

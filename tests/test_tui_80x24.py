@@ -55,7 +55,7 @@ async def _settled_whole(pilot, app, table) -> None:
         return True
 
     try:
-        await until(pilot, whole_now, 10, "every cell whole")
+        await until(pilot, whole_now, what="every cell whole")
     except AssertionError:
         pass
     _whole(app, table)  # its own message, if it never did
@@ -83,10 +83,10 @@ async def test_the_queue_at_80x24_shows_what_tells_runs_apart_and_why_they_faile
     axis_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
         await pilot.press("f3")
         table = app.screen.query_one(JobTable)
-        await until(pilot, lambda: table.row_count == 32, 30, "every run")
+        await until(pilot, lambda: table.row_count == 32, what="every run")
         await _settled_whole(pilot, app, table)
         head = next(ln for ln in _lines(app) if " job " in ln)
         for column in ("state▾", "job", "model", "mode", "scale", "batch", "tokens/s", "reason"):
@@ -103,10 +103,10 @@ async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(h
     axis_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, 30, "the first refresh")
+        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
         await pilot.press("f4")
         table = app.screen.query_one(PointTable)
-        await until(pilot, lambda: table.row_count == 32, 30, "every point")
+        await until(pilot, lambda: table.row_count == 32, what="every point")
         await _settled_whole(pilot, app, table)
         text = screen_text(app)
         labels = [str(c.label) for c in table.columns.values()]
@@ -130,5 +130,5 @@ async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(h
         assert after["model"] == now["model"]
         assert after["per_device_batch"] != now["per_device_batch"]
         await pilot.press("enter")  # the point in full: every number, its baseline
-        await until(pilot, lambda: "time to accuracy" in screen_text(app), 10, "the point")
+        await until(pilot, lambda: "time to accuracy" in screen_text(app), what="the point")
         assert "tokens/J" in screen_text(app) and "predicted efficiency" in screen_text(app)

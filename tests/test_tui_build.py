@@ -31,8 +31,8 @@ async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the
     async with app.run_test(size=(120, 40)) as pilot:
         assert app.current_mode == "queue" and app.experiment == name
         await pilot.press("f2")
-        await until(pilot, lambda: field(app, "name").value == name, 20, "the study in the form")
-        await until(pilot, lambda: "1 to run" in _preview(app), 20, "the preview of the study")
+        await until(pilot, lambda: field(app, "name").value == name, what="the study in the form")
+        await until(pilot, lambda: "1 to run" in _preview(app), what="the preview of the study")
         assert "quickstart" in str(app.title)
         # The failed run completes (a rerun elsewhere, another front end): the next tick's
         # counts change and the preview says so without any field being touched.
@@ -40,7 +40,7 @@ async def test_reopened_build_shows_the_study_in_use_and_its_preview_follows_the
         store.update_run(runs[0]["run_id"], state="COMPLETED", reason="")
         store.close()
         app._refresh_queue(app.experiment)
-        await until(pilot, lambda: "0 to run" in _preview(app), 20, "the preview after it")
+        await until(pilot, lambda: "0 to run" in _preview(app), what="the preview after it")
 
 
 @pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
@@ -49,9 +49,9 @@ async def test_a_spec_that_declares_its_own_script_lists_it_and_previews(home):
     and dataset), ticked, and the form previews its runs; the ticks read [x]/[ ]."""
     app = DlscaleApp(Session(home, "local"), str(REPO / "examples/custom/gpt-log.toml"))
     async with app.run_test(size=(120, 50)) as pilot:
-        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the frameworks")
-        await until(pilot, lambda: "gpt" in field(app, "frameworks").selected, 20, "gpt ticked")
+        await until(pilot, lambda: app.screen.frameworks_checked, what="the frameworks")
+        await until(pilot, lambda: "gpt" in field(app, "frameworks").selected, what="gpt ticked")
         assert "gpt2-tiny" in field(app, "models").selected
-        await until(pilot, lambda: "4 runs" in _preview(app), 30, "the preview")
+        await until(pilot, lambda: "4 runs" in _preview(app), what="the preview")
         text = await drawn(pilot, lambda t: "[x] gpt" in t)
         assert "[x] gpt" in text and "[ ] pytorch-ddp" in text

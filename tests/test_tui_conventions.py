@@ -240,8 +240,7 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
         await until(
             pilot,
             lambda: app.snapshot and len(app.snapshot.experiments) == 2,
-            20,
-            "both experiments",
+            what="both experiments",
         )
         shown = app.experiment
         await pilot.press("e")
@@ -252,8 +251,7 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
                 app.snapshot.experiment == app.experiment
                 and app.screen.query_one("#jobs").row_count == len(app.snapshot.rows)
             ),
-            20,
-            "the other experiment's jobs",
+            what="the other experiment's jobs",
         )
         await pilot.press("f4")
         before = app.experiment
@@ -265,8 +263,7 @@ async def test_e_shows_the_next_experiment_on_the_queue_and_results_screens(home
         await until(
             pilot,
             lambda: field(app, "results").row_count == points,
-            20,
-            f"the results of {app.experiment}",
+            what=f"the results of {app.experiment}",
         )
         planned = app.experiment != first
         assert ("PLANNED" in await drawn(pilot, lambda t: ("PLANNED" in t) == planned)) == planned
@@ -284,14 +281,14 @@ async def test_a_refused_profile_is_cleared_when_the_field_goes_back(home, tmp_p
     bad.write_text('name = "x"\n[[partitions]]\nname = "p"\nnodes = "two"\n')
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(100, 40)) as pilot:
-        await until(pilot, lambda: not field(app, "submit").disabled, 30, "submittable")
+        await until(pilot, lambda: not field(app, "submit").disabled, what="submittable")
         await type_into(pilot, "profile", str(bad))
-        await until(pilot, lambda: field(app, "profile").has_class("invalid"), 20)
+        await until(pilot, lambda: field(app, "profile").has_class("invalid"))
         assert field(app, "submit").disabled
         await type_into(pilot, "profile", "")
         await until(
-            pilot, lambda: not field(app, "profile").has_class("invalid"), 20, "the mark cleared"
+            pilot, lambda: not field(app, "profile").has_class("invalid"), what="the mark cleared"
         )
         assert field(app, "profile").border_subtitle is None
-        await until(pilot, lambda: not field(app, "submit").disabled, 20, "submit again")
+        await until(pilot, lambda: not field(app, "submit").disabled, what="submit again")
         assert app.session.backend == "local"

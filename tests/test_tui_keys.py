@@ -57,19 +57,19 @@ async def test_the_palette_offers_what_each_screen_s_keys_do(home):
     recorded_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, 30, "the queue")
+        await until(pilot, lambda: app.snapshot is not None, what="the queue")
         await pilot.press("f3")
-        await until(pilot, lambda: app.screen.query_one(JobTable).row_count == 6, 30, "rows")
+        await until(pilot, lambda: app.screen.query_one(JobTable).row_count == 6, what="rows")
         queue = _palette(app)
         for title in ("Detail", "Cancel", "Resubmit", "Copy job id", "Copy run id"):
             assert title in queue, sorted(queue)
         assert "Log in $PAGER" in queue and "Sort" in queue and "Find" in queue
         assert queue["Cancel"].startswith("c: cancel")
         await pilot.press("l")  # with the log open, wrap and the log's keys come in
-        await until(pilot, lambda: app.screen.query_one("#log").display, 10, "the log")
+        await until(pilot, lambda: app.screen.query_one("#log").display, what="the log")
         assert {"Wrap", "Pause", "Sort"} <= set(_palette(app))
         await pilot.press("f4")
-        await until(pilot, lambda: app.screen.query_one(PointTable).row_count == 2, 30, "points")
+        await until(pilot, lambda: app.screen.query_one(PointTable).row_count == 2, what="points")
         results = _palette(app)
         for title in ("Metric", "Model", "Batch", "Compare", "Report", "Detail"):
             assert title in results, sorted(results)
@@ -78,4 +78,4 @@ async def test_the_palette_offers_what_each_screen_s_keys_do(home):
         before = app.screen.metric
         entry = next(cb for t, _, cb in keys.commands(app, app.screen) if t == "Metric")
         entry()
-        await until(pilot, lambda: app.screen.metric != before, 10, "the next metric")
+        await until(pilot, lambda: app.screen.metric != before, what="the next metric")

@@ -37,7 +37,7 @@ async def test_every_footer_key_is_shown_whole(home, size):
     async with app.run_test(size=size) as pilot:
         for key, mode in (("f2", "build"), ("f3", "queue"), ("f4", "results")):
             await pilot.press(key)
-            await until(pilot, lambda: app.current_mode == mode, 10, mode)
+            await until(pilot, lambda: app.current_mode == mode, what=mode)
             shown = [
                 b.binding.description
                 for b in app.screen.active_bindings.values()
@@ -50,7 +50,7 @@ async def test_every_footer_key_is_shown_whole(home, size):
             # Waited for, not paused for: under load the footer's first paint came later
             # than a fixed pause (3.12 in a rehearsal); a key cut off never shows whole.
             assert shown
-            await until(pilot, lambda: all(d in footer() for d in shown), 10, f"{mode}'s footer")
+            await until(pilot, lambda: all(d in footer() for d in shown), what=f"{mode}'s footer")
             assert "f4 Results" in footer().replace("F4", "f4")
 
 
@@ -62,10 +62,10 @@ async def test_a_long_question_and_the_help_are_never_cut_off(home):
         "with the same job script? The question ends here."
     )
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.current_mode == "build", 10, "the build screen")
+        await until(pilot, lambda: app.current_mode == "build", what="the build screen")
         await pilot.pause(0.3)
         app.push_screen(ConfirmScreen(question))
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the question")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.pause(0.3)
         # Wrapped in the dialog, each word of it in order (the lines interleave with the
         # screen behind the dialog in the screenshot's text).

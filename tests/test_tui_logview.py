@@ -24,15 +24,15 @@ MARKUP = "[b]not bold[/b] a Needle in [@click=app.quit]x[/] 日本語 needle"
 async def _open_log(pilot) -> tuple[LogTail, LogView]:
     """l on the first job of the recorded study; its log gets the test's lines."""
     app = pilot.app
-    await until(pilot, lambda: app.current_mode == "queue", 20, "the queue")
+    await until(pilot, lambda: app.current_mode == "queue", what="the queue")
     tail, view = app.screen.query_one(LogTail), app.screen.query_one(LogView)
     jobs = app.screen.query_one("#jobs", DataTable)
-    await until(pilot, lambda: jobs.row_count == 6, 20, "the jobs")
+    await until(pilot, lambda: jobs.row_count == 6, what="the jobs")
     await pilot.press("l")  # the table has the focus
-    await until(pilot, lambda: view.line_count > 0, 10, "the log")
+    await until(pilot, lambda: view.line_count > 0, what="the log")
     with open(tail.path, "a") as fh:
         fh.write(f"{LONG}\n{MARKUP}\nthe last line\n")
-    await until(pilot, lambda: view.lines[-1] == "the last line", 10, "the new lines")
+    await until(pilot, lambda: view.lines[-1] == "the last line", what="the new lines")
     await pilot.pause()
     return tail, view
 
@@ -63,7 +63,7 @@ async def test_w_wraps_the_long_lines_and_back(home):
         # the end of the log stays in view: the tail is followed while wrapped
         with open(tail.path, "a") as fh:
             fh.write("written while wrapped\n")
-        await until(pilot, lambda: "written while wrapped" in screen_text(app), 10, "new line")
+        await until(pilot, lambda: "written while wrapped" in screen_text(app), what="new line")
         await pilot.press("w")
         await pilot.pause()
         assert not view.wrap and "THE-LINE-ENDS-HERE" not in screen_text(app)
@@ -107,7 +107,7 @@ async def test_a_full_panel_wraps_and_searches_fast(home, tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         tail, view = await _open_log(pilot)
         tail.open(big, "big")
-        await until(pilot, lambda: view.line_count == 500, 10, "the tail")  # TAIL_LINES
+        await until(pilot, lambda: view.line_count == 500, what="the tail")  # TAIL_LINES
         view.write_lines([f"{i:06d} " + "z" * 193 for i in range(KEEP_LINES)])
         await pilot.pause()
         assert view.line_count == KEEP_LINES

@@ -459,7 +459,7 @@ async def test_the_queue_screen_shows_a_big_snapshot(home):
             for i, r in enumerate(rows)
         ]
         app.snapshot = Snapshot("big", rows, {"PENDING": 2400, "RUNNING": 100}, experiments=["big"])
-        await until(pilot, lambda: table.row_count == 2500, 30, "every row")
+        await until(pilot, lambda: table.row_count == 2500, what="every row")
         # what needs watching first: the running jobs, then the pending ones, each in
         # job order (issue 36, item 3); a table this big sorts a tick's changes every
         # few seconds (JobTable.order)
@@ -471,8 +471,7 @@ async def test_the_queue_screen_shows_a_big_snapshot(home):
                 [table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value for i in range(2500)]
                 == want
             ),
-            30,
-            "the running jobs first",
+            what="the running jobs first",
         )
         assert "2400 pending, 100 running" in str(app.screen.query_one("#queue-summary").render())
         assert _check_shown(app, rows) > 20
@@ -566,7 +565,7 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
         table = app.screen.query_one(JobTable)
         table.move_cursor(row=table.get_row_index(bench.run_id))
         await pilot.press("l")
-        await until(pilot, lambda: "(job comm-9)" in screen_text(app), 10, "the log's title")
+        await until(pilot, lambda: "(job comm-9)" in screen_text(app), what="the log's title")
         assert "pytorch-ddp resnet50 2x4 communication benchmark (job comm-9)" in screen_text(app)
 
 

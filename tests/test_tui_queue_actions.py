@@ -59,11 +59,11 @@ def _notes(app) -> list[str]:
 
 
 async def _queue(pilot, app, n):
-    await until(pilot, lambda: app.snapshot is not None and app.snapshot.rows, 30)
+    await until(pilot, lambda: app.snapshot is not None and app.snapshot.rows)
     if app.current_mode != "queue":
         await pilot.press("2")
     table = app.screen.query_one("#jobs", DataTable)
-    await until(pilot, lambda: table.row_count == n, 20, "every run in the queue")
+    await until(pilot, lambda: table.row_count == n, what="every run in the queue")
     table.focus()
     return table
 
@@ -124,10 +124,10 @@ async def test_slash_filters_the_table_and_its_letters_are_not_commands(home, wo
         await pilot.press("slash", *"s", "c")  # s and c would resubmit and cancel
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("backspace", "backspace", *"of memory")
-        await until(pilot, lambda: table.row_count == 1, 10, "the filtered table")
+        await until(pilot, lambda: table.row_count == 1, what="the filtered table")
         assert "exit 1: out of memory" in await drawn(pilot, lambda t: "out of memory" in t)
         await pilot.press("escape")
-        await until(pilot, lambda: table.row_count == len(states), 10, "the table unfiltered")
+        await until(pilot, lambda: table.row_count == len(states), what="the table unfiltered")
 
 
 async def test_sorting_home_end_and_detail(home, worker_lock):
@@ -143,8 +143,7 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         await until(
             pilot,
             lambda: "all framework pytorch-ddp, model resnet20" in screen_text(app),
-            10,
-            "the line naming the columns with one value",
+            what="the line naming the columns with one value",
         )
         labels = [str(c.label) for c in table.columns.values()]
         assert "framework" not in labels and "state▾" in labels
@@ -178,7 +177,7 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         failed = next(r for r, s in states.items() if s == "FAILED")
         _select(table, failed)
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, DetailScreen), 10, "the detail")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail")
         text = await drawn(pilot, lambda t: "second line of the reason" in t)
         assert "second line of the reason" in text and failed in text
         assert "run folder" in text and "torch" in text  # the env record's versions
@@ -186,5 +185,5 @@ async def test_sorting_home_end_and_detail(home, worker_lock):
         await pilot.press("Y")
         assert any(f"copied run id {failed}" in m for m in _notes(app))
         await pilot.press("l")  # the detail closes on the run's log
-        await until(pilot, lambda: app.screen.query_one("#log").display, 10, "the log")
+        await until(pilot, lambda: app.screen.query_one("#log").display, what="the log")
         assert not isinstance(app.screen, DetailScreen)

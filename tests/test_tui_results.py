@@ -52,8 +52,7 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         await until(
             pilot,
             lambda: isinstance(app.screen, ResultsScreen) and field(app, "results").row_count == 2,
-            30,
-            "two results",
+            what="two results",
         )
         one, two = row_of(app, 1), row_of(app, 2)
         # One device: the model predicts its own compute (1.00); 4 images per joule.
@@ -68,11 +67,11 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         table.move_cursor(row=int(one["index"]))
         await pilot.pause()
         # No "-" to explain on this row: only its step time split, and the two efficiencies.
-        await until(pilot, lambda: field(app, "why").display, 10, "the breakdown shown")
+        await until(pilot, lambda: field(app, "why").display, what="the breakdown shown")
         one_why = str(field(app, "why").render())
         assert "compute" in one_why and "exposed comm" in one_why and "-:" not in one_why
         table.move_cursor(row=int(two["index"]))
-        await until(pilot, lambda: "1x2" in str(field(app, "why").render()), 10, "its reasons")
+        await until(pilot, lambda: "1x2" in str(field(app, "why").render()), what="its reasons")
         why = str(field(app, "why").render())
         assert "pred. eff. -: no allreduce time for this scale: no communication benchmark" in why
         assert "images/J -: no RAPL counters readable on this node" in why
@@ -88,8 +87,7 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
         await until(
             pilot,
             lambda: isinstance(app.screen, ResultsScreen) and field(app, "results").row_count == 2,
-            30,
-            "two results",
+            what="two results",
         )
         seen = []
         for _ in charts.METRICS:
@@ -145,19 +143,19 @@ async def test_the_projection_chart_fits_beside_its_held_out_line_at_80x24(home)
     recorded_study(home)
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, 20, "the first refresh")
+        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
         await pilot.press("f4")
         screen = app.screen
         assert isinstance(screen, ResultsScreen)
-        await until(pilot, lambda: screen.results, 20, "results")
+        await until(pilot, lambda: screen.results, what="results")
         while screen.metric != PROJECTED:
             await pilot.press("m")
-        await until(pilot, lambda: screen.query_one("#held-out").display, 30, "held-out line")
+        await until(pilot, lambda: screen.query_one("#held-out").display, what="held-out line")
 
         def chart_whole() -> bool:
             top = [line for line in screen_text(app).splitlines() if "┌" in line]
             return bool(top) and top[0].rstrip().endswith("┐")
 
-        await until(pilot, chart_whole, 10, "the chart whole, its top right corner on its line")
+        await until(pilot, chart_whole, what="the chart whole, its top right corner on its line")
         lines = screen_text(app).splitlines()
         assert not any(line.startswith("─┐") for line in lines), screen_text(app)

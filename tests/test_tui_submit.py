@@ -83,22 +83,19 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
                 and app.screen.preview.ok
                 and not field(app, "submit").disabled
             ),
-            60,
-            "a submittable form",
+            what="a submittable form",
         )
         await pilot.press("ctrl+r")
         await until(
             pilot,
             lambda: any("not" in n and why in n for n in notes(app)),
-            60,
-            "the failure's notification",
+            what="the failure's notification",
         )
         # The queue shows the study's run, not "no runs yet": PLANNED, with the reason.
         await until(
             pilot,
             lambda: app.current_mode == "queue" and app.snapshot and app.snapshot.rows,
-            30,
-            "the run in the queue",
+            what="the run in the queue",
         )
         (row,) = app.snapshot.rows
         assert row.state == "PLANNED" and row.reason.startswith("not submitted: ")
@@ -106,8 +103,7 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         await until(
             pilot,
             lambda: "PLANNED" in screen_text(app) and "not submitted" in screen_text(app),
-            10,
-            "the planned run on screen",
+            what="the planned run on screen",
         )
         assert "no runs yet" not in screen_text(app)
         # Fixed, a second ctrl+r on the Build screen submits it.
@@ -116,13 +112,12 @@ async def test_a_submission_that_fails_part_way_is_said_shown_and_can_be_retried
         else:
             session.submitter = make_backend
         await pilot.press("f2")
-        await until(pilot, lambda: not field(app, "submit").disabled, 30, "submit again")
+        await until(pilot, lambda: not field(app, "submit").disabled, what="submit again")
         await pilot.press("ctrl+r")
         await until(
             pilot,
             lambda: Store(home).run(run_id)["state"] in ("PENDING", "RUNNING"),
-            60,
-            "the run submitted the second time",
+            what="the run submitted the second time",
         )
         assert Store(home).run(run_id)["attempts"] == 2
         follow.cancel(Store(home), [run_id])
@@ -148,7 +143,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
     app = DlscaleApp(session)
     try:
         async with app.run_test(size=(160, 40)) as pilot:
-            await until(pilot, lambda: app.screen.frameworks_checked, 60, "frameworks")
+            await until(pilot, lambda: app.screen.frameworks_checked, what="frameworks")
             await pilot.press("home")
             for wid, text in (
                 ("name", "slow"),
@@ -158,7 +153,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             ):
                 app.screen.query_one(f"#{wid}").focus()
                 await pilot.press("home", "ctrl+k", *text)
-            await until(pilot, lambda: not field(app, "submit").disabled, 30, "submittable")
+            await until(pilot, lambda: not field(app, "submit").disabled, what="submittable")
             await pilot.press("ctrl+r")
             await pilot.pause(0.5)
             await pilot.press("ctrl+r")
@@ -172,16 +167,14 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
                     and app.snapshot.experiment == "slow"
                     and [r.state for r in app.snapshot.rows] == ["SUBMITTING"]
                 ),
-                60,
-                "the run shown as SUBMITTING while sbatch waits",
+                what="the run shown as SUBMITTING while sbatch waits",
             )
             assert "being submitted by dlscale" in app.snapshot.rows[0].reason
             go.set()
             await until(
                 pilot,
                 lambda: app.snapshot.rows[0].state in ("PENDING", "RUNNING"),
-                120,
-                "the job queued",
+                what="the job queued",
             )
             assert len(Store(home).jobs.find("slurm")) == 1
     finally:
@@ -199,8 +192,7 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
                 app.current_mode == "queue"
                 and app.screen.query_one("#jobs", DataTable).row_count == 6
             ),
-            30,
-            "the queue",
+            what="the queue",
         )
         reasons = {r.run_id: r.reason for r in app.snapshot.rows}
         for run_id, note in expect.items():
@@ -209,22 +201,21 @@ async def test_bad_records_are_named_in_the_queue_and_results(home):
         await until(
             pilot,
             lambda: app.screen.query_one("#results", DataTable).row_count == 2,
-            30,
-            "results rows",
+            what="results rows",
         )
         await until(
-            pilot, lambda: "speedup (vs best 1-device run)" in screen_text(app), 10, "the chart"
+            pilot, lambda: "speedup (vs best 1-device run)" in screen_text(app), what="the chart"
         )
         head = str(app.screen.query_one("#results-head").render())
         assert f"({len(expect)} notes: enter)" in head, head
         await pilot.press("enter")  # the point in full, the notes under it
-        await until(pilot, lambda: "metrics.jsonl line" in screen_text(app), 10, "the notes")
+        await until(pilot, lambda: "metrics.jsonl line" in screen_text(app), what="the notes")
         shown = screen_text(app)
         for run_id in expect:
             assert f"run {run_id}: metrics.jsonl line" in shown, shown
         await pilot.press("escape")
         await until(
-            pilot, lambda: "metrics.jsonl line" not in screen_text(app), 10, "the results again"
+            pilot, lambda: "metrics.jsonl line" not in screen_text(app), what="the results again"
         )
         for _ in range(3):  # every metric's chart draws
             await pilot.press("m")
@@ -258,8 +249,7 @@ async def test_an_unreachable_controller_is_said_at_once_and_given_up_on_in_boun
             lambda: (
                 app.screen.preview and app.screen.preview.ok and not field(app, "submit").disabled
             ),
-            60,
-            "a submittable form",
+            what="a submittable form",
         )
         await pilot.press("ctrl+r")
         # said at once, before any answer (kept: under load the note may expire before

@@ -81,13 +81,13 @@ def test_control_characters_show_as_their_pictures_as_the_docs_say():
 async def test_hostile_text_in_every_build_place_is_literal(home, tmp_path):
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.screen.frameworks_checked, 60, "the environment check")
+        await until(pilot, lambda: app.screen.frameworks_checked, what="the environment check")
         for i, s in enumerate(hostile(10)):
             # The fields: each message that quotes the text shows it as typed.
             for wid in ("scales", "batch", "repetitions", "name", "steps"):
                 app.screen.query_one(f"#{wid}", Input).value = s
             await pilot.pause()  # the changes reach the screen
-            await until(pilot, lambda: not app.screen.checking, 20, "the check of the form")
+            await until(pilot, lambda: not app.screen.checking, what="the check of the form")
             await until(
                 pilot,
                 lambda: (
@@ -95,8 +95,7 @@ async def test_hostile_text_in_every_build_place_is_literal(home, tmp_path):
                     # in the panel, which scrolls: a long list of errors may be below
                     and "Cannot submit yet" in str(field(app, "preview").render())
                 ),
-                10,
-                f"each field marked for {s!r}",
+                what=f"each field marked for {s!r}",
             )
             assert app.is_running
             # A path that does not exist, typed in the open dialog.
@@ -106,7 +105,7 @@ async def test_hostile_text_in_every_build_place_is_literal(home, tmp_path):
             await pilot.press("enter")
             # Waited for, not paused for: under load the toast came after a fixed 0.1 s
             # (3.13 in a rehearsal).
-            await until(pilot, lambda: _shows(app, f"nope{s}.toml: no such file"), 10, s)
+            await until(pilot, lambda: _shows(app, f"nope{s}.toml: no such file"), what=s)
             assert app.is_running
             app.clear_notifications()
             # A spec whose key and values are the text: opened, its problems shown literally.
@@ -118,12 +117,12 @@ async def test_hostile_text_in_every_build_place_is_literal(home, tmp_path):
                 encoding="utf-8",
             )
             app.screen.load(str(spec))
-            await until(pilot, lambda: _shows(app, s) or len(signs(s)) > 40, 10, s)
+            await until(pilot, lambda: _shows(app, s) or len(signs(s)) > 40, what=s)
             assert app.is_running
             app.clear_notifications()
             # The engine's own failures, in toasts.
             app.post_message(EngineFailed("preview", f"bad {s} text"))
-            await until(pilot, lambda: _shows(app, f"bad {s} text"), 10, s)
+            await until(pilot, lambda: _shows(app, f"bad {s} text"), what=s)
             app.clear_notifications()
         assert app.is_running
 
@@ -138,11 +137,11 @@ async def test_hostile_engine_text_in_queue_confirm_and_log_is_literal(home):
     store.close()
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(200, 50)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None and app.snapshot.rows, 30)
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.rows)
         await pilot.press("2")
-        await until(pilot, lambda: app.current_mode == "queue", 10)
+        await until(pilot, lambda: app.current_mode == "queue")
         table = app.screen.query_one("#jobs", DataTable)
-        await until(pilot, lambda: table.row_count == len(runs), 20, "every run in the queue")
+        await until(pilot, lambda: table.row_count == len(runs), what="every run in the queue")
         table.focus()
         for row in range(table.row_count):
             table.move_cursor(row=row)
@@ -211,4 +210,4 @@ async def test_a_burst_with_edits_is_applied_in_order(cls):
             want = "Z" + want + "!"
             _burst(app, keys)
             # every key handled, in order: on a loaded machine that takes a while
-            await until(pilot, lambda: box.value == want, 10, f"{want!r} from {keys}")
+            await until(pilot, lambda: box.value == want, what=f"{want!r} from {keys}")

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from conftest import HANG_S
+
 
 def screen_text(app) -> str:
     width, height = app.size
@@ -27,12 +29,13 @@ def screen_text(app) -> str:
     return console.export_text()
 
 
-async def drawn(pilot, shown: Callable[[str], bool], timeout: float = 30) -> str:
+async def drawn(pilot, shown: Callable[[str], bool], timeout: float = HANG_S) -> str:
     """The screen's text once `shown(text)` holds, or the last text after `timeout`: a loaded
     machine draws a table's new rows, or a screen's content, a frame or more after the widget
-    holds them. The assert that follows says what was drawn when it never was. 30 s, not 10:
-    in a full run beside the niced other-Python suites, a Results row held by the table was
-    not yet drawn after 10 s; a screen that is right returns at once."""
+    holds them. The assert that follows says what was drawn when it never was. A screen that
+    is right returns at once; the timeout only ends a wait that would never hold (in a full
+    run beside the niced other-Python suites, a Results row held by the table was not yet
+    drawn after 10 s)."""
     end = time.monotonic() + timeout
     text = screen_text(pilot.app)
     while not shown(text) and time.monotonic() < end:
