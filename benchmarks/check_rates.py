@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 from dlscale.engine.results import decide
 
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
@@ -236,9 +238,6 @@ def main() -> None:
             }
     loads = [c["load"] for c in checks]
     row = {
-        "benchmark": "check_rates",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{os.cpu_count()} cpus, shared",
         "competing_process": None if a.no_hog else "one busy loop (python), same niceness",
         "load_average": {
             "min": min(loads, default=None),
@@ -265,10 +264,9 @@ def main() -> None:
         "checks": [{k: c[k] for k in ("kind", "outcome", "seconds", "pairs")} for c in checks],
         "wall_s": round(time.monotonic() - start, 1),
     }
-    print(json.dumps(row, indent=1))
     if not a.no_save:
-        with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        row = append_row("check_rates", row)
+    print(json.dumps(row, indent=1))
 
 
 if __name__ == "__main__":

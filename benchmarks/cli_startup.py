@@ -12,7 +12,6 @@ scheduler: what is timed is starting, reading the store and printing 1,000 rows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -20,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import append_row
 
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 RUNS = 1000
@@ -93,22 +94,15 @@ def main() -> None:
             f"{med[name] / base:>9.1f} {targets.get(name, float('nan')):>9.1f}"
         )
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(
-            json.dumps(
-                {
-                    "benchmark": "cli_startup",
-                    "date": time.strftime("%Y-%m-%d %H:%M"),
-                    "machine": f"{os.cpu_count()} cpus",
-                    "load": round(os.getloadavg()[0], 1),
-                    "rounds": rounds,
-                    "runs": RUNS,
-                    "median_s": {k: round(v, 3) for k, v in med.items()},
-                    "ratio_to_python": {k: round(v / base, 1) for k, v in med.items()},
-                }
-            )
-            + "\n"
-        )
+    append_row(
+        "cli_startup",
+        {
+            "rounds": rounds,
+            "runs": RUNS,
+            "median_s": {k: round(v, 3) for k, v in med.items()},
+            "ratio_to_python": {k: round(v / base, 1) for k, v in med.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -12,19 +12,19 @@ paired ratios.
 
 from __future__ import annotations
 
-import datetime
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.results import analysis, efficiency
 from dlscale.engine.tracking.store import Store
 
 ROUNDS = 7
-OUT = Path(__file__).resolve().parent / "results.jsonl"
 
 
 def line(kind: str, **fields) -> str:
@@ -146,8 +146,6 @@ def main() -> None:
         store.close()
     ratio = statistics.median(a / b for a, b in zip(times["with"], times["without"]))
     out = {
-        "benchmark": "efficiency_results",
-        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "rounds": ROUNDS,
         "runs": runs,
         "points": points,
@@ -160,8 +158,7 @@ def main() -> None:
         f"efficiency fields, {out['without_ms']} ms without; paired ratio {out['ratio']} "
         f"(median of {ROUNDS} rounds)"
     )
-    with OUT.open("a") as fh:
-        fh.write(json.dumps(out) + "\n")
+    append_row("efficiency_results", out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 ROOT = Path(__file__).resolve().parents[1]
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 PROFILE = ROOT / "examples" / "clusters" / "test-cluster.toml"
@@ -174,29 +176,23 @@ def main() -> None:
                 f"{med_done[k]:.2f} s over {ROUNDS} (target < 1 s)"
             )
         print(f"(finishing the {n} runs' records, not a command: {fill_s:.1f} s)")
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(
-            json.dumps(
-                {
-                    "benchmark": "engine_scale",
-                    "date": time.strftime("%Y-%m-%d %H:%M"),
-                    "machine": f"{os.cpu_count()} cpus",
-                    "runs": n,
-                    "rounds": ROUNDS,
-                    "plan_s": round(plan_s, 3),
-                    "plan_render_s": round(render_s, 3),
-                    "run_local_s": round(run_s, 3),
-                    "python_pass_s": round(base, 3),
-                    "status_s": round(med["status"], 3),
-                    "results_s": round(med["results"], 3),
-                    "status_rounds_s": [round(x, 3) for x in took["status"]],
-                    "results_rounds_s": [round(x, 3) for x in took["results"]],
-                    "status_completed_s": round(med_done["status"], 3),
-                    "results_completed_s": round(med_done["results"], 3),
-                }
-            )
-            + "\n"
-        )
+    append_row(
+        "engine_scale",
+        {
+            "runs": n,
+            "rounds": ROUNDS,
+            "plan_s": round(plan_s, 3),
+            "plan_render_s": round(render_s, 3),
+            "run_local_s": round(run_s, 3),
+            "python_pass_s": round(base, 3),
+            "status_s": round(med["status"], 3),
+            "results_s": round(med["results"], 3),
+            "status_rounds_s": [round(x, 3) for x in took["status"]],
+            "results_rounds_s": [round(x, 3) for x in took["results"]],
+            "status_completed_s": round(med_done["status"], 3),
+            "results_completed_s": round(med_done["results"], 3),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from record import append_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -297,8 +298,6 @@ def main() -> None:
             f"{med(c['trainer']):8.1f} images/s  trainer/hand {c['trainer_over_hand']:.3f}"
         )
     result = {
-        "benchmark": "gpu",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
         **facts,
         "rounds": a.rounds,
         "steps": a.steps,
@@ -310,8 +309,7 @@ def main() -> None:
         "variants": variants,
         "cifar": cifar,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(result) + "\n")
+    append_row("gpu", result)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import append_row
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # a checkout without install
 
@@ -137,9 +139,7 @@ def main() -> None:
         )
         for name, ms in kernels[:3]:
             print(f"    {ms:8.1f} ms  {name[:100]}", flush=True)
-    with open(HERE / "results.jsonl", "a") as fh:
-        record = {"benchmark": "gpu_fp32", "date": time.strftime("%Y-%m-%d %H:%M"), **facts}
-        fh.write(json.dumps({**record, "batch": a.batch, "configs": rows}) + "\n")
+    append_row("gpu_fp32", {**facts, "batch": a.batch, "configs": rows})
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import time
 from multiprocessing import Pool
 from pathlib import Path
 
+from record import append_row
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # a checkout without install
 
@@ -160,19 +162,15 @@ def main() -> None:
     tn = results["photos 500x375 native trainer"][0]["throughput"]
     tg = results["photos 500x375 nvjpeg trainer"][0]["throughput"]
     print(f"  photos trainer: native {tn:8.1f}  nvjpeg {tg:8.1f}  nvjpeg/native {tg / tn:5.2f}")
-    record = {
-        "benchmark": "gpu_loader",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+    fields = {
         **facts,
-        "cores": os.cpu_count(),
         "workers": workers,
         "batch": a.batch,
         "images": a.images,
         "photo_kb": kb,
         "images_per_s": results,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    append_row("gpu_loader", fields)
 
 
 if __name__ == "__main__":

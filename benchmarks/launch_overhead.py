@@ -13,15 +13,15 @@ Prints medians and the ratio, and appends them to benchmarks/results.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import append_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -106,18 +106,13 @@ def main() -> None:
             f"(saves {med[f'torchrun_{ranks}'] - med[f'spawn_{ranks}']:.2f} s a run)"
         )
     result = {
-        "benchmark": "launch_overhead",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.node()} {os.cpu_count()} cpus {platform.processor()}",
-        "load_average_1min": os.getloadavg()[0],
         "steps": a.steps,
         "rounds": a.rounds,
         "seconds": seconds,
         "median_seconds": med,
         "spawn_over_torchrun": ratios,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(result) + "\n")
+    append_row("launch_overhead", result)
 
 
 if __name__ == "__main__":

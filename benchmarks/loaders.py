@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import append_row
 
 HERE = Path(__file__).resolve().parent
 DATASETS = {"digits": ("resnet20", 32), "imagenet": ("resnet50", 8)}
@@ -195,10 +196,7 @@ def main() -> None:
                 f"  {dataset:8s} {what:7s}: native {n:8.1f}  dali {d:8.1f}  "
                 f"dali/native {d / n:5.2f}"
             )
-    record = {
-        "benchmark": "loaders",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.node()} {os.cpu_count()} cpus",
+    fields = {
         "workers": a.workers,
         "rounds": a.rounds,
         "train_steps": a.train_steps,
@@ -206,8 +204,7 @@ def main() -> None:
         "versions": status.versions,
         "images_per_s": results,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    append_row("loaders", fields)
 
 
 if __name__ == "__main__":

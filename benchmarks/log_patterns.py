@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.paths import RunPaths
@@ -84,8 +86,6 @@ def main() -> None:
         rounds = [one_round(store, row, text) for _ in range(args.rounds)]
     med = {k: statistics.median(r[k] for r in rounds) for k in ("read_s", "settle_s", "ingest_s")}
     result = {
-        "benchmark": "log_patterns",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
         "log_lines": args.lines,
         "rounds": args.rounds,
         "records": rounds[0]["records"],
@@ -100,8 +100,7 @@ def main() -> None:
         f"{result['settle_ms']} ms ({result['per_line_us']} µs a line), ingest "
         f"{result['ingest_ms']} ms"
     )
-    with open(REPO / "benchmarks" / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(result) + "\n")
+    append_row("log_patterns", result)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ so it is not run at 1 GB.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from record import append_row
 
 from dlscale.engine.tracking.logs import failure_reason, tail_lines
 
@@ -99,17 +100,13 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-logs-") as tmp:
         result = measure(Path(tmp), args.rounds)
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps(result) + "\n")
+    append_row("logs", result)
 
 
 def measure(folder: Path, rounds: int) -> dict:
     kinds = ("no newline", "\r progress")
     ending = b"\ndlscale-torch-ddp: error: rank 0: injected fault\n"
     result = {
-        "benchmark": "logs",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{os.cpu_count()} cpus",
         "rounds": rounds,
         "gb": {},
         "old_vs_new": {},

@@ -12,15 +12,12 @@ Run: .venv/bin/python benchmarks/projection_check.py [--markdown]
 
 from __future__ import annotations
 
-import datetime
-import json
 import statistics
 import sys
-from pathlib import Path
+
+from record import append_row
 
 from dlscale.engine.results import calibration
-
-OUT = Path(__file__).resolve().parent / "results.jsonl"
 
 
 def summary(rows: list[dict]) -> dict:
@@ -91,41 +88,36 @@ def main() -> None:
         f"calibrated on all sources (what a projection uses): jitter {cal.jitter_cv}, "
         f"overhead {1e3 * cal.overhead_s:g} ms, overlap {cal.overlap}; {cal.error.how()}"
     )
-    with OUT.open("a") as fh:
-        fh.write(
-            json.dumps(
+    append_row(
+        "projection_check",
+        {
+            "method": "leave one source out (calibration.check)",
+            "summary": total,
+            "per_source": per_source,
+            "defaults_all_sources": {
+                "jitter_cv": cal.jitter_cv,
+                "overhead_s": cal.overhead_s,
+                "overlap": cal.overlap,
+                "error_low_per_reach": round(cal.error.low, 4),
+                "error_high_per_reach": round(cal.error.high, 4),
+            },
+            "rows": [
                 {
-                    "benchmark": "projection_check",
-                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-                    "method": "leave one source out (calibration.check)",
-                    "summary": total,
-                    "per_source": per_source,
-                    "defaults_all_sources": {
-                        "jitter_cv": cal.jitter_cv,
-                        "overhead_s": cal.overhead_s,
-                        "overlap": cal.overlap,
-                        "error_low_per_reach": round(cal.error.low, 4),
-                        "error_high_per_reach": round(cal.error.high, 4),
-                    },
-                    "rows": [
-                        {
-                            "source": r["source"],
-                            "what": r["what"],
-                            "from_devices": r["from_devices"],
-                            "to_devices": r["to_devices"],
-                            "projected": round(r["projected"], 1),
-                            "low": round(r["low"], 1),
-                            "high": round(r["high"], 1),
-                            "published": r["published"],
-                            "error": round(r["error"], 4),
-                            "inside": r["inside"],
-                        }
-                        for r in rows
-                    ],
+                    "source": r["source"],
+                    "what": r["what"],
+                    "from_devices": r["from_devices"],
+                    "to_devices": r["to_devices"],
+                    "projected": round(r["projected"], 1),
+                    "low": round(r["low"], 1),
+                    "high": round(r["high"], 1),
+                    "published": r["published"],
+                    "error": round(r["error"], 4),
+                    "inside": r["inside"],
                 }
-            )
-            + "\n"
-        )
+                for r in rows
+            ],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 
 def run(out: Path, a: argparse.Namespace, slowdown: float) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -72,8 +74,6 @@ def main() -> None:
                 flush=True,
             )
     row = {
-        "benchmark": "slowdown_knob",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
         "device": device,
         "model": a.model,
         "batch": a.batch,
@@ -83,12 +83,10 @@ def main() -> None:
         "ratios": [round(r, 4) for r in ratios],
         "median_ratio": round(statistics.median(ratios), 4),
         "asked_ratio": 1 - a.slowdown,
-        "load_average": os.getloadavg()[0],
     }
-    print(json.dumps(row))
     if not a.no_save:
-        with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        row = append_row("slowdown_knob", row)
+    print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ controller query (`pyslurm.Jobs.load`).
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import tempfile
@@ -21,6 +20,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+
+from record import append_row
 
 from dlscale.engine.backends.base import JobRequest
 from dlscale.engine.backends.slurm.commands import SlurmCLI
@@ -146,13 +147,7 @@ def main() -> None:
     finally:
         for i in range(0, len(made), 200):
             subprocess.run(["scancel", *made[i : i + 200]], capture_output=True)
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(
-            json.dumps(
-                {"benchmark": "slurm_backends", "date": time.strftime("%F %H:%M"), **results}
-            )
-            + "\n"
-        )
+    append_row("slurm_backends", results)
 
 
 if __name__ == "__main__":

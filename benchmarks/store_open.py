@@ -12,12 +12,13 @@ this says whether a check at open would be worth its time.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from record import append_row
 
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.tracking import queue
@@ -90,19 +91,7 @@ def main() -> None:
                 "status_rows_ms": round(r, 2),
             }
             print(f"{runs:>6} {size / 2**20:>6.1f} {o:>8.2f} {c:>15.2f} {r:>15.2f} {c / o:>13.1f}")
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(
-            json.dumps(
-                {
-                    "benchmark": "store_open",
-                    "date": time.strftime("%Y-%m-%d %H:%M"),
-                    "rounds": ROUNDS,
-                    "records_per_run": 60,
-                    "by_runs": out,
-                }
-            )
-            + "\n"
-        )
+    append_row("store_open", {"rounds": ROUNDS, "records_per_run": 60, "by_runs": out})
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import append_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -128,10 +129,7 @@ def main() -> None:
         f"direct {direct:.1f}, tf.data {tfdata:.1f} images/s, tf.data/direct "
         f"{tfdata / direct:.2f}"
     )
-    record = {
-        "benchmark": "tf_input",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.node()} {os.cpu_count()} cpus",
+    fields = {
         "device": a.device,
         "rounds": a.rounds,
         "steps": a.steps,
@@ -139,8 +137,7 @@ def main() -> None:
         "images_per_s": results,
         "ratio": tfdata / direct,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    append_row("tf_input", fields)
 
 
 if __name__ == "__main__":

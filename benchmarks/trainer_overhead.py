@@ -16,17 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from hand_loop import hand_loop  # noqa: E402  (benchmarks/ is not a package)
+from record import append_row  # noqa: E402
 
 
 def trainer(
@@ -154,9 +153,6 @@ def main() -> None:
         "(2-rank efficiency with no communication)"
     )
     result = {
-        "benchmark": "trainer_overhead",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.node()} {os.cpu_count()} cpus {platform.processor()}",
         "device": a.device,
         "model": a.model,
         "batch": a.batch,
@@ -170,8 +166,7 @@ def main() -> None:
         "efficiency_2": eff,
         "ceiling_2": ceiling,
     }
-    with open(HERE / "results.jsonl", "a") as fh:
-        fh.write(json.dumps(result) + "\n")
+    append_row("trainer_overhead", result)
 
 
 if __name__ == "__main__":

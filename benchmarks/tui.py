@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import append_row
+
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.session import Session
 from dlscale.engine.tracking.logs import tail_lines
@@ -311,19 +313,15 @@ def main() -> None:
             f"ms; open to last line on screen {lg['open_to_last_line_ms']} ms median of "
             f"{lg['open_runs_ms']} (target < 200 ms)"
         )
-    record = {
-        "benchmark": "tui",
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+    fields = {
         "jobs": args.jobs,
         "running": RUNNING,
         "changing": CHANGING,
-        "load_average": os.getloadavg()[0],
         **q,
         **lg,
         "keys": {str(n): k for n, k in keys.items()},
     }
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    append_row("tui", fields)
 
 
 if __name__ == "__main__":

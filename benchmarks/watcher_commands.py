@@ -11,11 +11,11 @@ at 10,000 (its command faked, so what is timed is dlscale's own work).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
-from pathlib import Path
+
+from record import append_row
 
 from dlscale.engine.backends.slurm.commands import SlurmCLI
 from dlscale.engine.backends.slurm.common import CommandResult
@@ -85,22 +85,16 @@ def main() -> None:
             + (" (target < 200 ms)" if n == 10_000 else "")
         )
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
-    with open(Path(__file__).with_name("results.jsonl"), "a") as fh:
-        fh.write(
-            json.dumps(
-                {
-                    "benchmark": "watcher_commands",
-                    "date": time.strftime("%Y-%m-%d %H:%M"),
-                    "load": round(os.getloadavg()[0], 1),
-                    "commands_per_tick": {n: r["per_tick"] for n, r in results.items()},
-                    "sacct_calls": {n: [r["sacct"], r["ticks"]] for n, r in results.items()},
-                    "tick_ms": {n: round(v, 2) for n, v in tick_ms.items()},
-                    "parse_1000_ms": parse_ms[1000],
-                    "parse_10000_ms": parse_ms[10_000],
-                }
-            )
-            + "\n"
-        )
+    append_row(
+        "watcher_commands",
+        {
+            "commands_per_tick": {n: r["per_tick"] for n, r in results.items()},
+            "sacct_calls": {n: [r["sacct"], r["ticks"]] for n, r in results.items()},
+            "tick_ms": {n: round(v, 2) for n, v in tick_ms.items()},
+            "parse_1000_ms": parse_ms[1000],
+            "parse_10000_ms": parse_ms[10_000],
+        },
+    )
 
 
 if __name__ == "__main__":
