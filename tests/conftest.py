@@ -228,7 +228,7 @@ def start_release(release: str, *flags: str) -> SlurmRelease:
     env = {**os.environ, "PYTHON": sys.executable}  # pyslurm's wheel is for this python
     if release != "22.05":
         check = subprocess.run(
-            [str(BUILD_SLURM), "--check"], capture_output=True, text=True, timeout=120, env=env
+            [str(BUILD_SLURM), "--check"], capture_output=True, text=True, timeout=HANG_S, env=env
         )
         if check.returncode == 3:  # no archive: say where it was looked for
             pytest.skip(f"Slurm {release}: {check.stderr.strip().removeprefix('[build-slurm] ')}")
@@ -333,7 +333,7 @@ def mlperf_check(path: Path, tmp: Path) -> tuple[bool, str]:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     return proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -17,7 +17,7 @@ import click
 import pytest
 from test_bad_fields import BASE, HUGE, HUGE_NEGATIVE, problems_of, render
 
-from conftest import BIN, dlscale
+from conftest import BIN, HANG_S, dlscale
 from dlscale.engine.cli import cli, main
 from dlscale.engine.tracking.store import Store
 
@@ -208,7 +208,7 @@ def test_an_option_the_backend_would_ignore_is_refused(capsys, stocked, home):
         text=True,
         capture_output=True,
         stdin=subprocess.DEVNULL,
-        timeout=120,
+        timeout=HANG_S,
     )
     refused(proc.returncode, proc.stderr, "--profile")
 
@@ -239,7 +239,7 @@ def test_home_that_cannot_be_made_or_written_is_refused(capsys, tmp_path, monkey
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        timeout=120,
+        timeout=HANG_S,
     )
     refused(proc.returncode, proc.stderr, str(afile), "not a folder")
 

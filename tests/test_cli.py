@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, dlscale, write_spec
+from conftest import BIN, HANG_S, dlscale, write_spec
 from dlscale.engine.tracking.store import Store
 
 REQUIRED = {
@@ -106,12 +106,12 @@ def test_interrupting_wait_keeps_the_store_and_rerun_resumes(tmp_path, home):
         # backoff, and on a loaded machine a short run can pass between two polls.
         return any(Path(r["run_dir"], "metrics.jsonl").exists() for r in store.runs())
 
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while time.time() < deadline and not training():
         time.sleep(0.1)
     assert proc.poll() is None, "the runs finished before the test could interrupt the wait"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "stopped waiting" in err and "Traceback" not in err
     states = [r["state"] for r in store.runs()]
@@ -126,12 +126,12 @@ def test_cancel_stops_a_running_run(tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", steps=100000)
     dlscale("run", str(spec), check=0)
     store = Store(home)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while time.time() < deadline and not store.runs(states=("RUNNING",)):
         time.sleep(0.2)
     out = dlscale("cancel", "--experiment", "t", check=0).stdout
     assert "cancelled 2 run(s)" in out
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while time.time() < deadline and store.jobs.find("local", states=("RUNNING",)):
         time.sleep(0.5)
     assert not store.jobs.find("local", states=("RUNNING",))
@@ -139,7 +139,7 @@ def test_cancel_stops_a_running_run(tmp_path, home):
     # The job is marked at once; its processes take a moment to go (SIGTERM, then torchrun
     # stops its ranks), and must all be gone within the launcher's grace period.
     pattern = f"--run-id {store.runs()[0]['run_id']}"
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while time.time() < deadline and subprocess.run(["pgrep", "-f", "--", pattern]).returncode == 0:
         time.sleep(0.5)
     assert subprocess.run(["pgrep", "-f", "--", pattern]).returncode == 1

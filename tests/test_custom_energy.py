@@ -13,6 +13,7 @@ import time
 import pytest
 from test_energy import fake_powercap, set_energy
 
+from conftest import HANG_S
 from dlscale.engine.tracking import custom_energy
 
 METER = [sys.executable, "-m", "dlscale.trainers.common.metered"]
@@ -84,11 +85,11 @@ def test_the_meter_runs_its_command_returns_its_status_and_writes_a_timeline(tmp
         [*METER, "--out", str(tmp_path / "energy"), "--log", str(log), "--", sys.executable]
         + ["-c", script]
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_S
     while not started.exists() and time.monotonic() < deadline:  # metering by then
         time.sleep(0.02)
     set_energy(root, 0, 5_000_000)
-    assert proc.wait(timeout=60) == 3
+    assert proc.wait(timeout=HANG_S) == 3
     (written,) = (tmp_path / "energy").glob("*.json")
     data = json.loads(written.read_text())
     assert data["source"] == "powercap" and data["unit"] == "uJ"
@@ -115,6 +116,6 @@ def test_a_signal_to_the_meter_reaches_its_command_and_the_timeline_is_kept(tmp_
     )
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 143
+    assert proc.wait(timeout=HANG_S) == 143
     assert marker.read_text() == "term"
     assert list((tmp_path / "energy").glob("*.json"))

@@ -16,7 +16,7 @@ import time
 import pytest
 from test_datasets import cifar_archive, server  # noqa: F401  (the fixture)
 
-from conftest import BIN, dlscale
+from conftest import BIN, HANG_S, dlscale
 from dlscale.engine.datasets import CIFAR10
 
 ENDLESS_S = 20.0  # the endless body stops by itself after this long
@@ -86,9 +86,8 @@ def test_file_urls_must_name_a_regular_file_within_the_bound(tmp_path):
         (str(tmp_path), "not a regular file"),
         (str(big), "more than"),
     ):
-        proc = dlscale(
-            "data", "fetch", "cifar10", "--dir", str(dest), "--url", f"file://{target}", timeout=60
-        )
+        url = f"file://{target}"
+        proc = dlscale("data", "fetch", "cifar10", "--dir", str(dest), "--url", url, timeout=HANG_S)
         assert proc.returncode in (1, 2) and says in proc.stderr, (target, proc.stderr)
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
         assert not dest.exists() or list(dest.iterdir()) == []
@@ -119,7 +118,7 @@ def _start_fetch(dest, url):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_S
     while not any(p.stat().st_size for p in dest.glob(".cifar10-*.download")):
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
         time.sleep(0.02)
@@ -131,7 +130,7 @@ def test_a_fetch_stopped_by_sigterm_removes_its_partial_download(tmp_path, endle
     dest.mkdir()
     proc = _start_fetch(dest, endless + "/slow")
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err
     assert list(dest.iterdir()) == []
 
@@ -148,7 +147,7 @@ def test_a_fetch_killed_outright_leaves_a_download_the_next_fetch_removes(
     (dest / ".cifar10-mine.txt").write_text("the user's")  # not a download: never removed
     proc = _start_fetch(dest, endless + "/slow")
     proc.kill()
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=HANG_S)
     assert list(dest.glob(".cifar10-*.download"))
     _fetch(dest, f"{url}/c.tar.gz", "--md5", md5, check=0)
     assert sorted(p.name for p in dest.iterdir()) == [".cifar10-mine.txt", "cifar-10-batches-py"]

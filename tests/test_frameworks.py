@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, write_spec
+from conftest import HANG_S, REPO, dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
@@ -630,8 +630,8 @@ def test_mxnet_workers_stop_when_the_scheduler_cannot_start(mxnet_env, env_home,
                 )
             )
         rank0 = procs[0]
-        err = rank0.communicate(timeout=120)[1]
+        err = rank0.communicate(timeout=HANG_S)[1]
     assert rank0.returncode == 1, err[-3000:]
     assert "MXNet's scheduler" in err and "before training finished" in err
     procs[1].kill()  # srun or spawn stops the others once one rank fails
-    procs[1].wait(timeout=30)
+    procs[1].wait(timeout=HANG_S)

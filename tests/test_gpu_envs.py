@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_gpu_plan import gpu_profile
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.launching import envbuild, envs, recipes
 from test_frameworks import env_home, horovod_env, tf_env  # noqa: F401  (fixtures)
 
@@ -87,7 +87,7 @@ def test_a_build_loads_the_profiles_modules_first_without_pasting_their_names(tm
         env={**os.environ, "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "built with x y"
@@ -101,7 +101,7 @@ def test_a_build_loads_the_profiles_modules_first_without_pasting_their_names(tm
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         env={**os.environ, "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 127 and "no module command" in proc.stderr

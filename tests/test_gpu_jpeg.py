@@ -7,13 +7,14 @@ resize that lands within a few levels of Pillow's."""
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
 import torch
 from test_loaders import args_for, sample  # noqa: F401
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.trainers.common import imagenet
 from dlscale.trainers.common.entry import TrainerError
 from dlscale.trainers.common.imagenet import read_folders
@@ -80,9 +81,8 @@ def test_an_epoch_left_early_stops_its_thread(sample):
     it = data.epoch(0)
     next(it)
     it.close()
-    for _ in range(50):
-        if threading.active_count() <= before:
-            break
+    deadline = time.monotonic() + HANG_S
+    while threading.active_count() > before and time.monotonic() < deadline:
         threading.Event().wait(0.05)
     assert threading.active_count() <= before
 

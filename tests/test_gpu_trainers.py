@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import HANG_S
 from dlscale.engine.launching import envs
 from test_frameworks import SMALL, env_home, mxnet_env, records, tf_env  # noqa: F401
 
@@ -65,7 +66,7 @@ def test_gpu_precisions_are_refused_on_cpu(module, args, said, tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     if "mxnet" in module:
@@ -89,7 +90,7 @@ def test_mxnet_refuses_bf16_on_a_gpu_with_the_reason(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1
     assert (

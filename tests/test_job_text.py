@@ -61,10 +61,10 @@ def test_a_log_linked_out_of_its_run_folder_is_never_read(tmp_path):
         home, state="FAILED", place=lambda d: (d / "run.log").symlink_to(secret)
     )
     assert "secret-hash" not in store.run(run_id)["reason"]
-    proc = dlscale("logs", run_id, home=home, timeout=60)
+    proc = dlscale("logs", run_id, home=home, timeout=HANG_S)
     assert proc.returncode == 1 and "secret-hash" not in proc.stdout + proc.stderr
     assert "is a link, not a regular file" in proc.stderr, proc.stderr
-    status = dlscale("status", "--all", home=home, check=0, timeout=60)
+    status = dlscale("status", "--all", home=home, check=0, timeout=HANG_S)
     assert "secret-hash" not in status.stdout
 
 
@@ -74,7 +74,7 @@ def test_a_dangling_store_link_is_refused_and_its_target_never_made(tmp_path):
     target = tmp_path / "elsewhere" / "x.db"
     target.parent.mkdir()
     (home / "dlscale.db").symlink_to(target)
-    proc = dlscale("status", home=home, timeout=60)
+    proc = dlscale("status", home=home, timeout=HANG_S)
     assert proc.returncode == 1 and "does not exist" in proc.stderr, proc.stderr
     assert "internal error" not in proc.stderr
     assert not target.exists() and list(target.parent.iterdir()) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_spec
+from conftest import HANG_S, write_spec
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
@@ -111,7 +111,7 @@ def run_with_stubs(tmp_path: Path, script: str) -> Path:
         "SLURM_CPUS_PER_TASK": "1",
     }
     proc = subprocess.run(
-        ["bash", str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S
     )
     assert proc.returncode == 0, proc.stderr
     return out
@@ -187,15 +187,15 @@ def test_a_hostile_script_submitted_to_slurm_carries_only_dlscales_options(slurm
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip().split(";")[0]
     try:
         shown = subprocess.run(
-            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=HANG_S
         ).stdout
     finally:
-        subprocess.run(["scancel", job], timeout=60)
+        subprocess.run(["scancel", job], timeout=HANG_S)
     assert "pwned" not in shown  # no --comment, no --chdir from the name
     assert f"StdOut={run_dir / 'run.log'}" in shown and "JobName=dlscale-" in shown

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import dlscale, write_spec
+from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
 from dlscale.engine.launching import envbuild, envs, recipes
@@ -514,7 +514,7 @@ def test_trainers_refuse_what_they_cannot_read_in_one_line(tmp_path):
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HANG_S,
         )
 
     proc = trainer("dlscale.trainers.torch_ddp", "synthetic-cifar")

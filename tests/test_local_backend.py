@@ -4,6 +4,7 @@ Real processes throughout: unrelated `sleep`s stand for processes that were hand
 recorded pid, and a real 2-rank PyTorch DDP run stands for a job whose worker is killed."""
 
 import ast
+import contextlib
 import os
 import signal
 import sqlite3
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dlscale, write_spec
+from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.backends.local.processes import TOKEN_VAR, process_mark
 from dlscale.engine.launching.plan import Run
 from dlscale.engine.tracking.store import Store
@@ -146,7 +147,7 @@ def test_what_is_left_of_a_lost_job_is_stopped_and_nothing_else(home, bystander)
     _running_job(home, pid=launcher.pid, pid_mark=process_mark(launcher.pid), token=token)
     dlscale("status", home=home, check=0)
     for p in (rank, launcher):
-        assert p.wait(timeout=10) == -signal.SIGKILL
+        assert p.wait(timeout=HANG_S) == -signal.SIGKILL
     assert _alive(unrelated)
 
 
@@ -162,25 +163,32 @@ def test_spawned_ranks_die_with_their_spawner(tmp_path):
             "--",
             "sh",
             "-c",
-            f"echo $$ >> {pids}; exec sleep 300",
+            # outlives any wait below, so a rank left behind is seen, not timed out
+            f"echo $$ >> {pids}; exec sleep 3600",
         ],
         start_new_session=True,
     )
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while time.time() < deadline and len(_read_pids(pids)) < 2:
         time.sleep(0.1)
     ranks = _read_pids(pids)
     assert len(ranks) == 2
     spawner.kill()
     spawner.wait()
-    assert _all_gone(ranks), "a rank outlived the spawner that started it"
+    try:
+        assert _all_gone(ranks), "a rank outlived the spawner that started it"
+    finally:
+        for pid in ranks:  # the test's own sleeps, if the spawner left them (not a reused pid)
+            with contextlib.suppress(OSError):
+                if b"3600" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _read_pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def _all_gone(pids: list[int], within: float = 10) -> bool:
+def _all_gone(pids: list[int], within: float = HANG_S) -> bool:
     deadline = time.time() + within
     while time.time() < deadline:
         if not [p for p in pids if process_mark(p) and not _zombie(p)]:
@@ -213,7 +221,7 @@ def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
     store = Store(home)
     (run,) = store.runs()
     metrics = Path(run["run_dir"], "metrics.jsonl")
-    deadline = time.time() + 180
+    deadline = time.time() + HANG_S
     while time.time() < deadline and not metrics.exists():  # both ranks are training
         time.sleep(0.2)
     assert metrics.exists()
@@ -227,10 +235,8 @@ def test_a_killed_worker_leaves_no_rank_training(tmp_path, home, sig):
         )
         os.kill(worker, sig)
         dlscale("status", home=home, check=0)
-        assert _all_gone(list(ranks), within=30), (
-            f"ranks still alive: {_run_processes(run['run_id'])}"
-        )
-        deadline = time.time() + 30
+        assert _all_gone(list(ranks)), f"ranks still alive: {_run_processes(run['run_id'])}"
+        deadline = time.time() + HANG_S
         while time.time() < deadline and store.run(run["run_id"])["state"] == "RUNNING":
             dlscale("status", home=home)
             time.sleep(0.5)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import HANG_S, REPO
 from dlscale.engine.tracking.logs import (
     CUT,
     MAX_LINE,
@@ -61,7 +61,7 @@ def test_follow_survives_late_file_truncation_and_replacement(tmp_path):
     t.start()
 
     def wait_for(line):
-        deadline = time.time() + 10
+        deadline = time.time() + HANG_S
         while line not in seen and time.time() < deadline:
             time.sleep(0.02)
         assert line in seen, seen

@@ -15,7 +15,7 @@ import time
 import fake_slurm
 import pytest
 
-from conftest import BIN, REPO, dlscale, write_spec
+from conftest import BIN, HANG_S, REPO, dlscale, write_spec
 from dlscale.engine.backends.base import JobRequest
 from dlscale.engine.backends.slurm.commands import SlurmCLI
 from dlscale.engine.backends.slurm.common import CommandResult
@@ -79,12 +79,12 @@ def _killed_submission(spec, state, sig):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_S
         while not (state / "accepted").exists():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        proc.wait(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()

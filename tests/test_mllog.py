@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_store import make_run
 
-from conftest import BIN, dlscale, mlperf_check, mlperf_score_s
+from conftest import BIN, HANG_S, dlscale, mlperf_check, mlperf_score_s
 from dlscale.engine.results import mllog
 from dlscale.engine.tracking.store import Store
 
@@ -197,7 +197,7 @@ def test_without_mlperf_logging_an_export_says_what_to_install(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert "pip install mlperf-logging" in proc.stderr and "Traceback" not in proc.stderr

@@ -20,7 +20,7 @@ import click
 import pytest
 from test_bad_input import COMMANDS, invoke
 
-from conftest import BIN, REPO
+from conftest import BIN, HANG_S, REPO
 from dlscale.engine.cli.options import InputPath, OutputPath
 from dlscale.engine.text import printable
 from tui_text import recorded_study
@@ -174,7 +174,7 @@ def test_real_commands_into_a_file_hold_no_escape(hostile, tmp_path):
     for argv in (["plan", str(hostile["named"])], ["results"], ["logs", hostile["run"]]):
         with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
             proc = subprocess.run(
-                [str(BIN / "dlscale"), *argv], stdout=out, stderr=err, env=env, timeout=120
+                [str(BIN / "dlscale"), *argv], stdout=out, stderr=err, env=env, timeout=HANG_S
             )
         text = Path(tmp_path / "out").read_text() + Path(tmp_path / "err").read_text()
         assert proc.returncode == 0 and leaks(text) == [], (argv, text[-2000:])

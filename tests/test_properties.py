@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile_records import GOOD, finished_run
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.config import specfile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import DlscaleError
@@ -306,7 +306,7 @@ def test_any_run_folder_is_rebuilt_or_named_and_every_other_run_kept(
 
 @settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(metrics=metric_files)
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # twelve commands, each given HANG_S
 def test_the_commands_on_generated_records(metrics):
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -322,7 +322,7 @@ def test_the_commands_on_generated_records(metrics):
             ["report", "-e", "quickstart", "--out", str(Path(tmp) / "report")],
             ["store", "rebuild", "--force"],
         ):
-            proc = dlscale(*argv, home=home, timeout=120)
+            proc = dlscale(*argv, home=home, timeout=HANG_S)
             said = proc.stdout + proc.stderr
             assert "internal error" not in said and "Traceback" not in said, (argv, said)
             assert proc.returncode in (0, 1, 2), (argv, said)  # 2: nothing to report

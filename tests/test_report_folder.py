@@ -214,7 +214,7 @@ def test_a_killed_report_does_not_block_the_next_one(store, tmp_path, home):
     import signal
     import subprocess
 
-    from conftest import BIN
+    from conftest import BIN, HANG_S
 
     add_experiment(store, tmp_path, "e")
     for earlier in (False, True):
@@ -230,7 +230,7 @@ def test_a_killed_report_does_not_block_the_next_one(store, tmp_path, home):
             while not list(out.glob(".dlscale-report-*/")) and proc.poll() is None:
                 pass
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+            proc.wait(timeout=HANG_S)
         finally:
             if proc.poll() is None:
                 proc.kill()

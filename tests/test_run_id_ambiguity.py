@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import dlscale
+from conftest import HANG_S, dlscale
 from dlscale.engine.errors import NotFoundError
 from dlscale.engine.tracking.follow import find_run
 from dlscale.engine.tracking.store import Store
@@ -49,6 +49,6 @@ def test_digits_naming_a_job_and_another_runs_prefix_are_ambiguous(home):
     assert find_run(store, "777")["run_id"] == "2111bcf9704f"
     store.close()
     for argv in (["cancel", "2111"], ["logs", "2111"], ["resubmit", "2111"]):
-        proc = dlscale(*argv, home=home, timeout=60)
+        proc = dlscale(*argv, home=home, timeout=HANG_S)
         assert proc.returncode == 2 and "is ambiguous" in proc.stderr, (argv, proc.stderr)
     assert {r["state"] for r in Store(home).runs()} == {"RUNNING"}  # nothing cancelled

@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 from test_store import make_run
 
-from conftest import BIN
+from conftest import BIN, HANG_S
 from dlscale.engine import study
 from dlscale.engine.backends.local.backend import LocalBackend
 from dlscale.engine.backends.local.worker import make_folder
@@ -107,7 +107,7 @@ def test_racing_batched_claims_take_each_run_exactly_once(tmp_path):
     procs = [SPAWN.Process(target=_claim_many, args=(tmp_path, start, queue)) for _ in range(3)]
     for p in procs:
         p.start()
-    claimed = [rid for _ in procs for rid in queue.get(timeout=120)]
+    claimed = [rid for _ in procs for rid in queue.get(timeout=HANG_S)]
     for p in procs:
         p.join()
     assert sorted(claimed) == sorted(r.run_id for r in MANY)  # each once, none twice

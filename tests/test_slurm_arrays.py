@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, skip_without_pyslurm, start_release, write_spec
+from conftest import HANG_S, REPO, dlscale, skip_without_pyslurm, start_release, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.slurm.commands import SlurmCLI
 from dlscale.engine.backends.slurm.common import run_command
@@ -239,7 +239,7 @@ def ended_and_forgotten(row) -> Path:
     forgotten job; the sync after it then still found the job in the queue, settled it
     from there and never asked whether the cluster keeps accounting (issue 22, item 14)."""
     marker = Path(row["run_dir"]) / "job.exit"
-    assert wait_for(marker.exists, 180, every=1)
+    assert wait_for(marker.exists, HANG_S, every=1)
 
     def forgotten() -> bool:
         said = subprocess.run(
@@ -247,7 +247,7 @@ def ended_and_forgotten(row) -> Path:
         )
         return said.returncode != 0 and "Invalid job id" in said.stderr
 
-    assert wait_for(forgotten, 180)
+    assert wait_for(forgotten, HANG_S)
     return marker
 
 
@@ -275,7 +275,7 @@ def state_after_sync(store, run_id, backend) -> tuple[str, str]:
         [sys.executable, "-c", SYNC_BY_PYSLURM, str(store.home)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert found.returncode == 0, found.stderr[-2000:]
     return store.run(run_id)["state"], found.stdout.strip()

@@ -14,6 +14,7 @@ from pathlib import Path
 import fake_slurm
 import pytest
 
+from conftest import HANG_S
 from dlscale.engine.backends.slurm.calls import CLOSED, Calls, CommandResult, run_command
 from dlscale.engine.backends.slurm.common import said
 from dlscale.engine.session import Session
@@ -30,7 +31,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _until(condition, timeout: float = 10.0) -> None:
+def _until(condition, timeout: float = HANG_S) -> None:
     end = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < end, "timed out"
@@ -61,7 +62,7 @@ def test_closing_ends_a_command_in_flight_and_everything_it_started(tmp_path):
     worker.join(5)
     assert not worker.is_alive() and time.monotonic() - t < 2
     assert answer[0].stderr == CLOSED and answer[0].returncode != 0
-    _until(lambda: _gone(child), 5)
+    _until(lambda: _gone(child))
     assert calls.waiting() == []
     # nothing starts after close, at once
     t = time.monotonic()
@@ -76,7 +77,7 @@ def test_a_command_out_of_time_is_ended_with_its_children(tmp_path):
     res = Calls(timeout=1)(argv, timeout=30)  # the front end's time is the shorter
     assert time.monotonic() - t < 10
     assert res.returncode == 124 and res.stderr == "no answer in 1 s (Socket timed out)"
-    _until(lambda: _gone(int((tmp_path / "child").read_text())), 5)
+    _until(lambda: _gone(int((tmp_path / "child").read_text())))
 
 
 class Interrupted(BaseException):
@@ -244,10 +245,9 @@ def test_ctrl_c_in_the_command_line_leaves_at_once_while_slurm_hangs(home, tmp_p
     )
     try:
         _until(
-            lambda: (state / "calls.log").exists() and "sacct" in (state / "calls.log").read_text(),
-            60,
+            lambda: (state / "calls.log").exists() and "sacct" in (state / "calls.log").read_text()
         )
-        _until(lambda: bool(_fake_commands_left(state)), 10)  # sacct in flight, hung
+        _until(lambda: bool(_fake_commands_left(state)))  # sacct in flight, hung
         t = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)
@@ -257,4 +257,4 @@ def test_ctrl_c_in_the_command_line_leaves_at_once_while_slurm_hangs(home, tmp_p
             proc.kill()
     assert code == 130, proc.stderr.read()
     assert took < 1.0, f"the prompt came back after {took:.2f} s"
-    _until(lambda: not _fake_commands_left(state), 2)
+    _until(lambda: not _fake_commands_left(state))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, write_spec
+from conftest import HANG_S, REPO, dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
@@ -40,7 +40,7 @@ def slurm_says(job_id: str) -> str:
     ).stdout.strip()
 
 
-def wait_for(predicate, timeout=180, every=1.0):
+def wait_for(predicate, timeout=HANG_S, every=1.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():
@@ -97,7 +97,6 @@ def test_quickstart_on_two_nodes_from_the_command_line(slurm_target, home):
             ).stdout.strip()
             == "COMPLETED|2"
         ),
-        timeout=30,
     )
 
 
@@ -249,7 +248,7 @@ def test_node_lost_mid_run_is_node_fail(slurm_target, tmp_path, home):
     # Both ranks training (the step runs on node2 too) before node2 is lost: stopped while
     # srun is still launching, the launch fails and Slurm itself ends the job FAILED.
     metrics = Path(store.runs("nodefail")[0]["run_dir"]) / "metrics.jsonl"
-    assert wait_for(lambda: metrics.exists() and '"interval"' in metrics.read_text(), 180)
+    assert wait_for(lambda: metrics.exists() and '"interval"' in metrics.read_text())
     try:
         slurm_target.cluster("stop-node", "node2")
         assert wait_for(
@@ -297,13 +296,13 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
         assert store.jobs.get("slurm", job_id)["state"] == "RUNNING"
     finally:
         slurm_target.cluster("start-ctld")
-    assert wait_for(lambda: sync(store, scheduler).reachable, timeout=60)
+    assert wait_for(lambda: sync(store, scheduler).reachable)
     if slurm_target.backend == "pyslurm":
         scheduler.watcher.cancel([job_id])  # `dlscale cancel` would use the commands
     else:
         follow.cancel(store, [run_id])
     assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
-    assert wait_for(lambda: slurm_says(job_id).startswith("CANCELLED"), timeout=30)
+    assert wait_for(lambda: slurm_says(job_id).startswith("CANCELLED"))
     if slurm_target.backend == "pyslurm":  # the run ended when a poll saw the job end
         assert store.jobs.get("slurm", job_id)["state"] == "CANCELLED"
 
@@ -342,7 +341,7 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
     assert wait_for(
         lambda: sync(store, scheduler) and store.run(first["run_id"])["state"] == "CANCELLED"
     )
-    assert wait_for(lambda: slurm_says(job).startswith("CANCELLED"), timeout=30)
+    assert wait_for(lambda: slurm_says(job).startswith("CANCELLED"))
     if slurm_target.backend == "pyslurm":
         assert store.jobs.get("slurm", job)["state"] == "CANCELLED"
     run_dir = Path(first["run_dir"])

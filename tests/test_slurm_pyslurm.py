@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, write_spec
+from conftest import HANG_S, REPO, dlscale, write_spec
 from dlscale.engine.backends.slurm.pyslurm.submit import job_description
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
@@ -259,7 +259,7 @@ def script_env(env=None):
 
 def build_slurm(script, *args, env=None):
     return subprocess.run(
-        [str(script), *args], capture_output=True, text=True, env=script_env(env), timeout=60
+        [str(script), *args], capture_output=True, text=True, env=script_env(env), timeout=HANG_S
     )
 
 
@@ -373,7 +373,7 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
     held_array = sbatch("-H", "-a", "1-3%2", "--wrap", "true")
     subprocess.run(["scancel", jobs["cancelled"]], check=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + HANG_S
         while time.time() < deadline and not (
             sacct(jobs["completed"]) == "COMPLETED"
             and sacct(jobs["failed"]) == "FAILED"
@@ -443,7 +443,7 @@ def test_a_concurrent_build_waits_for_the_first(tmp_path):
     finally:
         holder.close()
     try:
-        _, err = second.communicate(timeout=60)
+        _, err = second.communicate(timeout=HANG_S)
     finally:
         second.kill()
     assert "another build of Slurm 25.11.7 is in progress; waiting for it" in err
@@ -474,7 +474,7 @@ def test_a_second_build_is_instant_and_both_releases_answer_on_their_own(slurm_2
             ).stdout.strip()
 
         job = ask("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true").split(";")[0]
-        deadline = time.time() + 60
+        deadline = time.time() + HANG_S
         while time.time() < deadline and not ask(
             "sacct", "-n", "-X", "-P", "-j", job, "-o", "Cluster,State"
         ).endswith("COMPLETED"):

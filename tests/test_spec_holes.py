@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, dlscale, write_spec
+from conftest import HANG_S, REPO, dlscale, write_spec
 from dlscale.engine.backends.local.backend import usable_cores
 from dlscale.engine.config import specfile
 from dlscale.engine.config.profile import load_profile
@@ -99,7 +99,7 @@ def test_warmup_not_shorter_than_the_timed_steps_is_refused(tmp_path):
 def test_more_loader_workers_than_cores_is_refused_locally_and_on_a_partition(tmp_path, home):
     workers = usable_cores() + 1
     path = _spec(tmp_path, "log_every = 2", f"log_every = 2\nloader_workers = {workers}")
-    local = dlscale("plan", str(path), home=home, timeout=60)
+    local = dlscale("plan", str(path), home=home, timeout=HANG_S)
     assert local.returncode == 2 and "loader_workers" in local.stderr, local.stderr
-    slurm = dlscale("plan", str(path), "--profile", str(PROFILE), home=home, timeout=60)
+    slurm = dlscale("plan", str(path), "--profile", str(PROFILE), home=home, timeout=HANG_S)
     assert slurm.returncode == 2 and "loader worker(s)" in slurm.stderr, slurm.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_hostile_records import finished_run, recorded_lines
 
-from conftest import BIN, dlscale, write_spec
+from conftest import BIN, HANG_S, dlscale, write_spec
 from dlscale.engine import cli
 from dlscale.engine.paths import write_run_file
 from dlscale.engine.tracking import store as store_module
@@ -70,7 +70,7 @@ def test_an_immutable_store_is_a_sentence(home, tmp_path):
         (home / name).unlink(missing_ok=True)
     with _immutable(home / "dlscale.db"):
         for argv in (["status"], ["cancel", run_id], ["run", str(write_spec(tmp_path / "s.toml"))]):
-            proc = dlscale(*argv, home=home, timeout=60)
+            proc = dlscale(*argv, home=home, timeout=HANG_S)
             assert "internal error" not in proc.stderr, (argv, proc.stderr)
             assert proc.returncode in (0, 1, 2), (argv, proc.stderr)
 
@@ -91,7 +91,7 @@ def test_a_full_disk_mid_submission_is_a_sentence(home, tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "DLSCALE_HOME": str(home)},
-        timeout=120,
+        timeout=HANG_S,
         preexec_fn=small_files,
         stdin=subprocess.DEVNULL,
     )
@@ -107,9 +107,9 @@ def test_a_folder_named_dlscale_db_is_named_and_rebuilt_aside(home):
         (home / name).unlink(missing_ok=True)
     (home / "dlscale.db").mkdir()
     assert "is a folder" in store_problem(home)
-    proc = dlscale("status", home=home, timeout=60)
+    proc = dlscale("status", home=home, timeout=HANG_S)
     assert proc.returncode == 1 and "is a folder" in proc.stderr, proc.stderr
-    done = dlscale("store", "rebuild", home=home, timeout=60)
+    done = dlscale("store", "rebuild", home=home, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert Store(home).run(run_id)["state"] == "COMPLETED"
 
@@ -167,5 +167,5 @@ def test_store_rebuild_over_hostile_run_folders_keeps_every_other_run(tmp_path):
     assert good <= kept, good - kept
     named = " ".join(out.unreadable)
     assert "run.json" in named and "metrics.jsonl" in named, out.unreadable
-    proc = dlscale("store", "rebuild", "--force", home=home, timeout=60)
+    proc = dlscale("store", "rebuild", "--force", home=home, timeout=HANG_S)
     assert proc.returncode == 0 and "internal error" not in proc.stderr, proc.stderr

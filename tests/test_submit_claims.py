@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from test_store import make_run
 
-from conftest import BIN, dlscale, write_spec
+from conftest import BIN, HANG_S, dlscale, write_spec
 from dlscale.engine.errors import StoreError
 from dlscale.engine.runs import State
 from dlscale.engine.tracking.store import Store
@@ -44,7 +44,7 @@ def test_racing_processes_claim_each_run_exactly_once(tmp_path):
     procs = [SPAWN.Process(target=_claim_all, args=(tmp_path, start, queue)) for _ in range(4)]
     for p in procs:
         p.start()
-    claimed = [rid for _ in procs for rid in queue.get(timeout=120)]
+    claimed = [rid for _ in procs for rid in queue.get(timeout=HANG_S)]
     for p in procs:
         p.join()
     assert sorted(claimed) == sorted(r.run_id for r in RUNS)  # each once, none twice

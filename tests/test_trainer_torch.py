@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from conftest import HANG_S
+
 pytestmark = pytest.mark.slow
 
 SMALL = [
@@ -132,7 +134,7 @@ def test_failure_exits_nonzero_with_a_one_line_reason(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -160,7 +162,7 @@ def test_bad_flags_exit_2_in_one_line():
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (

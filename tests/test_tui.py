@@ -505,7 +505,7 @@ def test_bad_command_line_exits_2_with_one_line(home, args, message):
         text=True,
         cwd=REPO,
         stdin=subprocess.DEVNULL,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr

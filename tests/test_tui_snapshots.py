@@ -8,7 +8,7 @@ import pytest
 from test_compare import two_sites  # noqa: F401 (a fixture: two experiments in one store)
 from textual.widgets import Input
 
-from conftest import REPO
+from conftest import HANG_S, REPO
 from dlscale.engine.session import Session
 from dlscale.tui.app import DlscaleApp
 from tui_text import axis_study, recorded_study
@@ -26,7 +26,7 @@ def fixed_home_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
 
 
-async def settle(pilot, condition, timeout: float = 20) -> None:
+async def settle(pilot, condition, timeout: float = HANG_S) -> None:
     """Wait for the workers' answers (not a fixed sleep: the machine may be busy)."""
     import time
 

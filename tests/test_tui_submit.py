@@ -11,7 +11,7 @@ import pytest
 from test_bad_records import _bad_study
 from textual.widgets import DataTable
 
-from conftest import REPO, write_spec
+from conftest import HANG_S, REPO, write_spec
 from dlscale.engine.backends.local.backend import LocalBackend
 from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.backends.slurm.commands import SlurmCLI
@@ -133,7 +133,7 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
 
     def slow_sbatch(argv, env=None, timeout=60):
         if argv[0] == "sbatch":
-            go.wait(120)
+            go.wait(HANG_S)
         return run_command(argv, env, timeout)
 
     session = Session(home, "slurm", str(REPO / "examples/clusters/test-cluster.toml"))

@@ -37,7 +37,7 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
     spec = write_spec(tmp_path / "tmux.toml", name="tmux-study", scales='"1x1", "1x2"', steps=4)
     term = Terminal([str(BIN / "dlscale-tui"), str(spec)], terminal_env)
     try:
-        screen = term.wait_for("2 runs (2 to run", 60, also=("Experiment name", "Submit"))
+        screen = term.wait_for("2 runs (2 to run", also=("Experiment name", "Submit"))
         assert "Experiment name" in screen and "Submit" in screen
         # A bad value is refused at its field, with the reason, before anything is sent.
         term.keys("Home", "C-k")
@@ -49,12 +49,12 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
         term.type("tmux-study")
         term.wait_for("ctrl+r submits")
         term.keys("C-r")
-        term.wait_for("local-1", 60)
+        term.wait_for("local-1")
         term.keys("l")  # the first job's log
-        term.wait_for("dlscale: local job local-1", 120)
+        term.wait_for("dlscale: local job local-1")
         screen = term.wait_for("2 completed", 300)
         term.keys("F4")
-        screen = term.wait_for("speedup (vs best 1-device run)", 30, also=("pytorch-ddp", "ideal"))
+        screen = term.wait_for("speedup (vs best 1-device run)", also=("pytorch-ddp", "ideal"))
         term.keys("m")
         term.wait_for("scaling efficiency")
         term.keys("F1")
@@ -124,7 +124,7 @@ def test_keys_typed_under_cpu_load_land_in_order(home, terminal_env):
     # Tall enough that every field is on screen at once: each round reads its field back.
     term = Terminal([str(BIN / "dlscale-tui")], terminal_env, size=(100, 50))
     try:
-        term.wait_for("ctrl+r submits", 60)
+        term.wait_for("ctrl+r submits")
         for p in load:
             p.start()
         at = 0  # the name field has the focus at start
@@ -156,15 +156,15 @@ def test_text_that_looks_like_markup_typed_in_a_real_terminal_is_shown_as_typed(
     shown as typed and the app goes on."""
     term = Terminal([str(BIN / "dlscale-tui")], terminal_env, size=(80, 24))
     try:
-        term.wait_for("ctrl+r submits", 60)
+        term.wait_for("ctrl+r submits")
         term.burst(*["Tab"] * 4)
         time.sleep(0.5)
         term.burst("End", "C-u", "1x1 [/] [b]")
-        term.wait_for("'[/]' is not NODESxRANKS", 20, also=("1x1 [/] [b]",))
+        term.wait_for("'[/]' is not NODESxRANKS", also=("1x1 [/] [b]",))
         term.keys("C-o")
         term.type("nope[/]x.toml")
         term.keys("Enter")
-        term.wait_for("nope[/]x.toml: no such file", 20)
+        term.wait_for("nope[/]x.toml: no such file")
         assert term.alive()
         assert term.quit_with("C-q")
     finally:
@@ -215,7 +215,7 @@ def test_quit_within_a_second_while_slurm_hangs(home, tmp_path, terminal_env):
     ]
     term = Terminal(argv, terminal_env, size=(80, 24))
     try:
-        screen = term.wait_for("no answer for", 60, also=("following slurm jobs",))
+        screen = term.wait_for("no answer for", also=("following slurm jobs",))
         assert re.search(r"sacct: no answer for \d+ s", screen), screen
         assert "following slurm jobs" in screen.splitlines()[0], screen
         assert _with_env("FAKE_SLURM_DIR", str(state)), "no Slurm command in flight"

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from conftest import BIN, write_spec
+from conftest import BIN, HANG_S, write_spec
 from tui_terminal import Terminal
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(600),  # a wait of HANG_S beside the jobs' own 240 s
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
 ]
 
@@ -77,17 +77,17 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
     started = time.monotonic()
     try:
         # Build: the count before submitting, every footer key.
-        screen = term.wait_for("4 runs (4 to run", 60, also=("ctrl+r submits",))
+        screen = term.wait_for("4 runs (4 to run", also=("ctrl+r submits",))
         _has_footer(screen, "build")
         assert "ctrl+r submits" in screen
         term.keys("C-r")
 
         # Queue: four jobs, sorted by state (running first) from the start.
-        screen = _wait(term, lambda s: len(_rows(s)) == 4, 60, "the four jobs")
+        screen = _wait(term, lambda s: len(_rows(s)) == 4, HANG_S, "the four jobs")
         _has_footer(screen, "queue")
         assert " state▾ " in screen, screen
         # each capture is one frame: a job may change state between two of them
-        _wait(term, _sorted_by_state, 10, "the jobs sorted by state")
+        _wait(term, _sorted_by_state, HANG_S, "the jobs sorted by state")
 
         # Filter: / then text that is typed into the filter, never taken as commands
         # (c, s and o are all keys here).
@@ -102,13 +102,13 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
                 and [r.split()[2] for r in _rows(s)] == ["1x2", "1x2"]
                 and "⏎ Detail" in _footer(s)  # the table has the keys again
             ),
-            10,
+            HANG_S,
             "the 1x2 runs alone",
         )
         _has_footer(screen, "queue")
 
         # Detail of the job the local backend has not started yet (enter, as in k9s).
-        screen = _wait(term, lambda s: "local-4" in s, 10, "local-4")
+        screen = _wait(term, lambda s: "local-4" in s, HANG_S, "local-4")
         at = next(i for i, r in enumerate(_rows(screen)) if "local-4" in r)
         term.keys("Home", *["Down"] * at)
         term.keys("Enter")
@@ -123,12 +123,12 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
                     "joblocal-4(local)",
                 )
             ),
-            10,
+            HANG_S,
             "the detail of run 1x2 #1",
         )
         term.keys("Escape")
         # closed before the next key (tmux could join a quick escape and c into alt+c)
-        _wait(term, lambda s: "escape: close" not in s, 10, "the detail closed")
+        _wait(term, lambda s: "escape: close" not in s, HANG_S, "the detail closed")
 
         # Cancel it: the whole question, then the run CANCELLED.
         term.keys("c")
@@ -140,7 +140,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
         screen = _wait(
             term,
             lambda s: any("local-4" in r and "CANCELLED" in r for r in _rows(s)),
-            30,
+            HANG_S,
             "local-4 CANCELLED",
         )
         _has_footer(screen, "queue")
@@ -156,7 +156,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
             lambda s: (
                 "speedup (vs best 1-device run)" in s and "images/s ± CI95" in s and " 1x2 " in s
             ),
-            30,
+            HANG_S,
             "the speedup table and its chart",
         )
         _has_footer(screen, "results")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import HANG_S, REPO
 
 # What the package-data globs in pyproject.toml must carry, found in the checkout itself.
 DATA = {
@@ -84,7 +84,7 @@ def installed(tmp_path_factory):
         [*pip, "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True,
         capture_output=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -103,7 +103,7 @@ def run(venv: Path, *args: str, home: Path) -> subprocess.CompletedProcess:
         args,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         env={**env, "DLSCALE_HOME": str(home), "PATH": f"{venv / 'bin'}:{env['PATH']}"},
         cwd=home.parent,
         stdin=subprocess.DEVNULL,

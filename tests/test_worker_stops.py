@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _stop_workers, dlscale, write_spec
+from conftest import HANG_S, _stop_workers, dlscale, write_spec
 from dlscale.engine import study
 from dlscale.engine.backends.local.backend import LocalBackend
 from dlscale.engine.config.spec import load_spec
@@ -83,11 +83,10 @@ def test_a_worker_on_a_full_disk_says_why_and_the_runs_wait(disk):
     assert store.state_counts() == {"PENDING": 2}
     # room again: the next command starts a worker that takes them
     filler.unlink()
-    proc = dlscale("status", home=home, timeout=60)
+    proc = dlscale("status", home=home, timeout=HANG_S)
     assert proc.returncode == 0 and "cannot run" not in proc.stderr, proc.stderr
-    for _ in range(100):
-        if "PENDING" not in store.state_counts():
-            break
+    deadline = time.monotonic() + HANG_S
+    while "PENDING" in store.state_counts() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "PENDING" not in store.state_counts(), store.state_counts()
     store.close()
@@ -100,7 +99,7 @@ def test_a_store_held_locked_is_named_while_the_worker_waits(disk):
     holder = sqlite3.connect(home / "dlscale.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process's write, held
     try:
-        proc = dlscale("status", home=home, timeout=60)
+        proc = dlscale("status", home=home, timeout=HANG_S)
         assert proc.returncode == 0 and "2 pending" in proc.stdout, proc.stderr
         assert "is locked by another process" in proc.stderr, proc.stderr
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_local_backend import _running_job
 
-from conftest import REPO, dlscale, write_spec
+from conftest import HANG_S, REPO, dlscale, write_spec
 from dlscale.engine.backends.local.backend import LOCK_NAME
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
@@ -28,7 +28,7 @@ PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
 def test_a_home_a_job_script_cannot_carry_is_refused_before_runs_are_stored(tmp_path):
     home = tmp_path / "my home"
     spec = write_spec(tmp_path / "s.toml")
-    proc = dlscale("run", str(spec), "--profile", str(PROFILE), home=home, timeout=60)
+    proc = dlscale("run", str(spec), "--profile", str(PROFILE), home=home, timeout=HANG_S)
     assert proc.returncode == 2 and "set DLSCALE_HOME" in proc.stderr, proc.stderr
     assert Store(home).runs() == []
 
@@ -37,7 +37,7 @@ def test_a_home_a_job_script_cannot_carry_is_refused_before_runs_are_stored(tmp_
 def test_a_damaged_stores_pid_breaks_neither_status_nor_cancel(home, pid):
     run_id = _running_job(home, pid=pid, pid_mark="some-boot 1")
     for argv in (["status"], ["cancel", run_id]):
-        proc = dlscale(*argv, home=home, timeout=60)
+        proc = dlscale(*argv, home=home, timeout=HANG_S)
         assert proc.returncode == 0 and "internal error" not in proc.stderr, proc.stderr
 
 
@@ -53,19 +53,19 @@ def test_out_and_prefix_that_are_not_folders_are_refused(tmp_path, home):
             ["report", "-e", exp, "--out", bad],
             ["env", "create", "pytorch-ddp", "--prefix", bad],
         ):
-            proc = dlscale(*argv, home=home, timeout=60)
+            proc = dlscale(*argv, home=home, timeout=HANG_S)
             assert proc.returncode == 2 and "not a folder" in proc.stderr, (argv, proc.stderr)
 
 
 def test_an_immutable_figures_folder_is_a_sentence(tmp_path, home):
     exp = recorded_study(home)
     out = tmp_path / "report"
-    dlscale("report", "-e", exp, "--out", str(out), home=home, check=0, timeout=120)
+    dlscale("report", "-e", exp, "--out", str(out), home=home, check=0, timeout=HANG_S)
     figures = out / "figures"
     if subprocess.run(["chattr", "+i", str(figures)], capture_output=True).returncode:
         pytest.skip("chattr +i needs root on a file system with attributes")
     try:
-        proc = dlscale("report", "-e", exp, "--out", str(out), home=home, timeout=120)
+        proc = dlscale("report", "-e", exp, "--out", str(out), home=home, timeout=HANG_S)
     finally:
         subprocess.run(["chattr", "-i", str(figures)], check=True)
     assert "internal error" not in proc.stderr, proc.stderr
@@ -82,8 +82,8 @@ def test_resubmitting_in_a_copied_home_writes_only_into_the_copy(tmp_path):
         for home in (first, copy):
             home.mkdir()
             fcntl.flock(held.enter_context(open(home / LOCK_NAME, "a+")), fcntl.LOCK_EX)
-        dlscale("run", str(spec), home=first, check=0, timeout=60)
-        dlscale("cancel", "-e", "t", home=first, check=0, timeout=60)
+        dlscale("run", str(spec), home=first, check=0, timeout=HANG_S)
+        dlscale("cancel", "-e", "t", home=first, check=0, timeout=HANG_S)
         first_store = Store(first)
         (run,) = first_store.runs()
         first_store.close()  # its SQLite files (-wal, -shm) gone now, not when collected
@@ -92,7 +92,7 @@ def test_resubmitting_in_a_copied_home_writes_only_into_the_copy(tmp_path):
         (run_dir / "run.log").write_text("the first home's log\n")
         shutil.copytree(first, copy, dirs_exist_ok=True)
         before = sorted(p.relative_to(first) for p in first.rglob("*"))
-        dlscale("resubmit", run["run_id"], home=copy, check=0, timeout=60)
+        dlscale("resubmit", run["run_id"], home=copy, check=0, timeout=HANG_S)
         after = sorted(p.relative_to(first) for p in first.rglob("*"))
     assert after == before  # nothing moved or made in the first home
     store = Store(copy)

@@ -8,6 +8,8 @@ import subprocess
 import time
 import uuid
 
+from conftest import HANG_S
+
 
 class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str], size=(100, 30)) -> None:
@@ -70,9 +72,10 @@ class Terminal:
             ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
         ).stdout
 
-    def wait_for(self, text: str, timeout: float = 60, *, also: tuple[str, ...] = ()) -> str:
+    def wait_for(self, text: str, timeout: float = HANG_S, *, also: tuple[str, ...] = ()) -> str:
         """The first screen that shows `text` and every one of `also`: a screen is drawn a
-        part at a time, so what a test reads next is waited for with what it waited for."""
+        part at a time, so what a test reads next is waited for with what it waited for. A
+        screen that shows it returns at once; the timeout only calls a wait hung."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             screen = self.screen()
@@ -87,7 +90,7 @@ class Terminal:
             == 0
         )
 
-    def quit_with(self, key: str, timeout: float = 15) -> bool:
+    def quit_with(self, key: str, timeout: float = HANG_S) -> bool:
         """Press `key`; whether the app has ended within `timeout` seconds."""
         self.keys(key)
         end = time.monotonic() + timeout
