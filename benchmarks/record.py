@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from dlscale.trainers.common.launch_env import cpu_model  # the env record's words
+
 RESULTS = Path(__file__).with_name("results.jsonl")
 
 
@@ -39,19 +41,9 @@ def _commit() -> str | None:
     return head.stdout.strip() + ("+changes" if dirty else "")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> str:
     """The host, its CPU count and model: the words every row uses."""
-    return f"{platform.node()} {os.cpu_count()} cpus {_cpu_model()}"
+    return f"{platform.node()} {os.cpu_count()} cpus {cpu_model()}"
 
 
 def append_row(benchmark: str, fields: dict, path: Path = RESULTS) -> dict:

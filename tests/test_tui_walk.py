@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BIN, HANG_S, write_spec
+from conftest import BIN, write_spec
 from tui_terminal import Terminal
 
 pytestmark = [
@@ -52,16 +52,6 @@ def _sorted_by_state(screen: str) -> bool:
     return len(states) == 4 and states == sorted(states, key=order.index)
 
 
-def _wait(term: Terminal, check, timeout: float, what: str) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        screen = term.screen()
-        if check(screen):
-            return screen
-        time.sleep(0.3)
-    raise AssertionError(f"{what} never shown; the screen:\n{term.screen()}")
-
-
 def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
     # Four runs of 4 steps (the tmux tests' cheap study): 1x1 and 1x2, twice each; the
     # local backend runs one job at a time, so the last is still PENDING to be cancelled.
@@ -83,11 +73,11 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
         term.keys("C-r")
 
         # Queue: four jobs, sorted by state (running first) from the start.
-        screen = _wait(term, lambda s: len(_rows(s)) == 4, HANG_S, "the four jobs")
+        screen = term.wait_until(lambda s: len(_rows(s)) == 4, "the four jobs")
         _has_footer(screen, "queue")
         assert " state▾ " in screen, screen
         # each capture is one frame: a job may change state between two of them
-        _wait(term, _sorted_by_state, HANG_S, "the jobs sorted by state")
+        term.wait_until(_sorted_by_state, "the jobs sorted by state")
 
         # Filter: / then text that is typed into the filter, never taken as commands
         # (c, s and o are all keys here).
@@ -95,26 +85,23 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
         term.wait_for("filter the runs (enter: keep")
         term.type("1x2")
         term.keys("Enter")
-        screen = _wait(
-            term,
+        screen = term.wait_until(
             lambda s: (
                 "2 shown matching '1x2'" in s
                 and [r.split()[2] for r in _rows(s)] == ["1x2", "1x2"]
                 and "⏎ Detail" in _footer(s)  # the table has the keys again
             ),
-            HANG_S,
             "the 1x2 runs alone",
         )
         _has_footer(screen, "queue")
 
         # Detail of the job the local backend has not started yet (enter, as in k9s).
-        screen = _wait(term, lambda s: "local-4" in s, HANG_S, "local-4")
+        screen = term.wait_until(lambda s: "local-4" in s, "local-4")
         at = next(i for i, r in enumerate(_rows(screen)) if "local-4" in r)
         term.keys("Home", *["Down"] * at)
         term.keys("Enter")
         screen = term.wait_for("escape: close")
-        _wait(
-            term,
+        term.wait_until(
             lambda s: all(
                 part in _flat(s)
                 for part in (
@@ -123,12 +110,11 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
                     "joblocal-4(local)",
                 )
             ),
-            HANG_S,
             "the detail of run 1x2 #1",
         )
         term.keys("Escape")
         # closed before the next key (tmux could join a quick escape and c into alt+c)
-        _wait(term, lambda s: "escape: close" not in s, HANG_S, "the detail closed")
+        term.wait_until(lambda s: "escape: close" not in s, "the detail closed")
 
         # Cancel it: the whole question, then the run CANCELLED.
         term.keys("c")
@@ -137,26 +123,22 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
         assert _flat(question) in _flat(screen), screen
         assert "Cancel run" in screen and "No (n)" in screen
         term.keys("y")
-        screen = _wait(
-            term,
+        screen = term.wait_until(
             lambda s: any("local-4" in r and "CANCELLED" in r for r in _rows(s)),
-            HANG_S,
             "local-4 CANCELLED",
         )
         _has_footer(screen, "queue")
         term.keys("Escape")  # the filter goes: every job again
-        screen = _wait(term, lambda s: "3 completed" in s, 240, "three runs completed")
+        screen = term.wait_until(lambda s: "3 completed" in s, "three runs completed", 240)
         assert "1 cancelled" in screen and len(_rows(screen)) == 4, screen
 
         # Results: the speedup table and its chart, the footer whole.
         term.keys("F4")
         # the chart can be on screen a frame before the table: wait for both
-        screen = _wait(
-            term,
+        screen = term.wait_until(
             lambda s: (
                 "speedup (vs best 1-device run)" in s and "images/s ± CI95" in s and " 1x2 " in s
             ),
-            HANG_S,
             "the speedup table and its chart",
         )
         _has_footer(screen, "results")

@@ -74,15 +74,21 @@ class Terminal:
 
     def wait_for(self, text: str, timeout: float = HANG_S, *, also: tuple[str, ...] = ()) -> str:
         """The first screen that shows `text` and every one of `also`: a screen is drawn a
-        part at a time, so what a test reads next is waited for with what it waited for. A
-        screen that shows it returns at once; the timeout only calls a wait hung."""
+        part at a time, so what a test reads next is waited for with what it waited for."""
+        return self.wait_until(
+            lambda screen: all(t in screen for t in (text, *also)), repr([text, *also]), timeout
+        )
+
+    def wait_until(self, check, what: str, timeout: float = HANG_S) -> str:
+        """The first screen for which `check(screen)` holds. A screen that holds returns at
+        once; the timeout only calls a wait hung."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             screen = self.screen()
-            if all(t in screen for t in (text, *also)):
+            if check(screen):
                 return screen
             time.sleep(0.3)
-        raise AssertionError(f"{[text, *also]!r} never all appeared; the screen:\n{self.screen()}")
+        raise AssertionError(f"{what} never shown; the screen:\n{self.screen()}")
 
     def alive(self) -> bool:
         return (
