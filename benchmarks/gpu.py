@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from record import append_row
@@ -100,7 +101,7 @@ def trainer(
             ]
             + (["--compile", "--compile-mode", mode] if compile else []),
             check=True,
-            capture_output=True,
+            stdout=subprocess.DEVNULL,  # its stderr (compile logs, a traceback) to the log
             env={**os.environ, **(env or {})},
         )
         return json.loads(out.read_text().splitlines()[-1])
@@ -138,7 +139,7 @@ def hand(
         ]
         + (["--compile", "--compile-mode", mode] if compile else []),
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # its stderr (compile logs, a traceback) to the log
         text=True,
     ).stdout
     return float(out.strip().splitlines()[-1])
@@ -159,6 +160,8 @@ def compare(
     hands, trainers, ratios = [], [], []
     comp = {"compile": mode is not None, "mode": mode or "default"}
     for r in range(rounds):
+        # where a round is, when one runs past its stage's limit (a compile that never ends)
+        print(f"{label} round {r + 1}: hand loop, then trainer ({time.strftime('%T')})", flush=True)
         hands.append(hand(model, dataset, batch, a.steps, a.warmup, precision, **comp))
         s = trainer(model, dataset, batch, a.steps, a.warmup, precision, **comp)
         trainers.append(s["throughput"])
