@@ -43,9 +43,11 @@ def test_energy_over_the_window_is_interpolated_between_samples():
 
 def test_nodes_and_devices_are_summed_and_a_wrapped_counter_unwrapped():
     wrap = 50_000_000
-    a = timeline([(0, [0], None), (1, [30_000_000], None), (2, [10_000_000], None)], wraps=[wrap])
-    b = timeline([(0, [0, 0], None), (2, [2_000_000, 4_000_000], None)], wraps=[wrap, wrap])
-    fields = custom_energy.over([a, b], 0.0, 2.0, units=1)
+    a_counts = [0, 15_000_000, 30_000_000, 45_000_000, 10_000_000]  # wrapped at 50 J
+    a = timeline([(2 * i, [c], None) for i, c in enumerate(a_counts)], wraps=[wrap])
+    b_counts = [[i * 500_000, i * 1_000_000] for i in range(5)]
+    b = timeline([(2 * i, c, None) for i, c in enumerate(b_counts)], wraps=[wrap, wrap])
+    fields = custom_energy.over([a, b], 0.0, 8.0, units=1)
     assert fields["energy_j"] == pytest.approx(60 + 2 + 4)
     assert fields["devices_metered"] == ["package-0"] * 3
 
@@ -58,10 +60,22 @@ def test_a_window_the_samples_do_not_cover_leaves_the_energy_unknown():
     )
 
 
+def test_a_window_of_too_few_sampling_intervals_leaves_the_energy_unknown():
+    """Interpolated over a window shorter than MIN_INTERVALS samples, the energy would be
+    mostly the counters' movement outside the timed steps: unknown, saying why."""
+    n = custom_energy.MIN_INTERVALS
+    tl = timeline([(100 + i * 0.25, [i * 1_000_000], None) for i in range(40)])
+    assert custom_energy.over([tl], 101.0, 101.0 + n * 0.25, units=1)["energy_j"] > 0
+    short = custom_energy.over([tl], 101.0, 101.0 + n * 0.25 - 0.01, units=1)
+    assert "energy_j" not in short, short
+    why = short["energy_unavailable"]
+    assert "lasted 0.99 s" in why and "sampling intervals (0.25 s)" in why, why
+
+
 def test_shared_packages_left_to_the_first_task_are_not_a_failure():
-    metered = timeline([(0, [0], None), (1, [1_000_000], None)])
+    metered = timeline([(i, [i * 1_000_000], None) for i in range(5)])
     other = timeline([], source=None, unavailable=custom_energy.SHARED_CPU)
-    assert custom_energy.over([metered, other], 0, 1, 1)["energy_j"] == pytest.approx(1.0)
+    assert custom_energy.over([metered, other], 0, 4, 1)["energy_j"] == pytest.approx(4.0)
     nothing = timeline([], source=None, unavailable="no RAPL here")
     assert custom_energy.over([nothing], 0, 1, 1) == {"energy_unavailable": "no RAPL here"}
 
