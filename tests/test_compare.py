@@ -190,6 +190,10 @@ async def test_the_results_screen_shows_two_experiments_side_by_side(two_sites):
         cells = [str(c) for c in table.get_row_at(0)]
         # model, framework and batch, one value each, are named above the table
         assert cells[0] == "1x2" and "torch: 2.13.0+cpu -> 2.99.0" in cells[-1], cells
+        # each column as wide as its widest cell from the start (tui/columns.py: a first
+        # frame drawn before Textual measures auto widths stays cut)
+        assert all(not c.auto_width for c in table.columns.values())
+        assert [c.width for c in table.columns.values()][0] == len("scale")
         title = str(app.screen.query("Plain").first().render())
         assert "all model resnet20, framework pytorch-ddp, batch/dev 64" in title, title
         notes = str(app.screen.query("Plain").last().render())

@@ -27,11 +27,16 @@ def fixed_home_folder(monkeypatch, tmp_path):
 
 
 async def settle(pilot, condition, timeout: float = HANG_S) -> None:
-    """Wait for the workers' answers (not a fixed sleep: the machine may be busy)."""
+    """Wait for the workers' answers (not a fixed sleep: the machine may be busy). A wait
+    that never holds fails here: carrying on to the snapshot hid a wrong condition (a log of
+    3 lines waited for more than 3) that cost HANG_S a run."""
     import time
 
     end = time.monotonic() + timeout
-    while not condition() and time.monotonic() < end:
+    while not condition():
+        assert time.monotonic() < end, (
+            f"timed out after {timeout:.0f} s waiting for line {condition.__code__.co_firstlineno}"
+        )
         await pilot.pause(0.1)
     await pilot.pause(0.3)
 
@@ -72,7 +77,7 @@ def test_queue_screen_with_log(snap_compare, home, size):
         )
         app.screen.query_one("#jobs").focus()
         await pilot.press("down", "l")
-        await settle(pilot, lambda: app.screen.query_one("#log-lines").line_count > 3)
+        await settle(pilot, lambda: app.screen.query_one("#log-lines").line_count >= 3)
 
     assert snap_compare(app, terminal_size=size, run_before=open_log)
 

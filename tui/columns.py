@@ -1,12 +1,24 @@
 """Which columns a table shows in the room it has: at 80 columns the ones a user reads first
 stay whole and the least important go first, so no number is ever cut to meaningless digits
-at the screen's edge. The Queue and the Results screens choose theirs here."""
+at the screen's edge. The Queue and the Results screens choose theirs here.
+
+Every table gives each column its width when it adds it (`widest`): Textual measures an
+auto-width column's cells only in the table's idle pass, and a frame drawn before that (on
+a loaded machine) is cached at the headings' widths, its cells cut ("gpt2-", "PLANN"), until
+the table changes again; in CI one stayed so for 240 s."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+from rich.cells import cell_len
 
 GAP = 2  # DataTable's cell padding: one cell each side of every column
+
+
+def widest(heading: str, values: Iterable[str]) -> int:
+    """A column's width, as DataTable.add_column's `width`: its heading or its widest value."""
+    return max([cell_len(heading), *(cell_len(v) for v in values)])
 
 
 def fit(

@@ -12,6 +12,7 @@ from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
 from ..engine.session import RunDetail
+from .columns import widest
 from .widgets import Plain, TextField, literal_cell, shown_path
 
 
@@ -202,7 +203,8 @@ class CompareScreen(Dialog[None]):
         table = self.query_one(DataTable)
         for i in self.columns:
             name = compare_table.COLUMNS[i][0]
-            table.add_column(name, key=name)
+            width = widest(name, (str(cells[i]) for cells in self.rows))  # columns.py
+            table.add_column(name, key=name, width=width)
         for cells in self.rows:
             table.add_row(*(literal_cell(cells[i]) for i in self.columns))
         table.focus()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -23,7 +22,7 @@ from textual.widgets import DataTable, Footer, Header
 from ..engine.results import charts, tables
 from ..engine.session import Snapshot, State
 from . import keys
-from .columns import fit
+from .columns import fit, widest
 from .dialogs import CompareScreen, TextScreen
 from .errors import describe
 from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
@@ -229,16 +228,14 @@ class ResultsScreen(AppScreen):
             if len(rows) > 1 and all(row[c] == rows[0][c] for row in rows)
         }
         widths = {
-            c: max([cell_len(self.heads[c]), *(cell_len(row[c]) for row in rows)])
-            for c in SHOWN
-            if c not in constants
+            c: widest(self.heads[c], (row[c] for row in rows)) for c in SHOWN if c not in constants
         }
         self.room = self._room()
         fitted = fit(widths, PRIORITY, self.room)
         self.columns_shown = [c for c in SHOWN if c in fitted]
         self.constants = constants
         for c in self.columns_shown:
-            table.add_column(literal_cell(self.heads[c]), key=c)
+            table.add_column(literal_cell(self.heads[c]), key=c, width=widths[c])  # columns.py
         table.fixed_columns = sum(1 for c in self.columns_shown[:3] if c in FROZEN)
         for i, (r, row) in enumerate(zip(self.results, rows)):
             table.add_row(
