@@ -79,6 +79,19 @@ def _whole(app, table) -> None:
     assert shown >= 4
 
 
+def _whole_on_first_draw(app, table) -> None:
+    """The Results table filled anew and drawn at once, before its idle pass (a loaded login
+    node draws a frame first): every cell whole. With Textual's auto widths that first frame
+    showed "gpt2-" and "PLANN", and stayed cached so (tui/columns.py)."""
+    app.screen.fill()  # no await from here: no idle pass between
+    labels = [str(c.label) for c in table.columns.values()]
+    for i in range(table.region.height - 1):
+        line = table.render_line(i + 1).text  # under the heading
+        for label, cell in zip(labels, (Text(str(c)).plain for c in table.get_row_at(i))):
+            if label != "reason" and cell:
+                assert f" {cell} " in f"{line} ", (label, cell, line)
+
+
 async def test_the_queue_at_80x24_shows_what_tells_runs_apart_and_why_they_failed(home):
     axis_study(home)
     app = DlscaleApp(Session(home, "local"))
@@ -99,26 +112,6 @@ async def test_the_queue_at_80x24_shows_what_tells_runs_apart_and_why_they_faile
         assert "all framework gpt" in screen_text(app)
 
 
-async def test_the_results_table_is_whole_on_its_first_draw(home):
-    """Drawn before the table's idle pass (a loaded login node draws a frame first), every
-    cell is whole: with Textual's auto widths that first frame showed "gpt2-" and "PLANN",
-    and stayed cached so (tui/columns.py)."""
-    axis_study(home)
-    app = DlscaleApp(Session(home, "local"))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
-        await pilot.press("f4")
-        table = app.screen.query_one(PointTable)
-        await until(pilot, lambda: table.row_count == 32, what="every point")
-        app.screen.fill()  # anew, and drawn at once: no await, so no idle pass between
-        labels = [str(c.label) for c in table.columns.values()]
-        for i in range(table.region.height - 1):
-            line = table.render_line(i + 1).text  # under the heading
-            for label, cell in zip(labels, (Text(str(c)).plain for c in table.get_row_at(i))):
-                if label != "reason" and cell:
-                    assert f" {cell} " in f"{line} ", (label, cell, line)
-
-
 async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(home):
     axis_study(home)
     app = DlscaleApp(Session(home, "local"))
@@ -128,6 +121,7 @@ async def test_results_at_80x24_show_the_chart_of_the_selected_model_and_batch(h
         table = app.screen.query_one(PointTable)
         await until(pilot, lambda: table.row_count == 32, what="every point")
         await _settled_whole(pilot, app, table)
+        _whole_on_first_draw(app, table)
         text = screen_text(app)
         labels = [str(c.label) for c in table.columns.values()]
         for column in ("model", "mode", "scale", "batch", "tokens/s ± CI95", "speedup", "eff."):
