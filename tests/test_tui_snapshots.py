@@ -8,9 +8,10 @@ import pytest
 from test_compare import two_sites  # noqa: F401 (a fixture: two experiments in one store)
 from textual.widgets import Input
 
-from conftest import HANG_S, REPO
+from conftest import REPO
 from dlscale.engine.session import Session
 from dlscale.tui.app import DlscaleApp
+from test_tui import until
 from tui_text import axis_study, recorded_study
 
 SIZES = [(80, 24), (120, 40)]
@@ -26,18 +27,10 @@ def fixed_home_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
 
 
-async def settle(pilot, condition, timeout: float = HANG_S) -> None:
-    """Wait for the workers' answers (not a fixed sleep: the machine may be busy). A wait
-    that never holds fails here: carrying on to the snapshot hid a wrong condition (a log of
-    3 lines waited for more than 3) that cost HANG_S a run."""
-    import time
-
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, (
-            f"timed out after {timeout:.0f} s waiting for line {condition.__code__.co_firstlineno}"
-        )
-        await pilot.pause(0.1)
+async def settle(pilot, condition) -> None:
+    """Wait for the workers' answers (test_tui.until: a wait that never holds fails, where
+    carrying on to the snapshot hid a wrong condition), then a frame more for the capture."""
+    await until(pilot, condition, what=f"line {condition.__code__.co_firstlineno}")
     await pilot.pause(0.3)
 
 
