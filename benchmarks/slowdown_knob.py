@@ -84,6 +84,10 @@ def main() -> None:
         "median_ratio": round(statistics.median(ratios), 4),
         "asked_ratio": 1 - a.slowdown,
     }
+    if a.device == "cuda":  # the GPU, driver, torch and CUDA, as gpu.py's rows say them
+        from gpu import gpu_facts
+
+        row = {**gpu_facts(), **row}
     if not a.no_save:
         row = append_row("slowdown_knob", row)
     print(json.dumps(row))
