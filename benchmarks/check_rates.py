@@ -13,7 +13,9 @@ pairs are spent. Three kinds of check, taken in turn so the machine's load hits 
 - threads: a change a site meets: the baseline at 2 threads a rank, the study at 1 (its
   true effect on this machine is whatever it is: measured here as the pairs' mean ratio);
 - workers: another: the study's batches made by a loader process (training.loader_workers
-  = 1), the baseline's in the rank (0); its effect, too, is measured, not assumed.
+  = 1), the baseline's in the rank (0); its effect, too, is measured, not assumed;
+- threads-up: the threads change the other way: the baseline at 1 thread a rank, the
+  study at 2 (a site raising the thread count on a node it shares); measured likewise.
 Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
 (passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
 the detection rate (slowed checks that regressed); the median time a check took; the load
@@ -22,7 +24,7 @@ one pair's log ratio; and, marked projected, the rates a larger budget would giv
 bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through the same rule.
 
     .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
-        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers]
+        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers,threads-up]
 
 CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
 checks after that long. Run it niced; it starts its competing process (a busy loop) at the
@@ -66,7 +68,7 @@ threads_per_rank = {threads}
 loader_workers = {workers}
 breakdown_pairs = 0
 """
-KINDS = ("unchanged", "knob", "threads", "workers")
+KINDS = ("unchanged", "knob", "threads", "workers", "threads-up")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
@@ -101,12 +103,13 @@ def pairs_of(home: Path) -> list[tuple[float, float]]:
 def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     home = tmp / f"{kind}{i}"
     base_threads = 2 if kind == "threads" else 1
+    study_threads = 2 if kind == "threads-up" else 1
     workers = 1 if kind == "workers" else 0
     (tmp / "base.toml").write_text(
         SPEC.format(name="base", steps=a.steps, threads=base_threads, workers=0)
     )
     (tmp / "study.toml").write_text(
-        SPEC.format(name="study", steps=a.steps, threads=1, workers=workers)
+        SPEC.format(name="study", steps=a.steps, threads=study_threads, workers=workers)
     )
     start = time.monotonic()
     made = dlscale(home, "run", str(tmp / "base.toml"), "--wait")
@@ -258,6 +261,7 @@ def main() -> None:
         "detection_rate_knob": by_kind.get("knob", {}).get("regressed_rate"),
         "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
         "detection_rate_workers": by_kind.get("workers", {}).get("regressed_rate"),
+        "detection_rate_threads_up": by_kind.get("threads-up", {}).get("regressed_rate"),
         "projected_from_measured_pairs": projection,
         # every check as it ran, its pairs (study, baseline repeat) included: later sessions
         # pool the pairs of rows with the same settings, not only their counts
