@@ -7,7 +7,7 @@ step-time breakdown after them: training.breakdown_pairs = 0).
 Every check gets a fresh store: the baseline experiment is run there (one repetition),
 then `dlscale check STUDY --baseline base --run --interleave` repeats the baseline's run
 between the study's (ABBA), a round at a time, until the rule decides or --max-repetitions
-pairs are spent. Three kinds of check, taken in turn so the machine's load hits them alike:
+pairs are spent. The kinds of check, taken in turn so the machine's load hits them alike:
 - unchanged: the study is the baseline's configuration;
 - knob: the study's runs slowed by the test-only DLSCALE_TEST_SLOWDOWN (10%);
 - threads: a change a site meets: the baseline at 2 threads a rank, the study at 1 (its
