@@ -15,7 +15,13 @@ pairs are spent. The kinds of check, taken in turn so the machine's load hits th
 - workers: another: the study's batches made by a loader process (training.loader_workers
   = 1), the baseline's in the rank (0); its effect, too, is measured, not assumed;
 - threads-up: the threads change the other way: the baseline at 1 thread a rank, the
-  study at 2 (a site raising the thread count on a node it shares); measured likewise.
+  study at 2 (a site raising the thread count on a node it shares); measured likewise;
+- isa: a library setting: oneDNN, which runs the convolutions, capped at AVX2
+  (ONEDNN_MAX_CPU_ISA=AVX2, as a software stack built for older nodes or a site's
+  reproducibility module sets it) on this AVX-512 machine. Both sides run dlscale's
+  PyTorch trainer as a declared framework (docs/custom.md), the study's command prefixed
+  with `env ONEDNN_MAX_CPU_ISA=AVX2`, so the setting reaches its runs alone; its effect
+  is measured, not assumed.
 Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
 (passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
 the detection rate (slowed checks that regressed); the median time a check took; the load
@@ -24,7 +30,7 @@ one pair's log ratio; and, marked projected, the rates a larger budget would giv
 bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through the same rule.
 
     .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
-        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers,threads-up]
+        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers,threads-up,isa]
 
 CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
 checks after that long. Run it niced; it starts its competing process (a busy loop) at the
@@ -52,7 +58,7 @@ from dlscale.engine.results import decide
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 SPEC = """[experiment]
 name = "{name}"
-frameworks = ["pytorch-ddp"]
+frameworks = ["{framework}"]
 models = ["resnet20"]
 datasets = ["synthetic-cifar"]
 scales = ["1x1"]
@@ -68,7 +74,20 @@ threads_per_rank = {threads}
 loader_workers = {workers}
 breakdown_pairs = 0
 """
-KINDS = ("unchanged", "knob", "threads", "workers", "threads-up")
+# The isa kind's framework: the same trainer the others run, declared with its command so
+# an environment setting can ride on one side's runs (spelled with <> for str.format).
+DECLARED = """
+[frameworks.site-resnet]
+command = [{prefix}"<python>", "-m", "dlscale.trainers.torch_ddp", "--model", "<model>",
+    "--dataset", "<dataset>", "--per-device-batch", "<per_device_batch>",
+    "--precision", "<precision>", "--device", "<device>", "--threads", "<threads>",
+    "--steps", "<steps>", "--warmup-steps", "<warmup_steps>", "--log-every", "<steps>",
+    "--breakdown-pairs", "0", "--run-id", "<run_id>", "--output", "<metrics>"]
+launcher = "torchrun"
+unit = "images"
+"""
+ISA_PREFIX = '"env", "ONEDNN_MAX_CPU_ISA=AVX2", '
+KINDS = ("unchanged", "knob", "threads", "workers", "threads-up", "isa")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
@@ -105,11 +124,18 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     base_threads = 2 if kind == "threads" else 1
     study_threads = 2 if kind == "threads-up" else 1
     workers = 1 if kind == "workers" else 0
+    framework, base_tail, study_tail = "pytorch-ddp", "", ""
+    if kind == "isa":
+        framework = "site-resnet"
+        base_tail, study_tail = (
+            DECLARED.format(prefix=p).replace("<", "{").replace(">", "}") for p in ("", ISA_PREFIX)
+        )
+    common = {"steps": a.steps, "framework": framework}
     (tmp / "base.toml").write_text(
-        SPEC.format(name="base", steps=a.steps, threads=base_threads, workers=0)
+        SPEC.format(name="base", threads=base_threads, workers=0, **common) + base_tail
     )
     (tmp / "study.toml").write_text(
-        SPEC.format(name="study", steps=a.steps, threads=study_threads, workers=workers)
+        SPEC.format(name="study", threads=study_threads, workers=workers, **common) + study_tail
     )
     start = time.monotonic()
     made = dlscale(home, "run", str(tmp / "base.toml"), "--wait")
@@ -262,6 +288,7 @@ def main() -> None:
         "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
         "detection_rate_workers": by_kind.get("workers", {}).get("regressed_rate"),
         "detection_rate_threads_up": by_kind.get("threads-up", {}).get("regressed_rate"),
+        "detection_rate_isa": by_kind.get("isa", {}).get("regressed_rate"),
         "projected_from_measured_pairs": projection,
         # every check as it ran, its pairs (study, baseline repeat) included: later sessions
         # pool the pairs of rows with the same settings, not only their counts
