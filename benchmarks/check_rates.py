@@ -75,14 +75,14 @@ loader_workers = {workers}
 breakdown_pairs = 0
 """
 # The isa kind's framework: the same trainer the others run, declared with its command so
-# an environment setting can ride on one side's runs (spelled with <> for str.format).
+# an environment setting can ride on one side's runs ({{x}}: dlscale's placeholder {x}).
 DECLARED = """
 [frameworks.site-resnet]
-command = [{prefix}"<python>", "-m", "dlscale.trainers.torch_ddp", "--model", "<model>",
-    "--dataset", "<dataset>", "--per-device-batch", "<per_device_batch>",
-    "--precision", "<precision>", "--device", "<device>", "--threads", "<threads>",
-    "--steps", "<steps>", "--warmup-steps", "<warmup_steps>", "--log-every", "<steps>",
-    "--breakdown-pairs", "0", "--run-id", "<run_id>", "--output", "<metrics>"]
+command = [{prefix}"{{python}}", "-m", "dlscale.trainers.torch_ddp", "--model", "{{model}}",
+    "--dataset", "{{dataset}}", "--per-device-batch", "{{per_device_batch}}",
+    "--precision", "{{precision}}", "--device", "{{device}}", "--threads", "{{threads}}",
+    "--steps", "{{steps}}", "--warmup-steps", "{{warmup_steps}}", "--log-every", "{{steps}}",
+    "--breakdown-pairs", "0", "--run-id", "{{run_id}}", "--output", "{{metrics}}"]
 launcher = "torchrun"
 unit = "images"
 """
@@ -127,9 +127,7 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     framework, base_tail, study_tail = "pytorch-ddp", "", ""
     if kind == "isa":
         framework = "site-resnet"
-        base_tail, study_tail = (
-            DECLARED.format(prefix=p).replace("<", "{").replace(">", "}") for p in ("", ISA_PREFIX)
-        )
+        base_tail, study_tail = (DECLARED.format(prefix=p) for p in ("", ISA_PREFIX))
     common = {"steps": a.steps, "framework": framework}
     (tmp / "base.toml").write_text(
         SPEC.format(name="base", threads=base_threads, workers=0, **common) + base_tail
@@ -284,11 +282,11 @@ def main() -> None:
         "kinds": kinds,
         "by_kind": by_kind,
         "false_alarm_rate": by_kind.get("unchanged", {}).get("regressed_rate"),
-        "detection_rate_knob": by_kind.get("knob", {}).get("regressed_rate"),
-        "detection_rate_threads": by_kind.get("threads", {}).get("regressed_rate"),
-        "detection_rate_workers": by_kind.get("workers", {}).get("regressed_rate"),
-        "detection_rate_threads_up": by_kind.get("threads-up", {}).get("regressed_rate"),
-        "detection_rate_isa": by_kind.get("isa", {}).get("regressed_rate"),
+        # each slowed kind's rate under its own key, as earlier rows have them
+        **{
+            f"detection_rate_{kind.replace('-', '_')}": by_kind.get(kind, {}).get("regressed_rate")
+            for kind in KINDS[1:]
+        },
         "projected_from_measured_pairs": projection,
         # every check as it ran, its pairs (study, baseline repeat) included: later sessions
         # pool the pairs of rows with the same settings, not only their counts
