@@ -21,7 +21,10 @@ pairs are spent. The kinds of check, taken in turn so the machine's load hits th
   reproducibility module sets it) on this AVX-512 machine. Both sides run dlscale's
   PyTorch trainer as a declared framework (docs/custom.md), the study's command prefixed
   with `env ONEDNN_MAX_CPU_ISA=AVX2`, so the setting reaches its runs alone; its effect
-  is measured, not assumed.
+  is measured, not assumed;
+- primcache: another library setting, the same way: oneDNN's primitive cache turned off
+  (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0, as a site short of memory might set it), so each
+  convolution's kernel is made again at every call; measured likewise.
 Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
 (passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
 the detection rate (slowed checks that regressed); the median time a check took; the load
@@ -30,7 +33,8 @@ one pair's log ratio; and, marked projected, the rates a larger budget would giv
 bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through the same rule.
 
     .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
-        [--max-minutes 9] [--steps 8] [--kinds unchanged,knob,threads,workers,threads-up,isa]
+        [--max-minutes 9] [--steps 8]
+        [--kinds unchanged,knob,threads,workers,threads-up,isa,primcache]
 
 CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
 checks after that long. Run it niced; it starts its competing process (a busy loop) at the
@@ -74,8 +78,8 @@ threads_per_rank = {threads}
 loader_workers = {workers}
 breakdown_pairs = 0
 """
-# The isa kind's framework: the same trainer the others run, declared with its command so
-# an environment setting can ride on one side's runs ({{x}}: dlscale's placeholder {x}).
+# The library-setting kinds' framework: the same trainer the others run, declared with its
+# command so an environment setting can ride on one side's runs ({{x}}: dlscale's {x}).
 DECLARED = """
 [frameworks.site-resnet]
 command = [{prefix}"{{python}}", "-m", "dlscale.trainers.torch_ddp", "--model", "{{model}}",
@@ -86,8 +90,12 @@ command = [{prefix}"{{python}}", "-m", "dlscale.trainers.torch_ddp", "--model", 
 launcher = "torchrun"
 unit = "images"
 """
-ISA_PREFIX = '"env", "ONEDNN_MAX_CPU_ISA=AVX2", '
-KINDS = ("unchanged", "knob", "threads", "workers", "threads-up", "isa")
+# what each library-setting kind puts before the study's command, alone
+SETTING = {
+    "isa": '"env", "ONEDNN_MAX_CPU_ISA=AVX2", ',
+    "primcache": '"env", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0", ',
+}
+KINDS = ("unchanged", "knob", "threads", "workers", "threads-up", "isa", "primcache")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
@@ -125,9 +133,9 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     study_threads = 2 if kind == "threads-up" else 1
     workers = 1 if kind == "workers" else 0
     framework, base_tail, study_tail = "pytorch-ddp", "", ""
-    if kind == "isa":
+    if kind in SETTING:
         framework = "site-resnet"
-        base_tail, study_tail = (DECLARED.format(prefix=p) for p in ("", ISA_PREFIX))
+        base_tail, study_tail = (DECLARED.format(prefix=p) for p in ("", SETTING[kind]))
     common = {"steps": a.steps, "framework": framework}
     (tmp / "base.toml").write_text(
         SPEC.format(name="base", threads=base_threads, workers=0, **common) + base_tail
