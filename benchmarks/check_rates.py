@@ -90,11 +90,8 @@ command = [{prefix}"{{python}}", "-m", "dlscale.trainers.torch_ddp", "--model", 
 launcher = "torchrun"
 unit = "images"
 """
-# what each library-setting kind puts before the study's command, alone
-SETTING = {
-    "isa": '"env", "ONEDNN_MAX_CPU_ISA=AVX2", ',
-    "primcache": '"env", "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0", ',
-}
+# the variable each library-setting kind sets, through `env`, on the study's runs alone
+SETTING = {"isa": "ONEDNN_MAX_CPU_ISA=AVX2", "primcache": "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0"}
 KINDS = ("unchanged", "knob", "threads", "workers", "threads-up", "isa", "primcache")
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
@@ -135,7 +132,8 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     framework, base_tail, study_tail = "pytorch-ddp", "", ""
     if kind in SETTING:
         framework = "site-resnet"
-        base_tail, study_tail = (DECLARED.format(prefix=p) for p in ("", SETTING[kind]))
+        base_tail = DECLARED.format(prefix="")
+        study_tail = DECLARED.format(prefix=f'"env", "{SETTING[kind]}", ')
     common = {"steps": a.steps, "framework": framework}
     (tmp / "base.toml").write_text(
         SPEC.format(name="base", threads=base_threads, workers=0, **common) + base_tail
