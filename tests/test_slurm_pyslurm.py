@@ -358,29 +358,50 @@ def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
         ).stdout.strip()
 
     def sacct(job):
-        return subprocess.run(
+        """The job's states as accounting holds them, one per array task."""
+        out = subprocess.run(
             ["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], capture_output=True, text=True
-        ).stdout.strip()
+        ).stdout
+        return sorted(line.split()[0] for line in out.splitlines() if line.strip())
 
+    # Only states that cannot change between the two polls are compared: every job below
+    # ends, is held, or sleeps past any deadline (cancelled in `finally`). The wait is for
+    # each of them to have settled, the array's tasks included (a task still running at the
+    # first poll and done by the second failed CI once), and for none to be COMPLETING.
     jobs = {
         "completed": sbatch("-N2", "-n2", "--wrap", "srun true"),
         "failed": sbatch("--wrap", "exit 3"),
         "held": sbatch("-H", "--wrap", "true"),
         "cancelled": sbatch("-H", "--wrap", "true"),
-        "running": sbatch("--wrap", "sleep 120"),
+        "running": sbatch("--wrap", "sleep 100000"),
     }
     array = sbatch("-a", "1-2", "--wrap", "true")
     held_array = sbatch("-H", "-a", "1-3%2", "--wrap", "true")
     subprocess.run(["scancel", jobs["cancelled"]], check=True)
+    settled = {
+        jobs["completed"]: ["COMPLETED"],
+        jobs["failed"]: ["FAILED"],
+        jobs["held"]: ["PENDING"],
+        jobs["cancelled"]: ["CANCELLED"],
+        jobs["running"]: ["RUNNING"],
+        array: ["COMPLETED", "COMPLETED"],
+        held_array: ["PENDING"],
+    }
+
+    def completing() -> str:
+        return subprocess.run(
+            ["squeue", "-h", "-t", "CG", "-o", "%i", "-j", ",".join(settled)],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
     try:
         deadline = time.time() + HANG_S
         while time.time() < deadline and not (
-            sacct(jobs["completed"]) == "COMPLETED"
-            and sacct(jobs["failed"]) == "FAILED"
-            and sacct(jobs["running"]) == "RUNNING"
-            and sacct(held_array) == "PENDING"
+            all(sacct(job) == want for job, want in settled.items()) and not completing()
         ):
             time.sleep(1)
+        assert {job: sacct(job) for job in settled} == settled, "the jobs never settled"
         # dlscale tracks array tasks as ARRAY_TASK
         for name, base, tasks in (("array", array, (1, 2)), ("held array", held_array, (1, 2))):
             jobs.update({f"{name} {t}": f"{base}_{t}" for t in tasks})
