@@ -86,7 +86,13 @@ class Configuration:
 
     @property
     def scale(self) -> str:
-        return f"{self.nodes}x{self.ranks_per_node}"
+        return scale_label(self.nodes, self.ranks_per_node)
+
+
+def scale_label(nodes: int, ranks_per_node: int) -> str:
+    """A scale as the user writes it in a spec and reads it everywhere: nodes x ranks per
+    node, "2x4"."""
+    return f"{nodes}x{ranks_per_node}"
 
 
 # Asked once: dataclasses.fields() walks the class at every call.

@@ -125,14 +125,18 @@ def test_no_generic_top_level_packages_installed(tmp_path):
 
 # The TUI calls the engine through its facade, `session` (a Session, what it returns, and the
 # engine's words it names for front ends), and shows its errors; besides those it imports
-# renderers only: text as users and jobs wrote it, and the results' charts and tables.
+# renderers only: text as users and jobs wrote it, the results' charts, the table model and
+# its tables, the numbers' formatting, and the typed rows they all read.
 TUI_MAY_USE = (
     "dlscale.engine.session",
     "dlscale.engine.errors",
-    "dlscale.engine.text",
+    "dlscale.engine.io.text",
     "dlscale.engine.results.charts",
+    "dlscale.engine.results.table",
     "dlscale.engine.results.tables",
     "dlscale.engine.results.compare_table",
+    "dlscale.engine.results.formatting",
+    "dlscale.engine.results.rows",
 )
 
 

@@ -14,7 +14,8 @@ import pytest
 from test_store import make_run
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine.results.check import (
+from dlscale.engine.results.points import POINT_FIELDS, Point
+from dlscale.engine.results.regression.check import (
     PASSED,
     REGRESSED,
     SKIPPED,
@@ -23,7 +24,7 @@ from dlscale.engine.results.check import (
     check,
     judge,
 )
-from dlscale.engine.results.points import POINT_FIELDS, Point, spread
+from dlscale.engine.results.stats import spread
 from tui_text import recorded_study
 
 SPEC = REPO / "tests" / "fixtures" / "tui-quickstart" / "spec.toml"

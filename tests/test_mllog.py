@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_store import make_run
 
 from conftest import BIN, HANG_S, dlscale, mlperf_check, mlperf_score_s
-from dlscale.engine.results import mllog
+from dlscale.engine.results.report import mllog
 from dlscale.engine.tracking.store import Store
 
 T0 = 1_795_000_000.0  # a wall-clock second, as the records carry

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from dlscale.engine.results import calibration, commfit, projected, stated
-from dlscale.engine.results import scaling_model as sm
+from dlscale.engine.results.projection import calibration, commfit, projected, stated
+from dlscale.engine.results.projection import scaling_model as sm
 
 
 def test_the_expected_maximum_of_n_normals():

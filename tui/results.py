@@ -9,8 +9,6 @@ the point in full), and the baselines are the selected point's alone."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -20,6 +18,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
 
 from ..engine.results import charts, tables
+from ..engine.results.rows import ResultRow
 from ..engine.session import Snapshot, State
 from . import keys
 from .columns import fit, widest
@@ -54,11 +53,11 @@ class Chart(Widget):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.results: list[dict[str, Any]] = []
+        self.results: list[ResultRow] = []
         self.metric: str = "speedup"
         self.model: str | None = None
 
-    def show(self, results: list[dict[str, Any]], metric: str, model: str | None) -> None:
+    def show(self, results: list[ResultRow], metric: str, model: str | None) -> None:
         self.results, self.metric, self.model = results, metric, model
         self.refresh()
 
@@ -146,7 +145,7 @@ class ResultsScreen(AppScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.results: list[dict[str, Any]] = []
+        self.results: list[ResultRow] = []
         self.notes: list[str] = []
         self.heads: dict[str, str] = headings([])
         self.columns_shown: list[str] = []
@@ -274,7 +273,7 @@ class ResultsScreen(AppScreen):
         notes = f" ({len(self.notes)} notes: enter)" if self.notes else ""
         self.query_one("#results-head", Plain).update(text + notes)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> ResultRow | None:
         table = self.query_one("#results", DataTable)
         row = table.cursor_row
         return self.results[row] if self.results and 0 <= row < len(self.results) else None

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..errors import DlscaleError, UserError
-from ..results.check import (
+from ..results.regression.check import (
     PASSED,
     REGRESSED,
     SKIPPED,
@@ -24,8 +24,8 @@ from ..results.check import (
     point_name,
     values_of,
 )
-from ..results.decide import LEVEL, rule_text
-from ..results.junit import error_xml, junit_xml, write_junit
+from ..results.regression.decide import LEVEL, rule_text
+from ..results.regression.junit import error_xml, junit_xml, write_junit
 from ..where import given_as
 from .console import out
 from .options import InputPath, OutputPath, store_of
@@ -176,13 +176,13 @@ def _check(
     profile_path: str | None,
     partition: str | None,
 ) -> int:
-    from .. import check_runs
     from ..config.spec import load_spec
     from ..results import analysis
-    from ..results import history as past
-    from ..results.check import Baseline, check, check_window, load_baseline
     from ..results.compare import site_of
-    from ..tracking import follow as following
+    from ..results.regression import history as past
+    from ..results.regression import rounds as check_runs
+    from ..results.regression.check import Baseline, check, check_window, load_baseline
+    from ..tracking import follow
     from ..where import backend_for
 
     if (baseline is None) == (window is None):
@@ -222,7 +222,7 @@ def _check(
             where = (backend, profile_path, partition)
             rounds = _run(store, loaded, base, tolerance, window, interleave, where, budget)
         else:
-            following.refresh(store)
+            follow.refresh(store)
             rounds = None
         current = analysis.points(store, name)
         if not any(p.throughput.n for p in current) and rounds is None:
@@ -289,9 +289,10 @@ def _shared(loaded, base) -> bool:
 
 def _run(store, loaded, base, tolerance, window, interleave, where, budget):
     """The study's runs: one round against a window, else rounds until decided."""
-    from .. import check_runs, study
+    from .. import study
     from ..backends.registry import make_backend
     from ..config.profile import load_profile
+    from ..results.regression import rounds as check_runs
     from .console import wait_with_progress
 
     backend, profile_path, partition = where
@@ -326,7 +327,7 @@ def _run(store, loaded, base, tolerance, window, interleave, where, budget):
 def _remember(path, verdicts, site, label, reference, experiment) -> None:
     from statistics import fmean
 
-    from ..results import history as past
+    from ..results.regression import history as past
 
     date = past.now()
     entries = []
@@ -421,8 +422,8 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
 
 def _change_points(path: str, site: str, verdicts: list[Verdict], tolerance: float) -> list[str]:
     """Change points over each point's history at this site (this check's line included)."""
-    from ..results import history as past
-    from ..results.changepoints import NoChangePointLibrary, change_points
+    from ..results.regression import history as past
+    from ..results.regression.changepoints import NoChangePointLibrary, change_points
 
     fresh = past.read(path)
     lines = []

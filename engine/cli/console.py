@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.text import Text
 
+from ..io.text import printable
 from ..results.points import unit_and_axes
-from ..runs import TERMINAL, State
-from ..text import printable
+from ..results.table import Table, for_terminal
+from ..runs import TERMINAL, State, scale_label
 from ..tracking.store import Store  # noqa: TC001
 
 
@@ -75,6 +76,18 @@ def echo(text: str, to_err: bool = False, nl: bool = True, styled: bool = False)
     click.echo(shown, nl=nl, err=to_err, color=styled or None)
 
 
+def show(table: Table, wide: bool = False, columns: Sequence[str] | None = None) -> None:
+    """One of the table model's tables on stdout, fitted to the terminal's width (the least
+    important columns left out first, and named; `wide`: every column), then its notes."""
+    width = 1_000_000 if wide or columns else out.width
+    shown, left_out = for_terminal(table, width, columns)
+    out.print(shown)
+    for line in [*([left_out] if left_out else []), *table.notes]:
+        out.print(line, soft_wrap=True)
+    for line in table.alerts:
+        out.print(line, soft_wrap=True, style="red")
+
+
 def colour() -> bool:
     """Whether dlscale's own output may be coloured: a terminal, and no NO_COLOR."""
     return out.is_terminal and not out.no_color
@@ -105,7 +118,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                 r = running[0]
                 last = store.records.last("interval", [r["run_id"]]).get(r["run_id"])
                 now = (
-                    f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
+                    f"{r['framework']} {r['model']} {scale_label(r['nodes'], r['ranks_per_node'])} "
                     f"#{r['repetition']}"
                     + (
                         f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"

@@ -56,7 +56,7 @@ class OutputPath(click.Path):
         self.folder, self.replace, self.writable = folder, replace, writable
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from .. import outputs  # the command line starts without it (dlscale --help)
+        from ..io import writing as outputs  # the command line starts without it (dlscale --help)
 
         if self.folder:  # first: click's own stat would raise on a NUL in the name
             outputs.check_folder(value, _named(param), self.writable)

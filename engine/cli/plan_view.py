@@ -7,11 +7,12 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 
+from rich.table import Table
+
 from ..config.spec import LoadedSpec
 from ..launching.estimate import Estimate
 from ..launching.plan import Plan, Run
 from ..results.formatting import fmt
-from ..results.tables import Table
 from ..runs import State
 
 

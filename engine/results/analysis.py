@@ -16,19 +16,20 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ...trainers.common.records import ENERGY_FIELDS
+from ..io.text import printable
 from ..runs import State
-from ..text import printable
 from ..tracking import completion
 from ..tracking.store import Store
-from . import efficiency as explained
+from . import explained
 from .formatting import finite
 from .points import (
     POINT_FIELDS,
     Point,
     device_kind,
-    spread,
     unit_and_axes,
 )
+from .rows import ResultRow
+from .stats import counted, spread
 
 # What results read of each run's env record: its device, and why it has no energy.
 ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
@@ -69,7 +70,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
-        throughput = finite(s.get("throughput"))
+        throughput = counted(s.get("throughput"))
         if r["state"] == State.COMPLETED and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
@@ -131,8 +132,14 @@ def _mean(p: Point) -> float:
     return p.throughput.mean or 0.0  # singles are the points with a mean
 
 
-def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
-    return [{**p.as_dict(), **explained.fields(p)} for p in points(store, experiment)]
+def results(store: Store, experiment: str | None = None) -> list[ResultRow]:
+    return [result_row(p) for p in points(store, experiment)]
+
+
+def result_row(p: Point) -> ResultRow:
+    """A point as every front end reads it: the one place a result row is made
+    (tests/test_rows.py holds its keys to ResultRow's)."""
+    return cast("ResultRow", {**p.as_dict(), **explained.fields(p)})
 
 
 def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, list]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordWriter
-from ..files import load_json, read_bounded
+from ..io.reading import load_json, read_bounded
 from ..paths import RunPaths
 from .store import Store
 

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..io.text import printable
 from ..results.formatting import elapsed_text, finite, fmt
 from ..runs import ACTIVE, State, per_second
-from ..text import printable
 from .store import Store
-from .store_queue import QUEUE_CHANGES
-from .store_records import skipped_text
+from .store.queue import QUEUE_CHANGES
+from .store.records import skipped_text
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from ...paths import Layout, RunPaths, lay_out, own_folder
 from ...runs import JobRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
-from ...tracking.store_health import fault_message
+from ...tracking.store.health import fault_message
 from .backend import LOCK_NAME, settle_failed
 from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 

@@ -1,0 +1,102 @@
+"""Runs measured at another site, added to this store from a bundle (results/bundles.py).
+
+An imported run keeps its site in the `site` column (NULL: measured here) and gets an id and
+a point id of its own, hashed with its site, under an experiment named NAME@SITE: so an
+imported point never merges with a local one, nor with another site's, and `dlscale run`
+can never plan it (an experiment's name in a spec has no `@`). Imports are idempotent: a run
+already imported with the same records and state is left alone; one that changed at its
+site since (a later bundle) has its row and records replaced, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import StoreError
+from ...runs import RunRow
+from .database import Database
+
+
+@dataclass
+class Imported:
+    experiment: str
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+class Imports:
+    """Runs from bundles (`store.imports`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(
+        self,
+        experiment: dict[str, Any],
+        rows: list[RunRow],
+        records: dict[str, list[dict[str, Any]]],
+        write_folders: Callable[[list[str]], None],
+    ) -> Imported:
+        """One transaction: the experiment (name, spec, site), each run's row and records.
+        `write_folders(run ids)` lays out the new or changed runs' folders before the
+        commit; if it fails, nothing of the import stays in the store."""
+        out = Imported(experiment["name"])
+        now = time.time()
+        with self.db.transaction() as c:
+            c.execute(
+                "INSERT INTO experiments (name, spec_path, spec_text, spec_digest, updated, "
+                "site) VALUES (?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+                "spec_path=excluded.spec_path, spec_text=excluded.spec_text, "
+                "spec_digest=excluded.spec_digest, site=excluded.site, updated=excluded.updated "
+                "WHERE spec_text IS NOT excluded.spec_text OR site IS NOT excluded.site",
+                (
+                    experiment["name"],
+                    experiment["spec_path"],
+                    experiment["spec_text"],
+                    experiment["spec_digest"],
+                    now,
+                    experiment["site"],
+                ),
+            )
+            for row in rows:
+                rid = row["run_id"]
+                bodies = [json.dumps(r) for r in records[rid]]
+                old = c.execute(
+                    "SELECT state, reason, site FROM runs WHERE run_id=?", (rid,)
+                ).fetchone()
+                if old is not None and old[2] != row["site"]:
+                    raise StoreError(
+                        f"run {rid} of the bundle has the id of run {rid} of "
+                        f"{old[2] or 'this site'} in the store; nothing was imported"
+                    )
+                if old is not None:
+                    kept = [
+                        b
+                        for (b,) in c.execute(
+                            "SELECT body FROM records WHERE run_id=? ORDER BY line", (rid,)
+                        )
+                    ]
+                    if kept == bodies and (old[0], old[1]) == (row["state"], row["reason"]):
+                        out.unchanged.append(rid)
+                        continue
+                    c.execute("DELETE FROM records WHERE run_id=?", (rid,))
+                    c.execute("DELETE FROM runs WHERE run_id=?", (rid,))
+                    out.updated.append(rid)
+                else:
+                    out.added.append(rid)
+                full = {**row, "created": row.get("created") or now, "updated": now}
+                c.execute(
+                    f"INSERT INTO runs ({', '.join(full)}) VALUES ({', '.join('?' * len(full))})",
+                    tuple(full.values()),
+                )
+                c.executemany(
+                    "INSERT INTO records VALUES (?,?,?,?)",
+                    [(rid, i, r["kind"], b) for i, (r, b) in enumerate(zip(records[rid], bodies))],
+                )
+            write_folders(out.added + out.updated)
+        return out
