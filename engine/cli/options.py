@@ -74,9 +74,13 @@ def store_of(ctx: click.Context) -> Store:
     """The command's store, opened once (by the first check or the command itself)."""
     from ..tracking.store import Store
 
-    obj = ctx.find_root().obj or {}
+    root = ctx.find_root()
+    obj = root.obj or {}
     if "store" not in obj:
         obj["store"] = Store(obj.get("home"))
+        # closed with the command: its hold on the store (store_locks) goes with it, even
+        # where the command ran in a process that goes on (a test, a script)
+        root.call_on_close(obj["store"].close)
     return obj["store"]
 
 
