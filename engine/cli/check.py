@@ -482,7 +482,7 @@ def _record(junit: str | None, data: bytes | None, record: Record | None, code: 
                 past.append(record.path, record.entries)
                 appended = True
     except OutputError as exc:
-        if not appended:
+        if not appended or record is None:
             raise
         err.print(
             f"dlscale: {exc}; the history's lines were added to {record.path}: the verdict "
