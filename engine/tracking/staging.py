@@ -51,6 +51,7 @@ class Staged:
     def begin(cls, runs_dir: Path, what: str) -> Staged:
         root = runs_dir / STAGING
         root.mkdir(parents=True, exist_ok=True)
+        own_folder(root)  # a link in its place is refused: nothing is written through it
         path = root / f"{what}-{os.getpid()}-{secrets.token_hex(4)}{PARTIAL}"
         path.mkdir()
         return cls(path)
@@ -133,7 +134,7 @@ def whole() -> Iterator[None]:
 def settle(runs_dir: Path, apply: Apply | None) -> None:
     """What earlier changes left (killed part way): each decided one finished, every other
     removed. Called by the next change, holding the home's change lock."""
-    root = runs_dir / STAGING
+    root = own_folder(runs_dir / STAGING)
     try:
         found = sorted(root.iterdir())
     except (FileNotFoundError, NotADirectoryError):
