@@ -52,6 +52,7 @@ from .custom import (
     unset_lengths,
 )
 from .frameworks import FRAMEWORKS, Option, taking
+from .times import check_time
 from .tomlfile import Number, StrictModel, limit, load_toml_model, worded
 
 # Limits on what a spec asks for, each with the reason its error gives.
@@ -279,11 +280,18 @@ class Experiment(StrictModel):
     max_concurrent: (
         limit(StrictInt, "more jobs at once than Slurm can hold", ge=1, le=2**26) | None
     ) = None
+    # The most one run may take (a Slurm time: 00:30:00, 2-00, UNLIMITED): a local run
+    # past it is stopped and ends TIMEOUT, saying so; on Slurm, the job's limit when it is
+    # shorter than the profile's time_limit. Absent: the local backend's default
+    # (backends/local: DEFAULT_TIME_LIMIT), the profile's on Slurm. Not part of any
+    # run's identity.
+    time_limit: StrictStr | None = None
     # Axes of the user's own, for declared frameworks: `seq_len = [1024, 2048]` is one set
     # of runs per value, and `{seq_len}` in their commands (engine/config/custom.py).
     axes: dict[StrictStr, list[AxisValue]] = {}
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
+    _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))
 
     @model_validator(mode="before")
     @classmethod

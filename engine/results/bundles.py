@@ -15,7 +15,6 @@ import io
 import json
 import os
 import re
-import shutil
 import socket
 import tarfile
 from importlib.metadata import PackageNotFoundError, version
@@ -28,6 +27,7 @@ from ..launching.plan import digest
 from ..outputs import check_file, writing
 from ..paths import RunPaths, own_folder, write_run_file
 from ..runs import TERMINAL, RunRow
+from ..tracking import staging, store_locks
 from ..tracking.store import Store
 from ..tracking.store_imports import Imported
 from .bundle_read import (
@@ -191,6 +191,9 @@ def import_bundle(store: Store, path: str | Path) -> Imported:
 
 
 def add(store: Store, bundle: Bundle) -> Imported:
+    """The bundle's runs added whole or not at all, whatever ends the process meanwhile:
+    their folders staged, then published with their rows (tracking/staging.py); one
+    import at a time per home (tracking/store_locks.py)."""
     site = bundle.site
     name = imported_name(bundle.experiment.name, site)
     ids = local_ids(bundle)
@@ -220,27 +223,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
         records[rid] = run.records
         spec = bundle.experiment.spec_text.encode()
         files[rid] = {**run.files, "metrics.jsonl": metrics, "spec.toml": spec}
-    by_id = {r["run_id"]: r for r in rows}
     there = {local: orig for orig, local in ids.items()}
-
-    def write_folders(changed: list[str]) -> None:
-        made = []
-        try:
-            for rid in changed:
-                folder = own_folder(Path(by_id[rid]["run_dir"]))  # never a link
-                if folder.exists():
-                    shutil.rmtree(folder)  # an earlier import's copy of the same run
-                folder.mkdir(parents=True)
-                made.append(folder)
-                for fname, data in files[rid].items():
-                    (folder / fname).write_bytes(data)
-                write_run_file(by_id[rid], folder, by_id[rid]["backend"] or "", "", "")
-                _add_site(folder, site, there[rid])
-        except OSError:
-            for folder in made:
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
-
     experiment = {
         "name": name,
         "spec_path": bundle.experiment.spec_path,
@@ -248,7 +231,57 @@ def add(store: Store, bundle: Bundle) -> Imported:
         "spec_digest": bundle.experiment.spec_digest,
         "site": site,
     }
-    return store.imports.add(experiment, rows, records, write_folders)
+    with store_locks.changing(store.home, "import"):
+        staging.settle(store.runs_dir, lambda plan: _apply(store, plan))
+        plan = store.imports.diff(experiment, rows, records)
+        changed = set(plan.added + plan.updated)
+        if not changed:
+            return plan
+        for rid in changed:  # a link or a file where a run's folder goes: refused, named
+            own_folder(store.runs_dir / rid)
+        staged = staging.Staged.begin(store.runs_dir, "import")
+        try:
+            for row in rows:
+                if row["run_id"] in changed:
+                    _write_folder(staged.folder(row["run_id"]), row, files, site, there)
+        except BaseException:
+            staged.abandon()
+            raise
+        done = Imported(name)
+        with staging.whole():  # from here on, only SIGKILL stops it, and settle finishes it
+            try:
+                staged.decide(
+                    {
+                        "experiment": experiment,
+                        "rows": [r for r in rows if r["run_id"] in changed],
+                        "records": {rid: records[rid] for rid in changed},
+                    }
+                )
+                staged.finish(lambda plan: _apply(store, plan, done))
+            except Exception:
+                if not done.added and not done.updated and not done.unchanged:
+                    staged.abandon()  # its rows were not written: it did not happen
+                raise
+    done.unchanged += plan.unchanged
+    return done
+
+
+def _apply(store: Store, plan: dict[str, Any], done: Imported | None = None) -> None:
+    """A staged import's rows written (again), in one transaction."""
+    result = store.imports.add(plan["experiment"], plan["rows"], plan["records"])
+    if done is not None:
+        done.added, done.updated, done.unchanged = result.added, result.updated, result.unchanged
+
+
+def _write_folder(
+    folder: Path, row: RunRow, files: dict[str, dict[str, bytes]], site: str, there: dict
+) -> None:
+    rid = row["run_id"]
+    folder.mkdir()
+    for fname, data in files[rid].items():
+        (folder / fname).write_bytes(data)
+    write_run_file(row, folder, row["backend"] or "", "", "")
+    _add_site(folder, site, there[rid])
 
 
 def _add_site(folder: Path, site: str, origin: str) -> None:
