@@ -234,10 +234,22 @@ def _model(model: type[_Strict], name: str, raw: bytes, problems: list[str]) -> 
         if isinstance(exc, ValidationError):
             for e in exc.errors():
                 where = ".".join(str(x) for x in e["loc"]) or "(the whole file)"
-                problems.append(f"{name}: {where}: {e['msg']}")
+                problems.append(f"{name}: {where}: {_said(e)}")
         else:
             problems.append(f"{name}: {exc}")
         return None
+
+
+def _said(e: Any) -> str:
+    """pydantic's words for a problem; a name against the spec's rule in the rule's words,
+    with the name given (shown escaped by the printer)."""
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if e["type"] == "string_pattern_mismatch" and (e.get("ctx") or {}).get("pattern") == NAME:
+        msg = (
+            f"{e['input']!r} is not a name a spec can hold: 1 to 64 letters, digits, '.', "
+            "'_' or '-', starting with a letter or a digit"
+        )
+    return msg
 
 
 def _records(name: str, raw: bytes, row: dict[str, Any], problems: list[str]) -> list[dict]:
