@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import DlscaleError, SpecError
+from ..errors import DlscaleError
 from ..leaving import leave_now
 from .lazy import LazyGroup
 from .options import NamedPath, home_callback
@@ -183,13 +183,11 @@ def main(argv: list[str] | None = None) -> None:
         for line in shown.getvalue().rstrip("\n").splitlines():
             _say(line)
         sys.exit(exc.exit_code)
-    except SpecError as exc:
-        for problem in exc.shown():
-            _say(f"dlscale: error: {problem}")
-        sys.exit(exc.exit_code)
-    except DlscaleError as exc:
-        for line in str(exc).splitlines():
-            _say(f"dlscale: error: {line}")
+    except DlscaleError as exc:  # a spec's problems, a bundle's: a line each, else one line
+        from ..text import printable
+
+        for line in exc.shown():
+            _say(f"dlscale: error: {printable(line)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         leave_now(130)

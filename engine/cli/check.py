@@ -20,6 +20,7 @@ import click
 
 from ..errors import DlscaleError, UserError
 from ..outputs import OutputError, writing
+from ..quantities import MINUTES
 from ..results.check import (
     PASSED,
     REGRESSED,
@@ -145,7 +146,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 )
 @click.option(
     "--max-minutes",
-    type=click.FloatRange(0.1, 10_000),
+    type=MINUTES.option(),
     default=10.0,
     show_default=True,
     help="with --run: no round begins that would end past this",

@@ -31,7 +31,7 @@ def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     following.refresh(store)
     data = comparing.side_by_side(store, a, b)
     if fmt == "json":
-        echo(json.dumps(data, indent=2))
+        echo(json.dumps(data, indent=2, allow_nan=False))
         return
     out.print(comparison_table(data))
     for note in comparison_notes(data):

@@ -1,8 +1,8 @@
 """Checks on the command lines' own values, made while they are parsed, before any work: the
 store's folder (--home, DLSCALE_HOME) can be made and written, a named experiment is in the
 store, an MD5 looks like one, a path is one dlscale may read or write. `dlscale` and
-`dlscale-tui` share them; numbers are bounded where each option is declared (click.IntRange
-says its range itself).
+`dlscale-tui` share them; numbers are bounded where each option is declared: a count by
+click.IntRange, any other number by its quantity (engine/quantities.py: `Quantity.option`).
 
 Every path a command takes is one of two types, so that a new one says which it is
 (tests/test_outputs.py finds every output path in these definitions): `InputPath` (read:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from ..errors import PlanError
+from ..quantities import BANDWIDTH, LATENCY
 from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
 from .software import Environment
@@ -235,28 +236,11 @@ class Interconnect(StrictModel):
     allreduce across nodes moves at most the node's injection bandwidth, within a node at
     most the links between its devices."""
 
-    injection_gbps: (
-        limit(
-            StrictFloat | StrictInt,
-            "faster than any node's network (GB/s, 10^9 bytes a second)",
-            gt=0,
-            le=100_000,
-        )
-        | None
-    ) = None  # per node, all its NICs together: 8 x 200 Gb/s InfiniBand is 200 GB/s
-    intra_node_gbps: (
-        limit(StrictFloat | StrictInt, "faster than any node's device links", gt=0, le=100_000)
-        | None
-    ) = None  # between the devices of a node: NVLink, PCIe, shared memory
-    latency_us: (
-        limit(
-            StrictFloat | StrictInt,
-            "longer than any network's latency (microseconds)",
-            ge=0,
-            le=1e6,
-        )
-        | None
-    ) = None  # one message's latency, microseconds
+    # per node, all its NICs together: 8 x 200 Gb/s InfiniBand is 200 GB/s
+    injection_gbps: BANDWIDTH.field(optional=True) = None  # type: ignore[valid-type]
+    # between the devices of a node: NVLink, PCIe, shared memory
+    intra_node_gbps: BANDWIDTH.field(optional=True) = None  # type: ignore[valid-type]
+    latency_us: LATENCY.field(optional=True) = None  # type: ignore[valid-type]  # one message's
 
 
 # How long a front end waits for one Slurm command by default (Profile.command_timeout).

@@ -39,6 +39,7 @@ from ...trainers.common.args import (
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
+from ..quantities import MAX_BATCH, MAX_GLOBAL_BATCH
 from .custom import (
     AxisValue,
     Declared,
@@ -59,7 +60,6 @@ from .tomlfile import Number, StrictModel, limit, load_toml_model, worded
 MAX_NODES = 100_000
 NODES = limit(StrictInt, "more nodes than any Slurm cluster has", ge=1, le=MAX_NODES)
 RANKS_PER_NODE = limit(StrictInt, "more ranks than any node has GPUs or cores", ge=1, le=1024)
-MAX_BATCH = 65_536
 BATCH_WHY = "larger batches do not fit any device's memory"
 # The runs one spec may plan: ten times the largest study dlscale is measured at (10,000
 # runs plan in 0.04 s and render in 2 s, benchmarks/engine_scale.py). Counted from the
@@ -112,7 +112,7 @@ GLOBAL_BATCH = Annotated[
         StrictInt,
         "a step of more than 2^20 images would hold most of "
         "ImageNet's 1.28 million training images",
-        le=2**20,
+        le=MAX_GLOBAL_BATCH,
     ),
     AfterValidator(_positive),
 ]

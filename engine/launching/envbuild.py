@@ -296,7 +296,8 @@ def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str
                 "device": recipe.device,
                 "created": time.time(),
                 "build_s": round(time.time() - started, 1),
-            }
+            },
+            allow_nan=False,
         )
         + "\n"
     )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ...trainers.common.records import ENERGY_FIELDS
+from ..quantities import THROUGHPUT
 from ..runs import State
 from ..text import printable
 from ..tracking import completion
@@ -70,6 +71,8 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
         throughput = finite(s.get("throughput"))
+        if throughput and THROUGHPUT.problem(throughput):  # a store filled before the domain
+            throughput = None
         if r["state"] == State.COMPLETED and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)

@@ -139,7 +139,7 @@ def export(
 
 
 def _json(data: Any) -> bytes:
-    return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+    return (json.dumps(data, sort_keys=True, indent=1, allow_nan=False) + "\n").encode()
 
 
 def profile_text(profile: dict[str, Any] | None) -> str | None:
@@ -157,7 +157,9 @@ def _run_members(store: Store, r: RunRow) -> dict[str, bytes]:
     records = store.records.of(r["run_id"])
     out = {
         f"{where}/run.json": _json(row),
-        f"{where}/metrics.jsonl": "".join(json.dumps(rec) + "\n" for rec in records).encode(),
+        f"{where}/metrics.jsonl": "".join(
+            json.dumps(rec, allow_nan=False) + "\n" for rec in records
+        ).encode(),
     }
     paths = RunPaths.of(r)
     for name, path in (("job.sh", paths.job_script), ("profile.toml", paths.profile)):
@@ -200,7 +202,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
     rows, records, files = [], {}, {}
     for run in bundle.runs:
         rid = ids[run.row["run_id"]]
-        metrics = "".join(json.dumps(rec) + "\n" for rec in run.records).encode()
+        metrics = "".join(json.dumps(rec, allow_nan=False) + "\n" for rec in run.records).encode()
         # the bundle's row (RunFile's fields, checked by bundle_read), made this store's
         row = cast(
             RunRow,
@@ -210,7 +212,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
                 "point_id": digest({"site": site, "point_id": run.row["point_id"]}),
                 "experiment": name,
                 "devices": run.row["nodes"] * run.row["ranks_per_node"],
-                "training": json.dumps(run.row["training"], sort_keys=True),
+                "training": json.dumps(run.row["training"], sort_keys=True, allow_nan=False),
                 "rerun_of": ids.get(run.row["rerun_of"] or ""),
                 "site": site,
                 "run_dir": str(store.runs_dir / rid),
@@ -290,4 +292,4 @@ def _add_site(folder: Path, site: str, origin: str) -> None:
     record = RunPaths(folder).record
     data = json.loads(record.read_text())
     data.update(site=site, run_id_at_site=origin)
-    record.write_text(json.dumps(data, sort_keys=True) + "\n")
+    record.write_text(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from ..text import printable
 from .compare import RATIO_METHOD, TEST_METHOD
 from .formatting import fmt, slowed_mark, slowed_note
 
@@ -27,7 +28,7 @@ def _ratio(r: dict[str, Any]) -> str:
         return "-"
     if r["ratio_low"] is None:
         return f"{r['ratio']:.3f}"
-    high = "inf" if r["ratio_high"] is None else f"{r['ratio_high']:.3f}"
+    high = "unbounded" if r["ratio_high"] is None else f"{r['ratio_high']:.3f}"
     return f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {high}]"
 
 
@@ -87,7 +88,9 @@ def comparison_table(data: dict[str, Any]) -> Table:
     for name, justify in COLUMNS:
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for cells in comparison_rows(data):
-        t.add_row(*(Text(c) for c in cells))  # names and versions are text, not markup
+        # names and versions are text, not markup; made printable before rich's Text drops
+        # a BEL and before the columns are measured
+        t.add_row(*(Text(printable(c)) for c in cells))
     return t
 
 

@@ -48,7 +48,7 @@ def t_quantile_975(df: int) -> float:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(json.dumps({**known, str(df): value}, sort_keys=True))
+        part.write_text(json.dumps({**known, str(df): value}, sort_keys=True, allow_nan=False))
         os.replace(part, path)  # whole or not at all, whoever else writes it
     except OSError:
         pass

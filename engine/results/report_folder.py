@@ -304,6 +304,7 @@ class ReportFolder:
                     "files": dict(sorted(files.items())),
                 },
                 indent=1,
+                allow_nan=False,
             )
             + "\n"
         )

@@ -254,7 +254,7 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "attempts": 1 + len(attempts),
             "run_dir": str(folder),
             "devices": row["nodes"] * row["ranks_per_node"],
-            "training": json.dumps(row.get("training") or {}, sort_keys=True),
+            "training": json.dumps(row.get("training") or {}, sort_keys=True, allow_nan=False),
         }
     )
     if guessed:  # only once its row is in the store: a folder refused above is not numbered

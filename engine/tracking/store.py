@@ -271,7 +271,9 @@ class Store:
         def training(run: Run) -> str:
             text = texts.get(id(run.training))
             if text is None:
-                text = texts[id(run.training)] = json.dumps(run.training, sort_keys=True)
+                text = texts[id(run.training)] = json.dumps(
+                    run.training, sort_keys=True, allow_nan=False
+                )
             return text
 
         runs_dir = str(self.runs_dir)

@@ -101,7 +101,7 @@ class Imports:
             )
             for row in rows:
                 rid = row["run_id"]
-                bodies = [json.dumps(r) for r in records[rid]]
+                bodies = [json.dumps(r, allow_nan=False) for r in records[rid]]
                 old = c.execute(
                     "SELECT state, reason, site FROM runs WHERE run_id=?", (rid,)
                 ).fetchone()
