@@ -11,7 +11,8 @@ A declared framework's run may end with an `energy` record after its summary: wr
 engine from the meter around the script (trainers/common/metered.py), it fills the summary's
 energy fields the script left empty; and with a second `env` record, the script's own with
 the versions its interpreter holds added (engine/tracking/custom_software.py), which
-readers of a run's last env record see.
+readers of a run's last env record see. The memory probe (common/memory_probe.py) writes one
+`probe` record to a file of its own: every size it tried and the largest that fit.
 Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
 
@@ -43,6 +44,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
         "comm_busbw_gbps",
     ),
     "energy": ("metered",),
+    "probe": ("attempts", "stopped_by"),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -114,6 +116,15 @@ TYPES: dict[str, dict[str, str]] = {
         "reached_target": "flag?",
         "images_timed": "count?",
         "final_loss": "number?",
+        # a transformer's (torch_ddp/metrics.py); mfu can pass 1 where a CPU's measured
+        # peak fell short of what its steps later got, so it is a rate, not a fraction
+        "tokens_per_s": "rate?",
+        "flops_per_token": "count?",
+        "achieved_tflops_per_device": "rate?",
+        "peak_tflops_per_device": "rate?",
+        "mfu": "rate?",
+        "peak_memory_bytes": "count?",
+        "peak_memory_bytes_per_rank": "list?",
     },
     "comm": {
         "collective": "text",
@@ -144,6 +155,16 @@ TYPES: dict[str, dict[str, str]] = {
         "energy_source": "text?",
         "energy_window_s": "rate?",
         "devices_metered": "texts?",
+    },
+    "probe": {
+        "command": "texts",
+        "memory_limit_bytes": "count?",
+        "memory_limit_kind": "text?",
+        "attempts": "list",  # [{layers, parameters, peak_memory_bytes_per_rank, fit, reason}]
+        "largest_fit_layers": "count?",
+        "largest_fit_parameters": "count?",
+        "largest_fit_peak_memory_bytes_per_rank": "list?",
+        "stopped_by": "text",
     },
 }
 # The summary's energy fields an `energy` record fills where the summary leaves them empty.
