@@ -40,7 +40,7 @@ from pathlib import Path
 from ..trainers.common.data import DataError, read_cifar10
 from ..trainers.common.imagenet import LayoutCheck, check_layout
 from .errors import DlscaleError, UserError
-from .io.writing import OutputError, OutputFolder, check_folder
+from .io.outputs import OutputError, OutputFolder, check_folder
 
 
 @dataclass(frozen=True)

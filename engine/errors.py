@@ -20,6 +20,22 @@ def capped(lines: list[str], most: int = SHOWN_PROBLEMS, what: str = "problem(s)
 
 class DlscaleError(Exception):
     exit_code = 1
+    lines: list[str] | None = None  # a list of problems: a line each (`listing`)
+
+    @classmethod
+    def listing(cls, problems: list[str], head: str | None = None) -> DlscaleError:
+        """An error of several problems, a line each (a few, then how many more), under a
+        `head` line when given."""
+        lines = capped(problems) if head is None else [head, *(f"  {p}" for p in capped(problems))]
+        exc = cls("\n".join(lines))
+        exc.lines = lines
+        return exc
+
+    def shown(self) -> list[str]:
+        """The lines a front end shows: one, unless the error lists problems. A newline in
+        a name or a path the message holds (a DLSCALE_HOME's) is text the printer shows as
+        its escape, not a break that splits the error in two."""
+        return self.lines if self.lines is not None else [str(self)]
 
 
 class UserError(DlscaleError):

@@ -158,7 +158,7 @@ def write_run_file(
     data.update(backend=backend, spec_path=spec_path, spec_digest=spec_digest)
     # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
     # 10,000 runs writes 10,000 of these).
-    RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True) + "\n")
+    RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
 
 
 def lay_out(row: RunRow, backend: str, layout: Layout) -> None:

@@ -26,7 +26,6 @@ from .errors import (
     StoreError,
     SubmitError,
     UserError,
-    capped,
 )
 from .launching import envs
 from .launching.plan import Plan, Run, digest, plan
@@ -66,7 +65,7 @@ def check_plan(loaded: LoadedSpec, p: Plan, backend: Backend, home: Path) -> Non
     ]
     problems += backend.refusals(loaded, p.runs)
     if problems:
-        raise PlanError("\n".join(capped(problems)))
+        raise PlanError.listing(problems)
 
 
 @dataclass

@@ -54,14 +54,21 @@ def _no_cuda() -> str | None:
 # before a conftest's hook otherwise; the markers added after it grouped nothing.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Tests that need a framework's own environment (the `env_home` fixture) run last, and
-    those on Slurm 25.11 just before them: scripts/test builds both in the background
-    meanwhile, and `env create` (or `cluster up --slurm 25.11`) waits for a build in progress
-    rather than starting a second one. The GPU tier (tests/gpu/) is marked `gpu` and skipped
-    with the reason where there is no CUDA device, so the test command stays green on CPU
-    machines and in CI."""
+    """The order the two workers take the tests in (scripts/test keeps it: xdist's
+    --no-loadscope-reorder): the Slurm clusters' group first, the longest chain, on one
+    worker; then the tests that share nothing; the framework environments' group last.
+    Within each, a test that needs a framework's own environment (`env_home`) or Slurm 25.11
+    comes last: scripts/test builds both in the background meanwhile, and `env create` (or
+    `cluster up --slurm 25.11`) waits for a build in progress rather than starting a second
+    one. The GPU tier (tests/gpu/) is marked `gpu` and skipped with the reason where there is
+    no CUDA device, so the test command stays green on CPU machines and in CI."""
+    rank = {"slurm": 0, None: 1, "frameworks": 2}
     items.sort(
-        key=lambda item: ("env_home" in getattr(item, "fixturenames", ()), "[25.11" in item.name)
+        key=lambda item: (
+            rank[_xdist_group(item)],
+            "env_home" in _fixtures(item),
+            _needs_25_11(item),
+        )
     )
     for item in items:
         group = _xdist_group(item)
@@ -82,6 +89,15 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.gpu)
         if why:
             item.add_marker(pytest.mark.skip(reason=f"GPU tier: {why}"))
+
+
+def _fixtures(item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
+
+
+def _needs_25_11(item) -> bool:
+    """A test of Slurm 25.11, whose build (cold: about 15 minutes) it waits for."""
+    return "[25.11" in item.name or "slurm_25_11" in _fixtures(item)
 
 
 # Under pytest-xdist (scripts/test runs two workers, --dist loadgroup), the tests that share

@@ -83,7 +83,7 @@ def test_a_bad_line_is_skipped_kept_with_its_line_and_counted(tmp_path):
     notes = store.records.skipped_notes()
     assert notes[0] == (
         f"run {run.run_id}: m.jsonl line 2 skipped: interval.images_per_s "
-        "is 'abc', not a finite number >= 0 (at most 2^53)"
+        "is 'abc', not a finite number >= 0: 0, or from 1e-9 (one in 30 years) to 2^53 a second"
     )
     assert "m.jsonl line 3 skipped: not JSON" in notes[1]
     # a new attempt starts clean

@@ -431,7 +431,9 @@ def test_dali_environments_are_opt_in_and_keyed_apart(home):
     for fw in ("pytorch-ddp", "deepspeed", "horovod-pytorch"):
         assert any("pillow" in p for s in recipes.RECIPES[fw].steps for p in s.packages)
     proc = dlscale("env", "create", "tensorflow", "--with", "dali", check=2)
-    assert "--with dali: only for pytorch-ddp, horovod-pytorch, deepspeed" in proc.stderr
+    assert (
+        "--with dali: only for pytorch-ddp, pytorch-fsdp, horovod-pytorch, deepspeed" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert (
         envs.create_command("deepspeed", home, ("dali",))

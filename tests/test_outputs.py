@@ -27,7 +27,7 @@ from test_bad_input import COMMANDS, invoke
 
 from conftest import REPO
 from dlscale.engine.cli.options import InputPath, OutputPath
-from dlscale.engine.io.writing import OutputError, OutputFolder, write_file
+from dlscale.engine.io.outputs import OutputError, OutputFolder, write_file
 from tui_text import recorded_study
 
 pytestmark = pytest.mark.timeout(600)
@@ -87,19 +87,23 @@ class Mounts:
         return len(self.mounted) == 2
 
     def fill(self) -> None:
-        """Every byte of the full one taken (a few KiB at a time, to the last)."""
-        with open(self.full / "fill", "ab", buffering=0) as fh:
-            for size in (4096, 512, 1):
-                try:
-                    while True:
-                        fh.write(b"\0" * size)
-                except OSError:
-                    continue
+        fill(self.full)
 
     def close(self) -> None:
         for m in self.mounted:
             subprocess.run(["umount", "-l", str(m)])
         self.ro.chmod(0o755)
+
+
+def fill(disk: Path) -> None:
+    """Every byte of a small file system taken (a few KiB at a time, to the last)."""
+    with open(disk / "fill", "ab", buffering=0) as fh:
+        for size in (4096, 512, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                continue
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, write_spec
-from dlscale.engine.config.profile import RESERVED, load_profile, time_to_seconds
+from dlscale.engine.config.profile import RESERVED, load_profile
 from dlscale.engine.config.spec import load_spec
+from dlscale.engine.config.times import time_to_seconds
 from dlscale.engine.errors import PlanError, SpecError
 from dlscale.engine.launching import jobscript
 from dlscale.engine.launching.plan import plan

@@ -473,7 +473,7 @@ def test_strong_scaling_from_two_stated_batches_fits_the_overhead(tmp_path):
     "args,says",
     [
         (["--throughput", "x"], "is not BATCH=THROUGHPUT"),
-        (["--throughput", "256=-3", "--model", "resnet50"], "is not BATCH=THROUGHPUT"),
+        (["--throughput", "256=-3", "--model", "resnet50"], "out of range; a throughput is"),
         (["--throughput", "256=2470", "--to", "4"], "give the gradient too"),
         (["--throughput", "256=9", "--model", "nope", "--to", "2"], "not a model dlscale knows"),
         (["--throughput", "256=9", "--model", "resnet50", "--scaling", "strong"], "--global-batch"),

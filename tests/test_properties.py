@@ -79,6 +79,7 @@ _GOOD_VALUE = {
     "number": st.floats(min_value=-1e6, max_value=1e6),
     "rate": st.floats(min_value=0, max_value=1e6),
     "fraction": st.floats(min_value=0, max_value=1),
+    "throughput": st.just(0.0) | st.floats(min_value=1e-9, max_value=1e6),
     "text": st.text(max_size=12),
     "flag": st.booleans(),
     "list": st.lists(st.text(max_size=6), max_size=3),

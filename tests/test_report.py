@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, dlscale, mlperf_check, mlperf_score_s
-from dlscale.engine.io.writing import OutputFolder
+from dlscale.engine.io.outputs import OutputFolder
 from dlscale.engine.results import analysis, charts, tables
 from dlscale.engine.results.report import document as reporting
 from dlscale.engine.results.report import figures, mllog

@@ -40,7 +40,7 @@ def test_the_overhead_per_step_is_recovered_from_points_at_several_batches():
     t0, u = 0.004, 0.0005
     batches = [16, 32, 64, 128]
     fit = stated.overhead_fit(batches, [t0 + b * u for b in batches])
-    assert fit == pytest.approx((t0, u))
+    assert fit is not None and fit[:2] == pytest.approx((t0, u)) and fit[2] == ""  # not clamped
     # strong scaling: the per-device throughput then falls as the generating model's
     net = sm.Net([10**6], (0.0, 1e-15), None)
     terms = sm.Terms(0.0, fit[0], 0.0)

@@ -332,10 +332,10 @@ def test_a_tampered_archive_is_refused_before_building(tmp_path):
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_pyslurm_sees_what_the_commands_see(request, monkeypatch):
+def test_pyslurm_sees_what_the_commands_see(slurm_25_11, monkeypatch):
     """The same states, pending reasons, exit codes and nodes, first from the controller,
     then (once it has forgotten the finished jobs) from the database."""
-    started = request.getfixturevalue("slurm_25_11")
+    started = slurm_25_11
     for name, value in started.env.items():
         monkeypatch.setenv(name, value)
     if (

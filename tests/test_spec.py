@@ -120,9 +120,9 @@ def test_shipped_examples_validate():
 
 OPTION_ERRORS = [
     (
-        "[options.deepspeed]\nzero_stage = 3",
+        "[options.deepspeed]\nzero_stage = 4",
         "zero_stage",
-        ["options.deepspeed.zero_stage", "allowed: 0, 1, 2", "got 3"],
+        ["options.deepspeed.zero_stage", "allowed: 0, 1, 2, 3", "got 4"],
     ),
     ("[options.deepspeed]\nzero_stage = true", "zero_stage", ["valid integer"]),
     (
@@ -171,8 +171,8 @@ def test_dali_and_imagenet_are_refused_for_trainers_without_them(tmp_path, frame
         load_spec(path)
     assert str(info.value).startswith(
         f"{path}:10: experiment.loaders: loader 'dali' is taken only by the pytorch-ddp, "
-        f"horovod-pytorch, deepspeed trainers, not by {framework}'s (its loaders: native); "
-        f'give {framework} a spec of its own with loaders = ["native"]'
+        f"pytorch-fsdp, horovod-pytorch, deepspeed trainers, not by {framework}'s (its "
+        f'loaders: native); give {framework} a spec of its own with loaders = ["native"]'
     )
     path.write_text(
         path.read_text()
@@ -184,8 +184,8 @@ def test_dali_and_imagenet_are_refused_for_trainers_without_them(tmp_path, frame
         load_spec(path)
     assert (
         f"{path}:5: experiment.datasets: dataset 'imagenet' is taken only by the "
-        f"pytorch-ddp, horovod-pytorch, deepspeed trainers, not by {framework}'s (its "
-        "datasets: synthetic-cifar, synthetic-imagenet, cifar10, digits)" in str(info.value)
+        f"pytorch-ddp, pytorch-fsdp, horovod-pytorch, deepspeed trainers, not by {framework}'s "
+        "(its datasets: synthetic-cifar, synthetic-imagenet, cifar10, digits)" in str(info.value)
     )
     proc = dlscale("plan", str(path), check=2)  # the command line: exit 2, one line, no traceback
     assert "experiment.datasets: dataset 'imagenet'" in proc.stderr

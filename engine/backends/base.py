@@ -43,6 +43,9 @@ class JobRequest:
     # Where the backend lays out the run's folder when its job starts (folders_at_start):
     # what goes in it then. None: it was laid out at submission.
     layout: Layout | None = None
+    # The most the job may run, where the backend itself holds it to a limit (the local
+    # worker; Slurm's limit is in the job script). None: none.
+    time_limit_s: int | None = None
 
     @property
     def log_path(self) -> Path:

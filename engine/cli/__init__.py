@@ -1,5 +1,6 @@
 """`dlscale`: the command line over the engine. Bad input exits 2 with one clear message per
-problem; failures of the world exit 1; neither prints a traceback.
+problem; failures of the world exit 1; an internal error (a bug) exits 70 with one line
+naming the file its traceback was saved to (internal.py); none prints a traceback.
 
 Commands live in modules by concern and are imported only when used, so `dlscale --help`
 and `dlscale status` start without loading what `results` or `run` need (scipy, matplotlib,
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import DlscaleError, SpecError
+from ..errors import DlscaleError
 from ..leaving import leave_now
 from .lazy import LazyGroup
 from .options import NamedPath, home_callback
@@ -82,8 +83,9 @@ COMMANDS = {
         "check",
         "check_cmd",
         "Check a study against a baseline for CI: exit 0 when every point passed, 1 when "
-        "any regressed, 2 on bad input, 3 when not every point could be judged; a JUnit XML "
-        "file (for every outcome) and a one-screen summary.",
+        "any regressed, 2 on bad input, 3 when not every point could be judged, 4 when the "
+        "check could not be made, 70 on an internal error; a JUnit XML file (for every "
+        "outcome) and a one-screen summary.",
     ),
     "data": (
         "data",
@@ -126,7 +128,13 @@ COMMANDS = {
 @click.version_option(package_name="dlscale")
 @click.pass_context
 def cli(ctx: click.Context, home: str | None) -> None:
-    """Measure how deep-learning training scales: frameworks x models x scales."""
+    """Measure how deep-learning training scales: frameworks x models x scales.
+
+    Exit status: 0 done; 1 a run or the scheduler failed, or a fault of the world (the
+    store locked, damaged or on a full disk); 2 bad input, refused before any work; 70 an
+    internal error (a bug: its traceback is saved, and the line says where); 130
+    interrupted (ctrl+c). `dlscale check --help` says what check's own statuses mean.
+    """
     ctx.obj = {"home": home}
     _chosen["home"] = home
 
@@ -175,13 +183,11 @@ def main(argv: list[str] | None = None) -> None:
         for line in shown.getvalue().rstrip("\n").splitlines():
             _say(line)
         sys.exit(exc.exit_code)
-    except SpecError as exc:
-        for problem in exc.shown():
-            _say(f"dlscale: error: {problem}")
-        sys.exit(exc.exit_code)
-    except DlscaleError as exc:
-        for line in str(exc).splitlines():
-            _say(f"dlscale: error: {line}")
+    except DlscaleError as exc:  # a spec's problems, a bundle's: a line each, else one line
+        from ..io.text import printable
+
+        for line in exc.shown():
+            _say(f"dlscale: error: {printable(line)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         leave_now(130)
@@ -197,8 +203,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         if os.environ.get("DLSCALE_DEBUG"):
             raise
+        from .internal import EXIT, save_traceback
+
+        saved = save_traceback(exc, Path(_chosen["home"] or default_home()))
+        where = f"its traceback is in {saved}" if saved else "set DLSCALE_DEBUG=1 for it"
         _say(
-            f"dlscale: internal error: {type(exc).__name__}: {exc} "
-            "(set DLSCALE_DEBUG=1 for the traceback)"
+            f"dlscale: internal error: {type(exc).__name__}: {exc} ({where}; a bug in "
+            "dlscale, please report it)"
         )
-        sys.exit(1)
+        sys.exit(EXIT)

@@ -1,19 +1,26 @@
 """`dlscale check`: a study against a baseline, for CI. Exit 0 when every point of the study
 passed, 1 when any regressed, 2 on bad input, 3 when none regressed but not every point
 could be judged (undecided within the budget, or nothing to judge it against): a check
-that judged nothing never passes. A JUnit XML file for every outcome, bad input included;
-the history of checks (`--history`) gains a line per point, and names change points."""
+that judged nothing never passes; 4 when the check could not be made (a fault of the
+world: the store, the disk, the scheduler) and 70 on an internal error, so that neither
+reads as a regression. A JUnit XML file for every outcome, bad input included; the history
+of checks (`--history`) gains a line per point, and names change points. The history's
+lines and the JUnit file are written as one whole with the verdict (`_record`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import click
 
+from ..config.quantities import MINUTES
 from ..errors import DlscaleError, UserError
+from ..io.outputs import OutputError, writing
 from ..results.regression.check import (
     PASSED,
     REGRESSED,
@@ -26,13 +33,15 @@ from ..results.regression.check import (
 )
 from ..results.regression.decide import LEVEL, rule_text
 from ..results.regression.junit import error_xml, junit_xml, write_junit
+from ..tracking.store.health import fault_message
 from ..where import given_as
-from .console import out
-from .options import InputPath, OutputPath, store_of
+from .console import err, out
+from .options import InputName, InputPath, OutputPath, store_of
 from .runs import backend_options
 
 _SHOWN = 20  # lines of points a summary shows (regressions always all)
 NOT_JUDGED = 3  # the exit status of a check that could not judge every point
+NOT_CHECKED = 4  # a fault of the world stopped the check: not a regression
 ORDER = {REGRESSED: 0, UNDECIDED: 1, SKIPPED: 2, PASSED: 3}
 
 
@@ -86,6 +95,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 @click.argument("spec", type=InputPath(dir_okay=False))
 @click.option(
     "--baseline",
+    type=InputName(),
     default=None,
     help="an experiment in the store, or a bundle file from `dlscale export bundle`",
 )
@@ -97,7 +107,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 )
 @click.option(
     "--history",
-    type=OutputPath(),
+    type=OutputPath(read=True),
     default=None,
     help="a file of every check's results (one JSON line a point): appended to, and read "
     "for --window and for change points",
@@ -136,7 +146,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 )
 @click.option(
     "--max-minutes",
-    type=click.FloatRange(0.1, 10_000),
+    type=MINUTES.option(),
     default=10.0,
     show_default=True,
     help="with --run: no round begins that would end past this",
@@ -146,15 +156,43 @@ def _write_error(path: str, what: str, message: str) -> None:
 @click.pass_context
 def check_cmd(ctx: click.Context, spec: str, junit: str | None, **options: Any) -> None:
     """Check a study against a baseline for CI: exit 0 when every point passed, 1 when any
-    regressed, 2 on bad input, 3 when not every point could be judged; a JUnit XML file
-    (for every outcome) and a one-screen summary."""
+    regressed, 2 on bad input, 3 when not every point could be judged, 4 when the check
+    could not be made, 70 on an internal error; a JUnit XML file (for every outcome) and a
+    one-screen summary.
+
+    \b
+    Exit status:
+      0  every point passed
+      1  a point regressed
+      2  bad input (refused before any work; the JUnit file says why)
+      3  not every point could be judged (undecided within the budget, or nothing
+         to judge it against): a check that judged nothing never passes
+      4  the check could not be made: a fault of the world (the store locked or full,
+         the disk full, the scheduler unreachable), said in one line
+      70 an internal error (a bug; its traceback is saved, the line says where)
+      130 interrupted (ctrl+c)
+    """
     start = time.monotonic()
     try:
         code = _check(ctx, spec, junit, start, **options)
     except DlscaleError as exc:
-        if junit and exc.exit_code == 2:
+        if junit and exc.exit_code in (1, 2):
             _write_error(junit, spec, str(exc))
+        if exc.exit_code == 1:  # the world's fault, not a regression
+            exc.exit_code = NOT_CHECKED
         raise
+    except Exception as exc:
+        from ..tracking.store import default_home
+
+        home = (ctx.find_root().obj or {}).get("home")
+        fault = fault_message(exc, Path(home) if home else default_home())
+        if junit:
+            _write_error(junit, spec, fault or f"internal error: {type(exc).__name__}: {exc}")
+        if fault is None:
+            raise  # a bug: the command line's internal error (exit 70)
+        failed = DlscaleError(fault)
+        failed.exit_code = NOT_CHECKED
+        raise failed from None
     sys.exit(code)
 
 
@@ -254,21 +292,12 @@ def _check(
                 why = rounds.not_baseline.get(v.name)
                 if why is not None:
                     v.outcome, v.why = SKIPPED, why
-        if history:
-            _remember(history, verdicts, site, label, base.name, name)
     site = site_of(store, name)
-    return _report(
-        name,
-        base,
-        verdicts,
-        tolerance,
-        shared,
-        stopped,
-        junit,
-        start,
-        window,
-        (history, site) if history else None,
-    )
+    record = None
+    if history:
+        assert kept is not None
+        record = Record(history, kept, _entries(verdicts, site, label, base.name, name), site)
+    return _report(name, base, verdicts, tolerance, shared, stopped, junit, start, window, record)
 
 
 def _shared(loaded, base) -> bool:
@@ -324,7 +353,8 @@ def _run(store, loaded, base, tolerance, window, interleave, where, budget):
     )
 
 
-def _remember(path, verdicts, site, label, reference, experiment) -> None:
+def _entries(verdicts, site, label, reference, experiment) -> list:
+    """This check's lines of the history, one a point (written by `_record`)."""
     from statistics import fmean
 
     from ..results.regression import history as past
@@ -357,10 +387,22 @@ def _remember(path, verdicts, site, label, reference, experiment) -> None:
                 test_slowdown=p.test_slowdown,
             )
         )
-    past.append(path, entries)
+    return entries
 
 
-def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, window, kept) -> int:
+class Record(NamedTuple):
+    """The history a check reads and what it adds: its path, its entries as read, this
+    check's entries (one a point) and the site they are of."""
+
+    path: str
+    kept: Any  # results.regression.history.History
+    entries: list
+    site: str
+
+
+def _report(
+    name, base, verdicts, tolerance, shared, stopped, junit, start, window, record: Record | None
+) -> int:
     counts = {o: sum(v.outcome == o and v.in_study for v in verdicts) for o in ORDER}
     out.print(
         f"check of {name} against {base.name} ({base.source}): tolerance "
@@ -373,8 +415,8 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
         out.print(f"{v.outcome.upper():>10}  {v.name}: {v.why}", soft_wrap=True)
     if len(shown) > limit:
         out.print(f"... and {len(shown) - limit} more (all in the JUnit file)")
-    if kept is not None:
-        for line in _change_points(kept[0], kept[1], verdicts, tolerance):
+    if record is not None:
+        for line in _change_points(record, verdicts, tolerance):
             out.print(line, soft_wrap=True)
     study = [v for v in verdicts if v.in_study]
     out.print(
@@ -400,6 +442,7 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
         why = None
     if why:
         out.print(f"exit {NOT_JUDGED}: {why}", soft_wrap=True)
+    data = None
     if junit:
         props = {
             "baseline": base.name,
@@ -413,34 +456,71 @@ def _report(name, base, verdicts, tolerance, shared, stopped, junit, start, wind
             data = error_xml(name, why or "", time.monotonic() - start)
         else:
             data = junit_xml(name, base.name, verdicts, props)
-        write_junit(junit, data)
-        out.print(f"JUnit XML: {junit}", soft_wrap=True)
-    if counts[REGRESSED]:
-        return 1
-    return NOT_JUDGED if why else 0
+    code = 1 if counts[REGRESSED] else NOT_JUDGED if why else 0
+    _record(junit, data, record, code)
+    return code
 
 
-def _change_points(path: str, site: str, verdicts: list[Verdict], tolerance: float) -> list[str]:
-    """Change points over each point's history at this site (this check's line included)."""
+def _record(junit: str | None, data: bytes | None, record: Record | None, code: int) -> None:
+    """The verdict's records as one whole: the JUnit file is written under a temporary
+    name, the history's lines appended (whole, after a missing final newline is
+    repaired), then the JUnit file renamed into place. A failure before the lines are
+    appended leaves neither (OutputError: nothing was written, exit 2); once they are
+    there the verdict stands (its exit status), even if the JUnit file cannot take its
+    place, which is said."""
     from ..results.regression import history as past
-    from ..results.regression.changepoints import NoChangePointLibrary, change_points
 
-    fresh = past.read(path)
+    if junit is None or data is None:
+        if record is not None:
+            past.append(record.path, record.entries)
+        return
+    appended = False
+    try:
+        with writing(junit, "--junit") as fh:
+            fh.write(data)
+            fh.flush()  # on the disk before the lines: a disk too full for it stops here
+            os.fsync(fh.fileno())
+            if record is not None:
+                past.append(record.path, record.entries)
+                appended = True
+    except OutputError as exc:
+        if not appended or record is None:
+            raise
+        err.print(
+            f"dlscale: {exc}; the history's lines were added to {record.path}: the verdict "
+            f"above stands (exit {code})",
+            soft_wrap=True,
+        )
+        return
+    out.print(f"JUnit XML: {junit}", soft_wrap=True)
+
+
+def _change_points(record: Record, verdicts: list[Verdict], tolerance: float) -> list[str]:
+    """Change points over each point's history at this site (this check's lines included,
+    as they will be written), among its last WINDOW checks: bounded work, whatever the
+    history's length."""
+    from ..results.regression.changepoints import WINDOW, NoChangePointLibrary, change_points
+
+    by_key: dict[tuple, list] = {}  # each point's series, the history read once
+    for e in [*record.kept.entries, *record.entries]:
+        if e.value:
+            by_key.setdefault(e.key, []).append(e)
     lines = []
     for v in verdicts:
         if v.point is None:
             continue
-        series = fresh.series(site, v.name, v.point.device)
-        values = [e.value for e in series if e.value]
+        series = by_key.get((record.site, v.name, v.point.device), [])
+        values = [e.value for e in series]
         try:
             found = change_points(values, tolerance)
         except NoChangePointLibrary as exc:
             return [f"change points: not computed: {exc}"]
+        searched = f", the last {WINDOW} searched" if len(values) > WINDOW else ""
         for c in found:
             at = series[c.index]
             lines.append(
                 f"change point in the history of {v.name}: at {at.label} ({at.date}, check "
-                f"{c.index + 1} of {len(values)}): {c.before:,.1f} -> {c.after:,.1f} "
-                f"{v.point.unit}/s ({100 * c.change:+.1f}%, Welch p={c.p:.2g})"
+                f"{c.index + 1} of {len(values)}{searched}): {c.before:,.1f} -> "
+                f"{c.after:,.1f} {v.point.unit}/s ({100 * c.change:+.1f}%, Welch p={c.p:.2g})"
             )
     return lines

@@ -31,6 +31,6 @@ def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     follow.refresh(store)
     data = side_by_side(store, a, b)
     if fmt == "json":
-        echo(json.dumps(data, indent=2))
+        echo(json.dumps(data, indent=2, allow_nan=False))
         return
     show(comparison_table(data))

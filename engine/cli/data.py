@@ -14,7 +14,7 @@ from rich.progress import (
 )
 
 from .. import datasets
-from ..errors import UserError, capped
+from ..errors import UserError
 from .console import err, out
 from .options import InputPath, OutputPath, md5_callback
 
@@ -96,10 +96,7 @@ def data_check(dataset: str, root: str, classes: int) -> None:
         if split in check.classes:
             out.print(f"{split}: {check.classes[split]} classes, {check.images[split]} images")
     if check.problems:
-        raise UserError(
-            f"{check.root} is not a usable ImageNet folder:\n"
-            + "\n".join(f"  {p}" for p in capped(check.problems))
-        )
+        raise UserError.listing(check.problems, f"{check.root} is not a usable ImageNet folder:")
     out.print(f"{check.root}: layout OK")
 
 

@@ -1,13 +1,15 @@
 """Checks on the command lines' own values, made while they are parsed, before any work: the
 store's folder (--home, DLSCALE_HOME) can be made and written, a named experiment is in the
 store, an MD5 looks like one, a path is one dlscale may read or write. `dlscale` and
-`dlscale-tui` share them; numbers are bounded where each option is declared (click.IntRange
-says its range itself).
+`dlscale-tui` share them; numbers are bounded where each option is declared: a count by
+click.IntRange, any other number by its quantity (engine/quantities.py: `Quantity.option`).
 
 Every path a command takes is one of two types, so that a new one says which it is
 (tests/test_outputs.py finds every output path in these definitions): `InputPath` (read:
 engine/files.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
-rules, engine/outputs.py, checked here before any work).
+rules, engine/io/outputs.py, checked here before any work). An output that is one of the
+command's inputs (or another of its outputs, or part of the store) is refused, whichever
+is named first (`_apart`).
 """
 
 from __future__ import annotations
@@ -40,8 +42,53 @@ class NamedPath(click.Path):
         return super().convert(value, param, ctx)
 
 
+def _apart(
+    ctx: click.Context | None, param: click.Parameter | None, value: Any, out: bool, read: bool
+) -> None:
+    """Every path a command takes, kept in its context as it is parsed (in the order given,
+    so either side may come first): an output that is one of the others, or part of the
+    store, is refused by the one writer's rule (outputs.check_apart)."""
+    if ctx is None or not isinstance(value, str) or "\0" in value:
+        return
+    from pathlib import Path
+
+    from ..io import outputs
+
+    seen = ctx.meta.setdefault("dlscale.paths", [])
+    home = (ctx.find_root().obj or {}).get("home")
+    if out:
+        from ..tracking.store import default_home
+
+        outputs.check_apart(
+            value, _named(param), [(n, p, r) for n, p, r, _ in seen], Path(home or default_home())
+        )
+    for name, path, _, written in seen:  # an input named after an output
+        if written and read:
+            outputs.check_apart(path, name, [(_named(param), Path(value), True)], None)
+    seen.append((_named(param), Path(value), read, out))
+
+
 class InputPath(NamedPath):
     """A path a command reads: a spec, a profile, a bundle, a folder to check."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        value = super().convert(value, param, ctx)
+        _apart(ctx, param, value, out=False, read=True)
+        return value
+
+
+class InputName(click.ParamType):
+    """A name, or the path of a file a command reads (`check --baseline`: an experiment
+    or a bundle): where it names a file, an input like any InputPath."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import os
+
+        if isinstance(value, str) and "\0" not in value and os.path.isfile(value):
+            _apart(ctx, param, value, out=False, read=True)
+        return value
 
 
 class OutputPath(click.Path):
@@ -51,18 +98,23 @@ class OutputPath(click.Path):
     be read, the data being there already); a link, a FIFO, a device or anything else there
     is refused."""
 
-    def __init__(self, folder: bool = False, replace: bool = True, writable: bool = True) -> None:
+    def __init__(
+        self, folder: bool = False, replace: bool = True, writable: bool = True, read: bool = False
+    ) -> None:
         super().__init__()  # what may be there is the one writer's to say, not click's
         self.folder, self.replace, self.writable = folder, replace, writable
+        self.read = read  # also read by its command (`check --history`): an input too
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ..io import writing as outputs  # the command line starts without it (dlscale --help)
+        from ..io import outputs  # the command line starts without it (dlscale --help)
 
         if self.folder:  # first: click's own stat would raise on a NUL in the name
             outputs.check_folder(value, _named(param), self.writable)
         else:
             outputs.check_file(value, _named(param), self.replace)
-        return super().convert(value, param, ctx)
+        value = super().convert(value, param, ctx)
+        _apart(ctx, param, value, out=True, read=self.read)
+        return value
 
 
 def home_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -74,9 +126,13 @@ def store_of(ctx: click.Context) -> Store:
     """The command's store, opened once (by the first check or the command itself)."""
     from ..tracking.store import Store
 
-    obj = ctx.find_root().obj or {}
+    root = ctx.find_root()
+    obj = root.obj or {}
     if "store" not in obj:
         obj["store"] = Store(obj.get("home"))
+        # closed with the command: its hold on the store (store_locks) goes with it, even
+        # where the command ran in a process that goes on (a test, a script)
+        root.call_on_close(obj["store"].close)
     return obj["store"]
 
 

@@ -154,4 +154,5 @@ class PlanView:
                 "refused": refusals.splitlines(),
             },
             indent=1,
+            allow_nan=False,
         )

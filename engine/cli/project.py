@@ -9,6 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..config.quantities import (
+    BANDWIDTH,
+    BATCH,
+    GLOBAL_BATCH,
+    JITTER_CV,
+    LATENCY,
+    OVERHEAD_MS,
+    OVERLAP,
+    THROUGHPUT,
+    read,
+)
 from ..errors import UserError
 from ..tracking import follow
 from .console import colour, echo, out, show
@@ -17,26 +28,33 @@ from .options import InputPath, experiment_option, store_of
 if TYPE_CHECKING:
     from ..results.projection.project import Projection
 
-GBPS = click.FloatRange(min=0, min_open=True, max=100_000)
-
 
 def _pairs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
-    """--throughput BATCH=X, each a per-device batch and the throughput of one device at it."""
-    got: dict[float, float] = {}
+    """--throughput BATCH=X, each a per-device batch and the throughput of one device at it;
+    a batch stated twice is a contradiction, refused naming both."""
+    got: dict[int, float] = {}
+    said: dict[int, str] = {}
+    form = "BATCH=THROUGHPUT: a per-device batch and one device's samples a second at it"
     for item in value:
-        batch, _, x = item.partition("=")
-        try:
-            b, v = float(batch), float(x)
-        except ValueError:
-            b = v = float("nan")
-        if not (0 < b < 1e9 and 0 < v < 1e15):
+        batch, eq, x = item.partition("=")
+        if not eq:
+            raise click.BadParameter(f"{item!r} is not {form}, e.g. 256=2470", ctx, param)
+        for text, quantity in ((batch, BATCH), (x, THROUGHPUT)):
+            problem = quantity.problem(read(text))
+            if problem is not None:
+                raise click.BadParameter(
+                    f"{item!r}: {text!r} is {problem}; {quantity.rule()} (give {form})",
+                    ctx,
+                    param,
+                )
+        b, v = BATCH.value(read(batch)), THROUGHPUT.value(read(x))
+        if b in got and got[b] != v:
             raise click.BadParameter(
-                f"{item!r} is not BATCH=THROUGHPUT (a per-device batch and one device's "
-                "samples a second at it, both above zero), e.g. 256=2470",
+                f"{said[b]!r} and {item!r} state two throughputs for batch {b}: give one",
                 ctx,
                 param,
             )
-        got[b] = v
+        got[b], said[b] = v, item
     return got
 
 
@@ -52,8 +70,24 @@ def _stated_figures(kw: dict[str, Any]) -> Any:
     if kw["model"] is not None and stated.named_parameters(kw["model"]) is None:
         known = ", ".join(calibration.gradients())
         raise UserError(f"--model {kw['model']}: not a model dlscale knows the size of ({known})")
+    if kw["model"] is not None and kw["parameters"] is not None:
+        raise UserError(
+            f"--model {kw['model']} and --parameters {kw['parameters']} both state the "
+            "gradient: give one"
+        )
     if kw["scaling"] == "strong" and kw["global_batch"] is None:
         raise UserError("--scaling strong needs --global-batch B (the batch of all devices)")
+    if kw["scaling"] == "strong" and kw["batch"] is not None:
+        raise UserError(
+            f"--batch {kw['batch']} is weak scaling's per-device batch, and --scaling strong "
+            f"splits --global-batch {kw['global_batch']} over the devices: drop --batch"
+        )
+    if kw["scaling"] == "weak" and kw["global_batch"] is not None:
+        raise UserError(
+            f"--global-batch {kw['global_batch']} is strong scaling's, and the scaling is "
+            "weak (each device keeps its batch): give --scaling strong, or --batch instead"
+        )
+    _falling(kw["throughput"])
     return stated.Figures(
         kw["throughput"],
         kw["measured_on"],
@@ -71,6 +105,51 @@ def _stated_figures(kw: dict[str, Any]) -> Any:
         _stated_terms(kw),
         kw["unit"],
     )
+
+
+# A larger batch does the same work a sample with less overhead a step: one device's
+# throughput does not fall as its batch grows, beyond a measurement's noise and a cache's
+# spill. Falling more than this far, the figures are not of one device and one model.
+FALL = 2.0
+
+
+def _falling(throughput: dict[int, float]) -> None:
+    ordered = sorted(throughput.items())
+    for i, (small, x) in enumerate(ordered):
+        for big, y in ordered[i + 1 :]:
+            if x > FALL * y:
+                raise UserError(
+                    f"--throughput {small}={x:g} and {big}={y:g}: one device's throughput "
+                    f"falls {x / y:,.3g}x as its batch grows, which no step of a fixed overhead "
+                    "and a cost a sample does; check that both are one device's samples a "
+                    "second, of one model"
+                )
+
+
+# What only stated figures take: a projection from the store reads each from its runs.
+_STATED_ONLY = (
+    "measured_on",
+    "model",
+    "parameters",
+    "gradient_dtype",
+    "scaling",
+    "global_batch",
+    "batch",
+    "accumulation",
+    "unit",
+)
+
+
+def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` the user gave (not left at their defaults), as flags."""
+    from click.core import ParameterSource
+
+    return [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in names
+        and ctx.get_parameter_source(p.name or "") not in (ParameterSource.DEFAULT, None)
+    ]
 
 
 def _stated_terms(kw: dict[str, Any]) -> dict[str, float | None]:
@@ -171,41 +250,43 @@ def _print(shown: Projection, metric: str) -> None:
     show_default=True,
     help="what the allreduce moves (mixed precision in PyTorch keeps fp32 gradients)",
 )
-@click.option("--intra-gbps", type=GBPS, default=None, help="device links in a node, GB/s")
-@click.option("--inter-gbps", type=GBPS, default=None, help="one NIC's bandwidth, GB/s")
+@click.option(
+    "--intra-gbps", type=BANDWIDTH.option(), default=None, help="device links in a node, GB/s"
+)
+@click.option(
+    "--inter-gbps", type=BANDWIDTH.option(), default=None, help="one NIC's bandwidth, GB/s"
+)
 @click.option(
     "--nics-per-node", type=click.IntRange(1, 64), default=1, show_default=True, help="NICs a node"
 )
-@click.option(
-    "--latency-us", type=click.FloatRange(0, 1e6), default=None, help="a message's latency, us"
-)
+@click.option("--latency-us", type=LATENCY.option(), default=None, help="a message's latency, us")
 @click.option("--scaling", type=click.Choice(["weak", "strong"]), default="weak", show_default=True)
 @click.option(
     "--global-batch",
-    type=click.FloatRange(min=0, min_open=True),
+    type=GLOBAL_BATCH.option(),
     default=None,
     help="strong scaling's batch of all devices",
 )
 @click.option(
     "--batch",
-    type=click.FloatRange(min=0, min_open=True),
+    type=BATCH.option(),
     default=None,
     help="weak scaling's per-device batch (default: the first --throughput's)",
 )
 @click.option("--accumulation", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
 @click.option("--unit", default="samples", show_default=True, help="what the throughput counts")
 @click.option(
-    "--jitter-cv", type=click.FloatRange(0, 10), default=None, help="state a rank's step jitter"
+    "--jitter-cv", type=JITTER_CV.option(), default=None, help="state a rank's step jitter"
 )
 @click.option(
     "--overhead-ms",
-    type=click.FloatRange(0, 1e6),
+    type=OVERHEAD_MS.option(),
     default=None,
     help="state the overhead per step the batch does not shrink, ms",
 )
 @click.option(
     "--overlap",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=OVERLAP.option(),
     default=None,
     help="state the share of a step's compute the allreduce can hide behind",
 )
@@ -234,8 +315,19 @@ def project(ctx: click.Context, **kw: Any) -> None:
     if kw["throughput"]:
         if kw["experiment"] is not None:
             raise UserError("--throughput projects from stated figures, not the store: drop -e")
+        if kw["profile_path"] is not None:
+            raise UserError(
+                "--profile's links are read for a projection from the store; with "
+                "--throughput, state them: --intra-gbps, --inter-gbps, --latency-us"
+            )
         fig = _stated_figures(kw)
         per_node = per_node or fig.measured_on
+        if per_node < fig.measured_on:
+            raise UserError(
+                f"--measured-on {fig.measured_on} devices of one node, and --devices-per-node "
+                f"{per_node}: the figures come from a node larger than those projected; give "
+                f"--devices-per-node {fig.measured_on} or more"
+            )
         to = to or 1
         if to == 1 and per_node <= fig.measured_on:
             raise UserError(
@@ -243,6 +335,13 @@ def project(ctx: click.Context, **kw: Any) -> None:
             )
         shown = project.of_figures(fig, to, per_node)
     else:
+        ignored = _given(ctx, _STATED_ONLY)
+        if ignored:
+            raise UserError(
+                f"{', '.join(ignored)}: stated figures, which go with --throughput; a "
+                "projection from the store reads them from its runs: drop them, or give "
+                "--throughput"
+            )
         store = store_of(ctx)
         follow.refresh(store)
         name = store.pick_experiment(kw["experiment"])

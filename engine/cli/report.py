@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import DlscaleError
-from ..io.writing import OutputFolder
+from ..io.outputs import OutputFolder
 from ..results.report import document, mllog
 from ..runs import State
 from ..tracking import follow

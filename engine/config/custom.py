@@ -30,7 +30,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     Field,
-    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -39,7 +38,7 @@ from pydantic import (
 
 from ..io.text import quoted
 from .software import Software
-from .tomlfile import StrictModel, limit
+from .tomlfile import Number, StrictModel, limit
 
 UNITS = ("images", "samples", "tokens")
 LAUNCHERS = ("srun", "torchrun", "mpirun")
@@ -320,7 +319,7 @@ def script_path(script: str, folder: str | None) -> Path:
     return path if path.is_absolute() else Path(folder or ".").resolve() / path
 
 
-AxisValue = StrictInt | StrictFloat | StrictStr
+AxisValue = Number | StrictStr
 
 
 def check_axes(axes: dict[str, list[Any]]) -> dict[str, list[Any]]:

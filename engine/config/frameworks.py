@@ -8,6 +8,7 @@ from ...trainers.common.args import (
     ARRAY_DATASETS,
     COMPILE_MODES,
     DATASETS,
+    IMAGE_DATASETS,
     LOADERS,
     NATIVE_ONLY,
 )
@@ -58,16 +59,67 @@ class Framework:
     # per node. A profile's environment may choose another that the trainer supports.
     slurm_launchers: tuple[str, ...] = ("srun", "torchrun")
     # What its trainer reads and through which loaders (the trainer's own flags take the
-    # same: trainers/common/args.py), so planning refuses what the trainer would.
-    datasets: tuple[str, ...] = DATASETS
+    # same: trainers/common/args.py), so planning refuses what the trainer would. The token
+    # datasets (the built-in transformer's) only where the trainer runs it.
+    datasets: tuple[str, ...] = IMAGE_DATASETS
     loaders: tuple[str, ...] = LOADERS
     options: tuple[Option, ...] = ()
+
+
+# FSDP2's options (trainers/torch_fsdp; docs/transformers.md). Strategies that shard differ
+# in what a run measures and are compared side by side, so each is a framework of its own
+# (one row per framework in every table and on the Build screen); how it shards is its
+# options.
+FSDP_OPTIONS = (
+    Option(
+        "reshard_after_forward",
+        "--reshard-after-forward",
+        "always",
+        ("always", "never"),
+        "always: free each block's gathered parameters after its forward pass (least "
+        "memory); never: keep them for the backward pass (one all-gather fewer)",
+    ),
+    Option(
+        "mixed_precision",
+        "--fsdp-mixed-precision",
+        False,
+        help="FSDP's own mixed precision: parameters gathered and computed in the run's "
+        "precision (bf16 or fp16), gradients reduced in fp32",
+    ),
+    Option(
+        "activation_checkpointing",
+        "--activation-checkpointing",
+        False,
+        help="recompute each transformer block's activations in the backward pass",
+    ),
+    Option(
+        "tensor_parallel",
+        "--tensor-parallel",
+        1,
+        (1, 2, 4, 8),
+        "ranks each transformer block is split over, inside a node (DTensor); the rest "
+        "shard by FSDP",
+    ),
+)
 
 
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
-        Framework("pytorch-ddp", "dlscale.trainers.torch_ddp", "ranks", options=(COMPILE_MODE,)),
+        Framework(
+            "pytorch-ddp",
+            "dlscale.trainers.torch_ddp",
+            "ranks",
+            datasets=DATASETS,
+            options=(COMPILE_MODE,),
+        ),
+        Framework(
+            "pytorch-fsdp",
+            "dlscale.trainers.torch_fsdp",
+            "ranks",
+            datasets=DATASETS,
+            options=(*FSDP_OPTIONS, COMPILE_MODE),
+        ),
         # Under Slurm srun starts one task per rank; the trainer runs Horovod's gloo rendezvous.
         Framework(
             "horovod-pytorch",
@@ -106,14 +158,15 @@ FRAMEWORKS: dict[str, Framework] = {
             "deepspeed",
             "dlscale.trainers.deepspeed_zero",
             "ranks",
+            datasets=DATASETS,
             options=(
                 Option(
                     "zero_stage",
                     "--zero-stage",
                     1,
-                    (0, 1, 2),
-                    "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients "
-                    "partitioned across ranks",
+                    (0, 1, 2, 3),
+                    "ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 and gradients, "
+                    "3 and parameters partitioned across ranks",
                 ),
                 COMPILE_MODE,
             ),
@@ -156,4 +209,6 @@ NO_COMM_BENCHMARK = {
     f"allreduce through TensorFlow); {_ANOTHER_LIBRARY}",
     "mxnet": "its trainer has no communication benchmark yet, and MXNet's dist_sync kvstore "
     "pushes and pulls through parameter servers rather than allreducing",
+    "pytorch-fsdp": "its trainer has no communication benchmark yet: FSDP all-gathers the "
+    "parameters and reduce-scatters the gradients, and the benchmark times an allreduce",
 }

@@ -25,55 +25,11 @@ from pydantic import (
 from ..errors import PlanError
 from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
+from .quantities import BANDWIDTH, LATENCY
 from .software import Environment
 from .spec import NODES
+from .times import check_time
 from .tomlfile import StrictModel, limit, load_toml_model, worded
-
-# Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
-# ASCII digits, the whole text (no space, no trailing newline: it becomes an #SBATCH line)
-_TIME = re.compile(
-    r"(?:([0-9]+)-([0-9]{1,2})(?::([0-9]{1,2})(?::([0-9]{1,2}))?)?|"
-    r"([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?)"
-)
-
-
-def time_to_seconds(text: str) -> int | None:
-    """Slurm time limit -> seconds (None for UNLIMITED); ValueError when malformed."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    m = _TIME.fullmatch(text)
-    if not m:
-        raise ValueError(
-            f"time {text!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, "
-            "D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)"
-        )
-    if m[1] is not None:  # with days: D-HH[:MM[:SS]]
-        d, h, mi, s = (int(x) if x else 0 for x in m.group(1, 2, 3, 4))
-        return ((d * 24 + h) * 60 + mi) * 60 + s
-    parts = [int(x) for x in m.group(5, 6, 7) if x is not None]
-    if len(parts) == 1:
-        return parts[0] * 60  # minutes
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]  # MM:SS
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
-
-
-MAX_TIME_DAYS = 365
-
-
-def _check_time(value: str | None) -> str | None:
-    if value is not None and time_to_seconds(value) == 0:
-        raise ValueError(
-            f"time {value!r} is zero, which Slurm reads as no limit at all; write "
-            "UNLIMITED if that is meant, else a time such as 00:30:00"
-        )
-    if value is not None and (time_to_seconds(value) or 0) > MAX_TIME_DAYS * 86400:
-        raise ValueError(
-            f"time {value!r} is more than {MAX_TIME_DAYS} days: no site runs a "
-            "job that long; write UNLIMITED for no limit"
-        )
-    return value
-
 
 # Names that end up in #SBATCH lines, where no shell quoting protects them.
 SAFE_NAME = worded(r"^[A-Za-z0-9_.-]+$", "letters, digits, '.', '_' or '-' (no spaces)")
@@ -253,7 +209,7 @@ class Partition(StrictModel):
     max_time: StrictStr | None = None
     default: StrictBool = False
 
-    _time = field_validator("max_time")(classmethod(lambda cls, v: _check_time(v)))
+    _time = field_validator("max_time")(classmethod(lambda cls, v: check_time(v)))
 
     @field_validator("gpu_arch", mode="before")
     @classmethod
@@ -280,28 +236,11 @@ class Interconnect(StrictModel):
     allreduce across nodes moves at most the node's injection bandwidth, within a node at
     most the links between its devices."""
 
-    injection_gbps: (
-        limit(
-            StrictFloat | StrictInt,
-            "faster than any node's network (GB/s, 10^9 bytes a second)",
-            gt=0,
-            le=100_000,
-        )
-        | None
-    ) = None  # per node, all its NICs together: 8 x 200 Gb/s InfiniBand is 200 GB/s
-    intra_node_gbps: (
-        limit(StrictFloat | StrictInt, "faster than any node's device links", gt=0, le=100_000)
-        | None
-    ) = None  # between the devices of a node: NVLink, PCIe, shared memory
-    latency_us: (
-        limit(
-            StrictFloat | StrictInt,
-            "longer than any network's latency (microseconds)",
-            ge=0,
-            le=1e6,
-        )
-        | None
-    ) = None  # one message's latency, microseconds
+    # per node, all its NICs together: 8 x 200 Gb/s InfiniBand is 200 GB/s
+    injection_gbps: BANDWIDTH.field(optional=True) = None  # type: ignore[valid-type]
+    # between the devices of a node: NVLink, PCIe, shared memory
+    intra_node_gbps: BANDWIDTH.field(optional=True) = None  # type: ignore[valid-type]
+    latency_us: LATENCY.field(optional=True) = None  # type: ignore[valid-type]  # one message's
 
 
 # How long a front end waits for one Slurm command by default (Profile.command_timeout).
@@ -373,7 +312,7 @@ class Profile(StrictModel):
     ) = COMMAND_TIMEOUT_S
     interconnect: Interconnect | None = None
 
-    _time = field_validator("time_limit")(classmethod(lambda cls, v: _check_time(v)))
+    _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))
 
     @field_validator("env")
     @classmethod

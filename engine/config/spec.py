@@ -36,9 +36,11 @@ from ...trainers.common.args import (
     LOADERS,
     MODELS,
     PRECISIONS,
+    TOKEN_DATASETS,
 )
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
+from ...trainers.common.gpt import GPT_MODELS
 from .custom import (
     AxisValue,
     Declared,
@@ -52,13 +54,14 @@ from .custom import (
     unset_lengths,
 )
 from .frameworks import FRAMEWORKS, Option, taking
+from .quantities import MAX_BATCH, MAX_GLOBAL_BATCH
+from .times import check_time
 from .tomlfile import Number, StrictModel, limit, load_toml_model, worded
 
 # Limits on what a spec asks for, each with the reason its error gives.
 MAX_NODES = 100_000
 NODES = limit(StrictInt, "more nodes than any Slurm cluster has", ge=1, le=MAX_NODES)
 RANKS_PER_NODE = limit(StrictInt, "more ranks than any node has GPUs or cores", ge=1, le=1024)
-MAX_BATCH = 65_536
 BATCH_WHY = "larger batches do not fit any device's memory"
 # The runs one spec may plan: ten times the largest study dlscale is measured at (10,000
 # runs plan in 0.04 s and render in 2 s, benchmarks/engine_scale.py). Counted from the
@@ -111,7 +114,7 @@ GLOBAL_BATCH = Annotated[
         StrictInt,
         "a step of more than 2^20 images would hold most of "
         "ImageNet's 1.28 million training images",
-        le=2**20,
+        le=MAX_GLOBAL_BATCH,
     ),
     AfterValidator(_positive),
 ]
@@ -142,7 +145,10 @@ def _taken_by_every(what: str, value: str, frameworks: list[str]) -> None:
 
 
 def model_fits_dataset(model: str, dataset: str) -> bool:
-    """CIFAR ResNets take 32x32 images; ImageNet ResNets take 224x224."""
+    """CIFAR ResNets take 32x32 images; ImageNet ResNets take 224x224; the transformer
+    presets take tokens."""
+    if model in GPT_MODELS or dataset in TOKEN_DATASETS:
+        return model in GPT_MODELS and dataset in TOKEN_DATASETS
     size = _IMAGE_SIZE[dataset]
     return (model in CIFAR_MODELS and size == 32) or (model in IMAGENET_MODELS and size == 224)
 
@@ -279,11 +285,18 @@ class Experiment(StrictModel):
     max_concurrent: (
         limit(StrictInt, "more jobs at once than Slurm can hold", ge=1, le=2**26) | None
     ) = None
+    # The most one run may take (a Slurm time: 00:30:00, 2-00, UNLIMITED): a local run
+    # past it is stopped and ends TIMEOUT, saying so; on Slurm, the job's limit when it is
+    # shorter than the profile's time_limit. Absent: the local backend's default
+    # (backends/local: DEFAULT_TIME_LIMIT), the profile's on Slurm. Not part of any
+    # run's identity.
+    time_limit: StrictStr | None = None
     # Axes of the user's own, for declared frameworks: `seq_len = [1024, 2048]` is one set
     # of runs per value, and `{seq_len}` in their commands (engine/config/custom.py).
     axes: dict[StrictStr, list[AxisValue]] = {}
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
+    _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))
 
     @model_validator(mode="before")
     @classmethod
@@ -331,6 +344,12 @@ class Experiment(StrictModel):
         values = [_one_of("loader", v, LOADERS) for v in values]
         if all_declared(info.data.get("frameworks", [])) and values != ["native"]:
             raise ValueError("a declared framework's script loads its own data: leave loaders out")
+        tokens = [d for d in info.data.get("datasets", []) if d in TOKEN_DATASETS]
+        if values != ["native"] and tokens:
+            raise ValueError(
+                f"{', '.join(tokens)} is read by the transformer's trainer itself (no loader "
+                'is involved): give it loaders = ["native"]'
+            )
         for loader in values:
             _taken_by_every("loaders", loader, info.data.get("frameworks", []))
             synthetic = [d for d in info.data.get("datasets", []) if d in SYNTHETIC]
@@ -409,7 +428,8 @@ class Experiment(StrictModel):
                     f"model {model} fits none of the datasets "
                     f"{', '.join(self.datasets)} (CIFAR ResNets take 32x32 data: "
                     "synthetic-cifar, cifar10, digits; ImageNet ResNets take "
-                    "synthetic-imagenet, imagenet)"
+                    "synthetic-imagenet, imagenet; the transformers "
+                    f"({', '.join(GPT_MODELS)}) take {', '.join(TOKEN_DATASETS)})"
                 )
         return self
 
@@ -508,8 +528,8 @@ class Spec(StrictModel):
         t = self.training
         for problem in unset_lengths(self.frameworks, t):
             raise ValueError(problem)
-        real = [d for d in self.experiment.datasets if d not in SYNTHETIC]
-        synthetic = [d for d in self.experiment.datasets if d in SYNTHETIC]
+        real = [d for d in self.experiment.datasets if d not in (*SYNTHETIC, *TOKEN_DATASETS)]
+        synthetic = [d for d in self.experiment.datasets if d in (*SYNTHETIC, *TOKEN_DATASETS)]
         if synthetic and t.epochs is not None:
             raise ValueError(f"{', '.join(synthetic)} has no epochs; use training.steps")
         if t.target_accuracy is not None and not real:
@@ -527,6 +547,7 @@ class Spec(StrictModel):
                 "train/ and val/; `dlscale data sample imagenet DIR` writes a "
                 "small one)"
             )
+        self._fsdp_fits()
         for fw in self.experiment.frameworks:
             mode = self.options_for(fw).get("compile_mode")
             if mode is not None and not t.compile:
@@ -534,6 +555,33 @@ class Spec(StrictModel):
                     f"options.{fw}.compile_mode = {mode!r} needs training.compile = true"
                 )
         return self
+
+    def _fsdp_fits(self) -> None:
+        """FSDP's tensor-parallel degree splits each node's ranks; its own mixed precision
+        computes in a half precision."""
+        if "pytorch-fsdp" not in self.experiment.frameworks:
+            return
+        options = self.options_for("pytorch-fsdp")
+        tp = options.get("tensor_parallel", 1)
+        assert isinstance(tp, int)
+        for scale in self.experiment.scales:
+            if scale.ranks_per_node % tp:
+                raise ValueError(
+                    f"options.pytorch-fsdp.tensor_parallel = {tp} is a degree inside a node, "
+                    f"and scale {scale} has {scale.ranks_per_node} rank(s) per node; give "
+                    f"scales with a multiple of {tp} ranks per node"
+                )
+        if tp > 1 and not set(self.experiment.models) <= set(GPT_MODELS):
+            raise ValueError(
+                f"options.pytorch-fsdp.tensor_parallel = {tp} splits a transformer's blocks; "
+                f"the models must be transformers ({', '.join(GPT_MODELS)})"
+            )
+        full = [p for p in self.experiment.precisions if p in ("fp32", "tf32")]
+        if options.get("mixed_precision") and full:
+            raise ValueError(
+                "options.pytorch-fsdp.mixed_precision = true computes in bf16 or fp16; "
+                f"the precisions include {', '.join(full)}"
+            )
 
 
 class LoadedSpec(BaseModel):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -29,6 +30,7 @@ from pydantic_core import PydanticCustomError
 from ...trainers.common.records import nesting as depth
 from ..errors import SpecError
 from ..io.reading import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, read_text
+from .quantities import normal
 
 # One home for the TOML reader: the standard library's from 3.11, its PyPI original (the same
 # code, a dependency only there) on 3.10.
@@ -37,7 +39,18 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-Number = StrictFloat | StrictInt
+
+def _normal(value: float | int) -> float | int:
+    if isinstance(value, float) and not normal(value):
+        raise ValueError(
+            "a denormal number (below 2.2e-308 in size), which no setting or measurement is"
+        )
+    return value
+
+
+# A spec's or profile's number: TOML's float or integer, finite (StrictModel) and normal
+# (engine/quantities.py's rule), within the bounds its field gives.
+Number = Annotated[StrictFloat | StrictInt, AfterValidator(_normal)]
 
 
 class StrictModel(BaseModel):

@@ -128,7 +128,7 @@ def job_env(run: Run, run_dir: Path, device: str) -> dict[str, str]:
         "dlscale_version": dlscale_version(),
     }
     return {
-        RUN_VAR: json.dumps(facts, sort_keys=True),
+        RUN_VAR: json.dumps(facts, sort_keys=True, allow_nan=False),
         METRICS_VAR: str(RunPaths(run_dir).metrics),
         "PYTHONUNBUFFERED": "1",
     }
@@ -164,7 +164,12 @@ def metered(
     if device == "cuda":
         words += ["--task-gpu"] if per_task else ["--devices", str(run.ranks_per_node)]
     if asked:
-        words += ["--software", str(paths.software), "--interpreter", json.dumps(asked)]
+        words += [
+            "--software",
+            str(paths.software),
+            "--interpreter",
+            json.dumps(asked, allow_nan=False),
+        ]
     return [*words, "--"]
 
 

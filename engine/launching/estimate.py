@@ -78,7 +78,9 @@ def estimate(store: Store, runs: list[Run]) -> Estimate:
     for run in runs:
         recipe = recipes.get(id(run.training))
         if recipe is None:
-            recipe = recipes[id(run.training)] = json.dumps(run.training, sort_keys=True)
+            recipe = recipes[id(run.training)] = json.dumps(
+                run.training, sort_keys=True, allow_nan=False
+            )
         key = _config_key(
             run.framework,
             run.model,

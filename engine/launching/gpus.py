@@ -167,6 +167,7 @@ GPU_BUILD_ARCHS: dict[str, ArchRange] = {
         ),
     ),
     "pytorch-ddp": _TORCH_CU13,
+    "pytorch-fsdp": _TORCH_CU13,
     "deepspeed": _TORCH_CU13,
     "horovod-pytorch": _TORCH_CU13,
 }

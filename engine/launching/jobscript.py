@@ -19,6 +19,7 @@ from ..config.custom import script_path
 from ..config.frameworks import FRAMEWORKS
 from ..config.profile import LoadedProfile, Partition
 from ..config.software import Environment
+from ..config.times import time_to_seconds
 from ..errors import PlanError
 from ..paths import RunPaths
 from . import custom_launch
@@ -95,6 +96,16 @@ _env.filters.update(_OWN, map=_map)
 _version = functools.cache(dlscale_version)
 
 
+def shorter(limit: str, other: str | None) -> str:
+    """The shorter of two Slurm times (UNLIMITED the longest)."""
+    if other is None:
+        return limit
+    seconds = [time_to_seconds(t) for t in (limit, other)]
+    if seconds[1] is None or (seconds[0] is not None and seconds[0] <= seconds[1]):
+        return limit
+    return other
+
+
 def launcher_for(run: Run, env: Environment) -> str:
     if custom_launch.is_declared(run):
         return run.training["custom"]["launcher"]
@@ -160,9 +171,11 @@ def render(
     spec_path: str,
     partition_name: str | None = None,
     home: Path | None = None,
+    time_limit: str | None = None,
 ) -> str:
     """The job script; with `home`, a framework the profile does not set up runs in the
-    environment `dlscale env create` recorded there."""
+    environment `dlscale env create` recorded there; `time_limit`: the spec's, the job's
+    when shorter than the profile's."""
     profile = loaded.profile
     partition = profile.partition(partition_name)
     check_fits(run, partition, loaded.path)
@@ -228,7 +241,7 @@ def render(
         run_dir=str(run_dir),
         log_path=str(log_path),
         job_name=f"dlscale-{run.experiment}-{run.run_id[:8]}",
-        time_limit=profile.time_limit,
+        time_limit=shorter(profile.time_limit, time_limit),
         threads=run.training["threads_per_rank"],
         cpus_per_rank=cpus_per_rank(run, partition),
         gpus=partition.gpus_per_node > 0,

@@ -70,7 +70,7 @@ RUN_FIELDS = tuple(f.name for f in fields(Run))
 
 
 def digest(d: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(d, sort_keys=True, allow_nan=False).encode()).hexdigest()[:12]
 
 
 _TRAINING_TEXT: dict[int, tuple[dict[str, Any], str]] = {}
@@ -91,9 +91,12 @@ def _identity_digest(identity: dict[str, Any]) -> str:
             if isinstance(training.get("custom"), dict)
             else training
         )
-        cached = _TRAINING_TEXT[id(training)] = (training, json.dumps(named, sort_keys=True))
-    text = json.dumps({**identity, "training": _SLOT}, sort_keys=True)
-    text = text.replace(json.dumps(_SLOT), cached[1], 1)
+        cached = _TRAINING_TEXT[id(training)] = (
+            training,
+            json.dumps(named, sort_keys=True, allow_nan=False),
+        )
+    text = json.dumps({**identity, "training": _SLOT}, sort_keys=True, allow_nan=False)
+    text = text.replace(json.dumps(_SLOT, allow_nan=False), cached[1], 1)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

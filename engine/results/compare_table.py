@@ -27,7 +27,7 @@ def ratio_text(r: CompareRow) -> str:
         return "-"
     if r["ratio_low"] is None:
         return f"{r['ratio']:.3f}"
-    high = "inf" if r["ratio_high"] is None else f"{r['ratio_high']:.3f}"
+    high = "unbounded" if r["ratio_high"] is None else f"{r['ratio_high']:.3f}"
     return f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {high}]"
 
 

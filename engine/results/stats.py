@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.quantities import THROUGHPUT
 from ..io.reading import read_json
 
 NOISY_CV = 0.05
@@ -28,11 +29,14 @@ INTERVAL = "CI95: the half-width of the Student-t 95% confidence interval of the
 
 
 def counted(value: Any) -> float | None:
-    """A run's throughput as a float when it counts (a finite number above 0), else None:
+    """A run's throughput as a float when it counts (a number above 0 within a throughput's
+    domain, config.quantities: a store filled before that rule may hold others), else None:
     the one rule `results`, `compare`, `check` and the projection count repetitions by."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    if not math.isfinite(value) or value <= 0 or THROUGHPUT.problem(value):
+        return None
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ def _cached_quantile(df: int, level: float) -> float:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(json.dumps({**known, key: value}, sort_keys=True))
+        part.write_text(json.dumps({**known, key: value}, sort_keys=True, allow_nan=False))
         os.replace(part, path)  # whole or not at all, whoever else writes it
     except OSError:
         pass

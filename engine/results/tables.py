@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..io.text import csv_cell, printable
 from ..runs import scale_label
 from ..tracking.queue import QUEUE_COLUMNS, queue_header
 from .formatting import fmt, slowed_mark, slowed_note
@@ -235,11 +236,12 @@ def explained_note(rows: list[ResultRow]) -> str:
 
 
 def _cell(value: Any) -> Any:
+    """A CSV cell: a number as itself, text neutralised for a spreadsheet (text.csv_cell)."""
     if isinstance(value, list):
-        return " ".join(map(str, value))
-    if isinstance(value, dict):  # unmeasured: field -> why
-        return "; ".join(f"{k}: {v}" for k, v in value.items())
-    return value
+        value = " ".join(map(str, value))
+    elif isinstance(value, dict):  # unmeasured: field -> why
+        value = "; ".join(f"{k}: {v}" for k, v in value.items())
+    return csv_cell(value)
 
 
 def results_csv(rows: Sequence[ResultRow]) -> str:
@@ -254,7 +256,7 @@ def results_csv(rows: Sequence[ResultRow]) -> str:
 
 
 def results_json(rows: Sequence[ResultRow]) -> str:
-    return json.dumps(rows, indent=2)
+    return json.dumps(rows, indent=2, allow_nan=False)
 
 
 def status_table(queue: list) -> str:
@@ -266,7 +268,15 @@ def status_table(queue: list) -> str:
     # the axes column only where a declared framework's run has axes of its own
     keep = [i for i, n in enumerate(names) if n != "axes" or any(q.axes for q in queue)]
     head = tuple(("run", "experiment", *queue_header(queue))[i] for i in keep)
-    rows = [tuple((q.run_id, q.experiment, *q.cells())[i] for i in keep) for q in queue]
+    # measured as they will be shown: a name's control or format character as its escape
+    rows = [
+        tuple(
+            printable(str(c))
+            for i, c in enumerate((q.run_id, q.experiment, *q.cells()))
+            if i in keep
+        )
+        for q in queue
+    ]
     names = tuple(names[i] for i in keep)
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
     right = {names.index(c) for c in ("batch", "rep", "elapsed", "throughput")}

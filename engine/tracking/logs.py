@@ -21,6 +21,13 @@ _SCRIPT_ERROR = re.compile(
     r"\b(?!ChildFailedError\b)[A-Z]\w*(?:Error|Exception)\b: \S"
     r"|^terminate called|Segmentation fault|\bout of memory\b|\boom[-_]kill"
 )
+# The words a full disk (or quota) is reported in: the C library's, Python's and the
+# shell's. Where a failed run's log says so, that is its reason, before any other error
+# (the disk full is why the trainer's checkpoint, or its data loader, failed).
+_DISK_FULL = re.compile(
+    r"No space left on device|\bENOSPC\b|\[Errno 28\]|Disk quota exceeded|\bEDQUOT\b"
+    r"|\[Errno 122\]"
+)
 # A line ends at \n, \r\n or a lone \r: progress bars (tqdm, Keras) redraw themselves with
 # \r, and each redraw is shown as a line rather than one line that never ends.
 _BREAK = re.compile(rb"\r\n|\r|\n")
@@ -90,7 +97,8 @@ def tail_lines(path: str | Path, n: int = 20, block: int = 64 * 1024) -> list[st
 
 def failure_reason(path: str | Path, context: int = 5) -> str:
     """One line saying why a run failed, followed by the last lines of its log. The line is
-    the trainer's own error line where it printed one in the last REASON_BYTES of its log;
+    "the disk was full (...)" where one of its last REASON_LINES lines says so; else the
+    trainer's own error line where it printed one in the last REASON_BYTES of its log;
     else the first exception or crash in its last REASON_LINES lines (a script that is not
     dlscale's); else its last line."""
     try:
@@ -105,7 +113,10 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
         return f"its log was not read: {printable(str(exc))}"
     tail = lines[-context:]
     errors = _TRAINER_ERROR.findall(end)
-    if errors:
+    full = next((line for line in reversed(lines) if _DISK_FULL.search(line)), None)
+    if full is not None:
+        head = f"the disk was full ({full.strip()})"
+    elif errors:
         head = _show(errors[-1])
     else:
         cause = next((line for line in lines if _SCRIPT_ERROR.search(line)), None)

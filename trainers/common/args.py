@@ -6,14 +6,21 @@ import argparse
 import operator
 
 from .flags import LR_SCALING, LR_SCHEDULES, TRAINING, Knob  # noqa: F401  (re-exported)
+from .gpt import GPT_MODELS
 
 CIFAR_MODELS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 IMAGENET_MODELS = ("resnet50", "resnet101", "resnet152")
-MODELS = CIFAR_MODELS + IMAGENET_MODELS
+# The built-in GPT-style decoder's presets (common/gpt.py) take token datasets.
+MODELS = CIFAR_MODELS + IMAGENET_MODELS + GPT_MODELS
 # Datasets held in memory as arrays (trainers/common/data.py): every trainer reads these.
 ARRAY_DATASETS = ("synthetic-cifar", "synthetic-imagenet", "cifar10", "digits")
 # ImageNet as class folders of JPEGs (trainers/common/imagenet.py): the PyTorch family reads it.
-DATASETS = ARRAY_DATASETS + ("imagenet",)
+IMAGE_DATASETS = ARRAY_DATASETS + ("imagenet",)
+# Token streams for the built-in transformer (torch_ddp/tokens.py): random tokens made on
+# the device once, or windows of a public-domain book read as bytes (common/data.py). Steps
+# only, no epochs; read by the trainer itself (loader native).
+TOKEN_DATASETS = ("synthetic-tokens", "alice")
+DATASETS = IMAGE_DATASETS + TOKEN_DATASETS
 # auto: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), fp16 below, fp32 on
 # CPU. fp32 means fp32 (TF32 off); tf32 is TF32 matmuls and convolutions, chosen knowingly.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")

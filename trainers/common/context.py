@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import data as common_data
-from .args import fault_step, recipe_fields
+from .args import TOKEN_DATASETS, fault_step, recipe_fields
 from .energy import Meter, Reading, summary_fields
 from .entry import TrainerError, dlscale_version
 from .launch_env import LaunchEnv, bind_cpus, cpu_model, detect, local_world_size, node_name
@@ -59,9 +59,16 @@ class Context:
         if self.writer is not None:
             self.writer.close()
 
-    def recipe(self, total_steps: int, steps_per_epoch: int | None) -> Recipe:
+    def recipe(
+        self,
+        total_steps: int,
+        steps_per_epoch: int | None,
+        unit: str = "images",
+        sample_units: int = 1,
+    ) -> Recipe:
         """The learning-rate plan (scaled to the global batch, linear warm-up) and the loop's
-        length, the same in every framework."""
+        length, the same in every framework; `unit`: what throughput counts (a transformer's
+        tokens, `sample_units` to a sequence)."""
         a = self.args
         peak = scaled_lr(a.lr, a.lr_base_batch, self.global_batch, a.lr_scaling)
         plan = LRPlan(
@@ -73,6 +80,8 @@ class Context:
             global_batch=self.global_batch,
             plan=plan,
             crash_at=fault_step(a.inject_fault),
+            unit=unit,
+            sample_units=sample_units,
         )
 
     def total_steps(self, steps_per_epoch: int | None) -> int:
@@ -186,22 +195,24 @@ class Context:
         leaving together. Returns the throughput."""
         assert self.writer is not None
         digests = gather(digest)
-        energy = self.energy(gather, loop.timed_steps(self.args.warmup_steps) * self.global_batch)
+        energy = self.energy(
+            gather, loop.timed_steps(self.args.warmup_steps) * recipe.units_per_step
+        )
         measured = after_readings() if after_readings is not None else {}
         throughput = write_summary(
             self.writer, recipe, loop, self.world, digests, **extra, **energy, **measured
         )
-        self.say_done(throughput, loop)
+        self.say_done(throughput, loop, recipe.unit)
         barrier()
         return throughput
 
-    def say_done(self, throughput: float, loop: Loop) -> None:
+    def say_done(self, throughput: float, loop: Loop, unit: str = "images") -> None:
         """The run log's closing line (rank 0)."""
         if self.launch.rank != 0:
             return
         timed = loop.timed_steps(self.args.warmup_steps)
         print(
-            f"{self.prog}: {self.args.model} x{self.world} {throughput:.1f} images/s over "
+            f"{self.prog}: {self.args.model} x{self.world} {throughput:.1f} {unit}/s over "
             f"{timed} timed steps"
             + (f", top-1 {loop.best_top1:.3f}" if loop.best_top1 is not None else "")
             + (f", time-to-accuracy {loop.tta:.1f} s" if loop.tta is not None else ""),
@@ -225,7 +236,7 @@ def start(prog: str, framework: str, args: argparse.Namespace, *, on_cpu: bool) 
     Slurm's: it knows the allocation, a rank only its own node)."""
     launch = detect()
     fault_step(args.inject_fault)  # a malformed fault is a usage error before any work
-    if args.dataset in common_data.SYNTHETIC and args.epochs:
+    if args.dataset in (*common_data.SYNTHETIC, *TOKEN_DATASETS) and args.epochs:
         raise TrainerError(f"{args.dataset} has no epochs; give --steps")
     launched_by = launch.launcher
     if launch.world_size == 1:

@@ -7,13 +7,17 @@
   held as arrays.
 - digits: scikit-learn's bundled 8x8 handwritten digits (1,797 images, ships offline),
   upscaled to 32x32x3 so CIFAR ResNets train on real data for time-to-accuracy runs.
+- alice: the built-in transformer's real text, a public-domain book shipped beside this
+  module (corpus/README.md), one token per byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +39,9 @@ SHAPES = {
     "imagenet": Shape(3, 224, 1000),
 }
 SYNTHETIC = ("synthetic-cifar", "synthetic-imagenet")
+
+CORPUS = Path(__file__).parent / "corpus" / "alice.txt"
+CORPUS_SHA256 = "fe4fd37d799f62e8d00461e69dbd56885bc28ab61ec28bb9254d87aab97fdb8f"
 
 # Per-channel mean/std in 0..1 units, for normalising uint8 images.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -114,3 +121,17 @@ def load_real(dataset: str, data_dir: str | None, seed: int = 0) -> tuple[Split,
     if dataset == "digits":
         return load_digits(seed)
     raise DataError(f"{dataset!r} is not an array dataset; array ones: cifar10, digits")
+
+
+def corpus_tokens() -> tuple[np.ndarray, str]:
+    """The corpus as tokens, one per byte (uint8, a 256-word vocabulary), and its digest
+    (for the params record). A copy that is not the shipped text is refused: runs on it
+    would not compare with anyone else's."""
+    raw = CORPUS.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != CORPUS_SHA256:
+        raise DataError(
+            f"{CORPUS} is not the shipped text (SHA-256 {digest[:12]}..., expected "
+            f"{CORPUS_SHA256[:12]}...); reinstall dlscale"
+        )
+    return np.frombuffer(raw, dtype=np.uint8), digest

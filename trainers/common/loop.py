@@ -83,10 +83,26 @@ class Recipe:
     target_accuracy: float | None
     plan: LRPlan
     crash_at: int | None = None
+    # What throughput counts: images, or a transformer's tokens (`sample_units` a sequence),
+    # written as params.unit the way a declared framework's unit is.
+    unit: str = "images"
+    sample_units: int = 1
+
+    @property
+    def units_per_step(self) -> int:
+        return self.global_batch * self.sample_units
 
     @classmethod
     def from_args(
-        cls, args: Any, *, total_steps: int, global_batch: int, plan: LRPlan, crash_at: int | None
+        cls,
+        args: Any,
+        *,
+        total_steps: int,
+        global_batch: int,
+        plan: LRPlan,
+        crash_at: int | None,
+        unit: str = "images",
+        sample_units: int = 1,
     ) -> Recipe:
         return cls(
             total_steps,
@@ -99,6 +115,8 @@ class Recipe:
             args.target_accuracy,
             plan,
             crash_at,
+            unit,
+            sample_units,
         )
 
 
@@ -202,7 +220,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         if seg_start is not None:
             hooks.timer.end()
         out.step += 1
-        interval_images += r.global_batch
+        interval_images += r.units_per_step
         if out.step % r.log_every == 0 or out.step == r.total_steps:
             out.loss = hooks.loss_of(loss)
             if stretch and stretched_from:  # the device is done: its time is known
@@ -250,24 +268,26 @@ def progress_line(recipe: Recipe, loop: Loop, images_per_s: float) -> str:
     is the steps left at this interval's pace (evaluations not counted)."""
     done = loop.step / recipe.total_steps if recipe.total_steps else 0.0
     left_s = (
-        (recipe.total_steps - loop.step) * recipe.global_batch / images_per_s
+        (recipe.total_steps - loop.step) * recipe.units_per_step / images_per_s
         if images_per_s > 0
         else 0.0
     )
     m, s = divmod(int(round(left_s)), 60)
     return (
         f"step {loop.step}/{recipe.total_steps} ({100 * done:.0f}%), epoch {loop.epoch}, "
-        f"loss {loop.loss:.4f}, {images_per_s:.1f} images/s, ETA {m // 60}:{m % 60:02d}:{s:02d}"
+        f"loss {loop.loss:.4f}, {images_per_s:.1f} {recipe.unit}/s, "
+        f"ETA {m // 60}:{m % 60:02d}:{s:02d}"
     )
 
 
 def write_summary(
     writer: RecordWriter, recipe: Recipe, loop: Loop, world: int, digests: list[str], **extra: Any
 ) -> float:
-    """The summary record; returns the throughput (images/s over the timed steps). `extra`:
-    what the framework observed itself (the dtype its forward pass computed in...)."""
+    """The summary record; returns the throughput (images/s over the timed steps, or the
+    recipe's own unit a second). `extra`: what the framework observed itself (the dtype its
+    forward pass computed in...)."""
     timed = loop.timed_steps(recipe.warmup_steps)
-    images = timed * recipe.global_batch
+    images = timed * recipe.units_per_step
     throughput = (images / loop.train_time) if loop.train_time else 0.0
     writer.write(
         "summary",

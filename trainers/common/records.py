@@ -11,7 +11,8 @@ A declared framework's run may end with an `energy` record after its summary: wr
 engine from the meter around the script (trainers/common/metered.py), it fills the summary's
 energy fields the script left empty; and with a second `env` record, the script's own with
 the versions its interpreter holds added (engine/tracking/custom_software.py), which
-readers of a run's last env record see.
+readers of a run's last env record see. The memory probe (common/memory_probe.py) writes one
+`probe` record to a file of its own: every size it tried and the largest that fit.
 Units are in the field names (`_s` seconds, `images_per_s`, `_gbps` 10^9 bytes a second).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from typing import IO, Any
 
@@ -42,6 +44,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
         "comm_busbw_gbps",
     ),
     "energy": ("metered",),
+    "probe": ("attempts", "stopped_by"),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -50,7 +53,8 @@ COMM_KINDS = ("params", "env", "comm", "summary")
 # What each field the engine reads must hold, required or not: a record is trusted by its
 # types, not its shape, so a throughput of "abc", null or NaN never reaches a table or a
 # chart. Kinds: "count" a whole number >= 0, "number" a finite number, "rate" a finite
-# number >= 0, "fraction" a finite number in [0, 1], "text", "flag" (true/false), "list",
+# number >= 0, "fraction" a finite number in [0, 1], "throughput" 0 or a rate from
+# MIN_THROUGHPUT (every number finite and normal: no denormal), "text", "flag" (true/false), "list",
 # "texts" (a list of strings), "table" (a JSON object), "names" (one of strings or nulls); a
 # trailing "?" allows null. Every record has a time ("*"): reports and exports order by it.
 TYPES: dict[str, dict[str, str]] = {
@@ -87,7 +91,7 @@ TYPES: dict[str, dict[str, str]] = {
     },
     "interval": {
         "step": "count",
-        "images_per_s": "rate",  # a declared framework's unit a second (params.unit)
+        "images_per_s": "throughput",  # a declared framework's unit a second (params.unit)
         "loss": "number?",  # null: a script that reports no loss (docs/custom.md)
         "epoch": "count?",
         "includes_warmup": "flag?",
@@ -101,7 +105,7 @@ TYPES: dict[str, dict[str, str]] = {
     },
     "summary": {
         "status": "text",
-        "throughput": "rate",
+        "throughput": "throughput",
         "timed_steps": "count",
         "warmup_steps": "count",
         "elapsed_s": "rate",
@@ -112,6 +116,15 @@ TYPES: dict[str, dict[str, str]] = {
         "reached_target": "flag?",
         "images_timed": "count?",
         "final_loss": "number?",
+        # a transformer's (torch_ddp/metrics.py); mfu can pass 1 where a CPU's measured
+        # peak fell short of what its steps later got, so it is a rate, not a fraction
+        "tokens_per_s": "rate?",
+        "flops_per_token": "count?",
+        "achieved_tflops_per_device": "rate?",
+        "peak_tflops_per_device": "rate?",
+        "mfu": "rate?",
+        "peak_memory_bytes": "count?",
+        "peak_memory_bytes_per_rank": "list?",
     },
     "comm": {
         "collective": "text",
@@ -143,6 +156,16 @@ TYPES: dict[str, dict[str, str]] = {
         "energy_window_s": "rate?",
         "devices_metered": "texts?",
     },
+    "probe": {
+        "command": "texts",
+        "memory_limit_bytes": "count?",
+        "memory_limit_kind": "text?",
+        "attempts": "list",  # [{layers, parameters, peak_memory_bytes_per_rank, fit, reason}]
+        "largest_fit_layers": "count?",
+        "largest_fit_parameters": "count?",
+        "largest_fit_peak_memory_bytes_per_rank": "list?",
+        "stopped_by": "text",
+    },
 }
 # The summary's energy fields an `energy` record fills where the summary leaves them empty.
 ENERGY_FIELDS = (
@@ -158,6 +181,7 @@ _WHAT = {
     "count": "a whole number >= 0 (at most 2^53)",
     "number": "a finite number (at most 1e100 in size)",
     "rate": "a finite number >= 0 (at most 2^53)",
+    "throughput": "a finite number >= 0: 0, or from 1e-9 (one in 30 years) to 2^53 a second",
     "fraction": "a number from 0 to 1",
     "text": "a string",
     "flag": "true or false",
@@ -171,6 +195,9 @@ _WHAT = {
 # float), any other number at most 1e100 in size.
 MAX_COUNT = 2**53
 MAX_NUMBER = 1e100
+# A throughput (of anything a second) below this is none: one in 30 years. The bound keeps
+# every ratio of two throughputs (a speedup, B/A) and every square (a variance) finite.
+MIN_THROUGHPUT = 1e-9
 # A record is one flat object with a few small lists and tables; a line longer or nested
 # deeper than these is no record (and deep JSON costs recursion to decode).
 MAX_LINE_CHARS = 1 << 20
@@ -181,14 +208,24 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _normal(value: float | int) -> bool:
+    """Finite, and 0 or at least the smallest normal float in size: a denormal (5e-324) is
+    no measurement, and one divided by it overflows (engine/quantities.py's rule)."""
+    if isinstance(value, int):
+        return True  # exact; its range is checked by its kind
+    return math.isfinite(value) and (value == 0 or abs(value) >= sys.float_info.min)
+
+
 def _fits(value: Any, kind: str) -> bool:
     if kind == "count":
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
-    if kind in ("number", "rate", "fraction"):
-        if not _is_number(value) or not math.isfinite(value):
+    if kind in ("number", "rate", "fraction", "throughput"):
+        if not _is_number(value) or not _normal(value):
             return False
         if kind == "number":
             return abs(value) <= MAX_NUMBER
+        if kind == "throughput":
+            return value == 0 or MIN_THROUGHPUT <= value <= MAX_COUNT
         return 0 <= value <= (MAX_COUNT if kind == "rate" else 1)
     if kind == "texts":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
@@ -297,4 +334,25 @@ def parse_record(line: str) -> dict[str, Any]:
             continue
         if not _fits(value, base):
             raise RecordError(f"{kind}.{name} is {_shown(value)}, not {_WHAT[base]}")
+    for name, value in record.items():  # the fields of a framework's own, and in lists
+        bad = abnormal(value)
+        if bad is not None:
+            raise RecordError(
+                f"{kind}.{name} holds {_shown(bad)}, not a finite number (NaN and Infinity are "
+                "not JSON; a denormal is no measurement)"
+            )
     return record
+
+
+def abnormal(value: Any) -> float | None:
+    """The first float in `value` (nested) that is not finite and normal, else None."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, float) and not _normal(item):
+            return item
+    return None

@@ -14,14 +14,17 @@ import torch
 
 from ..common import comm
 from ..common import data as common_data
-from ..common.args import recipe_fields
+from ..common.args import TOKEN_DATASETS, recipe_fields
 from ..common.entry import TrainerError
+from ..common.gpt import PRESETS
 from .models import build, parameter_count
 
 
 def classes_of(args) -> int:
     """The classifier's width (it sets the last layer's gradient): ImageNet folders have
     as many classes as class folders, the array datasets their known number."""
+    if args.dataset in TOKEN_DATASETS:  # a transformer: its output layer is its vocabulary
+        return PRESETS[args.model].vocab
     if args.dataset == "imagenet":
         from ..common import imagenet  # noqa: PLC0415  (reads the folder list only)
 

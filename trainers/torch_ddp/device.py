@@ -36,7 +36,10 @@ class ComputeDtype:
 
     def __init__(self, model: torch.nn.Module, compiled: bool = False) -> None:
         self.seen: str | None = None
+        # the first convolution; a transformer's first linear layer
         self._conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+        if self._conv is None:
+            self._conv = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
         self._hook = None
         if self._conv is not None and not compiled:
             self._hook = self._conv.register_forward_hook(self._see)
@@ -45,6 +48,8 @@ class ComputeDtype:
         """For a compiled model, before its first step: the first convolution on x[:1]."""
         if self.seen is not None or self._conv is None or self._hook is not None:
             return
+        if not isinstance(self._conv, torch.nn.Conv2d):
+            return  # a transformer's input is token ids, not its first layer's input
         with torch.no_grad(), autocast():
             self.seen = str(self._conv(x[:1]).dtype).removeprefix("torch.")
 

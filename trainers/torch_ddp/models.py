@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..common.gpt import PRESETS
+from .transformer import GPT
+
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
 IMAGENET_LAYERS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}
 
@@ -125,6 +128,10 @@ def _init(model: nn.Module) -> nn.Module:
 
 
 def build(name: str, classes: int) -> nn.Module:
+    """A model by name; a transformer preset's width of output is its vocabulary's, not
+    `classes`."""
+    if name in PRESETS:
+        return GPT(PRESETS[name])
     if name in CIFAR_DEPTHS:
         return _init(CifarResNet(CIFAR_DEPTHS[name], classes))
     if name in IMAGENET_LAYERS:

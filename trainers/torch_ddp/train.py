@@ -19,13 +19,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..common import comm as common_comm
 from ..common import data as common_data
-from ..common.args import COMPILE_MODES, build_parser, positive_int
+from ..common.args import COMPILE_MODES, TOKEN_DATASETS, build_parser, positive_int
 from ..common.context import Context, start
 from ..common.entry import TrainerError, run_main
 from ..common.launch_env import LaunchEnv, local_world_size
 from . import comm as comm_benchmark
 from .device import pick_gpu, resolve_precision
-from .trainer import Trainer
+from .trainer import Trainer, trainable_weights
 
 PROG = "dlscale-torch-ddp"
 FRAMEWORK = "pytorch-ddp"
@@ -49,6 +49,9 @@ class Distribution:
     # channels_last weights, not only inputs: a framework that views its flattened parameters
     # as bytes (DeepSpeed) needs them contiguous, and cuDNN still runs NHWC from the inputs.
     channels_last_weights = True
+    # Whether the framework computes in the run's precision itself (FSDP's mixed-precision
+    # policy): then no autocast around the forward pass.
+    casts_itself = False
 
     def add_args(self, parser) -> None:
         """Flags of this framework alone (the shared ones are in common.args)."""
@@ -116,6 +119,16 @@ class Distribution:
     def versions(self) -> dict[str, Any]:
         return {}
 
+    def data_share(self, launch: LaunchEnv) -> tuple[int, int]:
+        """(this rank's place among the data-parallel ranks, how many there are): every
+        rank is one, except under tensor parallelism."""
+        return launch.rank, launch.world_size
+
+    def full_weights(self, model) -> Any:
+        """The trained weights by name, whole on every rank (for the weights' digest); a
+        framework that shards them gathers them here (a collective: every rank calls it)."""
+        return trainable_weights(model)
+
     def record(self, args, launch: LaunchEnv) -> dict[str, Any]:
         """Extra fields for the params record (this framework's own settings)."""
         return {"ddp": launch.distributed}
@@ -169,7 +182,7 @@ class TorchRun:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
 
     def autocast(self):
-        dtype = self.amp_dtype
+        dtype = None if self.strategy.casts_itself else self.amp_dtype
         return torch.autocast(self.device.type, dtype, enabled=dtype is not None)
 
     def sync_device(self) -> None:
@@ -211,6 +224,13 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
         help="with --compile: torch.compile's mode (reduce-overhead: CUDA graphs; "
         "max-autotune: Triton autotuning and CUDA graphs; max-autotune-no-cudagraphs)",
     )
+    parser.add_argument(
+        "--gpt-layers",
+        type=positive_int,
+        default=None,
+        help="a transformer preset with this many blocks instead of its own (the memory "
+        "probe grows a model this way; common/memory_probe.py)",
+    )
     strategy.add_args(parser)
     args = parser.parse_args(argv)
     if args.compile_mode != "default" and not args.compile:
@@ -240,7 +260,7 @@ def train(argv: list[str] | None = None, strategy: Distribution | None = None) -
     channels_last = args.memory_format == "channels_last" or (
         args.memory_format == "auto" and use_cuda
     )
-    if args.dataset in common_data.SYNTHETIC and args.loader != "native":
+    if args.dataset in (*common_data.SYNTHETIC, *TOKEN_DATASETS) and args.loader != "native":
         raise TrainerError(
             f"--loader {args.loader} reads data, and {args.dataset} has none "
             "(it is made on the device); use --loader native"

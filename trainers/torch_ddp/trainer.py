@@ -15,13 +15,18 @@ import torch.nn.functional as F
 from ..common import breakdown
 from ..common import data as common_data
 from ..common import loop as training_loop
-from ..common.args import recipe_fields
+from ..common.args import TOKEN_DATASETS, recipe_fields
 from ..common.context import weights_digest
+from ..common.entry import TrainerError
+from ..common.gpt import PRESETS, shape_of
 from . import loaders
 from .batches import Data
 from .device import ComputeDtype, CudaTimer, set_math_modes
+from .metrics import DevicePeak, transformer_fields
 from .models import build, parameter_count
 from .probes import step_breakdown, synthetic_batches
+from .tokens import token_batches
+from .transformer import GPT
 
 if TYPE_CHECKING:
     from .train import TorchRun
@@ -53,9 +58,14 @@ class Trainer:
         self.run, self.ctx, self.strategy, self.device = run, run.ctx, run.strategy, run.device
         self.args = run.ctx.args
         self.cuda = run.device.type == "cuda"
-        # Data: synthetic tensors live on the device; real data goes through --loader.
+        # Data: synthetic tensors live on the device; real data goes through --loader; a
+        # transformer's tokens are the trainer's own (tokens.py).
         self.data: Data | None = None
-        if self.args.dataset in common_data.SYNTHETIC:
+        self.shape, self.peak = None, None
+        self.unit, self.sample_units, self.data_info = "images", 1, {}
+        if self.args.dataset in TOKEN_DATASETS:
+            self._tokens()
+        elif self.args.dataset in common_data.SYNTHETIC:
             shape = common_data.SHAPES[self.args.dataset]
             self.stream: Iterator[Any] = synthetic_batches(run, shape)()
             self.steps_per_epoch, self.classes = None, shape.classes
@@ -64,10 +74,34 @@ class Trainer:
             self.stream = self._epochs(self.data)
             self.steps_per_epoch, self.classes = self.data.steps_per_epoch, self.data.classes
         self.recipe = self.ctx.recipe(
-            self.ctx.total_steps(self.steps_per_epoch), self.steps_per_epoch
+            self.ctx.total_steps(self.steps_per_epoch),
+            self.steps_per_epoch,
+            self.unit,
+            self.sample_units,
         )
         self._build_model()
         self.last: list[Any] = []  # the latest batch, for the step-time breakdown
+
+    def _tokens(self) -> None:
+        """A transformer's run: its shape, its batches, and its device's peak (measured
+        before the model takes memory, on every rank at once)."""
+        args, ctx = self.args, self.ctx
+        if args.model not in PRESETS:
+            raise TrainerError(
+                f"{args.dataset} is read by the transformer models: {', '.join(PRESETS)}"
+            )
+        self.shape = shape_of(args.model, args.gpt_layers)
+        self.stream, self.data_info = token_batches(
+            args.dataset,
+            self.shape,
+            ctx.global_batch,
+            self.strategy.data_share(ctx.launch),
+            args.seed,
+            self.device,
+        )
+        self.steps_per_epoch, self.classes = None, self.shape.vocab
+        self.unit, self.sample_units = "tokens", self.shape.seq_len
+        self.peak = DevicePeak(self.run)
 
     def _load(self) -> Data:
         ctx, run = self.ctx, self.run
@@ -92,8 +126,14 @@ class Trainer:
 
     def _build_model(self) -> None:
         args, run = self.args, self.run
+        if self.shape is None and args.gpt_layers:
+            raise TrainerError("--gpt-layers sizes a transformer model (a token dataset)")
         torch.manual_seed(args.seed)
-        self.model = build(args.model, self.classes).to(run.device)
+        self.model = (GPT(self.shape) if self.shape else build(args.model, self.classes)).to(
+            run.device
+        )
+        # Counted before a strategy shards them (ZeRO-3 leaves each rank an empty tensor).
+        self.parameters = parameter_count(self.model)
         if run.channels_last and self.strategy.channels_last_weights:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.math_modes = set_math_modes(run.precision) if self.cuda else {}
@@ -124,7 +164,7 @@ class Trainer:
             framework=self.strategy.framework,
             world_size=ctx.world,
             global_batch=ctx.global_batch,
-            parameters=parameter_count(self.model),
+            parameters=self.parameters,
             precision=run.precision,
             channels_last=run.channels_last,
             channels_last_weights=run.channels_last and self.strategy.channels_last_weights,
@@ -141,7 +181,27 @@ class Trainer:
             **self.math_modes,
             **recipe_fields(self.args),
             **self.strategy.record(self.args, ctx.launch),
+            **self._transformer_params(),
         )
+
+    def _transformer_params(self) -> dict[str, Any]:
+        if self.shape is None:
+            return {}
+        s = self.shape
+        return {
+            "unit": self.unit,
+            "layers": s.layers,
+            "width": s.width,
+            "heads": s.heads,
+            "kv_heads": s.kv,
+            "ffn": s.hidden,
+            "seq_len": s.seq_len,
+            "vocab": s.vocab,
+            "tokens_per_step": self.recipe.units_per_step,
+            "flops_per_token": s.flops_per_token(self.parameters),
+            "malloc_mmap_threshold_bytes": self.peak.mmap_threshold if self.peak else None,
+            **self.data_info,
+        }
 
     def write_env(self) -> None:
         cuda, device = self.cuda, self.device
@@ -191,13 +251,23 @@ class Trainer:
         return training_loop.Hooks(
             step=self.step,
             set_lr=lambda lr: self.strategy.set_lr(self.opt, lr),
-            loss_of=lambda loss: float(loss.detach()),  # synchronises: interval boundaries only
+            loss_of=self.loss_of,
             sync=self.run.sync,
             evaluate=self.evaluate if self.data is not None else None,
             timer=CudaTimer() if self.cuda else training_loop.WallTimer(),
             progress=self.ctx.progress,
             meter=self.ctx.meter,
         )
+
+    def loss_of(self, loss: torch.Tensor) -> float:
+        """The logged loss (read at interval boundaries only: reading synchronises). A
+        transformer's is the global batch's, the mean over the ranks, so runs at any scale
+        and in any strategy log the same curve for the same data."""
+        if self.shape is None:
+            return float(loss.detach())
+        total = loss.detach().float().reshape(1).clone()
+        self.strategy.all_reduce(total, self.ctx.launch)
+        return float(total) / self.ctx.world
 
     def breakdown(self, loop: training_loop.Loop) -> dict[str, Any]:
         """The step-time breakdown, measured by steps past the timed ones (so after the
@@ -215,12 +285,24 @@ class Trainer:
         return self.ctx.finish(
             self.recipe,
             loop,
-            weights_digest(trainable_weights(self.model)),
+            weights_digest(self.strategy.full_weights(self.model)),
             self.run.gather,
             self.run.barrier,
             after_readings=lambda: self.breakdown(loop),
             compute_dtype=self.seen_dtype.seen,
+            **self.transformer_metrics(loop),
         )
+
+    def transformer_metrics(self, loop: training_loop.Loop) -> dict[str, Any]:
+        """Tokens a second, TFLOPS and MFU over the timed steps, and memory per rank."""
+        if self.shape is None or self.peak is None:
+            return {}
+        timed = loop.timed_steps(self.args.warmup_steps)
+        tokens_per_s = (
+            timed * self.recipe.units_per_step / loop.train_time if loop.train_time else 0.0
+        )
+        flops = self.shape.flops_per_token(self.parameters)
+        return transformer_fields(self.run, self.peak, tokens_per_s, flops)
 
     def train(self) -> int:
         self.write_params()

@@ -31,6 +31,16 @@ if TYPE_CHECKING:
     from ...launching.plan import Run
 
 LOCK_NAME = "local-worker.lock"
+# Every local run's time limit where its spec sets none (experiment.time_limit): a profile's
+# default on Slurm. A run past it (a hung or stopped trainer) is stopped and ends TIMEOUT.
+DEFAULT_TIME_LIMIT = "00:30:00"
+
+
+def time_limit_s(loaded: LoadedSpec) -> int | None:
+    """The seconds a run of this spec may take here (None: UNLIMITED, the spec's word)."""
+    from ...config.times import time_to_seconds
+
+    return time_to_seconds(loaded.spec.experiment.time_limit or DEFAULT_TIME_LIMIT)
 
 
 def worker_alive(home: Path) -> bool:
@@ -83,18 +93,25 @@ def lost_reason(job: JobRow) -> str:
     return f"the local worker was lost{worker}; this job's ranks were stopped"
 
 
-def settle_failed(store: Store, job: JobRow, reason: str, exit_code: int | None = None) -> None:
-    """Mark a job and its run FAILED for a reason the backend knows (not the trainer's):
-    the reason says what happened, and the log's last lines follow it as usual."""
+def settle_failed(
+    store: Store,
+    job: JobRow,
+    reason: str,
+    exit_code: int | None = None,
+    state: State = State.FAILED,
+) -> None:
+    """Mark a job and its run FAILED (or TIMEOUT) for a reason the backend knows (not the
+    trainer's): the reason says what happened, and the log's last lines follow it as
+    usual."""
     store.jobs.update(
         "local",
         job["job_id"],
-        state=State.FAILED,
+        state=state,
         ended=time.time(),
         reason=reason,
         exit_code=exit_code,
     )
-    finalize_run(store, job["run_id"], State.FAILED)
+    finalize_run(store, job["run_id"], state)
     log_tail = (store.run(job["run_id"])["reason"] or "").split("\n")[1:]
     store.update_run(job["run_id"], reason="\n".join([reason, *log_tail]))
 
@@ -167,6 +184,7 @@ class LocalBackend(Backend):
                 run.ranks_per_node,
                 run.training["threads_per_rank"],
                 f"{run.experiment}:{run.label()}",
+                time_limit_s=time_limit_s(loaded),
             )
         if run.framework not in self._envs:
             self._envs[run.framework] = envs.resolve(run.framework, self.store.home, check=False)
@@ -180,10 +198,13 @@ class LocalBackend(Backend):
             run.ranks_per_node,
             run.training["threads_per_rank"],
             f"{run.experiment}:{run.label()}",
+            time_limit_s=time_limit_s(loaded),
         )
 
     def again(self, row: RunRow, paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
-        return self._from_record(row, paths, payload.get("argv"), payload.get("env"))
+        return self._from_record(
+            row, paths, payload.get("argv"), payload.get("env"), _limit_of(payload)
+        )
 
     def check_repeatable(self, row: RunRow, payload: dict[str, Any]) -> None:
         if "argv" not in payload:
@@ -202,12 +223,20 @@ class LocalBackend(Backend):
         # the variables too: a declared framework's name its records' file and run id
         env = {k: moved(v) for k, v in (payload.get("env") or {}).items()}
         return self._from_record(
-            new_row, RunPaths.of(new_row), [moved(a) for a in payload["argv"]], env
+            new_row,
+            RunPaths.of(new_row),
+            [moved(a) for a in payload["argv"]],
+            env,
+            _limit_of(payload),
         )
 
     @staticmethod
     def _from_record(
-        row: RunRow, paths: RunPaths, argv: list[str] | None, env: dict[str, str] | None
+        row: RunRow,
+        paths: RunPaths,
+        argv: list[str] | None,
+        env: dict[str, str] | None,
+        limit_s: int | None,
     ) -> JobRequest:
         if not argv:
             raise UserError(
@@ -222,6 +251,7 @@ class LocalBackend(Backend):
             row["nodes"],
             row["ranks_per_node"],
             json.loads(row["training"])["threads_per_rank"],
+            time_limit_s=limit_s,
         )
 
     def records_its_jobs(self) -> bool:
@@ -283,6 +313,7 @@ class LocalBackend(Backend):
                         "env": r.env,
                         "run_dir": str(r.run_dir),
                         "log": str(r.log_path),
+                        "time_limit_s": r.time_limit_s,
                         **({"layout": asdict(r.layout)} if r.layout else {}),
                     },
                 )
@@ -293,6 +324,16 @@ class LocalBackend(Backend):
         out = [next(given) if o == "" else o for o in out]
         self.ensure_worker()
         return out
+
+
+def _limit_of(payload: dict[str, Any]) -> int | None:
+    """A recorded job's limit, for its run submitted again (the default for jobs recorded
+    before there was one)."""
+    if "time_limit_s" in payload:
+        return payload["time_limit_s"]
+    from ...config.times import time_to_seconds
+
+    return time_to_seconds(DEFAULT_TIME_LIMIT)
 
 
 class LocalWatcher(Watcher):

@@ -16,6 +16,8 @@ worker a command starts.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -34,7 +36,7 @@ from ...runs import JobRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from ...tracking.store.health import fault_message
-from .backend import LOCK_NAME, settle_failed
+from .backend import DEFAULT_TIME_LIMIT, LOCK_NAME, settle_failed
 from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
 INGEST_EVERY_S = 2.0
@@ -73,7 +75,8 @@ def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
             preexec_fn=parent_watch(),
         )
     except OSError as exc:
-        log.write(f"dlscale: cannot start the job: {exc}\n".encode())
+        with contextlib.suppress(OSError):  # a disk too full for the line: said anyway
+            log.write(f"dlscale: cannot start the job: {exc}\n".encode())
         return str(exc)
 
 
@@ -101,13 +104,15 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
         store.update_run(job["run_id"], state=State.FAILED, reason=why)  # it has no log to read
         return
     metrics = RunPaths(run_dir).metrics
-    with open(payload["log"], "ab") as log:
-        log.write(
+    limit = payload.get("time_limit_s")
+    with open(payload["log"], "ab", buffering=0) as raw:
+        log = _Log(raw)
+        log.say(
             f"dlscale: local job {job['job_id']} of run {job['run_id']} started "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode()
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}"
+            + (f"; its time limit is {clock(limit)}" if limit else "")
         )
-        log.flush()
-        proc = _start(job, payload, log)
+        proc = _start(job, payload, raw)
         if isinstance(proc, str):
             store.jobs.update(
                 "local",
@@ -121,7 +126,8 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
             return
         # Recorded while it is our unreaped child, so the mark is this launcher's own.
         store.jobs.update("local", job["job_id"], pid=proc.pid, pid_mark=process_mark(proc.pid))
-        last_ingest, term_sent, cancelled = 0.0, None, False
+        started = time.monotonic()
+        last_ingest, term_sent, cancelled, timed_out = 0.0, None, False, False
         while proc.poll() is None:
             time.sleep(0.2)
             now = time.time()
@@ -131,22 +137,23 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
                 cancelled = (store.jobs.get("local", job["job_id"]) or {}).get(
                     "state"
                 ) == State.CANCELLED
-            if term_sent is None and (cancelled or stopping.get("signal")):
+            # a hung trainer, or one stopped (SIGSTOP): it ends at its limit all the same
+            timed_out = timed_out or bool(limit and time.monotonic() - started > limit)
+            if term_sent is None and (cancelled or stopping.get("signal") or timed_out):
                 _signal_launcher(proc, signal.SIGTERM)
+                _signal_launcher(proc, signal.SIGCONT)  # a stopped one can act on it
                 term_sent = now
             if term_sent and now - term_sent > KILL_GRACE_S:
                 _signal_launcher(proc, signal.SIGKILL)
         rc = proc.returncode
-        log.write(f"dlscale: job {job['job_id']} ended with exit code {rc}\n".encode())
+        log.say(f"dlscale: job {job['job_id']} ended with exit code {rc}")
         # Ranks in sessions of their own are not in the launcher's group: none may go on.
         left = stop_leftovers(job["token"])
         if left:
-            log.write(
-                f"dlscale: stopped {left} process(es) of this job that outlived its "
-                "launcher\n".encode()
-            )
+            log.say(f"dlscale: stopped {left} process(es) of this job that outlived its launcher")
     row = store.jobs.get("local", job["job_id"])
     assert row is not None  # the worker's own job: nothing deletes it while it runs
+    full = disk_full(run_dir, log.full) if rc != 0 else None
     if row["state"] == State.CANCELLED:
         finalize_run(store, job["run_id"], State.CANCELLED)
     elif term_sent and stopping.get("signal"):  # not a job that ended on its own meanwhile
@@ -158,6 +165,18 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
             "this job's ranks were stopped",
             exit_code=rc,
         )
+    elif timed_out:
+        settle_failed(
+            store,
+            row,
+            f"the run passed its time limit of {clock(limit)} and was stopped (the "
+            "spec's experiment.time_limit; "
+            f"{DEFAULT_TIME_LIMIT} where it sets none)",
+            exit_code=rc,
+            state=State.TIMEOUT,
+        )
+    elif full is not None:
+        settle_failed(store, row, full, exit_code=rc)
     else:
         state, ended = (State.COMPLETED if rc == 0 else State.FAILED), time.time()
         # The run is settled before its job is seen to end: a watcher in another process
@@ -166,6 +185,48 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
         store.jobs.update("local", job["job_id"], exit_code=rc)
         finalize_run(store, job["run_id"], state)
         store.jobs.update("local", job["job_id"], state=state, ended=ended)
+
+
+class _Log:
+    """The worker's own lines in a job's log. A disk too full to take them does not stop
+    the worker: it is noted, and said as the run's reason (`disk_full`)."""
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+        self.full: str | None = None
+
+    def say(self, line: str) -> None:
+        try:
+            self.raw.write((line + "\n").encode())
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.full = self.full or f"{exc.strerror} writing {self.raw.name}"
+
+
+FULL_BYTES = 1 << 20  # less free space than this where a run failed: the disk was full
+
+
+def disk_full(run_dir: Path, seen: str | None) -> str | None:
+    """Why a failed run failed, where the disk holding its folder was full: the worker's
+    own write refused (`seen`), or under FULL_BYTES left when the job ended. (A trainer's
+    own "No space left on device" reaches its reason from the log: logs.failure_reason.)"""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if seen is None and free >= FULL_BYTES:
+        return None
+    said = seen or f"{free:,} bytes free on the file system of {run_dir} as the job ended"
+    return f"the disk was full ({said})"
+
+
+def clock(seconds: int | None) -> str:
+    """A limit as H:MM:SS (UNLIMITED for none)."""
+    if not seconds:
+        return "UNLIMITED"
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class _Report:

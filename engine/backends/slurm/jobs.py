@@ -302,7 +302,7 @@ class SlurmJobs(Backend):
     def time_limit_s(self) -> int | None:
         if self.profile is None:
             return None
-        from ...config.profile import time_to_seconds
+        from ...config.times import time_to_seconds
 
         p = self.profile.profile
         limits = [
@@ -349,7 +349,15 @@ class SlurmJobs(Backend):
         self.throttle = loaded.spec.experiment.max_concurrent or self.throttle
         script = paths.job_script
         script.write_text(
-            jobscript.render(run, profile, paths.root, loaded.path, self.partition, home=self.home)
+            jobscript.render(
+                run,
+                profile,
+                paths.root,
+                loaded.path,
+                self.partition,
+                home=self.home,
+                time_limit=loaded.spec.experiment.time_limit,
+            )
         )
         paths.profile.write_text(profile.text)
         check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)

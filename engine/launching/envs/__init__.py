@@ -109,7 +109,7 @@ if out["failed"] is None:
     for hvd in ("horovod.torch", "horovod.tensorflow"):
         if hvd in mods and full:
             facts["nccl"] = bool(importlib.import_module(hvd).nccl_built())
-print("DLSCALE-PROBE " + json.dumps(out))
+print("DLSCALE-PROBE " + json.dumps(out, allow_nan=False))
 """
 
 

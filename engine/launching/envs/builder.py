@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ...config.frameworks import FRAMEWORKS
 from ...errors import DlscaleError, UserError
+from ...io.outputs import OutputError
 from ...io.reading import read_json
-from ...io.writing import OutputError
 from .. import envs
 from . import registry
 from .recipes import GPU_RECIPES, RECIPES, Recipe, WheelBuild, recipe_for
@@ -297,7 +297,8 @@ def _build(framework: str, recipe: Recipe, prefix: Path, home: Path, python: str
                 "device": recipe.device,
                 "created": time.time(),
                 "build_s": round(time.time() - started, 1),
-            }
+            },
+            allow_nan=False,
         )
         + "\n"
     )

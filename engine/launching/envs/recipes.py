@@ -44,6 +44,8 @@ RECIPES: dict[str, Recipe] = {
     r.framework: r
     for r in (
         Recipe("pytorch-ddp", (Step((TORCH, *_DATA, *_IMAGES)),), ("torch",), ("torch", "numpy")),
+        # FSDP2 and tensor parallelism are torch's own: the same environment as DDP's.
+        Recipe("pytorch-fsdp", (Step((TORCH, *_DATA, *_IMAGES)),), ("torch",), ("torch", "numpy")),
         # DS_BUILD_OPS=0: no CUDA extension is compiled at install time (none is needed on CPU,
         # and on GPU DeepSpeed builds the few it uses just in time).
         Recipe(
@@ -147,13 +149,16 @@ def _gpu_horovod(cpu: Step | WheelBuild, key: str) -> WheelBuild:
 GPU_RECIPES: dict[str, Recipe] = {
     r.framework: r
     for r in (
-        Recipe(
-            "pytorch-ddp",
-            (Step((TORCH_CUDA, *_DATA, *_IMAGES, NVML)),),
-            ("torch",),
-            ("torch", "numpy", NVML_DIST),
-            device="cuda",
-            cuda="13.0",
+        *(
+            Recipe(
+                name,
+                (Step((TORCH_CUDA, *_DATA, *_IMAGES, NVML)),),
+                ("torch",),
+                ("torch", "numpy", NVML_DIST),
+                device="cuda",
+                cuda="13.0",
+            )
+            for name in ("pytorch-ddp", "pytorch-fsdp")
         ),
         # No warm-up op: on GPUs DeepSpeed communicates through NCCL, not its CPU op.
         Recipe(

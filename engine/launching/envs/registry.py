@@ -63,7 +63,7 @@ def _write_registry(home: Path, data: dict) -> None:
     path = _registry_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
     tmp.replace(path)  # atomic: a planner reading it never sees half a file
 
 

@@ -54,7 +54,7 @@ class WheelBuild:
         reusing a stale wheel. (CPU builds hash as they always did: their wheels stay found.)"""
         text = repr(self) + (CXX_WRAPPER if self.cxx_std else "")
         if self.site or self.modules:
-            text += json.dumps([self.site, self.modules])
+            text += json.dumps([self.site, self.modules], allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
     @property
@@ -92,7 +92,8 @@ class Recipe:
                 [s.packages, s.pip_args, s.env] if isinstance(s, Step) else s.digest
                 for s in self.steps
             ]
-            + [self.warm]
+            + [self.warm],
+            allow_nan=False,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 

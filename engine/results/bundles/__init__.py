@@ -15,7 +15,6 @@ import io
 import json
 import os
 import re
-import shutil
 import socket
 import tarfile
 from importlib.metadata import PackageNotFoundError, version
@@ -24,11 +23,11 @@ from typing import Any, cast
 
 from ...config.tomlfile import parse_toml
 from ...errors import NotFoundError, SpecError, UserError
-from ...io.writing import check_file, writing
+from ...io.outputs import check_file, writing
 from ...launching.plan import digest
 from ...paths import RunPaths, own_folder, write_run_file
 from ...runs import TERMINAL, RunRow
-from ...tracking.store import Store
+from ...tracking.store import Store, locks, staging
 from ...tracking.store.imports import Imported
 from .read import (
     EXPERIMENT,
@@ -58,7 +57,7 @@ def profile_of(runs: list[RunRow]) -> dict[str, Any] | None:
     for r in runs:
         path = RunPaths(Path(r["run_dir"] or "")).profile
         if path.is_file():
-            try:  # bounded and checked like any profile (engine.files); unreadable: skipped
+            try:  # bounded and checked like any profile (engine.io.reading); unreadable: skipped
                 return parse_toml(path)[1]
             except SpecError:
                 continue
@@ -139,7 +138,7 @@ def export(
 
 
 def _json(data: Any) -> bytes:
-    return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+    return (json.dumps(data, sort_keys=True, indent=1, allow_nan=False) + "\n").encode()
 
 
 def profile_text(profile: dict[str, Any] | None) -> str | None:
@@ -157,7 +156,9 @@ def _run_members(store: Store, r: RunRow) -> dict[str, bytes]:
     records = store.records.of(r["run_id"])
     out = {
         f"{where}/run.json": _json(row),
-        f"{where}/metrics.jsonl": "".join(json.dumps(rec) + "\n" for rec in records).encode(),
+        f"{where}/metrics.jsonl": "".join(
+            json.dumps(rec, allow_nan=False) + "\n" for rec in records
+        ).encode(),
     }
     paths = RunPaths.of(r)
     for name, path in (("job.sh", paths.job_script), ("profile.toml", paths.profile)):
@@ -191,13 +192,16 @@ def import_bundle(store: Store, path: str | Path) -> Imported:
 
 
 def add(store: Store, bundle: Bundle) -> Imported:
+    """The bundle's runs added whole or not at all, whatever ends the process meanwhile:
+    their folders staged, then published with their rows (tracking/staging.py); one
+    import at a time per home (tracking/locks.py)."""
     site = bundle.site
     name = imported_name(bundle.experiment.name, site)
     ids = local_ids(bundle)
     rows, records, files = [], {}, {}
     for run in bundle.runs:
         rid = ids[run.row["run_id"]]
-        metrics = "".join(json.dumps(rec) + "\n" for rec in run.records).encode()
+        metrics = "".join(json.dumps(rec, allow_nan=False) + "\n" for rec in run.records).encode()
         # the bundle's row (RunFile's fields, checked by bundle_read), made this store's
         row = cast(
             RunRow,
@@ -207,7 +211,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
                 "point_id": digest({"site": site, "point_id": run.row["point_id"]}),
                 "experiment": name,
                 "devices": run.row["nodes"] * run.row["ranks_per_node"],
-                "training": json.dumps(run.row["training"], sort_keys=True),
+                "training": json.dumps(run.row["training"], sort_keys=True, allow_nan=False),
                 "rerun_of": ids.get(run.row["rerun_of"] or ""),
                 "site": site,
                 "run_dir": str(store.runs_dir / rid),
@@ -220,27 +224,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
         records[rid] = run.records
         spec = bundle.experiment.spec_text.encode()
         files[rid] = {**run.files, "metrics.jsonl": metrics, "spec.toml": spec}
-    by_id = {r["run_id"]: r for r in rows}
     there = {local: orig for orig, local in ids.items()}
-
-    def write_folders(changed: list[str]) -> None:
-        made = []
-        try:
-            for rid in changed:
-                folder = own_folder(Path(by_id[rid]["run_dir"]))  # never a link
-                if folder.exists():
-                    shutil.rmtree(folder)  # an earlier import's copy of the same run
-                folder.mkdir(parents=True)
-                made.append(folder)
-                for fname, data in files[rid].items():
-                    (folder / fname).write_bytes(data)
-                write_run_file(by_id[rid], folder, by_id[rid]["backend"] or "", "", "")
-                _add_site(folder, site, there[rid])
-        except OSError:
-            for folder in made:
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
-
     experiment = {
         "name": name,
         "spec_path": bundle.experiment.spec_path,
@@ -248,7 +232,57 @@ def add(store: Store, bundle: Bundle) -> Imported:
         "spec_digest": bundle.experiment.spec_digest,
         "site": site,
     }
-    return store.imports.add(experiment, rows, records, write_folders)
+    with locks.changing(store.home, "import"):
+        staging.settle(store.runs_dir, lambda plan: _apply(store, plan))
+        plan = store.imports.diff(experiment, rows, records)
+        changed = set(plan.added + plan.updated)
+        if not changed:
+            return plan
+        for rid in changed:  # a link or a file where a run's folder goes: refused, named
+            own_folder(store.runs_dir / rid)
+        staged = staging.Staged.begin(store.runs_dir, "import")
+        try:
+            for row in rows:
+                if row["run_id"] in changed:
+                    _write_folder(staged.folder(row["run_id"]), row, files, site, there)
+        except BaseException:
+            staged.abandon()
+            raise
+        done = Imported(name)
+        with staging.whole():  # from here on, only SIGKILL stops it, and settle finishes it
+            try:
+                staged.decide(
+                    {
+                        "experiment": experiment,
+                        "rows": [r for r in rows if r["run_id"] in changed],
+                        "records": {rid: records[rid] for rid in changed},
+                    }
+                )
+                staged.finish(lambda plan: _apply(store, plan, done))
+            except Exception:
+                if not done.added and not done.updated and not done.unchanged:
+                    staged.abandon()  # its rows were not written: it did not happen
+                raise
+    done.unchanged += plan.unchanged
+    return done
+
+
+def _apply(store: Store, plan: dict[str, Any], done: Imported | None = None) -> None:
+    """A staged import's rows written (again), in one transaction."""
+    result = store.imports.add(plan["experiment"], plan["rows"], plan["records"])
+    if done is not None:
+        done.added, done.updated, done.unchanged = result.added, result.updated, result.unchanged
+
+
+def _write_folder(
+    folder: Path, row: RunRow, files: dict[str, dict[str, bytes]], site: str, there: dict
+) -> None:
+    rid = row["run_id"]
+    folder.mkdir()
+    for fname, data in files[rid].items():
+        (folder / fname).write_bytes(data)
+    write_run_file(row, folder, row["backend"] or "", "", "")
+    _add_site(folder, site, there[rid])
 
 
 def _add_site(folder: Path, site: str, origin: str) -> None:
@@ -257,4 +291,4 @@ def _add_site(folder: Path, site: str, origin: str) -> None:
     record = RunPaths(folder).record
     data = json.loads(record.read_text())
     data.update(site=site, run_id_at_site=origin)
-    record.write_text(json.dumps(data, sort_keys=True) + "\n")
+    record.write_text(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")

@@ -29,9 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
-from ....trainers.common.records import RecordError, parse_record
+from ....trainers.common.records import RecordError, abnormal, parse_record
+from ...config.custom import NAME
+from ...config.quantities import TIMESTAMP
 from ...config.tomlfile import parse_toml_text
 from ...errors import SpecError, UserError, capped
 from ...io.reading import NotRegularFile, load_json, open_regular
@@ -49,7 +59,7 @@ MAX_BYTES = 1 << 30
 MAX_MEMBER_BYTES = 64 << 20
 LOG_TAIL_BYTES = 32 * 1024
 _HEADER_ROOM = 64 << 20  # tar headers and padding beside the members' own bytes
-SITE_RULE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+SITE_RULE = NAME  # the spec's name rule, as the experiment's
 _RUN_MEMBER = re.compile(r"runs/([0-9a-f]{12})/(" + "|".join(map(re.escape, RUN_FILES)) + ")")
 _HEX12 = r"^[0-9a-f]{12}$"
 _TEXT = TEXT_MAX
@@ -60,10 +70,11 @@ class BundleError(UserError):
 
     def __init__(self, path: str | Path, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__(
-            f"{path}: bundle refused, nothing was imported:\n"
-            + "\n".join(f"  {p}" for p in capped(problems))
-        )
+        self.lines = [
+            f"{path}: bundle refused, nothing was imported:",
+            *(f"  {p}" for p in capped(problems)),
+        ]
+        super().__init__("\n".join(self.lines))
 
 
 class _Strict(BaseModel):
@@ -76,7 +87,7 @@ class Manifest(_Strict):
     site: StrictStr = Field(pattern=SITE_RULE)
     profile: StrictStr | None = Field(default=None, max_length=_TEXT)
     dlscale_version: StrictStr = Field(max_length=_TEXT)
-    experiment: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    experiment: StrictStr = Field(pattern=NAME)
     created: StrictStr = Field(max_length=_TEXT)
     files: dict[str, StrictStr]
 
@@ -94,24 +105,35 @@ class RunFile(_Strict):
     run_id: StrictStr = Field(pattern=_HEX12)
     point_id: StrictStr = Field(pattern=_HEX12)
     experiment: StrictStr
-    framework: StrictStr = Field(max_length=_TEXT)
-    model: StrictStr = Field(max_length=_TEXT)
-    dataset: StrictStr = Field(max_length=_TEXT)
+    # What names a point follows the spec's name rule (a bundle made from a spec holds no
+    # other), so it is shown as written in every format; free text (a reason, a host) is
+    # escaped for each reader instead.
+    framework: StrictStr = Field(pattern=NAME)
+    model: StrictStr = Field(pattern=NAME)
+    dataset: StrictStr = Field(pattern=NAME)
     nodes: StrictInt = Field(ge=1, le=1_000_000)
     ranks_per_node: StrictInt = Field(ge=1, le=1_000_000)
     per_device_batch: StrictInt = Field(ge=1, le=COUNT_MAX)
     global_batch: StrictInt = Field(ge=1, le=COUNT_MAX)
     scaling: Literal["weak", "strong"]
-    precision: StrictStr = Field(max_length=_TEXT)
-    loader: StrictStr = Field(max_length=_TEXT)
+    precision: StrictStr = Field(pattern=NAME)
+    loader: StrictStr = Field(pattern=NAME)
     repetition: StrictInt = Field(ge=0, le=COUNT_MAX)
     training: dict[str, Any]
     state: StrictStr
     reason: StrictStr | None = None
     backend: StrictStr | None = Field(default=None, max_length=_TEXT)
     job_id: StrictStr | None = Field(default=None, max_length=_TEXT)
-    created: float | None = None
+    created: TIMESTAMP.field(optional=True) = None  # type: ignore[valid-type]
     rerun_of: StrictStr | None = Field(default=None, pattern=_HEX12)
+
+    @field_validator("training")
+    @classmethod
+    def _recipe(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = abnormal(value)
+        if bad is not None:
+            raise ValueError(f"holds {bad!r}, not a finite number (a denormal is no setting)")
+        return value
 
 
 @dataclass
@@ -212,10 +234,22 @@ def _model(model: type[_Strict], name: str, raw: bytes, problems: list[str]) -> 
         if isinstance(exc, ValidationError):
             for e in exc.errors():
                 where = ".".join(str(x) for x in e["loc"]) or "(the whole file)"
-                problems.append(f"{name}: {where}: {e['msg']}")
+                problems.append(f"{name}: {where}: {_said(e)}")
         else:
             problems.append(f"{name}: {exc}")
         return None
+
+
+def _said(e: Any) -> str:
+    """pydantic's words for a problem; a name against the spec's rule in the rule's words,
+    with the name given (shown escaped by the printer)."""
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if e["type"] == "string_pattern_mismatch" and (e.get("ctx") or {}).get("pattern") == NAME:
+        msg = (
+            f"{e['input']!r} is not a name a spec can hold: 1 to 64 letters, digits, '.', "
+            "'_' or '-', starting with a letter or a digit"
+        )
+    return msg
 
 
 def _records(name: str, raw: bytes, row: dict[str, Any], problems: list[str]) -> list[dict]:

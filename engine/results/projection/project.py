@@ -101,7 +101,8 @@ def _measured_terms(base_p: Point, baseline: Point | None, pts: list[Point]) -> 
             fit[0],
             stated.MEASURED,
             "fitted on the 1-device points at batches "
-            + ", ".join(str(b) for b in sorted({p.per_device_batch for p in ones})),
+            + ", ".join(str(b) for b in sorted({p.per_device_batch for p in ones}))
+            + fit[2],
         )
     exposed = explained.summary_median(base_p, "exposed_comm_s")
     if exposed is not None and base_p.devices > 1:
@@ -438,10 +439,11 @@ def from_figures(fig: stated.Figures, to: int, per_node: int) -> dict[str, Any]:
     says "stated", every other one "projected"."""
     setup = stated.setup(fig, calibration.calibrated())
     own = (1, fig.measured_on)
-    rows = [
-        projected_row(project(setup, *scale), *scale)
-        for scale in sorted(set(targets(per_node, to)) - {own})
-    ]
+    scales = sorted(set(targets(per_node, to)) - {own})
+    # The stated throughput holds its own scale's allreduce: a smaller scale projected from
+    # it would read above ideal, so the rows start at the stated scale, and say so.
+    below = [s for s in scales if s[0] * s[1] < fig.measured_on]
+    rows = [projected_row(project(setup, *scale), *scale) for scale in scales if scale not in below]
     rows.append(stated_row(setup, fig.measured_on))
     rows.sort(key=lambda r: (r["ranks"], r["nodes"]))
     name = fig.model or f"{fig.parameters:,} parameters"
@@ -456,7 +458,16 @@ def from_figures(fig: stated.Figures, to: int, per_node: int) -> dict[str, Any]:
         "held_out": None,
         "inputs": setup.inputs,
         "links": {t: lk.as_dict() for t, lk in setup.links.items()},
-        "notes": list(dict.fromkeys(n for r in rows for n in r.get("notes") or [])),
+        "notes": list(dict.fromkeys(n for r in rows for n in r.get("notes") or []))
+        + (
+            [
+                f"scales below the stated {fig.measured_on} device(s) not projected "
+                f"({', '.join(f'{n}x{d}' for n, d in below)}): the stated throughput "
+                "already holds its scale's allreduce, so a smaller scale would read above ideal"
+            ]
+            if below
+            else []
+        ),
         "skipped": [],
     }
 

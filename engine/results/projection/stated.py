@@ -87,13 +87,20 @@ def terms_lines(terms: scaling_model.Terms) -> list[str]:
     ]
 
 
-def overhead_fit(batches: list[float], steps: list[float]) -> tuple[float, float] | None:
-    """(overhead s, s per sample) of step = overhead + batch x per-sample, least squares
-    over two or more batches; the overhead kept at zero or above."""
+def overhead_fit(batches: list[float], steps: list[float]) -> tuple[float, float, str] | None:
+    """(overhead s, s per sample, how) of step = overhead + batch x per-sample, least
+    squares over two or more batches; the overhead kept at zero or above, and `how` saying
+    so where the fit fell below (the throughput fell, or barely rose, as the batch grew)."""
     if len(set(batches)) < 2:
         return None
     u, t0 = np.polyfit(np.array(batches, dtype=float), np.array(steps, dtype=float), 1)
-    return max(float(t0), 0.0), float(u)
+    how = (
+        f"; the fit gave {1e3 * float(t0):.3g} ms, below zero (the throughput falls as the "
+        "batch grows): kept at 0"
+        if t0 < 0
+        else ""
+    )
+    return max(float(t0), 0.0), float(u), how
 
 
 @dataclass
@@ -175,7 +182,7 @@ def setup(fig: Figures, cal: calibration.Calibration) -> Setup:
             fit[0],
             STATED,
             f"fitted on the stated throughputs at batches {', '.join(f'{x:g}' for x in batches)}"
-            f" ({1e3 * fit[1]:.3g} ms a sample)",
+            f" ({1e3 * fit[1]:.3g} ms a sample){fit[2]}",
         )
     terms = choose(cal, measured, fig.terms)
     nbytes, grad_how = gradient(fig)

@@ -146,7 +146,7 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
     }.get(d.method, f"n={d.n[0]} and {d.n[1]}")
     if d.low is None:
         return f"{shown}, ratio {d.ratio:.3f} (no interval yet, {n})"
-    high = "inf" if d.high is None else f"{d.high:.3f}"
+    high = "unbounded" if d.high is None else f"{d.high:.3f}"
     ratio = f"ratio {d.ratio:.3f} [{d.low:.3f}, {high}] ({d.method}, {n})"
     tol, twice = f"{100 * tolerance:g}%", f"{200 * tolerance:g}%"
     if d.outcome == decide.REGRESSED:

@@ -15,16 +15,15 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ...config.quantities import RATIO, RATIO_BOUND, SLOWDOWN, THROUGHPUT
 from ...errors import UserError
+from ...io.outputs import append_lines
 from ...io.reading import load_json, read_text
-from ...io.writing import append_lines
 
 LIMIT = 256 << 20  # a point's line is under 1 KiB: a quarter of a million checks and more
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Entry(BaseModel):
@@ -39,14 +38,15 @@ class Entry(BaseModel):
     device: str | None = None
     unit: str = "images"
     statistic: str
-    values: list[Positive]  # one a completed run, this check's (the study's side)
-    value: Positive | None  # their mean: the series' value
+    values: list[THROUGHPUT.field()]  # type: ignore[valid-type]  # this check's runs, one each
+    value: THROUGHPUT.field(optional=True)  # type: ignore[valid-type]  # their mean: the series'
     outcome: str
     reference: str | None = None  # what it was checked against
-    ratio: Positive | None = None
-    low: float | None = None
-    high: float | None = None
-    test_slowdown: float | None = None  # made with the test-only DLSCALE_TEST_SLOWDOWN
+    ratio: RATIO.field(optional=True) = None  # type: ignore[valid-type]
+    low: RATIO_BOUND.field(optional=True) = None  # type: ignore[valid-type]
+    high: RATIO_BOUND.field(optional=True) = None  # type: ignore[valid-type]
+    # made with the test-only DLSCALE_TEST_SLOWDOWN
+    test_slowdown: SLOWDOWN.field(optional=True) = None  # type: ignore[valid-type]
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -90,7 +90,8 @@ def _why(exc: ValueError) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "the line"
-        return f"{field}: {first['msg']} (a line of `dlscale check --history`)"
+        msg = first["msg"].removeprefix("Value error, ")
+        return f"{field}: {msg} (got {first['input']!r}; a line of `dlscale check --history`)"
     return f"not a JSON line ({exc}); each line is one point of one check"
 
 
@@ -99,7 +100,7 @@ def append(path: str | Path, entries: list[Entry]) -> None:
     lines (O_APPEND: two checks writing at once interleave lines, not bytes)."""
     if not entries:
         return
-    lines = [json.dumps(e.model_dump(), sort_keys=True) + "\n" for e in entries]
+    lines = [json.dumps(e.model_dump(), sort_keys=True, allow_nan=False) + "\n" for e in entries]
     append_lines(path, lines, "--history")  # the one writer: never through a link
 
 

@@ -3,14 +3,17 @@ Actions' reporters) read: one testcase per point with the seconds its runs took,
 failure for each regression, an error for each point of the study that was not decided
 (the check exits non-zero for it too), skipped for a baseline's point the study does not
 measure; bad input is one testcase in error, so a CI job shows why nothing was checked.
-Written by xml.etree, so no text of a user's is markup."""
+Written by xml.etree, so no text of a user's is markup, and every text through
+text.xml_text, so a control character (in a file's name, a bundle's) is shown, not written
+raw where XML 1.0 takes none: the file always parses."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ...io.writing import write_file
+from ...io.outputs import write_file
+from ...io.text import xml_text
 from .check import PASSED, REGRESSED, Verdict
 
 
@@ -28,6 +31,10 @@ def _suite(name: str, cases: list[tuple[ET.Element, float]], properties: dict[st
     for key, value in properties.items():
         ET.SubElement(props, "property", {"name": key, "value": value})
     suite.extend(c for c, _ in cases)
+    for element in suites.iter():  # every text of a user's or a site's, as XML takes it
+        element.attrib = {k: xml_text(v) for k, v in element.attrib.items()}
+        if element.text is not None:
+            element.text = xml_text(element.text)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 

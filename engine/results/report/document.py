@@ -25,6 +25,7 @@ import markupsafe
 
 from ...config.tomlfile import tomllib
 from ...errors import NotFoundError, UserError
+from ...io.text import markdown_block, markdown_fence, markdown_inline, printable
 from ...runs import RunRow, State
 from ...tracking.store import Store
 from .. import analysis, tables
@@ -49,20 +50,56 @@ from .several import several
 
 FORMATS = ("md", "html")
 
-_templates = jinja2.Environment(
-    loader=jinja2.PackageLoader("dlscale.engine.results.report", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=jinja2.select_autoescape(["html.j2"]),
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-# A Markdown table cell: a pipe would end the cell, a newline the row.
-_templates.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
-# Notes are written with Markdown `code`; HTML gets <code> (the text escaped first).
-_templates.filters["code"] = lambda v: markupsafe.Markup(
-    re.sub(r"`([^`]+)`", r"<code>\1</code>", str(markupsafe.escape(v)))
-)
+
+def _environment(fmt: str) -> jinja2.Environment:
+    """The templates' environment for one format. Every value a template shows is written
+    for its reader by default (`finalize`, before HTML's autoescape): printable in HTML,
+    escaped for Markdown in Markdown; a filter that writes a value itself returns Markup."""
+    html = fmt == "html"
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dlscale.engine.results.report", "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=html,
+        finalize=_html_value if html else _markdown_value,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    if html:
+        # Notes are written with Markdown `code`; HTML gets <code> (the text escaped first).
+        env.filters["code"] = lambda v: markupsafe.Markup(
+            re.sub(r"`([^`]+)`", r"<code>\1</code>", str(markupsafe.escape(printable(str(v)))))
+        )
+        return env
+    env.filters["cell"] = lambda v: markupsafe.Markup(markdown_inline(v))
+    env.filters["row"] = lambda cells: markupsafe.Markup(
+        "| " + " | ".join(markdown_inline(c) for c in cells) + " |"
+    )
+    env.filters["block"] = lambda v: markupsafe.Markup(markdown_block(v))
+    env.filters["note"] = lambda v: markupsafe.Markup(_markdown_note(str(v)))
+    env.filters["fence"] = lambda v: markupsafe.Markup(markdown_fence(str(v)))
+    env.filters["verbatim"] = lambda v: markupsafe.Markup(printable(str(v), newlines=True))
+    return env
+
+
+def _html_value(v: Any) -> Any:
+    return printable(v, newlines=True) if isinstance(v, str) and not hasattr(v, "__html__") else v
+
+
+def _markdown_value(v: Any) -> Any:
+    return v if hasattr(v, "__html__") else markdown_inline("" if v is None else v)
+
+
+def _markdown_note(note: str) -> str:
+    """A note dlscale wrote, with its `code` spans kept (their text is literal in Markdown)
+    and the text between them escaped; unpaired backticks (a name's) are escaped text."""
+    parts = note.split("`")
+    if len(parts) % 2 == 0:
+        return markdown_block(note)
+    return "".join(
+        f"`{printable(part)}`" if i % 2 else (markdown_block if i == 0 else markdown_inline)(part)
+        for i, part in enumerate(parts)
+    )
 
 
 @dataclass
@@ -208,7 +245,7 @@ def _write(
         extra["reference.json"] = compare(ref.reference, rows)
     for file, data in extra.items():
         if data:
-            folder.write(file, json.dumps(data, indent=2) + "\n")
+            folder.write(file, json.dumps(data, indent=2, allow_nan=False) + "\n")
     with folder.subfolder("mllog") as into:
         logs = mllog.write(
             store, [r["run_id"] for r in runs if r["state"] == State.COMPLETED], into
@@ -231,16 +268,20 @@ def _write(
             return f"figures/{f.file}"
         return "data:image/png;base64," + base64.b64encode(f.png).decode()
 
-    page = _templates.get_template(f"report.{fmt}.j2").render(
-        name=name,
-        description=_description(exp),
-        generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        setup=setup(store, exp, runs),
-        spec_text=exp["spec_text"],
-        tables=sections,
-        figures=[(f, image(f)) for f in figs],
-        mllog_count=len(logs),
-        data_files=["results.json", "results.csv"] + [f for f, d in extra.items() if d],
+    page = (
+        _environment(fmt)
+        .get_template(f"report.{fmt}.j2")
+        .render(
+            name=name,
+            description=_description(exp),
+            generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            setup=setup(store, exp, runs),
+            spec_text=exp["spec_text"],
+            tables=sections,
+            figures=[(f, image(f)) for f in figs],
+            mllog_count=len(logs),
+            data_files=["results.json", "results.csv"] + [f for f, d in extra.items() if d],
+        )
     )
     folder.write(f"report.{fmt}", page if page.endswith("\n") else page + "\n")
     folder.commit()

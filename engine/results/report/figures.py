@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # before pyplot: a headless backend, whatever the user's 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 
-from ...io.writing import OutputFolder
+from ...io.outputs import OutputFolder
 from ..charts import METRICS, series
 from ..points import throughput_unit
 from ..rows import ResultRow, number

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import UserError
+from ...io.outputs import OutputFolder
 from ...io.reading import load_json
-from ...io.writing import OutputFolder
 
 MANIFEST = ".dlscale-report.json"
 STAGE_PREFIX = ".dlscale-report-"
@@ -304,6 +304,7 @@ class ReportFolder:
                     "files": dict(sorted(files.items())),
                 },
                 indent=1,
+                allow_nan=False,
             )
             + "\n"
         )

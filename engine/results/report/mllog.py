@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import UserError
-from ...io.writing import OutputFolder
+from ...io.outputs import OutputFolder
 from ...runs import RunRow, declaration
 from ...tracking.store import Store
 
@@ -285,7 +285,10 @@ def _summary_events(log: _Log, line: int, rec: dict[str, Any]) -> None:
 
 def lines(store: Store, run_id: str) -> list[str]:
     run = store.run(run_id)
-    return [PREFIX + json.dumps(e) for e in events(store.records.of(run["run_id"]), run)]
+    return [
+        PREFIX + json.dumps(e, allow_nan=False)
+        for e in events(store.records.of(run["run_id"]), run)
+    ]
 
 
 def write(store: Store, run_ids: list[str], folder: OutputFolder) -> list[Path]:

@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NotFoundError, StoreError, UserError
 from ...paths import RunPaths, own_folder
 from ...runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, TEXTS, RunRow, State
+from . import locks
 from .claims import Claims
 from .database import Database, run_row
 from .health import BUSY_S, REBUILD_HINT, fault_message, run_folders
 from .imports import Imports
 from .jobs import Jobs
+from .locks import Lock
 from .queue import QueueView
 from .records import RECORDS_CHECKED, Records
 from .revisions import add_revisions
@@ -37,6 +39,7 @@ from .revisions import add_revisions
 if TYPE_CHECKING:  # the store takes plans' runs, but needs no planning to open
     from ...launching.plan import Run
 
+DB_NAME = "dlscale.db"
 RUN_ID_PREFIX = re.compile(r"[0-9a-f]{1,12}")
 RUN_ID_RULE = "a run id is 12 hex digits or a unique prefix of them"
 
@@ -123,9 +126,15 @@ def _check_db_path(db: Path) -> None:
 
 
 class Store:
-    def __init__(self, home: str | Path | None = None) -> None:
+    def __init__(
+        self, home: str | Path | None = None, file: str = DB_NAME, shared: bool = True
+    ) -> None:
+        """The store of `home` (its `file`: a rebuild makes a new one under another name
+        first). `shared`: held open beside other processes (locks.py); a rebuild,
+        which holds the home alone, opens its new file without."""
         self.home = Path(home) if home else default_home()
-        db = self.home / "dlscale.db"
+        db = self.home / file
+        self._lock: Lock | None = None
         try:
             _check_db_path(db)
             if db.is_file() and db.stat().st_size == 0 and run_folders(self.runs_dir):
@@ -136,6 +145,8 @@ class Store:
                     f"list; {REBUILD_HINT}"
                 )
             self.home.mkdir(parents=True, exist_ok=True)
+            if shared:
+                self._lock = locks.using(self.home)
             self.conn = sqlite3.connect(
                 db, timeout=BUSY_S, isolation_level=None, check_same_thread=False
             )
@@ -151,11 +162,16 @@ class Store:
             self.queue = QueueView(self.db)
             self._migrate()
         except sqlite3.DatabaseError as exc:
+            self._release()
             raise StoreError(
                 fault_message(exc, self.home) or f"cannot open the store in {self.home}: {exc}"
             ) from None
         except OSError as exc:
+            self._release()
             raise StoreError(f"cannot open the store in {self.home}: {exc}") from None
+        except BaseException:
+            self._release()
+            raise
 
     def _migrate(self) -> None:
         """Columns added after a store was first made: stores from earlier versions gain
@@ -208,6 +224,12 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- experiments and runs ------------------------------------------------------------
 
@@ -281,7 +303,9 @@ class Store:
         def training(run: Run) -> str:
             text = texts.get(id(run.training))
             if text is None:
-                text = texts[id(run.training)] = json.dumps(run.training, sort_keys=True)
+                text = texts[id(run.training)] = json.dumps(
+                    run.training, sort_keys=True, allow_nan=False
+                )
             return text
 
         runs_dir = str(self.runs_dir)

@@ -4,12 +4,17 @@ The run folders hold every record: each run's metrics.jsonl (a params record fir
 log, and since this version run.json, the run's row as submitted (what planned it, which
 backend, which spec). `rebuild` moves the damaged file aside, makes a new store and
 re-ingests every folder under runs/; what it cannot know (a local job's queue entry) it
-says, and a run it cannot place exactly is still kept, under what its records tell.
+says, and a run it cannot place exactly is still kept, under what its records tell. The
+new store takes the old one's place in one rename, so a rebuild happens whole or not at
+all.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -27,8 +32,8 @@ from ...io.text import printable
 from ...launching.plan import digest, plan
 from ...paths import RUN_FIELDS, RunPaths, own_folder
 from ...runs import CONFIGURATION, COUNT_MAX, COUNTS, TEXT_MAX, TEXTS, RunRow, State
-from . import RUN_ID_PREFIX, Store
-from .health import store_problem
+from . import DB_NAME, RUN_ID_PREFIX, Store, locks, staging
+from .health import BUSY_S, store_problem
 from .records import INGEST_BYTES
 
 # What a point id hashes: the configuration and the recipe (Run.identity without the
@@ -49,33 +54,54 @@ class Rebuilt:
 
 
 def rebuild(home: Path, force: bool = False) -> Rebuilt:
-    """Move dlscale.db (and its -wal, -shm) aside as dlscale.db.damaged-TIME, make a new
-    store and re-ingest every run folder. A store that opens and checks fine is rebuilt
-    only with `force` (it would lose the local queue and job history)."""
-    db = home / "dlscale.db"
-    problem = store_problem(home)
-    if problem is None and db.exists() and not force:
-        raise UserError(
-            f"{db} opens and checks fine; `dlscale store rebuild --force` "
-            "rebuilds it anyway from the run folders (the current file is kept "
-            "aside)"
-        )
-    # the worker writes to the store it opened, which the rebuild is about to move
+    """Make a new store from every run folder and put it in dlscale.db's place, keeping
+    the old file (and its -wal, -shm) aside as dlscale.db.damaged-TIME. A store that opens
+    and checks fine is rebuilt only with `force` (it would lose the local queue and job
+    history).
+
+    Whole or not at all: the new store is made under another name and takes dlscale.db's
+    place with one rename, so a rebuild killed at any point leaves the old store as it
+    was (and the next rebuild removes the unfinished file). It holds the home alone
+    (locks.replacing): no other process has the store open meanwhile, so none can
+    write to the file it replaces."""
+    db = home / DB_NAME
+    # the worker writes to the store it opened, which the rebuild is about to replace
     if worker_alive(home):
         raise UserError(
             f"the local worker is running jobs of {home}; rebuild the store once "
             "it has stopped (it stops when its queue is empty)"
         )
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = []
-    for suffix in ("", "-wal", "-shm"):
-        path = home / f"dlscale.db{suffix}"
-        if path.exists():
-            target = home / f"dlscale.db.damaged-{stamp}{suffix}"
-            path.rename(target)
-            aside.append(target)
-    store = Store(home)
-    out = Rebuilt(aside)
+    with locks.replacing(home):
+        problem = store_problem(home)
+        if problem is None and db.exists() and not force:
+            raise UserError(
+                f"{db} opens and checks fine; `dlscale store rebuild --force` "
+                "rebuilds it anyway from the run folders (the current file is kept "
+                "aside)"
+            )
+        # what a killed import left: a decided one's folders moved in, any other removed
+        staging.settle(home / "runs", None)
+        for left in home.glob(f"{DB_NAME}{_REBUILDING}*"):  # a killed rebuild's file
+            left.unlink(missing_ok=True)
+        new = f"{DB_NAME}{_REBUILDING}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            out = _build(home, new)
+            with staging.whole():  # the swap: never half done by SIGINT or SIGTERM
+                out.kept_aside = _swap(home, new, problem is None)
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                (home / f"{new}{suffix}").unlink(missing_ok=True)
+    return out
+
+
+_REBUILDING = ".rebuilding-"  # a new store's name until it replaces dlscale.db
+
+
+def _build(home: Path, name: str) -> Rebuilt:
+    """The new store, in `home/name`, from every run folder; closed, and out of WAL mode
+    so that the one file is all of it (its name changes, a -wal's would not)."""
+    store = Store(home, file=name, shared=False)
+    out = Rebuilt([])
     folders = (
         sorted(
             p
@@ -85,22 +111,65 @@ def rebuild(home: Path, force: bool = False) -> Rebuilt:
         if store.runs_dir.is_dir()
         else []
     )
-    for folder in folders:
-        try:
-            _recover(store, folder, out)
-        except sqlite3.Error:
-            raise  # the store's own fault (a full disk): not this folder's
-        except (OSError, ValueError, UserError, RecordError, RecursionError) as exc:
-            out.unreadable.append(f"{folder}: {printable(str(exc))}")
-        except Exception as exc:  # a folder of any content never stops the others
-            out.unreadable.append(f"{folder}: {type(exc).__name__}: {printable(str(exc))}")
-    _number_repetitions(store, out.guessed)
-    for r in store.runs():
-        out.runs[r["state"]] = out.runs.get(r["state"], 0) + 1
-        out.skipped_lines += r["bad_records"]
-    out.experiments = [e["name"] for e in store.experiments()]
-    store.close()
+    try:
+        for folder in folders:
+            try:
+                _recover(store, folder, out)
+            except sqlite3.Error:
+                raise  # the store's own fault (a full disk): not this folder's
+            except (OSError, ValueError, UserError, RecordError, RecursionError) as exc:
+                out.unreadable.append(f"{folder}: {printable(str(exc))}")
+            except Exception as exc:  # a folder of any content never stops the others
+                out.unreadable.append(f"{folder}: {type(exc).__name__}: {printable(str(exc))}")
+        _number_repetitions(store, out.guessed)
+        for r in store.runs():
+            out.runs[r["state"]] = out.runs.get(r["state"], 0) + 1
+            out.skipped_lines += r["bad_records"]
+        out.experiments = [e["name"] for e in store.experiments()]
+        store.conn.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        store.close()
     return out
+
+
+def _swap(home: Path, new: str, healthy: bool) -> list[Path]:
+    """The new store into dlscale.db's place with one rename, the old one kept aside
+    first. Returns the files kept aside."""
+    db = home / DB_NAME
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while any(home.glob(f"{DB_NAME}.damaged-{stamp}*")):  # never over an earlier one kept
+        n += 1
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    if healthy and db.is_file():
+        _checkpoint(db)  # the old file whole in itself: its -wal emptied into it
+    aside = []
+    for suffix in ("", "-wal", "-shm"):
+        path = home / f"{DB_NAME}{suffix}"
+        if not os.path.lexists(path):
+            continue
+        target = home / f"{DB_NAME}.damaged-{stamp}{suffix}"
+        if suffix == "" and not path.is_dir():
+            try:  # kept aside and still in place, until the rename below replaces it
+                os.link(path, target, follow_symlinks=False)
+            except OSError:
+                shutil.copy2(path, target, follow_symlinks=False)
+        else:  # a -wal or -shm is the old file's alone: never beside the new one
+            path.rename(target)
+        aside.append(target)
+    os.rename(home / new, db)  # the one step that publishes the rebuilt store
+    return aside
+
+
+def _checkpoint(db: Path) -> None:
+    try:
+        conn = sqlite3.connect(db, timeout=BUSY_S)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass  # kept aside with its -wal as it is
 
 
 def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
@@ -184,7 +253,7 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "attempts": 1 + len(attempts),
             "run_dir": str(folder),
             "devices": row["nodes"] * row["ranks_per_node"],
-            "training": json.dumps(row.get("training") or {}, sort_keys=True),
+            "training": json.dumps(row.get("training") or {}, sort_keys=True, allow_nan=False),
         }
     )
     if guessed:  # only once its row is in the store: a folder refused above is not numbered

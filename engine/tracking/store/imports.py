@@ -6,19 +6,20 @@ imported point never merges with a local one, nor with another site's, and `dlsc
 can never plan it (an experiment's name in a spec has no `@`). Imports are idempotent: a run
 already imported with the same records and state is left alone; one that changed at its
 site since (a later bundle) has its row and records replaced, in the same transaction.
+The runs' folders are published by staging.py once the transaction has committed, so an
+import happens whole or not at all (results/bundles.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import StoreError
 from ...runs import RunRow
-from .database import Database
+from .database import Database, chunks
 
 
 @dataclass
@@ -35,16 +36,51 @@ class Imports:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def diff(
+        self,
+        experiment: dict[str, Any],
+        rows: list[RunRow],
+        records: dict[str, list[dict[str, Any]]],
+    ) -> Imported:
+        """What adding these runs would change (read only): which are new, which changed
+        at their site since, which are here as they are. A bundled run with the id of a run
+        of another site (or of this one) is refused (StoreError), before anything is
+        written."""
+        out = Imported(experiment["name"])
+        for part in chunks(rows):
+            ids = [r["run_id"] for r in part]
+            old = {
+                r[0]: r[1:]
+                for r in self.db.tuples(
+                    "SELECT run_id, state, reason, site FROM runs WHERE run_id IN "
+                    f"({','.join('?' * len(ids))})",
+                    ids,
+                )
+            }
+            for row in part:
+                rid = row["run_id"]
+                if rid not in old:
+                    out.added.append(rid)
+                    continue
+                _same_site(rid, old[rid][2], row["site"])
+                kept = [b for (b,) in self.db.tuples(_BODIES, [rid])]
+                same = kept == [json.dumps(r) for r in records[rid]]
+                if same and old[rid][:2] == (row["state"], row["reason"]):
+                    out.unchanged.append(rid)
+                else:
+                    out.updated.append(rid)
+        return out
+
     def add(
         self,
         experiment: dict[str, Any],
         rows: list[RunRow],
         records: dict[str, list[dict[str, Any]]],
-        write_folders: Callable[[list[str]], None],
     ) -> Imported:
-        """One transaction: the experiment (name, spec, site), each run's row and records.
-        `write_folders(run ids)` lays out the new or changed runs' folders before the
-        commit; if it fails, nothing of the import stays in the store."""
+        """One transaction: the experiment (name, spec, site), each run's row and records;
+        a run already here as it is stays as it is, so adding the same runs again (an
+        import finished after it was interrupted) changes nothing. The runs' folders are
+        the caller's (staging.py), published once this has committed."""
         out = Imported(experiment["name"])
         now = time.time()
         with self.db.transaction() as c:
@@ -65,22 +101,13 @@ class Imports:
             )
             for row in rows:
                 rid = row["run_id"]
-                bodies = [json.dumps(r) for r in records[rid]]
+                bodies = [json.dumps(r, allow_nan=False) for r in records[rid]]
                 old = c.execute(
                     "SELECT state, reason, site FROM runs WHERE run_id=?", (rid,)
                 ).fetchone()
-                if old is not None and old[2] != row["site"]:
-                    raise StoreError(
-                        f"run {rid} of the bundle has the id of run {rid} of "
-                        f"{old[2] or 'this site'} in the store; nothing was imported"
-                    )
                 if old is not None:
-                    kept = [
-                        b
-                        for (b,) in c.execute(
-                            "SELECT body FROM records WHERE run_id=? ORDER BY line", (rid,)
-                        )
-                    ]
+                    _same_site(rid, old[2], row["site"])
+                    kept = [b for (b,) in c.execute(_BODIES, (rid,))]
                     if kept == bodies and (old[0], old[1]) == (row["state"], row["reason"]):
                         out.unchanged.append(rid)
                         continue
@@ -98,5 +125,15 @@ class Imports:
                     "INSERT INTO records VALUES (?,?,?,?)",
                     [(rid, i, r["kind"], b) for i, (r, b) in enumerate(zip(records[rid], bodies))],
                 )
-            write_folders(out.added + out.updated)
         return out
+
+
+_BODIES = "SELECT body FROM records WHERE run_id=? ORDER BY line"
+
+
+def _same_site(run_id: str, there: str | None, site: str | None) -> None:
+    if there != site:
+        raise StoreError(
+            f"run {run_id} of the bundle has the id of run {run_id} of "
+            f"{there or 'this site'} in the store; nothing was imported"
+        )

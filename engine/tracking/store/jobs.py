@@ -46,7 +46,7 @@ class Jobs:
         recorded. A refused job changes nothing; the others are recorded all the same."""
         now = time.time()
         rows = [
-            (backend, job_id, run_id, state, now, json.dumps(payload or {}))
+            (backend, job_id, run_id, state, now, json.dumps(payload or {}, allow_nan=False))
             for job_id, run_id, state, payload in jobs
         ]
         with self.db.transaction() as c:

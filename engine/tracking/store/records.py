@@ -73,7 +73,7 @@ class Records:
             except RecordError as exc:
                 bad.append((run_id, number + 1, Path(path).name, str(exc)))
                 continue
-            new.append((run_id, number, rec["kind"], json.dumps(rec)))
+            new.append((run_id, number, rec["kind"], json.dumps(rec, allow_nan=False)))
         with self.db.transaction() as c:
             # Re-check the offset under the write lock: another process may have ingested
             # the same bytes meanwhile; then this call adds nothing.

@@ -12,7 +12,8 @@ Its promises, for every such file:
   why, exit status 2, nothing written.
 
 A file that grows (`check --history`, lines appended) keeps the same rules but the
-rename: each line is one write, and what a failed append added is cut off again.
+rename: each line is one write, a missing final newline is repaired first, and what a
+failed append added is cut off again.
 
 A folder dlscale writes into (report --out, export mllog --out, data fetch --dir) is an
 `OutputFolder`: opened once, refusing a link in its place, and written only by descriptor.
@@ -155,6 +156,53 @@ def check_folder(path: str | Path, option: str = "", writable: bool = True) -> P
     return path
 
 
+def _same(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same device and inode where both exist (a
+    hard link, a link, `./x` and `x`), else the same resolved path (neither made yet)."""
+    with contextlib.suppress(OSError, ValueError):
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+# The store's own files in its home: no output goes over them or into its run folders.
+STORE_FILES = ("dlscale.db", "dlscale.db-wal", "dlscale.db-shm", "dlscale.db-journal")
+STORE_FOLDERS = ("runs", "specs")
+
+
+def check_apart(
+    path: str | Path, option: str, others: list[tuple[str, Path, bool]], home: Path | None
+) -> None:
+    """An output is none of its command's inputs, nor another of its outputs, nor part of
+    the store: `others` are (option, path, read) of the command's other paths, `home` the
+    store's. `check --junit` named at the history, the spec or the baseline would
+    overwrite the file it was given to read."""
+    path = Path(path)
+    for name, other, read in others:
+        if _same(path, other):
+            what = "reads" if read else "also writes"
+            raise OutputError(
+                f"{_named(option, path)} is the file {_named(name, other)} names, which this "
+                f"command {what}: dlscale writes no output over its own inputs or outputs; "
+                "name another file (nothing was written)"
+            )
+    if home is None:
+        return
+    real = Path(os.path.realpath(path))
+    for name in STORE_FILES:
+        if _same(path, home / name):
+            break
+    else:
+        folders = [Path(os.path.realpath(home / f)) for f in STORE_FOLDERS]
+        if not any(real == f or f in real.parents for f in folders):
+            return
+    raise OutputError(
+        f"{_named(option, path)} is part of the store in {printable(str(home))} (its database "
+        "or its run folders): dlscale writes no output there; name another place (nothing "
+        "was written)"
+    )
+
+
 # --- writing -------------------------------------------------------------------------
 
 
@@ -279,13 +327,15 @@ class OutputFolder:
 
     def append(self, name: str, lines: list[str]) -> Path:
         """Lines added to the end of `name` (made if absent), each with one write (O_APPEND:
-        two writers at once interleave lines, not bytes); a regular file only, never
-        through a link; on an error what this call added is cut off again, and a file it
-        made is removed."""
+        two writers at once interleave lines, not bytes), then synced to the disk; a
+        regular file only, never through a link. A last line without its newline (a file
+        cut short, or edited by hand) is ended first, so no line is glued to it. On an
+        error (a full disk, at the write or at the sync) what this call added is cut off
+        again, and a file it made is removed: the lines are all there, or none is."""
         where = self.path / name
         self._check(name, replace=True)
         existed = os.path.lexists(where)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             fd = os.open(name, flags | os.O_CLOEXEC, 0o666, dir_fd=self.fd)
         except OSError as exc:  # ELOOP: a link swapped in; ENXIO: a FIFO no one reads
@@ -296,10 +346,13 @@ class OutputFolder:
             if not stat.S_ISREG(st.st_mode):
                 raise _refuse_kind(self.option, where, st.st_mode)
             start = st.st_size
+            if start and lines and os.pread(fd, 1, start - 1) != b"\n":
+                lines = ["\n" + lines[0], *lines[1:]]
             for line in lines:
                 data = line.encode()
                 if os.write(fd, data) != len(data):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
         except BaseException as exc:
             if start is not None:
                 with contextlib.suppress(OSError):
