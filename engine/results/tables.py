@@ -70,7 +70,8 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
             lambda r: fmt(r["speedup_own"]),
         ),
     ]
-    if any(r["images_per_joule"] is not None for r in rows):  # else the note says why not
+    energy_shown = any(r["images_per_joule"] is not None for r in rows)
+    if energy_shown:  # else a note says why not
         made.append(
             (Column(f"{counted}/J", right=True, keep=7), lambda r: fmt(r["images_per_joule"], 1))
         )
@@ -88,17 +89,18 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
     ]
     notes += [line for line in baselines_note(rows).splitlines() if line]
     energy = {str(why) for r in rows if (why := r["unmeasured"].get("images_per_joule"))}
-    notes += [
-        f"{counted}/J: {counted} trained per joule of the devices' energy over the timed "
-        "steps (NVML on GPUs, the CPU packages' RAPL counters)"
-        + (f"; not measured: {'; '.join(sorted(energy))}" if energy else "")
-        + "."
-    ]
+    if energy_shown:
+        notes.append(
+            f"{counted}/J: {counted} trained per joule of the devices' energy over the timed "
+            "steps (NVML on GPUs, the CPU packages' RAPL counters)"
+            + (f"; not measured: {'; '.join(sorted(energy))}" if energy else "")
+            + "."
+        )
+    elif energy:
+        notes.append(f"images_per_joule: {'; '.join(sorted(energy))}")
     notes += [note] if (note := slowed_note(rows)) else []
     notes += skipped  # metric lines left out on ingest, by run, file and line
-    title = "Throughput, speedup and efficiency" + (
-        "" if several or not rows else f" of {rows[0]['experiment']}"
-    )
+    title = "Throughput, speedup and efficiency"
     body = [[cell(r) for _, cell in made] for r in rows]
     return Table.of(title, [c for c, _ in made], body, notes)
 
@@ -167,13 +169,13 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
         + [
             Column("scale", right=True),
             Column("devices", right=True, keep=4, short="dev"),
-            Column("step ms", right=True, short="step"),
-            Column("compute ms", right=True, short="compute"),
-            Column("exposed comm ms", right=True, short="exp. comm"),
-            Column("rest ms", right=True, short="rest"),
-            Column("allreduce ms", right=True, keep=3, short="allreduce"),
+            Column("step ms", right=True),
+            Column("compute ms", right=True),
+            Column("exposed comm ms", right=True, short="exp. comm ms"),
+            Column("rest ms", right=True),
+            Column("allreduce ms", right=True, keep=3),
             Column("busbw GB/s", right=True, keep=3),
-            Column("predicted step ms", right=True, keep=5, short="pred. step"),
+            Column("predicted step ms", right=True, keep=5, short="pred. step ms"),
             Column("predicted eff", right=True, short="pred. eff"),
             Column("measured eff", right=True, short="eff"),
         ]
@@ -215,7 +217,7 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
             if why and r["ranks"] > 1:
                 seen.setdefault(f"{key}: {why}", []).append(f"{r['framework']} {scale_of(r)}")
     notes += [f"not measured, {what} ({', '.join(where)})" for what, where in seen.items()]
-    return Table.of("Where the efficiency goes (ms per step)", columns, body, notes)
+    return Table.of("Where the efficiency goes", columns, body, notes)
 
 
 def explained_note(rows: list[ResultRow]) -> str:
