@@ -4,8 +4,10 @@ every table format alike."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from ...trainers.common.slowdown import VARIABLE
 
 
 def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
@@ -45,15 +47,23 @@ def slowed_mark(r: Mapping[str, Any]) -> str:
     return f" {SLOWED}" if r.get("test_slowdown") else ""
 
 
+def slowed_words(asked: Iterable[float | None]) -> str | None:
+    """ "made with the test-only DLSCALE_TEST_SLOWDOWN=0.1", for the values a run's or point's
+    `test_slowdown` holds (None where none is): the words every mark of the knob uses."""
+    values = sorted({v for v in asked if v})
+    if not values:
+        return None
+    return f"made with the test-only {VARIABLE}=" + ", ".join(f"{v:g}" for v in values)
+
+
 def slowed_note(rows: Sequence[Mapping[str, Any] | None]) -> str | None:
     """The note that explains the mark, where any row carries it."""
-    asked = sorted({r["test_slowdown"] for r in rows if r and r.get("test_slowdown")})
-    if not asked:
+    words = slowed_words(r.get("test_slowdown") for r in rows if r)
+    if words is None:
         return None
     return (
-        f"{SLOWED} = made with the test-only DLSCALE_TEST_SLOWDOWN="
-        + ", ".join(f"{v:g}" for v in asked)
-        + ": the trainer slowed its own steps on purpose; not a measurement of this machine"
+        f"{SLOWED} = {words}: the trainer slowed its own steps on purpose; not a measurement "
+        "of this machine"
     )
 
 

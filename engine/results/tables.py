@@ -200,7 +200,7 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
             ]
         )
     notes = [
-        "step: the timed steps' mean (global batch / images/s). compute: a step without "
+        "step: the timed steps' mean (global batch / throughput). compute: a step without "
         "gradient synchronisation; exposed comm: what a synchronised step takes beyond it "
         "(the communication not hidden behind compute); rest: the step less both (data "
         "waits, the loop; negative where the probe's steps ran slower than the timed ones). "

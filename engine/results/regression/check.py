@@ -29,6 +29,7 @@ from ...tracking.store import Store
 from .. import analysis, bundles
 from ..bundles.read import read_bundle
 from ..compare import partners
+from ..formatting import slowed_words
 from ..points import Point
 from ..stats import counted
 from . import decide
@@ -123,14 +124,8 @@ def _failed(p: Point) -> bool:
 
 
 def _slowed(*points: Point | None) -> str:
-    asked = sorted({v for p in points if p is not None and (v := p.test_slowdown)})
-    if not asked:
-        return ""
-    return (
-        " [made with the test-only DLSCALE_TEST_SLOWDOWN="
-        + ", ".join(f"{v:g}" for v in asked)
-        + "]"
-    )
+    words = slowed_words(p.test_slowdown for p in points if p is not None)
+    return f" [{words}]" if words else ""
 
 
 def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float, float]) -> str:
