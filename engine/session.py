@@ -41,7 +41,7 @@ from .results import analysis, charts
 from .results.explained import is_comm
 from .results.points import unit_and_axes
 from .results.rows import ResultRow, SideBySide
-from .runs import ACTIVE, RunRow, State
+from .runs import ACTIVE, RunRow, State, scale_label
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
 from .tracking.monitor import Backoff as Backoff
@@ -98,7 +98,7 @@ class RunDetail:
 def run_label(row: RunRow) -> str:
     """A run in a few words: what it measures, at which scale and batch, with which values
     of a declared framework's own axes, which repetition."""
-    scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
+    scale = f"{row['framework']} {row['model']} {scale_label(row['nodes'], row['ranks_per_node'])}"
     if is_comm(row):
         return f"{scale} {queue.COMM_WORDS}"
     axes = "".join(f" {k}={v}" for k, v in unit_and_axes(row)[1].items())

@@ -63,7 +63,7 @@ def cells(r: ResultRow) -> dict[str, str]:
         "model": r["model"],
         "framework": r["framework"],
         "axes": " ".join(str(axes[k]) for k in sorted(axes)),
-        "scale": f"{r['nodes']}x{r['ranks_per_node']}",
+        "scale": f"{tables.scale_of(r)}",
         "dev": str(r["ranks"]),
         "batch": str(batch_of(r)),
         "n": f"{r['n']}/{r['repetitions']}",
@@ -90,9 +90,7 @@ def why_missing(r: ResultRow, heads: dict[str, str]) -> str:
 def point_words(r: ResultRow) -> str:
     """Which point a row is, in a few words: `gpt2-large 1x2 batch 16 mode=ok`."""
     axes = "".join(f" {k}={v}" for k, v in sorted((r.get("axes") or {}).items()))
-    return (
-        f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} {batch_words(r)}{axes}"
-    )
+    return f"{r['framework']} {r['model']} {tables.scale_of(r)} {batch_words(r)}{axes}"
 
 
 def baseline_words(r: ResultRow) -> str:

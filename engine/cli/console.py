@@ -24,7 +24,7 @@ from rich.text import Text
 from ..io.text import printable
 from ..results.points import unit_and_axes
 from ..results.table import Table, for_terminal
-from ..runs import TERMINAL, State, scale_label
+from ..runs import TERMINAL, State, run_label
 from ..tracking.store import Store  # noqa: TC001
 
 
@@ -117,14 +117,10 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
             if running:
                 r = running[0]
                 last = store.records.last("interval", [r["run_id"]]).get(r["run_id"])
-                now = (
-                    f"{r['framework']} {r['model']} {scale_label(r['nodes'], r['ranks_per_node'])} "
-                    f"#{r['repetition']}"
-                    + (
-                        f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"
-                        if last
-                        else ": starting"
-                    )
+                now = run_label(r) + (
+                    f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"
+                    if last
+                    else ": starting"
                 )
             if tick.problem:  # a scheduler that did not answer, a worker that cannot run
                 now = tick.problem

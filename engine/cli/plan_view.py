@@ -13,7 +13,7 @@ from ..config.spec import LoadedSpec
 from ..launching.estimate import Estimate
 from ..launching.plan import Plan, Run
 from ..results.formatting import fmt
-from ..runs import State
+from ..runs import State, scale_label
 
 
 @dataclass
@@ -61,7 +61,7 @@ class PlanView:
                 fw,
                 model,
                 dataset,
-                f"{nodes}x{rpn}",
+                scale_label(nodes, rpn),
                 str(nodes * rpn),
                 str(len(runs)),
                 str(len(todo)),

@@ -41,6 +41,7 @@ from ...trainers.common.args import (
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
 from ...trainers.common.gpt import GPT_MODELS
+from ..runs import scale_label
 from .custom import (
     AxisValue,
     Declared,
@@ -175,7 +176,7 @@ class Scale(StrictModel):
         return self.nodes * self.ranks_per_node
 
     def __str__(self) -> str:
-        return f"{self.nodes}x{self.ranks_per_node}"
+        return f"{scale_label(self.nodes, self.ranks_per_node)}"
 
 
 def _knob_type(k: Knob) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from ...trainers.common.records import ENERGY_FIELDS
 from ..io.text import printable
-from ..runs import State
+from ..runs import State, run_label
 from ..tracking import completion
 from ..tracking.store import Store
 from . import explained
@@ -153,8 +153,8 @@ def notes(store: Store, experiment: str | None = None) -> list[str]:
     though their job failed after their measurement (completion.py), with how it ended."""
     runs = store.runs(experiment)
     marked = [
-        f"run {r['run_id']} ({r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-        f"#{r['repetition']}) is counted: {printable(str(r['reason']).split(chr(10), 1)[0])}"
+        f"run {r['run_id']} ({run_label(r)}) is counted: "
+        f"{printable(str(r['reason']).split(chr(10), 1)[0])}"
         for r in runs
         if r["state"] == State.COMPLETED and completion.marked(r["reason"])
     ]

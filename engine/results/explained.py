@@ -24,7 +24,7 @@ import statistics
 from typing import Any
 
 from ..config.frameworks import FRAMEWORKS, NO_COMM_BENCHMARK
-from ..runs import COMM_MARK, RunRow, State
+from ..runs import COMM_MARK, RunRow, State, scale_label
 from ..tracking.store import Store
 from .points import Point
 
@@ -232,7 +232,7 @@ def accuracy_curves(store: Store, points: list[Point]) -> dict[str, list[tuple[f
 
 def _attr(p: Point, key: str) -> Any:
     if key == "scale":
-        return f"{p.nodes}x{p.ranks_per_node}"
+        return f"{scale_label(p.nodes, p.ranks_per_node)}"
     if key == "per_device_batch":
         return f"b{p.per_device_batch}"
     return getattr(p, key)

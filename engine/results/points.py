@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..runs import CONFIGURATION, RunRow, State, per_second
+from ..runs import CONFIGURATION, RunRow, State, per_second, scale_label
 from .stats import Spread, spread
 
 
@@ -100,7 +100,7 @@ class Point:
 
     def label(self) -> str:
         axes = "".join(f" {k}={v}" for k, v in self.axes.items())
-        return f"{self.framework} {self.nodes}x{self.ranks_per_node}{axes}"
+        return f"{self.framework} {scale_label(self.nodes, self.ranks_per_node)}{axes}"
 
     def as_dict(self) -> dict[str, Any]:
         sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)

@@ -232,7 +232,7 @@ def explained_note(rows: list[ResultRow]) -> str:
             why = (r.get("unmeasured") or {}).get(key)
             if why and (r["ranks"] > 1 or key == "images_per_joule"):
                 seen.setdefault(f"{key}: {why}", set()).add(
-                    f"{r['framework']} {r['nodes']}x{r['ranks_per_node']}"
+                    f"{r['framework']} {scale_label(r['nodes'], r['ranks_per_node'])}"
                 )
     return "\n".join(f"{what} ({', '.join(sorted(where))})" for what, where in seen.items())
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..io.text import printable
 from ..results.formatting import elapsed_text, finite, fmt
-from ..runs import ACTIVE, State, per_second
+from ..runs import ACTIVE, State, per_second, scale_label
 from .store import Store
 from .store.queue import QUEUE_CHANGES
 from .store.records import skipped_text
@@ -308,7 +308,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         experiment,
         framework,
         model,
-        f"{nodes}x{ranks_per_node}",
+        scale_label(nodes, ranks_per_node),
         batch,
         repetition,
         backend,

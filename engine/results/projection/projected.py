@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ...runs import scale_label
 from ..points import Point
 from . import calibration, commfit, scaling_model
 from .commfit import INTER, INTRA, Link
@@ -222,7 +223,8 @@ def terms_said(row: dict[str, Any]) -> str:
     name, share = row["dominant"]["term"], row["dominant"]["share"]
     parts = [f"{t} {1e3 * v:.3g} ms" for t, v in terms.items() if abs(v) >= 1e-4 * step]
     return (
-        f"at {row['nodes']}x{row['ranks_per_node']} (projected): step {1e3 * step:.3g} ms = "
+        f"at {scale_label(row['nodes'], row['ranks_per_node'])} (projected): "
+        f"step {1e3 * step:.3g} ms = "
         + " + ".join(parts)
         + f"; dominant beyond compute: {name}, {100 * share:.1f}% of the step"
         + (f" (the slowest of {row['ranks']} ranks)" if name == scaling_model.WAIT else "")

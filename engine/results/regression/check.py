@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import NotFoundError
-from ...runs import TERMINAL
+from ...runs import TERMINAL, scale_label
 from ...tracking.store import Store
 from .. import analysis, bundles
 from ..bundles.read import read_bundle
@@ -70,7 +70,7 @@ class Baseline:
 
 def point_name(p: Point) -> str:
     return (
-        f"{p.framework} {p.model} {p.dataset} {p.nodes}x{p.ranks_per_node} "
+        f"{p.framework} {p.model} {p.dataset} {scale_label(p.nodes, p.ranks_per_node)} "
         f"b{p.per_device_batch}{'' if p.scaling == 'weak' else ' strong'} {p.precision} "
         f"{p.loader}"
         + (f" {p.lr_schedule}" if p.lr_schedule not in (None, "constant") else "")

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 
 from ...io.outputs import OutputFolder
+from ...runs import scale_label
 from ..charts import METRICS, series
 from ..points import throughput_unit
 from ..rows import ResultRow, number
@@ -230,7 +231,7 @@ def _efficiency_bars(rows: list[ResultRow], out_dir: Path, title: str) -> Figure
     ax.set_xticks(
         xs,
         [
-            f"{r['nodes']}x{r['ranks_per_node']}" + (f"\n{name}" if several else "")
+            f"{scale_label(r['nodes'], r['ranks_per_node'])}" + (f"\n{name}" if several else "")
             for name, r in bars
         ],
         fontsize="small",

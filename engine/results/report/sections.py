@@ -141,7 +141,7 @@ def rerun_table(reruns: list[dict[str, Any]]) -> Table | None:
         [
             r["framework"],
             r["model"],
-            f"{r['nodes']}x{r['ranks_per_node']}",
+            f"{scale_label(r['nodes'], r['ranks_per_node'])}",
             r["rerun_of"],
             r["run_id"],
             fmt(r["original_throughput"], 1),
