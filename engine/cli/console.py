@@ -11,6 +11,7 @@ writes to stdout or stderr (tests/test_printer.py checks the source and the outp
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,7 @@ from rich.text import Text
 
 from ..io.text import printable
 from ..results.points import unit_and_axes
-from ..results.table import Table, for_terminal
+from ..results.table import Table, for_terminal, measured
 from ..runs import TERMINAL, State, run_label
 from ..tracking.store import Store  # noqa: TC001
 
@@ -47,14 +48,15 @@ class _Printable(Console):
 
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
-    # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns.
-    return _Printable(
-        stderr=stderr,
-        highlight=False,
-        markup=False,
-        emoji=False,
-        width=None if stream.isatty() else 160,
-    )
+    # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns,
+    # unless COLUMNS says how wide the reader is.
+    width = None if stream.isatty() else _columns() or 160
+    return _Printable(stderr=stderr, highlight=False, markup=False, emoji=False, width=width)
+
+
+def _columns() -> int | None:
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and 20 <= int(text) <= 10_000 else None
 
 
 out = _console(stderr=False)
@@ -79,9 +81,16 @@ def echo(text: str, to_err: bool = False, nl: bool = True, styled: bool = False)
 def show(table: Table, wide: bool = False, columns: Sequence[str] | None = None) -> None:
     """One of the table model's tables on stdout, fitted to the terminal's width (the least
     important columns left out first, and named; `wide`: every column), then its notes."""
-    width = 1_000_000 if wide or columns else out.width
-    shown, left_out = for_terminal(table, width, columns)
-    out.print(shown)
+    shown, left_out = for_terminal(table, out.width, columns, wide)
+    if wide or columns:  # every column asked for, whole, however wide (lines may wrap)
+        narrow = out.width
+        out.width = max(narrow, measured(shown))
+        try:
+            out.print(shown)
+        finally:
+            out.width = narrow
+    else:
+        out.print(shown)
     for line in [*([left_out] if left_out else []), *table.notes]:
         out.print(line, soft_wrap=True)
     for line in table.alerts:

@@ -48,6 +48,8 @@ def results(
         echo(tables.results_json(rows))
     elif fmt == "csv":
         echo(tables.results_csv(rows), nl=False)
+    elif not rows:
+        out.print("no results yet: `dlscale run SPEC` measures a study", soft_wrap=True)
     else:
         table = tables.results_table(rows, notes)
         wanted = _columns(table, columns) if columns else None

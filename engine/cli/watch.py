@@ -40,7 +40,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     # or with records skipped) is shown too
     shown = [q for q in every if q.state != State.COMPLETED or q.reason]
     rows = every if show_all else shown or every
-    echo(tables.status_table(rows))
+    echo(tables.status_table(rows, out.width))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
     for note in store.records.skipped_notes([q.run_id for q in every] if experiment else None):

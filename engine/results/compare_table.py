@@ -15,10 +15,7 @@ def _throughput(side: CompareSide | None) -> str:
     if side is None or side["throughput"] is None:
         return "-"
     ci = f" ± {side['throughput_ci95']:,.1f}" if side["throughput_ci95"] is not None else ""
-    return (
-        f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''}{slowed_mark(side)} "
-        f"(n={side['n']})"
-    )
+    return f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''}{slowed_mark(side)}"
 
 
 def ratio_text(r: CompareRow) -> str:
@@ -49,6 +46,7 @@ COLUMNS = (
     Column("A images/s ± CI95", right=True, short="A ± CI95"),
     Column("B images/s ± CI95", right=True, short="B ± CI95"),
     Column("B/A [95% interval]", right=True, short="B/A [95%]"),
+    Column("n A / B", right=True, keep=4, short="n"),
     Column("p (different?)", right=True, keep=3, short="p"),
     Column("speedup A / B", right=True, keep=5),
     Column("efficiency A / B", right=True, keep=5),
@@ -77,6 +75,7 @@ def comparison_rows(data: SideBySide) -> list[list[str]]:
                 _throughput(a),
                 _throughput(b),
                 ratio_text(r),
+                f"{a['n']} / {b['n']}",
                 _test(r),
                 _pair(a["speedup"], b["speedup"]),
                 _pair(a["efficiency"], b["efficiency"]),
@@ -111,7 +110,7 @@ def comparison_notes(data: SideBySide) -> list[str]:
         notes.append(
             f"only in {side} ({point['experiment']}): {r['framework']} {r['model']} "
             f"{r['dataset']} {scale_label(r['nodes'], r['ranks_per_node'])} "
-            f"b{r['per_device_batch']} {r['precision']} {r['loader']}: {_throughput(point)}; "
-            f"{other} has no such point"
+            f"b{r['per_device_batch']} {r['precision']} {r['loader']}: {_throughput(point)} "
+            f"(n={point['n']}); {other} has no such point"
         )
     return notes

@@ -91,29 +91,38 @@ def fitting(table: Table, width: int, wanted: Sequence[str] | None = None) -> li
 
 
 def _width(table: Table, shown: list[int]) -> int:
-    return Measurement.get(_CONSOLE, _CONSOLE.options, _rich(table, shown)).maximum
+    return measured(_rich(table, shown))
+
+
+def measured(table: RichTable) -> int:
+    """The width a rich table takes with every cell whole."""
+    return Measurement.get(_CONSOLE, _CONSOLE.options, table).maximum
 
 
 _CONSOLE = Console(width=10_000, color_system=None, force_terminal=False)
 
 
-def _rich(table: Table, shown: list[int], title: str | None = None) -> RichTable:
+def _rich(
+    table: Table, shown: list[int], title: str | None = None, full: bool = False
+) -> RichTable:
     cols = table.columns
     t = RichTable(title=title, title_justify="left")
     for i in shown:
-        t.add_column(
-            printable(cols[i].narrow), justify="right" if cols[i].right else "left", no_wrap=True
-        )
+        heading = cols[i].heading if full else cols[i].narrow
+        t.add_column(printable(heading), justify="right" if cols[i].right else "left", no_wrap=True)
     for row in table.rows:
         t.add_row(*[printable(row[i]) for i in shown])
     return t
 
 
 def for_terminal(
-    table: Table, width: int, wanted: Sequence[str] | None = None
+    table: Table, width: int, wanted: Sequence[str] | None = None, wide: bool = False
 ) -> tuple[RichTable, str | None]:
     """The table as rich renders it at `width`, and a line naming the columns left out (None
-    when all are shown). Numbers are never cut: a column is shown whole or not at all."""
+    when all are shown). Numbers are never cut: a column is shown whole or not at all.
+    `wide`: every column, under its full heading."""
+    if wide:
+        return _rich(table, list(range(len(table.headers))), printable(table.title), True), None
     shown = fitting(table, width, wanted)
     left = [table.columns[i].narrow for i in range(len(table.headers)) if i not in shown]
     said = None

@@ -60,7 +60,7 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         (Column("batch/dev", right=True, keep=4, short="batch"), batch_cell),
         (Column("precision", keep=6), lambda r: r["precision"]),
         (Column("n", right=True, keep=3), lambda r: f"{r['n']}/{r['repetitions']}"),
-        (Column(per_s, right=True), lambda r: fmt(r["throughput"], 1) + slowed_mark(r)),
+        (Column(per_s, right=True), throughput_cell),
         (Column("CI95", right=True, short="± CI95"), lambda r: fmt(r["throughput_ci95"], 1)),
         (Column("CV", right=True, keep=5), cv_cell),
         (Column("speedup", right=True), lambda r: fmt(r["speedup"])),
@@ -107,6 +107,12 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
 
 def scale_of(r: ResultRow) -> str:
     return scale_label(r["nodes"], r["ranks_per_node"])
+
+
+def throughput_cell(r: ResultRow) -> str:
+    """The mean, marked * where its repetitions vary more than NOISY_CV (the CV column says
+    by how much, where it fits) and ! where the test-only slowdown made it."""
+    return fmt(r["throughput"], 1) + (" *" if r["noisy"] else "") + slowed_mark(r)
 
 
 def batch_cell(r: ResultRow) -> str:
@@ -261,34 +267,58 @@ def results_json(rows: Sequence[ResultRow]) -> str:
     return json.dumps(rows, indent=2, allow_nan=False)
 
 
-def status_table(queue: list) -> str:
+# `dlscale status`'s columns, the first to go on a narrow terminal first: what a glance at
+# the queue needs (run, model, scale, repetition, state, throughput, the reason) stays.
+STATUS_DROPPED_FIRST = ("nodes", "batch", "experiment", "job", "framework", "elapsed", "axes")
+
+
+def status_table(queue: list, width: int = 10_000) -> str:
     """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment, as
-    plain aligned columns. Not a rich Table: laying one out measured and wrapped every cell
-    (2.6 s for 1,000 runs); this is a join per row. The reason comes last and whole (it is
-    cut at 80 characters already), so a narrow terminal wraps only that line's end."""
+    plain aligned columns fitted to `width`: a column with one value in every row is said
+    once above the table, then the least needed go first (STATUS_DROPPED_FIRST), and a line
+    names them. Not a rich Table: laying one out measured and wrapped every cell (2.6 s for
+    1,000 runs); this is a join per row. The reason comes last and whole (it is cut at 80
+    characters already), so a narrow terminal wraps only that line's end."""
     names: tuple[str, ...] = ("run", "experiment", *QUEUE_COLUMNS)  # as head shows them
+    head_all = ("run", "experiment", *queue_header(queue))
+    # measured as they will be shown: a name's control or format character as its escape
+    cells = [tuple(printable(str(c)) for c in (q.run_id, q.experiment, *q.cells())) for q in queue]
     # the axes column only where a declared framework's run has axes of its own
     keep = [i for i, n in enumerate(names) if n != "axes" or any(q.axes for q in queue)]
-    head = tuple(("run", "experiment", *queue_header(queue))[i] for i in keep)
-    # measured as they will be shown: a name's control or format character as its escape
-    rows = [
-        tuple(
-            printable(str(c))
-            for i, c in enumerate((q.run_id, q.experiment, *q.cells()))
-            if i in keep
-        )
-        for q in queue
-    ]
-    names = tuple(names[i] for i in keep)
-    widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head) - 1)]
-    right = {names.index(c) for c in ("batch", "rep", "elapsed", "throughput")}
+    said = []
+    for n in ("experiment", "framework"):
+        i = names.index(n)
+        values = {r[i] for r in cells}
+        if len(cells) > 1 and len(values) == 1:
+            keep.remove(i)
+            said.append(f"{n} {values.pop()}")
+    left = []
 
+    def widths() -> list[int]:
+        return [max([len(head_all[i])] + [len(r[i]) for r in cells]) for i in keep[:-1]]
+
+    for n in STATUS_DROPPED_FIRST:
+        # the fixed columns and a reason of 20 characters at the least
+        if sum(widths()) + 2 * (len(keep) - 1) + 20 <= width:
+            break
+        i = names.index(n)
+        if i in keep:
+            keep.remove(i)
+            left.append(head_all[i])
+    head = tuple(head_all[i] for i in keep)
+    rows = [tuple(r[i] for i in keep) for r in cells]
+    shown = tuple(names[i] for i in keep)
+    right = {shown.index(c) for c in ("batch", "rep", "elapsed", "throughput") if c in shown}
     # One format for every row: str.format pads in C.
     form = "  ".join(
-        [f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths)] + ["{}"]
+        [f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths())] + ["{}"]
     )
     top = form.format(*head).rstrip()
-    return "\n".join(["Runs", top, "─" * len(top), *(form.format(*r).rstrip() for r in rows)])
+    title = "Runs" + (f" ({', '.join(said)})" if said else "")
+    lines = [title, top, "─" * min(len(top), width), *(form.format(*r).rstrip() for r in rows)]
+    if left:
+        lines.append(f"left out at {width} columns: {', '.join(left)}")
+    return "\n".join(lines)
 
 
 def breakdown_text(r: ResultRow) -> str:
