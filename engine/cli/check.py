@@ -36,7 +36,7 @@ NOT_CHECKED = 4  # a fault of the world stopped the check: not a regression
 
 def fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
     """5%, 0.05 or 5 percent, as a fraction in [0, 0.5): the rule asks whether a slowdown
-    of twice the tolerance is ruled out (results/decide.py)."""
+    of twice the tolerance is ruled out (results/regression/decide.py)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", value or "")
     number = float(m[1]) / (100 if m[2] else 1) if m else None
     if number is None or not 0 <= number < 0.5:

@@ -3,7 +3,7 @@ errors and progress, and every text it writes made printable on the way.
 
 Names, paths, keys, values, records, Slurm's and the trainers' words reach the terminal
 only through `out`, `err` and `echo`, which show every control character as its visible
-escape (engine/text.py: `printable`). dlscale's own styling is the only escape sequence
+escape (engine/io/text.py: `printable`). dlscale's own styling is the only escape sequence
 written: rich renders it from styles, after the text was made printable, and a chart's
 colours are the one styled text `echo` lets through. No other module of the command line
 writes to stdout or stderr (tests/test_printer.py checks the source and the output).

@@ -6,7 +6,7 @@ click.IntRange, any other number by its quantity (engine/quantities.py: `Quantit
 
 Every path a command takes is one of two types, so that a new one says which it is
 (tests/test_outputs.py finds every output path in these definitions): `InputPath` (read:
-engine/files.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
+engine/io/reading.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
 rules, engine/io/outputs.py, checked here before any work). An output that is one of the
 command's inputs (or another of its outputs, or part of the store) is refused, whichever
 is named first (`_apart`).

@@ -1,5 +1,5 @@
-"""`dlscale project`: the scaling curve past the measured scales (results/projection.py),
-from the store or from figures the user states (results/stated.py), as a table and a
+"""`dlscale project`: the scaling curve past the measured scales (results/projection/project.py),
+from the store or from figures the user states (results/projection/stated.py), as a table and a
 chart, or JSON; every row says whether it was measured, stated or projected, and every
 input where it came from."""
 

@@ -1,6 +1,6 @@
 """From runs to results: throughput with its spread, speedup, efficiency, time-to-accuracy.
 
-Rules (../METHOD.md): throughput is the mean over repetitions with a Student-t 95%
+Rules (docs/measuring.md): throughput is the mean over repetitions with a Student-t 95%
 confidence interval; a coefficient of variation above 5% marks the point noisy. Speedup is
 against the best single-device point of the same model, dataset, precision and batch
 (per-device batch for weak scaling, global batch for strong) in any framework of the same
@@ -139,7 +139,7 @@ def results(store: Store, experiment: str | None = None) -> list[ResultRow]:
 def result_row(p: Point) -> ResultRow:
     """A point as every front end reads it: the one place a result row is made
     (tests/test_rows.py holds its keys to ResultRow's)."""
-    return cast("ResultRow", {**p.as_dict(), **explained.fields(p)})
+    return cast("ResultRow", {**p.as_dict(), **explained.efficiency_fields(p)})
 
 
 def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, list]:

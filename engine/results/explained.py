@@ -134,7 +134,7 @@ def _comm_why(p: Point) -> str:
     )
 
 
-def fields(p: Point) -> dict[str, Any]:
+def efficiency_fields(p: Point) -> dict[str, Any]:
     """The point's efficiency fields for its result row."""
     why: dict[str, str] = {}
     compute = summary_median(p, "compute_time_s")

@@ -55,7 +55,7 @@ class ResultRow(TypedDict):
     unit: str  # what the throughput counts: images, or a declared framework's tokens
     axes: dict[str, Any]  # a declared framework's own axes' values
     test_slowdown: float | None  # the test-only DLSCALE_TEST_SLOWDOWN it was made with
-    # where the efficiency goes (explained.fields)
+    # where the efficiency goes (explained.efficiency_fields)
     lr_schedule: str | None
     step_time_s: float | None
     compute_time_s: float | None

@@ -2,7 +2,7 @@
 a point's spread (mean, median, Student-t interval, coefficient of variation), Student's t
 quantiles, Welch's test and Fieller's interval for a ratio of two means.
 
-Rules (METHOD.md 3 and 10): a run's throughput counts when it is a finite number above 0;
+Rules (docs/measuring.md): a run's throughput counts when it is a finite number above 0;
 a point's interval is the Student-t 95% interval of the mean of its repetitions, and that
 one interval is what every table, chart and projection shows of a measured point
 (`INTERVAL` names it beside them); a coefficient of variation above 5% marks it noisy.

@@ -273,7 +273,7 @@ STATUS_DROPPED_FIRST = ("nodes", "batch", "experiment", "job", "framework", "ela
 
 
 def status_table(queue: list, width: int = 10_000) -> str:
-    """`dlscale status`: the queue rows (engine.queue) plus the run id and experiment, as
+    """`dlscale status`: the queue rows (tracking/queue.py) plus the run id and experiment, as
     plain aligned columns fitted to `width`: a column with one value in every row is said
     once above the table, then the least needed go first (STATUS_DROPPED_FIRST), and a line
     names them. Not a rich Table: laying one out measured and wrapped every cell (2.6 s for

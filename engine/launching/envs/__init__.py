@@ -1,5 +1,5 @@
 """Per-framework software environments: record them, find them, check them (building them
-is engine/envbuild.py, what they hold engine/recipes.py).
+is engine/launching/envs/builder.py, what they hold engine/launching/envs/recipes.py).
 
 Frameworks' pins conflict (TensorFlow, MXNet's numpy<1.24, Horovod built against one torch),
 so each framework's trainer runs in an interpreter of its own. The engine never imports a

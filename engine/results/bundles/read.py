@@ -198,7 +198,7 @@ def _members(path: Path) -> tuple[dict[str, bytes], list[str]]:
     data: dict[str, bytes] = {}
     total = 0
     try:
-        # a FIFO, a device, a folder: refused before it is opened (engine/files.py)
+        # a FIFO, a device, a folder: refused before it is opened (engine/io/reading.py)
         with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as unzipped:
             stream = _Bounded(unzipped, MAX_BYTES + _HEADER_ROOM)
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
@@ -228,7 +228,7 @@ def _members(path: Path) -> tuple[dict[str, bytes], list[str]]:
 
 
 def _model(model: type[_Strict], name: str, raw: bytes, problems: list[str]) -> Any:
-    try:  # bounded as every JSON dlscale reads (engine/files.py): no RecursionError
+    try:  # bounded as every JSON dlscale reads (engine/io/reading.py): no RecursionError
         return model.model_validate(load_json(raw, MAX_MEMBER_BYTES))
     except (ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, ValidationError):

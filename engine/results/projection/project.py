@@ -161,7 +161,7 @@ def setup_of(
     cal: calibration.Calibration,
     stated_terms: dict[str, float | None] | None = None,
 ) -> Setup:
-    f = explained.fields(base_p)
+    f = explained.efficiency_fields(base_p)
     terms = stated.choose(cal, _measured_terms(base_p, baseline, pts), stated_terms)
     inputs = [f"base: {base_p.label()} measured (runs {', '.join(base_p.completed_run_ids)})"]
     if baseline is not None:

@@ -80,7 +80,7 @@ def read(path: str | Path) -> History:
         if not line.strip():
             continue
         try:
-            entries.append(Entry.model_validate(load_json(line)))  # bounded (engine/files)
+            entries.append(Entry.model_validate(load_json(line)))  # bounded (engine/io/reading.py)
         except ValueError as exc:
             raise UserError(f"{path}:{number}: {_why(exc)}") from None
     return History(path, entries)

@@ -397,7 +397,7 @@ def _read_manifest(out: Path, out_fd: int) -> dict[str, list[str]] | None:
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 raise bad
-            data = load_json(fh.read((1 << 24) + 1), 1 << 24)  # bounded (engine/files.py)
+            data = load_json(fh.read((1 << 24) + 1), 1 << 24)  # bounded (engine/io/reading.py)
         files = data["files"]
         return {
             rel: [str(d) for d in digests] for rel, digests in files.items() if _OURS.fullmatch(rel)

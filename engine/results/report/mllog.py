@@ -83,7 +83,7 @@ def _first(records: list[tuple[int, dict[str, Any]]], kind: str) -> tuple[int, d
     return next(((n, r) for n, r in records if r["kind"] == kind), (0, {}))
 
 
-def events(records: list[dict[str, Any]], run: RunRow) -> list[dict[str, Any]]:
+def mllog_events(records: list[dict[str, Any]], run: RunRow) -> list[dict[str, Any]]:
     """MLLOG events from a run's records (in file order, as the store keeps them), sorted by
     time (events of one moment keep the order MLPerf's rules expect)."""
     if not records:
@@ -287,7 +287,7 @@ def lines(store: Store, run_id: str) -> list[str]:
     run = store.run(run_id)
     return [
         PREFIX + json.dumps(e, allow_nan=False)
-        for e in events(store.records.of(run["run_id"]), run)
+        for e in mllog_events(store.records.of(run["run_id"]), run)
     ]
 
 
