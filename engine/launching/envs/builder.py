@@ -1,6 +1,6 @@
-"""Building a framework's environment: a venv from its recipe (engine/launching/envs/recipes.py), compiled
-wheels cached once per machine, a lock so two builds of one environment never collide, and
-the record that lets planning find it (engine/envs.py). GPU builds can run after a cluster
+"""Building a framework's environment: a venv from its recipe (recipes.py), compiled wheels
+cached once per machine, a lock so two builds of one environment never collide, and the
+record that lets planning find it (the package's __init__). GPU builds can run after a cluster
 profile's `module load` (CUDA, NCCL), in a login shell where `module` exists."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`dlscale check --run`: the study's runs made a round at a time until every point is
-decided or the budget is spent (sequential testing, results/regression/decide.py's rule at each look).
+decided or the budget is spent (sequential testing, decide.py's rule at each look).
 
 Against a fixed baseline (a bundle, an experiment measured earlier) the first round runs
 the spec's repetitions and each later round adds one to each undecided point. With
