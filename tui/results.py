@@ -3,9 +3,10 @@ the efficiency model's prediction, images per joule, time-to-accuracy), the sele
 explained under it, and a plotext chart of the selected point's model and batch, the metric
 switched by a key. Numbers come from results.analysis (through the session); the chart
 text from results.charts, as in the CLI. A number the engine could not give is "-", and
-the line under the table says why. At 80x24 the chart is always on screen: the table takes a few rows and scrolls, the
-columns that do not fit whole go (their values are said under the table, and enter shows
-the point in full), and the baselines are the selected point's alone."""
+the line under the table says why. At 80x24 the chart is always on screen: the table takes
+a few rows and scrolls, the columns that do not fit whole go (their values are said under
+the table, and enter shows the point in full), and the baselines are the selected point's
+alone."""
 
 from __future__ import annotations
 
