@@ -162,11 +162,6 @@ def test_every_interval_is_positive_of_width_and_holds_its_value(seed):
             assert 0 < e.low < e.value < e.high < math.inf, (k, e)
 
 
-def test_a_measured_points_interval_never_goes_below_zero():
-    e = projected.measured_estimate(100.0, 250.0)  # a half-width above the mean
-    assert 0 < e.low < 100 < e.high
-
-
 # --- calibration ---------------------------------------------------------------------------
 
 

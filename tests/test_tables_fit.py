@@ -103,5 +103,5 @@ def test_project_keeps_scale_kind_and_intervals_whole(study, monkeypatch, width)
     assert all(len(line) <= width for line in table_lines(text)), text
     rows = [c for c in cells(text) if c and re.fullmatch(r"\d+x\d+", c[0])]
     assert rows and all(
-        re.fullmatch(r"[\d,.]+( \[[\d,.]+, ([\d,.]+|inf)\])?|-", c[3]) for c in rows
+        re.fullmatch(r"[\d,.]+( \[[\d,.]+, ([\d,.]+|unbounded)\])?|-", c[3]) for c in rows
     ), text

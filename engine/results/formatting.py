@@ -25,7 +25,7 @@ def interval_text(v: Mapping[str, float | None] | None, digits: int) -> str:
     value, low, high = v["value"], v.get("ci95_low"), v.get("ci95_high")
     if low == value == high:  # a stated figure: nothing about it was modelled
         return fmt(value, digits)
-    top = "inf" if high is None else fmt(high, digits)
+    top = "unbounded" if high is None else fmt(high, digits)
     return f"{fmt(value, digits)} [{fmt(low, digits)}, {top}]"
 
 

@@ -64,7 +64,7 @@ class Imports:
                     continue
                 _same_site(rid, old[rid][2], row["site"])
                 kept = [b for (b,) in self.db.tuples(_BODIES, [rid])]
-                same = kept == [json.dumps(r) for r in records[rid]]
+                same = kept == [json.dumps(r, allow_nan=False) for r in records[rid]]
                 if same and old[rid][:2] == (row["state"], row["reason"]):
                     out.unchanged.append(rid)
                 else:

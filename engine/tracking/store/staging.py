@@ -67,7 +67,7 @@ class Staged:
     def decide(self, plan: dict[str, Any]) -> None:
         """Write the rows the change makes, then the one rename after which it happens."""
         with open(self.path / PLAN, "w", encoding="utf-8") as fh:
-            json.dump(plan, fh)
+            json.dump(plan, fh, allow_nan=False)
             fh.flush()
             os.fsync(fh.fileno())
         ready = self.path.with_name(self.path.name[: -len(PARTIAL)] + READY)
