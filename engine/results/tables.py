@@ -169,8 +169,10 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
     ):
         return None
     schedules = len({r["lr_schedule"] for r in rows}) > 1
+    models = len({r["model"] for r in rows}) > 1  # else the results table above names it
     columns = (
-        [Column("model", keep=2), Column("framework", keep=2)]
+        ([Column("model", keep=2)] if models else [])
+        + [Column("framework", keep=2)]
         + ([Column("lr schedule", keep=3, short="schedule")] if schedules else [])
         + [
             Column("scale", right=True),
@@ -189,7 +191,8 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
     body = []
     for r in rows:
         body.append(
-            [r["model"], r["framework"]]
+            ([r["model"]] if models else [])
+            + [r["framework"]]
             + ([r["lr_schedule"] or "-"] if schedules else [])
             + [
                 scale_of(r),
