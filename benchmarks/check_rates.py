@@ -57,7 +57,7 @@ from pathlib import Path
 
 from record import append_row
 
-from dlscale.engine.results import decide
+from dlscale.engine.results.regression import decide
 
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 SPEC = """[experiment]

@@ -21,7 +21,8 @@ from pathlib import Path
 from record import append_row
 
 from dlscale.engine.launching.plan import Run
-from dlscale.engine.results import analysis, efficiency
+from dlscale.engine.results import analysis
+from dlscale.engine.results import explained as efficiency
 from dlscale.engine.tracking.store import Store
 
 ROUNDS = 7

@@ -33,8 +33,8 @@ from record import append_row
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from dlscale.engine.errors import UserError  # noqa: E402
-from dlscale.engine.results import history  # noqa: E402
-from dlscale.engine.results.changepoints import WINDOW, change_points  # noqa: E402
+from dlscale.engine.results.regression import history  # noqa: E402
+from dlscale.engine.results.regression.changepoints import WINDOW, change_points  # noqa: E402
 from tui_text import recorded_study  # noqa: E402  (the tests' recorded quickstart)
 
 DLSCALE = str(Path(sys.executable).parent / "dlscale")

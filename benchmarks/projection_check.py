@@ -17,7 +17,7 @@ import sys
 
 from record import append_row
 
-from dlscale.engine.results import calibration
+from dlscale.engine.results.projection import calibration
 
 
 def summary(rows: list[dict]) -> dict:

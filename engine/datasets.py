@@ -9,7 +9,7 @@ What it reads is bounded: no more than the published archive's size is downloade
 that goes on is cut there and refused), in no more than a total deadline (`--timeout`; a
 server that trickles a byte at a time is cut there too) as well as a minute per read, and
 a `file://` URL must name a regular file (not a FIFO, a device or a link to one). What it
-writes goes through the one writer's folder (engine/outputs.py): the unpacked folder is
+writes goes through the one writer's folder (engine/io/outputs.py): the unpacked folder is
 renamed into place by descriptor, never through a link. The temporary files are removed
 on any failure and on SIGTERM; one left by a fetch that was killed outright is locked by
 no one (flock) and is removed by the next fetch into that folder.
@@ -40,7 +40,7 @@ from pathlib import Path
 from ..trainers.common.data import DataError, read_cifar10
 from ..trainers.common.imagenet import LayoutCheck, check_layout
 from .errors import DlscaleError, UserError
-from .outputs import OutputError, OutputFolder, check_folder
+from .io.outputs import OutputError, OutputFolder, check_folder
 
 
 @dataclass(frozen=True)

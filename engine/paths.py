@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .files import read_json, read_text
+from .io.reading import read_json, read_text
 from .runs import CONFIGURATION, RunRow
 
 # The records' file name also names them in messages ("metrics.jsonl line 7 skipped").

@@ -10,7 +10,7 @@ only: every layer imports it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, TypedDict
@@ -86,7 +86,20 @@ class Configuration:
 
     @property
     def scale(self) -> str:
-        return f"{self.nodes}x{self.ranks_per_node}"
+        return scale_label(self.nodes, self.ranks_per_node)
+
+
+def scale_label(nodes: int, ranks_per_node: int) -> str:
+    """A scale as the user writes it in a spec and reads it everywhere: nodes x ranks per
+    node, "2x4"."""
+    return f"{nodes}x{ranks_per_node}"
+
+
+def run_label(row: Mapping[str, Any]) -> str:
+    """A run as the user reads it beside its id: "pytorch-ddp resnet20 1x2 #3" (its
+    repetition)."""
+    scale = scale_label(row["nodes"], row["ranks_per_node"])
+    return f"{row['framework']} {row['model']} {scale} #{row['repetition']}"
 
 
 # Asked once: dataclasses.fields() walks the class at every call.

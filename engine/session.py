@@ -31,16 +31,17 @@ from .config.profile import COMMAND_TIMEOUT_S, LoadedProfile, load_profile
 from .config.spec import LoadedSpec, load_spec
 from .config.specfile import CHOICES as CHOICES
 from .errors import PlanError, UserError
-from .files import read_text
+from .io.reading import read_text
 from .launching import envs
 from .launching.estimate import estimate
 from .launching.plan import plan
 from .leaving import leave_now as leave_now
 from .paths import RunPaths
 from .results import analysis, charts
-from .results.efficiency import is_comm
+from .results.explained import is_comm
 from .results.points import unit_and_axes
-from .runs import ACTIVE, RunRow, State
+from .results.rows import ResultRow, SideBySide
+from .runs import ACTIVE, RunRow, State, scale_label
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
 from .tracking.monitor import Backoff as Backoff
@@ -48,7 +49,7 @@ from .tracking.queue import QUEUE_COLUMNS as QUEUE_COLUMNS
 from .tracking.queue import QueueRow as QueueRow
 from .tracking.queue import queue_header as queue_header
 from .tracking.store import Store, default_home
-from .tracking.store_health import fault_message
+from .tracking.store.health import fault_message
 from .where import backend_for, check_home
 from .where import given_as as given_as
 
@@ -97,7 +98,7 @@ class RunDetail:
 def run_label(row: RunRow) -> str:
     """A run in a few words: what it measures, at which scale and batch, with which values
     of a declared framework's own axes, which repetition."""
-    scale = f"{row['framework']} {row['model']} {row['nodes']}x{row['ranks_per_node']}"
+    scale = f"{row['framework']} {row['model']} {scale_label(row['nodes'], row['ranks_per_node'])}"
     if is_comm(row):
         return f"{scale} {queue.COMM_WORDS}"
     axes = "".join(f" {k}={v}" for k, v in unit_and_axes(row)[1].items())
@@ -439,7 +440,7 @@ class Session:
 
     # --- results -------------------------------------------------------------------------
 
-    def results(self, experiment: str | None) -> list[dict[str, Any]]:
+    def results(self, experiment: str | None) -> list[ResultRow]:
         return analysis.results(self.store, experiment)
 
     def notes(self, experiment: str | None) -> list[str]:
@@ -452,24 +453,18 @@ class Session:
         """The study's scaling projected past what was measured (`dlscale project`), as the
         Results screen draws it (measured lines, projected points marked as such), and its
         held-out checks in words: every one, the misses first, with whether it missed."""
-        from .results import projection
-        from .results import report as reporting
-        from .results.report_projection import held_out_line
+        from .results.projection import project
+        from .results.projection.tables import held_out_line
 
-        named = self.store.experiment_names()  # runs added without a saved spec count too
-        name = (
-            experiment
-            or (named[0] if len(named) == 1 else None)
-            or reporting.pick_experiment(self.store, experiment)["name"]
-        )
-        families, _, _ = projection.study_reach(self.store, name)
+        name = self.store.pick_experiment(experiment)
+        families = project.of_study(self.store, name).families
         chart = charts.projection_chart(
-            projection.chart_series(families, metric), metric, width, height, color=True
+            project.chart_series(families, metric), metric, width, height, color=True
         )
         checks = sorted((held_out_line(f) for f in families), key=lambda c: not c[1])
         return chart, [("MISSED: " if missed else "") + line for line, missed in checks]
 
-    def side_by_side(self, a: str, b: str) -> dict[str, Any]:
+    def side_by_side(self, a: str, b: str) -> SideBySide:
         """Two experiments' points matched by configuration (`dlscale compare A B`)."""
         from .results import compare
 
@@ -477,14 +472,14 @@ class Session:
 
     def write_report(self, experiment: str | None, fmt: str = "html") -> Path:
         """`dlscale report` for this experiment, into the current folder's report-NAME/."""
-        from .results import report as reporting
+        from .results.report import document
 
-        name = reporting.pick_experiment(self.store, experiment)["name"]
-        return Path(reporting.build(self.store, name, f"report-{name}", fmt).path)
+        name = self.store.pick_experiment(experiment)
+        return Path(document.build(self.store, name, f"report-{name}", fmt).path)
 
     @staticmethod
     def chart(
-        results: list[dict[str, Any]], metric: str, model: str | None, width: int, height: int
+        results: list[ResultRow], metric: str, model: str | None, width: int, height: int
     ) -> str:
         return charts.chart(results, metric, model, width, height, color=True)
 

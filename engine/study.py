@@ -28,8 +28,7 @@ from .errors import (
     UserError,
 )
 from .launching import envs
-from .launching.plan import Plan, Run, plan
-from .launching.plan import digest as plan_digest
+from .launching.plan import Plan, Run, digest, plan
 from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
 from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, RunRow, State
 from .tracking.follow import find_run
@@ -475,9 +474,7 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     backend = backend_for(row["backend"])
     payload = _payload(store, row)
     backend.check_repeatable(row, payload)
-    new_id = plan_digest(
-        {"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()}
-    )
+    new_id = digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()})
     store.add_rerun(row, new_id)
     claimed = store.claims.take(new_id)
     assert claimed is not None  # a run made this instant: nobody else knows it

@@ -5,7 +5,8 @@ import math
 import pytest
 from test_store import line, make_run
 
-from dlscale.engine.results.analysis import results, spread
+from dlscale.engine.results.analysis import results
+from dlscale.engine.results.stats import spread
 from dlscale.engine.tracking.store import Store
 
 
@@ -123,13 +124,14 @@ def test_a_cpu_point_is_never_compared_with_a_gpu_baseline(tmp_path):
 def test_the_results_table_names_the_device_when_points_differ_in_it(tmp_path):
     from rich.console import Console
 
+    from dlscale.engine.results.table import for_terminal
     from dlscale.engine.results.tables import results_table
 
     store = Store(tmp_path)
     add_on(store, tmp_path, "cpu: Intel Xeon (2 thread(s))", [100])
     add_on(store, tmp_path, "NVIDIA H100 80GB HBM3", [3000], first_rep=1)
     console = Console(width=250, record=True)
-    console.print(results_table(results(store)))
+    console.print(for_terminal(results_table(results(store)), 250)[0])
     text = console.export_text()
     assert "device" in text and "NVIDIA H100 80GB HBM3" in text and " cpu " in text
 
@@ -141,12 +143,12 @@ def test_the_confidence_interval_uses_students_t_without_scipy_stats(tmp_path, m
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the quantiles it keeps go here
 
-    from dlscale.engine.results.points import t_quantile_975
+    from dlscale.engine.results.stats import t_quantile
 
     for df in [*range(1, 40), 99, 1000]:
         # stdtrit and t.ppf agree to 1e-12 in scipy 1.17; 1.15 (the newest for Python
         # 3.10) computes t.ppf another way, 1e-11 apart: either is a 95% interval's t
-        assert t_quantile_975(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-9)
+        assert t_quantile(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-9)
     s = spread([100.0, 110.0, 90.0])
     assert s.ci95 == pytest.approx(float(stats.t.ppf(0.975, 2)) * 10.0 / 3**0.5)
 
@@ -162,8 +164,8 @@ def test_t_quantiles_come_from_scipy_once_then_from_the_users_cache(tmp_path):
     from scipy import stats
 
     probe = (
-        "import sys; from dlscale.engine.results.points import t_quantile_975; "
-        "print(repr(t_quantile_975(4)), 'scipy.special' in sys.modules, "
+        "import sys; from dlscale.engine.results.stats import t_quantile; "
+        "print(repr(t_quantile(4)), 'scipy.special' in sys.modules, "
         "'scipy.stats' in sys.modules)"
     )
 

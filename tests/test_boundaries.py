@@ -125,14 +125,18 @@ def test_no_generic_top_level_packages_installed(tmp_path):
 
 # The TUI calls the engine through its facade, `session` (a Session, what it returns, and the
 # engine's words it names for front ends), and shows its errors; besides those it imports
-# renderers only: text as users and jobs wrote it, and the results' charts and tables.
+# renderers only: text as users and jobs wrote it, the results' charts, the table model and
+# its tables, the numbers' formatting, and the typed rows they all read.
 TUI_MAY_USE = (
     "dlscale.engine.session",
     "dlscale.engine.errors",
-    "dlscale.engine.text",
+    "dlscale.engine.io.text",
     "dlscale.engine.results.charts",
+    "dlscale.engine.results.table",
     "dlscale.engine.results.tables",
     "dlscale.engine.results.compare_table",
+    "dlscale.engine.results.formatting",
+    "dlscale.engine.results.rows",
 )
 
 
@@ -226,6 +230,34 @@ def test_no_module_imports_another_modules_private_names():
                         if a.name.startswith("_") and not a.name.startswith("__")
                     }
     assert sorted(found) == []
+
+
+def test_no_import_renames_a_project_module():
+    """A module is read by its own name wherever it is imported (`follow.refresh`, not
+    `following.refresh`): a rename hides which module a name comes from. (The trainers
+    keep `common.data as common_data` beside a framework's own module of the same name.)"""
+    found = []
+    for folder in ("engine", "tui"):
+        for path in (REPO / folder).rglob("*.py"):
+            pkg = ("dlscale",) + path.relative_to(REPO).parent.parts
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ((base,) if base else ()))
+                if not base.startswith("dlscale"):
+                    continue
+                for a in node.names:
+                    if a.asname in (None, a.name):
+                        continue
+                    try:
+                        module = importlib.util.find_spec(f"{base}.{a.name}")
+                    except (ModuleNotFoundError, AttributeError):  # a name, not a module
+                        module = None
+                    if module is not None:
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}: {a.name}")
+    assert found == []
 
 
 def test_no_module_is_over_600_lines():

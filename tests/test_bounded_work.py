@@ -27,7 +27,7 @@ from test_bad_input import invoke
 from test_check import SPEC, _study, baseline_bundle  # noqa: F401  (a fixture)
 
 from conftest import HANG_S, dlscale
-from dlscale.engine.results import changepoints
+from dlscale.engine.results.regression import changepoints
 from dlscale.engine.tracking.store import Store
 
 pytestmark = pytest.mark.timeout(600)
@@ -152,7 +152,7 @@ def test_an_internal_error_has_a_status_of_its_own_and_its_traceback_saved(
     monkeypatch,
     baseline_bundle,  # noqa: F811
 ):
-    from dlscale.engine.results import check as checking
+    from dlscale.engine.results.regression import check as checking
 
     home = _study(tmp_path / "h", [100, 100.5, 99.5], [150, 150.5, 149.5])  # one regressed
     monkeypatch.setenv("DLSCALE_HOME", str(home))

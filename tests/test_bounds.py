@@ -22,7 +22,7 @@ from test_bad_input import invoke
 from test_bundles import _dump, _first, _members, _write
 
 from conftest import HANG_S, dlscale, write_spec
-from dlscale.engine.files import JSON_DEPTH, JSONError, load_json
+from dlscale.engine.io.reading import JSON_DEPTH, JSONError, load_json
 from tui_text import recorded_study
 
 pytestmark = pytest.mark.timeout(600)

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import dlscale
-from dlscale.engine.results import analysis, bundle_read, bundles
-from dlscale.engine.results.bundle_read import BundleError, read_bundle
+from dlscale.engine.results import analysis, bundles
+from dlscale.engine.results.bundles import read as bundle_read
+from dlscale.engine.results.bundles.read import BundleError, read_bundle
 from dlscale.engine.tracking.store import Store
 from tui_text import recorded_study
 

@@ -14,7 +14,8 @@ import pytest
 from test_store import make_run
 
 from conftest import REPO, dlscale, write_spec
-from dlscale.engine.results.check import (
+from dlscale.engine.results.points import POINT_FIELDS, Point
+from dlscale.engine.results.regression.check import (
     PASSED,
     REGRESSED,
     SKIPPED,
@@ -23,7 +24,7 @@ from dlscale.engine.results.check import (
     check,
     judge,
 )
-from dlscale.engine.results.points import POINT_FIELDS, Point, spread
+from dlscale.engine.results.stats import spread
 from tui_text import recorded_study
 
 SPEC = REPO / "tests" / "fixtures" / "tui-quickstart" / "spec.toml"
@@ -333,12 +334,12 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
 
 def test_the_slowdown_knob_takes_only_a_fraction(monkeypatch):
     from dlscale.trainers.common.entry import TrainerError
-    from dlscale.trainers.common.loop import injected_slowdown
+    from dlscale.trainers.common.slowdown import asked
 
     for text, value in (("", 0.0), ("0.10", 0.10), (" 0 ", 0.0)):
         monkeypatch.setenv("DLSCALE_TEST_SLOWDOWN", text)
-        assert injected_slowdown() == value
+        assert asked() == value
     for bad in ("abc", "-0.1", "0.95", "nan", "inf"):
         monkeypatch.setenv("DLSCALE_TEST_SLOWDOWN", bad)
         with pytest.raises(TrainerError, match="DLSCALE_TEST_SLOWDOWN"):
-            injected_slowdown()
+            asked()

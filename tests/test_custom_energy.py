@@ -34,7 +34,7 @@ def timeline(samples, unit="uJ", wraps=(10**9,), source="powercap", unavailable=
 def test_energy_over_the_window_is_interpolated_between_samples():
     # 10 W from t=100 to t=110 (1e7 uJ a second... 10 J a second), sampled each second
     tl = timeline([(100 + i, [i * 10_000_000], None) for i in range(11)])
-    fields = custom_energy.over([tl], 102.5, 106.5, units=400)
+    fields = custom_energy.energy_over([tl], 102.5, 106.5, units=400)
     assert fields["energy_j"] == pytest.approx(40.0)
     assert fields["mean_power_w"] == pytest.approx(10.0)
     assert fields["energy_per_image_j"] == pytest.approx(0.1)
@@ -47,14 +47,14 @@ def test_nodes_and_devices_are_summed_and_a_wrapped_counter_unwrapped():
     a = timeline([(2 * i, [c], None) for i, c in enumerate(a_counts)], wraps=[wrap])
     b_counts = [[i * 500_000, i * 1_000_000] for i in range(5)]
     b = timeline([(2 * i, c, None) for i, c in enumerate(b_counts)], wraps=[wrap, wrap])
-    fields = custom_energy.over([a, b], 0.0, 8.0, units=1)
+    fields = custom_energy.energy_over([a, b], 0.0, 8.0, units=1)
     assert fields["energy_j"] == pytest.approx(60 + 2 + 4)
     assert fields["devices_metered"] == ["package-0"] * 3
 
 
 def test_a_window_the_samples_do_not_cover_leaves_the_energy_unknown():
     tl = timeline([(100 + i, [i], None) for i in range(5)])
-    fields = custom_energy.over([tl], 90.0, 103.0, units=10)
+    fields = custom_energy.energy_over([tl], 90.0, 103.0, units=10)
     assert (
         "energy_j" not in fields and "do not cover the timed steps" in fields["energy_unavailable"]
     )
@@ -65,8 +65,8 @@ def test_a_window_of_too_few_sampling_intervals_leaves_the_energy_unknown():
     mostly the counters' movement outside the timed steps: unknown, saying why."""
     n = custom_energy.MIN_INTERVALS
     tl = timeline([(100 + i * 0.25, [i * 1_000_000], None) for i in range(40)])
-    assert custom_energy.over([tl], 101.0, 101.0 + n * 0.25, units=1)["energy_j"] > 0
-    short = custom_energy.over([tl], 101.0, 101.0 + n * 0.25 - 0.01, units=1)
+    assert custom_energy.energy_over([tl], 101.0, 101.0 + n * 0.25, units=1)["energy_j"] > 0
+    short = custom_energy.energy_over([tl], 101.0, 101.0 + n * 0.25 - 0.01, units=1)
     assert "energy_j" not in short, short
     why = short["energy_unavailable"]
     assert "lasted 0.99 s" in why and "sampling intervals (0.25 s)" in why, why
@@ -75,9 +75,9 @@ def test_a_window_of_too_few_sampling_intervals_leaves_the_energy_unknown():
 def test_shared_packages_left_to_the_first_task_are_not_a_failure():
     metered = timeline([(i, [i * 1_000_000], None) for i in range(5)])
     other = timeline([], source=None, unavailable=custom_energy.SHARED_CPU)
-    assert custom_energy.over([metered, other], 0, 4, 1)["energy_j"] == pytest.approx(4.0)
+    assert custom_energy.energy_over([metered, other], 0, 4, 1)["energy_j"] == pytest.approx(4.0)
     nothing = timeline([], source=None, unavailable="no RAPL here")
-    assert custom_energy.over([nothing], 0, 1, 1) == {"energy_unavailable": "no RAPL here"}
+    assert custom_energy.energy_over([nothing], 0, 1, 1) == {"energy_unavailable": "no RAPL here"}
 
 
 def test_the_log_line_is_dated_by_the_first_sample_that_held_it():

@@ -18,7 +18,8 @@ import pytest
 from conftest import REPO, dlscale
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
-from dlscale.engine.results import compare, report
+from dlscale.engine.results import compare
+from dlscale.engine.results.report import document as report
 from dlscale.engine.tracking import completion
 from dlscale.engine.tracking.monitor import finalize_run
 from dlscale.engine.tracking.store import Store

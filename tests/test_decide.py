@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from dlscale.engine.results import decide
-from dlscale.engine.results.decide import PASSED, REGRESSED, UNDECIDED
+from dlscale.engine.results.regression import decide
+from dlscale.engine.results.regression.decide import PASSED, REGRESSED, UNDECIDED
 
 TOLERANCE = 0.05
 

@@ -10,8 +10,9 @@ from test_store import line, make_run
 
 from conftest import dlscale
 from dlscale.engine.config.frameworks import NO_COMM_BENCHMARK
-from dlscale.engine.results import analysis, figures, mllog, tables
-from dlscale.engine.results import report as reporting
+from dlscale.engine.results import analysis, tables
+from dlscale.engine.results.report import document as reporting
+from dlscale.engine.results.report import figures, mllog
 from dlscale.engine.tracking.store import Store
 
 RAPL = "no readable RAPL package energy under /sys/class/powercap (not exposed on this machine)"

@@ -78,7 +78,10 @@ def check_study(home: Path, tmp_path: Path, name: str, scales: list[str]) -> lis
         cells = explained[f"{r['nodes']}x{r['ranks_per_node']}"]
         assert cells["predicted eff"] == f"{r['predicted_efficiency']:,.2f}"
         assert cells["busbw GB/s"] == ("-" if r["ranks"] == 1 else f"{r['comm_busbw_gbps']:,.3f}")
-    assert "images/J" in md_table(text, "Throughput, speedup and efficiency")[0]
+    # the energy column where a point has energy, else a note says why not
+    metered = any(r["images_per_joule"] is not None for r in rows)
+    assert ("images/J" in md_table(text, "Throughput, speedup and efficiency")[0]) == metered
+    assert metered or "images_per_joule: " in text
     assert "figures/efficiency-breakdown.png" in text
     for link in re.findall(r"\]\((figures/[^)]+)\)", text):
         check_png(out / link)

@@ -20,7 +20,8 @@ from dlscale.engine.backends.registry import make_backend
 from dlscale.engine.config.profile import load_profile
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import PlanError
-from dlscale.engine.launching import envbuild, envs, jobscript
+from dlscale.engine.launching import envs, jobscript
+from dlscale.engine.launching.envs import builder as envbuild
 from dlscale.engine.launching.launch import local_command_for
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.tracking.store import Store

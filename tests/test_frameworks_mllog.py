@@ -8,7 +8,7 @@ import pytest
 from test_report import TTA_SPEC  # PyTorch's target run: digits, 2 epochs, 1 and 2 ranks
 
 from conftest import dlscale, mlperf_check, mlperf_score_s
-from dlscale.engine.results import mllog
+from dlscale.engine.results.report import mllog
 from dlscale.engine.tracking.store import Store
 from test_frameworks import env_home, mxnet_env, tf_env  # noqa: F401
 

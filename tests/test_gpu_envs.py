@@ -13,7 +13,9 @@ import pytest
 from test_gpu_plan import gpu_profile
 
 from conftest import HANG_S, dlscale
-from dlscale.engine.launching import envbuild, envs, recipes
+from dlscale.engine.launching import envs
+from dlscale.engine.launching.envs import builder as envbuild
+from dlscale.engine.launching.envs import recipes
 from test_frameworks import env_home, horovod_env, tf_env  # noqa: F401  (fixtures)
 
 

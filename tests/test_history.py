@@ -9,8 +9,8 @@ import random
 import pytest
 
 from dlscale.engine.errors import UserError
-from dlscale.engine.results import changepoints, history
-from dlscale.engine.results.changepoints import change_points
+from dlscale.engine.results.regression import changepoints, history
+from dlscale.engine.results.regression.changepoints import change_points
 
 
 def _entry(value, site="s", point="p", label="c", **kw):

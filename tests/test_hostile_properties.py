@@ -34,11 +34,11 @@ from test_properties import examples
 
 from conftest import HANG_S, REPO, dlscale
 from dlscale.engine.config.profile import Interconnect, load_profile
+from dlscale.engine.config.quantities import BANDWIDTH, BATCH, LATENCY, THROUGHPUT, Measure, normal
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import SpecError, UserError
-from dlscale.engine.quantities import BANDWIDTH, BATCH, LATENCY, THROUGHPUT, Measure, normal
-from dlscale.engine.results import history
-from dlscale.engine.text import printable
+from dlscale.engine.io.text import printable
+from dlscale.engine.results.regression import history
 from dlscale.engine.tracking.store import Store
 from dlscale.trainers.common import records
 from dlscale.trainers.common.flags import TRAINING

@@ -66,7 +66,8 @@ def test_a_hostile_record_is_skipped_named_and_the_run_still_reads(tmp_path, nam
     notes = store.records.skipped_notes()
     assert len(notes) == len(runs) and all("metrics.jsonl line" in n for n in notes), notes
     # the readers that crashed on these: results' analysis, the report's figures, mllog
-    from dlscale.engine.results import analysis, mllog
+    from dlscale.engine.results import analysis
+    from dlscale.engine.results.report import mllog
 
     assert analysis.results(store, name_exp)
     for r in runs:

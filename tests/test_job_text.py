@@ -11,7 +11,7 @@ import pytest
 from test_hostile_records import finished_run
 
 from conftest import HANG_S, dlscale
-from dlscale.engine.text import printable
+from dlscale.engine.io.text import printable
 from dlscale.engine.tracking.store import Store
 
 HOSTILE_LINES = [

@@ -20,7 +20,9 @@ import torch
 from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.datasets import write_imagenet_sample
 from dlscale.engine.errors import UserError
-from dlscale.engine.launching import envbuild, envs, recipes
+from dlscale.engine.launching import envs
+from dlscale.engine.launching.envs import builder as envbuild
+from dlscale.engine.launching.envs import recipes
 from dlscale.engine.tracking.store import Store
 from dlscale.trainers.common.args import build_parser
 from dlscale.trainers.common.imagenet import read_folders

@@ -13,8 +13,8 @@ from dlscale.engine.tracking.logs import (
     MAX_LINE,
     REASON_BYTES,
     failure_reason,
-    follow,
     follow_chunks,
+    follow_lines,
     tail_lines,
 )
 
@@ -56,7 +56,7 @@ def test_follow_survives_late_file_truncation_and_replacement(tmp_path):
     seen = []
     stop = threading.Event()
     t = threading.Thread(
-        daemon=True, target=lambda: seen.extend(follow(path, interval=0.05, stop=stop.is_set))
+        daemon=True, target=lambda: seen.extend(follow_lines(path, interval=0.05, stop=stop.is_set))
     )
     t.start()
 

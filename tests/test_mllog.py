@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_store import make_run
 
 from conftest import BIN, HANG_S, dlscale, mlperf_check, mlperf_score_s
-from dlscale.engine.results import mllog
+from dlscale.engine.results.report import mllog
 from dlscale.engine.tracking.store import Store
 
 T0 = 1_795_000_000.0  # a wall-clock second, as the records carry
@@ -150,7 +150,7 @@ def test_a_run_without_evaluation_fails_only_the_evaluation_rules(tmp_path):
 def test_events_are_in_time_order_and_run_stop_ends_training(tops, target):
     text = records(list(enumerate(tops, 1)), target)
     recs = [json.loads(x) for x in text.splitlines()]
-    events = mllog.events(recs, {"run_id": "r"})
+    events = mllog.mllog_events(recs, {"run_id": "r"})
     times = [e["time_ms"] for e in events]
     assert times == sorted(times)
     keys = [e["key"] for e in events]
@@ -173,7 +173,7 @@ def test_a_run_recorded_without_its_loop_time_stops_at_its_last_step():
     summary written after the step-time breakdown."""
     recs = [json.loads(x) for x in records([], None).splitlines()]
     del recs[-1]["total_wall_s"]
-    events = mllog.events(recs, {"run_id": "r"})
+    events = mllog.mllog_events(recs, {"run_id": "r"})
     (stop,) = [e for e in events if e["key"] == "run_stop"]
     last = [e for e in events if e["key"] == "tracked_stats"][-1]
     assert stop["time_ms"] == last["time_ms"] < round(recs[-1]["time"] * 1000)

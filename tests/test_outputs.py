@@ -27,7 +27,7 @@ from test_bad_input import COMMANDS, invoke
 
 from conftest import REPO
 from dlscale.engine.cli.options import InputPath, OutputPath
-from dlscale.engine.outputs import OutputError, OutputFolder, write_file
+from dlscale.engine.io.outputs import OutputError, OutputFolder, write_file
 from tui_text import recorded_study
 
 pytestmark = pytest.mark.timeout(600)

@@ -257,7 +257,7 @@ def test_once_the_history_has_its_lines_the_verdict_stands(
 ):
     """The JUnit file cannot take its place after the history's lines were appended (a
     rename refused: the one step left): the verdict's exit status, and a line saying so."""
-    from dlscale.engine import outputs
+    from dlscale.engine.io import outputs
 
     home = _study(tmp_path / "h", [100, 100.5, 99.5], [150, 150.5, 149.5])
     history, junit = tmp_path / "history.jsonl", tmp_path / "j.xml"

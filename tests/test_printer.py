@@ -22,7 +22,7 @@ from test_bad_input import COMMANDS, invoke
 
 from conftest import BIN, HANG_S, REPO
 from dlscale.engine.cli.options import InputPath, OutputPath
-from dlscale.engine.text import printable
+from dlscale.engine.io.text import printable
 from tui_text import recorded_study
 
 pytestmark = pytest.mark.timeout(600)

@@ -27,11 +27,12 @@ from dlscale.engine.config.spec import load_spec
 from dlscale.engine.errors import DlscaleError
 from dlscale.engine.launching.plan import plan
 from dlscale.engine.paths import write_run_file
-from dlscale.engine.results import analysis, mllog
+from dlscale.engine.results import analysis
+from dlscale.engine.results.report import mllog
 from dlscale.engine.results.tables import status_table
 from dlscale.engine.tracking import queue
-from dlscale.engine.tracking.recovery import rebuild
 from dlscale.engine.tracking.store import Store
+from dlscale.engine.tracking.store.from_folders import rebuild
 from dlscale.trainers.common.records import REQUIRED, TYPES
 
 

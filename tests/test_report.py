@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO, dlscale, mlperf_check, mlperf_score_s
-from dlscale.engine.outputs import OutputFolder
-from dlscale.engine.results import analysis, charts, figures, mllog, tables
-from dlscale.engine.results import report as reporting
+from dlscale.engine.io.outputs import OutputFolder
+from dlscale.engine.results import analysis, charts, tables
+from dlscale.engine.results.report import document as reporting
+from dlscale.engine.results.report import figures, mllog
 from dlscale.engine.tracking.store import Store
 
 PNG = b"\x89PNG\r\n\x1a\n"

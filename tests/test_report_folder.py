@@ -13,8 +13,8 @@ from test_store import line, make_run
 
 from conftest import dlscale
 from dlscale.engine.errors import UserError
-from dlscale.engine.results import report as reporting
-from dlscale.engine.results.report_folder import MANIFEST
+from dlscale.engine.results.report import document as reporting
+from dlscale.engine.results.report.folder import MANIFEST
 from dlscale.engine.tracking.store import Store
 
 
@@ -264,7 +264,7 @@ def test_a_report_killed_before_it_marked_its_stage_leaves_nothing_behind(store,
 
 
 def test_a_live_reports_stage_is_not_taken_for_a_leftover(store, tmp_path):
-    from dlscale.engine.results.report_folder import ReportFolder
+    from dlscale.engine.results.report.folder import ReportFolder
 
     out = tmp_path / "rep"
     first = ReportFolder.open(out)

@@ -205,7 +205,7 @@ def test_the_results_commands_load_no_report_libraries():
     """`dlscale results` and `chart` need neither the report's figures (matplotlib) nor
     planning's validation (pydantic): they are typed often, on big stores."""
     code = (
-        "import sys, dlscale.engine.cli.results, dlscale.engine.results.efficiency; "
+        "import sys, dlscale.engine.cli.results, dlscale.engine.results.explained; "
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pydantic', "
         "'textual', 'torch'}); assert not bad, bad"
     )

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from dlscale.engine.results import calibration, commfit, projected, stated
-from dlscale.engine.results import scaling_model as sm
+from dlscale.engine.results.projection import calibration, commfit, projected, stated
+from dlscale.engine.results.projection import scaling_model as sm
 
 
 def test_the_expected_maximum_of_n_normals():
@@ -160,11 +160,6 @@ def test_every_interval_is_positive_of_width_and_holds_its_value(seed):
         for k in ("step_time_s", "throughput", "speedup", "efficiency"):
             e = got[k]
             assert 0 < e.low < e.value < e.high < math.inf, (k, e)
-
-
-def test_a_measured_points_interval_never_goes_below_zero():
-    e = projected.measured_estimate(100.0, 250.0)  # a half-width above the mean
-    assert 0 < e.low < 100 < e.high
 
 
 # --- calibration ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ synchronised points, which a loaded machine's scheduler would blur (CI saw 0.55 
 
 import pytest
 
-from dlscale.trainers.common import loop
+from dlscale.trainers.common import loop, slowdown
 from dlscale.trainers.common.records import RecordWriter
 from dlscale.trainers.common.schedule import LRPlan
 from virtual_clock import VirtualClock
@@ -17,9 +17,10 @@ STEP_S = 0.004
 
 
 def run(monkeypatch, knob: str, asynchronous: bool, eval_every_steps: int | None = None):
-    monkeypatch.setenv(loop.SLOWDOWN_VARIABLE, knob)
+    monkeypatch.setenv(slowdown.VARIABLE, knob)
     time = VirtualClock()
     monkeypatch.setattr(loop, "time", time)  # the loop's clock, and the fake steps' sleeps
+    monkeypatch.setattr(slowdown, "time", time)  # the knob's waits, on the same clock
     pending = [0.0]  # device work queued and not done
 
     def step(x, y):

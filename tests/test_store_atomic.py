@@ -27,8 +27,9 @@ from test_bundles import _members, _write
 
 from conftest import BIN, HANG_S, REPO, dlscale, write_spec
 from dlscale.engine.errors import StoreError
-from dlscale.engine.tracking import recovery, staging, store_locks
-from dlscale.engine.tracking.store import Store
+from dlscale.engine.tracking.store import Store, staging
+from dlscale.engine.tracking.store import from_folders as recovery
+from dlscale.engine.tracking.store import locks as store_locks
 from tui_text import recorded_study
 
 pytestmark = pytest.mark.timeout(900)

@@ -20,9 +20,9 @@ from conftest import BIN, HANG_S, dlscale, write_spec
 from dlscale.engine import cli
 from dlscale.engine.paths import write_run_file
 from dlscale.engine.tracking import store as store_module
-from dlscale.engine.tracking.recovery import rebuild
 from dlscale.engine.tracking.store import Store
-from dlscale.engine.tracking.store_health import store_problem
+from dlscale.engine.tracking.store.from_folders import rebuild
+from dlscale.engine.tracking.store.health import store_problem
 
 
 def _main(capsys, *argv: str) -> tuple[int, str]:

@@ -19,7 +19,7 @@ from dlscale.engine.backends.local.worker import make_folder
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.tracking import follow
 from dlscale.engine.tracking.store import Store
-from dlscale.engine.tracking.store_health import fault_message
+from dlscale.engine.tracking.store.health import fault_message
 from tui_text import recorded_study
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tui-quickstart"
@@ -218,7 +218,7 @@ def test_a_folder_whose_records_say_nonsense_is_named_and_the_rebuild_goes_on(ho
 def test_damage_the_check_itself_cannot_read_still_names_the_error(home, monkeypatch):
     """Over some damage SQLite's quick_check raises instead of listing what is wrong (seen
     in CI's core suite on Python 3.10): the sentence still names the error that was hit."""
-    from dlscale.engine.tracking import store_health
+    from dlscale.engine.tracking.store import health as store_health
 
     recorded_study(home)
 

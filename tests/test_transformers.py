@@ -105,11 +105,14 @@ def test_loss_agreement_passes_within_tolerance_and_names_what_differs(tmp_path,
 # and writes the records the probe reads.
 FAKE_TRAINER = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     layers = int(sys.argv[sys.argv.index("--gpt-layers") + 1])
     out = sys.argv[sys.argv.index("--output") + 1]
     held = bytearray(layers * 50 * 2**20)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # as the trainers read it (common/memory.py): ru_maxrss would carry the parent's
+    # high-water mark across fork and exec
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    peak = int(status.split()[0]) * 1024
     with open(out, "w") as f:
         f.write(json.dumps({"kind": "params", "parameters": layers * 1000}) + "\\n")
         f.write(json.dumps({"kind": "summary", "status": "completed",

@@ -573,7 +573,7 @@ async def test_a_communication_benchmark_is_named_in_the_queue(home):
 async def test_the_throughput_heading_names_the_rows_unit_as_written(home, unit):
     """The heading is the runs' unit (tokens/s is not images/s), read from the store: a
     damaged or hand-edited one may hold any text there, shown as written, never markup."""
-    from dlscale.engine.text import signs
+    from dlscale.engine.io.text import signs
 
     app = DlscaleApp(Session(home, "local"), watch=False)
     async with app.run_test(size=(200, 40)) as pilot:

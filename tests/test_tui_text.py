@@ -18,8 +18,8 @@ from textual.app import App
 from textual.widgets import DataTable, Input
 
 from conftest import HANG_S
+from dlscale.engine.io.text import signs
 from dlscale.engine.session import Session
-from dlscale.engine.text import signs
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, PathScreen
@@ -71,7 +71,7 @@ def _shows(app, text: str) -> bool:
 def test_control_characters_show_as_their_pictures_as_the_docs_say():
     """docs/tui.md: control characters are shown as visible signs (␛), in the text the
     app gets raw and in the text the engine made printable before (a stored reason)."""
-    from dlscale.engine.text import printable
+    from dlscale.engine.io.text import printable
 
     raw = "\x1b]0;title\x07 done\r \x7f \u202e"
     assert signs(raw) == "␛]0;title␇ done␍ ␡ \\u202e"

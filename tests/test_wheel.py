@@ -22,8 +22,10 @@ from conftest import HANG_S, REPO
 # What the package-data globs in pyproject.toml must carry, found in the checkout itself.
 DATA = {
     "dlscale/jobscripts": ("jobscripts", "*.j2"),
-    "dlscale/engine/results/templates": ("engine/results/templates", "*.j2"),
-    "dlscale/engine/results": ("engine/results", "*.toml"),  # the published scaling
+    "dlscale/engine/results/report/templates": ("engine/results/report/templates", "*.j2"),
+    # the published scaling
+    "dlscale/engine/results/projection": ("engine/results/projection", "*.toml"),
+    "dlscale/trainers/common/corpus": ("trainers/common/corpus", "*.txt"),  # the GPT's text
     "dlscale/tui": ("tui", "*.tcss"),
 }
 

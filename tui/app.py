@@ -26,8 +26,8 @@ from textual.timer import Timer
 from textual.worker import get_current_worker
 
 from ..engine.errors import DlscaleError
+from ..engine.io.text import is_utf8, printable, signs
 from ..engine.session import Backoff, Session, Snapshot, given_as, leave_now
-from ..engine.text import is_utf8, printable, signs
 from . import keys
 from .build import BuildScreen
 from .dialogs import DetailScreen, HelpScreen

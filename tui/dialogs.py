@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -11,6 +9,7 @@ from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
+from ..engine.results.rows import SideBySide
 from ..engine.session import RunDetail
 from .columns import widest
 from .widgets import Plain, TextField, literal_cell, shown_path
@@ -168,13 +167,13 @@ class CompareScreen(Dialog[None]):
 
     BINDINGS = [Binding("escape,q,c", "dismiss", "Close")]
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: SideBySide) -> None:
         super().__init__()
         self.data = data
 
     def compose(self) -> ComposeResult:
         rows = compare_table.comparison_rows(self.data)
-        names = [name for name, _ in compare_table.COLUMNS]
+        names = [c.heading for c in compare_table.COLUMNS]
         # A column with one value in every row goes, named in the title: at 80 columns
         # that is the room the ratio B/A needs to be seen without scrolling.
         same = {
@@ -202,7 +201,7 @@ class CompareScreen(Dialog[None]):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         for i in self.columns:
-            name = compare_table.COLUMNS[i][0]
+            name = compare_table.COLUMNS[i].heading
             width = widest(name, (str(cells[i]) for cells in self.rows))  # columns.py
             table.add_column(name, key=name, width=width)
         for cells in self.rows:

@@ -21,8 +21,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
+from ..engine.io.text import signs
 from ..engine.session import QUEUE_COLUMNS, QueueRow, State, queue_header
-from ..engine.text import signs
 from . import keys
 from .columns import GAP, fit, stretch_width
 from .widgets import literal_cell

@@ -12,8 +12,8 @@ from textual.containers import Vertical
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
+from ..engine.io.text import signs
 from ..engine.session import follow_chunks
-from ..engine.text import signs
 from .logview import LogView
 from .messages import LogLines
 from .widgets import Plain, TextField, shown_path

@@ -11,6 +11,7 @@ from typing import Any
 
 from textual.message import Message
 
+from ..engine.results.rows import ResultRow, SideBySide
 from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
 
 
@@ -87,7 +88,7 @@ class SubmitFailed(Message):
 @dataclass
 class ResultsLoaded(Message):
     experiment: str | None
-    results: list[dict[str, Any]]
+    results: list[ResultRow]
     notes: list[str] = field(default_factory=list)
 
 
@@ -147,4 +148,4 @@ class ProjectionDrawn(Message):
 class Compared(Message):
     """Two experiments side by side (engine.results.compare.side_by_side)."""
 
-    data: dict[str, Any]
+    data: SideBySide

@@ -4,9 +4,9 @@ shows of a point in its row, in the line under the table, and in full (enter).""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..engine.results import tables
+from ..engine.results.formatting import throughput_text
+from ..engine.results.rows import ResultRow
 
 # The columns in the order shown, and the order they are given room in at 80 columns: the
 # numbers a study is read for first, then what tells the rows apart, then the rest.
@@ -31,17 +31,17 @@ EXPLAINED = {"pred. eff.": "predicted_efficiency", "per J": "images_per_joule"}
 HIDEABLE = ("model", "framework", "axes", "batch", "n", "state")
 
 
-def batch_of(r: dict[str, Any]) -> int:
+def batch_of(r: ResultRow) -> int:
     """The batch a point's curve keeps: per device (weak scaling), global (strong)."""
     return int(r["global_batch"] if r.get("scaling") == "strong" else r["per_device_batch"])
 
 
-def batch_words(r: dict[str, Any]) -> str:
+def batch_words(r: ResultRow) -> str:
     strong = r.get("scaling") == "strong"
     return f"global batch {batch_of(r)}" if strong else f"batch {batch_of(r)}"
 
 
-def headings(results: list[dict[str, Any]]) -> dict[str, str]:
+def headings(results: list[ResultRow]) -> dict[str, str]:
     """Each column's heading: the throughput's in the rows' unit (tokens/s is not
     images/s), the axes' by their names (`mode`)."""
     per_s = tables.throughput_unit(results) if results else "images/s"
@@ -56,18 +56,18 @@ def headings(results: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
-def cells(r: dict[str, Any]) -> dict[str, str]:
+def cells(r: ResultRow) -> dict[str, str]:
     """A point's cells by column, as `dlscale results` writes them."""
     axes = r.get("axes") or {}
     return {
         "model": r["model"],
         "framework": r["framework"],
         "axes": " ".join(str(axes[k]) for k in sorted(axes)),
-        "scale": f"{r['nodes']}x{r['ranks_per_node']}",
+        "scale": f"{tables.scale_of(r)}",
         "dev": str(r["ranks"]),
         "batch": str(batch_of(r)),
         "n": f"{r['n']}/{r['repetitions']}",
-        "throughput": tables.throughput_text(r),
+        "throughput": throughput_text(r),
         "speedup": tables.fmt(r["speedup"]),
         "eff.": tables.fmt(r["efficiency"]),
         "pred. eff.": tables.fmt(r.get("predicted_efficiency")),
@@ -77,7 +77,7 @@ def cells(r: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def why_missing(r: dict[str, Any], heads: dict[str, str]) -> str:
+def why_missing(r: ResultRow, heads: dict[str, str]) -> str:
     """Why this result's explained columns are empty, one clause each; "" when none is."""
     why = r.get("unmeasured") or {}
     return "; ".join(
@@ -87,21 +87,19 @@ def why_missing(r: dict[str, Any], heads: dict[str, str]) -> str:
     )
 
 
-def point_words(r: dict[str, Any]) -> str:
+def point_words(r: ResultRow) -> str:
     """Which point a row is, in a few words: `gpt2-large 1x2 batch 16 mode=ok`."""
     axes = "".join(f" {k}={v}" for k, v in sorted((r.get("axes") or {}).items()))
-    return (
-        f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} {batch_words(r)}{axes}"
-    )
+    return f"{r['framework']} {r['model']} {tables.scale_of(r)} {batch_words(r)}{axes}"
 
 
-def baseline_words(r: dict[str, Any]) -> str:
+def baseline_words(r: ResultRow) -> str:
     if not r.get("baseline"):
         return "no baseline (no completed 1-device point)"
     return f"baseline {r['baseline']}, run {r['baseline_run_id']}"
 
 
-def in_full(r: dict[str, Any], heads: dict[str, str]) -> list[str]:
+def in_full(r: ResultRow, heads: dict[str, str]) -> list[str]:
     """Every cell of a point, by its full name, with its baseline, its step-time breakdown
     and why any number is missing: what enter shows."""
     shown = cells(r)

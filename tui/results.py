@@ -1,15 +1,14 @@
 """The results screen: the study's table (throughput with CI95, speedup, efficiency beside
 the efficiency model's prediction, images per joule, time-to-accuracy), the selected point
 explained under it, and a plotext chart of the selected point's model and batch, the metric
-switched by a key. Numbers come from engine.analysis; the chart text from engine.charts, as
-in the CLI. A number the engine could not give is "-", and the line under the table says
-why. At 80x24 the chart is always on screen: the table takes a few rows and scrolls, the
-columns that do not fit whole go (their values are said under the table, and enter shows
-the point in full), and the baselines are the selected point's alone."""
+switched by a key. Numbers come from results.analysis (through the session); the chart
+text from results.charts, as in the CLI. A number the engine could not give is "-", and
+the line under the table says why. At 80x24 the chart is always on screen: the table takes
+a few rows and scrolls, the columns that do not fit whole go (their values are said under
+the table, and enter shows the point in full), and the baselines are the selected point's
+alone."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -20,6 +19,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
 
 from ..engine.results import charts, tables
+from ..engine.results.rows import ResultRow
 from ..engine.session import Snapshot, State
 from . import keys
 from .columns import fit, widest
@@ -54,11 +54,11 @@ class Chart(Widget):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.results: list[dict[str, Any]] = []
+        self.results: list[ResultRow] = []
         self.metric: str = "speedup"
         self.model: str | None = None
 
-    def show(self, results: list[dict[str, Any]], metric: str, model: str | None) -> None:
+    def show(self, results: list[ResultRow], metric: str, model: str | None) -> None:
         self.results, self.metric, self.model = results, metric, model
         self.refresh()
 
@@ -146,7 +146,7 @@ class ResultsScreen(AppScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.results: list[dict[str, Any]] = []
+        self.results: list[ResultRow] = []
         self.notes: list[str] = []
         self.heads: dict[str, str] = headings([])
         self.columns_shown: list[str] = []
@@ -274,7 +274,7 @@ class ResultsScreen(AppScreen):
         notes = f" ({len(self.notes)} notes: enter)" if self.notes else ""
         self.query_one("#results-head", Plain).update(text + notes)
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> ResultRow | None:
         table = self.query_one("#results", DataTable)
         row = table.cursor_row
         return self.results[row] if self.results and 0 <= row < len(self.results) else None

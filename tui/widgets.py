@@ -16,7 +16,7 @@ from textual.visual import VisualType
 from textual.widgets import Input, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 
-from ..engine.text import signs
+from ..engine.io.text import signs
 
 
 def literal(text: object) -> Content:

@@ -148,7 +148,7 @@ def _say(line: str) -> None:
 def _not_utf8(argv: list[str]) -> str | None:
     """The first argument (or DLSCALE_HOME) that is not UTF-8 text, named: a path or an id
     that is not cannot be stored, looked up or shown as it is."""
-    from ..text import is_utf8, printable
+    from ..io.text import is_utf8, printable
 
     home = os.environ.get("DLSCALE_HOME")
     for n, arg in enumerate(argv, 1):
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             _say(line)
         sys.exit(exc.exit_code)
     except DlscaleError as exc:  # a spec's problems, a bundle's: a line each, else one line
-        from ..text import printable
+        from ..io.text import printable
 
         for line in exc.shown():
             _say(f"dlscale: error: {printable(line)}")
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         # ...unless it is the world's fault: SQLite found a damaged page only now, the
         # store is locked, read-only or full, a disk is full
         from ..tracking.store import default_home
-        from ..tracking.store_health import fault_message
+        from ..tracking.store.health import fault_message
 
         fault = fault_message(exc, Path(_chosen["home"] or default_home()))
         if fault is not None:

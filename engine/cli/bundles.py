@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from ..results import bundles
-from ..results import report as reporting
 from .console import out
 from .options import InputPath, OutputPath, experiment_option, store_of
 
@@ -32,7 +31,7 @@ def export_bundle(
     """An experiment's finished runs in one file: records, env, spec, job scripts, log
     tails and a manifest with checksums, for `dlscale import` elsewhere."""
     store = store_of(ctx)
-    name = reporting.pick_experiment(store, experiment)["name"]
+    name = store.pick_experiment(experiment)
     path, written, left = bundles.export(store, name, out_file, site)
     out.print(
         f"wrote {path}: {written} finished run(s) of {name}"

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..results import compare as comparing
-from ..results.compare_table import comparison_notes, comparison_table
-from ..tracking import follow as following
-from .console import echo, out
+from ..results.compare import side_by_side
+from ..results.compare_table import comparison_table
+from ..tracking import follow
+from .console import echo, show
 from .options import known_experiment, store_of
 
 
@@ -28,11 +28,9 @@ def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     """Two experiments (from this site or imported) point by point: throughput with CI95,
     the ratio B/A with its interval, Welch's test, speedup, efficiency, env differences."""
     store = store_of(ctx)
-    following.refresh(store)
-    data = comparing.side_by_side(store, a, b)
+    follow.refresh(store)
+    data = side_by_side(store, a, b)
     if fmt == "json":
         echo(json.dumps(data, indent=2, allow_nan=False))
         return
-    out.print(comparison_table(data))
-    for note in comparison_notes(data):
-        out.print(note, soft_wrap=True)
+    show(comparison_table(data))

@@ -3,7 +3,7 @@ errors and progress, and every text it writes made printable on the way.
 
 Names, paths, keys, values, records, Slurm's and the trainers' words reach the terminal
 only through `out`, `err` and `echo`, which show every control character as its visible
-escape (engine/text.py: `printable`). dlscale's own styling is the only escape sequence
+escape (engine/io/text.py: `printable`). dlscale's own styling is the only escape sequence
 written: rich renders it from styles, after the text was made printable, and a chart's
 colours are the one styled text `echo` lets through. No other module of the command line
 writes to stdout or stderr (tests/test_printer.py checks the source and the output).
@@ -11,9 +11,10 @@ writes to stdout or stderr (tests/test_printer.py checks the source and the outp
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
@@ -21,9 +22,10 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.text import Text
 
+from ..io.text import printable
 from ..results.points import unit_and_axes
-from ..runs import TERMINAL, State
-from ..text import printable
+from ..results.table import Table, for_terminal, measured
+from ..runs import TERMINAL, State, run_label
 from ..tracking.store import Store  # noqa: TC001
 
 
@@ -46,14 +48,15 @@ class _Printable(Console):
 
 def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
-    # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns.
-    return _Printable(
-        stderr=stderr,
-        highlight=False,
-        markup=False,
-        emoji=False,
-        width=None if stream.isatty() else 160,
-    )
+    # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns,
+    # unless COLUMNS says how wide the reader is.
+    width = None if stream.isatty() else _columns() or 160
+    return _Printable(stderr=stderr, highlight=False, markup=False, emoji=False, width=width)
+
+
+def _columns() -> int | None:
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and 20 <= int(text) <= 10_000 else None
 
 
 out = _console(stderr=False)
@@ -73,6 +76,25 @@ def echo(text: str, to_err: bool = False, nl: bool = True, styled: bool = False)
     else:
         shown = printable(text, newlines=True)
     click.echo(shown, nl=nl, err=to_err, color=styled or None)
+
+
+def show(table: Table, wide: bool = False, columns: Sequence[str] | None = None) -> None:
+    """One of the table model's tables on stdout, fitted to the terminal's width (the least
+    important columns left out first, and named; `wide`: every column), then its notes."""
+    shown, left_out = for_terminal(table, out.width, columns, wide)
+    if wide or columns:  # every column asked for, whole, however wide (lines may wrap)
+        narrow = out.width
+        out.width = max(narrow, measured(shown))
+        try:
+            out.print(shown)
+        finally:
+            out.width = narrow
+    else:
+        out.print(shown)
+    for line in [*([left_out] if left_out else []), *table.notes]:
+        out.print(line, soft_wrap=True)
+    for line in table.alerts:
+        out.print(line, soft_wrap=True, style="red")
 
 
 def colour() -> bool:
@@ -104,14 +126,10 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
             if running:
                 r = running[0]
                 last = store.records.last("interval", [r["run_id"]]).get(r["run_id"])
-                now = (
-                    f"{r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-                    f"#{r['repetition']}"
-                    + (
-                        f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"
-                        if last
-                        else ": starting"
-                    )
+                now = run_label(r) + (
+                    f": step {last['step']}, {last['images_per_s']:.0f} {unit_and_axes(r)[0]}/s"
+                    if last
+                    else ": starting"
                 )
             if tick.problem:  # a scheduler that did not answer, a worker that cannot run
                 now = tick.problem

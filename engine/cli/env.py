@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import click
+from rich.table import Table
 
 from ..config.frameworks import FRAMEWORKS
 from ..config.gpu_arch import parse_arch
 from ..config.profile import load_profile
 from ..errors import UserError
-from ..launching import env_registry, envbuild, envs, gpus, recipes
-from ..launching import smoke as smoke_run
-from ..results.tables import Table
+from ..launching import envs, gpus
+from ..launching.envs import builder, recipes, registry, smoke_test
 from ..tracking.store import default_home
 from .console import err, out
 from .options import InputPath, OutputPath
@@ -98,7 +98,7 @@ def env_create(
 ) -> None:
     """Build FRAMEWORK's pinned environment and record it, so planning finds it."""
     modules, environ = _site(framework, profile_path, partition, gpu)
-    envbuild.create(
+    builder.create(
         framework,
         _home(ctx),
         Path(prefix) if prefix else None,
@@ -149,7 +149,7 @@ def env_list(ctx: click.Context) -> None:
 @click.pass_context
 def env_remove(ctx: click.Context, framework: str, gpu: bool) -> None:
     """Forget FRAMEWORK's recorded environment (its folder is left: it may be shared)."""
-    prefix = env_registry.remove(framework, _home(ctx), "cuda" if gpu else "cpu")
+    prefix = registry.remove(framework, _home(ctx), "cuda" if gpu else "cpu")
     out.print(f"{framework}: forgot {prefix}" if prefix else f"{framework}: none recorded")
 
 
@@ -207,7 +207,7 @@ def doctor(
             else f"NO: {problem}"
         )
         if smoke and not problem and (device == "cpu" or shown):
-            ok, said = smoke_run.smoke(fw, home, st, ranks=2 if device == "cpu" else min(2, shown))
+            ok, said = smoke_test.smoke(fw, home, st, ranks=2 if device == "cpu" else min(2, shown))
             line += f"; smoke: {said}"
             problem = None if ok else said
         broken += problem is not None

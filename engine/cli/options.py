@@ -6,8 +6,8 @@ click.IntRange, any other number by its quantity (engine/quantities.py: `Quantit
 
 Every path a command takes is one of two types, so that a new one says which it is
 (tests/test_outputs.py finds every output path in these definitions): `InputPath` (read:
-engine/files.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
-rules, engine/outputs.py, checked here before any work). An output that is one of the
+engine/io/reading.py's rules) and `OutputPath` (written: a file or a folder, by the one writer's
+rules, engine/io/outputs.py, checked here before any work). An output that is one of the
 command's inputs (or another of its outputs, or part of the store) is refused, whichever
 is named first (`_apart`).
 """
@@ -52,7 +52,7 @@ def _apart(
         return
     from pathlib import Path
 
-    from .. import outputs
+    from ..io import outputs
 
     seen = ctx.meta.setdefault("dlscale.paths", [])
     home = (ctx.find_root().obj or {}).get("home")
@@ -106,7 +106,7 @@ class OutputPath(click.Path):
         self.read = read  # also read by its command (`check --history`): an input too
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from .. import outputs  # the command line starts without it (dlscale --help)
+        from ..io import outputs  # the command line starts without it (dlscale --help)
 
         if self.folder:  # first: click's own stat would raise on a NUL in the name
             outputs.check_folder(value, _named(param), self.writable)

@@ -7,12 +7,13 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 
+from rich.table import Table
+
 from ..config.spec import LoadedSpec
 from ..launching.estimate import Estimate
 from ..launching.plan import Plan, Run
 from ..results.formatting import fmt
-from ..results.tables import Table
-from ..runs import State
+from ..runs import State, scale_label
 
 
 @dataclass
@@ -60,7 +61,7 @@ class PlanView:
                 fw,
                 model,
                 dataset,
-                f"{nodes}x{rpn}",
+                scale_label(nodes, rpn),
                 str(nodes * rpn),
                 str(len(runs)),
                 str(len(todo)),

@@ -1,18 +1,15 @@
-"""`dlscale project`: the scaling curve past the measured scales (results/projection.py),
-from the store or from figures the user states (results/stated.py), as a table and a
+"""`dlscale project`: the scaling curve past the measured scales (results/projection/project.py),
+from the store or from figures the user states (results/projection/stated.py), as a table and a
 chart, or JSON; every row says whether it was measured, stated or projected, and every
 input where it came from."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
-from rich.text import Text
 
-from ..errors import NotFoundError, UserError
-from ..quantities import (
+from ..config.quantities import (
     BANDWIDTH,
     BATCH,
     GLOBAL_BATCH,
@@ -23,57 +20,13 @@ from ..quantities import (
     THROUGHPUT,
     read,
 )
-from ..runs import per_second
-from ..text import printable
-from ..tracking import follow as following
-from .console import colour, echo, out
+from ..errors import UserError
+from ..tracking import follow
+from .console import colour, echo, out, show
 from .options import InputPath, experiment_option, store_of
 
-
-def _only_experiment(names: list[str], home: str) -> str:
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise NotFoundError(f"the store ({home}) has no experiments yet")
-    raise UserError(
-        f"the store holds {len(names)} experiments; name one with --experiment: " + ", ".join(names)
-    )
-
-
-def _interval(v: dict[str, float] | None, digits: int) -> str:
-    if v is None:
-        return "-"
-    if v["ci95_low"] == v["value"] == v["ci95_high"]:  # a stated figure: no interval
-        return f"{v['value']:,.{digits}f}"
-    return f"{v['value']:,.{digits}f} [{v['ci95_low']:,.{digits}f}, {v['ci95_high']:,.{digits}f}]"
-
-
-def _table(fam: dict[str, Any]) -> Table:
-    t = Table(title=f"{fam['experiment']}: {fam['family']}", title_justify="left")
-    for name, justify in (
-        ("scale", "right"),
-        ("devices", "right"),
-        ("measured/projected", "left"),
-        ("global batch", "right"),
-        (f"{per_second([fam.get('unit')])} [95%]", "right"),
-        ("speedup [95%]", "right"),
-        ("efficiency [95%]", "right"),
-        ("link", "left"),
-    ):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for r in fam["rows"]:
-        stated_link = r["kind"] == "projected" and r.get("stated")
-        t.add_row(
-            f"{r['nodes']}x{r['ranks_per_node']}",
-            str(r["ranks"]),
-            "projected (stated link)" if stated_link else r["kind"],
-            f"{r['global_batch']:g}" if "global_batch" in r else "-",
-            _interval(r.get("throughput"), 1) if "why" not in r else r["why"],
-            _interval(r.get("speedup"), 2),
-            _interval(r.get("efficiency"), 2),
-            r.get("link", "-") if r["kind"] == "projected" else "-",
-        )
-    return t
+if TYPE_CHECKING:
+    from ..results.projection.project import Projection
 
 
 def _pairs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
@@ -106,7 +59,7 @@ def _pairs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 
 def _stated_figures(kw: dict[str, Any]) -> Any:
-    from ..results import calibration, stated
+    from ..results.projection import calibration, stated
 
     if kw["model"] is None and kw["parameters"] is None:
         known = ", ".join(calibration.gradients())
@@ -200,7 +153,7 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
 
 
 def _stated_terms(kw: dict[str, Any]) -> dict[str, float | None]:
-    from ..results import stated
+    from ..results.projection import stated
 
     ms = kw["overhead_ms"]
     return {
@@ -212,7 +165,7 @@ def _stated_terms(kw: dict[str, Any]) -> dict[str, float | None]:
 
 def _cli_links(kw: dict[str, Any]) -> dict:
     """The links stated on the command line (they take a profile's place)."""
-    from ..results import stated
+    from ..results.projection import stated
 
     return stated.links(
         stated.Figures(
@@ -225,41 +178,24 @@ def _cli_links(kw: dict[str, Any]) -> dict:
     )
 
 
-def _print(fams: list[dict[str, Any]], metric: str) -> None:
-    from ..results import charts, projected, projection
-    from ..results.report_projection import held_out_line, link_line
+def _print(shown: Projection, metric: str) -> None:
+    from ..results import charts
+    from ..results.projection import project
+    from ..results.projection.tables import projection_table
 
-    for fam in fams:
-        out.print(_table(fam))
-        if fam.get("why"):
-            out.print(f"not projected: {fam['why']}", soft_wrap=True)
-        for line in fam.get("inputs") or []:
-            out.print(Text(printable(f"input: {line}")), soft_wrap=True)
-        for lk in (fam.get("links") or {}).values():
-            out.print(Text(printable(link_line(lk))), soft_wrap=True)
-        for note in fam.get("notes") or []:
-            out.print(Text(printable(f"note: {note}"), style="bold"), soft_wrap=True)
-        if (top := projection.largest(fam)) is not None:
-            out.print(Text(printable(projected.terms_said(top))), soft_wrap=True)
-        if fam.get("experiment") != "stated figures":
-            line, missed = held_out_line(fam)
-            out.print(Text(printable(line), style="bold red" if missed else ""), soft_wrap=True)
-    for note in fams[0]["skipped"] if fams else []:  # sweep entries left out of the fit
-        out.print(f"left out of the fit: {note}", soft_wrap=True)
-    out.print(
-        "projected rows: the base's step (the largest measured single-node point, or the "
-        "figure stated) plus, at each scale, the wait for the slowest rank, the small-batch "
-        "overhead and the hierarchical allreduce not hidden behind compute; [95%] intervals "
-        "from the inputs' spread and the model's error calibrated on published scaling "
-        "(docs/measuring.md).",
-        soft_wrap=True,
-    )
-    shown = colour()
+    table = projection_table(shown.families, shown.to, shown.to_from)
+    if table is not None:
+        show(table)
+    shown_colour = colour()
     echo(
         charts.projection_chart(
-            projection.chart_series(fams, metric), metric, min(out.width, 100), 22, shown
+            project.chart_series(shown.families, metric),
+            metric,
+            min(out.width, 100),
+            22,
+            shown_colour,
         ),
-        styled=shown,
+        styled=shown_colour,
     )
 
 
@@ -271,7 +207,7 @@ def _print(fams: list[dict[str, Any]], metric: str) -> None:
     type=click.IntRange(1, 1_000_000),
     default=None,
     help="project up to this many nodes (default: the partition's size, from the cluster "
-    "profile the runs kept; with stated figures, 1)",
+    "profile the runs kept, else 8 x the largest measured; with stated figures, 1)",
 )
 @click.option(
     "--devices-per-node",
@@ -373,7 +309,7 @@ def project(ctx: click.Context, **kw: Any) -> None:
     the model's own error, calibrated on published scaling (docs/measuring.md)."""
     import json
 
-    from ..results import projection
+    from ..results.projection import project
 
     to, per_node = kw["to"], kw["devices_per_node"]
     if kw["throughput"]:
@@ -397,7 +333,7 @@ def project(ctx: click.Context, **kw: Any) -> None:
             raise UserError(
                 "nothing to project: give --to NODES, or --devices-per-node above --measured-on"
             )
-        fams = [projection.from_figures(fig, to, per_node)]
+        shown = project.of_figures(fig, to, per_node)
     else:
         ignored = _given(ctx, _STATED_ONLY)
         if ignored:
@@ -407,17 +343,18 @@ def project(ctx: click.Context, **kw: Any) -> None:
                 "--throughput"
             )
         store = store_of(ctx)
-        following.refresh(store)
-        name = kw["experiment"] or _only_experiment(store.experiment_names(), str(store.home))
-        to, _, links = projection.how_far(store, name, to, kw["profile_path"])
-        if to is None:
-            raise UserError(
-                "give --to NODES: the runs of experiment "
-                f"{name} kept no cluster profile to read the partition's size from"
-            )
-        links = {**links, **_cli_links(kw)}
-        fams = projection.projections(store, name, to, links, per_node, _stated_terms(kw))
+        follow.refresh(store)
+        name = store.pick_experiment(kw["experiment"])
+        shown = project.of_study(
+            store,
+            name,
+            to,
+            kw["profile_path"],
+            per_node,
+            _cli_links(kw),
+            _stated_terms(kw),
+        )
     if kw["fmt"] == "json":
-        echo(json.dumps(fams, indent=2, allow_nan=False))
+        echo(json.dumps(shown.families, indent=2, allow_nan=False))
         return
-    _print(fams, kw["metric"])
+    _print(shown, kw["metric"])

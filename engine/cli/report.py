@@ -5,11 +5,10 @@ from __future__ import annotations
 import click
 
 from ..errors import DlscaleError
-from ..outputs import OutputFolder
-from ..results import mllog
-from ..results import report as reporting
+from ..io.outputs import OutputFolder
+from ..results.report import document, mllog
 from ..runs import State
-from ..tracking import follow as following
+from ..tracking import follow
 from ..tracking.store import Store
 from .bundles import export_bundle
 from .console import echo, out
@@ -40,7 +39,7 @@ def _store(ctx: click.Context) -> Store:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(reporting.FORMATS),
+    type=click.Choice(document.FORMATS),
     default="md",
     show_default=True,
     help="md: Markdown with PNG files; html: one self-contained page",
@@ -79,10 +78,10 @@ def report(
 ) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
-    following.refresh(store)
-    names = [reporting.pick_experiment(store, e)["name"] for e in experiments or [None]]
+    follow.refresh(store)
+    names = [store.pick_experiment(e) for e in experiments or [None]]
     default = f"report-{'-'.join(names)}"
-    made = reporting.build(store, names, out_dir or default, fmt, reference, force, profile_path)
+    made = document.build(store, names, out_dir or default, fmt, reference, force, profile_path)
     out.print(
         f"report of {made.experiment}: {made.path} ({len(made.figures)} figures, "
         f"{len(made.tables)} tables, {len(made.mllogs)} MLLOG files)",
@@ -111,13 +110,11 @@ def export_mllog(
 ) -> None:
     """A run's records as MLPerf-style `:::MLLOG {json}` lines."""
     store = _store(ctx)
-    ids = [following.find_run(store, r)["run_id"] for r in run_ids]
+    ids = [follow.find_run(store, r)["run_id"] for r in run_ids]
     if experiment:
         ids += [
             r["run_id"]
-            for r in store.runs(
-                reporting.pick_experiment(store, experiment)["name"], states=(State.COMPLETED,)
-            )
+            for r in store.runs(store.pick_experiment(experiment), states=(State.COMPLETED,))
         ]
     if not ids:
         raise click.UsageError("name runs to export, or --experiment")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import click
 
 from ..results import analysis, charts, tables
-from ..results.formatting import slowed_note
-from ..tracking import follow as following
+from ..results.table import Table
+from ..tracking import follow
 from ..tracking.store import Store
-from .console import colour, echo, err, out
+from .console import colour, echo, err, out, show
 from .options import experiment_option, store_of, stored
 
 
@@ -26,31 +26,54 @@ def _store(ctx: click.Context) -> Store:
     default="table",
     show_default=True,
 )
+@click.option(
+    "--wide", is_flag=True, help="every column, however wide (else those that fit the terminal)"
+)
+@click.option(
+    "--columns",
+    default=None,
+    metavar="A,B,...",
+    help="only these columns of the results table, in this order (its headings)",
+)
 @click.pass_context
-def results(ctx: click.Context, experiment: str | None, fmt: str) -> None:
+def results(
+    ctx: click.Context, experiment: str | None, fmt: str, wide: bool, columns: str | None
+) -> None:
     """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
     store = _store(ctx)
-    following.refresh(store)
+    follow.refresh(store)
     rows = analysis.results(store, experiment)
     notes = analysis.notes(store, experiment)
     if fmt == "json":
         echo(tables.results_json(rows))
     elif fmt == "csv":
         echo(tables.results_csv(rows), nl=False)
+    elif not rows:
+        out.print("no results yet: `dlscale run SPEC` measures a study", soft_wrap=True)
     else:
-        out.print(tables.results_table(rows))
-        out.print(tables.baselines_note(rows))
+        table = tables.results_table(rows, notes)
+        wanted = _columns(table, columns) if columns else None
+        show(table, wide, wanted)
         efficiency = tables.efficiency_table(rows)
-        if efficiency is not None:
-            out.print(efficiency)
-        explained = tables.explained_note(rows)
-        if explained:
-            out.print(explained, soft_wrap=True)
-        slowed = slowed_note(rows)
-        if slowed:
-            out.print(slowed, soft_wrap=True)
+        if efficiency is not None and wanted is None:
+            show(efficiency, wide)
+        return
     for note in notes:  # beside machine-readable output, not inside it
-        (out if fmt == "table" else err).print(note, soft_wrap=True)
+        err.print(note, soft_wrap=True)
+
+
+def _columns(table: Table, given: str) -> list[str]:
+    """--columns' headings, each one of the table's (its full or short heading)."""
+    have = [c.heading for c in table.columns] + [c.narrow for c in table.columns]
+    wanted = [c.strip() for c in given.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in have]
+    if unknown or not wanted:
+        raise click.BadParameter(
+            f"{', '.join(unknown) or given!r}: the columns are "
+            + ", ".join(c.heading for c in table.columns),
+            param_hint="--columns",
+        )
+    return wanted
 
 
 @click.command()
@@ -83,7 +106,7 @@ def chart(
 ) -> None:
     """A terminal chart of a metric against devices, with the ideal line."""
     store = _store(ctx)
-    following.refresh(store)
+    follow.refresh(store)
     rows = analysis.results(store, experiment)
     empty = charts.nothing_to_draw(rows, metric, model)
     if empty is not None:  # a sentence, not an empty box

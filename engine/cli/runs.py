@@ -11,17 +11,17 @@ from ..backends.registry import BACKENDS, make_backend
 from ..config.profile import load_profile
 from ..config.spec import load_spec
 from ..errors import PlanError
+from ..io.text import printable
 from ..launching.estimate import estimate
 from ..launching.plan import plan as make_plan
 from ..results import analysis, charts, tables
 from ..results.points import unit_and_axes
 from ..runs import ACTIVE, State
-from ..text import printable
-from ..tracking import follow as following
+from ..tracking import follow
 from ..tracking.store import Store
 from ..where import backend_for
 from . import plan_view
-from .console import colour, echo, err, out, wait_with_progress
+from .console import colour, echo, err, out, show, wait_with_progress
 from .options import InputPath, experiment_option, store_of
 
 
@@ -171,8 +171,7 @@ def run(
     rows = analysis.results(store, name)
     failed = [r for r in map(store.run, run_ids) if r["state"] != State.COMPLETED]
     if rows:
-        out.print(tables.results_table(rows))
-        out.print(tables.baselines_note(rows))
+        show(tables.results_table(rows))
     empty = charts.nothing_to_draw(rows, "speedup")
     if empty is None:
         shown = colour()
@@ -217,7 +216,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
             return
     if not ids:
         raise click.UsageError("name runs to cancel, or --experiment")
-    done = following.cancel(store, ids)
+    done = follow.cancel(store, ids)
     out.print(f"cancelled {len(done)} run(s)" + (f": {' '.join(done)}" if done else ""))
 
 
@@ -227,7 +226,7 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
 def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Submit finished, failed or cancelled runs again, with the same job script."""
     store = _store(ctx)
-    ids = [following.find_run(store, r)["run_id"] for r in run_ids]
+    ids = [follow.find_run(store, r)["run_id"] for r in run_ids]
     for rid, job_id in study.resubmit(store, ids, lambda name: make_backend(name, store)):
         out.print(f"run {rid}: job {job_id}")
 
@@ -243,7 +242,7 @@ def resubmit(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 def rerun(ctx: click.Context, run_id: str, wait: bool) -> None:
     """Repeat a finished run exactly, from its record, as a new run to compare with it."""
     store = _store(ctx)
-    original = following.find_run(store, run_id)
+    original = follow.find_run(store, run_id)
     new_id, job_id = study.rerun(store, original["run_id"], lambda name: make_backend(name, store))
     out.print(
         f"run {new_id} repeats run {original['run_id']}: job {job_id} "

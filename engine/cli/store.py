@@ -8,8 +8,7 @@ import click
 
 from ..errors import capped
 from ..runs import State
-from ..tracking import recovery
-from ..tracking.store import default_home
+from ..tracking.store import default_home, from_folders
 from .console import out
 
 
@@ -30,7 +29,7 @@ def rebuild(ctx: click.Context, force: bool) -> None:
     """Make a new store from the run folders under runs/, keeping the old file aside as
     dlscale.db.damaged-TIME: every run's records are in its folder."""
     home = Path(ctx.obj["home"]) if ctx.obj["home"] else default_home()
-    done = recovery.rebuild(home, force)
+    done = from_folders.rebuild(home, force)
     for path in done.kept_aside:
         out.print(f"kept aside: {path}", soft_wrap=True)
     total = sum(done.runs.values())

@@ -11,13 +11,12 @@ import click
 
 from ..backends.registry import make_backend
 from ..errors import DlscaleError
+from ..io.text import printable
 from ..paths import RunPaths, own_folder
 from ..results import tables
 from ..runs import TERMINAL, UNFINISHED, State
-from ..text import printable
-from ..tracking import follow as following
-from ..tracking import queue
-from ..tracking.logs import follow, tail_lines
+from ..tracking import follow, queue
+from ..tracking.logs import follow_lines, tail_lines
 from ..tracking.monitor import sync
 from ..tracking.store import Store
 from .console import echo, err, out
@@ -35,13 +34,13 @@ def _store(ctx: click.Context) -> Store:
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
-    problems = following.refresh(store)
+    problems = follow.refresh(store)
     every = queue.rows(store, experiment)
     # a completed run with a reason (counted though its job failed after its measurement,
     # or with records skipped) is shown too
     shown = [q for q in every if q.state != State.COMPLETED or q.reason]
     rows = every if show_all else shown or every
-    echo(tables.status_table(rows))
+    echo(tables.status_table(rows, out.width))
     counts = queue.counts(every)
     out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
     for note in store.records.skipped_notes([q.run_id for q in every] if experiment else None):
@@ -60,7 +59,7 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
 def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
     """The log of a run (unique id prefixes work)."""
     store = _store(ctx)
-    row = following.find_run(store, run_id)
+    row = follow.find_run(store, run_id)
     path = RunPaths(own_folder(Path(row["run_dir"] or ""))).log  # a link there: named, not read
     if not follow_log:
         if not path.exists():
@@ -84,7 +83,7 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
         return store.run(row["run_id"])["state"] not in UNFINISHED
 
     try:
-        for line in follow(path, lines, stop=finished):
+        for line in follow_lines(path, lines, stop=finished):
             echo(line)
     except KeyboardInterrupt:
         return

@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..text import quoted
+from ..io.text import quoted
 from .software import Software
 from .tomlfile import Number, StrictModel, limit
 

@@ -23,9 +23,9 @@ from pydantic import (
 )
 
 from ..errors import PlanError
-from ..quantities import BANDWIDTH, LATENCY
 from .frameworks import FRAMEWORKS
 from .gpu_arch import arch_name, parse_arch
+from .quantities import BANDWIDTH, LATENCY
 from .software import Environment
 from .spec import NODES
 from .times import check_time

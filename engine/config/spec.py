@@ -41,7 +41,7 @@ from ...trainers.common.args import (
 from ...trainers.common.data import SHAPES, SYNTHETIC
 from ...trainers.common.flags import LR_SCHEDULES, TRAINING, Knob
 from ...trainers.common.gpt import GPT_MODELS
-from ..quantities import MAX_BATCH, MAX_GLOBAL_BATCH
+from ..runs import scale_label
 from .custom import (
     AxisValue,
     Declared,
@@ -54,7 +54,9 @@ from .custom import (
     free_name,
     unset_lengths,
 )
-from .frameworks import FRAMEWORKS, Option, taking
+from .frameworks import FRAMEWORKS, taking
+from .options import Options
+from .quantities import MAX_BATCH, MAX_GLOBAL_BATCH
 from .times import check_time
 from .tomlfile import Number, StrictModel, limit, load_toml_model, worded
 
@@ -175,7 +177,7 @@ class Scale(StrictModel):
         return self.nodes * self.ranks_per_node
 
     def __str__(self) -> str:
-        return f"{self.nodes}x{self.ranks_per_node}"
+        return f"{scale_label(self.nodes, self.ranks_per_node)}"
 
 
 def _knob_type(k: Knob) -> Any:
@@ -432,51 +434,6 @@ class Experiment(StrictModel):
                     f"({', '.join(GPT_MODELS)}) take {', '.join(TOKEN_DATASETS)})"
                 )
         return self
-
-
-def _option_type(opt: Option) -> Any:
-    if isinstance(opt.default, bool):
-        return StrictBool
-    if isinstance(opt.default, str):
-
-        def one_of(value: str) -> str:
-            if value not in opt.allowed:
-                raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
-            return value
-
-        return Annotated[StrictStr, AfterValidator(one_of)]
-
-    def allowed(value: int) -> int:
-        if opt.allowed and value not in opt.allowed:
-            raise ValueError(f"allowed: {', '.join(map(str, opt.allowed))}")
-        return value
-
-    # StrictInt first: a Literal[0, 1, 2] would take `true` as 1.
-    return Annotated[StrictInt, AfterValidator(allowed)]
-
-
-# `[options.FRAMEWORK]` tables, one model per framework with knobs of its own, built from
-# the frameworks table so a new option needs no change here; unknown frameworks and keys
-# are reported with what is allowed, at their line.
-Options: Any = create_model(
-    "Options",
-    __base__=StrictModel,
-    **{  # type: ignore[call-overload]
-        fw.name: (
-            create_model(
-                f"Options_{fw.name}",
-                __base__=StrictModel,
-                **{  # type: ignore[call-overload]
-                    opt.name: (_option_type(opt), Field(default=opt.default, description=opt.help))
-                    for opt in fw.options
-                },
-            ),
-            Field(default=None),
-        )
-        for fw in FRAMEWORKS.values()
-        if fw.options
-    },
-)
 
 
 class Spec(StrictModel):

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ...trainers.common.args import DATASETS, LOADERS, MODELS, PRECISIONS
 from ..errors import SpecError
-from ..outputs import write_file
+from ..io.outputs import write_file
 from .custom import anchored, declared_names
 from .frameworks import FRAMEWORKS
 from .spec import LoadedSpec, Spec

@@ -29,8 +29,8 @@ from pydantic_core import PydanticCustomError
 
 from ...trainers.common.records import nesting as depth
 from ..errors import SpecError
-from ..files import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, read_text
-from ..quantities import normal
+from ..io.reading import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, read_text
+from .quantities import normal
 
 # One home for the TOML reader: the standard library's from 3.11, its PyPI original (the same
 # code, a dependency only there) on 3.10.

@@ -19,6 +19,7 @@ from ..config.custom import fields_in, script_path
 from ..config.tomlfile import line_of
 from ..errors import PlanError
 from ..paths import RunPaths
+from .launchers import local_prefix
 from .plan import Run
 
 # The variables every declared framework's ranks get: the run's facts as JSON (what the
@@ -181,25 +182,11 @@ def local_command(
     sw = decl.get("software") or {}
     python = software_python(run, folder, sys.executable)
     argv = container_words(sw) + rank_command(run, run_dir, device, python, folder)
-    ranks = str(run.ranks_per_node)
     launcher = decl["launcher"]
-    if launcher == "torchrun":
-        # torchrun from the script's own python where it has one (a venv), else dlscale's
-        launcher_python = python if sw.get("venv") else sys.executable
-        head = [launcher_python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1"]
-        argv = [*head, f"--nproc-per-node={ranks}", "--no-python", *argv]
-    elif launcher == "mpirun":
-        argv = ["mpirun", "-np", ranks, *argv]
-    else:  # srun's one task per device: the trainers' spawner sets the same variables
-        argv = [
-            sys.executable,
-            "-m",
-            "dlscale.trainers.common.spawn",
-            "--ranks",
-            ranks,
-            "--",
-            *argv,
-        ]
+    # torchrun from the script's own python where it has one (a venv), else dlscale's; the
+    # trainers' spawner (srun's stand-in) is dlscale's
+    launcher_python = python if launcher == "torchrun" and sw.get("venv") else sys.executable
+    argv = [*local_prefix(launcher, launcher_python, run.ranks_per_node), *argv]
     asked = interpreter(run, folder, sys.executable)
     argv = metered(sys.executable, run, run_dir, device, per_task=False, asked=asked) + argv
     return argv, {**job_env(run, run_dir, device), "PYTHONPATH": pythonpath}

@@ -155,7 +155,7 @@ _TORCH_CU13 = ArchRange(
         "kernels below compute capability 7.5 (Maxwell, Pascal, Volta)"
     ),
 )
-# The GPU builds dlscale's recipes (engine/recipes.py) install, where they are narrower than
+# The GPU builds dlscale's recipes (launching/envs/recipes.py) install, where narrower than
 # "any GPU the driver runs". SASS for sm_XY runs on X.Y to X.9; PTX would JIT further.
 GPU_BUILD_ARCHS: dict[str, ArchRange] = {
     "mxnet": ArchRange(

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ...trainers.common import slowdown
 from ...trainers.common.flags import flags_for
-from ...trainers.common.loop import SLOWDOWN_VARIABLE
 from ..config.frameworks import FRAMEWORKS, option_flags
 from ..paths import METRICS_NAME, RunPaths
 from .envs import EnvStatus, launch_env
 from .gpus import local_device
+from .launchers import local_prefix
 from .plan import Run
 
 
@@ -58,35 +59,8 @@ def local_command_for(
         raise NotImplementedError(f"{framework} has no environment to launch on this machine")
     python = env.python
     extra = launch_env(env, home)
-    if fw.launcher == "horovodrun":
-        horovodrun = str(Path(python).parent / "horovodrun")
-        return [
-            python,
-            horovodrun,
-            "--gloo",
-            "-np",
-            str(ranks),
-            "-H",
-            f"localhost:{ranks}",
-            python,
-            "-m",
-            fw.trainer_module,
-            *args,
-        ], extra
-    if fw.launcher == "ranks":  # the trainers' own spawner: torchrun's variables per rank
-        return [
-            python,
-            "-m",
-            "dlscale.trainers.common.spawn",
-            "--ranks",
-            str(ranks),
-            "--",
-            python,
-            "-m",
-            fw.trainer_module,
-            *args,
-        ], extra
-    raise NotImplementedError(f"{framework}: unknown local launcher {fw.launcher}")
+    prefix = local_prefix(fw.launcher, python, ranks)
+    return [*prefix, python, "-m", fw.trainer_module, *args], extra
 
 
 def local_command(
@@ -112,6 +86,6 @@ def local_env(run: Run) -> dict[str, str]:
     # The test-only slowdown is the job's, recorded with it when it is submitted (the local
     # worker passes no value of its own): a check that re-runs a baseline's jobs beside
     # the slowed study's never slows the baseline's too.
-    if slowdown := os.environ.get(SLOWDOWN_VARIABLE, "").strip():
-        env[SLOWDOWN_VARIABLE] = slowdown
+    if asked := os.environ.get(slowdown.VARIABLE, "").strip():
+        env[slowdown.VARIABLE] = asked
     return env

@@ -1,6 +1,6 @@
 """From runs to results: throughput with its spread, speedup, efficiency, time-to-accuracy.
 
-Rules (../METHOD.md): throughput is the mean over repetitions with a Student-t 95%
+Rules (docs/measuring.md): throughput is the mean over repetitions with a Student-t 95%
 confidence interval; a coefficient of variation above 5% marks the point noisy. Speedup is
 against the best single-device point of the same model, dataset, precision and batch
 (per-device batch for weak scaling, global batch for strong) in any framework of the same
@@ -16,20 +16,20 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ...trainers.common.records import ENERGY_FIELDS
-from ..quantities import THROUGHPUT
-from ..runs import State
-from ..text import printable
+from ..io.text import printable
+from ..runs import State, run_label
 from ..tracking import completion
 from ..tracking.store import Store
-from . import efficiency as explained
+from . import explained
 from .formatting import finite
 from .points import (
     POINT_FIELDS,
     Point,
     device_kind,
-    spread,
     unit_and_axes,
 )
+from .rows import ResultRow
+from .stats import counted, spread
 
 # What results read of each run's env record: its device, and why it has no energy.
 ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavailable"}
@@ -70,9 +70,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
-        throughput = finite(s.get("throughput"))
-        if throughput and THROUGHPUT.problem(throughput):  # a store filled before the domain
-            throughput = None
+        throughput = counted(s.get("throughput"))
         if r["state"] == State.COMPLETED and throughput is not None:
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
@@ -134,8 +132,14 @@ def _mean(p: Point) -> float:
     return p.throughput.mean or 0.0  # singles are the points with a mean
 
 
-def results(store: Store, experiment: str | None = None) -> list[dict[str, Any]]:
-    return [{**p.as_dict(), **explained.fields(p)} for p in points(store, experiment)]
+def results(store: Store, experiment: str | None = None) -> list[ResultRow]:
+    return [result_row(p) for p in points(store, experiment)]
+
+
+def result_row(p: Point) -> ResultRow:
+    """A point as every front end reads it: the one place a result row is made
+    (tests/test_rows.py holds its keys to ResultRow's)."""
+    return cast("ResultRow", {**p.as_dict(), **explained.efficiency_fields(p)})
 
 
 def accuracy_curves(store: Store, experiment: str | None = None) -> dict[str, list]:
@@ -149,8 +153,8 @@ def notes(store: Store, experiment: str | None = None) -> list[str]:
     though their job failed after their measurement (completion.py), with how it ended."""
     runs = store.runs(experiment)
     marked = [
-        f"run {r['run_id']} ({r['framework']} {r['model']} {r['nodes']}x{r['ranks_per_node']} "
-        f"#{r['repetition']}) is counted: {printable(str(r['reason']).split(chr(10), 1)[0])}"
+        f"run {r['run_id']} ({run_label(r)}) is counted: "
+        f"{printable(str(r['reason']).split(chr(10), 1)[0])}"
         for r in runs
         if r["state"] == State.COMPLETED and completion.marked(r["reason"])
     ]

@@ -11,6 +11,7 @@ from typing import Any
 import plotext as plt
 
 from .points import throughput_unit
+from .rows import ResultRow, number
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -38,16 +39,14 @@ _NONE_BECAUSE = {
 }
 
 
-def why_none(results: list[dict[str, Any]], key: str, model: str | None = None) -> str:
+def why_none(results: list[ResultRow], key: str, model: str | None = None) -> str:
     """Why a chart of `key` is empty: no results yet, or results without that metric."""
     if not [r for r in results if model is None or r.get("model") == model]:
         return "no completed results yet"
     return _NONE_BECAUSE.get(key, f"no result has a {key}")
 
 
-def nothing_to_draw(
-    results: list[dict[str, Any]], metric: str, model: str | None = None
-) -> str | None:
+def nothing_to_draw(results: list[ResultRow], metric: str, model: str | None = None) -> str | None:
     """Why a chart of `metric` would be empty, in a sentence a command prints instead of an
     empty box; None where it has something to draw. The reasons are the points' own
     (their `unmeasured` fields), or that no run completed."""
@@ -68,7 +67,7 @@ def nothing_to_draw(
     return f"no {label} to chart: {why}{more}"
 
 
-def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def series(rows: list[ResultRow]) -> dict[str, list[ResultRow]]:
     """Result rows as lines against devices: one per framework, and per experiment (a report
     of several overlays them), model, precision, device, batch, loader or lr schedule where
     the rows hold more than one, each sorted by devices.
@@ -89,11 +88,11 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     # a declared framework's own axes: a line per value of those that vary
     axes = sorted({k for r in rows for k in (r.get("axes") or {})})
     axes = [k for k in axes if len({repr((r.get("axes") or {}).get(k)) for r in rows}) > 1]
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[ResultRow]] = {}
     for r in rows:
         name = " ".join(
             [r["framework"]]
-            + [f"b{r[k]}" if k == "per_device_batch" else str(r.get(k)) for k in varying]
+            + [f"b{r.get(k)}" if k == "per_device_batch" else str(r.get(k)) for k in varying]
             + [f"{k}={(r.get('axes') or {}).get(k)}" for k in axes]
         )
         out.setdefault(name, []).append(r)
@@ -101,7 +100,7 @@ def series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def chart(
-    results: list[dict[str, Any]],
+    results: list[ResultRow],
     metric: str = "speedup",
     model: str | None = None,
     width: int = 80,
@@ -113,11 +112,7 @@ def chart(
         ylabel = f"throughput ({throughput_unit(results)})"
     # Only finite numbers are drawn: one NaN would break plotext's axis for every line.
     rows = [
-        r
-        for r in results
-        if isinstance(r.get(key), (int, float))
-        and math.isfinite(r[key])
-        and (model is None or r["model"] == model)
+        r for r in results if number(r, key) is not None and (model is None or r["model"] == model)
     ]
     models = sorted({r["model"] for r in rows})
     title_model = model or (models[0] if len(models) == 1 else "all models")
@@ -139,7 +134,7 @@ def chart(
         drawn_rows = [r for r in rows if _finite(r.get(field))]
         for name, pts in series(drawn_rows).items():
             xs = [r["ranks"] for r in pts]
-            ys = [r[field] for r in pts]
+            ys = [number(r, field) or 0.0 for r in pts]
             top = max(top, *ys)
             plt.plot(xs, ys, label=name + suffix, marker="hd" if not suffix else "dot")
             noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy") and not suffix]
@@ -158,7 +153,7 @@ def chart(
     plt.xticks(all_devices)
     plt.xlabel("devices (ranks)")
     plt.ylabel(ylabel)
-    baselines = sorted({r["baseline"] for r in rows if r.get("baseline")})
+    baselines = sorted({b for r in rows if (b := r["baseline"])})
     base = (
         f"; baseline {', '.join(baselines)}"
         if metric in ("speedup", "efficiency") and baselines

@@ -9,20 +9,20 @@ The statistics (stated wherever they are shown, see METHOD):
   above zero (then `high` is None).
 - significance: Welch's two-sided t-test on the repetitions' throughputs (unequal
   variances), at 5%; it needs two repetitions on each side.
-Student's t comes from scipy.special (stdtr, stdtrit), as points.t_quantile_975 does.
+Both are stats.py's (the one home of the statistics).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..tracking.store import Store
 from . import analysis
 from .points import POINT_FIELDS, Point
+from .rows import CompareRow, SideBySide
+from .stats import Ratio, Welch, fieller, welch
 
 # What makes two points the same measurement at two sites (not the experiment's name, the
 # site or the device: those are what is compared).
@@ -40,73 +40,6 @@ ENV_FACTS = {
 ALPHA = 0.05
 RATIO_METHOD = "Fieller's 95% interval (Welch-Satterthwaite df)"
 TEST_METHOD = "Welch's two-sided t-test on the repetitions, 5% level"
-
-
-@dataclass(frozen=True)
-class Ratio:
-    value: float
-    low: float | None
-    high: float | None  # None: the interval is unbounded
-
-
-@dataclass(frozen=True)
-class Welch:
-    t: float
-    df: float
-    p: float
-
-    @property
-    def significant(self) -> bool:
-        return self.p < ALPHA
-
-
-def _moments(values: list[float]) -> tuple[float, float, int]:
-    """mean, the variance of the mean, n."""
-    n = len(values)
-    return statistics.fmean(values), statistics.variance(values) / n, n
-
-
-def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
-    num = (va + vb) ** 2
-    den = (va**2 / (na - 1) if na > 1 else 0) + (vb**2 / (nb - 1) if nb > 1 else 0)
-    return num / den if den > 0 else float(na + nb - 2)
-
-
-def welch(a: list[float], b: list[float]) -> Welch | None:
-    """Welch's t-test of mean(b) against mean(a); None with fewer than 2 values a side."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy.special import stdtr
-
-    ma, va, na = _moments(a)
-    mb, vb, nb = _moments(b)
-    if va + vb == 0:  # identical repetitions on both sides
-        same = ma == mb
-        return Welch(0.0 if same else math.copysign(math.inf, mb - ma), na + nb - 2, float(same))
-    t = (mb - ma) / math.sqrt(va + vb)
-    df = _welch_df(va, na, vb, nb)
-    return Welch(t, df, float(2 * stdtr(df, -abs(t))))
-
-
-def ratio(a: list[float], b: list[float], level: float = 0.95) -> Ratio | None:
-    """mean(b) / mean(a) with Fieller's interval (95% unless `level` says otherwise); the
-    interval is None with fewer than 2 values a side."""
-    if not a or not b or statistics.fmean(a) == 0:
-        return None
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    r = mb / ma
-    if len(a) < 2 or len(b) < 2:
-        return Ratio(r, None, None)
-    from scipy.special import stdtrit
-
-    _, va, na = _moments(a)
-    _, vb, nb = _moments(b)
-    t = float(stdtrit(_welch_df(va, na, vb, nb), 0.5 + level / 2))
-    g = t * t * va / (ma * ma)
-    if g >= 1:  # A's mean is not clearly above zero: the ratio has no upper bound
-        return Ratio(r, 0.0, None)
-    half = (t / ma) * math.sqrt(vb * (1 - g) + r * r * va)
-    return Ratio(r, (r - half) / (1 - g), (r + half) / (1 - g))
 
 
 def match_key(p: Point) -> tuple:
@@ -197,7 +130,7 @@ def compare(store: Store, a: str, b: str) -> Comparison:
         Pair(
             p,
             q,
-            ratio(p.throughputs, q.throughputs),
+            fieller(p.throughputs, q.throughputs),
             welch(p.throughputs, q.throughputs),
             differences(
                 env_facts(store, p.completed_run_ids), env_facts(store, q.completed_run_ids)
@@ -216,14 +149,14 @@ def compare(store: Store, a: str, b: str) -> Comparison:
     )
 
 
-def rows(c: Comparison) -> list[dict[str, Any]]:
+def rows(c: Comparison) -> list[CompareRow]:
     """One plain dict per pair (the JSON output, and what a front end shows side by side):
     both points' numbers, the ratio B/A with its interval, the test and env differences."""
     out = []
     for pair in c.pairs:
         one = pair.a or pair.b
         assert one is not None
-        row: dict[str, Any] = {f: getattr(one, f) for f in MATCH_FIELDS}
+        row: dict[str, Any] = {f: getattr(one, f) for f in MATCH_FIELDS}  # CompareRow's
         row["matched"] = pair.a is not None and pair.b is not None
         for side, p, site in (("a", pair.a, c.sites[0]), ("b", pair.b, c.sites[1])):
             d = p.as_dict() if p is not None else {}
@@ -249,13 +182,13 @@ def rows(c: Comparison) -> list[dict[str, Any]]:
         row["ratio_low"] = pair.ratio.low if pair.ratio else None
         row["ratio_high"] = pair.ratio.high if pair.ratio else None
         row["p_value"] = pair.test.p if pair.test else None
-        row["significant"] = pair.test.significant if pair.test else None
+        row["significant"] = pair.test.significant(ALPHA) if pair.test else None
         row["env_differences"] = {k: list(v) for k, v in pair.env_differences.items()}
-        out.append(row)
+        out.append(cast("CompareRow", row))
     return out
 
 
-def side_by_side(store: Store, a: str, b: str) -> dict[str, Any]:
+def side_by_side(store: Store, a: str, b: str) -> SideBySide:
     """Everything a front end (the TUI's Results screen) needs to show two experiments side
     by side, as plain data: the experiments, their sites, the methods named, one row per
     point pair (rows()), and the environment differences over the whole experiments."""

@@ -1,29 +1,25 @@
-"""`dlscale compare`'s table: the pairs of compare.rows side by side, the environment
-differences and the points without a partner, as rich renders them."""
+"""`dlscale compare`'s table, as the one table model (table.Table): the pairs of
+compare.rows side by side, then the methods, the environment differences and the points
+without a partner as its notes. The B/A ratio and its interval are never left out."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.table import Table
-from rich.text import Text
-
-from ..text import printable
-from .compare import RATIO_METHOD, TEST_METHOD
+from ..runs import scale_label
+from .compare import ALPHA, RATIO_METHOD, TEST_METHOD
 from .formatting import fmt, slowed_mark, slowed_note
+from .rows import CompareRow, CompareSide, SideBySide
+from .table import Column, Table
 
 
-def _throughput(side: dict[str, Any] | None) -> str:
+def _throughput(side: CompareSide | None) -> str:
     if side is None or side["throughput"] is None:
         return "-"
     ci = f" ± {side['throughput_ci95']:,.1f}" if side["throughput_ci95"] is not None else ""
-    return (
-        f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''}{slowed_mark(side)} "
-        f"(n={side['n']})"
-    )
+    return f"{side['throughput']:,.1f}{ci}{' *' if side['noisy'] else ''}{slowed_mark(side)}"
 
 
-def _ratio(r: dict[str, Any]) -> str:
+def ratio_text(r: CompareRow) -> str:
+    """B/A with its interval, as every front end shows it."""
     if r["ratio"] is None:
         return "-"
     if r["ratio_low"] is None:
@@ -32,72 +28,71 @@ def _ratio(r: dict[str, Any]) -> str:
     return f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {high}]"
 
 
-def _test(r: dict[str, Any]) -> str:
+def _test(r: CompareRow) -> str:
     if r["p_value"] is None:
         return "- (needs n>=2 a side)" if r["matched"] else "-"
     return f"{r['p_value']:.3g}" + (" yes" if r["significant"] else " no")
 
 
-def _pair(a: Any, b: Any, digits: int = 2) -> str:
+def _pair(a: float | None, b: float | None, digits: int = 2) -> str:
     return f"{fmt(a, digits)} / {fmt(b, digits)}"
 
 
 COLUMNS = (
-    ("model", "left"),
-    ("framework", "left"),
-    ("scale", "right"),
-    ("batch/dev", "right"),
-    ("A images/s ± CI95", "right"),
-    ("B images/s ± CI95", "right"),
-    ("B/A [95% interval]", "right"),
-    ("p (different?)", "right"),
-    ("speedup A / B", "right"),
-    ("efficiency A / B", "right"),
-    ("env differences", "left"),
+    Column("model"),
+    Column("framework", keep=2),
+    Column("scale", right=True),
+    Column("batch/dev", right=True, keep=4, short="batch"),
+    Column("A images/s ± CI95", right=True, short="A ± CI95"),
+    Column("B images/s ± CI95", right=True, short="B ± CI95"),
+    Column("B/A [95% interval]", right=True, short="B/A [95%]"),
+    Column("n A / B", right=True, keep=4, short="n"),
+    Column("p (different?)", right=True, keep=3, short="p"),
+    Column("speedup A / B", right=True, keep=5),
+    Column("efficiency A / B", right=True, keep=5),
+    Column("env differences", keep=6, short="env"),
 )
 
 
-def title(data: dict[str, Any]) -> str:
+def title(data: SideBySide) -> str:
     (sa, sb) = data["sites"]
     return f"A = {data['a']} ({sa})  vs  B = {data['b']} ({sb})  (* = noisy, CV > 5%)"
 
 
-def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
+def comparison_rows(data: SideBySide) -> list[list[str]]:
     """The matched pairs as the cells of COLUMNS: the table's, and any front end's."""
-    return [
-        [
-            r["model"],
-            r["framework"],
-            f"{r['nodes']}x{r['ranks_per_node']}",
-            str(r["per_device_batch"]),
-            _throughput(r["a"]),
-            _throughput(r["b"]),
-            _ratio(r),
-            _test(r),
-            _pair(r["a"]["speedup"], r["b"]["speedup"]),
-            _pair(r["a"]["efficiency"], r["b"]["efficiency"]),
-            "; ".join(f"{k}: {x} -> {y}" for k, (x, y) in r["env_differences"].items()) or "-",
-        ]
-        for r in data["rows"]
-        if r["matched"]
-    ]
+    out = []
+    for r in data["rows"]:
+        a, b = r["a"], r["b"]
+        if not r["matched"] or a is None or b is None:
+            continue
+        out.append(
+            [
+                r["model"],
+                r["framework"],
+                scale_label(r["nodes"], r["ranks_per_node"]),
+                str(r["per_device_batch"]),
+                _throughput(a),
+                _throughput(b),
+                ratio_text(r),
+                f"{a['n']} / {b['n']}",
+                _test(r),
+                _pair(a["speedup"], b["speedup"]),
+                _pair(a["efficiency"], b["efficiency"]),
+                "; ".join(f"{k}: {x} -> {y}" for k, (x, y) in r["env_differences"].items()) or "-",
+            ]
+        )
+    return out
 
 
-def comparison_table(data: dict[str, Any]) -> Table:
-    t = Table(title=title(data), title_justify="left")
-    for name, justify in COLUMNS:
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for cells in comparison_rows(data):
-        # names and versions are text, not markup; made printable before rich's Text drops
-        # a BEL and before the columns are measured
-        t.add_row(*(Text(printable(c)) for c in cells))
-    return t
+def comparison_table(data: SideBySide) -> Table:
+    return Table.of(title(data), COLUMNS, comparison_rows(data), comparison_notes(data))
 
 
-def comparison_notes(data: dict[str, Any]) -> list[str]:
+def comparison_notes(data: SideBySide) -> list[str]:
     """What follows the table: the methods, the differences over the whole experiments and
     the points that have no partner (listed, not dropped)."""
-    notes = [f"B/A: {RATIO_METHOD}; p: {TEST_METHOD}."]
+    notes = [f"B/A: {RATIO_METHOD}; p: {TEST_METHOD} (yes below {ALPHA:g})."]
     slowed = slowed_note([side for r in data["rows"] for side in (r["a"], r["b"])])
     if slowed:
         notes.append(slowed)
@@ -111,9 +106,11 @@ def comparison_notes(data: dict[str, Any]) -> list[str]:
             continue
         side, other = ("A", "B") if r["a"] is not None else ("B", "A")
         point = r["a"] or r["b"]
+        assert point is not None
         notes.append(
             f"only in {side} ({point['experiment']}): {r['framework']} {r['model']} "
-            f"{r['dataset']} {r['nodes']}x{r['ranks_per_node']} b{r['per_device_batch']} "
-            f"{r['precision']} {r['loader']}: {_throughput(point)}; {other} has no such point"
+            f"{r['dataset']} {scale_label(r['nodes'], r['ranks_per_node'])} "
+            f"b{r['per_device_batch']} {r['precision']} {r['loader']}: {_throughput(point)} "
+            f"(n={point['n']}); {other} has no such point"
         )
     return notes

@@ -4,8 +4,10 @@ every table format alike."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from ...trainers.common.slowdown import VARIABLE
 
 
 def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
@@ -14,7 +16,20 @@ def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def throughput_text(r: dict[str, Any]) -> str:
+def interval_text(v: Mapping[str, float | None] | None, digits: int) -> str:
+    """A value with its 95% interval, `1,234.5 [1,100.0, 1,300.2]`, as every table of a
+    projection shows it: a stated figure (no interval) as the number alone, an interval with
+    no upper bound (`ci95_high` None) as `[low, inf]`."""
+    if v is None or v.get("value") is None:
+        return "-"
+    value, low, high = v["value"], v.get("ci95_low"), v.get("ci95_high")
+    if low == value == high:  # a stated figure: nothing about it was modelled
+        return fmt(value, digits)
+    top = "unbounded" if high is None else fmt(high, digits)
+    return f"{fmt(value, digits)} [{fmt(low, digits)}, {top}]"
+
+
+def throughput_text(r: Mapping[str, Any]) -> str:
     if r["throughput"] is None:
         return "-"
     ci = f" ± {r['throughput_ci95']:,.1f}" if r["throughput_ci95"] is not None else ""
@@ -26,21 +41,29 @@ def throughput_text(r: dict[str, Any]) -> str:
 SLOWED = "!"
 
 
-def slowed_mark(r: dict[str, Any]) -> str:
+def slowed_mark(r: Mapping[str, Any]) -> str:
     """The mark after a number measured with the test-only slowdown (a point's or a run's
     `test_slowdown`), else nothing."""
     return f" {SLOWED}" if r.get("test_slowdown") else ""
 
 
-def slowed_note(rows: Sequence[dict[str, Any] | None]) -> str | None:
+def slowed_words(asked: Iterable[float | None]) -> str | None:
+    """ "made with the test-only DLSCALE_TEST_SLOWDOWN=0.1", for the values a run's or point's
+    `test_slowdown` holds (None where none is): the words every mark of the knob uses."""
+    values = sorted({v for v in asked if v})
+    if not values:
+        return None
+    return f"made with the test-only {VARIABLE}=" + ", ".join(f"{v:g}" for v in values)
+
+
+def slowed_note(rows: Sequence[Mapping[str, Any] | None]) -> str | None:
     """The note that explains the mark, where any row carries it."""
-    asked = sorted({r["test_slowdown"] for r in rows if r and r.get("test_slowdown")})
-    if not asked:
+    words = slowed_words(r.get("test_slowdown") for r in rows if r)
+    if words is None:
         return None
     return (
-        f"{SLOWED} = made with the test-only DLSCALE_TEST_SLOWDOWN="
-        + ", ".join(f"{v:g}" for v in asked)
-        + ": the trainer slowed its own steps on purpose; not a measurement of this machine"
+        f"{SLOWED} = {words}: the trainer slowed its own steps on purpose; not a measurement "
+        "of this machine"
     )
 
 

@@ -3,90 +3,13 @@ arithmetic of its numbers: the spread of its throughput, speedup and efficiency.
 
 from __future__ import annotations
 
-import functools
 import json
-import math
-import os
-import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
-from ..files import read_json
-from ..runs import CONFIGURATION, RunRow, State, per_second
-
-NOISY_CV = 0.05
-
-
-@dataclass(frozen=True)
-class Spread:
-    n: int
-    mean: float | None
-    median: float | None
-    ci95: float | None  # half-width; None with fewer than 2 values
-    cv: float | None
-
-    @property
-    def noisy(self) -> bool:
-        return self.cv is not None and self.cv > NOISY_CV
-
-
-@functools.cache
-def t_quantile_975(df: int) -> float:
-    """Student's t at 0.975 for `df` degrees of freedom (a 95% interval's half-width in
-    standard errors): scipy.special's stdtrit, what scipy.stats.t.ppf calls. Importing
-    scipy took `dlscale results` of a 10,000-run study 0.4 s of its second (scipy.stats
-    over 1 s), so each value scipy gives is kept in the user's cache folder and later
-    commands read it there; a cache that cannot be read or written is only slower."""
-    path = _cache_file()
-    known = _cached(path)
-    if str(df) in known:
-        return known[str(df)]
-    from scipy.special import stdtrit
-
-    value = float(stdtrit(df, 0.975))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(json.dumps({**known, str(df): value}, sort_keys=True, allow_nan=False))
-        os.replace(part, path)  # whole or not at all, whoever else writes it
-    except OSError:
-        pass
-    return value
-
-
-def _cache_file() -> Path:
-    """One file per scipy release: releases differ in the last digits (a Python with
-    another scipy must neither read nor overwrite this one's values)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        release = version("scipy")
-    except PackageNotFoundError:
-        release = "unknown"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dlscale" / f"t-quantiles-scipy-{release}.json"
-
-
-def _cached(path: Path) -> dict[str, float]:
-    try:
-        data = read_json(path, 1 << 20)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if type(v) is float and 0 < v < math.inf}
-
-
-def spread(values: list[float]) -> Spread:
-    if not values:
-        return Spread(0, None, None, None, None)
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return Spread(1, mean, mean, None, None)
-    sd = statistics.stdev(values)
-    half = t_quantile_975(len(values) - 1) * sd / math.sqrt(len(values))
-    return Spread(len(values), mean, statistics.median(values), half, sd / mean if mean else None)
+from ..runs import CONFIGURATION, RunRow, State, per_second, scale_label
+from .stats import Spread, spread
 
 
 def speedup(throughput: float | None, baseline: float | None) -> float | None:
@@ -177,7 +100,7 @@ class Point:
 
     def label(self) -> str:
         axes = "".join(f" {k}={v}" for k, v in self.axes.items())
-        return f"{self.framework} {self.nodes}x{self.ranks_per_node}{axes}"
+        return f"{self.framework} {scale_label(self.nodes, self.ranks_per_node)}{axes}"
 
     def as_dict(self) -> dict[str, Any]:
         sp = speedup(self.throughput.mean, self.baseline.throughput.mean if self.baseline else None)
@@ -234,7 +157,7 @@ if tuple(f.name for f in fields(Point))[: len(CONFIGURATION)] != CONFIGURATION:
     raise TypeError("Point's first fields must be runs.Configuration's, in order")
 
 
-def throughput_unit(rows: list[dict[str, Any]]) -> str:
+def throughput_unit(rows: Sequence[Mapping[str, Any]]) -> str:
     """What the rows' throughput counts a second, for a column or an axis: "tokens/s" where
     they all count tokens, "units/s" where they differ."""
     return per_second(r.get("unit") for r in rows)

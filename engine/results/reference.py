@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..config.spec import Number, StrictModel, load_toml_model
+from .rows import ResultRow, number
 
 METRICS = {
     "speedup": "x",
@@ -67,7 +68,7 @@ def beside_spec(spec_path: str | None) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(ref: Reference, rows: list[ResultRow]) -> list[dict[str, Any]]:
     """Each published number with the user's nearest counterpart: the same framework, model
     and device count when measured, else that framework and model at its largest scale
     (a CPU version of a GPU study), so the reader sees both and how far apart they are."""
@@ -86,7 +87,7 @@ def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         candidates = same or [r for r in mine if r["ranks"] == max(x["ranks"] for x in mine)]
         # The best of the user's frameworks at that scale: least time, most of the rest.
         sign = -1 if n.metric.endswith("_s") else 1
-        pick = max(candidates, key=lambda r: sign * r[n.metric], default=None)
+        pick = max(candidates, key=lambda r: sign * (number(r, n.metric) or 0.0), default=None)
         out.append(
             {
                 "metric": n.metric,
@@ -98,7 +99,7 @@ def compare(ref: Reference, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "bound": n.bound,
                 "hardware": n.hardware,
                 "note": n.note,
-                "yours": pick[n.metric] if pick else None,
+                "yours": number(pick, n.metric) if pick else None,
                 "your_devices": pick["ranks"] if pick else None,
                 "your_loader": pick["loader"] if pick else None,
                 "same_scale": bool(same),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainers.common.records import RecordWriter
-from ..files import load_json, read_bounded
+from ..io.reading import load_json, read_bounded
 from ..paths import RunPaths
 from .store import Store
 
@@ -94,7 +94,9 @@ def log_time(timelines: list[dict[str, Any]], offset: int) -> float | None:
     return best
 
 
-def over(timelines: list[dict[str, Any]], start: float, end: float, units: float) -> dict[str, Any]:
+def energy_over(
+    timelines: list[dict[str, Any]], start: float, end: float, units: float
+) -> dict[str, Any]:
     """The energy fields over [start, end] (epoch seconds) for `units` units done in it."""
     metered = [tl for tl in timelines if tl.get("source") and tl["samples"]]
     silent = [
@@ -165,14 +167,14 @@ def settle(store: Store, run_id: str) -> bool:
     if problems:
         fields: dict[str, Any] = {"energy_unavailable": "; ".join(problems)[:500]}
     elif timelines and not any(tl.get("source") and tl["samples"] for tl in timelines):
-        fields = over(timelines, 0.0, 0.0, units)  # nothing was metered: why not, not when
+        fields = energy_over(timelines, 0.0, 0.0, units)  # nothing was metered: why not, not when
     elif end is None or not timelines:
         fields = {
             "energy_unavailable": "the meter around the script did not see when its "
             "measurement ended"
         }
     else:
-        fields = over(timelines, float(end) - elapsed, float(end), units)
+        fields = energy_over(timelines, float(end) - elapsed, float(end), units)
     with RecordWriter(str(paths.metrics)) as out:
         out.write("energy", metered=METERED, **fields)
     return True

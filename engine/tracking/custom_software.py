@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ...trainers.common.records import RecordWriter
-from ..files import read_bounded
+from ..io.reading import read_bounded
 from ..paths import RunPaths
 from .store import Store
 

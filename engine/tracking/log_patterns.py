@@ -24,9 +24,9 @@ from typing import Any
 
 from ...trainers.common.entry import dlscale_version
 from ...trainers.common.records import RecordWriter
+from ..io.text import quoted
 from ..paths import RunPaths
 from ..runs import RunRow
-from ..text import quoted
 from . import custom_software
 
 

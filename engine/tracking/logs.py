@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..files import open_regular
-from ..text import printable
+from ..io.reading import open_regular
+from ..io.text import printable
 
 _TRAINER_ERROR = re.compile(rb"dlscale-[\w-]+: error: [^\r\n]*")
 # Where a script is not dlscale's, the line that says what went wrong: a Python exception
@@ -124,7 +124,7 @@ def failure_reason(path: str | Path, context: int = 5) -> str:
     return "\n".join([head, *("  | " + line for line in tail)])
 
 
-def follow(
+def follow_lines(
     path: str | Path,
     from_end_lines: int = 20,
     interval: float = 0.5,

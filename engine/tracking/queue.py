@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..io.text import printable
 from ..results.formatting import elapsed_text, finite, fmt
-from ..runs import ACTIVE, State, per_second
-from ..text import printable
+from ..runs import ACTIVE, State, per_second, scale_label
 from .store import Store
-from .store_queue import QUEUE_CHANGES
-from .store_records import skipped_text
+from .store.queue import QUEUE_CHANGES
+from .store.records import skipped_text
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         experiment,
         framework,
         model,
-        f"{nodes}x{ranks_per_node}",
+        scale_label(nodes, ranks_per_node),
         batch,
         repetition,
         backend,

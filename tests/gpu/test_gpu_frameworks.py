@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlscale.engine.launching import envs, gpus, recipes
+from dlscale.engine.launching import envs, gpus
+from dlscale.engine.launching.envs import recipes
 from dlscale.engine.tracking.store import default_home
 from dlscale.trainers.common.gpu import COMPUTE_DTYPE
 

@@ -7,7 +7,6 @@ not see the device's work (CUDA events for torch on a GPU)."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -17,28 +16,7 @@ from typing import Any, Protocol
 from .entry import TrainerError
 from .records import RecordWriter
 from .schedule import LRPlan, step_time_stats
-
-# Test only: DLSCALE_TEST_SLOWDOWN=0.10 stretches the timed steps to 1 / (1 - 0.10) of their
-# time, so throughput drops by 10%: how benchmarks/check_rates.py and the tests prove that
-# `dlscale check` detects a slowdown. The wait is added at the loop's synchronised points
-# (each interval record, the end), for the timed time since the last one: on a GPU a step
-# returns before its work is done, so a wait after each step hid behind the device's work,
-# and a synchronisation after each step slowed short steps far more than asked (0.73 of the
-# throughput for 0.90 asked, ResNet-44 at batch 128 on an H200). The summary records it.
-SLOWDOWN_VARIABLE = "DLSCALE_TEST_SLOWDOWN"
-
-
-def injected_slowdown() -> float:
-    text = os.environ.get(SLOWDOWN_VARIABLE, "").strip()
-    if not text:
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 0.9:
-        raise TrainerError(f"{SLOWDOWN_VARIABLE}={text!r}: a fraction from 0 to 0.9, e.g. 0.10")
-    return value
+from .slowdown import Slowdown
 
 
 class StepTimer(Protocol):
@@ -157,13 +135,11 @@ class Loop:
 def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any]) -> Loop:
     """Train from `stream` (batches; None marks an epoch's end)."""
     r, out = recipe, Loop()
-    slowdown = injected_slowdown()
-    stretch = slowdown / (1 - slowdown)
+    knob = Slowdown.from_environment()  # test only: slowdown.py
     interval_images = 0
     hooks.sync()
     start_wall = time.perf_counter()
     seg_start = None  # start of the current timed segment
-    stretched_from = 0.0  # the test slowdown's last synchronised point (0: none yet)
     interval_start = start_wall
     stop = False
     while not stop and not (r.steps and out.step >= r.total_steps):
@@ -176,8 +152,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 hooks.sync()
                 timing = seg_start is not None
                 if timing:
-                    if stretch and stretched_from:
-                        time.sleep((time.perf_counter() - stretched_from) * stretch)
+                    knob.pause()
                     out.train_time += time.perf_counter() - seg_start
                     _meter(hooks, "pause")
                 eval_start = time.perf_counter()
@@ -197,8 +172,8 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 )
                 hooks.sync()
                 seg_start = time.perf_counter() if timing and not stop else None
-                stretched_from = seg_start or 0.0
                 if seg_start is not None:
+                    knob.resume(seg_start)
                     _meter(hooks, "resume")
                 interval_start, interval_images = time.perf_counter(), 0
             if r.epochs and out.epoch >= r.epochs:
@@ -215,7 +190,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         if seg_start is not None:
             out.data_wait += fetch
             hooks.timer.begin()
-            stretched_from = stretched_from or seg_start
+            knob.resume(seg_start)
         loss = hooks.step(xb, yb)
         if seg_start is not None:
             hooks.timer.end()
@@ -223,10 +198,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         interval_images += r.units_per_step
         if out.step % r.log_every == 0 or out.step == r.total_steps:
             out.loss = hooks.loss_of(loss)
-            if stretch and stretched_from:  # the device is done: its time is known
-                hooks.sync()
-                time.sleep((time.perf_counter() - stretched_from) * stretch)
-                stretched_from = time.perf_counter()
+            knob.settle(hooks.sync)
             if not math.isfinite(out.loss):
                 raise TrainerError(
                     f"loss became {out.loss} at step {out.step}; lower the lr or use fp32"
@@ -247,8 +219,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 hooks.progress(progress_line(r, out, rate))
             interval_start, interval_images = now, 0
     hooks.sync()
-    if stretch and stretched_from and seg_start is not None:
-        time.sleep((time.perf_counter() - stretched_from) * stretch)
+    knob.settle()
     if seg_start is not None:
         out.train_time += time.perf_counter() - seg_start
     _meter(hooks, "pause")
@@ -309,7 +280,7 @@ def write_summary(
         weights_digest_per_rank=digests,
         **step_time_stats(loop.times),
         data_wait_s=loop.data_wait / timed if timed else None,
-        **({"test_slowdown": slowdown} if (slowdown := injected_slowdown()) else {}),
+        **Slowdown.from_environment().provenance,
         **extra,
     )
     return throughput

@@ -14,10 +14,20 @@ LIMIT_KIND = "RLIMIT_AS (virtual address space per rank process)"
 
 
 def peak_rss_bytes() -> int | None:
-    """The process's peak resident set since it started (getrusage's ru_maxrss): what its
-    pages ever held at once, the interpreter and the libraries included."""
+    """The process's peak resident set since its program started (/proc/self/status'
+    VmHWM): what its pages ever held at once, the interpreter and the libraries included.
+    Not getrusage's ru_maxrss: Linux carries the parent's high-water mark into a child
+    across fork and exec, so a rank started by a 390 MB process read 390 MB whatever it
+    used itself."""
     if not sys.platform.startswith("linux"):
         return None
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 

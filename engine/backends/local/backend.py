@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
-from ...runs import ACTIVE, JobRow, RunRow, State
+from ...runs import ACTIVE, JobRow, RunRow, State, scale_label
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from ..base import Backend, JobRequest, JobStatus, Watcher
@@ -70,7 +70,7 @@ def check_fits(
     """Refuse a run the local backend cannot run without oversubscribing cores."""
     if nodes != 1:
         raise PlanError(
-            f"{what}: scale {nodes}x{ranks_per_node} needs {nodes} nodes; the local "
+            f"{what}: scale {scale_label(nodes, ranks_per_node)} needs {nodes} nodes; the local "
             "backend is one node (use --backend slurm, or scales of 1xN)"
         )
     cores = usable_cores()

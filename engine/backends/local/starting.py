@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ...tracking.store_health import BUSY_S, fault_message, write_locked
+from ...tracking.store.health import BUSY_S, fault_message, write_locked
 
 WORKER_START_S = 5.0  # how long a command waits to hear whether a worker it started runs
 

@@ -28,14 +28,14 @@ import time
 import traceback
 from pathlib import Path
 
+from ....trainers.common import slowdown
 from ....trainers.common.lifeline import parent_watch
-from ....trainers.common.loop import SLOWDOWN_VARIABLE
 from ...errors import UserError
 from ...paths import Layout, RunPaths, lay_out, own_folder
 from ...runs import JobRow, State
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
-from ...tracking.store_health import fault_message
+from ...tracking.store.health import fault_message
 from .backend import DEFAULT_TIME_LIMIT, LOCK_NAME, settle_failed
 from .processes import TOKEN_VAR, new_token, process_mark, stop_leftovers
 
@@ -57,7 +57,7 @@ def _signal_launcher(proc: subprocess.Popen, sig: int) -> None:
 def ambient() -> dict[str, str]:
     """The worker's environment as every job inherits it, less the test-only slowdown: a
     job is slowed only when it was submitted slowed (launch.local_env records it)."""
-    return {k: v for k, v in os.environ.items() if k != SLOWDOWN_VARIABLE}
+    return {k: v for k, v in os.environ.items() if k != slowdown.VARIABLE}
 
 
 def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:

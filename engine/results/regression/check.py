@@ -1,0 +1,313 @@
+"""`dlscale check`: a study's points against a reference, each judged passed, regressed,
+undecided (the rule of decide.py could not tell within the budget) or not judged (nothing
+to judge it against), for CI systems.
+
+The reference of a point is, by what the check was given:
+- its partner in a baseline (an experiment of the store, or a bundle), measured before or
+  elsewhere: decided on independent samples;
+- the baseline's own runs re-run now, interleaved with the study's (check_runs.py): decided
+  on the pairs;
+- the last N checks of the same point in the history (history.py): decided against the
+  window's spread.
+
+Each run contributes one value: its throughput over its timed steps (the summary's, as
+`results` shows it). The test-only slowdown stretches that time, not each step's record.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import NotFoundError
+from ...runs import TERMINAL, scale_label
+from ...tracking.store import Store
+from .. import analysis, bundles
+from ..bundles.read import read_bundle
+from ..compare import partners
+from ..formatting import slowed_words
+from ..points import Point
+from ..stats import counted
+from . import decide
+
+PASSED, REGRESSED, UNDECIDED, SKIPPED = (
+    decide.PASSED,
+    decide.REGRESSED,
+    decide.UNDECIDED,
+    "not judged",
+)
+STATISTIC = "each run's throughput over its timed steps"
+
+
+@dataclass
+class Verdict:
+    name: str  # the point, in the user's words
+    outcome: str  # PASSED, REGRESSED, UNDECIDED or SKIPPED
+    why: str
+    point: Point | None
+    baseline: Point | None
+    decision: decide.Decision | None = None
+    needed: int | None = None  # repetitions a side that would decide it (projected)
+    seconds: float = 0.0  # the time its runs took in this check (JUnit's time)
+    in_study: bool = True  # False: a baseline point the study does not measure
+
+    @property
+    def judged(self) -> bool:
+        return self.outcome in (PASSED, REGRESSED)
+
+
+@dataclass
+class Baseline:
+    name: str  # the experiment, the bundle's NAME@SITE, or the history window
+    source: str  # "experiment in the store", the bundle's path, or the history file
+    points: list[Point]
+    runnable: bool = False  # measured in this store: its runs can be re-run (interleaved)
+
+
+def point_name(p: Point) -> str:
+    return (
+        f"{p.framework} {p.model} {p.dataset} {scale_label(p.nodes, p.ranks_per_node)} "
+        f"b{p.per_device_batch}{'' if p.scaling == 'weak' else ' strong'} {p.precision} "
+        f"{p.loader}"
+        + (f" {p.lr_schedule}" if p.lr_schedule not in (None, "constant") else "")
+        # a declared framework's own axes: a point of its own per value, so a name of its own
+        + "".join(f" {k}={v}" for k, v in sorted(p.axes.items()))
+    )
+
+
+def run_value(summary: dict[str, Any]) -> float | None:
+    """One run's value for the check: its throughput over its timed steps, where it counts
+    (stats.counted: the rule `results` and `compare` count by)."""
+    return counted(summary.get("throughput"))
+
+
+def values_of(p: Point) -> list[float]:
+    """The point's completed repetitions' values, in the order they were stored."""
+    out = [run_value(s) for s in p.summaries]
+    return [v for v in out if v is not None]
+
+
+def seconds_of(p: Point | None) -> float:
+    return sum(p.runtimes) if p is not None else 0.0
+
+
+def load_baseline(store: Store, given: str) -> Baseline:
+    """An experiment of the store by name, else a bundle file, read into a store of its own
+    that lives only for this call (the user's store is not touched)."""
+    if given in store.experiment_names():
+        runs = store.runs(given)
+        here = not any(r.get("site") for r in runs)
+        return Baseline(given, "experiment in the store", analysis.points(store, given), here)
+    path = Path(given)
+    if not path.is_file():
+        raise NotFoundError(
+            f"--baseline {given}: neither an experiment in the store ({store.home}) nor a "
+            f"bundle file; experiments: {', '.join(store.experiment_names()) or 'none'}"
+        )
+    bundle = read_bundle(path)
+    with tempfile.TemporaryDirectory(prefix="dlscale-baseline-") as tmp:
+        scratch = Store(tmp)
+        try:
+            name = bundles.add(scratch, bundle).experiment
+            return Baseline(name, str(path), analysis.points(scratch, name))
+        finally:
+            scratch.close()
+
+
+def _failed(p: Point) -> bool:
+    """Every repetition ended and none completed."""
+    return p.throughput.n == 0 and bool(p.states) and all(s in TERMINAL for s in p.states)
+
+
+def _slowed(*points: Point | None) -> str:
+    words = slowed_words(p.test_slowdown for p in points if p is not None)
+    return f" [{words}]" if words else ""
+
+
+def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float, float]) -> str:
+    """A decision in words: both sides' values, the ratio with its interval, and what the
+    interval rules out (the bound it was held to, named the way it is read)."""
+    edge, caught = decide.edges(tolerance)
+    shown = f"{sides[0]:,.1f} against {sides[1]:,.1f} {unit}/s"
+    if d.ratio is None:
+        return shown
+    n = {
+        decide.PAIRED: f"n={d.n[0]} pairs",
+        decide.WINDOW: f"against the last {d.n[1]} checks",
+    }.get(d.method, f"n={d.n[0]} and {d.n[1]}")
+    if d.low is None:
+        return f"{shown}, ratio {d.ratio:.3f} (no interval yet, {n})"
+    high = "unbounded" if d.high is None else f"{d.high:.3f}"
+    ratio = f"ratio {d.ratio:.3f} [{d.low:.3f}, {high}] ({d.method}, {n})"
+    tol, twice = f"{100 * tolerance:g}%", f"{200 * tolerance:g}%"
+    if d.outcome == decide.REGRESSED:
+        return (
+            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower, past the {tol} tolerance; "
+            "the whole interval is below 1.000, so slower beyond the noise"
+        )
+    if d.outcome == decide.PASSED:
+        return (
+            f"{shown}, {ratio}: within the {tol} tolerance; the whole interval is above "
+            f"{caught:.3f}, so a {twice} slowdown is ruled out"
+        )
+    if decide.outcome_of(d.ratio, d.low, d.high, tolerance) != decide.UNDECIDED:
+        # clear, but from too few repetitions for the rule to trust the spread
+        need = {
+            decide.PAIRED: f"{decide.MIN_PAIRS} pairs",
+            decide.WINDOW: f"{decide.MIN_PAIRS} past checks",
+        }.get(
+            d.method,
+            f"{decide.MIN_PAIRS} of the study's repetitions and {decide.MIN_BASELINE} of the "
+            "baseline's",
+        )
+        return f"{shown}, {ratio}: too few repetitions to judge; the rule needs {need}"
+    if d.ratio < edge:
+        return (
+            f"{shown}, {ratio}: {100 * (1 - d.ratio):.1f}% slower, past the {tol} "
+            "tolerance, but the interval reaches 1.000: not yet beyond the noise"
+        )
+    return (
+        f"{shown}, {ratio}: within the {tol} tolerance, but the interval reaches "
+        f"{caught:.3f}: a {twice} slowdown is not yet ruled out"
+    )
+
+
+def budget_text(d: decide.Decision, tolerance: float, side: str) -> tuple[int | None, str]:
+    """What would decide an undecided point: (repetitions a side, the words)."""
+    n = decide.repetitions_to_decide(d, tolerance)
+    if n is None and d.reference_se and d.ratio and d.low is not None:
+        return None, (
+            f"no number of the study's repetitions would: the baseline's own mean is known "
+            f"only to ±{100 * decide.critical(d.n[1] - 1) * d.reference_se:.1f}% from its "
+            f"{d.n[1]} repetitions; a baseline with more repetitions would"
+        )
+    if n is None:
+        return None, "at least 3 repetitions a side, to know the spread"
+    return n, f"about {n} {side} would decide it at the spread measured so far (projected)"
+
+
+def judge(
+    p: Point,
+    b: Point,
+    tolerance: float,
+    reference: list[float] | None = None,
+    candidate: list[float] | None = None,
+) -> Verdict:
+    """A matched point: paired when `reference` (and `candidate`) are the values of runs
+    interleaved in this check, else the study's values against the baseline's."""
+    name = point_name(p)
+    slowed = _slowed(p, b)
+    if _failed(p):
+        return Verdict(
+            name,
+            REGRESSED,
+            f"no repetition completed ({', '.join(sorted(set(p.states)))}); the "
+            f"baseline's runs did{slowed}",
+            p,
+            b,
+        )
+    if reference is not None:
+        ours = candidate if candidate is not None else values_of(p)
+        d = decide.paired(ours, reference, tolerance)
+        side, theirs = "pairs", reference
+    else:
+        ours, theirs = values_of(p), values_of(b)
+        if not theirs:
+            return Verdict(name, SKIPPED, "the baseline has no completed repetition of it", p, b)
+        d = decide.independent(ours, theirs, tolerance)
+        side = "repetitions of the study's"
+    if not ours:
+        return Verdict(name, UNDECIDED, f"no completed repetition yet{slowed}", p, b, d)
+    text = describe(d, tolerance, p.unit, (statistics.fmean(ours), statistics.fmean(theirs)))
+    if d.outcome != UNDECIDED:
+        return Verdict(name, d.outcome, text + slowed, p, b, d)
+    needed, words = budget_text(d, tolerance, side)
+    return Verdict(name, UNDECIDED, f"{text}; {words}{slowed}", p, b, d, needed)
+
+
+def check(
+    current: list[Point],
+    baseline: Baseline,
+    tolerance: float,
+    paired: dict[str, tuple[list[float], list[float]]] | None = None,
+) -> list[Verdict]:
+    """A verdict for every point of either side. `paired`: by point name, the values of
+    the study's and the reference's runs interleaved in this check."""
+    pairs, lonely, left = partners(current, baseline.points)
+    out = []
+    for p, b in pairs:
+        got = (paired or {}).get(point_name(p))
+        if paired is not None and got is None:
+            v = Verdict(point_name(p), SKIPPED, "no run of it was interleaved", p, b)
+        elif got is not None:
+            v = judge(p, b, tolerance, reference=got[1], candidate=got[0])
+        else:
+            v = judge(p, b, tolerance)
+        v.seconds = seconds_of(p)
+        out.append(v)
+    out += [
+        Verdict(
+            point_name(p),
+            SKIPPED,
+            f"no such point in the baseline {baseline.name}",
+            p,
+            None,
+            seconds=seconds_of(p),
+        )
+        for p in lonely
+    ]
+    out += [
+        Verdict(point_name(b), SKIPPED, "in the baseline, not measured in this study", None, b)
+        for b in left
+    ]
+    for v in out:
+        v.in_study = v.point is not None
+    return out
+
+
+def check_window(
+    current: list[Point], past: dict[str, list[float]], n: int, tolerance: float, where: str
+) -> list[Verdict]:
+    """Each point against its last `n` checks (`past`: by point name, the series' values,
+    oldest first), Bencher's window: decide.window's prediction interval."""
+    out = []
+    for p in current:
+        name, ours, slowed = point_name(p), values_of(p), _slowed(p)
+        series = past.get(name, [])[-n:]
+        if _failed(p):
+            why = f"no repetition completed ({', '.join(sorted(set(p.states)))})"
+            out.append(Verdict(name, REGRESSED, why + slowed, p, None))
+        elif not series:
+            why = f"no earlier check of it in {where}"
+            out.append(Verdict(name, SKIPPED, why + slowed, p, None))
+        elif not ours:
+            out.append(Verdict(name, UNDECIDED, f"no completed repetition{slowed}", p, None))
+        else:
+            value = statistics.fmean(ours)
+            d = decide.window(value, series, tolerance)
+            assert d.ratio is not None
+            text = describe(d, tolerance, p.unit, (value, value / d.ratio))
+            if d.outcome == UNDECIDED:
+                text += "; " + _window_budget(d, tolerance)
+            out.append(Verdict(name, d.outcome, text + slowed, p, None, d))
+        out[-1].seconds = seconds_of(p)
+    return out
+
+
+def _window_budget(d: decide.Decision, tolerance: float) -> str:
+    if d.spread is None:
+        return f"the window needs at least {decide.MIN_PAIRS} earlier checks"
+    n = d.n[1]
+    steady = (
+        decide.gap(d.ratio or 1, tolerance) / (decide.critical(n - 1) * math.sqrt(1 + 1 / n))
+        if n > 1
+        else 0.0
+    )
+    return (
+        f"the window's checks vary by {100 * d.spread:.1f}% (log sd); it would decide this "
+        f"ratio were they within about {100 * steady:.1f}%, or with more checks in it"
+    )

@@ -1,0 +1,363 @@
+"""`dlscale check` as the engine runs it, for any front end: a study against a baseline (an
+experiment, a bundle, or a window of past checks in the history), the study run first when
+asked (rounds until decided, interleaved with the baseline's repeats), each point judged by
+decide.py's rule, the history's lines and change points, and the outcome's exit status.
+The command line only parses its options into a `Request` and prints the `Outcome`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from ...errors import UserError
+from ...io.outputs import OutputError, writing
+from ...tracking.store import Store
+from . import history, rounds
+from .check import (
+    PASSED,
+    REGRESSED,
+    SKIPPED,
+    STATISTIC,
+    UNDECIDED,
+    Baseline,
+    Verdict,
+    check,
+    check_window,
+    load_baseline,
+    point_name,
+    values_of,
+)
+from .junit import error_xml, junit_xml
+
+NOT_JUDGED = 3  # the exit status of a check that could not judge every point
+ORDER = {REGRESSED: 0, UNDECIDED: 1, SKIPPED: 2, PASSED: 3}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a check was asked: its options, as the command line names them."""
+
+    spec: str
+    baseline: str | None = None
+    window: int | None = None
+    history: str | None = None
+    label: str | None = None
+    tolerance: float = 0.05
+    run: bool = False
+    interleave: bool = False
+    max_repetitions: int = 10
+    max_minutes: float = 10.0
+    backend: str | None = None
+    profile_path: str | None = None
+    partition: str | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """The history a check reads and what it adds: its path, its entries as read, this
+    check's entries (one a point) and the site they are of."""
+
+    path: str
+    kept: history.History
+    entries: list[history.Entry]
+    site: str
+
+
+@dataclass
+class Outcome:
+    """A check's answer: each point's verdict, why the check judged less than everything
+    (None when it judged all), the history's lines it adds and the change points in them,
+    and its exit status (0 every point passed, 1 any regressed, 3 not every point judged)."""
+
+    name: str  # the study's experiment
+    base: Baseline
+    tolerance: float
+    verdicts: list[Verdict]
+    shared: bool  # whether the baseline shares any configuration with the study
+    stopped: str | None = None  # why the runs stopped early (the budget), if they did
+    window: int | None = None
+    record: Record | None = None
+    change_points: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {o: sum(v.outcome == o and v.in_study for v in self.verdicts) for o in ORDER}
+
+    @property
+    def why_not_judged(self) -> str | None:
+        counts = self.counts
+        if not self.shared:
+            return (
+                f"nothing judged: the baseline {self.base.name} shares no configuration with "
+                f"the study {self.name} (framework, model, dataset, scale, batch, precision, "
+                "loader, schedule); give the baseline of this study"
+            )
+        if counts[REGRESSED]:
+            return None
+        if counts[UNDECIDED] or counts[SKIPPED] or not any(v.in_study for v in self.verdicts):
+            return (
+                f"not every point was judged ({counts[UNDECIDED]} undecided, "
+                f"{counts[SKIPPED]} not judged): each says above what would judge it"
+            )
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.counts[REGRESSED] else NOT_JUDGED if self.why_not_judged else 0
+
+    def junit(self, seconds: float) -> bytes:
+        """The JUnit XML of this outcome (`seconds`: how long the check took)."""
+        if not self.shared:
+            return error_xml(self.name, self.why_not_judged or "", seconds)
+        props = {
+            "baseline": self.base.name,
+            "baseline_source": self.base.source,
+            "tolerance": f"{self.tolerance:g}",
+            "statistic": STATISTIC,
+            **({"window": str(self.window)} if self.window else {}),
+            **({"stopped": self.stopped} if self.stopped else {}),
+        }
+        return junit_xml(self.name, self.base.name, self.verdicts, props)
+
+
+def run_check(
+    store: Store,
+    asked: Request,
+    wait: Callable[[Store, Any, list[str]], None],
+    say: Callable[[str], None],
+) -> Outcome:
+    """The check, whole: bad input refused before anything runs (UserError), the study run
+    when asked (`wait` follows its runs, `say` prints each round's line), then judged."""
+    from ...config.spec import load_spec
+    from ...where import backend_for
+    from ..compare import site_of
+
+    if (asked.baseline is None) == (asked.window is None):
+        raise UserError("give --baseline EXPERIMENT|BUNDLE or --window N (with --history), one")
+    if asked.window is not None and asked.history is None:
+        raise UserError("--window N takes its baseline from --history FILE: give that too")
+    if asked.interleave and not asked.run:
+        raise UserError("--interleave repeats the baseline's runs between the study's: give --run")
+    backend = backend_for(asked.backend, asked.profile_path, asked.partition)
+    loaded = load_spec(asked.spec)
+    name = loaded.spec.experiment.name
+    kept = history.read(asked.history) if asked.history else None  # bad lines refused first
+    base = _baseline(store, asked, name)
+    outcome = Outcome(name, base, asked.tolerance, [], shared=True, window=asked.window)
+    if asked.baseline is not None and not shares_a_configuration(loaded, base):
+        outcome.shared = False
+    else:
+        _judge(store, asked, loaded, base, backend, kept, outcome, wait, say)
+    site = site_of(store, name)
+    if asked.history:
+        assert kept is not None
+        entries = _entries(outcome.verdicts, site, asked.label, base.name, name)
+        outcome.record = Record(asked.history, kept, entries, site)
+        outcome.change_points = _change_points(outcome.record, outcome.verdicts, asked.tolerance)
+    return outcome
+
+
+def _baseline(store: Store, asked: Request, name: str) -> Baseline:
+    if asked.baseline is None:
+        return Baseline(f"the last {asked.window} checks", f"history {asked.history}", [])
+    base = load_baseline(store, asked.baseline)
+    if base.name == name:
+        raise UserError(
+            f"--baseline {asked.baseline}: the study itself ({name}); give an earlier "
+            "experiment under another name, or a bundle exported before the change"
+        )
+    if asked.interleave and not base.runnable:
+        raise UserError(
+            f"--baseline {asked.baseline}: --interleave repeats the baseline's runs here, and "
+            f"these were measured elsewhere ({base.source}); drop --interleave to judge "
+            "against their recorded results"
+        )
+    return base
+
+
+def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> None:
+    """The study's points (run first when asked) judged against the baseline or the
+    window, into `outcome`."""
+    from ...tracking import follow
+    from .. import analysis
+    from ..compare import site_of
+
+    name = outcome.name
+    done = None
+    if asked.run:
+        budget = rounds.Budget(asked.max_repetitions, 60 * asked.max_minutes)
+        done = _run(store, loaded, base, asked, backend, budget, wait, say)
+    else:
+        follow.refresh(store)
+    current = analysis.points(store, name)
+    if not any(p.throughput.n for p in current) and done is None:
+        raise UserError(
+            f"{asked.spec}: experiment {name} has no completed run in the store "
+            f"({store.home}); give --run to run it"
+        )
+    if asked.window is not None:
+        assert kept is not None
+        site = site_of(store, name)
+        series = {}
+        for p in current:
+            got = kept.series(site, point_name(p), p.device)
+            series[point_name(p)] = [e.value for e in got if e.value]
+        where = f"--history {asked.history}"
+        outcome.verdicts = check_window(current, series, asked.window, asked.tolerance, where)
+    else:
+        paired = None
+        if done is not None and asked.interleave:
+            names = {rounds.point_id_of(store, p): point_name(p) for p in current if p.run_ids}
+            paired = done.paired(store, names)
+        outcome.verdicts = check(current, base, asked.tolerance, paired)
+    if done is not None:
+        outcome.stopped = done.stopped
+        took = rounds.seconds_by_point(store, done, current)
+        for v in outcome.verdicts:
+            v.seconds = took.get(v.name, v.seconds)
+            why = done.not_baseline.get(v.name)
+            if why is not None:
+                v.outcome, v.why = SKIPPED, why
+
+
+def shares_a_configuration(loaded, base: Baseline) -> bool:
+    """Whether any configuration of the study is one of the baseline's (before any run)."""
+    from ...launching.plan import plan
+    from ..compare import MATCH_FIELDS, match_key
+
+    have = {match_key(b) for b in base.points}
+    for r in plan(loaded).runs:
+        key = tuple(
+            r.training.get("lr_schedule") if f == "lr_schedule" else getattr(r, f)
+            for f in MATCH_FIELDS
+        )
+        if key in have:
+            return True
+    return False
+
+
+def _run(store, loaded, base, asked, backend, budget, wait, say) -> rounds.Rounds:
+    """The study's runs: one round against a window, else rounds until decided."""
+    from ... import study
+    from ...backends.registry import make_backend
+    from ...config.profile import load_profile
+
+    profile = load_profile(asked.profile_path) if asked.profile_path else None
+    target = make_backend(backend, store, profile, asked.partition)
+
+    def follow_runs(ids: list[str]) -> None:
+        wait(store, target, ids)
+
+    if asked.window is not None:  # the window's spread is between checks: one round is all
+        report = study.submit(store, loaded, target)
+        ids = [r.run_id for r in report.all_runs]
+        follow_runs(ids)
+        return rounds.Rounds(rounds=1, run_ids=ids)
+    return rounds.run_rounds(
+        store,
+        loaded,
+        target,
+        base,
+        asked.tolerance,
+        budget,
+        asked.interleave,
+        follow_runs,
+        lambda name: make_backend(name, store),
+        say,
+    )
+
+
+def _entries(
+    verdicts: list[Verdict], site: str, label: str | None, reference: str, experiment: str
+) -> list[history.Entry]:
+    """This check's lines of the history, one a point (written by `write_records`)."""
+    date = history.now()
+    entries = []
+    for v in verdicts:
+        p = v.point
+        if p is None:
+            continue
+        values = values_of(p)
+        d = v.decision
+        entries.append(
+            history.Entry(
+                date=date,
+                label=label or date,
+                site=site,
+                experiment=experiment,
+                point=v.name,
+                device=p.device,
+                unit=p.unit,
+                statistic=STATISTIC,
+                values=values,
+                value=fmean(values) if values else None,
+                outcome=v.outcome,
+                reference=reference,
+                ratio=d.ratio if d else None,
+                low=d.low if d else None,
+                high=d.high if d else None,
+                test_slowdown=p.test_slowdown,
+            )
+        )
+    return entries
+
+
+def _change_points(record: Record, verdicts: list[Verdict], tolerance: float) -> list[str]:
+    """Change points over each point's history at this site (this check's lines included,
+    as they will be written), among its last WINDOW checks: bounded work, whatever the
+    history's length."""
+    from .changepoints import WINDOW, NoChangePointLibrary, change_points
+
+    by_key: dict[tuple, list] = {}  # each point's series, the history read once
+    for e in [*record.kept.entries, *record.entries]:
+        if e.value:
+            by_key.setdefault(e.key, []).append(e)
+    lines = []
+    for v in verdicts:
+        if v.point is None:
+            continue
+        series = by_key.get((record.site, v.name, v.point.device), [])
+        values = [e.value for e in series]
+        try:
+            found = change_points(values, tolerance)
+        except NoChangePointLibrary as exc:
+            return [f"change points: not computed: {exc}"]
+        searched = f", the last {WINDOW} searched" if len(values) > WINDOW else ""
+        for c in found:
+            at = series[c.index]
+            lines.append(
+                f"change point in the history of {v.name}: at {at.label} ({at.date}, check "
+                f"{c.index + 1} of {len(values)}{searched}): {c.before:,.1f} -> "
+                f"{c.after:,.1f} {v.point.unit}/s ({100 * c.change:+.1f}%, Welch p={c.p:.2g})"
+            )
+    return lines
+
+
+def write_records(junit: str | None, data: bytes | None, record: Record | None) -> str | None:
+    """The verdict's records as one whole: the JUnit file is written under a temporary
+    name, the history's lines appended (whole, after a missing final newline is
+    repaired), then the JUnit file renamed into place. A failure before the lines are
+    appended leaves neither (OutputError: nothing was written, exit 2); once they are there
+    the verdict stands, even if the JUnit file cannot take its place: then the returned
+    line says so (None when all was written)."""
+    if junit is None or data is None:
+        if record is not None:
+            history.append(record.path, record.entries)
+        return None
+    appended = False
+    try:
+        with writing(junit, "--junit") as fh:
+            fh.write(data)
+            fh.flush()  # on the disk before the lines: a disk too full for it stops here
+            os.fsync(fh.fileno())
+            if record is not None:
+                history.append(record.path, record.entries)
+                appended = True
+    except OutputError as exc:
+        if not appended or record is None:
+            raise
+        return f"{exc}; the history's lines were added to {record.path}: the verdict above stands"
+    return None
