@@ -14,6 +14,12 @@ from pathlib import Path
 
 import pytest
 
+# Piped output is laid out for COLUMNS when it is set (engine/cli/console.py); CI's shell
+# set COLUMNS=80, which wrapped and narrowed what tests read. Tests that need a width say
+# so (tests/test_tables_fit.py); the rest read the piped default.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,6 +2,7 @@
 
 import ast
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -282,3 +283,20 @@ def test_a_submission_goes_down_from_the_backend_and_never_back_up():
         names = {name for path, name in imported_modules(slurm) if path.endswith(f"/{leaf}")}
         looked_back = sorted(n for n in names if any(b in n for b in backends))
         assert looked_back == [], f"{leaf} imports {looked_back}"
+
+
+def test_the_python_the_scripts_run_still_imports():
+    """scripts/ hold small `python -c '...'` programs the module moves cannot see: one that
+    imported a moved module stopped CI's framework environments from building."""
+    snippets = [
+        (path.name, m.group(1))
+        for path in sorted((REPO / "scripts").iterdir())
+        if path.is_file()
+        for m in re.finditer(r"python3? -c '([^']*)'", path.read_text())
+    ]
+    assert len(snippets) >= 3
+    for name, code in snippets:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, (name, code, proc.stderr[-2000:])

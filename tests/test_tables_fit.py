@@ -75,7 +75,10 @@ def test_status_keeps_the_run_its_state_and_throughput(study, monkeypatch, width
     text = shown(study, monkeypatch, width, "status", "--all")
     lines = text.splitlines()
     head = next(line for line in lines if line.startswith("run "))
-    for column in ("run", "model", "scale", "state", "images/s"):
+    # the job id too: it is what scontrol, sacct and a support desk ask for; the one model
+    # is said once above the table
+    assert "model resnet20" in lines[0], lines[0]
+    for column in ("run", "scale", "state", "images/s", "job"):
         assert column in head.split(), (width, head)
     fixed = [
         line.rsplit("  ", 1)[0] for line in lines[1:] if line and line[0] in "0123456789abcdef"

@@ -271,8 +271,9 @@ def results_json(rows: Sequence[ResultRow]) -> str:
 
 
 # `dlscale status`'s columns, the first to go on a narrow terminal first: what a glance at
-# the queue needs (run, model, scale, repetition, state, throughput, the reason) stays.
-STATUS_DROPPED_FIRST = ("nodes", "batch", "experiment", "job", "framework", "elapsed", "axes")
+# the queue needs (run, model, scale, repetition, state, throughput, the reason) stays, and
+# the job id goes late: it is what scontrol, sacct and a site's support desk ask for.
+STATUS_DROPPED_FIRST = ("nodes", "batch", "experiment", "framework", "elapsed", "job", "axes")
 
 
 def status_table(queue: list, width: int = 10_000) -> str:
@@ -289,7 +290,7 @@ def status_table(queue: list, width: int = 10_000) -> str:
     # the axes column only where a declared framework's run has axes of its own
     keep = [i for i, n in enumerate(names) if n != "axes" or any(q.axes for q in queue)]
     said = []
-    for n in ("experiment", "framework"):
+    for n in ("experiment", "framework", "model"):
         i = names.index(n)
         values = {r[i] for r in cells}
         if len(cells) > 1 and len(values) == 1:
