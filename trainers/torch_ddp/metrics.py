@@ -77,8 +77,7 @@ def peak_memory(run: TorchRun) -> tuple[int | None, str]:
             "torch.cuda.max_memory_allocated: the most tensors held on the device at once"
         )
     return memory.peak_rss_bytes(), (
-        "VmHWM: the rank process's peak resident set, the interpreter and its libraries "
-        "included"
+        "VmHWM: the rank process's peak resident set, the interpreter and its libraries included"
     )
 
 
