@@ -13,7 +13,7 @@ from dlscale.tui.app import DlscaleApp, help_text
 from dlscale.tui.dialogs import ConfirmScreen, HelpScreen
 from dlscale.tui.results import METRICS
 from dlscale.tui.widgets import Plain
-from test_tui import until
+from test_tui import answer, until
 from tui_text import recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -75,7 +75,7 @@ async def test_a_long_question_and_the_help_are_never_cut_off(home):
             assert at >= 0, (word, shown)
             at += len(word)
         assert "ends here." in shown
-        await pilot.press("n")
+        await answer(pilot, "n")
         app.push_screen(HelpScreen(help_text()))
         await pilot.pause(0.3)
         shown = str(app.screen.query_one(Plain).render())

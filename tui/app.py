@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import click
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
@@ -36,6 +36,7 @@ from .jobtable import JobTable
 from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
 from .results import METRICS, PointTable, ResultsScreen
+from .typeahead import KeyHandled, TypeAhead
 
 
 class DlscaleApp(App):
@@ -103,8 +104,25 @@ class DlscaleApp(App):
         self._where = session.where  # the header: where runs go, and what is followed
         self._following: tuple[str, ...] = ()
         self._counts = ""
+        # Every key waits for the one before it to be handled (tui/typeahead.py).
+        self.typeahead = TypeAhead(self, self.deliver_input)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key | events.Paste) and not event.is_forwarded:
+            await self.typeahead.take(event)
+        else:
+            await super().on_event(event)
+
+    async def deliver_input(self, event: events.Key | events.Paste) -> None:
+        """Textual's own handling of a key or a paste: the app's priority bindings, else
+        the focused widget (the key then comes back up through the bindings)."""
+        await super().on_event(event)
+
+    def on_typeahead_key_handled(self, message: KeyHandled) -> None:
+        self.typeahead.handled(message)
 
     def on_mount(self) -> None:
+        self.typeahead.start()
         self.sub_title = self._where
         self.set_interval(1.0, self.show_waiting)
         if self._watch:

@@ -127,7 +127,8 @@ class BuildScreen(AppScreen):
             self.fill(self.data)
             if self.app.experiment:  # reopened on a study: the form shows it, not defaults
                 self._find_study(self.app.experiment)
-        self.query_one("#name", Input).focus()
+        # A list, not a text field: the keys are commands until a field is chosen (q quits).
+        self.query_one("#frameworks", SelectionList).focus()
         # Completed runs change what the preview says ("7 to run"): check it again.
         self.watch(self.app, "snapshot", self._snapshot_changed, init=False)
 

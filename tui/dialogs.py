@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -11,8 +10,11 @@ from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
-from ..engine.session import RunDetail
+from ..engine.session import RunDetail, Session
 from .columns import widest
+from .errors import describe
+from .messages import Compared, DetailFound, EngineFailed
+from .typeahead import Question
 from .widgets import Plain, TextField, literal_cell, shown_path
 
 
@@ -41,7 +43,10 @@ class HelpScreen(Dialog[None]):
         self.dismiss(None)
 
 
-class ConfirmScreen(Dialog[bool]):
+class ConfirmScreen(Dialog[bool], Question):
+    """A yes/no question whose yes does something (cancel, resubmit): No has the focus,
+    and only keys typed once the question is on screen answer it (tui/typeahead.py)."""
+
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
     def __init__(self, question: str) -> None:
@@ -54,9 +59,15 @@ class ConfirmScreen(Dialog[bool]):
             with Horizontal(classes="buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no")
+            yield Plain("", id="early", classes="hint")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
+
+    def early_key(self, event: object) -> None:
+        self.query_one("#early", Plain).update(
+            "keys typed before this question was shown are ignored: y yes, n or escape no"
+        )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -90,7 +101,8 @@ class PathScreen(Dialog[str | None]):
 class DetailScreen(Dialog[str | None]):
     """One run in full: its whole reason, where its files are, its job and the versions
     its env record names. y copies the job id, Y the run id; l closes it on the run's log
-    (dismissed with "log"); escape closes."""
+    (dismissed with "log"); escape closes. Open at once (the keys typed after i are its),
+    it reads the run from the store in a worker."""
 
     BINDINGS = [
         Binding("escape,q,i", "dismiss", "Close", tooltip="close the run's detail"),
@@ -99,12 +111,30 @@ class DetailScreen(Dialog[str | None]):
         Binding("l", "log", "Log", tooltip="close, and follow the run's log"),
     ]
 
-    def __init__(self, detail: RunDetail) -> None:
+    def __init__(self, session: Session, run_id: str) -> None:
         super().__init__()
-        self.detail = detail
+        self.session, self.run_id = session, run_id
+        self.detail: RunDetail | None = None
 
     def compose(self) -> ComposeResult:
-        d = self.detail
+        with VerticalScroll(id="detail", classes="dialog"):
+            yield Plain(f"run {self.run_id}: reading it...", id="detail-text")
+
+    def on_mount(self) -> None:
+        self._read(self.run_id)
+
+    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
+    def _read(self, run_id: str) -> None:
+        try:
+            detail = self.session.run_detail(run_id)
+        except Exception as exc:
+            self.post_message(EngineFailed("reading the run", describe(exc)))
+            return
+        self.post_message(DetailFound(detail))
+
+    def on_detail_found(self, message: DetailFound) -> None:
+        message.stop()
+        self.detail = d = message.detail
         lines = [
             f"run {d.run_id}: {d.label}",
             f"state      {d.state}",
@@ -121,11 +151,11 @@ class DetailScreen(Dialog[str | None]):
         if d.reason:
             lines += ["", "reason:", d.reason]
         lines += ["", "y: copy the job id   Y: the run id   l: its log   escape: close"]
-        with VerticalScroll(id="detail", classes="dialog"):
-            yield Plain("\n".join(lines))
+        self.query_one("#detail-text", Plain).update("\n".join(lines))
 
     def action_copy(self, what: str) -> None:
-        value = self.detail.job_id if what == "job" else self.detail.run_id
+        d = self.detail
+        value = (d.job_id if what == "job" else d.run_id) if d else None
         if value:
             self.app.copy_to_clipboard(value)
             self.app.notify(f"copied {what} id {value}")
@@ -164,16 +194,38 @@ class CompareScreen(Dialog[None]):
     """Two experiments side by side (`dlscale compare A B`): each matched point's
     throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
     of each and what differs in their environments; points without a partner listed under
-    it. Escape closes."""
+    it. Open at once (the keys typed after c are its), filled by its worker. Escape
+    closes."""
 
     BINDINGS = [Binding("escape,q,c", "dismiss", "Close")]
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, session: Session, a: str, b: str) -> None:
         super().__init__()
-        self.data = data
+        self.session, self.a, self.b = session, a, b
 
     def compose(self) -> ComposeResult:
-        rows = compare_table.comparison_rows(self.data)
+        with Vertical(id="compare", classes="dialog"):
+            yield Plain(f"comparing {self.a} with {self.b}...", id="compare-title")
+            yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
+            yield Plain("escape: close", id="compare-notes")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).focus()
+        self._compare(self.a, self.b)
+
+    @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
+    def _compare(self, a: str, b: str) -> None:
+        try:
+            data = self.session.side_by_side(a, b)
+        except Exception as exc:
+            self.post_message(EngineFailed("comparing", describe(exc)))
+            return
+        self.post_message(Compared(data))
+
+    def on_compared(self, message: Compared) -> None:
+        message.stop()
+        self.data = data = message.data
+        rows = compare_table.comparison_rows(data)
         names = [name for name, _ in compare_table.COLUMNS]
         # A column with one value in every row goes, named in the title: at 80 columns
         # that is the room the ratio B/A needs to be seen without scrolling.
@@ -184,22 +236,15 @@ class CompareScreen(Dialog[None]):
         }
         self.columns = [i for i in range(len(names)) if i not in same]
         self.rows = rows
-        title = compare_table.title(self.data)
+        title = compare_table.title(data)
         if same:
             title += "\nall " + ", ".join(f"{names[i]} {v}" for i, v in same.items())
-        with Vertical(id="compare", classes="dialog"):
-            yield Plain(title)
-            yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
-            yield Plain(
-                "\n".join(
-                    [
-                        *compare_table.comparison_notes(self.data),
-                        "left/right: more columns   escape: close",
-                    ]
-                )
+        self.query_one("#compare-title", Plain).update(title)
+        self.query_one("#compare-notes", Plain).update(
+            "\n".join(
+                [*compare_table.comparison_notes(data), "left/right: more columns   escape: close"]
             )
-
-    def on_mount(self) -> None:
+        )
         table = self.query_one(DataTable)
         for i in self.columns:
             name = compare_table.COLUMNS[i][0]
@@ -207,7 +252,6 @@ class CompareScreen(Dialog[None]):
             table.add_column(name, key=name, width=width)
         for cells in self.rows:
             table.add_row(*(literal_cell(cells[i]) for i in self.columns))
-        table.focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -39,6 +39,14 @@ class LogTail(Vertical):
         yield LogView(max_lines=KEEP_LINES, id="log-lines")
         yield TextField(placeholder="search the log (enter: find, escape: close)", id="log-search")
 
+    def opening(self, note: str) -> None:
+        """Shown now, empty, saying `note`, until `open` is given the log."""
+        self.close()
+        self.title = ""
+        self.query_one(LogView).clear()
+        self._status(note)
+        self.display = True
+
     def open(self, path: Path, title: str) -> None:
         self._serial += 1
         self.path, self.title = path, title

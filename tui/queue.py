@@ -16,7 +16,7 @@ from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
 from .jobtable import QUEUE_COLUMNS, SORTS, JobTable
 from .logtail import LogTail
-from .messages import DetailFound, EngineFailed, JobActed, LogFound
+from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
 from .widgets import Banner, Plain, TextField
 
@@ -183,28 +183,15 @@ class QueueScreen(AppScreen):
 
     def action_detail(self) -> None:
         run_id = self.query_one(JobTable).selected_run()
-        if run_id is not None:
-            self._find_detail(run_id)
-
-    @work(thread=True, exclusive=True, group="lookup", exit_on_error=False)
-    def _find_detail(self, run_id: str) -> None:
-        try:
-            detail = self.app.session.run_detail(run_id)
-        except Exception as exc:
-            self.post_message(EngineFailed("reading the run", describe(exc)))
+        if run_id is None:
             return
-        if not get_current_worker().is_cancelled:
-            self.post_message(DetailFound(detail))
-
-    def on_detail_found(self, message: DetailFound) -> None:
-        message.stop()
-        run_id = message.detail.run_id
 
         def closed(then: str | None) -> None:
             if then == "log":  # l in the detail: its log, below the table
-                self._open_log(run_id)
+                self._show_log(run_id)
 
-        self.app.push_screen(DetailScreen(message.detail), closed)
+        # Open now, filled by its worker: the keys typed after i are the detail's.
+        self.app.push_screen(DetailScreen(self.app.session, run_id), closed)
 
     def action_copy_job(self) -> None:
         row = self.query_one(JobTable).selected_row()
@@ -238,8 +225,14 @@ class QueueScreen(AppScreen):
 
     def action_open_log(self) -> None:
         run_id = self.query_one(JobTable).selected_run()
-        if run_id is None:
-            return
+        if run_id is not None:
+            self._show_log(run_id)
+
+    def _show_log(self, run_id: str) -> None:
+        """The log panel at once (what `/` and escape do depends on it), filled once the
+        worker has found the log."""
+        self.query_one(LogTail).opening(f"run {run_id}: finding its log...")
+        self.refresh_bindings()
         self._open_log(run_id)
 
     @work(thread=True, exclusive=True, group="lookup", exit_on_error=False)
@@ -257,9 +250,8 @@ class QueueScreen(AppScreen):
     def on_log_found(self, message: LogFound) -> None:
         message.stop()
         log = self.query_one(LogTail)
-        log.display = True
-        log.open(message.path, message.title)
-        self.refresh_bindings()
+        if log.display:  # not closed meanwhile
+            log.open(message.path, message.title)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("sort", "wrap"):
@@ -280,7 +272,7 @@ class QueueScreen(AppScreen):
         """`/` searches the open log; with no log open it filters the table, so the letters
         typed after it go into a field and never act as commands."""
         log = self.query_one(LogTail)
-        if log.path is not None and log.display:
+        if log.display:
             log.start_search()
             return
         box = self.query_one("#queue-filter", TextField)

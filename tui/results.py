@@ -25,7 +25,7 @@ from . import keys
 from .columns import fit, widest
 from .dialogs import CompareScreen, TextScreen
 from .errors import describe
-from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
 from .points import (
     FROZEN,
     HIDEABLE,
@@ -403,20 +403,7 @@ class ResultsScreen(AppScreen):
             return
         at = names.index(here) if here in names else -1
         other = next(n for n in names[at + 1 :] + names[: at + 1] if n != here)
-        self._compare(here, other)
-
-    @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
-    def _compare(self, a: str, b: str) -> None:
-        try:
-            data = self.app.session.side_by_side(a, b)
-        except Exception as exc:
-            self.post_message(EngineFailed("comparing", describe(exc)))
-            return
-        self.post_message(Compared(data))
-
-    def on_compared(self, message: Compared) -> None:
-        message.stop()
-        self.app.push_screen(CompareScreen(message.data))
+        self.app.push_screen(CompareScreen(self.app.session, here, other))
 
     def action_write_report(self) -> None:
         self.notify("writing the report (tables, figures, MLLOG files)...")
