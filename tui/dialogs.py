@@ -65,9 +65,9 @@ class ConfirmScreen(Dialog[bool], Question):
         self.query_one("#no", Button).focus()
 
     def early_key(self, event: object) -> None:
-        self.query_one("#early", Plain).update(
-            "keys typed before this question was shown are ignored: y yes, n or escape no"
-        )
+        early = self.query_one("#early", Plain)
+        early.update("keys typed before this question was shown are ignored: y yes, n or escape no")
+        early.display = True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
