@@ -36,6 +36,7 @@ from .jobtable import JobTable
 from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
 from .results import METRICS, PointTable, ResultsScreen
+from .submit import Submission
 from .typeahead import KeyHandled, TypeAhead
 
 
@@ -84,6 +85,7 @@ class DlscaleApp(App):
     warning: reactive[str | None] = reactive(None)  # controller unreachable: why
     waiting: reactive[str | None] = reactive(None)  # a Slurm command slow to answer: which
     experiment: reactive[str | None] = reactive(None)  # the study the screens show
+    submission: var[Submission | None] = var(None)  # a submission under way (tui/submit.py)
 
     def __init__(
         self,

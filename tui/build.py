@@ -429,7 +429,8 @@ class BuildScreen(AppScreen):
             )
             return
         path = self._spec_name(data)
-        button.submit(data, path, saved=path == self.loaded_from, runs=p.to_run)
+        assert p.loaded is not None  # p.ok
+        button.submit(data, path, saved=path == self.loaded_from, runs=p.to_run, loaded=p.loaded)
 
     def preview_stale(self, data: dict[str, Any]) -> bool:
         return (

@@ -37,6 +37,7 @@ STATE_STYLE: dict[str, str] = {  # by state; a State is its string
     State.CANCELLED: "magenta",
     State.PLANNED: "bold yellow",
     State.SUBMITTING: "italic yellow",
+    "SUBMITTED": "italic yellow",
     State.WAITING: "yellow",
 }  # for room in the queue: a later wave submits it
 
@@ -89,9 +90,12 @@ _HIDEABLE = {
     "nodes": "nodes",
     "elapsed": "elapsed_s",
 }
+# A job handed to Slurm that no answer of Slurm's has named yet: shown so, never PENDING
+# (which only Slurm can say). A state of the screen's, not of the store's.
+UNSEEN, UNSEEN_WHY = "SUBMITTED", "not yet seen by Slurm"
 # What needs watching first: running, then waiting to run, then finished (newest first).
 _RUNNING = (State.RUNNING, State.SUBMITTING)
-_QUEUED = (State.PENDING, State.WAITING, State.PLANNED)
+_QUEUED = (State.PENDING, State.WAITING, State.PLANNED, UNSEEN)
 
 
 def cell_markup(col: int, text: str, state: str) -> str:
@@ -119,7 +123,8 @@ def _newest_first(key: tuple) -> tuple:
 
 
 _GROUP_OF_CELL = {
-    cell_markup(_STATE, s, s): 0 if s in _RUNNING else 1 if s in _QUEUED else 2 for s in State
+    cell_markup(_STATE, s, s): 0 if s in _RUNNING else 1 if s in _QUEUED else 2
+    for s in (*State, UNSEEN)
 }
 
 

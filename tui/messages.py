@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.message import Message
 
-from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
+from ..engine.session import FrameworkChoice, Preview, QueueRow, RunDetail, Snapshot
 
 
 @dataclass
@@ -74,6 +74,14 @@ class Submitted(Message):
 
     report: Any
     spec_path: str
+
+
+@dataclass
+class SubmitPlanned(Message):
+    """The runs a submission under way will store, as rows SUBMITTING (the Queue shows
+    them before Slurm has answered)."""
+
+    rows: list[QueueRow]
 
 
 @dataclass

@@ -4,17 +4,19 @@ watcher: the screen watches the app's snapshot and shows each new one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
-from ..engine.session import QueueRow, Snapshot, State, run_label
+from ..engine.session import QueueRow, State, run_label
 from . import keys
 from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
-from .jobtable import QUEUE_COLUMNS, SORTS, JobTable
+from .jobtable import QUEUE_COLUMNS, SORTS, UNSEEN, UNSEEN_WHY, JobTable
 from .logtail import LogTail
 from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
@@ -27,6 +29,27 @@ SORT_WORDS = {
     "throughput": "throughput, the fastest first",
 }
 LISTED = 8  # the runs a question about several names, one a line; the rest are counted
+
+
+def shown_rows(app) -> list[QueueRow]:
+    """The study's rows as the Queue shows them: a job Slurm has not named yet as
+    SUBMITTED, not yet seen by Slurm; and while a submission is under way, its runs the
+    store does not hold yet, as SUBMITTING."""
+    snap, submission = app.snapshot, app.submission
+    rows: list[QueueRow] = []
+    if snap is not None:  # the app keeps only its experiment's (on_queue_refreshed)
+        rows = [
+            replace(r, state=UNSEEN, reason=UNSEEN_WHY)
+            if r.run_id in snap.unseen and r.state == State.PENDING
+            else r
+            for r in snap.rows
+        ]
+    if submission is not None and submission.experiment == app.experiment:
+        if snap is not None and snap.experiment != app.experiment:
+            rows = []  # the study left: its rows are not the submission's
+        have = {r.run_id for r in rows}
+        rows += [r for r in submission.rows if r.run_id not in have]
+    return rows
 
 
 def row_words(r: QueueRow) -> str:
@@ -136,31 +159,40 @@ class QueueScreen(AppScreen):
     def on_mount(self) -> None:
         self.query_one("#log").display = False
         self.query_one("#queue-summary", Plain).update("reading the queue...")
+        self.rows: dict[str, QueueRow] = {}  # as shown, by run id
         self.watch(self.app, "snapshot", self.show_snapshot)
+        self.watch(self.app, "submission", self.show_snapshot, init=False)
         # The table, not the filter field above it (hidden until /): keys are commands here.
         self.query_one(JobTable).focus()
 
-    def show_snapshot(self, snap: Snapshot | None) -> None:
-        if snap is None or not self.query(JobTable):
-            return  # no tick yet, or one that lands while the app quits and the screen goes
-        table = self.query_one(JobTable)
-        table.show_rows(snap.rows)
+    def show_snapshot(self, _: object = None) -> None:
+        if not self.query(JobTable):
+            return  # one that lands while the app quits and the screen goes
+        rows = shown_rows(self.app)
+        if self.app.snapshot is None and not rows:
+            return  # no tick yet
+        self.rows = {r.run_id: r for r in rows}
+        self.query_one(JobTable).show_rows(rows)
         self._summarise()
 
     def _summarise(self) -> None:
-        snap = self.app.snapshot
-        if snap is None:
+        snap, submission = self.app.snapshot, self.app.submission
+        if snap is None and submission is None:
             return
         table = self.query_one(JobTable)
-        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
-        exp = snap.experiment or "all experiments"
-        more = f"  (e: {len(snap.experiments)} experiments)" if len(snap.experiments) > 1 else ""
+        tally: dict[str, int] = {}
+        for r in self.rows.values():
+            tally[r.state] = tally.get(r.state, 0) + 1
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(tally.items()))
+        exp = (snap.experiment if snap else self.app.experiment) or "all experiments"
+        known = snap.experiments if snap else []
+        more = f"  (e: {len(known)} experiments)" if len(known) > 1 else ""
         hint = (
             "enter: the run in full, l: its log"
-            if snap.rows
+            if self.rows
             else "no runs yet: build a study on the Build screen (F2)"
         )
-        planned = snap.counts.get(State.PLANNED, 0)
+        planned = tally.get(State.PLANNED, 0)
         if planned:  # stored but not handed to the scheduler: the reason column says why
             hint = (
                 f"{planned} not submitted (the reason says why): ctrl+r on Build (F2) "
@@ -174,6 +206,8 @@ class QueueScreen(AppScreen):
             hint = f"{table.row_count} shown matching {table.filter_text!r} (/ to change)"
         if self.marked:
             hint = f"{len(self.marked)} chosen (space): c and s act on them; {hint}"
+        if submission is not None and submission.experiment == self.app.experiment:
+            hint = submission.doing()
         # Two lines, each cut at the screen's edge: what the study is at, then how to read it.
         self.query_one("#queue-summary", Plain).update(
             f"{exp}: {counts or 'no runs'}{more}\n{hint}"
@@ -349,10 +383,13 @@ class QueueScreen(AppScreen):
     def _chosen(self) -> list[QueueRow]:
         table = self.query_one(JobTable)
         if self.marked:  # in the order the table shows them
-            chosen = [r for r in self.marked if r in table.shown]
-            return [table.shown[r] for r in sorted(chosen, key=table.get_row_index)]
-        row = table.selected_row()
-        return [row] if row else []
+            ids = sorted((r for r in self.marked if r in table.shown), key=table.get_row_index)
+        else:
+            row = table.selected_row()
+            ids = [row.run_id] if row else []
+        # as the store has them (a run shown SUBMITTED is PENDING there, and can be cancelled)
+        actual = {r.run_id: r for r in (self.app.snapshot.rows if self.app.snapshot else [])}
+        return [actual.get(i) or table.shown[i] for i in ids]
 
     def _confirm(self, what: str) -> None:
         rows = self._chosen()
