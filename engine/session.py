@@ -42,6 +42,7 @@ from .paths import RunPaths
 from .results import analysis, charts
 from .results.efficiency import is_comm
 from .results.points import unit_and_axes
+from .results.projection import PROJECTED
 from .runs import ACTIVE, RunRow, State
 from .submitting import SubmitStep as SubmitStep
 from .tracking import follow, logs, queue
@@ -56,6 +57,15 @@ from .where import backend_for, check_home
 from .where import given_as as given_as
 
 
+def not_projected(family: dict[str, Any]) -> str:
+    """Why a family has no projection, in `dlscale project`'s words."""
+    why = family.get("why") or next(
+        (r["why"] for r in family["rows"] if r["kind"] == PROJECTED and "why" in r),
+        "nothing past the measured scales",
+    )
+    return f"{family['family']}: not projected: {why}"
+
+
 @dataclass(frozen=True)
 class FrameworkChoice:
     name: str
@@ -68,12 +78,13 @@ class Preview:
     """What submitting the form would do, shown before the user commits to it."""
 
     runs: int = 0
-    to_run: int = 0  # not completed in the store already
+    to_run: int = 0  # neither completed nor queued or running in the store already
     device_runs: int = 0  # sum of devices over the runs still to run
     estimate: str = ""  # from completed runs of the same setup, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
+    active: int = 0  # queued, running or being submitted already: not submitted again
 
     @property
     def ok(self) -> bool:
@@ -302,11 +313,11 @@ class Session:
             study.check_plan(loaded, p, self.target, self.home)
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
-        done = {
-            r["run_id"]
-            for r in self.store.runs(loaded.spec.experiment.name, states=(State.COMPLETED,))
-        }
-        todo = [r for r in p.runs if r.run_id not in done]
+        state = {r["run_id"]: r["state"] for r in self.store.runs(loaded.spec.experiment.name)}
+        # Queued, running or being submitted: submitting again leaves them as they are.
+        busy = (*ACTIVE, State.SUBMITTING, State.WAITING)
+        active = sum(1 for r in p.runs if state.get(r.run_id) in busy)
+        todo = [r for r in p.runs if state.get(r.run_id) not in (State.COMPLETED, *busy)]
         secs = self.target.time_limit_s()
         limit = sum(r.devices for r in todo) * secs / 3600 if secs else None
         return Preview(
@@ -317,6 +328,7 @@ class Session:
             limit,
             tuple(refusals),
             loaded,
+            active,
         )
 
     def study_spec(self, experiment: str) -> str | None:
@@ -513,9 +525,11 @@ class Session:
             or reporting.pick_experiment(self.store, experiment)["name"]
         )
         families, _, _ = projection.study_reach(self.store, name)
-        chart = charts.projection_chart(
-            projection.chart_series(families, metric), metric, width, height, color=True
-        )
+        drawn = projection.chart_series(families, metric)
+        if any(s["projected"] for s in drawn):
+            chart = charts.projection_chart(drawn, metric, width, height, color=True)
+        else:  # nothing to draw past the measured: why, a line a family, as `dlscale project`
+            chart = "\n".join(not_projected(f) for f in families) or "nothing to project"
         checks = sorted((held_out_line(f) for f in families), key=lambda c: not c[1])
         return chart, [("MISSED: " if missed else "") + line for line, missed in checks]
 

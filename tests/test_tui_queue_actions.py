@@ -55,7 +55,8 @@ def _study(home) -> tuple[str, dict[str, str]]:
 
 
 def _notes(app) -> list[str]:
-    return [n.message for n in app._notifications]
+    """What the app said: on the status line, and any toast (tui/app.py)."""
+    return [text for _, text in app.messages]
 
 
 async def _queue(pilot, app, n):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,7 +13,8 @@ from textual.widgets import Button, DataTable, Input, Label
 
 from ..engine.results import compare_table
 from ..engine.session import RunDetail, Session
-from .columns import widest
+from . import keys
+from .columns import fit, widest
 from .errors import describe
 from .messages import Compared, DetailFound, EngineFailed
 from .typeahead import Question
@@ -31,13 +34,20 @@ class HelpScreen(Dialog[None]):
 
     BINDINGS = [Binding("escape,q,f1,question_mark", "dismiss", "Close", tooltip="close")]
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: Callable[[int], str]) -> None:
         super().__init__()
-        self.text = text
+        self.text = text  # the help, wrapped to a width
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Plain(self.text)
+            yield Plain(id="help-text")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.on_resize)
+
+    def on_resize(self) -> None:
+        box = self.query_one("#help", VerticalScroll)
+        self.query_one("#help-text", Plain).update(self.text(max(30, box.size.width - 3)))
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)
@@ -188,26 +198,52 @@ class TextScreen(Dialog[None]):
 
 
 _SAME_NAMED = ("model", "framework", "batch/dev")  # said once when every row has the same
+# The comparison's columns, the most important first: at 80 columns the ratio B/A and its
+# interval are never cut, and the columns that do not fit go (the selected pair's are said
+# under the table; enter shows the pair in full).
+_COMPARE_PRIORITY = (
+    "scale",
+    "B/A [95% interval]",
+    "model",
+    "p (different?)",
+    "A images/s ± CI95",
+    "B images/s ± CI95",
+    "framework",
+    "batch/dev",
+    "speedup A / B",
+    "efficiency A / B",
+    "env differences",
+)
+
+
+class CompareTable(DataTable):
+    """The matched pairs: enter shows the selected one in full."""
+
+    BINDINGS = [keys.enter_shows("the selected pair in full"), *keys.moves("pair")]
 
 
 class CompareScreen(Dialog[None]):
-    """Two experiments side by side (`dlscale compare A B`): each matched point's
-    throughput with CI95, the ratio B/A with its interval, the test, speedup and efficiency
-    of each and what differs in their environments; points without a partner listed under
-    it. Open at once (the keys typed after c are its), filled by its worker. Escape
-    closes."""
+    """Two experiments side by side (`dlscale compare A B`), the whole screen: each matched
+    point's throughput with CI95, the ratio B/A with its interval, the test, speedup and
+    efficiency of each and what differs in their environments; the points without a
+    partner and the methods under it. Open at once (the keys typed after c are its), filled
+    by its worker. Escape closes."""
 
-    BINDINGS = [Binding("escape,q,c", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,q,c", "dismiss", "Close", tooltip="close the comparison")]
 
     def __init__(self, session: Session, a: str, b: str) -> None:
         super().__init__()
         self.session, self.a, self.b = session, a, b
+        self.rows: list[list[str]] = []
+        self.columns: list[int] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="compare", classes="dialog"):
+        with Vertical(id="compare"):
             yield Plain(f"comparing {self.a} with {self.b}...", id="compare-title")
-            yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
-            yield Plain("escape: close", id="compare-notes")
+            yield CompareTable(id="compare-table", zebra_stripes=True, cursor_type="row")
+            yield Plain("", id="compare-pair")
+            with VerticalScroll(id="compare-notes", can_focus=False):
+                yield Plain("escape: close", id="compare-notes-text")
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
@@ -224,34 +260,54 @@ class CompareScreen(Dialog[None]):
 
     def on_compared(self, message: Compared) -> None:
         message.stop()
-        self.data = data = message.data
-        rows = compare_table.comparison_rows(data)
+        data = message.data
+        self.rows = rows = compare_table.comparison_rows(data)
         names = [name for name, _ in compare_table.COLUMNS]
-        # A column with one value in every row goes, named in the title: at 80 columns
-        # that is the room the ratio B/A needs to be seen without scrolling.
+        # A column with one value in every row goes, named in the title.
         same = {
             i: rows[0][i]
             for i, name in enumerate(names)
             if name in _SAME_NAMED and rows and all(r[i] == rows[0][i] for r in rows)
         }
-        self.columns = [i for i in range(len(names)) if i not in same]
-        self.rows = rows
+        widths = {
+            name: widest(name, (cells[i] for cells in rows))  # columns.py
+            for i, name in enumerate(names)
+            if i not in same
+        }
+        shown = set(fit(widths, _COMPARE_PRIORITY, max(20, self.app.size.width - 3)))
+        self.columns = [i for i, name in enumerate(names) if name in shown]
         title = compare_table.title(data)
         if same:
             title += "\nall " + ", ".join(f"{names[i]} {v}" for i, v in same.items())
         self.query_one("#compare-title", Plain).update(title)
-        self.query_one("#compare-notes", Plain).update(
-            "\n".join(
-                [*compare_table.comparison_notes(data), "left/right: more columns   escape: close"]
-            )
+        notes = compare_table.comparison_notes(data)
+        self.query_one("#compare-notes-text", Plain).update(
+            "\n".join([*notes, "enter: a pair in full   escape: close"])
         )
         table = self.query_one(DataTable)
         for i in self.columns:
-            name = compare_table.COLUMNS[i][0]
-            width = widest(name, (str(cells[i]) for cells in self.rows))  # columns.py
-            table.add_column(name, key=name, width=width)
-        for cells in self.rows:
+            table.add_column(names[i], key=names[i], width=widths[names[i]])
+        for cells in rows:
             table.add_row(*(literal_cell(cells[i]) for i in self.columns))
+        if not rows:
+            self.query_one("#compare-pair", Plain).update("no point measured in both")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Under the table, the selected pair's cells that did not fit, one line."""
+        if 0 <= event.cursor_row < len(self.rows):
+            cells = self.rows[event.cursor_row]
+            names = [name for name, _ in compare_table.COLUMNS]
+            rest = [f"{names[i]} {c}" for i, c in enumerate(cells) if i not in self.columns and c]
+            self.query_one("#compare-pair", Plain).update("; ".join(rest))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if 0 <= event.cursor_row < len(self.rows):
+            names = [name for name, _ in compare_table.COLUMNS]
+            cells = self.rows[event.cursor_row]
+            width = max(len(n) for n in names)
+            self.app.push_screen(
+                TextScreen("\n".join(f"{n:<{width}}  {c}" for n, c in zip(names, cells)))
+            )
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

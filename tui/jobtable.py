@@ -25,6 +25,7 @@ from ..engine.session import QUEUE_COLUMNS, QueueRow, State, queue_header
 from ..engine.text import signs
 from . import keys
 from .columns import GAP, fit, stretch_width
+from .rowfilter import RowFilter
 from .widgets import literal_cell
 
 STATE_STYLE: dict[str, str] = {  # by state; a State is its string
@@ -162,6 +163,7 @@ class JobTable(DataTable):
         keys.enter_shows("the selected run in full: reason, folders, job, versions"),
         Binding("home", "first_row", "First", show=False, tooltip="the first run"),
         Binding("end", "last_row", "Last", show=False, tooltip="the last run"),
+        *keys.moves("run", first="first_row", last="last_row"),
     ]
 
     def action_first_row(self) -> None:
@@ -170,7 +172,7 @@ class JobTable(DataTable):
     def action_last_row(self) -> None:
         self.move_cursor(row=self.row_count - 1)
 
-    filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all
+    filter_text = ""  # the filter's words (tui/rowfilter.py); "" shows all
     sort_by: str = "state"  # one of SORTS
 
     def on_mount(self) -> None:
@@ -341,9 +343,9 @@ class JobTable(DataTable):
 
     def show_rows(self, rows: list[QueueRow]) -> None:
         self.latest = rows
-        if self.filter_text:
-            needle = self.filter_text.lower()
-            rows = [r for r in rows if any(needle in c.lower() for c in r.cells(signs))]
+        if self.filter_text:  # tui/rowfilter.py: every word somewhere, -word nowhere
+            wanted = RowFilter.parse(self.filter_text, QUEUE_COLUMNS)
+            rows = [r for r in rows if wanted.matches(r.cells(signs))]
         changed = self._changed(rows)
         self._hide_constant_columns(self.latest, changed)
         # the run the cursor is on stays under it, whatever moves (a first fill: the top)

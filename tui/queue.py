@@ -18,9 +18,10 @@ from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
 from .jobtable import QUEUE_COLUMNS, SORTS, UNSEEN, UNSEEN_WHY, JobTable
 from .logtail import LogTail
+from .logview import LogView
 from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
-from .widgets import Banner, Plain, TextField
+from .widgets import Banner, Plain, StatusLine, TextField
 
 SORT_HELP = "sort: running, pending, finished (newest first); by job id; by throughput"
 SORT_WORDS = {
@@ -95,8 +96,10 @@ class QueueScreen(AppScreen):
             "mark",
             "Choose",
             show=False,
-            tooltip="choose the selected run too, or leave it out (c and s act on all chosen)",
+            tooltip="choose the selected run too, or leave it out, and move to the next "
+            "(c and s act on all chosen)",
         ),
+        Binding("u", "unmark", "Clear chosen", show=False, tooltip="leave out every chosen run"),
         # With the log open, w Wrap takes o Sort's place in the footer (80 columns hold
         # one of them); o still sorts, by the hidden binding after it.
         Binding(
@@ -108,9 +111,27 @@ class QueueScreen(AppScreen):
         Binding("w", "wrap", "Wrap", tooltip="wrap the log's long lines, or cut them again"),
         Binding("o", "sort_beside_log", "Sort", show=False, tooltip=SORT_HELP),
         Binding(
-            "slash", "search", "Find", tooltip="with a log open: search it; else filter the runs"
+            "slash",
+            "search",
+            "Find",
+            tooltip="with a log open: search it; else filter the runs (words all in the row, "
+            "-word: not in it, state:running: in that column)",
         ),
         Binding("p", "pause", "Pause", show=False, tooltip="pause or resume following the log"),
+        Binding(
+            "f",
+            "full_log",
+            "Full screen",
+            show=False,
+            tooltip="the selected run's log on the whole screen, or back (escape too)",
+        ),
+        Binding(
+            "t",
+            "stamps",
+            "Times",
+            show=False,
+            tooltip="show the time each log line was read, or not",
+        ),
         Binding("n", "next_match(1)", "Next", show=False, tooltip="the next match in the log"),
         Binding(
             "N", "next_match(-1)", "Previous", show=False, tooltip="the previous match in the log"
@@ -145,10 +166,12 @@ class QueueScreen(AppScreen):
         yield Banner(id="banner")
         yield Plain(id="queue-summary")
         yield TextField(
-            placeholder="filter the runs (enter: keep, escape: clear)", id="queue-filter"
+            placeholder="filter: words, -word, state:running (enter: keep, escape: clear)",
+            id="queue-filter",
         )
         yield JobTable(id="jobs")
         yield LogTail(id="log")
+        yield StatusLine(classes="status")
         yield Footer(compact=True, show_command_palette=False)
 
     @property
@@ -297,6 +320,24 @@ class QueueScreen(AppScreen):
     def action_wrap(self) -> None:
         self.query_one(LogTail).toggle_wrap()
 
+    def action_full_log(self) -> None:
+        """The log on the whole screen (follow, wrap, search and times as below the
+        table), or back: one key in and out."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        log = self.query_one(LogTail)
+        if not log.display:
+            run_id = self.query_one(JobTable).selected_run()
+            if run_id is None:
+                return
+            self._show_log(run_id)
+        self.maximize(log, container=False)
+        self.query_one(LogView).focus()
+
+    def action_stamps(self) -> None:
+        self.query_one(LogTail).toggle_stamps()
+
     def action_pause(self) -> None:
         log = self.query_one(LogTail)
         if log.path is not None:
@@ -380,6 +421,10 @@ class QueueScreen(AppScreen):
         table.move_cursor(row=min(table.get_row_index(run_id) + 1, table.row_count - 1))
         self._summarise()
 
+    def action_unmark(self) -> None:
+        self.query_one(JobTable).unmark_all()
+        self._summarise()
+
     def _chosen(self) -> list[QueueRow]:
         table = self.query_one(JobTable)
         if self.marked:  # in the order the table shows them
@@ -418,26 +463,31 @@ class QueueScreen(AppScreen):
             question += f"\n({skipped} chosen run(s) cannot be: left as they are.)"
 
         def answered(yes: bool | None) -> None:
-            if yes:
-                self._act(what, [r.run_id for r in can])
+            if yes:  # said by the job ids the table shows (the run id where none is)
+                self._act(
+                    what, {r.run_id: f"job {r.job_id}" if r.job_id else r.run_id for r in can}
+                )
                 self.query_one(JobTable).unmark_all()
                 self._summarise()
 
         self.app.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, group="act", exit_on_error=False)
-    def _act(self, what: str, run_ids: list[str]) -> None:
+    def _act(self, what: str, named: dict[str, str]) -> None:
+        run_ids = list(named)
         try:
             if what == "cancel":
                 done = self.app.session.cancel(run_ids)
                 msg = (
-                    f"cancelled {', '.join(done)}"
+                    f"cancelled {', '.join(named.get(r, r) for r in done)}"
                     if done
-                    else f"{', '.join(run_ids)}: not queued or running any more"
+                    else f"{', '.join(named.values())}: not queued or running any more"
                 )
             else:
                 jobs = self.app.session.resubmit(run_ids)
-                msg = "; ".join(f"resubmitted {rid} as job {job}" for rid, job in jobs)
+                msg = "; ".join(
+                    f"resubmitted {named.get(rid, rid)} as job {job}" for rid, job in jobs
+                )
         except Exception as exc:
             self.post_message(EngineFailed(what, describe(exc)))
             return
