@@ -15,20 +15,22 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import study
+from . import study, submitting
 from .backends.base import Backend
 from .backends.registry import BACKENDS, make_backend
-from .backends.slurm.calls import Calls
+from .backends.slurm.calls import Calls, Step
 from .backends.slurm.calls import Waiting as Waiting
 from .config import specfile
 from .config.custom import declared_names
 from .config.frameworks import FRAMEWORKS
 from .config.profile import COMMAND_TIMEOUT_S, LoadedProfile, load_profile
-from .config.spec import LoadedSpec, load_spec
+from .config.spec import LoadedSpec as LoadedSpec
+from .config.spec import load_spec
 from .config.specfile import CHOICES as CHOICES
 from .errors import PlanError, UserError
 from .io.reading import read_text
@@ -42,6 +44,7 @@ from .results.explained import is_comm
 from .results.points import unit_and_axes
 from .results.rows import ResultRow, SideBySide
 from .runs import ACTIVE, RunRow, State, scale_label
+from .submitting import SubmitStep as SubmitStep
 from .tracking import follow, logs, queue
 from .tracking.logs import follow_chunks as follow_chunks
 from .tracking.monitor import Backoff as Backoff
@@ -66,12 +69,13 @@ class Preview:
     """What submitting the form would do, shown before the user commits to it."""
 
     runs: int = 0
-    to_run: int = 0  # not completed in the store already
+    to_run: int = 0  # neither completed nor queued or running in the store already
     device_runs: int = 0  # sum of devices over the runs still to run
     estimate: str = ""  # from completed runs of the same setup, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
+    active: int = 0  # queued, running or being submitted already: not submitted again
 
     @property
     def ok(self) -> bool:
@@ -118,6 +122,9 @@ class Snapshot:
     experiments: list[str] = field(default_factory=list)
     problem: str | None = None  # what to say of a poll that went wrong (Watcher.problem)
     polled: tuple[str, ...] = ()  # the backends this refresh asked (those with live jobs)
+    # runs handed to the scheduler by this session that no poll reaching it has asked
+    # about yet: "not yet seen by Slurm", not PENDING, which only Slurm can say
+    unseen: frozenset[str] = frozenset()
 
     @property
     def live(self) -> int:
@@ -150,6 +157,13 @@ class Session:
         # the runs being submitted. `submitter(name, store, profile, partition)` makes it.
         self._submit_lock = threading.Lock()
         self.submitter = self._make_backend
+        # What a submission under way is doing (submit_steps): its commands, and the
+        # site's if it waits on the app's first question to the cluster.
+        self._submit_steps: list[Step] = []
+        self._site_steps: list[Step] = []
+        self._submit_started: float | None = None
+        self._handed: dict[str, float] = {}  # run id -> when its job was handed over
+        self._handed_lock = threading.Lock()
         self._choice = threading.Lock()  # backend, profile, partition change together
         self._queue = queue.QueueReader()  # rows kept between ticks: only changed ones made anew
         self._choose(backend, load_profile(profile_path) if profile_path else None, partition)
@@ -203,7 +217,8 @@ class Session:
         with self._site_lock:
             target = self.target
             if self._site is None or self._site[0] is not target:
-                self._site = (target, target.learn_site())
+                with self.calls.recording() as self._site_steps:
+                    self._site = (target, target.learn_site())
             return self._site[1]
 
     def waiting(self) -> list[Waiting]:
@@ -289,11 +304,11 @@ class Session:
             study.check_plan(loaded, p, self.target, self.home)
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
-        done = {
-            r["run_id"]
-            for r in self.store.runs(loaded.spec.experiment.name, states=(State.COMPLETED,))
-        }
-        todo = [r for r in p.runs if r.run_id not in done]
+        state = {r["run_id"]: r["state"] for r in self.store.runs(loaded.spec.experiment.name)}
+        # Queued, running or being submitted: submitting again leaves them as they are.
+        busy = (*ACTIVE, State.SUBMITTING, State.WAITING)
+        active = sum(1 for r in p.runs if state.get(r.run_id) in busy)
+        todo = [r for r in p.runs if state.get(r.run_id) not in (State.COMPLETED, *busy)]
         secs = self.target.time_limit_s()
         limit = sum(r.devices for r in todo) * secs / 3600 if secs else None
         return Preview(
@@ -304,6 +319,7 @@ class Session:
             limit,
             tuple(refusals),
             loaded,
+            active,
         )
 
     def study_spec(self, experiment: str) -> str | None:
@@ -347,11 +363,36 @@ class Session:
         does not answer, before any run is stored."""
         with self._choice:  # not the refresh's lock: a slow poll must not hold this up
             backend, profile, partition = self.backend, self.profile, self.partition
-        with self._submit_lock:
+        with self._submit_lock, self.calls.recording() as self._submit_steps:
+            self._submit_started = time.monotonic()
             target = self.submitter(backend, self.store, profile, partition)
             target.check_reachable(self.reach_s)
             target.knows_site(self.learn_site())  # asked once, at the app's start
-            return study.submit(self.store, loaded, target)
+            report = study.submit(self.store, loaded, target)
+            self._handed_over([run.run_id for run in report.submitted + report.resubmitted])
+            return report
+
+    def submit_steps(self) -> list[SubmitStep]:
+        """What the last submission did or is doing, step by step: each Slurm command it
+        ran, and those of the cluster's first question if it waited on them."""
+        started = self._submit_started
+        if started is None:
+            return []
+        site = [s for s in self._site_steps if s.ended is None or s.ended >= started]
+        return submitting.steps([*site, *self._submit_steps])
+
+    def submitting_rows(self, loaded: LoadedSpec) -> list[QueueRow]:
+        """The runs submitting `loaded` will store, as rows SUBMITTING: a front end shows
+        them the moment the user submits, before the scheduler has said anything."""
+        name = loaded.spec.experiment.name
+        done = {r["run_id"] for r in self.store.runs(name) if r["state"] == State.COMPLETED}
+        return submitting.planned_rows(loaded, done)
+
+    def _handed_over(self, run_ids: list[str]) -> None:
+        if self.backend != "local":  # a local job is known from the moment it is stored
+            now = time.monotonic()
+            with self._handed_lock:
+                self._handed.update(dict.fromkeys(run_ids, now))
 
     # --- queue ---------------------------------------------------------------------------
 
@@ -376,12 +417,16 @@ class Session:
         shows while a slow scheduler has not answered yet)."""
         reachable, warning, problem, new, polled = True, None, None, 0, []
         with self._lock if poll else contextlib.nullcontext():
+            asked = time.monotonic()
             for name, tick in follow.sync_live(self.store, self._follower) if poll else []:
                 reachable = reachable and tick.reachable
                 warning = warning or tick.warning
                 problem = problem or tick.problem
                 new += tick.new_records
                 polled.append(name)
+            if poll and reachable and polled:  # the scheduler answered about them
+                with self._handed_lock:
+                    self._handed = {r: t for r, t in self._handed.items() if t >= asked}
         rows = self._queue.rows(self.store, experiment)
         return Snapshot(
             experiment,
@@ -393,7 +438,12 @@ class Session:
             self.experiments(),
             problem,
             tuple(polled),
+            self._unseen(),
         )
+
+    def _unseen(self) -> frozenset[str]:
+        with self._handed_lock:
+            return frozenset(self._handed)
 
     def cancel(self, run_ids: list[str]) -> list[str]:
         with self._lock:
@@ -401,9 +451,11 @@ class Session:
 
     def resubmit(self, run_ids: list[str]) -> list[tuple[str, str]]:
         with self._submit_lock:
-            return study.resubmit(
+            done = study.resubmit(
                 self.store, run_ids, lambda name: self.submitter(name, self.store)
             )
+        self._handed_over([run_id for run_id, _ in done])
+        return done
 
     def log_path(self, run_id: str) -> Path:
         return RunPaths.of(self.store.run(run_id)).log
@@ -454,13 +506,15 @@ class Session:
         Results screen draws it (measured lines, projected points marked as such), and its
         held-out checks in words: every one, the misses first, with whether it missed."""
         from .results.projection import project
-        from .results.projection.tables import held_out_line
+        from .results.projection.tables import held_out_line, not_projected
 
         name = self.store.pick_experiment(experiment)
         families = project.of_study(self.store, name).families
-        chart = charts.projection_chart(
-            project.chart_series(families, metric), metric, width, height, color=True
-        )
+        drawn = project.chart_series(families, metric)
+        if any(s["projected"] for s in drawn):
+            chart = charts.projection_chart(drawn, metric, width, height, color=True)
+        else:  # nothing to draw past the measured: why, a line a family, as `dlscale project`
+            chart = "\n".join(not_projected(f) for f in families) or "nothing to project"
         checks = sorted((held_out_line(f) for f in families), key=lambda c: not c[1])
         return chart, [("MISSED: " if missed else "") + line for line, missed in checks]
 

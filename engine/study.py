@@ -24,7 +24,6 @@ from .errors import (
     DlscaleError,
     PlanError,
     StoreError,
-    SubmitError,
     UserError,
 )
 from .launching import envs
@@ -327,11 +326,9 @@ def _record_all(
 def _release(
     store: Store, row: RunRow, exc: BaseException, backend: Backend, refused: str = State.PLANNED
 ) -> None:
-    store.claims.release(
-        row["run_id"],
-        State.FAILED if isinstance(exc, SubmitError) else refused,
-        f"not submitted: {not_submitted_because(exc)}",
-    )
+    # Refused by the scheduler or never reached it, the run did not run: never FAILED
+    # (which says a job ran and failed); the reason quotes what the scheduler said.
+    store.claims.release(row["run_id"], refused, f"not submitted: {not_submitted_because(exc)}")
 
 
 def not_submitted_because(exc: BaseException) -> str:

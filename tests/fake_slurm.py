@@ -5,7 +5,11 @@ later squeue shows them as the real controller would (pending, with their commen
 FAKE_SBATCH says how sbatch behaves after it has taken the job: `ok` (prints its id),
 `timeout-once` (the first submission's answer is lost: "Socket timed out"), `hang` (writes
 FAKE_SLURM_DIR/accepted, then sleeps, as a controller that took the job but whose answer
-has not come back yet).
+has not come back yet); or `refuse`: it takes nothing and says why, as for a bad account.
+
+FAKE_SLURM_MAX_SUBMIT is the user's job limit sacctmgr reports (none by default).
+FAKE_SLURM_DELAY makes commands slow, as on a busy cluster: `scontrol=2,squeue=1.5` (each
+answers after that many seconds; `*=1` for every command).
 
 Every call is logged, a line each, in FAKE_SLURM_DIR/calls.log. FAKE_SLURM_HANG names
 commands (`sacct,squeue`) that never answer, as on a cluster whose
@@ -23,6 +27,10 @@ import time
 from pathlib import Path
 
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sacctmgr", "sinfo")
+REFUSED = (
+    "sbatch: error: Batch job submission failed: Invalid account or account/partition "
+    "combination specified"
+)
 
 
 def install(bin_dir: Path) -> None:
@@ -60,7 +68,14 @@ def main(name: str, args: list[str]) -> int:
     if name in os.environ.get("FAKE_SLURM_HANG", "").split(","):
         time.sleep(3600)
         return 1
+    delays = dict(
+        d.split("=", 1) for d in os.environ.get("FAKE_SLURM_DELAY", "").split(",") if "=" in d
+    )
+    time.sleep(float(delays.get(name, delays.get("*", 0))))
     found = jobs(state_dir)
+    if name == "sbatch" and os.environ.get("FAKE_SBATCH") == "refuse":
+        print(REFUSED, file=sys.stderr)
+        return 1
     if name == "sbatch":
         job = {
             "id": str(1000 + len(found)),
@@ -103,7 +118,10 @@ def main(name: str, args: list[str]) -> int:
         print("ClusterName = fake\nMaxArraySize = 1001")
         print("AccountingStorageType = accounting_storage/slurmdbd")
         return 0
-    if name in ("sacctmgr", "sinfo"):
+    if name == "sacctmgr":  # the user's MaxSubmit, where FAKE_SLURM_MAX_SUBMIT sets one
+        print(os.environ.get("FAKE_SLURM_MAX_SUBMIT", ""))
+        return 0
+    if name == "sinfo":
         return 0
     if name == "scancel":
         for job in found:

@@ -673,9 +673,10 @@ def test_sweep_entries_that_are_not_a_size_and_a_time_are_left_out_and_named(tmp
 async def test_the_results_screen_draws_the_projection_and_says_a_missed_check_in_red(tmp_path):
     """Issue 26, item 4 in the TUI: m reaches the projection (its own series past the
     measured scales), and a held-out check that missed its interval is said in red."""
+    from test_tui_results import show_projection
+
     from dlscale.engine.session import Session
     from dlscale.tui.app import DlscaleApp
-    from dlscale.tui.results import PROJECTED
     from test_tui import field, until
 
     store = Store(tmp_path)
@@ -686,10 +687,7 @@ async def test_the_results_screen_draws_the_projection_and_says_a_missed_check_i
     store.close()
     app = DlscaleApp(Session(tmp_path, "local"), watch=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("f4")
-        await until(pilot, lambda: app.screen.results, what="the results")
-        while app.screen.metric != PROJECTED:
-            await pilot.press("m")
+        await show_projection(pilot)
         await until(
             pilot,
             lambda: field(app, "held-out").display,

@@ -180,7 +180,8 @@ def test_sbatch_refusal_is_shown_and_nothing_else_is_lost(slurm_target, tmp_path
     )
     assert "Invalid generic resource (gres) specification" in proc.stderr
     store = Store(home)
-    assert {r["state"] for r in store.runs("refused-by-sbatch")} == {"FAILED"}
+    # not run: PLANNED with sbatch's words, as docs/running.md says (issue 47)
+    assert {r["state"] for r in store.runs("refused-by-sbatch")} == {"PLANNED"}
     said = "sbatch: error" if slurm_target.backend == "slurm" else "Invalid generic resource"
     assert all(f"not submitted: {said}" in r["reason"] for r in store.runs("refused-by-sbatch"))
     kept = store.runs("kept")[0]

@@ -15,7 +15,7 @@ from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, DetailScreen
-from test_tui import until
+from test_tui import answer, until
 from tui_text import drawn, recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -55,7 +55,8 @@ def _study(home) -> tuple[str, dict[str, str]]:
 
 
 def _notes(app) -> list[str]:
-    return [n.message for n in app._notifications]
+    """What the app said: on the status line, and any toast (tui/app.py)."""
+    return [text for _, text in app.messages]
 
 
 async def _queue(pilot, app, n):
@@ -94,7 +95,7 @@ async def test_actions_apply_only_where_they_can_and_say_why_not(home, worker_lo
         assert any("PENDING: cancel it first" in m for m in _notes(app))
         await pilot.press("c")
         assert isinstance(app.screen, ConfirmScreen)
-        await pilot.press("n")
+        await answer(pilot, "n")
         # Two completed runs chosen with space: one question for both.
         completed = [r for r, s in states.items() if s == "COMPLETED"]
         _select(table, completed[0])
@@ -112,7 +113,7 @@ async def test_actions_apply_only_where_they_can_and_say_why_not(home, worker_lo
         for run_id in completed[:2]:  # the question lists them, by the words their row shows
             row = table.shown[run_id]
             assert f"job {row.job_id}: pytorch-ddp resnet20 {row.scale} batch 64" in text, text
-        await pilot.press("n")
+        await answer(pilot, "n")
 
 
 async def test_slash_filters_the_table_and_its_letters_are_not_commands(home, worker_lock):

@@ -8,6 +8,7 @@ import json
 
 from dlscale.engine.results import charts
 from dlscale.engine.session import Session
+from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.points import headings
 from dlscale.tui.results import ResultsScreen
@@ -138,9 +139,11 @@ async def test_the_projection_chart_fits_beside_its_held_out_line_at_80x24(home)
     """The projection is drawn by a worker at the chart's size; the held-out line that comes
     with it takes rows, the screen scrolls and its scrollbar takes two columns: the drawing
     wrapped, each chart line spilling onto the next. Now it is drawn again at the new size."""
+    from test_projection import make_study
+
     from dlscale.tui.results import PROJECTED
 
-    recorded_study(home)
+    make_study(home).close()  # projected past its measured scales
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
@@ -159,3 +162,36 @@ async def test_the_projection_chart_fits_beside_its_held_out_line_at_80x24(home)
         await until(pilot, chart_whole, what="the chart whole, its top right corner on its line")
         lines = screen_text(app).splitlines()
         assert not any(line.startswith("─┐") for line in lines), screen_text(app)
+
+
+async def show_projection(pilot) -> None:
+    """The Results screen, its chart switched to the projection (m until it is)."""
+    from dlscale.tui.results import PROJECTED
+
+    app = pilot.app
+    await pilot.press("f4")
+    await until(pilot, lambda: app.screen.results, what="the results")
+    while app.screen.metric != PROJECTED:
+        await pilot.press("m")
+
+
+async def test_where_nothing_is_projected_the_chart_says_why_as_dlscale_project_does(home):
+    """Issue 47, item 4: the quickstart (1x1 and 1x2, no link measured or stated) has no
+    projection: its place says so, with the reason `dlscale project` gives each projected
+    row, instead of a chart titled "measured, then projected" with nothing projected."""
+    from dlscale.engine.results import projection
+    from dlscale.tui.results import Chart
+
+    name = recorded_study(home)
+    families, _, _ = projection.study_reach(Store(home), name)
+    why = next(r["why"] for r in families[0]["rows"] if r["kind"] == "projected")
+    assert why.startswith("no intra-node link")
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await show_projection(pilot)
+        chart = app.screen.query_one(Chart)
+        await until(pilot, lambda: chart.projected, what="the projection")
+        assert chart.projected == f"{families[0]['family']}: not projected: {why}"
+        text = " ".join(screen_text(app).split())
+        assert f"not projected: {why}" in text  # wrapped, whole
+        assert "measured, then projected" not in text

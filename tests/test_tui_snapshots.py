@@ -155,7 +155,13 @@ def test_compare_dialog(snap_compare, two_sites, size, monkeypatch):
         app.experiment = "quickstart"
         await pilot.press("f4")
         await pilot.press("c")
-        await settle(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await settle(
+            pilot,
+            lambda: (
+                isinstance(app.screen, CompareScreen)
+                and app.screen.query_one("#compare-table").row_count > 0
+            ),
+        )
 
     assert snap_compare(app, terminal_size=size, run_before=compare)
 
@@ -180,3 +186,51 @@ def test_a_study_of_four_models_and_two_batches_at_80x24(snap_compare, home, scr
             await pilot.press("down", "down", "down")  # a measured point: its numbers
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=shown)
+
+
+def test_full_screen_log_at_80x24(snap_compare, home):
+    """Issue 47, item 3: f on the Queue, the selected run's log on the whole screen: its
+    title and path, the lines, the status line and the footer."""
+    recorded_study(home)
+    app = DlscaleApp(Session(home, "local"))
+
+    async def full_screen(pilot):
+        from dlscale.tui.logview import LogView
+
+        await settle(pilot, lambda: app.snapshot is not None)
+        await pilot.press("f3")
+        await settle(pilot, lambda: app.screen.query_one("#jobs").row_count == 6)
+        await pilot.press("f")
+        await settle(pilot, lambda: app.screen.query_one(LogView).line_count >= 3)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=full_screen)
+
+
+@pytest.mark.parametrize("study", ["projected", "not projected"])
+def test_projection_chart_at_80x24(snap_compare, tmp_path, study):
+    """Issue 47, item 4: the projection at 80x24, its series told apart by their marks
+    (solid measured, hollow projected); where nothing can be projected, the reason
+    `dlscale project` gives instead of an empty chart."""
+    from test_projection import make_study
+    from test_tui_results import show_projection
+
+    from dlscale.tui.results import Chart
+
+    home = tmp_path / "store"
+    if study == "projected":
+        make_study(home).close()
+    else:
+        recorded_study(home)
+    app = DlscaleApp(Session(home, "local"), watch=False)
+
+    async def projected(pilot):
+        await show_projection(pilot)
+        await settle(pilot, lambda: app.screen.query_one(Chart).projected)
+        await settle(
+            pilot,
+            lambda: (
+                app.screen.query_one(Chart).projected_for == (app.screen.query_one(Chart).fit())
+            ),
+        )
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=projected)

@@ -5,6 +5,8 @@ the queue; records of the wrong type are named, not crashed on."""
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 
 import pytest
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def notes(app) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+    return [text for _, text in app.messages]  # each titled "title: message" (tui/app.py)
 
 
 def recorded_notes(app) -> list[str]:
@@ -156,10 +158,10 @@ async def test_a_slow_submission_leaves_the_queue_live(home, slurm_cluster):
             await until(pilot, lambda: not field(app, "submit").disabled, what="submittable")
             await pilot.press("ctrl+r")
             await pilot.pause(0.5)
-            await pilot.press("ctrl+r")
+            assert app.current_mode == "queue"  # shown at once (issue 47)
+            await pilot.press("f2", "ctrl+r")
             assert any("a submission is under way" in n for n in notes(app)), notes(app)
             await pilot.press("f3")
-            app.experiment = "slow"
             await until(
                 pilot,
                 lambda: (
@@ -251,12 +253,13 @@ async def test_an_unreachable_controller_is_said_at_once_and_given_up_on_in_boun
             ),
             what="a submittable form",
         )
+        shown: list[tuple[object, int]] = []  # each submission state, and the notes by then
+        app.watch(app, "submission", lambda now: shown.append((now, len(said))), init=False)
         await pilot.press("ctrl+r")
-        # said at once, before any answer (kept: under load the note may expire before
-        # this line runs, as it did on 3.12 in a rehearsal)
-        asking = [i for i, n in enumerate(said) if "asking the controller first" in n]
-        answers = [i for i, n in enumerate(said) if "not submitted" in n]
-        assert asking and all(asking[0] < i for i in answers), said
+        # said at once, before any answer: the Queue, its run being submitted (issue 47)
+        assert app.current_mode == "queue"
+        assert shown[0][0] is not None and shown[0][1] == 0, shown
+        assert "submitting 1 run(s) to slurm" in shown[0][0].doing()
         await until(
             pilot,
             lambda: any("not submitted" in n and "did not answer" in n for n in said),
@@ -265,3 +268,111 @@ async def test_an_unreachable_controller_is_said_at_once_and_given_up_on_in_boun
         )
     assert asked == [["scontrol", "ping"]]
     assert Store(home).runs() == []
+
+
+async def submit_when_ready(pilot) -> None:
+    """ctrl+r once the form has been checked and may be submitted."""
+    app = pilot.app
+    await until(
+        pilot,
+        lambda: app.screen.preview and app.screen.preview.ok and not field(app, "submit").disabled,
+        what="a submittable form",
+    )
+    await pilot.press("ctrl+r")
+
+
+def _slow_slurm(tmp_path, monkeypatch, delays: str, sbatch: str = "ok"):
+    """The fake Slurm on PATH, each command answering after its delay; a copy of the test
+    cluster's profile whose commands may take 7 s (the steps must say the profile's)."""
+    import fake_slurm
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
+    fake_slurm.install(bin_dir)
+    state.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
+    monkeypatch.setenv("FAKE_SLURM_DELAY", delays)
+    monkeypatch.setenv("FAKE_SBATCH", sbatch)
+    monkeypatch.setenv("FAKE_SLURM_MAX_SUBMIT", "100")  # a limit: the queue is asked
+    source = REPO / "examples/clusters/test-cluster.toml"
+    profile = tmp_path / "cluster.toml"
+    text = source.read_text().replace('venv = "../../.venv"', f'venv = "{REPO / ".venv"}"')
+    profile.write_text(
+        text.replace('time_limit = "00:10:00"', 'time_limit = "00:10:00"\ncommand_timeout = 7', 1)
+    )
+    return state, str(profile)
+
+
+async def _summaries(pilot, app, done, seen: list[str]) -> None:
+    """Every line the Queue's summary shows until `done()`, each once, in order."""
+    import time
+
+    end = time.monotonic() + HANG_S
+    while not done() and time.monotonic() < end:
+        if app.current_mode == "queue":
+            text = str(field(app, "queue-summary").render())
+            if not seen or seen[-1] != text:
+                seen.append(text)
+        await pilot.pause(0.05)
+
+
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
+async def test_a_slow_slurm_submission_is_said_step_by_step(home, tmp_path, monkeypatch):
+    """Issue 47, item 2: with each Slurm command slow, ctrl+r shows the Queue at once with
+    the study's runs SUBMITTING (never "no runs yet"), says each step as it happens with
+    its time and the profile's timeout (7 s here), then the jobs as not yet seen by Slurm
+    until a poll has asked about them, then PENDING."""
+    _state, profile = _slow_slurm(tmp_path, monkeypatch, "scontrol=2,sacctmgr=2,squeue=2,sbatch=2")
+    spec = write_spec(tmp_path / "s.toml", name="slow", scales='"1x1", "2x1"', steps=4)
+    session = Session(home, "slurm", profile)
+    app = DlscaleApp(session, str(spec))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await submit_when_ready(pilot)
+        assert app.current_mode == "queue"
+        seen: list[str] = []
+        table = app.screen.query_one("#jobs", DataTable)
+        states: list[list[str]] = []
+
+        def done() -> bool:
+            rows = [str(table.get_row_at(i)) for i in range(table.row_count)]
+            if not states or states[-1] != rows:
+                states.append(rows)
+            return app.submission is None and all("PENDING" in r for r in rows) and len(rows) == 2
+
+        await _summaries(pilot, app, done, seen)
+    said = "\n".join(seen)
+    assert "no runs yet" not in said, said
+    # every step said, with its time and the profile's timeout while it runs (a loaded
+    # machine may draw a short one only once it is done)
+    for step in (
+        "asking the controller (scontrol ping)",
+        "the queue: your jobs (squeue)",
+        "handing the jobs to Slurm (sbatch)",
+    ):
+        assert re.search(re.escape(step) + r"( x\d)?: (\d+ s \(at most 7 s\)|done in)", said), (
+            step,
+            said,
+        )
+    assert len(re.findall(r": \d+ s \(at most 7 s\)", said)) >= 3, said
+    # the runs were on screen from the first frames on: SUBMITTING, then not yet seen
+    assert any(len(rows) == 2 and all("SUBMITTING" in r for r in rows) for rows in states), states
+    assert any(all("not yet seen by Slurm" in r for r in rows) for rows in states if rows), states
+
+
+@pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
+async def test_a_refused_submission_is_planned_with_slurm_s_words(home, tmp_path, monkeypatch):
+    """Issue 47, item 2: a submission Slurm refuses leaves its runs PLANNED (as the docs
+    say: they did not run), and what is said is what sbatch said, nothing added."""
+    import fake_slurm
+
+    _slow_slurm(tmp_path, monkeypatch, "", sbatch="refuse")
+    spec = write_spec(tmp_path / "s.toml", name="refused", scales='"1x1"', steps=4)
+    app = DlscaleApp(Session(home, "slurm", str(tmp_path / "cluster.toml")), str(spec))
+    said = recorded_notes(app)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await submit_when_ready(pilot)
+        await until(pilot, lambda: any("not submitted" in n for n in said), what="the refusal")
+        await until(pilot, lambda: "PLANNED" in screen_text(app), what="the run PLANNED")
+    run = Store(home).runs("refused")[0]
+    assert run["state"] == "PLANNED" and run["reason"] == f"not submitted: {fake_slurm.REFUSED}"
+    assert fake_slurm.REFUSED in "\n".join(said) and "Socket" not in "\n".join(said)

@@ -25,7 +25,7 @@ from dlscale.tui.app import DlscaleApp
 from dlscale.tui.dialogs import ConfirmScreen, PathScreen
 from dlscale.tui.messages import EngineFailed
 from dlscale.tui.widgets import TextField
-from test_tui import field, until
+from test_tui import answer, field, until
 from tui_text import drawn, recorded_study, screen_text
 
 pytestmark = pytest.mark.timeout(600)
@@ -149,7 +149,7 @@ async def test_hostile_engine_text_in_queue_confirm_and_log_is_literal(home):
             await pilot.pause(0.05)
             await pilot.press("s")  # the question quotes the run's cells
             assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("n")
+            await answer(pilot, "n")
             await pilot.press("l")  # the log panel's status names the run
             await pilot.pause(0.1)
             assert app.is_running

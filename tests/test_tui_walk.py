@@ -82,7 +82,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
         # Filter: / then text that is typed into the filter, never taken as commands
         # (c, s and o are all keys here).
         term.keys("/")
-        term.wait_for("filter the runs (enter: keep")
+        term.wait_for("filter: words, -word")
         term.type("1x2")
         term.keys("Enter")
         screen = term.wait_until(

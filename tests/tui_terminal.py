@@ -3,12 +3,18 @@ send-keys, the screen back with capture-pane, as a user over SSH would see it.""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
 import uuid
 
 from conftest import HANG_S
+
+# tmux's names of keys (send-keys without -l): anything else in a burst is literal text.
+KEY_NAME = re.compile(
+    r"F\d{1,2}|[CM]-.|BSpace|BTab|Tab|Home|End|Left|Right|Up|Down|PPage|NPage|Enter|Escape|Space"
+)
 
 
 class Terminal:
@@ -44,7 +50,7 @@ class Terminal:
         """Keys with no pause between them, as a fast typist's: a segment is a key name
         (BSpace, Home) or, when it is not one, literal text."""
         for seg in segments:
-            key = seg in ("BSpace", "Home", "End", "Left", "Right", "Tab", "C-u", "C-k", "C-w")
+            key = KEY_NAME.fullmatch(seg) is not None
             subprocess.run(
                 ["tmux", "send-keys", "-t", self.name, *([] if key else ["-l"]), seg], check=True
             )

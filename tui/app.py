@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import click
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
@@ -33,9 +33,12 @@ from .build import BuildScreen
 from .dialogs import DetailScreen, HelpScreen
 from .errors import describe
 from .jobtable import JobTable
+from .logview import LogView
 from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
 from .queue import QueueScreen
-from .results import METRICS, PointTable, ResultsScreen
+from .results import METRICS, PointTable, ResultsScreen, metric_words
+from .submit import Submission
+from .typeahead import KeyHandled, TypeAhead
 
 
 class DlscaleApp(App):
@@ -83,6 +86,8 @@ class DlscaleApp(App):
     warning: reactive[str | None] = reactive(None)  # controller unreachable: why
     waiting: reactive[str | None] = reactive(None)  # a Slurm command slow to answer: which
     experiment: reactive[str | None] = reactive(None)  # the study the screens show
+    submission: var[Submission | None] = var(None)  # a submission under way (tui/submit.py)
+    messages: var[list[tuple[SeverityLevel, str]]] = var(list)  # said, the last on the status line
 
     def __init__(
         self,
@@ -103,8 +108,25 @@ class DlscaleApp(App):
         self._where = session.where  # the header: where runs go, and what is followed
         self._following: tuple[str, ...] = ()
         self._counts = ""
+        # Every key waits for the one before it to be handled (tui/typeahead.py).
+        self.typeahead = TypeAhead(self, self.deliver_input)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key | events.Paste) and not event.is_forwarded:
+            await self.typeahead.take(event)
+        else:
+            await super().on_event(event)
+
+    async def deliver_input(self, event: events.Key | events.Paste) -> None:
+        """Textual's own handling of a key or a paste: the app's priority bindings, else
+        the focused widget (the key then comes back up through the bindings)."""
+        await super().on_event(event)
+
+    def on_typeahead_key_handled(self, message: KeyHandled) -> None:
+        self.typeahead.handled(message)
 
     def on_mount(self) -> None:
+        self.typeahead.start()
         self.sub_title = self._where
         self.set_interval(1.0, self.show_waiting)
         if self._watch:
@@ -123,11 +145,15 @@ class DlscaleApp(App):
         self.poll_now()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette (ctrl+p): what every key of this screen does, by name, from the
-        bindings themselves (tui/keys.py), then Textual's own commands."""
-        for title, help_text, callback in keys.commands(self, screen, metrics=METRIC_WORDS):
+        """The palette (ctrl+p): what every key does, by name and in words, from the
+        bindings themselves (tui/keys.py): this screen's (the app's keys among them), then
+        every other screen's, which the entry shows first. Not Textual's own (its Theme,
+        Screenshot, a second Quit and a Keys panel F1 does better)."""
+        fill = {"metrics": METRIC_WORDS}
+        for title, help_text, callback in keys.commands(self, screen, **fill):
             yield SystemCommand(title, help_text, callback)  # type: ignore[arg-type]
-        yield from super().get_system_commands(screen)
+        for title, help_text, callback in keys.elsewhere(self, PLACES, **fill):
+            yield SystemCommand(title, help_text, callback)  # type: ignore[arg-type]
 
     # --- navigation ----------------------------------------------------------------------
 
@@ -137,7 +163,7 @@ class DlscaleApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(help_text()))
+            self.push_screen(HelpScreen(help_text))
 
     def action_next_experiment(self) -> None:
         """The next study the store knows (the Queue and Results screens bind it to e)."""
@@ -272,9 +298,14 @@ class DlscaleApp(App):
         timeout: float | None = None,
         markup: bool = False,
     ) -> None:
-        """Every toast is literal, whatever a caller (a screen, a widget) asks: its text
+        """Every message goes to the status line (the screens' last line but the footer's);
+        an error is a toast as well, at the top, clear of the rows: it needs attention.
+        Every toast is literal, whatever a caller (a screen, a widget) asks: its text
         comes from users, files and the engine (a path or a spec key may hold `[/]`), and
         control characters in it are shown as signs, not sent to the terminal."""
+        self.say(f"{title}: {message}" if title else message, severity)
+        if severity != "error":
+            return
         lines = message.splitlines()
         if len(lines) > TOAST_LINES:  # the rest is where the toast points (a panel, a row)
             more = len(lines) - TOAST_LINES + 1
@@ -287,6 +318,10 @@ class DlscaleApp(App):
             markup=False,
         )
 
+    def say(self, text: str, severity: SeverityLevel = "information") -> None:
+        """A message on the status line (kept in `messages`, the last MESSAGES of them)."""
+        self.messages = [*self.messages[-(MESSAGES - 1) :], (severity, text)]
+
     def _rearm(self) -> None:
         # One timer re-armed per finished poll, never stacked intervals.
         if self._watch and not self.session.calls.closed:
@@ -295,11 +330,18 @@ class DlscaleApp(App):
             )
 
 
-METRIC_WORDS = ", ".join(METRICS)
+METRIC_WORDS = ", ".join(metric_words(m) for m in METRICS)
+# The screens the palette offers the keys of from anywhere: (mode, name, the classes whose
+# bindings are its keys).
+PLACES: list[tuple[str, str, list[type]]] = [
+    ("build", "Build", [BuildScreen]),
+    ("queue", "Queue", [JobTable, QueueScreen]),
+    ("results", "Results", [PointTable, ResultsScreen]),
+]
 
 
-def help_text() -> str:
-    """F1: every key of every screen, from their bindings (tui/keys.py)."""
+def help_text(width: int = 76) -> str:
+    """F1: every key of every screen, from their bindings (tui/keys.py), `width` wide."""
     return keys.help_text(
         [
             ("Anywhere", [DlscaleApp], [("ctrl+p", "every action, by name (the command palette)")]),
@@ -311,13 +353,16 @@ def help_text() -> str:
             ("Queue", [JobTable, QueueScreen], []),
             ("A run's detail (enter on the Queue)", [DetailScreen], []),
             ("Results", [PointTable, ResultsScreen], []),
+            ("A log (l on the Queue)", [LogView], []),
         ],
+        width,
         metrics=METRIC_WORDS,
     )
 
 
 # A toast's lines at most: at 80x24 a taller one covered the screen (tcss bounds it too).
-TOAST_LINES = 6
+TOAST_LINES = 3
+MESSAGES = 100  # kept: the status line shows the last
 
 
 # How long quitting may take: the shell's prompt is back within this, whatever Slurm does.

@@ -26,7 +26,7 @@ from .form import FIELDS, LISTS, TITLES, as_list, counted, field_of, split_words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
 from .screens import AppScreen
 from .submit import SubmitButton
-from .widgets import Banner, Choices, Plain, TextField, literal
+from .widgets import Banner, Choices, Plain, StatusLine, TextField, literal
 
 DEFAULTS: dict[str, Any] = {
     "experiment": {
@@ -96,6 +96,7 @@ class BuildScreen(AppScreen):
                 with VerticalScroll(id="preview-scroll"):
                     yield Plain(id="preview")
                 yield SubmitButton(id="submit")
+        yield StatusLine(classes="status")
         yield Footer(compact=True, show_command_palette=False)
 
     @staticmethod
@@ -127,7 +128,8 @@ class BuildScreen(AppScreen):
             self.fill(self.data)
             if self.app.experiment:  # reopened on a study: the form shows it, not defaults
                 self._find_study(self.app.experiment)
-        self.query_one("#name", Input).focus()
+        # A list, not a text field: the keys are commands until a field is chosen (q quits).
+        self.query_one("#frameworks", SelectionList).focus()
         # Completed runs change what the preview says ("7 to run"): check it again.
         self.watch(self.app, "snapshot", self._snapshot_changed, init=False)
 
@@ -324,12 +326,15 @@ class BuildScreen(AppScreen):
                 lines.append("(the form shows defaults; ctrl+s saves a valid spec)")
             lines.append("")
         if p.ok and not self._bad:
+            busy = f"{p.active} queued or running, " if p.active else ""
             lines += [
-                f"{counted(p.runs, 'run')} ({p.to_run} to run, "
-                f"{p.runs - p.to_run} completed earlier)",
+                f"{counted(p.runs, 'run')} ({p.to_run} to run, {busy}"
+                f"{p.runs - p.to_run - p.active} completed earlier)",
                 f"{counted(p.device_runs, 'device')} in all (each run's, added up)",
                 p.estimate
                 if p.to_run
+                else "nothing to run: every run is queued, running or completed (queue: F3)"
+                if p.active
                 else "nothing to run: every run completed earlier (results: F4)",
             ]
             if p.limit_hours is not None:
@@ -428,7 +433,8 @@ class BuildScreen(AppScreen):
             )
             return
         path = self._spec_name(data)
-        button.submit(data, path, saved=path == self.loaded_from, runs=p.to_run)
+        assert p.loaded is not None  # p.ok
+        button.submit(data, path, saved=path == self.loaded_from, runs=p.to_run, loaded=p.loaded)
 
     def preview_stale(self, data: dict[str, Any]) -> bool:
         return (

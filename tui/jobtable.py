@@ -25,6 +25,7 @@ from ..engine.io.text import signs
 from ..engine.session import QUEUE_COLUMNS, QueueRow, State, queue_header
 from . import keys
 from .columns import GAP, fit, stretch_width
+from .rowfilter import RowFilter
 from .widgets import literal_cell
 
 STATE_STYLE: dict[str, str] = {  # by state; a State is its string
@@ -37,6 +38,7 @@ STATE_STYLE: dict[str, str] = {  # by state; a State is its string
     State.CANCELLED: "magenta",
     State.PLANNED: "bold yellow",
     State.SUBMITTING: "italic yellow",
+    "SUBMITTED": "italic yellow",
     State.WAITING: "yellow",
 }  # for room in the queue: a later wave submits it
 
@@ -89,9 +91,12 @@ _HIDEABLE = {
     "nodes": "nodes",
     "elapsed": "elapsed_s",
 }
+# A job handed to Slurm that no answer of Slurm's has named yet: shown so, never PENDING
+# (which only Slurm can say). A state of the screen's, not of the store's.
+UNSEEN, UNSEEN_WHY = "SUBMITTED", "not yet seen by Slurm"
 # What needs watching first: running, then waiting to run, then finished (newest first).
 _RUNNING = (State.RUNNING, State.SUBMITTING)
-_QUEUED = (State.PENDING, State.WAITING, State.PLANNED)
+_QUEUED = (State.PENDING, State.WAITING, State.PLANNED, UNSEEN)
 
 
 def cell_markup(col: int, text: str, state: str) -> str:
@@ -119,7 +124,8 @@ def _newest_first(key: tuple) -> tuple:
 
 
 _GROUP_OF_CELL = {
-    cell_markup(_STATE, s, s): 0 if s in _RUNNING else 1 if s in _QUEUED else 2 for s in State
+    cell_markup(_STATE, s, s): 0 if s in _RUNNING else 1 if s in _QUEUED else 2
+    for s in (*State, UNSEEN)
 }
 
 
@@ -157,6 +163,7 @@ class JobTable(DataTable):
         keys.enter_shows("the selected run in full: reason, folders, job, versions"),
         Binding("home", "first_row", "First", show=False, tooltip="the first run"),
         Binding("end", "last_row", "Last", show=False, tooltip="the last run"),
+        *keys.moves("run", first="first_row", last="last_row"),
     ]
 
     def action_first_row(self) -> None:
@@ -165,7 +172,7 @@ class JobTable(DataTable):
     def action_last_row(self) -> None:
         self.move_cursor(row=self.row_count - 1)
 
-    filter_text = ""  # rows whose cells hold this (any case) are shown; "" shows all
+    filter_text = ""  # the filter's words (tui/rowfilter.py); "" shows all
     sort_by: str = "state"  # one of SORTS
 
     def on_mount(self) -> None:
@@ -336,9 +343,9 @@ class JobTable(DataTable):
 
     def show_rows(self, rows: list[QueueRow]) -> None:
         self.latest = rows
-        if self.filter_text:
-            needle = self.filter_text.lower()
-            rows = [r for r in rows if any(needle in c.lower() for c in r.cells(signs))]
+        if self.filter_text:  # tui/rowfilter.py: every word somewhere, -word nowhere
+            wanted = RowFilter.parse(self.filter_text, QUEUE_COLUMNS)
+            rows = [r for r in rows if wanted.matches(r.cells(signs))]
         changed = self._changed(rows)
         self._hide_constant_columns(self.latest, changed)
         # the run the cursor is on stays under it, whatever moves (a first fill: the top)

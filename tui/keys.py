@@ -6,6 +6,7 @@ one does not."""
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,29 @@ def enter_shows(what: str) -> Binding:
     `what` on it (a run, a point), as k9s users expect."""
     return Binding("enter", "select_cursor", "Detail", key_display="⏎", tooltip=what)
 
+
+def moves(what: str, first: str = "scroll_top", last: str = "scroll_bottom") -> list[Binding]:
+    """k9s's (and vim's) keys to move in a table: j and k a row, g and G the first and the
+    last `what`, ctrl+d and ctrl+u a page (the arrows, home, end and the page keys as well)."""
+    return [
+        Binding("j", "cursor_down", show=False, tooltip=f"the next {what}"),
+        Binding("k", "cursor_up", show=False, tooltip=f"the {what} before"),
+        Binding("g", first, show=False, tooltip=f"the first {what}"),
+        Binding("G", last, show=False, tooltip=f"the last {what}"),
+        Binding("ctrl+d", "page_down", show=False, tooltip="a page down"),
+        Binding("ctrl+u", "page_up", show=False, tooltip="a page up"),
+    ]
+
+
+# The same in a log: its lines scroll.
+LOG_MOVES = [
+    Binding("j", "scroll_down", show=False, tooltip="a line down"),
+    Binding("k", "scroll_up", show=False, tooltip="a line up"),
+    Binding("g", "scroll_home", show=False, tooltip="the first line"),
+    Binding("G", "scroll_end", show=False, tooltip="the last line"),
+    Binding("ctrl+d", "page_down", show=False, tooltip="a page down"),
+    Binding("ctrl+u", "page_up", show=False, tooltip="a page up"),
+]
 
 # e on the Queue and Results screens: one app action (tests/test_tui_conventions.py).
 NEXT_EXPERIMENT = Binding(
@@ -73,36 +97,80 @@ def lines(bindings: list[Binding], fill: dict[str, str]) -> Iterator[tuple[str, 
         yield (f"{', '.join(first)} or {last}" if first else last), words
 
 
-def help_text(sections: list[tuple[str, list[type], list[tuple[str, str]]]], **fill) -> str:
+def help_text(
+    sections: list[tuple[str, list[type], list[tuple[str, str]]]], width: int = 76, **fill
+) -> str:
     """The help: a section per screen, its keys as their bindings say, then any keys a
-    widget answers itself (a list's space), given as (keys, words)."""
-    out = ["dlscale-tui: build a scaling study, watch its jobs, read its results."]
+    widget answers itself (a list's space), given as (keys, words); each line wrapped to
+    `width` under its own words, never back to the edge."""
+    out = [
+        *textwrap.wrap(
+            "dlscale-tui: build a scaling study, watch its jobs, read its results. Escape "
+            "closes this help, and every panel, dialog, filter and search.",
+            width,
+        )
+    ]
     for title, classes, extra in sections:
-        out += ["", title]
+        out += ["", *textwrap.wrap(title, width)]
         for keys, words in [*lines(bindings_of(classes), fill), *extra]:
-            out.append(f"  {keys:<15} {words}")
+            out += textwrap.wrap(
+                f"  {keys:<15} {words}", width, subsequent_indent=" " * 18, break_on_hyphens=False
+            )
     out += [
         "",
-        "States and numbers come from the store (~/.dlscale or --home); the queue is refreshed",
-        "by one scheduler query per tick for all live jobs. Quitting leaves submitted jobs",
-        "running; reopening dlscale-tui shows the same study.",
+        *textwrap.wrap(
+            "States and numbers come from the store (~/.dlscale or --home); the queue is "
+            "refreshed by one scheduler query per tick for all live jobs. Quitting leaves "
+            "submitted jobs running; reopening dlscale-tui shows the same study.",
+            width,
+        ),
     ]
     return "\n".join(out)
 
 
 def commands(app: App, screen: Screen, **fill) -> Iterator[tuple[str, str, object]]:
     """The palette's entries for what the screen's keys do now: (title, help, callback),
-    each running the action where its binding is, as the key would."""
+    each running the action where its binding is, as the key would. The title is what it
+    is called and what it does (the palette matches titles: "chart" finds Metric)."""
     seen = set()
     for key, active in screen.active_bindings.items():
         binding = active.binding
         if not binding.tooltip or (active.node, binding.action) in seen:
             continue
         seen.add((active.node, binding.action))
-        words = words_of(binding, fill)
-        title = binding.description or binding.action
+        title = f"{binding.description or binding.action}: {words_of(binding, fill)}"
         yield (
             title,
-            f"{key_name(key)}: {words}",
+            key_name(key),
             lambda node=active.node, action=binding.action: app.call_later(node.run_action, action),
         )
+
+
+def elsewhere(
+    app: App, places: list[tuple[str, str, list[type]]], **fill
+) -> Iterator[tuple[str, str, object]]:
+    """The palette's entries for the other screens' keys, (mode, its name, the classes
+    whose bindings are its keys) each: the entry shows that screen and runs the action
+    there, on the widget whose binding it is."""
+    for mode, name, classes in places:
+        if mode == app.current_mode:
+            continue
+        seen = set()
+        for cls in classes:
+            for b in bindings_of([cls]):
+                if not b.tooltip or b.action in seen:
+                    continue
+                seen.add(b.action)
+                title = f"{name}: {b.description or b.action}: {words_of(b, fill)}"
+                yield (
+                    title,
+                    f"{key_name(b.key)} on the {name} screen",
+                    lambda m=mode, c=cls, a=b.action: app.call_later(_run_in, app, m, c, a),
+                )
+
+
+async def _run_in(app: App, mode: str, cls: type, action: str) -> None:
+    await app.switch_mode(mode)
+    screen = app.screen
+    node = screen if isinstance(screen, cls) else screen.query_one(cls)
+    await node.run_action(action)

@@ -23,6 +23,10 @@ KEEP_LINES = 20_000  # what the view holds; older lines drop off the top
 
 
 class LogTail(Vertical):
+    """The log panel under the Queue's table; `f` gives it the whole screen (and back)."""
+
+    ALLOW_MAXIMIZE = True
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.path: Path | None = None
@@ -38,6 +42,14 @@ class LogTail(Vertical):
         yield Plain(id="log-status")
         yield LogView(max_lines=KEEP_LINES, id="log-lines")
         yield TextField(placeholder="search the log (enter: find, escape: close)", id="log-search")
+
+    def opening(self, note: str) -> None:
+        """Shown now, empty, saying `note`, until `open` is given the log."""
+        self.close()
+        self.title = ""
+        self.query_one(LogView).clear()
+        self._status(note)
+        self.display = True
 
     def open(self, path: Path, title: str) -> None:
         self._serial += 1
@@ -154,6 +166,15 @@ class LogTail(Vertical):
         log.set_wrap(not log.wrap)
         self.notify(
             "long log lines wrap (w: cut them)" if log.wrap else "long log lines cut (w: wrap)"
+        )
+
+    def toggle_stamps(self) -> None:
+        log = self.query_one(LogView)
+        log.set_stamps(not log.stamps)
+        self.notify(
+            "each line after the time it was read (t: without)"
+            if log.stamps
+            else "log lines without times (t: with the time each was read)"
         )
 
     def _status(self, text: str) -> None:

@@ -10,6 +10,7 @@ with Text.stylize."""
 from __future__ import annotations
 
 import re
+import time
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
@@ -22,6 +23,9 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from . import keys
+
+STAMP = len("12:03:41 ")  # the cells a line's time takes, with the space after it
 # Reverse video reads without colour (issue 21, item 8); the current match is bold and
 # underlined too.
 MATCH = Style(reverse=True)
@@ -30,6 +34,8 @@ CURRENT = Style(reverse=True, bold=True, underline=True)
 
 class LogView(ScrollView, can_focus=True):
     """A log's lines, the newest at the bottom, followed while at the end."""
+
+    BINDINGS = [*keys.LOG_MOVES]
 
     DEFAULT_CSS = """
     LogView { background: $surface; color: $text; overflow-y: scroll; overflow-x: auto; }
@@ -50,6 +56,8 @@ class LogView(ScrollView, can_focus=True):
         self._pattern: re.Pattern[str] | None = None
         self.current: int | None = None  # the line of the current match
         self._drawn: LRUCache[int, Strip] = LRUCache(1024)  # by line, whole
+        self._times: list[str] = []  # when each line was read, HH:MM:SS
+        self.stamps = False  # each line shown after the time it was read (t)
 
     @property
     def lines(self) -> Sequence[str]:
@@ -62,7 +70,7 @@ class LogView(ScrollView, can_focus=True):
     # --- writing ---------------------------------------------------------------------
 
     def clear(self) -> None:
-        self._texts, self._cells, self._widest = [], [], 0
+        self._texts, self._cells, self._widest, self._times = [], [], 0, []
         self._drawn.clear()
         self.current = None
         self._resize()
@@ -75,10 +83,11 @@ class LogView(ScrollView, can_focus=True):
         cells = [cell_len(line) for line in new]
         self._texts += new
         self._cells += cells
+        self._times += [time.strftime("%H:%M:%S")] * len(new)
         self._widest = max(self._widest, *cells)
         drop = len(self._texts) - self.max_lines
         if drop > 0:  # older lines go; the cache is by index
-            del self._texts[:drop], self._cells[:drop]
+            del self._texts[:drop], self._cells[:drop], self._times[:drop]
             self._drawn.clear()
             if self.current is not None:
                 self.current = self.current - drop if self.current >= drop else None
@@ -104,20 +113,38 @@ class LogView(ScrollView, can_focus=True):
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
 
+    def set_stamps(self, stamps: bool) -> None:
+        """Show when each line was read before it (or not), the line at the top staying,
+        the end followed if it was."""
+        top, at_end = self.line_at(round(self.scroll_y)), self.is_vertical_scroll_end
+        self.stamps = stamps
+        self._drawn.clear()
+        self._resize()
+        self.scroll_to(y=self.row_of(top), animate=False, immediate=True)
+        if at_end:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    @property
+    def _stamp(self) -> int:
+        """The cells the time takes before each line (`12:03:41 `)."""
+        return STAMP if self.stamps else 0
+
     def _room(self) -> int:
         return max(1, self.scrollable_content_region.width)
 
     def _resize(self, appended: bool = False) -> None:
+        extra = self._stamp
         if not self.wrap:
-            self.virtual_size = Size(self._widest, len(self._texts))
+            self.virtual_size = Size(self._widest + extra, len(self._texts))
             return
         width = self._room()
         if appended and width == self._wrapped_at and len(self._starts) > 1:
             new = self._cells[len(self._starts) - 1 :]  # count only the lines added
-            rows = (max(1, -(-c // width)) for c in new)
+            rows = (max(1, -(-(c + extra) // width)) for c in new)
             self._starts += list(accumulate(rows, initial=self._starts[-1]))[1:]
         else:
-            rows = (max(1, -(-c // width)) for c in self._cells)
+            rows = (max(1, -(-(c + extra) // width)) for c in self._cells)
             self._starts = list(accumulate(rows, initial=0))
             self._wrapped_at = width
         self.virtual_size = Size(width, self._starts[-1])
@@ -163,7 +190,7 @@ class LogView(ScrollView, can_focus=True):
         x = 0
         if not self.wrap and self._pattern is not None:
             found = self._pattern.search(self._texts[line])
-            start = cell_len(self._texts[line][: found.start()]) if found else 0
+            start = cell_len(self._texts[line][: found.start()]) + self._stamp if found else 0
             if start >= self._room():  # the match is off to the right
                 x = start - self._room() // 3
         self.scroll_to(x=x, y=y, animate=False, immediate=True)
@@ -177,13 +204,16 @@ class LogView(ScrollView, can_focus=True):
     def _strip(self, index: int) -> Strip:
         strip = self._drawn.get(index)
         if strip is None:
-            line = self._texts[index]
+            line, at = self._texts[index], 0
             text = Text(line, style=self.rich_style, no_wrap=True, end="")
+            if self.stamps:  # the time dim, before the line
+                text = Text.assemble((f"{self._times[index]} ", "dim"), text, no_wrap=True, end="")
+                at = len(self._times[index]) + 1
             if self._pattern is not None:
                 style = CURRENT if index == self.current else MATCH
                 for found in self._pattern.finditer(line):
-                    text.stylize(style, found.start(), found.end())
-            strip = Strip(text.render(self.app.console), self._cells[index])
+                    text.stylize(style, at + found.start(), at + found.end())
+            strip = Strip(text.render(self.app.console), self._cells[index] + self._stamp)
             self._drawn[index] = strip
         return strip
 

@@ -12,7 +12,7 @@ from typing import Any
 from textual.message import Message
 
 from ..engine.results.rows import ResultRow, SideBySide
-from ..engine.session import FrameworkChoice, Preview, RunDetail, Snapshot
+from ..engine.session import FrameworkChoice, Preview, QueueRow, RunDetail, Snapshot
 
 
 @dataclass
@@ -75,6 +75,14 @@ class Submitted(Message):
 
     report: Any
     spec_path: str
+
+
+@dataclass
+class SubmitPlanned(Message):
+    """The runs a submission under way will store, as rows SUBMITTING (the Queue shows
+    them before Slurm has answered)."""
+
+    rows: list[QueueRow]
 
 
 @dataclass

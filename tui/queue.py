@@ -4,21 +4,24 @@ watcher: the screen watches the app's snapshot and shows each new one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
-from ..engine.session import QueueRow, Snapshot, State, run_label
+from ..engine.session import QueueRow, State, run_label
 from . import keys
 from .dialogs import ConfirmScreen, DetailScreen
 from .errors import describe
-from .jobtable import QUEUE_COLUMNS, SORTS, JobTable
+from .jobtable import QUEUE_COLUMNS, SORTS, UNSEEN, UNSEEN_WHY, JobTable
 from .logtail import LogTail
-from .messages import DetailFound, EngineFailed, JobActed, LogFound
+from .logview import LogView
+from .messages import EngineFailed, JobActed, LogFound
 from .screens import AppScreen
-from .widgets import Banner, Plain, TextField
+from .widgets import Banner, Plain, StatusLine, TextField
 
 SORT_HELP = "sort: running, pending, finished (newest first); by job id; by throughput"
 SORT_WORDS = {
@@ -27,6 +30,27 @@ SORT_WORDS = {
     "throughput": "throughput, the fastest first",
 }
 LISTED = 8  # the runs a question about several names, one a line; the rest are counted
+
+
+def shown_rows(app) -> list[QueueRow]:
+    """The study's rows as the Queue shows them: a job Slurm has not named yet as
+    SUBMITTED, not yet seen by Slurm; and while a submission is under way, its runs the
+    store does not hold yet, as SUBMITTING."""
+    snap, submission = app.snapshot, app.submission
+    rows: list[QueueRow] = []
+    if snap is not None:  # the app keeps only its experiment's (on_queue_refreshed)
+        rows = [
+            replace(r, state=UNSEEN, reason=UNSEEN_WHY)
+            if r.run_id in snap.unseen and r.state == State.PENDING
+            else r
+            for r in snap.rows
+        ]
+    if submission is not None and submission.experiment == app.experiment:
+        if snap is not None and snap.experiment != app.experiment:
+            rows = []  # the study left: its rows are not the submission's
+        have = {r.run_id for r in rows}
+        rows += [r for r in submission.rows if r.run_id not in have]
+    return rows
 
 
 def row_words(r: QueueRow) -> str:
@@ -72,8 +96,10 @@ class QueueScreen(AppScreen):
             "mark",
             "Choose",
             show=False,
-            tooltip="choose the selected run too, or leave it out (c and s act on all chosen)",
+            tooltip="choose the selected run too, or leave it out, and move to the next "
+            "(c and s act on all chosen)",
         ),
+        Binding("u", "unmark", "Clear chosen", show=False, tooltip="leave out every chosen run"),
         # With the log open, w Wrap takes o Sort's place in the footer (80 columns hold
         # one of them); o still sorts, by the hidden binding after it.
         Binding(
@@ -85,9 +111,27 @@ class QueueScreen(AppScreen):
         Binding("w", "wrap", "Wrap", tooltip="wrap the log's long lines, or cut them again"),
         Binding("o", "sort_beside_log", "Sort", show=False, tooltip=SORT_HELP),
         Binding(
-            "slash", "search", "Find", tooltip="with a log open: search it; else filter the runs"
+            "slash",
+            "search",
+            "Find",
+            tooltip="with a log open: search it; else filter the runs (words all in the row, "
+            "-word: not in it, state:running: in that column)",
         ),
         Binding("p", "pause", "Pause", show=False, tooltip="pause or resume following the log"),
+        Binding(
+            "f",
+            "full_log",
+            "Full screen",
+            show=False,
+            tooltip="the selected run's log on the whole screen, or back (escape too)",
+        ),
+        Binding(
+            "t",
+            "stamps",
+            "Times",
+            show=False,
+            tooltip="show the time each log line was read, or not",
+        ),
         Binding("n", "next_match(1)", "Next", show=False, tooltip="the next match in the log"),
         Binding(
             "N", "next_match(-1)", "Previous", show=False, tooltip="the previous match in the log"
@@ -122,10 +166,12 @@ class QueueScreen(AppScreen):
         yield Banner(id="banner")
         yield Plain(id="queue-summary")
         yield TextField(
-            placeholder="filter the runs (enter: keep, escape: clear)", id="queue-filter"
+            placeholder="filter: words, -word, state:running (enter: keep, escape: clear)",
+            id="queue-filter",
         )
         yield JobTable(id="jobs")
         yield LogTail(id="log")
+        yield StatusLine(classes="status")
         yield Footer(compact=True, show_command_palette=False)
 
     @property
@@ -136,31 +182,40 @@ class QueueScreen(AppScreen):
     def on_mount(self) -> None:
         self.query_one("#log").display = False
         self.query_one("#queue-summary", Plain).update("reading the queue...")
+        self.rows: dict[str, QueueRow] = {}  # as shown, by run id
         self.watch(self.app, "snapshot", self.show_snapshot)
+        self.watch(self.app, "submission", self.show_snapshot, init=False)
         # The table, not the filter field above it (hidden until /): keys are commands here.
         self.query_one(JobTable).focus()
 
-    def show_snapshot(self, snap: Snapshot | None) -> None:
-        if snap is None or not self.query(JobTable):
-            return  # no tick yet, or one that lands while the app quits and the screen goes
-        table = self.query_one(JobTable)
-        table.show_rows(snap.rows)
+    def show_snapshot(self, _: object = None) -> None:
+        if not self.query(JobTable):
+            return  # one that lands while the app quits and the screen goes
+        rows = shown_rows(self.app)
+        if self.app.snapshot is None and not rows:
+            return  # no tick yet
+        self.rows = {r.run_id: r for r in rows}
+        self.query_one(JobTable).show_rows(rows)
         self._summarise()
 
     def _summarise(self) -> None:
-        snap = self.app.snapshot
-        if snap is None:
+        snap, submission = self.app.snapshot, self.app.submission
+        if snap is None and submission is None:
             return
         table = self.query_one(JobTable)
-        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(snap.counts.items()))
-        exp = snap.experiment or "all experiments"
-        more = f"  (e: {len(snap.experiments)} experiments)" if len(snap.experiments) > 1 else ""
+        tally: dict[str, int] = {}
+        for r in self.rows.values():
+            tally[r.state] = tally.get(r.state, 0) + 1
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(tally.items()))
+        exp = (snap.experiment if snap else self.app.experiment) or "all experiments"
+        known = snap.experiments if snap else []
+        more = f"  (e: {len(known)} experiments)" if len(known) > 1 else ""
         hint = (
             "enter: the run in full, l: its log"
-            if snap.rows
+            if self.rows
             else "no runs yet: build a study on the Build screen (F2)"
         )
-        planned = snap.counts.get(State.PLANNED, 0)
+        planned = tally.get(State.PLANNED, 0)
         if planned:  # stored but not handed to the scheduler: the reason column says why
             hint = (
                 f"{planned} not submitted (the reason says why): ctrl+r on Build (F2) "
@@ -174,6 +229,8 @@ class QueueScreen(AppScreen):
             hint = f"{table.row_count} shown matching {table.filter_text!r} (/ to change)"
         if self.marked:
             hint = f"{len(self.marked)} chosen (space): c and s act on them; {hint}"
+        if submission is not None and submission.experiment == self.app.experiment:
+            hint = submission.doing()
         # Two lines, each cut at the screen's edge: what the study is at, then how to read it.
         self.query_one("#queue-summary", Plain).update(
             f"{exp}: {counts or 'no runs'}{more}\n{hint}"
@@ -183,28 +240,15 @@ class QueueScreen(AppScreen):
 
     def action_detail(self) -> None:
         run_id = self.query_one(JobTable).selected_run()
-        if run_id is not None:
-            self._find_detail(run_id)
-
-    @work(thread=True, exclusive=True, group="lookup", exit_on_error=False)
-    def _find_detail(self, run_id: str) -> None:
-        try:
-            detail = self.app.session.run_detail(run_id)
-        except Exception as exc:
-            self.post_message(EngineFailed("reading the run", describe(exc)))
+        if run_id is None:
             return
-        if not get_current_worker().is_cancelled:
-            self.post_message(DetailFound(detail))
-
-    def on_detail_found(self, message: DetailFound) -> None:
-        message.stop()
-        run_id = message.detail.run_id
 
         def closed(then: str | None) -> None:
             if then == "log":  # l in the detail: its log, below the table
-                self._open_log(run_id)
+                self._show_log(run_id)
 
-        self.app.push_screen(DetailScreen(message.detail), closed)
+        # Open now, filled by its worker: the keys typed after i are the detail's.
+        self.app.push_screen(DetailScreen(self.app.session, run_id), closed)
 
     def action_copy_job(self) -> None:
         row = self.query_one(JobTable).selected_row()
@@ -238,8 +282,14 @@ class QueueScreen(AppScreen):
 
     def action_open_log(self) -> None:
         run_id = self.query_one(JobTable).selected_run()
-        if run_id is None:
-            return
+        if run_id is not None:
+            self._show_log(run_id)
+
+    def _show_log(self, run_id: str) -> None:
+        """The log panel at once (what `/` and escape do depends on it), filled once the
+        worker has found the log."""
+        self.query_one(LogTail).opening(f"run {run_id}: finding its log...")
+        self.refresh_bindings()
         self._open_log(run_id)
 
     @work(thread=True, exclusive=True, group="lookup", exit_on_error=False)
@@ -257,9 +307,8 @@ class QueueScreen(AppScreen):
     def on_log_found(self, message: LogFound) -> None:
         message.stop()
         log = self.query_one(LogTail)
-        log.display = True
-        log.open(message.path, message.title)
-        self.refresh_bindings()
+        if log.display:  # not closed meanwhile
+            log.open(message.path, message.title)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("sort", "wrap"):
@@ -271,6 +320,24 @@ class QueueScreen(AppScreen):
     def action_wrap(self) -> None:
         self.query_one(LogTail).toggle_wrap()
 
+    def action_full_log(self) -> None:
+        """The log on the whole screen (follow, wrap, search and times as below the
+        table), or back: one key in and out."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        log = self.query_one(LogTail)
+        if not log.display:
+            run_id = self.query_one(JobTable).selected_run()
+            if run_id is None:
+                return
+            self._show_log(run_id)
+        self.maximize(log, container=False)
+        self.query_one(LogView).focus()
+
+    def action_stamps(self) -> None:
+        self.query_one(LogTail).toggle_stamps()
+
     def action_pause(self) -> None:
         log = self.query_one(LogTail)
         if log.path is not None:
@@ -280,7 +347,7 @@ class QueueScreen(AppScreen):
         """`/` searches the open log; with no log open it filters the table, so the letters
         typed after it go into a field and never act as commands."""
         log = self.query_one(LogTail)
-        if log.path is not None and log.display:
+        if log.display:
             log.start_search()
             return
         box = self.query_one("#queue-filter", TextField)
@@ -354,13 +421,20 @@ class QueueScreen(AppScreen):
         table.move_cursor(row=min(table.get_row_index(run_id) + 1, table.row_count - 1))
         self._summarise()
 
+    def action_unmark(self) -> None:
+        self.query_one(JobTable).unmark_all()
+        self._summarise()
+
     def _chosen(self) -> list[QueueRow]:
         table = self.query_one(JobTable)
         if self.marked:  # in the order the table shows them
-            chosen = [r for r in self.marked if r in table.shown]
-            return [table.shown[r] for r in sorted(chosen, key=table.get_row_index)]
-        row = table.selected_row()
-        return [row] if row else []
+            ids = sorted((r for r in self.marked if r in table.shown), key=table.get_row_index)
+        else:
+            row = table.selected_row()
+            ids = [row.run_id] if row else []
+        # as the store has them (a run shown SUBMITTED is PENDING there, and can be cancelled)
+        actual = {r.run_id: r for r in (self.app.snapshot.rows if self.app.snapshot else [])}
+        return [actual.get(i) or table.shown[i] for i in ids]
 
     def _confirm(self, what: str) -> None:
         rows = self._chosen()
@@ -389,26 +463,31 @@ class QueueScreen(AppScreen):
             question += f"\n({skipped} chosen run(s) cannot be: left as they are.)"
 
         def answered(yes: bool | None) -> None:
-            if yes:
-                self._act(what, [r.run_id for r in can])
+            if yes:  # said by the job ids the table shows (the run id where none is)
+                self._act(
+                    what, {r.run_id: f"job {r.job_id}" if r.job_id else r.run_id for r in can}
+                )
                 self.query_one(JobTable).unmark_all()
                 self._summarise()
 
         self.app.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, group="act", exit_on_error=False)
-    def _act(self, what: str, run_ids: list[str]) -> None:
+    def _act(self, what: str, named: dict[str, str]) -> None:
+        run_ids = list(named)
         try:
             if what == "cancel":
                 done = self.app.session.cancel(run_ids)
                 msg = (
-                    f"cancelled {', '.join(done)}"
+                    f"cancelled {', '.join(named.get(r, r) for r in done)}"
                     if done
-                    else f"{', '.join(run_ids)}: not queued or running any more"
+                    else f"{', '.join(named.values())}: not queued or running any more"
                 )
             else:
                 jobs = self.app.session.resubmit(run_ids)
-                msg = "; ".join(f"resubmitted {rid} as job {job}" for rid, job in jobs)
+                msg = "; ".join(
+                    f"resubmitted {named.get(rid, rid)} as job {job}" for rid, job in jobs
+                )
         except Exception as exc:
             self.post_message(EngineFailed(what, describe(exc)))
             return

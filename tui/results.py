@@ -25,7 +25,7 @@ from . import keys
 from .columns import fit, widest
 from .dialogs import CompareScreen, TextScreen
 from .errors import describe
-from .messages import Compared, EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
 from .points import (
     FROZEN,
     HIDEABLE,
@@ -41,12 +41,18 @@ from .points import (
     why_missing,
 )
 from .screens import AppScreen
-from .widgets import Banner, Plain, literal_cell
+from .widgets import Banner, Plain, StatusLine, literal_cell
 
 # The metrics m steps through: the engine's charts, then the projection past the measured
 # scales (`dlscale project`), drawn apart: its points are projected, not measured.
 PROJECTED = "projected efficiency"
 METRICS = (*charts.METRICS, PROJECTED)
+
+
+def metric_words(metric: str) -> str:
+    """What a chart shows, in the words of its axis (`time-to-accuracy`, not `tta`)."""
+    label = charts.METRICS[metric][1] if metric in charts.METRICS else metric
+    return label.split(" (")[0] if metric != "predicted" else "predicted efficiency"
 
 
 class Chart(Widget):
@@ -80,12 +86,13 @@ class Chart(Widget):
     def render(self) -> Text:
         width, height = self.size
         if self.metric == PROJECTED:
-            # Cropped, never wrapped: a drawing for a wider widget stays a chart until the
-            # redraw at this size comes.
+            # A drawing cropped, never wrapped: drawn for a wider widget, it stays a chart
+            # until the redraw at this size comes. Why there is none wraps, whole.
+            drawing = "┌" in self.projected
             return Text.from_ansi(
                 self.projected or "projecting past the measured scales...",
-                no_wrap=True,
-                overflow="crop",
+                no_wrap=drawing,
+                overflow="crop" if drawing else "fold",
             )
         return Text.from_ansi(
             charts.chart(
@@ -100,7 +107,8 @@ class PointTable(DataTable):
     BINDINGS = [
         keys.enter_shows(
             "the selected point in full: every number, its baseline, why any is missing"
-        )
+        ),
+        *keys.moves("point"),
     ]
 
 
@@ -162,6 +170,7 @@ class ResultsScreen(AppScreen):
         yield Plain(id="picker")
         yield Plain(id="held-out")
         yield Chart(id="chart")
+        yield StatusLine(classes="status")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -321,9 +330,10 @@ class ResultsScreen(AppScreen):
         self.query_one(Chart).show(shown, self.metric, model)
         what = f"{model}, {batch_words(r)}" if r else "no point yet"
         self.query_one("#picker", Plain).update(
-            f"{PROJECTED} of every series of the study (m: metric)"
+            f"{PROJECTED} of every series of the study (m: the next chart)"
             if self.metric == PROJECTED
-            else f"{self.metric} of {what} (the selected row's; o: model, b: batch, m: metric)"
+            else f"{metric_words(self.metric)} of {what} (the selected row's; o: model, "
+            "b: batch, m: the next chart)"
         )
 
     def action_next_metric(self) -> None:
@@ -403,20 +413,7 @@ class ResultsScreen(AppScreen):
             return
         at = names.index(here) if here in names else -1
         other = next(n for n in names[at + 1 :] + names[: at + 1] if n != here)
-        self._compare(here, other)
-
-    @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
-    def _compare(self, a: str, b: str) -> None:
-        try:
-            data = self.app.session.side_by_side(a, b)
-        except Exception as exc:
-            self.post_message(EngineFailed("comparing", describe(exc)))
-            return
-        self.post_message(Compared(data))
-
-    def on_compared(self, message: Compared) -> None:
-        message.stop()
-        self.app.push_screen(CompareScreen(message.data))
+        self.app.push_screen(CompareScreen(self.app.session, here, other))
 
     def action_write_report(self) -> None:
         self.notify("writing the report (tables, figures, MLLOG files)...")

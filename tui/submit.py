@@ -1,29 +1,58 @@
-"""The Build screen's Submit button, and the submission it starts: one at a time, said when
-it starts and when it ends, and never silent about a run it could not hand to the scheduler.
+"""The Build screen's Submit button, and the submission it starts: one at a time, said step
+by step while it runs, and never silent about a run it could not hand to the scheduler.
 
 The screen decides whether its form may be submitted (checked, unchanged since, no field in
-red); the button does the submitting. A submission can take minutes (sbatch retried while a
-controller is slow); meanwhile the queue keeps refreshing and shows its runs as SUBMITTING,
-a second ctrl+r says a submission is under way, and a failure, however it happens, arrives
-as a notification while the queue shows the run as PLANNED with the reason it was not
-submitted.
+red); the button does the submitting. ctrl+r shows the Queue at once, the study's runs on it
+as SUBMITTING before Slurm has said a word (the app's `submission`); the Queue says what the
+submission is doing, each step (asking the controller, the cluster's limits, accounting,
+the queue, sbatch) with its time so far and the most it may take (the profile's
+command_timeout). A failure, however it happens, arrives as a notification, and the run
+is PLANNED with the reason it was not submitted.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.timer import Timer
 from textual.widgets import Button
 
-from ..engine.session import Session
+from ..engine.session import LoadedSpec, QueueRow, Session, SubmitStep
 from .errors import describe
-from .messages import SubmitFailed, Submitted
+from .messages import SubmitFailed, SubmitPlanned, Submitted
 
 if TYPE_CHECKING:
     from .app import DlscaleApp
 
 LABEL = "Submit (ctrl+r)"
+STEPS_EVERY_S = 0.5  # how often the steps shown are brought up to date
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submission under way, as the screens show it: the study, where it goes, the runs
+    it will store (SUBMITTING until the store has them), what it has done and is doing."""
+
+    experiment: str
+    runs: int
+    where: str
+    rows: tuple[QueueRow, ...] = ()
+    steps: tuple[SubmitStep, ...] = field(default_factory=tuple)
+
+    def doing(self) -> str:
+        """One line: what it is doing now, after what it did."""
+        done = [str(s) for s in self.steps if s.done]
+        now = [str(s) for s in self.steps if not s.done]
+        said = f"submitting {self.runs} run(s) to {self.where}"
+        if not self.steps:
+            return f"{said}..."
+        return (
+            f"{said}: "
+            + "; ".join(now or done[-1:])
+            + (f" (before: {'; '.join(done)})" if now and done else "")
+        )
 
 
 class SubmitButton(Button):
@@ -34,29 +63,36 @@ class SubmitButton(Button):
         # Enabled by the first preview that finds the form submittable.
         super().__init__(LABEL, id=id, variant="primary", disabled=True)
         self.submitting = False
+        self._ticker: Timer | None = None
 
-    def submit(self, data: dict[str, Any], path: str, saved: bool, runs: int) -> None:
+    def submit(
+        self, data: dict[str, Any], path: str, saved: bool, runs: int, loaded: LoadedSpec
+    ) -> None:
         """Submit the form's `data` as the spec at `path` (written there first unless it is
-        the file it was loaded from, `saved`), in a worker; `runs` is how many it plans."""
+        the file it was loaded from, `saved`), in a worker; `runs` is how many it plans,
+        `loaded` the form as checked. The Queue is shown now, with the runs."""
         self._busy(True)
-        where = self.app.session.where
-        ask = (
-            f": asking the controller first (at most {self.app.session.reach_s:.0f} s)"
-            if where.startswith("slurm")
-            else "..."
-        )
-        self.notify(f"submitting {runs} run(s) to {where}{ask}")
-        self._submit(data, path, saved)
+        name = loaded.spec.experiment.name
+        self.app.submission = Submission(name, runs, self.app.session.where)
+        self._ticker = self.set_interval(STEPS_EVERY_S, self._show_steps)
+        self._submit(data, path, saved, loaded)
+        self._show_queue_of(name)
 
     def _busy(self, busy: bool) -> None:
         self.submitting = busy
         self.disabled = busy
         self.label = "Submitting..." if busy else LABEL
 
+    def _show_steps(self) -> None:
+        now = self.app.submission
+        if now is not None:  # the session's record of its commands: nothing is asked
+            self.app.submission = replace(now, steps=tuple(self.app.session.submit_steps()))
+
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
-    def _submit(self, data: dict[str, Any], path: str, saved: bool) -> None:
-        name = (data.get("experiment") or {}).get("name")
+    def _submit(self, data: dict[str, Any], path: str, saved: bool, loaded: LoadedSpec) -> None:
+        name = loaded.spec.experiment.name
         try:
+            self.post_message(SubmitPlanned(self.app.session.submitting_rows(loaded)))
             if not saved:  # unsaved choices: keep them beside the store
                 Session.save_spec(data, path)
             report = self.app.session.submit(Session.load_spec(path))
@@ -65,17 +101,29 @@ class SubmitButton(Button):
             return
         self.post_message(Submitted(report, path))
 
+    def on_submit_planned(self, message: SubmitPlanned) -> None:
+        message.stop()
+        now = self.app.submission
+        if now is not None:
+            self.app.submission = replace(now, rows=tuple(message.rows))
+
+    def _ended(self) -> None:
+        self._busy(False)
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        self.app.submission = None
+        self.app.poll_now()  # its runs as the store has them now
+
     def on_submit_failed(self, message: SubmitFailed) -> None:
         message.stop()
-        self._busy(False)
+        self._ended()
         self.notify(message.problem, title="not submitted", severity="error", timeout=15)
-        self._show_queue_of(message.name)
 
     def on_submitted(self, message: Submitted) -> None:
         message.stop()
         report, path = message.report, message.spec_path
-        self._busy(False)
-        name = report.all_runs[0].experiment if report.all_runs else None
+        self._ended()
         text = f"{report.sentence()} (spec: {path})"
         for run, why in report.failed_to_submit:
             text += f"\nnot submitted: {run.label()}: {why}"
@@ -85,11 +133,8 @@ class SubmitButton(Button):
             severity="error" if report.failed_to_submit else "information",
             timeout=15 if report.failed_to_submit else 10,
         )
-        self._show_queue_of(name)
 
-    def _show_queue_of(self, name: str | None) -> None:
-        # Also after a failure: the study's runs are in the store, shown with their reason.
-        if name:
-            self.app.experiment = name
+    def _show_queue_of(self, name: str) -> None:
+        self.app.experiment = name
         self.app.poll_now()
         self.app.action_show("queue")

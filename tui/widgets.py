@@ -67,6 +67,22 @@ class Banner(Plain):
         self.update("; ".join(t for t in (waiting, warning) if t))
 
 
+class StatusLine(Plain):
+    """The app's last message (what was done, what went wrong), one line, cut at the
+    screen's edge; hidden until something is said."""
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "messages", self._show, init=True)
+
+    def _show(self, messages: list[tuple[str, str]]) -> None:
+        self.display = bool(messages)
+        if messages:
+            severity, text = messages[-1]
+            self.set_class(severity == "error", "error")
+            self.set_class(severity == "warning", "warning")
+            self.update(" ".join(text.split()))
+
+
 @cache
 def _editing_keys(cls: type[Input]) -> dict[str, str]:
     """key -> action of the field's own (non-priority) bindings, Input's included."""

@@ -15,6 +15,11 @@ from .rows import ResultRow, number
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
+# Series marks that differ by shape, not by colour alone: solid for what was measured,
+# hollow for what a model says (predicted, projected).
+SOLID = ("●", "■", "▲", "◆", "★", "✚")
+HOLLOW = ("○", "□", "△", "◇", "☆", "✜")
+
 METRICS = {
     "speedup": ("speedup", "speedup (vs best 1-device run)"),
     "efficiency": ("efficiency", "scaling efficiency"),
@@ -132,11 +137,12 @@ def chart(
     top = 0.0
     for field, suffix in drawn:
         drawn_rows = [r for r in rows if _finite(r.get(field))]
-        for name, pts in series(drawn_rows).items():
+        for i, (name, pts) in enumerate(series(drawn_rows).items()):
             xs = [r["ranks"] for r in pts]
             ys = [number(r, field) or 0.0 for r in pts]
             top = max(top, *ys)
-            plt.plot(xs, ys, label=name + suffix, marker="hd" if not suffix else "dot")
+            marks = HOLLOW if suffix else SOLID  # told apart without colour too
+            plt.plot(xs, ys, label=name + suffix, marker=marks[i % len(marks)])
             noisy = [(x, y) for x, y, r in zip(xs, ys, pts) if r.get("noisy") and not suffix]
             if noisy:
                 plt.scatter(
@@ -181,7 +187,10 @@ def projection_chart(
     if not color:
         plt.theme("clear")
     xs_all: set[int] = set()
-    for s in series_list:
+    for i, s in enumerate(series_list):
+        # Each family its own mark, solid where measured and hollow where projected: the
+        # series are told apart without colour.
+        solid, hollow = SOLID[i % len(SOLID)], HOLLOW[i % len(HOLLOW)]
         if s["measured"]:
             xs = [p[0] for p in s["measured"]]
             xs_all.update(xs)
@@ -189,14 +198,17 @@ def projection_chart(
                 xs,
                 [p[1] for p in s["measured"]],
                 label=f"{s['name']} ({s.get('measured_as', 'measured')})",
-                marker="hd",
+                marker=solid,
             )
         if s["projected"]:
             pts = sorted(s["measured"][-1:] + s["projected"])  # continue from the last measured
             xs_all.update(p[0] for p in pts)
             what = "projected, stated link" if s["stated"] else "projected"
             plt.plot(
-                [p[0] for p in pts], [p[1] for p in pts], label=f"{s['name']} ({what})", marker="."
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                label=f"{s['name']} ({what})",
+                marker=hollow,
             )
     if not xs_all:
         plt.title(f"{metric}: nothing to project")

@@ -18,10 +18,13 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 DEFAULT_TIMEOUT_S = 60.0  # a command line's: `dlscale status` may wait on a slow database
 CLOSED = "not asked: dlscale is closing"
+TIMED_OUT = 124  # the return code of a command ended for taking longer than its time
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def finish(p: subprocess.Popen, argv: list[str], timeout: float) -> CommandResul
     except subprocess.TimeoutExpired:
         _end(p)
         _reap(p)
-        return CommandResult(argv, 124, "", f"no answer in {timeout:.0f} s (Socket timed out)")
+        return CommandResult(argv, TIMED_OUT, "", f"no answer in {timeout:.0f} s")
     except BaseException:  # KeyboardInterrupt above all: the user is leaving
         _end(p)
         _reap(p)
@@ -103,6 +106,25 @@ class Waiting:
         return f"{self.command}: no answer for {self.seconds:.0f} s"
 
 
+@dataclass
+class Step:
+    """A command run while `Calls.recording`: which (`scontrol ping`, `sbatch`), since when
+    (time.monotonic), how long it may take, and once it ended, when and whether it
+    succeeded."""
+
+    command: str
+    started: float
+    timeout: float
+    ended: float | None = None
+    ok: bool | None = None
+
+
+def command_words(argv: list[str]) -> str:
+    """A command as a step names it: its program, and scontrol's subcommand."""
+    name = os.path.basename(argv[0]) if argv else ""
+    return f"{name} {argv[1]}" if name == "scontrol" and len(argv) > 1 else name
+
+
 class Calls:
     """A front end's runner: every Slurm command it runs, each at most `timeout` seconds
     (the profile's `command_timeout`), known while in flight, all ended at once by
@@ -114,6 +136,19 @@ class Calls:
         self._lock = threading.Lock()
         self._running: dict[int, tuple[str, float, subprocess.Popen]] = {}
         self._closed = threading.Event()
+        self._thread = threading.local()  # the steps the calling thread records, if any
+
+    @contextmanager
+    def recording(self) -> Iterator[list[Step]]:
+        """Every command the calling thread runs meanwhile, as a Step in the list given
+        (appended as it starts, completed as it ends): another thread reads it to say
+        what a submission is doing."""
+        steps: list[Step] = []
+        self._thread.steps = steps
+        try:
+            yield steps
+        finally:
+            self._thread.steps = None
 
     def __call__(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
@@ -121,6 +156,15 @@ class Calls:
         if self._closed.is_set():
             return CommandResult(argv, 125, "", CLOSED)
         within = self.timeout if timeout is None else min(timeout, self.timeout)
+        steps = getattr(self._thread, "steps", None)
+        step = Step(command_words(argv), time.monotonic(), within)
+        if steps is not None:
+            steps.append(step)
+        res = self._run(argv, env, within)
+        step.ended, step.ok = time.monotonic(), res.returncode == 0
+        return res
+
+    def _run(self, argv: list[str], env: dict[str, str] | None, within: float) -> CommandResult:
         p = start(argv, env)
         if isinstance(p, CommandResult):
             return p

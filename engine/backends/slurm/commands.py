@@ -19,7 +19,6 @@ from ...runs import TERMINAL
 from ..base import JobStatus
 from . import tags
 from .common import (
-    TRANSIENT,
     CommandResult,
     Runner,
     SlurmWatcher,
@@ -28,6 +27,7 @@ from .common import (
     has_accounting,
     run_command,
     said,
+    transient,
     user_name,
 )
 from .jobs import SlurmJobs
@@ -78,7 +78,7 @@ class SlurmCLI(SlurmJobs):
         args = [*(["--array", array] if array else []), str(script)]
         res = self.runner(["sbatch", "--parsable", f"--comment={tag}", *args], env=clean_env())
         if res.returncode != 0:
-            if any(t in res.stderr for t in TRANSIENT):
+            if transient(res):
                 raise ControllerUnreachable(said(res))
             raise SubmitError(said(res))
         try:
@@ -170,7 +170,7 @@ class CommandsWatcher(SlurmWatcher):
         delay = 1.0
         for attempt in range(self.retries):
             res = self.runner(argv, env=env)
-            if res.returncode == 0 or not any(t in res.stderr for t in TRANSIENT):
+            if res.returncode == 0 or not transient(res):
                 return res
             if attempt < self.retries - 1:
                 self.sleep(delay)

@@ -12,6 +12,7 @@ script wrote in the run folder as it ended (`job.exit`: `exit N` or `signal TERM
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from ...errors import ControllerUnreachable
 from ...paths import RunPaths
 from ...runs import TERMINAL, RunRow, State
 from ..base import JobStatus, Watcher
+from .calls import TIMED_OUT
 from .calls import CommandResult as CommandResult
 from .calls import run_command as run_command
 from .parsing import SlurmJob, parse_exit_marker
@@ -35,9 +37,23 @@ TRANSIENT = (
 )
 
 
+def transient(res: CommandResult) -> bool:
+    """Whether a failed command is worth a retry: Slurm said it was busy or unreachable,
+    or it did not answer in its time (dlscale ended it: nothing of Slurm's to quote)."""
+    return res.returncode == TIMED_OUT or any(t in res.stderr for t in TRANSIENT)
+
+
 def user_name() -> str:
-    """Who the queue and the limits are asked about: this user."""
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
+    """Who the queue and the limits are asked about: this user, by the name the password
+    database gives the process's uid where $USER and $LOGNAME are unset (a cron job, a
+    container): squeue --user 0 would ask about root's jobs."""
+    name = os.environ.get("USER") or os.environ.get("LOGNAME")
+    if name:
+        return name
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a name: Slurm takes the number
+        return str(os.getuid())
 
 
 class Runner(Protocol):

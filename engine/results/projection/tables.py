@@ -27,6 +27,15 @@ def link_line(lk: dict[str, Any]) -> str:
     )
 
 
+def not_projected(family: dict[str, Any]) -> str:
+    """Why a family has no projection, in `dlscale project`'s words."""
+    why = family.get("why") or next(
+        (r["why"] for r in family["rows"] if r["kind"] == project.PROJECTED and "why" in r),
+        "nothing past the measured scales",
+    )
+    return f"{family['family']}: not projected: {why}"
+
+
 def held_out_line(fam: dict[str, Any]) -> tuple[str, bool]:
     """(the held-out check in words, whether it missed its interval)."""
     held = fam.get("held_out")
