@@ -179,11 +179,11 @@ async def test_where_nothing_is_projected_the_chart_says_why_as_dlscale_project_
     """Issue 47, item 4: the quickstart (1x1 and 1x2, no link measured or stated) has no
     projection: its place says so, with the reason `dlscale project` gives each projected
     row, instead of a chart titled "measured, then projected" with nothing projected."""
-    from dlscale.engine.results import projection
+    from dlscale.engine.results.projection import project as projection
     from dlscale.tui.results import Chart
 
     name = recorded_study(home)
-    families, _, _ = projection.study_reach(Store(home), name)
+    families = projection.of_study(Store(home), name).families
     why = next(r["why"] for r in families[0]["rows"] if r["kind"] == "projected")
     assert why.startswith("no intra-node link")
     app = DlscaleApp(Session(home, "local"), watch=False)
