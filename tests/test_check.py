@@ -184,8 +184,13 @@ def test_every_outcome_has_its_exit_status_and_junit(
             assert kinds[outcome] == str(n)
     if code == 3:
         assert "exit 3: not every point was judged" in proc.stdout
+        # and the next step, as a command to paste (a bundle's runs cannot be interleaved)
+        (step,) = [line for line in proc.stdout.splitlines() if line.startswith("next: ")]
+        assert f"dlscale check {SPEC} --baseline {baseline_bundle} --run measures" in step
         (err,) = [c for c in cases.values() if c.find("error") is not None]
         assert "would decide it" in err.find("error").get("message")
+    else:
+        assert "next: " not in proc.stdout
 
 
 def test_a_baseline_that_shares_nothing_judges_nothing_and_never_passes(tmp_path):

@@ -51,13 +51,19 @@ def test_run_wait_results_chart_logs_and_rerun(tmp_path, home):
     assert csv_out[0].startswith("run_id,") and len(csv_out) == 3
     chart = dlscale("chart", "--metric", "efficiency", check=0).stdout
     assert "efficiency" in chart and "ideal" in chart
-    log = dlscale("logs", one["run_id"][:8], check=0).stdout
-    assert "dlscale-torch-ddp: resnet20 x1" in log
+    log = dlscale("logs", one["run_id"][:8], check=0)
+    assert "dlscale-torch-ddp: resnet20 x1" in log.stdout and "last" not in log.stderr
+    short = dlscale("logs", one["run_id"][:8], "-n", "2", check=0)  # says it is a tail
+    assert len(short.stdout.splitlines()) == 2
+    assert "dlscale: the last 2 lines of" in short.stderr and "--lines N" in short.stderr
     # again: everything is finished, nothing is submitted
     again = dlscale("run", str(spec), "--wait", check=0)
     assert "0 submitted" in again.stdout and "4 completed earlier" in again.stdout
     status = dlscale("status", "--all", check=0).stdout
     assert status.count("COMPLETED") == 4
+    # without --all, as its help says, no completed run is listed: they are counted
+    brief = dlscale("status", check=0).stdout
+    assert "COMPLETED" not in brief and "4 completed not listed: --all lists them" in brief
 
 
 @pytest.mark.slow

@@ -480,7 +480,7 @@ async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
             path.write_text(summary)
             store.records.ingest(run.run_id, path)
             store.update_run(run.run_id, state="COMPLETED")
-    shown = dlscale("status", home=home, check=0).stdout
+    shown = dlscale("status", "--all", home=home, check=0).stdout
     head = next(x for x in shown.splitlines() if x.startswith("run "))
     assert "tokens/s" in head and "images/s" not in shown, shown
     # Two repetitions a side are too few to judge (exit 3, saying so); the unit is named.

@@ -178,3 +178,46 @@ def test_real_commands_into_a_file_hold_no_escape(hostile, tmp_path):
             )
         text = Path(tmp_path / "out").read_text() + Path(tmp_path / "err").read_text()
         assert proc.returncode == 0 and leaks(text) == [], (argv, text[-2000:])
+
+
+def _on_a_terminal(home: Path, env: dict, *args: str) -> bytes:
+    """What `dlscale ARGS` writes to a terminal (a pseudo-terminal of 120 columns)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    os.set_blocking(leader, True)
+    env = {**os.environ, "DLSCALE_HOME": str(home), "COLUMNS": "120", "TERM": "xterm", **env}
+    proc = subprocess.Popen(
+        [str(BIN / "dlscale"), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=HANG_S)
+    os.close(leader)
+    return b"".join(chunks)
+
+
+def test_no_color_writes_no_escape_at_all_on_a_terminal(tmp_path):
+    """NO_COLOR (no-color.org) means plain text: not only no colour, no bold nor italic
+    either, as docs/running.md says; without it the terminal gets its styles (the test can
+    fail)."""
+    recorded_study(tmp_path)
+    for args in (("results",), ("status", "--all"), ("chart",)):
+        styled = _on_a_terminal(tmp_path, {"NO_COLOR": ""}, *args)
+        plain = _on_a_terminal(tmp_path, {"NO_COLOR": "1"}, *args)
+        assert b"resnet20" in plain or b"speedup" in plain, (args, plain[-500:])
+        assert b"\x1b[" not in plain, (args, plain[:500])
+        if args == ("results",):
+            assert b"\x1b[" in styled  # the header's bold: what NO_COLOR takes away

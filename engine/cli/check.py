@@ -195,13 +195,12 @@ def _check(ctx: click.Context, spec: str, junit: str | None, start: float, **kw:
             sys.exit(130)
 
     kw["run"] = kw.pop("run_study")
-    outcome = run_check(
-        store_of(ctx),
-        Request(spec, **kw),
-        wait,
-        lambda line: out.print(line, soft_wrap=True),
-    )
+    asked = Request(spec, **kw)
+    outcome = run_check(store_of(ctx), asked, wait, lambda line: out.print(line, soft_wrap=True))
     _print(outcome)
+    step = outcome.next_step(asked)
+    if step:
+        out.print(step, soft_wrap=True)
     data = outcome.junit(time.monotonic() - start) if junit else None
     failed = write_records(junit, data, outcome.record)
     if failed:

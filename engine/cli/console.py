@@ -51,6 +51,17 @@ def _console(stderr: bool) -> Console:
     # Piped output (CI logs, `| less`) gets room for the wide tables, not rich's 80 columns,
     # unless COLUMNS says how wide the reader is.
     width = None if stream.isatty() else _columns() or 160
+    # NO_COLOR (no-color.org: set and not empty) means no escape sequences at all: rich's own
+    # no_color keeps bold and italic, color_system None writes none
+    if os.environ.get("NO_COLOR"):
+        return _Printable(
+            stderr=stderr,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            width=width,
+            color_system=None,
+        )
     return _Printable(stderr=stderr, highlight=False, markup=False, emoji=False, width=width)
 
 

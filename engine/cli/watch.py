@@ -39,10 +39,14 @@ def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     # a completed run with a reason (counted though its job failed after its measurement,
     # or with records skipped) is shown too
     shown = [q for q in every if q.state != State.COMPLETED or q.reason]
-    rows = every if show_all else shown or every
-    echo(tables.status_table(rows, out.width))
+    rows = every if show_all else shown
+    if rows:
+        echo(tables.status_table(rows, out.width))
     counts = queue.counts(every)
-    out.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet")
+    said = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no runs yet"
+    if len(rows) < len(every):  # as --help says: completed runs only with --all
+        said += f" ({len(every) - len(rows)} completed not listed: --all lists them)"
+    out.print(said)
     for note in store.records.skipped_notes([q.run_id for q in every] if experiment else None):
         out.print(note, soft_wrap=True)
     for problem in problems:  # a scheduler that did not answer, a worker that cannot run
@@ -70,6 +74,14 @@ def logs(ctx: click.Context, run_id: str, follow_log: bool, lines: int) -> None:
             raise DlscaleError(f"run {row['run_id']}: its log was not read: {exc}") from None
         for line in shown:
             echo(line)
+        size = path.lstat().st_size
+        if size > sum(len(line.encode()) + 1 for line in shown):  # more above what was shown
+            sys.stdout.flush()
+            err.print(
+                f"dlscale: the last {len(shown)} lines of {path} ({size:,} bytes); "
+                "--lines N for more, --follow to follow",
+                soft_wrap=True,
+            )
         _say_why(store, row["run_id"])
         return
     backend = make_backend(row["backend"] or "local", store)

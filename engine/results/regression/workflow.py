@@ -7,6 +7,7 @@ The command line only parses its options into a `Request` and prints the `Outcom
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean
@@ -103,6 +104,35 @@ class Outcome:
                 f"{counts[SKIPPED]} not judged): each says above what would judge it"
             )
         return None
+
+    def next_step(self, asked: Request) -> str | None:
+        """One line: the command that would judge the points left undecided (the user's
+        spec and baseline quoted as a shell would need them)."""
+        if not self.counts[UNDECIDED]:
+            return None
+        against = (
+            f" --baseline {shlex.quote(asked.baseline)}"
+            if asked.baseline
+            else f" --window {asked.window} --history {shlex.quote(asked.history or '')}"
+            if asked.window
+            else ""
+        )
+        command = f"dlscale check {shlex.quote(asked.spec)}{against}"
+        if not asked.run:
+            beside = self.base.runnable  # its runs can be repeated between the study's
+            return (
+                f"next: {command} --run{' --interleave' if beside else ''} measures each "
+                f"undecided point again, a round at a time"
+                f"{' between the baseline runs (ABBA)' if beside else ''}, until it is "
+                f"decided (at most --max-repetitions {asked.max_repetitions} and "
+                f"--max-minutes {asked.max_minutes:g})"
+            )
+        return (
+            f"next: a larger budget decides more: {command} --run"
+            f"{' --interleave' if asked.interleave else ''} --max-repetitions "
+            f"{2 * asked.max_repetitions} --max-minutes {2 * asked.max_minutes:g} (each "
+            "undecided point says above what it needs)"
+        )
 
     @property
     def exit_code(self) -> int:
