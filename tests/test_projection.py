@@ -696,3 +696,56 @@ async def test_the_results_screen_draws_the_projection_and_says_a_missed_check_i
         box = field(app, "held-out")
         assert box.has_class("missed") and "MISSED" in str(box.render())
         assert "OUTSIDE its interval" in str(box.render())
+
+
+def _noisy_study(home, spread: float, gain: float) -> Store:
+    """The synthetic study with its 1-device point's repetitions `spread` apart (relative)
+    and the 2-rank point at `gain` times ideal."""
+    store = Store(home)
+    x1 = BATCH / step_of(1, 1)
+    reps = [breakdown(x1 * (1 + spread * f), LOCAL_S, 0.0) for f in (-1.0, 0.0, 1.0)]
+    add(store, home, reps, nodes=1, ranks_per_node=1, per_device_batch=BATCH)
+    add_point(store, home, 1, 2, factor=gain * 2 * x1 / (2 * BATCH / step_of(1, 2)))
+    add_sweep(store, home, 1, 2, noise=0.02, seed=1)
+    add_sweep(store, home, 2, 2, noise=0.02, seed=2)
+    return store
+
+
+@settings(max_examples=12, deadline=None)
+@given(spread=st.floats(0.0, 0.8), gain=st.floats(0.4, 1.0))
+def test_speedup_and_efficiency_stop_at_ideal_without_evidence_of_more(
+    tmp_path_factory, spread, gain
+):
+    """Issue 49: a noisy 1-device point stretched the upper bounds (efficiency 0.50 [0.26,
+    2.52]); whatever the noise, no speedup or efficiency interval, measured or projected,
+    reaches past ideal without a point measured super-linear, and a noisy base says how
+    much it varies."""
+    home = tmp_path_factory.mktemp("ideal")
+    store = _noisy_study(home, spread, gain)
+    (fam,) = projection.projections(store, "e", to=4)
+    rows = [r for r in fam["rows"] if "efficiency" in r]
+    assert {r["kind"] for r in rows} == {"measured", "projected"}
+    for r in rows:
+        eff, sp = r["efficiency"], r["speedup"]
+        assert eff["ci95_low"] <= eff["value"] <= eff["ci95_high"] <= max(1.0, eff["value"])
+        assert sp["ci95_high"] <= max(float(r["ranks"]), sp["value"]) + 1e-9
+    said = " ".join(fam["bounds"])
+    half = projection.noisy_baseline(analysis_baseline(store)) if spread else []
+    assert ("varies ±" in said) == bool(half), said
+
+
+def analysis_baseline(store):
+    from dlscale.engine.results import analysis
+
+    (pt,) = [p for p in analysis.points(store, "e") if p.devices == 1]
+    return pt
+
+
+def test_a_point_measured_super_linear_keeps_bounds_past_ideal_and_says_why(tmp_path):
+    store = _noisy_study(tmp_path, 0.0, 1.3)  # 2 ranks at 1.3x ideal, tight: evidence
+    (fam,) = projection.projections(store, "e", to=4)
+    assert any("super-linear scaling measured at 1x2" in line for line in fam["bounds"])
+    two = next(r for r in fam["rows"] if r["kind"] == "measured" and r["ranks"] == 2)
+    assert two["efficiency"]["ci95_low"] > 1
+    shown = dlscale("project", "-e", "e", "--to", "4", home=tmp_path, check=0).stdout
+    assert "super-linear scaling measured at 1x2" in shown

@@ -114,6 +114,7 @@ def projection_table(families: list[dict[str, Any]], to: int, to_from: str) -> T
         if fam.get("why"):
             notes.append(f"{name}not projected: {fam['why']}.")
         notes += [f"{name}input: {line}." for line in fam.get("inputs") or []]
+        notes += [f"{name}{line}." for line in fam.get("bounds") or []]
         notes += [f"{name}{link_line(lk)}." for lk in (fam.get("links") or {}).values()]
         alerts += [f"{name}{note}." for note in fam.get("notes") or []]
         if (top := project.largest(fam)) is not None:
