@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -38,6 +39,11 @@ def test_run_wait_results_chart_logs_and_rerun(tmp_path, home):
     spec.write_text(spec.read_text().replace("repetitions = 1\n", ""))
     proc = dlscale("run", str(spec), "--wait", check=0)
     assert "4 submitted" in proc.stdout
+    # piped, with no bar drawn: a line as each run ends (the README's quickstart log)
+    ended = [line for line in proc.stderr.splitlines() if re.match(r"[1-4]/4 pytorch-ddp ", line)]
+    assert len(ended) == 4 and ended[-1].startswith("4/4 ") and "COMPLETED (" in ended[-1], (
+        proc.stderr
+    )
     assert "speedup" in proc.stdout and "ideal" in proc.stdout  # table and chart
     rows = json.loads(dlscale("results", "--format", "json", check=0).stdout)
     assert len(rows) == 2 and all(REQUIRED <= set(r) for r in rows)

@@ -44,10 +44,12 @@ async def drawn(pilot, shown: Callable[[str], bool], timeout: float = HANG_S) ->
     return text
 
 
-def recorded_study(home, edit=None) -> str:
+def recorded_study(home, edit=None, comm: bool = False) -> str:
     """A store holding the quickstart study as recorded from a real local run (metrics and
     logs in tests/fixtures/tui-quickstart), with fixed job times so screens are repeatable.
-    `edit(run_id, lines)` may change a run's metric lines before they are ingested.
+    `edit(run_id, lines)` may change a run's metric lines before they are ingested. `comm`:
+    the quickstart as examples/quickstart.toml has it now, its 2-rank communication
+    benchmark too (tests/fixtures/quickstart-comm, recorded from a real run).
     Returns the experiment name."""
     import json
     import shutil
@@ -57,15 +59,20 @@ def recorded_study(home, edit=None) -> str:
     from dlscale.engine.launching.plan import plan
     from dlscale.engine.tracking.store import Store
 
-    src = Path(__file__).parent / "fixtures" / "tui-quickstart"
-    jobs = json.loads((src / "jobs.json").read_text())
-    loaded = load_spec(src / "spec.toml")
+    fixtures = Path(__file__).parent / "fixtures"
+    folders = [fixtures / "tui-quickstart"] + ([fixtures / "quickstart-comm"] if comm else [])
+    jobs = {}
+    for folder in folders:
+        jobs.update(
+            {k: (folder, v) for k, v in json.loads((folder / "jobs.json").read_text()).items()}
+        )
+    loaded = load_spec(folders[-1] / "spec.toml")
     store = Store(home)
     store.save_experiment(loaded.spec.experiment.name, "spec.toml", loaded.text, loaded.digest)
     for run in plan(loaded).runs:
         store.add_run(run)
         row = store.start_attempt(run.run_id)
-        job = jobs[run.run_id]
+        src, job = jobs[run.run_id]
         for name in ("metrics.jsonl", "run.log"):
             shutil.copy(src / "runs" / run.run_id / name, Path(row["run_dir"]) / name)
         if edit is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -129,9 +130,21 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
         transient=False,
     ) as progress:
         task = progress.add_task("runs", total=len(run_ids), now="")
+        said: set[str] = set()
+        start = time.monotonic()
 
         def on_tick(tick, rows) -> None:
             done = sum(r["state"] in TERMINAL for r in rows)
+            if not err.is_terminal:  # a log or a pipe gets no bar: a line per run as it ends
+                for r in rows:
+                    if r["state"] in TERMINAL and r["run_id"] not in said:
+                        said.add(r["run_id"])
+                        spent = int(time.monotonic() - start)
+                        err.print(
+                            f"{len(said)}/{len(rows)} {run_label(r)} {r['state']} "
+                            f"({spent // 60}:{spent % 60:02d})",
+                            soft_wrap=True,
+                        )
             running = [r for r in rows if r["state"] == State.RUNNING]
             now = ""
             if running:

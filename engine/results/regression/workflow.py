@@ -118,6 +118,18 @@ class Outcome:
             else ""
         )
         command = f"dlscale check {shlex.quote(asked.spec)}{against}"
+        # a point no number of the study's repetitions decides: its fixed baseline is the
+        # noise (a bundle, a history window), which only a baseline measured again narrows
+        stuck = not self.base.runnable and any(
+            v.outcome == UNDECIDED and v.in_study and v.needed is None and v.decision
+            for v in self.verdicts
+        )
+        tail = (
+            "; a point limited by its baseline's own spread (said above) needs a baseline "
+            "with more repetitions"
+            if stuck
+            else ""
+        )
         if not asked.run:
             beside = self.base.runnable  # its runs can be repeated between the study's
             return (
@@ -125,13 +137,13 @@ class Outcome:
                 f"undecided point again, a round at a time"
                 f"{' between the baseline runs (ABBA)' if beside else ''}, until it is "
                 f"decided (at most --max-repetitions {asked.max_repetitions} and "
-                f"--max-minutes {asked.max_minutes:g})"
+                f"--max-minutes {asked.max_minutes:g}){tail}"
             )
         return (
             f"next: a larger budget decides more: {command} --run"
             f"{' --interleave' if asked.interleave else ''} --max-repetitions "
             f"{2 * asked.max_repetitions} --max-minutes {2 * asked.max_minutes:g} (each "
-            "undecided point says above what it needs)"
+            f"undecided point says above what it needs){tail}"
         )
 
     @property
