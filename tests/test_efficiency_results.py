@@ -359,3 +359,21 @@ def test_the_breakdown_line_says_when_the_probe_ran_slower_than_the_timed_steps(
     )
     assert line.startswith("step 85.3 ms = compute ")
     assert ("noise, not a saving" in line) is says_noise
+
+
+@pytest.mark.parametrize("compute", [0.05, 0.09, 0.2])
+def test_a_rest_below_zero_is_said_with_the_points_where_it_is(tmp_path, compute):
+    """Issue 48/49: a compute above the step (measured apart, on a busy machine) made rest
+    negative with no word beside it; every front end's table says where and what it means."""
+    from dlscale.engine.results import tables
+
+    store = Store(tmp_path)
+    add(store, tmp_path, [breakdown(100, 0.07, 0.0)])
+    add(store, tmp_path, [breakdown(160, compute, 0.02)], ranks_per_node=2)  # step 0.1 s
+    table = tables.efficiency_table(analysis.results(store))
+    said = [n for n in table.notes if n.startswith("rest below zero at")]
+    if compute + 0.02 > 0.1:
+        (line,) = said
+        assert "pytorch-ddp 1x2 (" in line and "upper bounds" in line
+    else:
+        assert said == []

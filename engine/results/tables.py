@@ -226,6 +226,17 @@ def efficiency_table(rows: list[ResultRow]) -> Table | None:
             if why and r["ranks"] > 1:
                 seen.setdefault(f"{key}: {why}", []).append(f"{r['framework']} {scale_of(r)}")
     notes += [f"not measured, {what} ({', '.join(where)})" for what, where in seen.items()]
+    below = [
+        f"{r['framework']} {scale_of(r)} ({_ms(r['other_s'])} ms)"
+        for r in rows
+        if r["other_s"] is not None and r["other_s"] < 0
+    ]
+    if below:  # said where it happens, not only in the general note above
+        notes.append(
+            f"rest below zero at {', '.join(below)}: compute, measured apart after the timed "
+            "steps, ran slower than those steps (a busy machine); read compute and exposed "
+            "comm there as upper bounds"
+        )
     return Table.of("Where the efficiency goes", columns, body, notes)
 
 
