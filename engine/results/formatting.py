@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...trainers.common.slowdown import VARIABLE
+from .rows import Interval
 
 
 def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
@@ -16,7 +17,7 @@ def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def interval_text(v: Mapping[str, float | None] | None, digits: int) -> str:
+def interval_text(v: Interval | None, digits: int) -> str:
     """A value with its 95% interval, `1,234.5 [1,100.0, 1,300.2]`, as every table of a
     projection shows it: a stated figure (no interval) as the number alone, an interval with
     no upper bound (`ci95_high` None) as `[low, inf]`."""

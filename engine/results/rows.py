@@ -139,3 +139,87 @@ def number(row: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+class Interval(TypedDict):
+    """A value and its 95% interval, as JSON holds it (no upper bound: `ci95_high` None)."""
+
+    value: float
+    ci95_low: float
+    ci95_high: float | None
+
+
+class ProjectionRow(TypedDict, total=False):
+    """One scale of a projection (`dlscale project`, the report, the TUI's chart): measured,
+    projected or stated (its `kind`), or not projected and `why`. Built in
+    projection/project.py (measured_row, projected_row, stated_row) only."""
+
+    kind: str
+    nodes: int
+    ranks_per_node: int
+    ranks: int
+    global_batch: float
+    per_device_batch: float
+    throughput: Interval
+    step_time_s: Interval
+    speedup: Interval
+    efficiency: Interval
+    why: str  # not projected: why
+    inputs: list[str]
+    stated: bool  # a link it crossed was stated, not measured
+    links_used: dict[str, str]
+    link: str
+    terms_s: dict[str, float]
+    dominant: dict[str, Any]
+    notes: list[str]
+
+
+# A study's largest measured scale projected from the others (`from`): how far off it was.
+# The functional form: "from" is a keyword.
+HeldOut = TypedDict(
+    "HeldOut",
+    {
+        "nodes": int,
+        "ranks_per_node": int,
+        "ranks": int,
+        "why": str,
+        "from": list[str],
+        "base": str,
+        "base_devices": int,
+        "measured_throughput": float,
+        "projected_throughput": Interval,
+        "error": "float | None",
+        "outside_interval": bool,
+        "stated": bool,
+        "inputs": list[str],
+    },
+    total=False,
+)
+
+
+class Family(TypedDict, total=False):
+    """One projected family (a framework, model, precision, batch, loader and device): its
+    rows, the links and inputs it used, what bounded its intervals and its held-out check.
+    Built in projection/project.py (_family, from_figures) only."""
+
+    family: str
+    experiment: str
+    framework: str
+    model: str | None
+    precision: str
+    scaling: str
+    per_device_batch: float
+    loader: str
+    device: str | None
+    unit: str
+    rows: list[ProjectionRow]
+    held_out: HeldOut | None
+    inputs: list[str]
+    notes: list[str]
+    bounds: list[str]
+    why: str
+    links: dict[str, dict[str, Any]]
+    base: str
+    baseline: str | None
+    gradient_bytes: int
+    skipped: list[str]

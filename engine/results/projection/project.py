@@ -21,13 +21,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...paths import RunPaths
 from ...runs import RunRow, scale_label
 from ...tracking.store import Store
 from .. import analysis, explained
 from ..points import Point
+from ..rows import Family, HeldOut, Interval, ProjectionRow
 from ..stats import fieller
 from . import calibration, commfit, stated
 from .commfit import CommData, Link
@@ -189,7 +190,7 @@ def setup_of(
     )
 
 
-def measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
+def measured_row(p: Point, baseline: Point | None) -> ProjectionRow:
     """A measured scale beside the projected ones, with the interval every table shows of
     a measured point (stats.INTERVAL: mean ± CI95, its low end at 0 at the least), and its
     speedup's and efficiency's as Fieller's interval of its mean over the baseline's (both
@@ -198,7 +199,7 @@ def measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
     mean = float(s.mean or 0.0)
     low, high = s.interval or (mean, mean)
     x = Estimate(mean, max(low, 0.0), high)
-    row: dict[str, Any] = {
+    row: ProjectionRow = {
         "kind": MEASURED,
         "nodes": p.nodes,
         "ranks_per_node": p.ranks_per_node,
@@ -230,8 +231,10 @@ def measured_row(p: Point, baseline: Point | None) -> dict[str, Any]:
     return row
 
 
-def projected_row(result: dict[str, Any], nodes: int, per_node: int, kind: str = PROJECTED) -> dict:
-    row: dict[str, Any] = {
+def projected_row(
+    result: dict[str, Any], nodes: int, per_node: int, kind: str = PROJECTED
+) -> ProjectionRow:
+    row: ProjectionRow = {
         "kind": kind,
         "nodes": nodes,
         "ranks_per_node": per_node,
@@ -258,11 +261,11 @@ def projected_row(result: dict[str, Any], nodes: int, per_node: int, kind: str =
     return row
 
 
-def stated_row(setup: Setup, devices: int) -> dict[str, Any]:
+def stated_row(setup: Setup, devices: int) -> ProjectionRow:
     """The figures as stated, at the scale they were measured on: a number, no interval
     (nothing about it was modelled)."""
     x = setup.throughput.value
-    row: dict[str, Any] = {
+    row: ProjectionRow = {
         "kind": STATED,
         "nodes": 1,
         "ranks_per_node": devices,
@@ -279,7 +282,7 @@ def stated_row(setup: Setup, devices: int) -> dict[str, Any]:
     return row
 
 
-def rows_of(setup: Setup, scales: list[tuple[int, int]], skip: set) -> list[dict[str, Any]]:
+def rows_of(setup: Setup, scales: list[tuple[int, int]], skip: set) -> list[ProjectionRow]:
     """The projected rows at `scales`, less those in `skip` (measured there)."""
     return [
         projected_row(project(setup, nodes, per_node), nodes, per_node)
@@ -297,10 +300,10 @@ def _family(
     to: int | None,
     per_node: int | None,
     stated_terms: dict[str, float | None] | None,
-) -> dict[str, Any]:
+) -> Family:
     done = [p for p in pts if p.throughput.mean]
     first = pts[0]
-    out: dict[str, Any] = {
+    out: Family = {
         "family": family_name(first),
         "experiment": first.experiment,
         "framework": first.framework,
@@ -383,7 +386,7 @@ def noisy_baseline(baseline: Point | None) -> list[str]:
     ]
 
 
-def held_to_ideal(rows: list[dict[str, Any]]) -> list[str]:
+def held_to_ideal(rows: list[ProjectionRow]) -> list[str]:
     """Speedup and efficiency intervals no higher than ideal (efficiency 1, or the point's own
     value where that is above it) unless a measured point scaled super-linearly with 95%
     confidence: a noisy baseline stretches Fieller's and the projection's upper bounds past
@@ -422,7 +425,7 @@ def held_out(
     buckets: list[int],
     grad_how: str,
     baseline: Point | None,
-) -> dict[str, Any] | None:
+) -> HeldOut | None:
     """With 3+ scales measured: the largest projected from the others (its comm benchmark
     left out of the fit too), the error, and whether the measurement falls outside the
     projection's interval."""
@@ -433,7 +436,7 @@ def held_out(
     target = next(p for p in done if (p.nodes, p.ranks_per_node) == (nodes, rpn))
     others = [p for p in done if p is not target]
     singles = [p for p in others if p.nodes == 1]
-    row: dict[str, Any] = {"nodes": nodes, "ranks_per_node": rpn, "ranks": target.devices}
+    row: HeldOut = {"nodes": nodes, "ranks_per_node": rpn, "ranks": target.devices}
     if not singles:
         return {**row, "why": "no other single-node point to project from"}
     base_p = max(singles, key=lambda p: p.ranks_per_node)
@@ -447,7 +450,7 @@ def held_out(
         return {**row, "why": res["why"]}
     measured = float(target.throughput.mean or 0.0)
     x: Estimate = res["throughput"]
-    return {
+    held: HeldOut = {
         **row,
         "from": sorted(p.label() for p in others),
         "base": base_p.label(),
@@ -459,6 +462,7 @@ def held_out(
         "stated": commfit.STATED in res["links_used"].values(),
         "inputs": setup.inputs,
     }
+    return held
 
 
 def projections(
@@ -468,7 +472,7 @@ def projections(
     stated_links: dict[str, Link] | None = None,
     per_node: int | None = None,
     stated_terms: dict[str, float | None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Family]:
     """Every family's measured rows, projected rows up to `to` nodes (default: the largest
     measured) of `per_node` devices (default: the base's) and held-out check; JSON-ready,
     every row saying measured or projected."""
@@ -487,7 +491,7 @@ def projections(
     return out
 
 
-def from_figures(fig: stated.Figures, to: int, per_node: int) -> dict[str, Any]:
+def from_figures(fig: stated.Figures, to: int, per_node: int) -> Family:
     """A family projected from stated figures alone (no store): the stated scale's row
     says "stated", every other one "projected"."""
     setup = stated.setup(fig, calibration.calibrated())
@@ -532,7 +536,7 @@ class Projection:
     """What `dlscale project` answers, the report shows and the TUI draws: the families
     projected, how far (nodes) and where that reach comes from."""
 
-    families: list[dict[str, Any]]
+    families: list[Family]
     to: int
     to_from: str
 
@@ -593,7 +597,7 @@ def reach(
     )
 
 
-def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> list[dict]:
+def chart_series(families: list[Family], metric: str = "efficiency") -> list[dict]:
     """What a chart of the projection draws, as plain data (the TUI's Results screen and the
     report's figure): per family, measured and projected points as (devices, value, low,
     high), and the held-out check. Stated figures count as measured points: they are not
@@ -603,7 +607,7 @@ def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> 
         measured: list[tuple] = []
         projected: list[tuple] = []
         for r in f["rows"]:
-            v = r.get(metric)
+            v = cast("Interval | None", r.get(metric))  # a metric's name: one of the Intervals
             if v is None:
                 continue
             point = (r["ranks"], v["value"], v["ci95_low"], v["ci95_high"])
@@ -621,7 +625,7 @@ def chart_series(families: list[dict[str, Any]], metric: str = "efficiency") -> 
     return out
 
 
-def largest(fam: dict[str, Any]) -> dict[str, Any] | None:
+def largest(fam: Family) -> ProjectionRow | None:
     """The family's largest projected row that could be projected."""
     rows = [r for r in fam["rows"] if r["kind"] == PROJECTED and "why" not in r]
     return max(rows, key=lambda r: (r["ranks"], r["nodes"]), default=None)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...runs import scale_label
 from ..points import Point
+from ..rows import Interval, ProjectionRow
 from . import calibration, commfit, scaling_model
 from .commfit import INTER, INTRA, Link
 
@@ -37,7 +38,7 @@ class Estimate:
     low: float
     high: float
 
-    def as_dict(self) -> dict[str, float | None]:
+    def as_dict(self) -> Interval:
         """As JSON holds it: an interval with no upper bound has `ci95_high` None."""
         high = self.high if math.isfinite(self.high) else None
         return {"value": self.value, "ci95_low": self.low, "ci95_high": high}
@@ -216,7 +217,7 @@ def links_said(used: dict[str, str]) -> str:
     return "; ".join(f"{t}: {words[s]}" for t, s in used.items())
 
 
-def terms_said(row: dict[str, Any]) -> str:
+def terms_said(row: ProjectionRow) -> str:
     """Where a projected row's step goes, in words, naming the term that dominates."""
     terms = row["terms_s"]
     step = sum(terms.values())

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...runs import per_second, scale_label
 from ..formatting import fmt, interval_text
+from ..rows import Family
 from ..table import Column, Table
 from . import project
 from .projected import terms_said
@@ -27,7 +28,7 @@ def link_line(lk: dict[str, Any]) -> str:
     )
 
 
-def not_projected(family: dict[str, Any]) -> str:
+def not_projected(family: Family) -> str:
     """Why a family has no projection, in `dlscale project`'s words."""
     why = family.get("why") or next(
         (r["why"] for r in family["rows"] if r["kind"] == project.PROJECTED and "why" in r),
@@ -36,7 +37,7 @@ def not_projected(family: dict[str, Any]) -> str:
     return f"{family['family']}: not projected: {why}"
 
 
-def held_out_line(fam: dict[str, Any]) -> tuple[str, bool]:
+def held_out_line(fam: Family) -> tuple[str, bool]:
     """(the held-out check in words, whether it missed its interval)."""
     held = fam.get("held_out")
     if held is None:
@@ -48,14 +49,15 @@ def held_out_line(fam: dict[str, Any]) -> tuple[str, bool]:
     line = (
         f"{fam['family']}: held-out check: {scale} projected from {', '.join(held['from'])} "
         f"at {interval_text(x, 1)} {per_second([fam.get('unit')])}"
-        f", measured {fmt(held['measured_throughput'], 1)}: error {100 * held['error']:+.1f}%"
+        f", measured {fmt(held['measured_throughput'], 1)}: error "
+        + (f"{100 * err:+.1f}%" if (err := held.get("error")) is not None else "unknown")
     )
     if held["outside_interval"]:
         return line + ", OUTSIDE its interval.", True
     return line + ", within its interval.", False
 
 
-def projection_table(families: list[dict[str, Any]], to: int, to_from: str) -> Table | None:
+def projection_table(families: list[Family], to: int, to_from: str) -> Table | None:
     if not families:
         return None
     several = len(families) > 1

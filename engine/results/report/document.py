@@ -33,7 +33,7 @@ from ..bundles import profile_of, profile_text
 from ..projection import project
 from ..projection.tables import projection_table
 from ..reference import LoadedReference, beside_spec, compare, load_reference
-from ..rows import ResultRow
+from ..rows import Family, ResultRow
 from ..table import Table
 from ..tables import efficiency_table, results_table
 from . import figures, mllog
@@ -300,7 +300,7 @@ def _write(
 
 def _projection(
     store: Store, name: str, profile: str | Path | None
-) -> tuple[list[dict[str, Any]], Table | None]:
+) -> tuple[list[Family], Table | None]:
     shown = project.of_study(store, name, profile=profile)
     return shown.families, projection_table(shown.families, shown.to, shown.to_from)
 
