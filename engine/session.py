@@ -36,7 +36,7 @@ from .errors import PlanError, UserError
 from .io.reading import read_text
 from .launching import envs
 from .launching.estimate import estimate
-from .launching.plan import plan
+from .launching.plan import Totals, plan
 from .leaving import leave_now as leave_now
 from .paths import RunPaths
 from .results import analysis, charts
@@ -68,18 +68,29 @@ class FrameworkChoice:
 class Preview:
     """What submitting the form would do, shown before the user commits to it."""
 
-    runs: int = 0
-    to_run: int = 0  # neither completed nor queued or running in the store already
-    device_runs: int = 0  # sum of devices over the runs still to run
+    totals: Totals | None = None  # the runs to submit and those left as they are
     estimate: str = ""  # from completed runs of the same setup, or says it is unknown
     limit_hours: float | None = None  # device-hours if every job used its time limit
     problems: tuple[specfile.Problem, ...] = ()  # field problems first, then plan refusals
     loaded: LoadedSpec | None = None
-    active: int = 0  # queued, running or being submitted already: not submitted again
 
     @property
     def ok(self) -> bool:
         return self.loaded is not None and not self.problems
+
+    @property
+    def runs(self) -> int:
+        return self.totals.runs if self.totals else 0
+
+    @property
+    def to_run(self) -> int:
+        """Runs neither completed nor queued or running in the store already."""
+        return len(self.totals.to_run) if self.totals else 0
+
+    @property
+    def active(self) -> int:
+        """Queued, running or being submitted already: not submitted again."""
+        return self.totals.active if self.totals else 0
 
 
 @dataclass(frozen=True)
@@ -305,21 +316,15 @@ class Session:
         except PlanError as exc:
             refusals = [specfile.Problem("", line) for line in str(exc).splitlines()]
         state = {r["run_id"]: r["state"] for r in self.store.runs(loaded.spec.experiment.name)}
-        # Queued, running or being submitted: submitting again leaves them as they are.
-        busy = (*ACTIVE, State.SUBMITTING, State.WAITING)
-        active = sum(1 for r in p.runs if state.get(r.run_id) in busy)
-        todo = [r for r in p.runs if state.get(r.run_id) not in (State.COMPLETED, *busy)]
+        totals = p.against(state)
         secs = self.target.time_limit_s()
-        limit = sum(r.devices for r in todo) * secs / 3600 if secs else None
+        limit = totals.devices * secs / 3600 if secs else None
         return Preview(
-            len(p.runs),
-            len(todo),
-            sum(r.devices for r in todo),
-            estimate(self.store, todo).text(todo),
+            totals,
+            estimate(self.store, totals.to_run).text(totals.to_run),
             limit,
             tuple(refusals),
             loaded,
-            active,
         )
 
     def study_spec(self, experiment: str) -> str | None:

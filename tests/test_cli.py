@@ -175,5 +175,6 @@ def test_exit_codes(tmp_path, home):
 def test_plan_counts_runs_without_submitting(tmp_path, home):
     spec = write_spec(tmp_path / "s.toml")
     out = dlscale("plan", str(spec), check=0).stdout
-    assert "2 runs, 2 still to run, 3 devices in all" in out and "time unknown" in out
+    assert "2 runs: 2 to run, 0 completed earlier; 3 devices in all" in out
+    assert "time unknown" in out
     assert Store(home).runs() == []

@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import write_spec
+from conftest import dlscale, write_spec
 from dlscale.engine.config.spec import load_spec
 from dlscale.engine.launching.plan import plan
 from dlscale.trainers.common.flags import KNOBS, TRAINING
@@ -135,3 +135,47 @@ def test_every_training_knob_reaches_the_trainer_as_the_spec_says(knob):
     training[knob] = value
     args = build_parser("t").parse_args(trainer_args(make_run(training=training)))
     assert getattr(args, k.dest) == value
+
+
+def test_plan_and_the_build_screen_count_a_study_the_same_way(tmp_path):
+    """Issue 48, item 4: one home for a plan's totals. `dlscale plan` counted queued and
+    running runs as "still to run" where the Build screen (issue 47) set them apart; both
+    now say plan.Totals' words, for every mix of states a store can hold."""
+    import itertools
+
+    from dlscale.engine.launching.plan import Totals
+    from dlscale.engine.runs import State
+    from dlscale.engine.session import Session
+    from dlscale.engine.tracking.store import Store
+
+    from dlscale.engine.config.tomlfile import tomllib
+
+    spec = write_spec(tmp_path / "s.toml", scales='"1x1", "1x2"')
+    spec.write_text(spec.read_text().replace("repetitions = 1", "repetitions = 2"))
+    data = tomllib.loads(spec.read_text())
+    loaded = load_spec(spec)
+    runs = plan(loaded).runs
+    home = tmp_path / "home"
+    store = Store(home)
+    session = Session(home, "local")
+    mixes = itertools.product(
+        [None, State.COMPLETED, State.RUNNING, State.PENDING, State.FAILED], repeat=2
+    )
+    for i, mix in enumerate(mixes):
+        states = {r.run_id: s for r, s in zip(runs, mix) if s}
+        totals = plan(loaded).against(states)
+        assert isinstance(totals, Totals)
+        assert totals.runs == len(runs) == len(totals.to_run) + totals.active + totals.completed
+        assert totals.completed == list(states.values()).count(State.COMPLETED)
+        # the store holding those states: `dlscale plan` and the Build screen's preview say
+        for r in runs:
+            if i == 0:
+                store.add_run(r)
+            store.update_run(r.run_id, state=states.get(r.run_id, State.PLANNED))
+        preview = session.preview(data, str(spec))
+        assert preview.totals is not None, preview.problems
+        assert preview.totals.words() == totals.words(), i
+        if i % 6 == 0:  # the command line's too, on a sample of the mixes (a process each)
+            said = dlscale("plan", str(spec), home=home, check=0).stdout
+            assert totals.words() in " ".join(said.split()), (i, said)
+    store.close()

@@ -108,7 +108,7 @@ def test_plan_include_planned_on_the_command_line(home):
     out = dlscale(
         "plan", spec, "--profile", profile, "--backend", "slurm", "--include-planned", check=0
     ).stdout
-    assert "225 runs, 225 still to run" in out
+    assert "225 runs: 225 to run, 0 completed earlier" in out
     # Without environments (an empty home) the plan is refused, naming each fix: on a GPU
     # partition the GPU environment, built with the profile's modules.
     proc = dlscale("plan", spec, "--profile", profile, "--backend", "slurm", check=2)

@@ -466,7 +466,7 @@ async def test_cancel_and_resubmit_ask_first(home, tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: not field(app, "submit").disabled)
         await type_into(pilot, "repetitions", "1")
-        await until(pilot, lambda: "1 run " in str(field(app, "preview").render()))
+        await until(pilot, lambda: "1 run: " in str(field(app, "preview").render()))
         await pilot.press("ctrl+r")
         await until(
             pilot, lambda: app.current_mode == "queue" and app.snapshot and app.snapshot.rows

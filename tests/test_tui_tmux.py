@@ -37,7 +37,7 @@ def test_keystrokes_build_submit_watch_results_quit(home, tmp_path, terminal_env
     spec = write_spec(tmp_path / "tmux.toml", name="tmux-study", scales='"1x1", "1x2"', steps=4)
     term = Terminal([str(BIN / "dlscale-tui"), str(spec)], terminal_env)
     try:
-        screen = term.wait_for("2 runs (2 to run", also=("Experiment name", "Submit"))
+        screen = term.wait_for("2 runs: 2 to run", also=("Experiment name", "Submit"))
         assert "Experiment name" in screen and "Submit" in screen
         # A bad value is refused at its field, with the reason, before anything is sent.
         term.keys("BTab")  # the app opens on the frameworks list: the name is before it

@@ -67,7 +67,7 @@ def test_a_walk_at_80x24_shows_whole_what_the_user_needs(home, tmp_path):
     started = time.monotonic()
     try:
         # Build: the count before submitting, every footer key.
-        screen = term.wait_for("4 runs (4 to run", also=("ctrl+r submits",))
+        screen = term.wait_for("4 runs: 4 to run", also=("ctrl+r submits",))
         _has_footer(screen, "build")
         assert "ctrl+r submits" in screen
         term.keys("C-r")

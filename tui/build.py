@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 from ..engine.session import CHOICES, Preview, Session, Snapshot
 from .dialogs import PathScreen
 from .errors import describe
-from .form import FIELDS, LISTS, TITLES, as_list, counted, field_of, split_words
+from .form import FIELDS, LISTS, TITLES, as_list, field_of, split_words
 from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
 from .screens import AppScreen
 from .submit import SubmitButton
@@ -325,12 +325,9 @@ class BuildScreen(AppScreen):
             if self.loaded_data is None and not self._file_had_data:
                 lines.append("(the form shows defaults; ctrl+s saves a valid spec)")
             lines.append("")
-        if p.ok and not self._bad:
-            busy = f"{p.active} queued or running, " if p.active else ""
+        if p.ok and not self._bad and p.totals is not None:
             lines += [
-                f"{counted(p.runs, 'run')} ({p.to_run} to run, {busy}"
-                f"{p.runs - p.to_run - p.active} completed earlier)",
-                f"{counted(p.device_runs, 'device')} in all (each run's, added up)",
+                p.totals.words(),  # as `dlscale plan` says it
                 p.estimate
                 if p.to_run
                 else "nothing to run: every run is queued, running or completed (queue: F3)"

@@ -52,9 +52,5 @@ def split_words(text: str) -> list[str]:
     return [w for w in re.split(r"[,\s]+", text.strip()) if w]
 
 
-def counted(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v] if v not in (None, "") else []

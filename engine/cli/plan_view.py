@@ -28,7 +28,8 @@ class PlanView:
 
     @property
     def todo(self) -> list[Run]:
-        return [r for r in self.plan.runs if self.state(r) != State.COMPLETED]
+        """Runs `dlscale run` would submit (plan.Totals: not completed, queued or running)."""
+        return self.plan.against(self.known).to_run
 
     def _title(self) -> str:
         return f"Plan of {self.loaded.spec.experiment.name} ({self.loaded.path})"
@@ -111,11 +112,8 @@ class PlanView:
         return sum(self.estimate.per_run[r.run_id] * r.devices for r in known) / 3600
 
     def totals_line(self) -> str:
-        todo = self.todo
-        return (
-            f"{len(self.plan.runs)} runs, {len(todo)} still to run, "
-            f"{sum(r.devices for r in todo)} devices in all; {self.estimate.text(todo)}"
-        )
+        totals = self.plan.against(self.known)
+        return f"{totals.words()}; {self.estimate.text(totals.to_run)}"
 
     def json(self, refusals: str = "") -> str:
         runs = [
@@ -148,6 +146,7 @@ class PlanView:
                 "totals": {
                     "runs": len(runs),
                     "to_run": len(todo),
+                    "active": self.plan.against(self.known).active,
                     "device_runs": sum(r.devices for r in todo),
                     "est_device_hours": self._hours(todo),
                 },

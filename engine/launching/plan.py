@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +21,7 @@ from ...trainers.common.flags import KNOBS
 from ..config.custom import anchored, comm_declaration
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
-from ..runs import Configuration
+from ..runs import ACTIVE, Configuration, State
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,45 @@ class Plan:
     runs: list[Run]
     skipped_pairs: list[tuple[str, str]]  # (model, dataset) combinations that do not fit
     notes: list[str] = field(default_factory=list)  # what the spec asked for and is not run
+
+    def against(self, states: Mapping[str, str]) -> Totals:
+        """The plan's runs against the store's states (run id -> state)."""
+        busy = (*ACTIVE, State.SUBMITTING, State.WAITING)
+        return Totals(
+            runs=len(self.runs),
+            to_run=[r for r in self.runs if states.get(r.run_id) not in (State.COMPLETED, *busy)],
+            active=sum(1 for r in self.runs if states.get(r.run_id) in busy),
+            completed=sum(1 for r in self.runs if states.get(r.run_id) == State.COMPLETED),
+        )
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What submitting a plan would do, as `dlscale plan` and the Build screen both say it:
+    the runs to submit (neither completed nor queued, running or being submitted), and those
+    left as they are."""
+
+    runs: int
+    to_run: list[Run]
+    active: int  # queued, running or being submitted already: not submitted again
+    completed: int
+
+    @property
+    def devices(self) -> int:
+        """Devices over the runs to submit, each run's added up."""
+        return sum(r.devices for r in self.to_run)
+
+    def words(self) -> str:
+        """`7 runs: 4 to run, 2 queued or running (not submitted again), 1 completed earlier;
+        6 devices in all (each run's, added up)`."""
+        kept = [f"{self.active} queued or running (not submitted again)"] if self.active else []
+        runs = f"{self.runs} run{'' if self.runs == 1 else 's'}"
+        devices = f"{self.devices} device{'' if self.devices == 1 else 's'}"
+        return (
+            f"{runs}: {len(self.to_run)} to run, "
+            + ", ".join([*kept, f"{self.completed} completed earlier"])
+            + f"; {devices} in all (each run's, added up)"
+        )
 
 
 def plan(loaded: LoadedSpec) -> Plan:
