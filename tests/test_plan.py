@@ -33,9 +33,7 @@ def test_a_knob_added_later_leaves_the_ids_of_specs_without_it_alone(tmp_path):
     # (the training runs': the communication benchmark the quickstart added since is a run
     # of its own, beside them)
     ids = sorted(
-        r.run_id
-        for r in plan(load_spec("examples/quickstart.toml")).runs
-        if not r.comm_benchmark
+        r.run_id for r in plan(load_spec("examples/quickstart.toml")).runs if not r.comm_benchmark
     )
     assert ids == [
         "010b72785172",
