@@ -456,6 +456,27 @@ def test_stated_figures_project_end_to_end_through_the_cli(tmp_path):
     assert "(stated)" in shown and "(projected, stated link)" in shown  # the chart's series
 
 
+@pytest.mark.parametrize(
+    "model,unit",
+    [(m.id, m.unit) for m in calibration.gradients().values()]
+    + [(None, "samples")],  # a bare --parameters: no model to say what a sample is
+)
+def test_stated_figures_count_in_the_models_own_unit(tmp_path, model, unit):
+    """The unit follows the model: an image model's throughput is images/s in the table's
+    column, every input and the JSON; "samples" only where no model says what is counted."""
+    gradient = ["--model", model] if model else ["--parameters", "1000000"]
+    args = ["project", "--throughput", "64=900", *gradient, *A100, "--to", "2"]
+    shown = dlscale(*args, home=tmp_path, check=0).stdout
+    assert f"{unit}/s [95%]" in shown, shown
+    inputs = [line for line in shown.splitlines() if line.startswith("input: ")]
+    assert any(f"{unit}/s per device" in line for line in inputs), inputs
+    assert unit == "samples" or "samples/s" not in shown
+    (fam,) = json.loads(dlscale(*args, "--format", "json", home=tmp_path, check=0).stdout)
+    assert fam["unit"] == unit
+    said = dlscale(*args, "--unit", "tokens", home=tmp_path, check=0).stdout
+    assert "tokens/s [95%]" in said and f"{unit}/s" not in said  # a stated --unit wins
+
+
 def test_strong_scaling_from_two_stated_batches_fits_the_overhead(tmp_path):
     args = ["project", "--throughput", "408=3331", "--throughput", "51=2600", "--model"]
     args += ["resnet50", "--gradient-dtype", "fp16", "--measured-on", "8", *A100]

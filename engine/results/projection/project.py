@@ -507,7 +507,7 @@ def from_figures(fig: stated.Figures, to: int, per_node: int) -> dict[str, Any]:
         "model": fig.model,
         "scaling": fig.scaling,
         "per_device_batch": setup.per_device_batch,
-        "unit": fig.unit,
+        "unit": stated.counts(fig),
         "rows": rows,
         "bounds": bounds,
         "held_out": None,
