@@ -381,7 +381,7 @@ def test_without_to_or_a_profile_it_projects_to_8x_the_largest_measured(study, t
     partition of the profile the runs kept, else 8 x the largest measured node count,
     said under the table."""
     shown = dlscale("project", "-e", "e", home=tmp_path, check=0).stdout
-    assert "Projected up to 32 nodes (8 x the largest measured" in " ".join(shown.split())
+    assert "projected up to 32 nodes (8 x the largest measured" in " ".join(shown.split())
     fams = json.loads(
         dlscale("project", "-e", "e", "--format", "json", home=tmp_path, check=0).stdout
     )
