@@ -72,6 +72,12 @@ class RunPaths:
         return self.root / "run.log"
 
     @property
+    def job_record(self) -> Path:
+        """The job as it ended (job.json: its id, nodes, times, state), written when the
+        run is settled, so a rebuilt store shows what `status` showed."""
+        return self.root / "job.json"
+
+    @property
     def exit_marker(self) -> Path:
         """`exit N` or `signal TERM`, written by the job script as it ends: the final state
         where Slurm keeps no accounting."""
@@ -159,6 +165,31 @@ def write_run_file(
     # One line, by json's C encoder (an indent takes its slow pure-Python one: a study of
     # 10,000 runs writes 10,000 of these).
     RunPaths(run_dir).record.write_text(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
+
+
+# What job.json keeps of a job's row (JobRow): what `status` shows of a finished job; and
+# of its run as settled (monitor.finalize_run): RUN_SETTLED.
+RUN_SETTLED = ("run_state", "run_reason")
+JOB_FIELDS = (
+    "backend",
+    "job_id",
+    "state",
+    "nodes",
+    "submitted",
+    "started",
+    "ended",
+    "exit_code",
+    "elapsed",
+)
+
+
+def write_job_file(job: dict[str, Any], run_dir: Path) -> None:
+    """A finished job's row beside its run's records (job.json), whole or not at all."""
+    path = RunPaths(run_dir).job_record
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    kept = {k: job.get(k) for k in (*JOB_FIELDS, *RUN_SETTLED)}
+    part.write_text(json.dumps(kept, allow_nan=False) + "\n")
+    os.replace(part, path)
 
 
 def lay_out(row: RunRow, backend: str, layout: Layout) -> None:

@@ -96,6 +96,29 @@ def test_importing_twice_changes_nothing(tmp_path, bundle):
     assert _dump(home) == before
 
 
+@pytest.mark.parametrize("site", [None, "elsewhere"])
+def test_a_bundle_imported_into_the_store_it_came_from_is_refused_and_nothing_changes(
+    tmp_path, site
+):
+    """Its runs are this store's own (the same ids, made at the same moment, the same
+    records), whatever site the bundle names: imported, they would only be copied as
+    NAME@SITE, a second site that measured nothing. Refused in one line, exit 2, the store
+    as it was. (Another store's runs of the same spec, the same ids and records, are
+    imported: test_two_sites_import_into_a_third_store_beside_its_own_runs.)"""
+    home = tmp_path / "h"
+    recorded_study(home)
+    out = tmp_path / "own.tar.gz"
+    named = ["--site", site] if site else []
+    dlscale("export", "bundle", "--out", str(out), *named, home=home, check=0)
+    before = _dump(home)
+    proc = dlscale("import", str(out), home=home, check=2)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "6 of the bundle's 6 run(s) are this store's own runs of quickstart" in proc.stderr
+    assert "exported from this store" in proc.stderr and "nothing was imported" in proc.stderr
+    assert _dump(home) == before
+    assert [e["name"] for e in Store(home).experiments()] == ["quickstart"]
+
+
 def test_the_manifest_names_site_version_and_every_member(bundle):
     with tarfile.open(bundle) as tar:
         names = tar.getnames()

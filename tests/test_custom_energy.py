@@ -133,3 +133,51 @@ def test_a_signal_to_the_meter_reaches_its_command_and_the_timeline_is_kept(tmp_
     assert proc.wait(timeout=HANG_S) == 143
     assert marker.read_text() == "term"
     assert list((tmp_path / "energy").glob("*.json"))
+
+
+def _unreadable_rapl(root, how):
+    """A machine's RAPL that cannot be read, in each way one is met."""
+    if how == "no folder":
+        return root
+    root.mkdir()
+    if how == "a package without its counter":
+        fake_powercap(root, packages=1)
+        (root / "intel-rapl:0" / "energy_uj").unlink()
+    elif how == "a counter that is not a number":
+        fake_powercap(root, packages=1)
+        (root / "intel-rapl:0" / "energy_uj").write_text("n/a\n")
+    elif how == "core zones only":
+        fake_powercap(root, packages=1)
+        (root / "intel-rapl:0" / "name").write_text("dram\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "no folder",
+        "empty",
+        "a package without its counter",
+        "a counter that is not a number",
+        "core zones only",
+    ],
+)
+def test_a_cpu_runs_unknown_energy_says_the_cpus_reason_as_the_built_in_trainer_does(
+    tmp_path, monkeypatch, how
+):
+    """On a CPU run (the meter given no GPUs, as custom_launch.metered words it for a CPU
+    device), the reason is RAPL's in the built-in trainers' words, never NVML's or that
+    nvidia-ml-py is missing, whatever this machine's GPUs and driver."""
+    from dlscale.trainers.common.energy import Meter
+
+    root = _unreadable_rapl(tmp_path / "powercap", how)
+    monkeypatch.setenv("DLSCALE_POWERCAP", str(root))
+    built_in = Meter(powercap=str(root)).unavailable
+    assert built_in is not None and "RAPL" in built_in
+    out = tmp_path / "energy"
+    subprocess.run([*METER, "--out", str(out), "--", sys.executable, "-c", ""], check=True)
+    (written,) = out.glob("*.json")
+    declared = json.loads(written.read_text())["unavailable"]
+    assert declared == built_in
+    shown = custom_energy.energy_over([json.loads(written.read_text())], 0, 1, 1)
+    assert shown == {"energy_unavailable": built_in}

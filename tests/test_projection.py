@@ -381,7 +381,7 @@ def test_without_to_or_a_profile_it_projects_to_8x_the_largest_measured(study, t
     partition of the profile the runs kept, else 8 x the largest measured node count,
     said under the table."""
     shown = dlscale("project", "-e", "e", home=tmp_path, check=0).stdout
-    assert "Projected up to 32 nodes (8 x the largest measured" in " ".join(shown.split())
+    assert "projected up to 32 nodes (8 x the largest measured" in " ".join(shown.split())
     fams = json.loads(
         dlscale("project", "-e", "e", "--format", "json", home=tmp_path, check=0).stdout
     )
@@ -454,6 +454,27 @@ def test_stated_figures_project_end_to_end_through_the_cli(tmp_path):
     shown = dlscale(*args, home=tmp_path, check=0).stdout
     assert "at 32x8 (projected): step" in shown and "dominant beyond compute" in shown
     assert "(stated)" in shown and "(projected, stated link)" in shown  # the chart's series
+
+
+@pytest.mark.parametrize(
+    "model,unit",
+    [(m.id, m.unit) for m in calibration.gradients().values()]
+    + [(None, "samples")],  # a bare --parameters: no model to say what a sample is
+)
+def test_stated_figures_count_in_the_models_own_unit(tmp_path, model, unit):
+    """The unit follows the model: an image model's throughput is images/s in the table's
+    column, every input and the JSON; "samples" only where no model says what is counted."""
+    gradient = ["--model", model] if model else ["--parameters", "1000000"]
+    args = ["project", "--throughput", "64=900", *gradient, *A100, "--to", "2"]
+    shown = dlscale(*args, home=tmp_path, check=0).stdout
+    assert f"{unit}/s [95%]" in shown, shown
+    inputs = [line for line in shown.splitlines() if line.startswith("input: ")]
+    assert any(f"{unit}/s per device" in line for line in inputs), inputs
+    assert unit == "samples" or "samples/s" not in shown
+    (fam,) = json.loads(dlscale(*args, "--format", "json", home=tmp_path, check=0).stdout)
+    assert fam["unit"] == unit
+    said = dlscale(*args, "--unit", "tokens", home=tmp_path, check=0).stdout
+    assert "tokens/s [95%]" in said and f"{unit}/s" not in said  # a stated --unit wins
 
 
 def test_strong_scaling_from_two_stated_batches_fits_the_overhead(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -230,3 +231,49 @@ def test_damage_the_check_itself_cannot_read_still_names_the_error(home, monkeyp
     said = fault_message(error, home)
     assert said is not None and HINT in said and "is damaged" in said, said
     assert "database disk image is malformed" in said and str(error) in said, said
+
+
+@pytest.mark.framework  # real local runs of pytorch-ddp
+def test_status_after_a_rebuild_shows_the_jobs_ids_nodes_and_elapsed_it_showed_before(
+    home, tmp_path
+):
+    """A store made by real local runs, one completed and one failed: `status --all` after
+    `store rebuild` is what it was before (each finished job's id, nodes and elapsed time,
+    from the job.json its run folder keeps), and the next job takes a fresh id."""
+    ok = write_spec(tmp_path / "ok.toml", name="ok", scales='"1x1"')
+    bad = write_spec(tmp_path / "bad.toml", name="bad", scales='"1x1"')
+    bad.write_text(
+        bad.read_text().replace("[training]", '[training]\ninject_fault = "crash@step2"')
+    )
+    dlscale("run", str(ok), "--wait", timeout=300, check=0)
+    dlscale("run", str(bad), "--wait", timeout=300)
+    before = dlscale("status", "--all", check=0).stdout
+    assert "local-1" in before and "local-2" in before and "FAILED" in before, before
+    assert before.count("localhost") == 2  # each job's nodes
+    assert len(re.findall(r"localhost +\d+:\d\d ", before)) == 2, before  # and elapsed
+    dlscale("store", "rebuild", "--force", check=0)
+    assert dlscale("status", "--all", check=0).stdout == before
+    again = write_spec(tmp_path / "again.toml", name="again", scales='"1x1"', steps=2)
+    dlscale("run", str(again), "--wait", timeout=300, check=0)
+    (row,) = Store(home).runs("again")
+    assert row["job_id"] == "local-3"  # not local-1 again: the counter kept its place
+
+
+def test_a_job_json_that_is_not_a_jobs_is_named_and_the_run_kept(home):
+    """job.json held to what a job row holds: one of another backend, a state no job ends
+    in, or a time that is no number is named in a note; its run is kept without its job."""
+    recorded_study(home)
+    folders = sorted((home / "runs").iterdir())
+    bad = [
+        {"backend": "slurm", "job_id": "7", "state": "COMPLETED"},
+        {"backend": "local", "job_id": "local-9", "state": "RUNNING"},
+        {"backend": "local", "job_id": "local-9", "state": "COMPLETED", "ended": "soon"},
+        {"backend": "local", "job_id": "local-9", "state": "FAILED", "run_state": "FINE"},
+        [1, 2],
+    ]
+    for folder, data in zip(folders, bad):
+        (folder / "job.json").write_text(json.dumps(data))
+    out = dlscale("store", "rebuild", "--force", check=0).stdout
+    assert out.count("its job is not kept") == len(bad), out
+    store = Store(home)
+    assert len(store.runs()) == 6 and all(r["job_id"] is None for r in store.runs())

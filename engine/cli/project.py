@@ -274,7 +274,12 @@ def _print(shown: Projection, metric: str) -> None:
     help="weak scaling's per-device batch (default: the first --throughput's)",
 )
 @click.option("--accumulation", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
-@click.option("--unit", default="samples", show_default=True, help="what the throughput counts")
+@click.option(
+    "--unit",
+    default=None,
+    help="what the throughput counts (default: the --model's own, images for an image "
+    "model; else samples)",
+)
 @click.option(
     "--jitter-cv", type=JITTER_CV.option(), default=None, help="state a rank's step jitter"
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..backends.base import Backend
 from ..errors import ControllerUnreachable
-from ..paths import RunPaths
-from ..runs import ACTIVE, FAILURES, TERMINAL, State
+from ..paths import RunPaths, write_job_file
+from ..runs import ACTIVE, FAILURES, TERMINAL, RunRow, State
 from . import completion, custom_energy, custom_software, log_patterns
 from .logs import failure_reason
 from .store import Store
@@ -60,7 +60,30 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
     elif state == State.CANCELLED:
         reason = "cancelled"
     store.update_run(run_id, state=state, reason=reason)
+    _keep_job(store, row, ended, state, reason)
     return state
+
+
+def _keep_job(store: Store, row: RunRow, ended: str, state: str, reason: str | None) -> None:
+    """The job as it ended, and its run as settled, in the run's folder (job.json), for a
+    rebuilt store: the job's state is its end; the local worker dates the end just after
+    this, so a job not dated yet ends now."""
+    job = store.jobs.get(row["backend"], row["job_id"]) if row["job_id"] else None
+    if job is None:
+        return
+    try:
+        write_job_file(
+            {
+                **job,
+                "state": ended,
+                "ended": job["ended"] or time.time(),
+                "run_state": state,
+                "run_reason": reason,
+            },
+            Path(row["run_dir"]),
+        )
+    except (OSError, ValueError):
+        pass  # a folder gone or full: the store still holds the job; only a rebuild lacks it
 
 
 VANISHED = "the scheduler no longer knows this job (not in its queue or accounting)"

@@ -55,6 +55,19 @@ class Powercap:
         return total / 1e6
 
 
+def open_rapl(root: Path) -> tuple[Powercap | None, str | None]:
+    """The CPU packages' counters under `root`, or None and why not: the one reason a CPU
+    run's energy is unknown, in the same words for the built-in trainers' meter and the
+    meter around a declared framework's script (metered.py)."""
+    rapl = Powercap(root) if root.is_dir() else None
+    if rapl is None or not rapl.zones:
+        return None, (
+            f"no readable RAPL package energy under {root} (not exposed on this machine, "
+            "or readable by root only)"
+        )
+    return rapl, None
+
+
 class Meter:
     """resume()/pause() bracket the timed segments; a background thread samples
     utilisation while they run. `source` names what is read, `unavailable` why nothing is."""
@@ -81,13 +94,8 @@ class Meter:
             self.unavailable = "the node's first rank meters the CPU packages it shares"
         else:
             root = Path(powercap or os.environ.get("DLSCALE_POWERCAP", POWERCAP))
-            rapl = Powercap(root) if root.is_dir() else None
-            if rapl is None or not rapl.zones:
-                self.unavailable = (
-                    f"no readable RAPL package energy under {root} (not "
-                    "exposed on this machine, or readable by root only)"
-                )
-            else:
+            rapl, self.unavailable = open_rapl(root)
+            if rapl is not None:
                 self._rapl, self.source = rapl, "powercap"
 
     def _open_nvml(self, gpu: Any) -> None:

@@ -5,8 +5,10 @@
 
 Runs ARGV as a child (its standard streams, signals forwarded, its exit status returned) and
 samples, a few times a second, the cumulative energy counters of what that child computes on:
-the first N GPUs this process can see (NVML, as the built-in trainers' meter reads), else the
-CPU packages (RAPL under /sys/class/powercap, by the node's first task only: they are shared).
+on a GPU run (--devices or --task-gpu) its GPUs (NVML, as the built-in trainers' meter
+reads), falling back to the CPU packages (RAPL under /sys/class/powercap, by the node's first
+task only: they are shared); on a CPU run the CPU packages alone, so its energy, or why that
+is unknown, is the CPU's, in the built-in trainers' words.
 With --log it also samples the run's log size, so the engine can tell when a log line was
 written. At exit the timeline is written to DIR/<host>-<task>.json, where the engine
 (engine/tracking/custom_energy.py) takes the energy over the script's timed steps from it:
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .energy import POWERCAP, Powercap
+from .energy import POWERCAP, Powercap, open_rapl
 
 EVERY_S = 0.25
 # A timeline longer than this is halved (every other sample dropped) and sampled half as
@@ -52,17 +54,17 @@ class Counters:
         self._handles: list[Any] = []
         self._rapl: Powercap | None = None
         self.wraps: list[int] = []
-        if self._open_nvml(devices, task_gpu):
+        gpu_run = devices is not None or task_gpu  # a CPU run's GPUs are not its own
+        if gpu_run and self._open_nvml(devices, task_gpu):
             return
         if not first_task:
             self.unavailable = "the node's first task meters the CPU packages it shares"
             return
-        root = Path(os.environ.get("DLSCALE_POWERCAP", POWERCAP))
-        rapl = Powercap(root) if root.is_dir() else None
-        if rapl is None or not rapl.zones:
-            self.unavailable = (
-                self.unavailable
-                or f"no GPU is metered and no RAPL package energy is readable under {root}"
+        rapl, why = open_rapl(Path(os.environ.get("DLSCALE_POWERCAP", POWERCAP)))
+        if rapl is None:
+            # a GPU run's reason is its GPUs' where NVML gave one; a CPU run's is RAPL's
+            self.unavailable = self.unavailable or (
+                f"no GPU is metered and {why}" if gpu_run else why
             )
             return
         self._rapl, self.source, self.unit = rapl, "powercap", "uJ"

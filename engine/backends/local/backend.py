@@ -34,6 +34,14 @@ LOCK_NAME = "local-worker.lock"
 # Every local run's time limit where its spec sets none (experiment.time_limit): a profile's
 # default on Slurm. A run past it (a hung or stopped trainer) is stopped and ends TIMEOUT.
 DEFAULT_TIME_LIMIT = "00:30:00"
+# The counter local job ids are numbered by: local-1, local-2, ...
+JOB_COUNTER = "local_job"
+
+
+def job_number(job_id: str) -> int | None:
+    """N of a local job's id, local-N; None for any other id."""
+    head, _, n = job_id.partition("-")
+    return int(n) if head == "local" and n.isdigit() and len(n) < 10 else None
 
 
 def time_limit_s(loaded: LoadedSpec) -> int | None:
@@ -299,7 +307,7 @@ class LocalBackend(Backend):
                 out.append(exc)
         if not fits:
             return out
-        first = self.store.jobs.next_counter("local_job", len(fits))
+        first = self.store.jobs.next_counter(JOB_COUNTER, len(fits))
         ids = [f"local-{first + i}" for i in range(len(fits))]
         refused = self.store.jobs.add_many(
             self.name,

@@ -197,6 +197,7 @@ def add(store: Store, bundle: Bundle) -> Imported:
     import at a time per home (tracking/locks.py)."""
     site = bundle.site
     name = imported_name(bundle.experiment.name, site)
+    _refuse_own(store, bundle, name)
     ids = local_ids(bundle)
     rows, records, files = [], {}, {}
     for run in bundle.runs:
@@ -265,6 +266,26 @@ def add(store: Store, bundle: Bundle) -> Imported:
                 raise
     done.unchanged += plan.unchanged
     return done
+
+
+def _refuse_own(store: Store, bundle: Bundle, name: str) -> None:
+    """A bundle of this store's own runs (exported from it) is refused: imported, it would
+    only copy them as NAME@SITE, a second site that never measured anything."""
+    own = store.imports.measured_here(
+        {
+            r.row["run_id"]: (r.row["created"], r.records[0])
+            for r in bundle.runs
+            if r.records and r.row.get("created") is not None
+        }
+    )
+    if own:
+        raise UserError(
+            f"{len(own)} of the bundle's {len(bundle.runs)} run(s) are this store's own runs "
+            f"of {bundle.experiment.name} (the same ids and records, measured here): it was "
+            f"exported from this store, and importing it would only copy them as {name}; "
+            "nothing was imported (compare or report the experiment itself, or import the "
+            "bundle into another store)"
+        )
 
 
 def _apply(store: Store, plan: dict[str, Any], done: Imported | None = None) -> None:

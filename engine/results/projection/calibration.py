@@ -67,6 +67,7 @@ class Gradient(StrictModel):
     id: StrictStr
     parameters: StrictInt = Field(ge=1)
     where: StrictStr
+    unit: StrictStr = Field(min_length=1)  # what its throughput counts: images, sequences
 
 
 class Scale(StrictModel):

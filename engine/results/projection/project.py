@@ -511,7 +511,7 @@ def from_figures(fig: stated.Figures, to: int, per_node: int) -> Family:
         "model": fig.model,
         "scaling": fig.scaling,
         "per_device_batch": setup.per_device_batch,
-        "unit": fig.unit,
+        "unit": stated.counts(fig),
         "rows": rows,
         "bounds": bounds,
         "held_out": None,

@@ -121,7 +121,16 @@ class Figures:
     batch: float | None = None  # weak scaling's per-device batch
     accumulation: int = 1
     terms: dict[str, float | None] = field(default_factory=dict)  # JITTER, OVERHEAD, OVERLAP
-    unit: str = "samples"
+    unit: str | None = None  # --unit; None: the model's own (counts)
+
+
+def counts(fig: Figures) -> str:
+    """What the stated throughput counts: as stated (--unit), else the named model's own
+    (images for an image model, sequences for BERT), else "samples" (a bare --parameters)."""
+    if fig.unit:
+        return fig.unit
+    got = calibration.gradients().get(fig.model or "")
+    return got.unit if got else "samples"
 
 
 def links(fig: Figures) -> dict[str, Link]:
@@ -187,7 +196,7 @@ def setup(fig: Figures, cal: calibration.Calibration) -> Setup:
     terms = choose(cal, measured, fig.terms)
     nbytes, grad_how = gradient(fig)
     buckets = gradient_buckets(nbytes)
-    unit = f"{fig.unit}/s"
+    unit = f"{counts(fig)}/s"
     said = ", ".join(f"{x:g}={y:g}" for x, y in fig.throughput.items())
     inputs = [
         f"base: stated --throughput {said} {unit} per device, on {g} device(s) of one node; "

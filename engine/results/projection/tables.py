@@ -72,7 +72,7 @@ def projection_table(families: list[Family], to: int, to_from: str) -> Table | N
     ]
     body = []
     notes = [
-        f"Projected up to {to} nodes ({to_from}) from each family's largest measured "
+        f"projected up to {to} nodes ({to_from}) from each family's largest measured "
         "single-node point: its step, plus at each scale the wait for the slowest rank "
         "(the step-time jitter's expected maximum), the small-batch overhead (strong "
         "scaling) and the hierarchical allreduce of one step's gradient (in the node, then "

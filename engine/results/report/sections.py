@@ -127,7 +127,7 @@ def noisy_table(rows: list[ResultRow]) -> Table | None:
         ["model", "framework", "scale", "n", throughput_unit(noisy), "CV", "runs"],
         body,
         [
-            "These points vary more than 5% between repetitions: trust their mean "
+            "these points vary more than 5% between repetitions: trust their mean "
             "less, look at the runs' nodes, or repeat them."
         ],
         {3, 4, 5},

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ....trainers.common.records import RecordError, parse_record
-from ...backends.local.backend import worker_alive
+from ...backends.local.backend import JOB_COUNTER, job_number, worker_alive
 from ...backends.registry import backend_of_folder, job_of_records
 from ...config.spec import load_spec
 from ...config.tomlfile import parse_toml
@@ -30,8 +30,17 @@ from ...errors import SpecError, UserError
 from ...io.reading import open_regular, read_json, read_text
 from ...io.text import printable
 from ...launching.plan import digest, plan
-from ...paths import RUN_FIELDS, RunPaths, own_folder
-from ...runs import CONFIGURATION, COUNT_MAX, COUNTS, TEXT_MAX, TEXTS, RunRow, State
+from ...paths import JOB_FIELDS, RUN_FIELDS, RunPaths, own_folder
+from ...runs import (
+    CONFIGURATION,
+    COUNT_MAX,
+    COUNTS,
+    TERMINAL,
+    TEXT_MAX,
+    TEXTS,
+    RunRow,
+    State,
+)
 from . import DB_NAME, RUN_ID_PREFIX, Store, locks, staging
 from .health import BUSY_S, store_problem
 from .records import INGEST_BYTES
@@ -229,7 +238,9 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
     # A spec's text wins over none; an experiment seen only in records is still listed.
     if spec_text or row["experiment"] not in {e["name"] for e in store.experiments()}:
         store.save_experiment(row["experiment"], spec_path, spec_text, spec_digest)
-    job_id = job_of_records(backend, env)
+    kept = _job_record(paths.job_record, backend, out)
+    job = kept[0] if kept else None
+    job_id = job["job_id"] if job else job_of_records(backend, env)
     state, reason = (
         State.PLANNED,
         ("recovered by `dlscale store rebuild`: no records yet; `dlscale run SPEC` submits it"),
@@ -256,13 +267,20 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             "training": json.dumps(row.get("training") or {}, sort_keys=True, allow_nan=False),
         }
     )
+    if job is not None:  # what status showed of its job: its id, nodes and times
+        number = job_number(job["job_id"]) if backend == "local" else None
+        store.jobs.restore(
+            {**job, "run_id": run_id}, (JOB_COUNTER, number) if number is not None else None
+        )
     if guessed:  # only once its row is in the store: a folder refused above is not numbered
         out.guessed.append(run_id)
     # a job the scheduler may still run (its id known) may still finish its last line
     out.records += store.records.ingest(run_id, paths.metrics, final=not job_id)
-    if store.records.of(run_id, "summary"):
+    if kept is not None:  # its run as it was settled when its job ended
+        store.update_run(run_id, state=kept[1][0], reason=kept[1][1])
+    elif store.records.of(run_id, "summary"):
         store.update_run(run_id, state=State.COMPLETED, reason=None)
-    elif job_id and not row.get("site"):
+    elif job_id and job is None and not row.get("site"):
         # Slurm may still be running it (a run imported from another site's bundle never
         # runs here): the next poll asks, and settles the run.
         store.jobs.add(backend, job_id, run_id, State.RUNNING)
@@ -271,6 +289,48 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
             state=State.RUNNING,
             reason=f"recovered by `dlscale store rebuild`: asking Slurm about job {job_id}",
         )
+
+
+def _job_record(
+    path: Path, backend: str, out: Rebuilt
+) -> tuple[dict[str, Any], tuple[str, str | None]] | None:
+    """The finished job job.json keeps (paths.write_job_file), held to what a job row
+    holds, and its run's state and reason as settled; None where there is none, or one
+    not of this run's backend or not whole (said in a note: the run is kept without its
+    job)."""
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path, follow=False)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        job = {k: data.get(k) for k in JOB_FIELDS}
+        if job["backend"] != backend:
+            raise ValueError(f"a job of backend {str(job['backend'])[:40]!r}, not {backend}")
+        for k in ("job_id", "nodes"):
+            v = job[k]
+            if not (isinstance(v, str) and 0 < len(v) <= TEXT_MAX) and (k == "job_id" or v):
+                raise ValueError(f"{k} is {str(v)[:40]!r}, not a name")
+        if job["state"] not in {str(s) for s in TERMINAL}:
+            raise ValueError(f"state is {str(job['state'])[:40]!r}, not how a job ends")
+        for k in ("submitted", "started", "ended", "elapsed"):
+            v = job[k]
+            if v is not None and not (type(v) in (int, float) and 0 <= v < 1e11):
+                raise ValueError(f"{k} is {str(v)[:40]!r}, not a time")
+        if job["exit_code"] is not None and type(job["exit_code"]) is not int:
+            raise ValueError(f"exit_code is {str(job['exit_code'])[:40]!r}, not a whole number")
+        settled = (data.get("run_state"), data.get("run_reason"))
+        if settled[0] not in {str(s) for s in TERMINAL} or not (
+            settled[1] is None or isinstance(settled[1], str)
+        ):
+            raise ValueError("its run's settled state and reason are not a run's")
+    except (OSError, ValueError) as exc:
+        out.notes.append(f"{path}: its job is not kept: {printable(str(exc))}")
+        return None
+    return job, (settled[0], settled[1][:_REASON_MAX] if settled[1] else None)
+
+
+_REASON_MAX = 20_000  # a run's reason: a few of its log's lines
 
 
 def _first(places: list[Path], name: str) -> Path | None:

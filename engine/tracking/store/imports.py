@@ -71,6 +71,24 @@ class Imports:
                     out.updated.append(rid)
         return out
 
+    def measured_here(self, runs: dict[str, tuple[float, dict[str, Any]]]) -> list[str]:
+        """Which of these runs (id -> (created, first record)) are this store's own
+        measurements: a run of this site with that id, made at that moment, whose first
+        record (dated to its start) is the same. Another site's run of the same spec has
+        the id (plans hash the same), never the moment and the record."""
+        own = []
+        for part in chunks(list(runs)):
+            for rid, created, body in self.db.tuples(
+                "SELECT r.run_id, r.created, c.body FROM runs r JOIN records c ON "
+                "c.run_id=r.run_id AND c.line=0 WHERE r.site IS NULL AND r.run_id IN "
+                f"({','.join('?' * len(part))})",
+                part,
+            ):
+                when, first = runs[rid]
+                if created == when and body == json.dumps(first, allow_nan=False):
+                    own.append(rid)
+        return own
+
     def add(
         self,
         experiment: dict[str, Any],

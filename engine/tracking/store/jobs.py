@@ -73,6 +73,22 @@ class Jobs:
             )
         return out
 
+    def restore(self, job: dict[str, Any], counter: tuple[str, int] | None = None) -> None:
+        """Insert a finished job's row as given (`dlscale store rebuild`, from a run's
+        job.json), leaving its run as it is; `counter`: (name, number) a counter must
+        have reached, so no later job takes this one's id."""
+        with self.db.transaction() as c:
+            c.execute(
+                f"INSERT INTO jobs ({', '.join(job)}) VALUES ({', '.join('?' * len(job))})",
+                tuple(job.values()),
+            )
+            if counter is not None:
+                c.execute(
+                    "INSERT INTO counters VALUES (?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value=max(value, excluded.value)",
+                    counter,
+                )
+
     @staticmethod
     def _insert_job(c: sqlite3.Connection, row: tuple) -> StoreError | None:
         backend, job_id, run_id = row[:3]
