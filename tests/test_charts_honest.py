@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from test_efficiency_results import add, add_comm, breakdown
-from tui_text import axis_study, recorded_study
 
 from conftest import dlscale
 from dlscale.engine.results import analysis, charts
 from dlscale.engine.results.report import document as reporting
 from dlscale.engine.results.report import figures
 from dlscale.engine.tracking.store import Store
+from tui_text import axis_study, recorded_study
 
 
 def efficiency_study(home: Path, comm: bool) -> str:
@@ -74,34 +74,48 @@ def y_ticks(plot: list[str]) -> list[float]:
     return [float(m.group(1)) for row in plot if (m := re.match(r"^\s*([-\d.]+)┤", row))]
 
 
+def check_drawn(text: str, height: int) -> tuple[list[str], list[str]]:
+    """What every terminal chart holds to: the legend under the box (none of its names
+    inside it), a mark per series, at least one of them drawn, and a value axis labelled
+    from 0. Returns the lines under the box and the legend's names."""
+    plot, under, legend = parts(text)
+    assert len(text.splitlines()) <= height  # the legend and notes fit the size asked for
+    items = legend_items(legend)
+    marks = [mark for mark, _ in items]
+    assert items and len(set(marks)) == len(marks), items  # a mark per series
+    assert "•" not in marks  # the ideal's old dot read as the solid "●" without colour
+    drawn = "".join(plot)
+    for _, name in items:
+        assert name not in drawn, f"legend {name!r} drawn over the data"
+    assert any(mark in drawn for mark, _ in items if mark != charts.IDEAL)
+    ticks = y_ticks(plot)
+    assert ticks and min(ticks) == 0.0, ticks  # the value axis starts at zero, and says so
+    return under, [name for _, name in items]
+
+
 @pytest.mark.parametrize("metric", list(charts.METRICS))
 @pytest.mark.parametrize("store", list(STORES))
 def test_every_terminal_chart_is_from_zero_with_its_legend_under_it_and_a_mark_per_series(
     stores, store, metric
 ):
     _, _, rows = stores[store]
-    text = charts.chart(rows, metric, width=80, height=24)
     if charts.nothing_to_draw(rows, metric) is not None:
         return  # the command prints a sentence instead (tested elsewhere)
-    plot, under, legend = parts(text)
-    assert len(text.splitlines()) <= 24  # the legend and notes fit the size asked for
-    items = legend_items(legend)
-    marks = [mark for mark, _ in items]
-    assert items and len(set(marks)) == len(marks), items  # a mark per series
-    assert "•" not in marks  # the ideal's old dot read as the solid "●" without colour
-    drawn = "".join(plot)
-    for mark, name in items:
-        assert name not in drawn, f"legend {name!r} drawn over the data"
-    assert any(mark in drawn for mark, _ in items if mark != charts.IDEAL)
-    ticks = y_ticks(plot)
-    assert min(ticks) == 0.0, ticks  # the value axis starts at zero
+    for height in (14, 24):  # a short chart keeps its 0 too
+        under, _ = check_drawn(charts.chart(rows, metric, width=80, height=height), height)
     # a series with fewer points than the chart's scales says which and why, under it
-    key = charts.METRICS[metric][0]
-    with_key = [r for r in rows if isinstance(r.get(key), float)]
-    devices = {r["ranks"] for r in rows if any(isinstance(r.get(k), float) for k in (key,))}
-    for name, pts in charts.series(with_key).items():
-        if len(pts) < len(devices):
-            assert any(line.startswith(f"{name} has no point at") for line in under), under
+    fields = {
+        "efficiency": [("efficiency", ""), ("predicted_efficiency", " (model)")],
+        "predicted": [("predicted_efficiency", ""), ("efficiency", " (measured)")],
+    }.get(metric, [(charts.METRICS[metric][0], "")])
+    drawn = [r for r in rows if any(isinstance(r.get(f), float) for f, _ in fields)]
+    devices = {r["ranks"] for r in drawn}
+    for field, suffix in fields:
+        for name, pts in charts.series(drawn).items():
+            if len([r for r in pts if isinstance(r.get(field), float)]) < len(devices):
+                said = [line for line in under if line.startswith(f"{name}{suffix} has no point")]
+                more = [line for line in under if "more series lack points" in line]
+                assert said or more, (name + suffix, under)
 
 
 def test_a_flat_speedup_stays_flat():
@@ -142,6 +156,27 @@ def test_the_cli_chart_without_colour_keeps_the_marks_apart(stores, monkeypatch)
     _, _, legend = parts(out)
     marks = dict((name, mark) for mark, name in legend_items(legend))
     assert marks == {"pytorch-ddp": "●", "pytorch-ddp (model)": "○", "ideal": charts.IDEAL}
+
+
+@pytest.mark.parametrize("families", [1, 3, 7])
+@pytest.mark.parametrize("metric", ["efficiency", "speedup", "throughput"])
+def test_every_projection_chart_holds_the_same(families, metric):
+    """`dlscale project`'s chart and the TUI's projection: measured solid, projected hollow,
+    a mark per series, from zero, the legend under it."""
+    scale = {"efficiency": 1.0, "speedup": 1.0, "throughput": 100.0}[metric]
+    series_list = [
+        {
+            "name": f"fw{i}",
+            "measured": [(1, scale * (1 + i / 10)), (2, scale * (1.9 + i / 10))],
+            "projected": [(8, scale * (6 + i / 10)), (64, scale * (40 + i))],
+            "stated": i % 2 == 1,
+        }
+        for i in range(families)
+    ]
+    for height in (16, 30):
+        text = charts.projection_chart(series_list, metric, width=100, height=height)
+        _, names = check_drawn(text, height)
+        assert len(names) == 2 * families + (metric != "throughput")  # and the ideal
 
 
 def _inside(box: tuple[float, ...], x: float, y: float) -> bool:

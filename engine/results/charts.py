@@ -156,6 +156,21 @@ def _under(lines: list[str], width: int) -> int:
     return sum(max(1, math.ceil(len(line) / max(width, 1))) for line in lines)
 
 
+def _from_zero(upper: float, height: int) -> None:
+    """The value axis from 0 to `upper`, its ticks in round steps chosen here so that 0 is
+    always labelled: plotext's own ticks leave it out of a short chart."""
+    rows = height - 5  # the title, the box's two edges, the devices and the axis labels
+    raw = upper / max(1, min(5, rows // 2))
+    tenth = 10 ** math.floor(math.log10(raw))
+    step = next(m * tenth for m in (1, 2, 2.5, 5, 10) if m * tenth >= raw)
+    ticks = [step * i for i in range(math.floor(upper / step + 1e-9) + 1)]
+    labels = [f"{t:,.0f}" if step >= 1 else f"{t:g}" for t in ticks]
+    if len(ticks) < 2:  # too short for a round step: 0 and the top
+        ticks, labels = [0.0, upper], ["0", f"{upper:,.3g}"]
+    plt.ylim(0, upper)
+    plt.yticks(ticks, labels)
+
+
 MISSING_SHOWN = 3  # lines saying which points a series lacks; the rest are counted
 
 
@@ -226,7 +241,8 @@ def chart(
             f"and {rest} more series lack points (`dlscale results` says why)"
         ]
     under += missing
-    plt.plotsize(width, max(8, height - _under(under, width)))
+    plot_height = max(8, height - _under(under, width))
+    plt.plotsize(width, plot_height)
     for xs, ys, mark, _ in sorted(lines, key=lambda line: line[2] != IDEAL):
         plt.plot(xs, ys, marker=mark)  # the ideal first: the data is drawn over it
     if noisy:
@@ -235,7 +251,7 @@ def chart(
     # 1.04x look like steep growth.
     top = max(y for _, ys, _, _ in lines for y in ys)
     floor = 1.05 if metric in ("efficiency", "predicted") else 0.0  # efficiency reads against 1
-    plt.ylim(0, max(floor, top * 1.05) or 1.0)
+    _from_zero(max(floor, top * 1.05) or 1.0, plot_height)
     plt.xticks(all_devices)
     plt.xlabel("devices (ranks)")
     plt.ylabel(ylabel)
@@ -295,11 +311,12 @@ def projection_chart(
         ideal = [float(d) if metric == "speedup" else 1.0 for d in devices]
         lines.append((devices, ideal, IDEAL, "ideal"))
     under = legend([(mark, label) for _, _, mark, label in lines], width)
-    plt.plotsize(width, max(8, height - _under(under, width)))
+    plot_height = max(8, height - _under(under, width))
+    plt.plotsize(width, plot_height)
     for xs, ys, mark, _ in sorted(lines, key=lambda line: line[2] != IDEAL):
         plt.plot(xs, ys, marker=mark)
     top = max(y for _, ys, _, _ in lines for y in ys)
-    plt.ylim(0, max(1.05 if metric == "efficiency" else 0.0, top * 1.05) or 1.0)
+    _from_zero(max(1.05 if metric == "efficiency" else 0.0, top * 1.05) or 1.0, plot_height)
     if devices[-1] / devices[0] >= 8:
         plt.xscale("log")
     plt.xticks(devices, [str(d) for d in devices])
