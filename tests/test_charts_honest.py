@@ -12,6 +12,7 @@ import pytest
 from test_efficiency_results import add, add_comm, breakdown
 
 from conftest import dlscale
+from dlscale.engine.io.outputs import OutputFolder
 from dlscale.engine.results import analysis, charts
 from dlscale.engine.results.report import document as reporting
 from dlscale.engine.results.report import figures
@@ -216,3 +217,45 @@ def test_a_projected_line_is_the_measured_shape_hollow(tmp_path):
         measured, projected = fig.markers[f"fw{i} (measured)"], fig.markers[f"fw{i} (projected)"]
         assert measured[0] == projected[0] == figures.MARKERS[i]
         assert measured[1] == "full" and projected[1] == "none"
+
+
+def many_series(n: int) -> list[dict]:
+    """n models of one framework at 1, 2 and 4 devices: a line each."""
+    return [
+        {
+            "model": f"m{i:02d}",
+            "framework": "f",
+            "nodes": 1,
+            "ranks_per_node": d,
+            "ranks": d,
+            "throughput": 100.0 * d * (1 + i / 20),
+            "throughput_ci95": 1.0,
+            "speedup": d * (1 + i / 40),
+            "efficiency": 1 + i / 40,
+            "noisy": False,
+            "baseline": "f 1x1",
+            "n": 3,
+            "unmeasured": {},
+            "time_to_accuracy_s": None,
+            "time_to_accuracy_ci95": None,
+        }
+        for i in range(n)
+        for d in (1, 2, 4)
+    ]
+
+
+@pytest.mark.parametrize("n", [16, 20, 34])
+def test_past_the_first_shapes_every_series_still_has_its_own_mark(n, tmp_path):
+    rows = many_series(n)
+    for metric in ("speedup", "throughput"):
+        height = 60
+        _, names = check_drawn(charts.chart(rows, metric, width=120, height=height), height)
+        assert len([x for x in names if x.startswith("f m")]) == n
+    with OutputFolder.open(tmp_path) as folder:
+        made = figures.draw_all(rows, folder, "many")
+    for fig in made:
+        if fig.name in ("speedup", "efficiency", "throughput"):
+            shown = [fig.markers[label] for label in fig.legend]
+            assert len(set(shown)) == len(shown) == n + (fig.name != "throughput"), fig.name
+            ax, lg = fig.axes_box, fig.legend_box
+            assert lg[0] >= ax[2], fig.name  # beside the plot, whole columns of it

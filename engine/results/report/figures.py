@@ -33,13 +33,31 @@ from ..rows import ResultRow, number
 IDEAL = "ideal"
 NOISY = "noisy (CV > 5%)"
 # A shape per series, in order; "x" and "+" are kept for noisy points and held-out checks.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d", "H", "1")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d", "H")
+FILLS = ("full", "left", "right", "bottom", "top")  # past the shapes, the half-filled ones
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++", "**", "||")
 
 
+def _marker(i: int) -> dict[str, Any]:
+    """The i-th series' marker: a shape of its own for 75 series (hollow is the projected)."""
+    return {
+        "marker": MARKERS[i % len(MARKERS)],
+        "fillstyle": FILLS[(i // len(MARKERS)) % len(FILLS)],
+    }
+
+
 def _legend_outside(ax: Any, **kw: Any) -> None:
-    """The legend to the right of the plot: inside, it covers points wherever they fall."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, fontsize="small", **kw)
+    """The legend to the right of the plot: inside, it covers points wherever they fall.
+    A column per 16 entries, so a long one stays within the figure's height."""
+    ncols = 1 + (len(ax.get_legend_handles_labels()[1]) - 1) // 16
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1),
+        borderaxespad=0,
+        fontsize="small",
+        ncols=ncols,
+        **kw,
+    )
 
 
 @dataclass
@@ -136,17 +154,17 @@ def _against_devices(
     devices = sorted({r["ranks"] for r in rows})
     noisy_x, noisy_y = [], []
     for i, (label, pts) in enumerate(series(rows).items()):
-        marker = MARKERS[i % len(MARKERS)]
+        mark = _marker(i)
         xs = [r["ranks"] for r in pts]
         ys = [number(r, key) or 0.0 for r in pts]
         if metric == "throughput":
             err = [r["throughput_ci95"] or 0.0 for r in pts]
-            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=err, capsize=3, label=label, **mark)
         elif metric == "tta":
             err = [r["time_to_accuracy_ci95"] or 0.0 for r in pts]
-            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=err, capsize=3, label=label, **mark)
         else:
-            ax.plot(xs, ys, marker=marker, label=label)
+            ax.plot(xs, ys, label=label, **mark)
         noisy_x += [x for x, r in zip(xs, pts) if r["noisy"]]
         noisy_y += [y for y, r in zip(ys, pts) if r["noisy"]]
     if metric in ("speedup", "efficiency"):
@@ -293,8 +311,7 @@ def _accuracy_per_schedule(
         return None
     fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
     for i, (name, pts) in enumerate(curves.items()):
-        marker = MARKERS[i % len(MARKERS)]
-        ax.plot([e for e, _ in pts], [a for _, a in pts], marker=marker, label=name)
+        ax.plot([e for e, _ in pts], [a for _, a in pts], label=name, **_marker(i))
     ax.set_xlabel("epoch")
     ax.set_ylabel("top-1 accuracy (mean over repetitions)")
     ax.set_ylim(0, 1)
@@ -320,15 +337,15 @@ def projection_figure(
     fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
     devices: set[float] = set()
     for i, s in enumerate(chart):
-        marker = MARKERS[i % len(MARKERS)]  # the family's shape: hollow where projected
+        mark = _marker(i)  # the family's shape: hollow where projected
         m = sorted(s["measured"])
         line = ax.errorbar(
             [p[0] for p in m],
             [p[1] for p in m],
             yerr=[[p[1] - p[2] for p in m], [p[3] - p[1] for p in m]],
-            marker=marker,
             capsize=3,
             label=f"{s['name']} ({s.get('measured_as', 'measured')})",
+            **mark,
         )
         pts = sorted(m[-1:] + s["projected"])
         what = "projected, stated link" if s["stated"] else PROJECTED
@@ -337,7 +354,7 @@ def projection_figure(
             [p[0] for p in pts],
             [p[1] for p in pts],
             linestyle="--",
-            marker=marker,
+            marker=mark["marker"],
             fillstyle="none",
             color=color,
             label=f"{s['name']} ({what})",
