@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from typing import Any
 
 import plotext as plt
@@ -151,11 +152,6 @@ def legend(items: list[tuple[str, str]], width: int) -> list[str]:
     return out + ([line] if line else [])
 
 
-def _under(lines: list[str], width: int) -> int:
-    """How many terminal rows `lines` take at `width`."""
-    return sum(max(1, math.ceil(len(line) / max(width, 1))) for line in lines)
-
-
 def _from_zero(upper: float, height: int) -> None:
     """The value axis from 0 to `upper`, its ticks in round steps chosen here so that 0 is
     always labelled: plotext's own ticks leave it out of a short chart."""
@@ -171,7 +167,21 @@ def _from_zero(upper: float, height: int) -> None:
     plt.yticks(ticks, labels)
 
 
-MISSING_SHOWN = 3  # lines saying which points a series lacks; the rest are counted
+PLOT_ROWS = 8  # the fewest rows a chart is drawn in, its title and axes included
+
+
+def _notes(missing: list[str], width: int, room: int) -> list[str]:
+    """The lines saying which points each series lacks and why, wrapped at `width` (so the
+    rows they take are known: the TUI would wrap them otherwise), as many as `room` rows
+    hold; the rest counted in a last line."""
+    out: list[str] = []
+    for i, line in enumerate(missing):
+        rows = textwrap.wrap(line, width, subsequent_indent="  ")
+        more = len(missing) - i
+        if len(out) + len(rows) + (more > 1) > room:
+            return out + [f"and {more} more series lack points (`dlscale results` says why)"]
+        out += rows
+    return out
 
 
 def chart(
@@ -235,13 +245,8 @@ def chart(
             len(items) - (metric in ("speedup", "efficiency", "predicted")), (NOISY, NOISY_LABEL)
         )
     under = legend(items, width)
-    if len(missing) > MISSING_SHOWN:
-        rest = len(missing) - MISSING_SHOWN + 1
-        missing = missing[: MISSING_SHOWN - 1] + [
-            f"and {rest} more series lack points (`dlscale results` says why)"
-        ]
-    under += missing
-    plot_height = max(8, height - _under(under, width))
+    under += _notes(missing, width, height - PLOT_ROWS - len(under))
+    plot_height = max(PLOT_ROWS, height - len(under))
     plt.plotsize(width, plot_height)
     for xs, ys, mark, _ in sorted(lines, key=lambda line: line[2] != IDEAL):
         plt.plot(xs, ys, marker=mark)  # the ideal first: the data is drawn over it
@@ -311,7 +316,7 @@ def projection_chart(
         ideal = [float(d) if metric == "speedup" else 1.0 for d in devices]
         lines.append((devices, ideal, IDEAL, "ideal"))
     under = legend([(mark, label) for _, _, mark, label in lines], width)
-    plot_height = max(8, height - _under(under, width))
+    plot_height = max(PLOT_ROWS, height - len(under))
     plt.plotsize(width, plot_height)
     for xs, ys, mark, _ in sorted(lines, key=lambda line: line[2] != IDEAL):
         plt.plot(xs, ys, marker=mark)
