@@ -4,6 +4,10 @@ Every figure draws result rows from analysis.results as they are: nothing is rec
 here. What each figure shows (its series, their points, the ideal line) is read back from
 the drawn axes into a `Figure`, so a test or a reader can check the picture says what the
 tables say.
+
+So that no figure misleads: value axes start at zero, the legend sits outside the plot
+(beside it, never over a point), and every series has a marker (or a bar hatch) of its own
+that reads without colour: hollow where projected.
 """
 
 from __future__ import annotations
@@ -28,6 +32,32 @@ from ..rows import ResultRow, number
 
 IDEAL = "ideal"
 NOISY = "noisy (CV > 5%)"
+# A shape per series, in order; "x" and "+" are kept for noisy points and held-out checks.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d", "H")
+FILLS = ("full", "left", "right", "bottom", "top")  # past the shapes, the half-filled ones
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++", "**", "||")
+
+
+def _marker(i: int) -> dict[str, Any]:
+    """The i-th series' marker: a shape of its own for 75 series (hollow is the projected)."""
+    return {
+        "marker": MARKERS[i % len(MARKERS)],
+        "fillstyle": FILLS[(i // len(MARKERS)) % len(FILLS)],
+    }
+
+
+def _legend_outside(ax: Any, **kw: Any) -> None:
+    """The legend to the right of the plot: inside, it covers points wherever they fall.
+    A column per 16 entries, so a long one stays within the figure's height."""
+    ncols = 1 + (len(ax.get_legend_handles_labels()[1]) - 1) // 16
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1),
+        borderaxespad=0,
+        fontsize="small",
+        ncols=ncols,
+        **kw,
+    )
 
 
 @dataclass
@@ -42,6 +72,13 @@ class Figure:
     legend: list[str] = field(default_factory=list)
     colors: dict[str, str] = field(default_factory=dict)  # label -> hex colour as drawn
     xscale: str = "linear"
+    ylim: tuple[float, float] = (0.0, 0.0)
+    # label -> (marker, fillstyle, linestyle) as drawn, or ("hatch", pattern, "") for bars
+    markers: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # pixel boxes (x0, y0, x1, y1) of the plot area and the legend; points in pixels
+    axes_box: tuple[float, ...] = ()
+    legend_box: tuple[float, ...] = ()
+    points_px: list[tuple[float, float]] = field(default_factory=list, repr=False)
     png: bytes = field(default=b"", repr=False)  # as drawn; written by draw_all
 
     @property
@@ -54,10 +91,20 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
     out = Figure(
         name, path, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), xscale=ax.get_xscale()
     )
+    fig.canvas.draw()  # lays the figure out, so the boxes below are where they are drawn
+    out.ylim = tuple(float(v) for v in ax.get_ylim())  # type: ignore[assignment]
+    out.axes_box = tuple(ax.get_window_extent().extents)
     for line in ax.get_lines():
+        xy = np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float)
+        out.points_px += [(float(x), float(y)) for x, y in ax.transData.transform(xy)]
         label = line.get_label()
         if label.startswith("_"):  # matplotlib's unlabelled helpers (error-bar caps...)
             continue
+        out.markers[label] = (
+            str(line.get_marker()),
+            line.get_fillstyle(),
+            str(line.get_linestyle()),
+        )
         xs, ys = line.get_xdata(), line.get_ydata()
         out.series[label] = [(float(x), float(y)) for x, y in zip(xs, ys)]
         out.colors[label] = matplotlib.colors.to_hex(line.get_color())
@@ -70,7 +117,13 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
             xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
             out.series[label] = [(float(x), float(y)) for x, y in zip(xs, ys)]
             out.colors[label] = matplotlib.colors.to_hex(line.get_color())
+            out.markers[label] = (
+                str(line.get_marker()),
+                line.get_fillstyle(),
+                str(line.get_linestyle()),
+            )
         elif isinstance(container, BarContainer):
+            out.markers[label] = ("hatch", container.patches[0].get_hatch() or "", "")
             out.series[label] = [
                 (float(p.get_x() + p.get_width() / 2), float(p.get_height()))
                 for p in container.patches
@@ -82,6 +135,7 @@ def _read_back(fig: Any, ax: Any, name: str, path: Path) -> Figure:
             out.series[label] = [(float(x), float(y)) for x, y in coll.get_offsets()]
     legend = ax.get_legend()
     out.legend = [t.get_text() for t in legend.get_texts()] if legend else []
+    out.legend_box = tuple(legend.get_window_extent().extents) if legend else ()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
@@ -96,20 +150,21 @@ def _against_devices(
     rows = [r for r in rows if r.get(key) is not None]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
     devices = sorted({r["ranks"] for r in rows})
     noisy_x, noisy_y = [], []
-    for label, pts in series(rows).items():
+    for i, (label, pts) in enumerate(series(rows).items()):
+        mark = _marker(i)
         xs = [r["ranks"] for r in pts]
         ys = [number(r, key) or 0.0 for r in pts]
         if metric == "throughput":
             err = [r["throughput_ci95"] or 0.0 for r in pts]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=err, capsize=3, label=label, **mark)
         elif metric == "tta":
             err = [r["time_to_accuracy_ci95"] or 0.0 for r in pts]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=err, capsize=3, label=label, **mark)
         else:
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(xs, ys, label=label, **mark)
         noisy_x += [x for x, r in zip(xs, pts) if r["noisy"]]
         noisy_y += [y for y, r in zip(ys, pts) if r["noisy"]]
     if metric in ("speedup", "efficiency"):
@@ -122,11 +177,10 @@ def _against_devices(
     ax.set_xticks(devices, [str(d) for d in devices])
     ax.set_xlabel("devices (ranks)")
     ax.set_ylabel(ylabel)
-    if metric in ("speedup", "efficiency", "throughput"):
-        ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0)  # from zero: a flat 1.04x must not look like steep growth
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_outside(ax)
     return _read_back(fig, ax, metric, out_dir / f"{metric}.png")
 
 
@@ -143,7 +197,7 @@ def _framework_bars(rows: list[ResultRow], out_dir: Path, title: str) -> Figure 
     if not rows:
         return None
     scales = sorted({(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
     width = 0.8 / len(frameworks)
     for i, fw in enumerate(frameworks):
         xs, ys, errs = [], [], []
@@ -155,13 +209,15 @@ def _framework_bars(rows: list[ResultRow], out_dir: Path, title: str) -> Figure 
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(best["throughput"] or 0.0)
                 errs.append(best["throughput_ci95"] or 0.0)
-        ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=3, label=fw)
+        hatch = HATCHES[i % len(HATCHES)]  # told apart without colour
+        ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=3, label=fw, hatch=hatch)
     ax.set_xticks(range(len(scales)), [f"{n}x{rpn}\n({d} dev)" for d, n, rpn in scales])
     ax.set_xlabel("scale (nodes x ranks per node)")
     ax.set_ylabel(f"throughput ({throughput_unit(rows)})")
+    ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_outside(ax)
     return _read_back(fig, ax, "frameworks", out_dir / "frameworks.png")
 
 
@@ -195,13 +251,13 @@ def _efficiency_bars(rows: list[ResultRow], out_dir: Path, title: str) -> Figure
         return None
     names = series(rows)
     bars = [(name, r) for name, pts in names.items() for r in pts]
-    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(bars) + 2), 4.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(8.5, 0.9 * len(bars) + 4), 4.5), layout="constrained")
     xs = list(range(len(bars)))
     bottom = [0.0] * len(bars)
-    for key, label, colour in PARTS:
+    for (key, label, colour), hatch in zip(PARTS, HATCHES):
         # a negative rest draws nothing
         heights = [1000 * max(0.0, number(r, key) or 0.0) for _, r in bars]
-        ax.bar(xs, heights, bottom=bottom, width=0.6, color=colour, label=label)
+        ax.bar(xs, heights, bottom=bottom, width=0.6, color=colour, label=label, hatch=hatch)
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.plot(
         xs,
@@ -241,10 +297,10 @@ def _efficiency_bars(rows: list[ResultRow], out_dir: Path, title: str) -> Figure
     tops = bottom + [
         float(y) for line in ax.get_lines() for y in np.asarray(line.get_ydata(), float)
     ]
-    ax.set_ylim(0, 1.15 * max(tops) or 1.0)  # room above the tallest bar for the legend
+    ax.set_ylim(0, 1.05 * max(tops) or 1.0)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize="small", markerscale=0.6)
+    _legend_outside(ax, markerscale=0.6)
     return _read_back(fig, ax, "efficiency-breakdown", out_dir / "efficiency-breakdown.png")
 
 
@@ -253,15 +309,15 @@ def _accuracy_per_schedule(
 ) -> Figure | None:
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    for name, pts in curves.items():
-        ax.plot([e for e, _ in pts], [a for _, a in pts], marker="o", label=name)
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
+    for i, (name, pts) in enumerate(curves.items()):
+        ax.plot([e for e, _ in pts], [a for _, a in pts], label=name, **_marker(i))
     ax.set_xlabel("epoch")
     ax.set_ylabel("top-1 accuracy (mean over repetitions)")
     ax.set_ylim(0, 1)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", title="lr schedule")
+    _legend_outside(ax, title="lr schedule")
     return _read_back(fig, ax, "accuracy-per-schedule", out_dir / "accuracy-per-schedule.png")
 
 
@@ -278,17 +334,18 @@ def projection_figure(
     chart = [s for s in chart if s["measured"] or s["projected"]]
     if not any(s["projected"] for s in chart):
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.5, 4.5), layout="constrained")
     devices: set[float] = set()
-    for s in chart:
+    for i, s in enumerate(chart):
+        mark = _marker(i)  # the family's shape: hollow where projected
         m = sorted(s["measured"])
         line = ax.errorbar(
             [p[0] for p in m],
             [p[1] for p in m],
             yerr=[[p[1] - p[2] for p in m], [p[3] - p[1] for p in m]],
-            marker="o",
             capsize=3,
             label=f"{s['name']} ({s.get('measured_as', 'measured')})",
+            **mark,
         )
         pts = sorted(m[-1:] + s["projected"])
         what = "projected, stated link" if s["stated"] else PROJECTED
@@ -297,6 +354,8 @@ def projection_figure(
             [p[0] for p in pts],
             [p[1] for p in pts],
             linestyle="--",
+            marker=mark["marker"],
+            fillstyle="none",
             color=color,
             label=f"{s['name']} ({what})",
         )
@@ -327,7 +386,7 @@ def projection_figure(
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend_outside(ax)
     return _read_back(fig, ax, f"projection-{metric}", out_dir / f"projection-{metric}.png")
 
 
