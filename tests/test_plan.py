@@ -143,12 +143,11 @@ def test_plan_and_the_build_screen_count_a_study_the_same_way(tmp_path):
     now say plan.Totals' words, for every mix of states a store can hold."""
     import itertools
 
+    from dlscale.engine.config.tomlfile import tomllib
     from dlscale.engine.launching.plan import Totals
     from dlscale.engine.runs import State
     from dlscale.engine.session import Session
     from dlscale.engine.tracking.store import Store
-
-    from dlscale.engine.config.tomlfile import tomllib
 
     spec = write_spec(tmp_path / "s.toml", scales='"1x1", "1x2"')
     spec.write_text(spec.read_text().replace("repetitions = 1", "repetitions = 2"))
