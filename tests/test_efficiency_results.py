@@ -377,3 +377,37 @@ def test_a_rest_below_zero_is_said_with_the_points_where_it_is(tmp_path, compute
         assert "pytorch-ddp 1x2 (" in line and "upper bounds" in line
     else:
         assert said == []
+
+
+def test_a_transformers_mfu_and_memory_reach_every_results_output(tmp_path):
+    """Issue 52, item 3: tokens/s, achieved TFLOPS, MFU and peak memory per device, as the
+    trainers record them (median over the repetitions), in the results rows (JSON, CSV) and
+    the table with the note saying what they count; a study without them gets no such column."""
+    from conftest import dlscale
+
+    store = Store(tmp_path)
+    summaries = [
+        {
+            "throughput": 900.0 + i,
+            "achieved_tflops_per_device": 0.4 + i / 100,
+            "mfu": 0.30 + i / 100,
+            "peak_memory_bytes": (300 + i) * 2**20,
+        }
+        for i in range(3)
+    ]
+    add(store, tmp_path, summaries)
+    store.close()
+    (row,) = json.loads(
+        dlscale("results", "--format", "json", "--wide", home=tmp_path, check=0).stdout
+    )
+    assert row["mfu"] == pytest.approx(0.31) and row["peak_memory_bytes"] == 301 * 2**20
+    assert row["achieved_tflops_per_device"] == pytest.approx(0.41)
+    shown = dlscale("results", "--wide", home=tmp_path, check=0).stdout
+    assert "MFU" in shown and "31.0%" in shown and "301" in shown and "PaLM's count" in shown
+    csv_head = dlscale("results", "--format", "csv", home=tmp_path, check=0).stdout.splitlines()[0]
+    assert {"mfu", "peak_memory_bytes", "achieved_tflops_per_device"} <= set(csv_head.split(","))
+    plain = tmp_path / "plain"
+    other = Store(plain)
+    add(other, plain, [{"throughput": 100.0}, {"throughput": 101.0}])
+    other.close()
+    assert "MFU" not in dlscale("results", "--wide", home=plain, check=0).stdout

@@ -203,6 +203,9 @@ def efficiency_fields(p: Point) -> dict[str, Any]:
         "images_per_joule": 1.0 / per_image if per_image else None,
         "mean_power_w": summary_median(p, "mean_power_w"),
         "device_util": summary_median(p, "device_util"),
+        "achieved_tflops_per_device": summary_median(p, "achieved_tflops_per_device"),
+        "mfu": summary_median(p, "mfu"),
+        "peak_memory_bytes": summary_median(p, "peak_memory_bytes"),
         "unmeasured": why,
     }
 

@@ -75,6 +75,11 @@ class ResultRow(TypedDict):
     images_per_joule: float | None
     mean_power_w: float | None
     device_util: float | None
+    # a transformer's (trainers/common/mfu.py): PaLM's FLOPs count over the step, against
+    # the device's peak for its precision; and the largest device's peak memory
+    achieved_tflops_per_device: float | None
+    mfu: float | None
+    peak_memory_bytes: float | None
     unmeasured: dict[str, str]  # field -> why it has no value
 
 

@@ -75,6 +75,15 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         made.append(
             (Column(f"{counted}/J", right=True, keep=7), lambda r: fmt(r["images_per_joule"], 1))
         )
+    if any(r["mfu"] is not None or r["peak_memory_bytes"] is not None for r in rows):
+        made += [  # a transformer's measures (trainers/common/mfu.py)
+            (
+                Column("TFLOPS/dev", right=True, keep=6),
+                lambda r: fmt(r["achieved_tflops_per_device"], 3),
+            ),
+            (Column("MFU", right=True, keep=5), lambda r: fmt_percent(r["mfu"])),
+            (Column("peak MiB/dev", right=True, keep=6, short="MiB"), memory_cell),
+        ]
     made.append((Column("baseline", keep=7), lambda r: r["baseline"] or "-"))
     if any(r["time_to_accuracy_s"] is not None for r in rows):
         made.append(
@@ -88,6 +97,14 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         f"{100 * NOISY_CV:g}%)."
     ]
     notes += [line for line in baselines_note(rows).splitlines() if line]
+    if any(r["mfu"] is not None or r["peak_memory_bytes"] is not None for r in rows):
+        notes.append(
+            "TFLOPS/dev and MFU: PaLM's count of the model's FLOPs (6 x parameters + "
+            "attention, a token) over the timed steps, against the device's peak for its "
+            "precision (a GPU's from a table with its sources, a CPU's from a matmul measured "
+            "beside the run); peak MiB/dev: the largest rank's peak memory (a GPU's most "
+            "tensors held at once, a CPU rank's peak resident set): docs/transformers.md."
+        )
     energy = {str(why) for r in rows if (why := r["unmeasured"].get("images_per_joule"))}
     if energy_shown:
         notes.append(
@@ -117,6 +134,15 @@ def throughput_cell(r: ResultRow) -> str:
 
 def batch_cell(r: ResultRow) -> str:
     return str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)")
+
+
+def fmt_percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def memory_cell(r: ResultRow) -> str:
+    b = r["peak_memory_bytes"]
+    return "-" if b is None else f"{b / 2**20:,.0f}"
 
 
 def cv_cell(r: ResultRow) -> str:
