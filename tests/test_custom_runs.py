@@ -227,7 +227,7 @@ async def submit_in_tui(pilot, spec: Path, runs: int) -> None:
     await until(pilot, lambda: app.screen.query("#path-input"), what="the path dialog")
     await pilot.press("home", "ctrl+k", *str(spec), "enter")  # the last spec's path is there
     await until(
-        pilot, lambda: f"{runs} runs ({runs} to run" in screen_text(app), what="the preview"
+        pilot, lambda: f"{runs} runs: {runs} to run" in screen_text(app), what="the preview"
     )
     text = await drawn(pilot, lambda t: "[x] gpt" in t)
     assert "[x] gpt" in text and spec.stem in text, text

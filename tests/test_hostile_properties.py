@@ -626,7 +626,7 @@ def with_text(text: str):
 
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "code", "table",
-    "tr", "th", "td", "figure", "img", "figcaption", "pre",
+    "tr", "th", "td", "figure", "img", "figcaption", "pre", "div",
 }  # fmt: skip
 
 

@@ -137,6 +137,7 @@ def test_every_training_knob_reaches_the_trainer_as_the_spec_says(knob):
     assert getattr(args, k.dest) == value
 
 
+@pytest.mark.framework  # plans pytorch-ddp: `dlscale plan` needs torch where dlscale runs
 def test_plan_and_the_build_screen_count_a_study_the_same_way(tmp_path):
     """Issue 48, item 4: one home for a plan's totals. `dlscale plan` counted queued and
     running runs as "still to run" where the Build screen (issue 47) set them apart; both

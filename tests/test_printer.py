@@ -181,11 +181,16 @@ def test_real_commands_into_a_file_hold_no_escape(hostile, tmp_path):
 
 
 def _on_a_terminal(home: Path, env: dict, *args: str) -> bytes:
-    """What `dlscale ARGS` writes to a terminal (a pseudo-terminal of 120 columns)."""
+    """What `dlscale ARGS` writes to a terminal (a pseudo-terminal of 40 x 120)."""
+    import fcntl
     import pty
+    import select
+    import struct
+    import termios
+    import time
 
     leader, follower = pty.openpty()
-    os.set_blocking(leader, True)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {**os.environ, "DLSCALE_HOME": str(home), "COLUMNS": "120", "TERM": "xterm", **env}
     proc = subprocess.Popen(
         [str(BIN / "dlscale"), *args],
@@ -194,17 +199,17 @@ def _on_a_terminal(home: Path, env: dict, *args: str) -> bytes:
         stderr=follower,
         env=env,
     )
-    os.close(follower)
+    # The follower stays open here until the command has ended and its output is read:
+    # closed early, Linux may answer EIO to the leader before the last output is read.
     chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed: the command ended
+    deadline = time.monotonic() + HANG_S
+    while time.monotonic() < deadline:
+        if select.select([leader], [], [], 0.2)[0]:
+            chunks.append(os.read(leader, 65536))
+        elif proc.poll() is not None:
             break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    proc.wait(timeout=HANG_S)
+    proc.wait(timeout=5)
+    os.close(follower)
     os.close(leader)
     return b"".join(chunks)
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_efficiency_results import add, add_comm, breakdown
 
 from conftest import dlscale
-from dlscale.engine.results.projection import calibration, commfit, projected
+from dlscale.engine.results.projection import bounds, calibration, commfit, projected
 from dlscale.engine.results.projection import project as projection
 from dlscale.engine.results.projection import scaling_model as sm
 from dlscale.engine.tracking.store import Store
@@ -751,7 +751,7 @@ def test_speedup_and_efficiency_stop_at_ideal_without_evidence_of_more(
         assert eff["ci95_low"] <= eff["value"] <= eff["ci95_high"] <= max(1.0, eff["value"])
         assert sp["ci95_high"] <= max(float(r["ranks"]), sp["value"]) + 1e-9
     said = " ".join(fam["bounds"])
-    half = projection.noisy_baseline(analysis_baseline(store)) if spread else []
+    half = bounds.noisy_baseline(analysis_baseline(store)) if spread else []
     assert ("varies ±" in said) == bool(half), said
 
 

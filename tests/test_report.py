@@ -89,7 +89,8 @@ def check_results_table(text: str, rows: list[dict]) -> None:
             and c["scale"] == scale
             and c["batch/dev"] == str(r["per_device_batch"])
         ]
-        assert cells["images/s"] == tables.fmt(r["throughput"], 1)
+        noisy = " \\*" if r["noisy"] else ""  # the noisy mark, escaped for Markdown
+        assert cells["images/s"] == tables.fmt(r["throughput"], 1) + noisy
         assert cells["CI95"] == tables.fmt(r["throughput_ci95"], 1)
         assert cells["speedup"] == tables.fmt(r["speedup"])
         assert cells["efficiency"] == tables.fmt(r["efficiency"])

@@ -136,7 +136,7 @@ def test_the_installed_wheel_plans_a_study_and_mounts_the_tui(installed, tmp_pat
     for spec, *flags in plans:
         plan = run(venv, str(venv / "bin" / "dlscale"), "plan", str(REPO / spec), *flags, home=home)
         assert plan.returncode == 0, plan.stderr
-        assert " runs, " in plan.stdout and "Traceback" not in plan.stderr
+        assert " runs: " in plan.stdout and "Traceback" not in plan.stderr
     tui = run(venv, str(venv / "bin" / "python"), "-c", TUI, str(home), home=home)
     assert tui.returncode == 0, tui.stderr[-3000:]
     assert "screens mounted" in tui.stdout

@@ -154,6 +154,12 @@ class Interval(TypedDict):
     ci95_high: float | None
 
 
+# A projection row's kinds: measured here, projected by the model, or a figure a user stated.
+MEASURED = "measured"
+PROJECTED = "projected"
+STATED = "stated"
+
+
 class ProjectionRow(TypedDict, total=False):
     """One scale of a projection (`dlscale project`, the report, the TUI's chart): measured,
     projected or stated (its `kind`), or not projected and `why`. Built in

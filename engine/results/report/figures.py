@@ -28,7 +28,7 @@ from ...io.outputs import OutputFolder
 from ...runs import scale_label
 from ..charts import METRICS, series
 from ..points import throughput_unit
-from ..rows import ResultRow, number
+from ..rows import PROJECTED, ResultRow, number
 
 IDEAL = "ideal"
 NOISY = "noisy (CV > 5%)"
@@ -321,7 +321,6 @@ def _accuracy_per_schedule(
     return _read_back(fig, ax, "accuracy-per-schedule", out_dir / "accuracy-per-schedule.png")
 
 
-PROJECTED = "projected"
 HELD_OUT = "held-out check"
 
 

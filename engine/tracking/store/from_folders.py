@@ -274,8 +274,9 @@ def _recover(store: Store, folder: Path, out: Rebuilt) -> None:
         )
     if guessed:  # only once its row is in the store: a folder refused above is not numbered
         out.guessed.append(run_id)
-    # a job the scheduler may still run (its id known) may still finish its last line
-    out.records += store.records.ingest(run_id, paths.metrics, final=not job_id)
+    # a job the scheduler may still run (its id known, its end not kept in job.json) may
+    # still finish its last line; an ended job's last line is all there will be
+    out.records += store.records.ingest(run_id, paths.metrics, final=not job_id or job is not None)
     if kept is not None:  # its run as it was settled when its job ended
         store.update_run(run_id, state=kept[1][0], reason=kept[1][1])
     elif store.records.of(run_id, "summary"):
