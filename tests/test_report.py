@@ -89,13 +89,13 @@ def check_results_table(text: str, rows: list[dict]) -> None:
             and c["scale"] == scale
             and c["batch/dev"] == str(r["per_device_batch"])
         ]
-        noisy = " \\*" if r["noisy"] else ""  # the noisy mark, escaped for Markdown
-        assert cells["images/s"] == tables.fmt(r["throughput"], 1) + noisy
+        mark = " \\*" if r["noisy"] else ""  # the noisy mark, escaped for Markdown
+        assert cells["images/s"] == tables.fmt(r["throughput"], 1) + mark
         assert cells["CI95"] == tables.fmt(r["throughput_ci95"], 1)
         assert cells["speedup"] == tables.fmt(r["speedup"])
         assert cells["efficiency"] == tables.fmt(r["efficiency"])
         assert cells["n"] == f"{r['n']}/{r['repetitions']}"
-        assert cells["CV"].endswith(" *") == r["noisy"]
+        assert cells["CV"].endswith(" \\*") == r["noisy"]
         assert cells["baseline"] == r["baseline"]
     noisy = [r for r in rows if r["noisy"]]
     assert ("## Noisy points" in text) == bool(noisy)
