@@ -58,6 +58,8 @@ TERMINAL = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State
 FAILURES = (State.FAILED, State.TIMEOUT, State.NODE_FAIL)
 # Not (yet) given to the place: no job of its own.
 UNSUBMITTED = (State.PLANNED, State.SUBMITTING, State.WAITING)
+# In hand already: queued, running or being submitted; a new submission leaves it be.
+UNDER_WAY = ACTIVE + (State.SUBMITTING, State.WAITING)
 # Still to end, as far as a watcher waiting for it knows: queued, running, or on its way.
 UNFINISHED = ACTIVE + (State.PLANNED, State.SUBMITTING)
 

@@ -178,4 +178,12 @@ def test_plan_and_the_build_screen_count_a_study_the_same_way(tmp_path):
         if i % 6 == 0:  # the command line's too, on a sample of the mixes (a process each)
             said = dlscale("plan", str(spec), home=home, check=0).stdout
             assert totals.words() in " ".join(said.split()), (i, said)
+            # and the table's "to run" column counts the same runs, group by group
+            head, *body = [
+                [c.strip() for c in line.split("│" if "│" in line else "┃")[1:-1]]
+                for line in said.splitlines()
+                if line.startswith(("│", "┃"))
+            ]
+            column = head.index("to run")
+            assert sum(int(row[column]) for row in body) == len(totals.to_run), (i, said)
     store.close()

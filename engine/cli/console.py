@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import click
 from rich.console import Console
@@ -24,6 +24,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ..io.text import printable
+from ..results.formatting import elapsed_text
 from ..results.points import unit_and_axes
 from ..results.table import Table, for_terminal, measured
 from ..runs import TERMINAL, State, run_label
@@ -54,16 +55,10 @@ def _console(stderr: bool) -> Console:
     width = None if stream.isatty() else _columns() or 160
     # NO_COLOR (no-color.org: set and not empty) means no escape sequences at all: rich's own
     # no_color keeps bold and italic, color_system None writes none
-    if os.environ.get("NO_COLOR"):
-        return _Printable(
-            stderr=stderr,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            width=width,
-            color_system=None,
-        )
-    return _Printable(stderr=stderr, highlight=False, markup=False, emoji=False, width=width)
+    system: Literal["auto"] | None = None if os.environ.get("NO_COLOR") else "auto"
+    return _Printable(
+        stderr=stderr, highlight=False, markup=False, emoji=False, width=width, color_system=system
+    )
 
 
 def _columns() -> int | None:
@@ -139,10 +134,9 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                 for r in rows:
                     if r["state"] in TERMINAL and r["run_id"] not in said:
                         said.add(r["run_id"])
-                        spent = int(time.monotonic() - start)
+                        spent = elapsed_text(time.monotonic() - start)
                         err.print(
-                            f"{len(said)}/{len(rows)} {run_label(r)} {r['state']} "
-                            f"({spent // 60}:{spent % 60:02d})",
+                            f"{len(said)}/{len(rows)} {run_label(r)} {r['state']} ({spent})",
                             soft_wrap=True,
                         )
             running = [r for r in rows if r["state"] == State.RUNNING]

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 from rich.table import Table
 
 from ..config.spec import LoadedSpec
 from ..launching.estimate import Estimate
-from ..launching.plan import Plan, Run
+from ..launching.plan import Plan, Run, Totals
 from ..results.formatting import fmt
-from ..runs import State, scale_label
+from ..runs import scale_label
 
 
 @dataclass
@@ -26,15 +27,20 @@ class PlanView:
     def state(self, run: Run) -> str:
         return self.known.get(run.run_id, "new")
 
+    @cached_property
+    def totals(self) -> Totals:
+        """What `dlscale run` would submit (not completed, queued or running) and leave."""
+        return self.plan.against(self.known)
+
     @property
     def todo(self) -> list[Run]:
-        """Runs `dlscale run` would submit (plan.Totals: not completed, queued or running)."""
-        return self.plan.against(self.known).to_run
+        return self.totals.to_run
 
     def _title(self) -> str:
         return f"Plan of {self.loaded.spec.experiment.name} ({self.loaded.path})"
 
     def summary_table(self) -> Table:
+        to_run = {r.run_id for r in self.todo}  # the totals line's, group by group
         groups: dict[tuple, list[Run]] = defaultdict(list)
         for r in self.plan.runs:
             groups[(r.framework, r.model, r.dataset, r.nodes, r.ranks_per_node)].append(r)
@@ -57,7 +63,7 @@ class PlanView:
                 else "left",
             )
         for (fw, model, dataset, nodes, rpn), runs in groups.items():
-            todo = [r for r in runs if self.state(r) != State.COMPLETED]
+            todo = [r for r in runs if r.run_id in to_run]
             t.add_row(
                 fw,
                 model,
@@ -112,8 +118,7 @@ class PlanView:
         return sum(self.estimate.per_run[r.run_id] * r.devices for r in known) / 3600
 
     def totals_line(self) -> str:
-        totals = self.plan.against(self.known)
-        return f"{totals.words()}; {self.estimate.text(totals.to_run)}"
+        return f"{self.totals.words()}; {self.estimate.text(self.todo)}"
 
     def json(self, refusals: str = "") -> str:
         runs = [
@@ -146,7 +151,7 @@ class PlanView:
                 "totals": {
                     "runs": len(runs),
                     "to_run": len(todo),
-                    "active": self.plan.against(self.known).active,
+                    "active": self.totals.active,
                     "device_runs": sum(r.devices for r in todo),
                     "est_device_hours": self._hours(todo),
                 },

@@ -21,7 +21,7 @@ from ...trainers.common.flags import KNOBS
 from ..config.custom import anchored, comm_declaration
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
-from ..runs import ACTIVE, Configuration, State
+from ..runs import UNDER_WAY, Configuration, State
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,11 @@ class Plan:
 
     def against(self, states: Mapping[str, str]) -> Totals:
         """The plan's runs against the store's states (run id -> state)."""
-        busy = (*ACTIVE, State.SUBMITTING, State.WAITING)
         return Totals(
-            runs=len(self.runs),
-            to_run=[r for r in self.runs if states.get(r.run_id) not in (State.COMPLETED, *busy)],
-            active=sum(1 for r in self.runs if states.get(r.run_id) in busy),
+            to_run=[
+                r for r in self.runs if states.get(r.run_id) not in (State.COMPLETED, *UNDER_WAY)
+            ],
+            active=sum(1 for r in self.runs if states.get(r.run_id) in UNDER_WAY),
             completed=sum(1 for r in self.runs if states.get(r.run_id) == State.COMPLETED),
         )
 
@@ -124,10 +124,13 @@ class Totals:
     the runs to submit (neither completed nor queued, running or being submitted), and those
     left as they are."""
 
-    runs: int
     to_run: list[Run]
     active: int  # queued, running or being submitted already: not submitted again
     completed: int
+
+    @property
+    def runs(self) -> int:
+        return len(self.to_run) + self.active + self.completed
 
     @property
     def devices(self) -> int:

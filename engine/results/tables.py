@@ -75,14 +75,18 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         made.append(
             (Column(f"{counted}/J", right=True, keep=7), lambda r: fmt(r["images_per_joule"], 1))
         )
-    if any(r["mfu"] is not None or r["peak_memory_bytes"] is not None for r in rows):
-        made += [  # a transformer's measures (trainers/common/mfu.py)
+    transformer = any(r["mfu"] is not None or r["peak_memory_bytes"] is not None for r in rows)
+    if transformer:  # a transformer's measures (trainers/common/mfu.py)
+        made += [
             (
                 Column("TFLOPS/dev", right=True, keep=6),
                 lambda r: fmt(r["achieved_tflops_per_device"], 3),
             ),
-            (Column("MFU", right=True, keep=5), lambda r: fmt_percent(r["mfu"])),
-            (Column("peak MiB/dev", right=True, keep=6, short="MiB"), memory_cell),
+            (Column("MFU", right=True, keep=5), lambda r: fmt(_times(r["mfu"], 100), 1, "%")),
+            (
+                Column("peak MiB/dev", right=True, keep=6, short="MiB"),
+                lambda r: fmt(_times(r["peak_memory_bytes"], 2**-20), 0),
+            ),
         ]
     made.append((Column("baseline", keep=7), lambda r: r["baseline"] or "-"))
     if any(r["time_to_accuracy_s"] is not None for r in rows):
@@ -97,7 +101,7 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         f"{100 * NOISY_CV:g}%)."
     ]
     notes += [line for line in baselines_note(rows).splitlines() if line]
-    if any(r["mfu"] is not None or r["peak_memory_bytes"] is not None for r in rows):
+    if transformer:
         notes.append(
             "TFLOPS/dev and MFU: PaLM's count of the model's FLOPs (6 x parameters + "
             "attention, a token) over the timed steps, against the device's peak for its "
@@ -136,13 +140,8 @@ def batch_cell(r: ResultRow) -> str:
     return str(r["per_device_batch"]) + ("" if r["scaling"] == "weak" else " (strong)")
 
 
-def fmt_percent(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.1f}%"
-
-
-def memory_cell(r: ResultRow) -> str:
-    b = r["peak_memory_bytes"]
-    return "-" if b is None else f"{b / 2**20:,.0f}"
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
 
 
 def cv_cell(r: ResultRow) -> str:

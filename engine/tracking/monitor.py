@@ -10,7 +10,7 @@ from pathlib import Path
 from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths, write_job_file
-from ..runs import ACTIVE, FAILURES, TERMINAL, RunRow, State
+from ..runs import ACTIVE, FAILURES, TERMINAL, UNDER_WAY, RunRow, State
 from . import completion, custom_energy, custom_software, log_patterns
 from .logs import failure_reason
 from .store import Store
@@ -179,7 +179,7 @@ def wait_until_done(
         rows = [store.run(rid) for rid in run_ids]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.
-        if not any(r["state"] in ACTIVE + (State.SUBMITTING, State.WAITING) for r in rows):
+        if not any(r["state"] in UNDER_WAY for r in rows):
             return tick
         if tick.states != last or tick.new_records:
             backoff.reset()

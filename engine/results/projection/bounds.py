@@ -16,13 +16,14 @@ NOISY_BASELINE = 0.10
 
 def noisy_baseline(baseline: Point | None) -> list[str]:
     """Why every speedup and efficiency interval is wide, where the 1-device point is."""
-    s = baseline.throughput if baseline is not None else None
-    if s is None or not s.mean or s.ci95 is None:
+    if baseline is None:
+        return []
+    s = baseline.throughput
+    if not s.mean or s.ci95 is None:
         return []
     half = s.ci95 / s.mean
     if half <= NOISY_BASELINE and not s.noisy:
         return []
-    assert baseline is not None
     return [
         f"the 1-device point ({baseline.label()}) varies ±{100 * half:.0f}% (95% interval "
         f"of its {s.n} repetitions), so every speedup and efficiency interval is as wide; "
