@@ -185,10 +185,14 @@ JOB_FIELDS = (
 
 def write_job_file(job: dict[str, Any], run_dir: Path) -> None:
     """A finished job's row beside its run's records (job.json), whole or not at all."""
-    path = RunPaths(run_dir).job_record
-    part = path.with_name(f".{path.name}.{os.getpid()}")
     kept = {k: job.get(k) for k in (*JOB_FIELDS, *RUN_SETTLED)}
-    part.write_text(json.dumps(kept, allow_nan=False) + "\n")
+    _write_whole(RunPaths(run_dir).job_record, json.dumps(kept, allow_nan=False) + "\n")
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """A file of dlscale's own, whole or not at all, whoever writes it at the same time."""
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.write_text(text)
     os.replace(part, path)
 
 
@@ -218,9 +222,7 @@ def shared_spec(home: Path, text: str, spec_digest: str) -> Path:
         same = False
     if not same:
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(text)
-        os.replace(part, path)  # whole or not at all, whoever writes it at the same time
+        _write_whole(path, text)
     return path
 
 
