@@ -9,7 +9,10 @@
    the time until DataTable has measured them and drawn the first frame.
 2. Opening a 1 GB log at its tail (target < 0.2 s): from LogTail.open() to the last line on
    screen, in the running app, and the engine's tail_lines alone.
-3. Key to screen in the Queue at 80x24 with processes spinning on the cores, as on a login
+3. A full log panel (KEEP_LINES lines of 200 characters) at 80x24: wrapping it (w),
+   unwrapping it, and finding its last line (n), each to the frame that shows it (target
+   < 1 s; only the rows on screen are drawn, tests/test_tui_logview.py asserts that).
+4. Key to screen in the Queue at 80x24 with processes spinning on the cores, as on a login
    node: down (target < 100 ms median, a keystroke's echo) and o, which sorts every row
    (target < 500 ms median at 10,000 runs).
 
@@ -36,7 +39,8 @@ from dlscale.engine.tracking.queue import QueueReader
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
 from dlscale.tui.jobtable import ROWS_PER_FRAME, JobTable
-from dlscale.tui.logtail import LogTail
+from dlscale.tui.logtail import KEEP_LINES, LogTail
+from dlscale.tui.logview import LogView
 from dlscale.tui.messages import QueueRefreshed
 
 KEY_DOWN_TARGET_MS = 100
@@ -266,6 +270,30 @@ async def measure_log(home: Path, path: Path) -> dict:
     }
 
 
+async def measure_panel(home: Path, rounds: int = 5) -> dict:
+    """Wrap, unwrap and find on a full log panel, each to its frame; medians of rounds."""
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    took: dict[str, list[float]] = {"wrap": [], "unwrap": [], "find": []}
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        await pilot.pause(0.5)
+        tail = app.screen.query_one(LogTail)
+        tail.display = True
+        view = tail.query_one(LogView)
+        view.write_lines([f"{i:06d} " + "z" * 193 for i in range(KEEP_LINES)])
+        await pilot.pause()
+        for _ in range(rounds):
+            for step in took:
+                t = time.perf_counter()
+                if step == "find":
+                    tail.find(f"{KEEP_LINES - 1 - len(took['find']):06d}")
+                else:
+                    view.set_wrap(not view.wrap)
+                await pilot.pause()
+                took[step].append(time.perf_counter() - t)
+    return {f"panel_{k}_ms": ms(statistics.median(v)) for k, v in took.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10_000)
@@ -313,12 +341,19 @@ def main() -> None:
             f"ms; open to last line on screen {lg['open_to_last_line_ms']} ms median of "
             f"{lg['open_runs_ms']} (target < 200 ms)"
         )
+        panel = asyncio.run(measure_panel(home))
+        print(
+            f"log panel, {KEEP_LINES:,} lines of 200 characters at 80x24: wrap "
+            f"{panel['panel_wrap_ms']} ms, unwrap {panel['panel_unwrap_ms']} ms, find "
+            f"{panel['panel_find_ms']} ms, medians to the frame (target < 1000 ms)"
+        )
     fields = {
         "jobs": args.jobs,
         "running": RUNNING,
         "changing": CHANGING,
         **q,
         **lg,
+        **panel,
         "keys": {str(n): k for n, k in keys.items()},
     }
     append_row("tui", fields)

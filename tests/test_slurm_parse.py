@@ -15,6 +15,7 @@ from dlscale.engine.backends.slurm.parsing import (
     parse_sbatch,
     parse_squeue,
     parse_squeue_json,
+    site_limit,
 )
 
 FIX = Path(__file__).parent / "fixtures"
@@ -204,3 +205,28 @@ def test_array_ranges():
 def test_truncated_sacct_rows_are_refused():
     with pytest.raises(ParseError, match="expected 7"):
         parse_sacct("1|1|RUNNING\n")
+
+
+@pytest.mark.parametrize(
+    "said, limit",
+    [
+        # pyslurm: an int, None for NO_VAL, "UNLIMITED" for INFINITE (pyslurm/utils/uint.pyx)
+        (5, 5),
+        (None, None),
+        ("UNLIMITED", None),
+        (0, None),
+        (True, None),
+        # sacctmgr --parsable2 and `scontrol show config`: digits, a blank, or a word
+        ("5000", 5000),
+        ("", None),
+        (" 12 ", 12),
+        ("INFINITE", None),
+        ("0", None),
+        ("-1", None),
+        ("(null)", None),
+    ],
+)
+def test_a_site_limit_reads_as_a_count_or_none(said, limit):
+    """Every way Slurm says a limit, through either backend, reads as a count or as none,
+    never as an error (a 25.11 association said UNLIMITED and a submission crashed)."""
+    assert site_limit(said) == limit

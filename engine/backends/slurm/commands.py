@@ -42,6 +42,7 @@ from .parsing import (
     parse_sbatch,
     parse_squeue,
     parse_tagged,
+    site_limit,
 )
 
 
@@ -102,8 +103,7 @@ class SlurmCLI(SlurmJobs):
         return m[1] if m else None
 
     def site_max_array_size(self) -> int | None:
-        value = self._site_config("MaxArraySize") or ""
-        return int(value) if value.isdigit() else None
+        return site_limit(self._site_config("MaxArraySize"))
 
     def site_accounting(self) -> bool | None:
         storage = self._site_config("AccountingStorageType")
@@ -123,7 +123,8 @@ class SlurmCLI(SlurmJobs):
         )
         if res.returncode != 0:  # no accounting: no association limits to read
             return None
-        return min((int(v) for v in res.stdout.split() if v.isdigit()), default=None)
+        limits = (site_limit(v) for v in res.stdout.split())
+        return min((n for n in limits if n is not None), default=None)
 
     def queued_tasks(self) -> int:
         res = self.runner(["squeue", "--noheader", "--array", "--user", user_name(), "--format=%i"])

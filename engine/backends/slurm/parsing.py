@@ -167,6 +167,18 @@ def _number(v) -> int | None:
     return v if isinstance(v, int) else None
 
 
+def site_limit(value) -> int | None:
+    """A site's limit (MaxArraySize, MaxSubmitJobs) as a count, None where there is none:
+    sacctmgr prints a blank or a number, pyslurm hands over an int, None, or "UNLIMITED"
+    for Slurm's INFINITE; a limit of 0 reads as none, as Slurm's own defaults do."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value or None
+    text = str(value or "").strip()
+    return (int(text) or None) if text.isdigit() else None
+
+
 def parse_sacct_json(stdout: str) -> dict[str, SlurmJob]:
     """`sacct --json` (Slurm 21.08+; shapes of 22.05 and of 23.02+ alike)."""
     try:

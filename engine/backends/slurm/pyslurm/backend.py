@@ -15,7 +15,7 @@ from ....runs import TERMINAL, State
 from .. import tags
 from ..common import clean_env, has_accounting, user_name
 from ..jobs import SlurmJobs
-from ..parsing import map_state
+from ..parsing import map_state, site_limit
 from .api import Controller
 from .records import text_of, waiting_tasks
 from .submit import job_description
@@ -46,7 +46,7 @@ class PyslurmBackend(SlurmJobs):
         config = self.controller.config()
         if config is None:
             return None
-        return int(config.max_array_size or 0) or None
+        return site_limit(config.max_array_size)
 
     def site_accounting(self) -> bool | None:
         config = self.controller.config()
@@ -63,9 +63,8 @@ class PyslurmBackend(SlurmJobs):
             )
         except (SchedulerError, ControllerUnreachable, ValueError):
             return None
-        return min(
-            (int(a.max_submit_jobs) for a in found.values() if a.max_submit_jobs), default=None
-        )
+        limits = (site_limit(a.max_submit_jobs) for a in found.values())
+        return min((n for n in limits if n is not None), default=None)
 
     def queued_tasks(self) -> int:
         jobs = self.controller.call("queue", self.controller.api.Jobs.load)
