@@ -24,8 +24,7 @@ from ..engine.results.stats import NOISY_CV
 from ..engine.session import Snapshot, State
 from . import keys
 from .dialogs import CompareScreen, TextScreen
-from .errors import describe
-from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .messages import ProjectionDrawn, ReportWritten, ResultsLoaded, ask
 from .points import (
     Shown,
     baseline_words,
@@ -195,13 +194,13 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="results", exit_on_error=False)
     def _load(self, experiment: str | None) -> None:
-        try:
-            results = self.app.session.results(experiment)
-            notes = self.app.session.notes(experiment)
-        except Exception as exc:
-            self.post_message(EngineFailed("results", describe(exc)))
-            return
-        self.post_message(ResultsLoaded(experiment, results, notes))
+        session = self.app.session
+        ask(
+            self,
+            "results",
+            lambda: (session.results(experiment), session.notes(experiment)),
+            lambda answer: ResultsLoaded(experiment, *answer),
+        )
 
     def on_results_loaded(self, message: ResultsLoaded) -> None:
         if message.experiment != self.app.experiment:
@@ -335,14 +334,13 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="projection", exit_on_error=False)
     def _project(self, experiment: str | None, width: int, height: int) -> None:
-        try:
-            text, checks = self.app.session.projection_chart(
-                experiment, "efficiency", width, height
-            )
-        except Exception as exc:
-            self.post_message(EngineFailed("projecting", describe(exc)))
-            return
-        self.post_message(ProjectionDrawn(experiment, text, checks))
+        session = self.app.session
+        ask(
+            self,
+            "projecting",
+            lambda: session.projection_chart(experiment, "efficiency", width, height),
+            lambda answer: ProjectionDrawn(experiment, *answer),
+        )
 
     def on_projection_drawn(self, message: ProjectionDrawn) -> None:
         message.stop()
@@ -401,12 +399,13 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="report", exit_on_error=False)
     def _write_report(self, experiment: str | None) -> None:
-        try:
-            path = self.app.session.write_report(experiment)
-        except Exception as exc:
-            self.post_message(EngineFailed("report", describe(exc)))
-            return
-        self.post_message(ReportWritten(path.resolve()))
+        session = self.app.session
+        ask(
+            self,
+            "report",
+            lambda: session.write_report(experiment),
+            lambda path: ReportWritten(path.resolve()),
+        )
 
     def on_report_written(self, message: ReportWritten) -> None:
         message.stop()
