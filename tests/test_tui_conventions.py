@@ -125,8 +125,27 @@ def test_workers_report_back_by_posting_messages_only():
                 for c in ast.walk(fn)
                 if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "post_message"
             ]
-            if not posted:
+            # messages.ask(self, what, call, reply) posts reply's message or EngineFailed
+            asked = [
+                c
+                for c in ast.walk(fn)
+                if isinstance(c, ast.Call) and getattr(c.func, "id", None) == "ask"
+            ]
+            if not posted and not asked:
                 bad.append(f"{name}:{fn.name}: posts no message")
+            for c in asked:
+                reply = c.args[3] if len(c.args) > 3 else None
+                made = (
+                    {
+                        getattr(getattr(m, "func", None), "id", None)
+                        for m in ast.walk(reply)
+                        if isinstance(m, ast.Call)
+                    }
+                    if isinstance(reply, ast.Lambda)
+                    else {getattr(reply, "id", None)}
+                )
+                if not made & kinds:  # the answer comes back as a message of messages.py
+                    bad.append(f"{name}:{fn.name}:{c.lineno}: asks with a reply of {made}")
             for c in posted:
                 made = c.args[0] if c.args else None
                 kind = getattr(getattr(made, "func", None), "id", None)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-from dlscale.engine.results import charts
+from dlscale.engine.results import analysis, charts
 from dlscale.engine.session import Session
 from dlscale.engine.tracking.store import Store
 from dlscale.tui.app import DlscaleApp
-from dlscale.tui.points import headings
 from dlscale.tui.results import ResultsScreen
 from test_tui import field, until
 from tui_text import drawn, recorded_study, screen_text
@@ -40,7 +39,7 @@ def row_of(app, devices: int) -> dict[str, str]:
     labels = [str(c.label) for c in table.columns.values()]
     for i in range(table.row_count):
         cells = dict(zip(labels, map(str, table.get_row_at(i))))
-        if cells["dev"] == str(devices):
+        if cells["scale"] == f"1x{devices}":
             return cells | {"index": str(i)}
     raise AssertionError(f"no {devices}-device row")
 
@@ -57,11 +56,11 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         )
         one, two = row_of(app, 1), row_of(app, 2)
         # One device: the model predicts its own compute (1.00); 4 images per joule.
-        assert (one["pred. eff."], one["images/J"]) == ("1.00", f"{1 / ENERGY_J:.1f}")
+        assert (one["pred. eff"], one["images/J"]) == ("1.00", f"{1 / ENERGY_J:.1f}")
         assert one["eff."] == "1.00"
         # Two devices: no communication benchmark, no energy: "-", and the engine's reasons
         # on the line under the table once the row is selected.
-        assert (two["pred. eff."], two["images/J"]) == ("-", "-")
+        assert (two["pred. eff"], two["images/J"]) == ("-", "-")
         assert two["eff."] not in ("-", "")  # measured, beside the missing prediction
         table = field(app, "results")
         table.focus()
@@ -74,10 +73,10 @@ async def test_predicted_efficiency_and_images_per_joule_with_their_reasons(home
         table.move_cursor(row=int(two["index"]))
         await until(pilot, lambda: "1x2" in str(field(app, "why").render()), what="its reasons")
         why = str(field(app, "why").render())
-        assert "pred. eff. -: no allreduce time for this scale: no communication benchmark" in why
+        assert "pred. eff -: no allreduce time for this scale: no communication benchmark" in why
         assert "images/J -: no RAPL counters readable on this node" in why
-        text = await drawn(pilot, lambda t: "pred. eff." in t and "images/J" in t)
-        assert "pred. eff." in text and "images/J" in text
+        text = await drawn(pilot, lambda t: "pred. eff" in t and "images/J" in t)
+        assert "pred. eff" in text and "images/J" in text
 
 
 async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
@@ -107,32 +106,17 @@ async def test_the_chart_offers_predicted_efficiency_and_images_per_joule(home):
         assert "images per joule" in await drawn(pilot, lambda t: "images per joule" in t)
 
 
-def test_a_result_without_any_unmeasured_part_explains_nothing():
+def test_a_result_without_any_unmeasured_part_explains_nothing(home):
     from dlscale.tui.points import why_missing
 
-    heads = headings([])
-    assert (
-        why_missing(
-            {
-                "predicted_efficiency": 0.9,
-                "images_per_joule": 3.0,
-                "unmeasured": {"comm_busbw_gbps": "one device"},
-            },
-            heads,
-        )
-        == ""
-    )
-    assert (
-        why_missing(
-            {
-                "predicted_efficiency": None,
-                "images_per_joule": 3.0,
-                "unmeasured": {"predicted_efficiency": "no 1-device baseline point"},
-            },
-            heads,
-        )
-        == "pred. eff. -: no 1-device baseline point"
-    )
+    recorded_study(home)
+    r = analysis.results(Store(home))[0]
+    r.update(predicted_efficiency=0.9, images_per_joule=3.0)
+    r["unmeasured"] = {"comm_busbw_gbps": "one device"}
+    assert why_missing(r) == ""
+    r.update(predicted_efficiency=None)
+    r["unmeasured"] = {"predicted_efficiency": "no 1-device baseline point"}
+    assert why_missing(r) == "pred. eff -: no 1-device baseline point"
 
 
 async def test_the_projection_chart_fits_beside_its_held_out_line_at_80x24(home):

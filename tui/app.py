@@ -34,7 +34,7 @@ from .dialogs import DetailScreen, HelpScreen
 from .errors import describe
 from .jobtable import JobTable
 from .logview import LogView
-from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned
+from .messages import EngineFailed, Polling, QueueRefreshed, SiteLearned, ask
 from .queue import QueueScreen
 from .results import METRICS, PointTable, ResultsScreen, metric_words
 from .submit import Submission
@@ -186,12 +186,8 @@ class DlscaleApp(App):
     @work(thread=True, group="site", exit_on_error=False)
     def _learn_site(self) -> None:
         """The cluster's limits and accounting, asked once now rather than at a submit."""
-        try:
-            self.session.learn_site()
-        except Exception as exc:  # asked again by the first submission
-            self.post_message(EngineFailed("site", describe(exc)))
-            return
-        self.post_message(SiteLearned())
+        # where Slurm does not answer, the first submission asks again
+        ask(self, "site", self.session.learn_site, lambda _: SiteLearned())
 
     def on_site_learned(self, message: SiteLearned) -> None:
         message.stop()  # kept by the session: submissions and polls ask nothing again

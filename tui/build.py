@@ -23,7 +23,7 @@ from ..engine.session import CHOICES, Preview, Session, Snapshot
 from .dialogs import PathScreen
 from .errors import describe
 from .form import FIELDS, LISTS, TITLES, as_list, field_of, split_words
-from .messages import ClusterChosen, EngineFailed, FrameworksChecked, PreviewReady, StudyFound
+from .messages import ClusterChosen, FrameworksChecked, PreviewReady, StudyFound, ask
 from .screens import AppScreen
 from .submit import SubmitButton
 from .widgets import Banner, Choices, Plain, StatusLine, TextField, literal
@@ -146,13 +146,13 @@ class BuildScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="study", exit_on_error=False)
     def _find_study(self, experiment: str) -> None:
-        try:
-            path = self.app.session.study_spec(experiment)
-        except Exception as exc:
-            self.post_message(EngineFailed("opening the study", describe(exc)))
-            return
-        if path:
-            self.post_message(StudyFound(path))
+        session = self.app.session
+        ask(
+            self,
+            "opening the study",
+            lambda: session.study_spec(experiment),
+            lambda path: StudyFound(path) if path else None,
+        )
 
     def on_study_found(self, message: StudyFound) -> None:
         message.stop()
@@ -171,12 +171,13 @@ class BuildScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="frameworks", exit_on_error=False)
     def _check_frameworks(self, data: dict[str, Any]) -> None:
-        try:
-            choices = self.app.session.framework_choices(data)
-        except Exception as exc:
-            self.post_message(EngineFailed("checking the frameworks", describe(exc)))
-            return
-        self.post_message(FrameworksChecked(choices))
+        session = self.app.session
+        ask(
+            self,
+            "checking the frameworks",
+            lambda: session.framework_choices(data),
+            FrameworksChecked,
+        )
 
     def on_frameworks_checked(self, message: FrameworksChecked) -> None:
         message.stop()
@@ -292,13 +293,14 @@ class BuildScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="preview", exit_on_error=False)
     def _run_preview(self, data: dict[str, Any], serial: int) -> None:
-        try:
-            preview = self.app.session.preview(data, self._shown_name(data))
-        except Exception as exc:
-            self.post_message(EngineFailed("preview", describe(exc)))
-            return
-        if not get_current_worker().is_cancelled:
-            self.post_message(PreviewReady(preview, serial))
+        session, name = self.app.session, self._shown_name(data)
+        ask(
+            self,
+            "preview",
+            lambda: session.preview(data, name),
+            # a later edit's preview is under way: this one is stale
+            lambda p: None if get_current_worker().is_cancelled else PreviewReady(p, serial),
+        )
 
     def on_preview_ready(self, message: PreviewReady) -> None:
         if message.serial != self._serial:

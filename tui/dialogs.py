@@ -15,8 +15,7 @@ from ..engine.results import compare_table
 from ..engine.session import RunDetail, Session
 from . import keys
 from .columns import fit, widest
-from .errors import describe
-from .messages import Compared, DetailFound, EngineFailed
+from .messages import Compared, DetailFound, ask
 from .typeahead import Question
 from .widgets import Plain, TextField, literal_cell, shown_path
 
@@ -135,12 +134,7 @@ class DetailScreen(Dialog[str | None]):
 
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
     def _read(self, run_id: str) -> None:
-        try:
-            detail = self.session.run_detail(run_id)
-        except Exception as exc:
-            self.post_message(EngineFailed("reading the run", describe(exc)))
-            return
-        self.post_message(DetailFound(detail))
+        ask(self, "reading the run", lambda: self.session.run_detail(run_id), DetailFound)
 
     def on_detail_found(self, message: DetailFound) -> None:
         message.stop()
@@ -252,12 +246,7 @@ class CompareScreen(Dialog[None]):
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
     def _compare(self, a: str, b: str) -> None:
-        try:
-            data = self.session.side_by_side(a, b)
-        except Exception as exc:
-            self.post_message(EngineFailed("comparing", describe(exc)))
-            return
-        self.post_message(Compared(data))
+        ask(self, "comparing", lambda: self.session.side_by_side(a, b), Compared)
 
     def on_compared(self, message: Compared) -> None:
         message.stop()

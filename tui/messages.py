@@ -5,14 +5,19 @@ does is post one of these (or EngineFailed), and a handler on the UI's side acts
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from textual.message import Message
+from textual.message_pump import MessagePump
 
 from ..engine.results.rows import ResultRow, SideBySide
 from ..engine.session import FrameworkChoice, Preview, QueueRow, RunDetail, Snapshot
+from .errors import describe
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -157,3 +162,20 @@ class Compared(Message):
     """Two experiments side by side (engine.results.compare.side_by_side)."""
 
     data: SideBySide
+
+
+def ask(
+    sender: MessagePump, what: str, call: Callable[[], T], reply: Callable[[T], Message | None]
+) -> None:
+    """A worker's one engine call: its answer posted as `reply(answer)` (None: nothing to
+    say), or, where the engine raised, EngineFailed naming `what` failed and why, in one
+    line (never a traceback). Every simple worker is this; those that post twice or check
+    a cancellation between calls write it out."""
+    try:
+        answer = call()
+    except Exception as exc:
+        sender.post_message(EngineFailed(what, describe(exc)))
+        return
+    message = reply(answer)
+    if message is not None:
+        sender.post_message(message)

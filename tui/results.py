@@ -20,24 +20,20 @@ from textual.widgets import DataTable, Footer, Header
 
 from ..engine.results import charts, tables
 from ..engine.results.rows import ResultRow
+from ..engine.results.stats import NOISY_CV
 from ..engine.session import Snapshot, State
 from . import keys
-from .columns import fit, widest
 from .dialogs import CompareScreen, TextScreen
-from .errors import describe
-from .messages import EngineFailed, ProjectionDrawn, ReportWritten, ResultsLoaded
+from .messages import ProjectionDrawn, ReportWritten, ResultsLoaded, ask
 from .points import (
-    FROZEN,
-    HIDEABLE,
-    PRIORITY,
-    SHOWN,
+    Shown,
     baseline_words,
     batch_of,
     batch_words,
-    cells,
-    headings,
     in_full,
+    left_out,
     point_words,
+    shown,
     why_missing,
 )
 from .screens import AppScreen
@@ -156,8 +152,7 @@ class ResultsScreen(AppScreen):
         super().__init__()
         self.results: list[ResultRow] = []
         self.notes: list[str] = []
-        self.heads: dict[str, str] = headings([])
-        self.columns_shown: list[str] = []
+        self.view = Shown(tables.results_table([]))
         self.metric = "speedup"
         self._completed: int | None = None
 
@@ -199,20 +194,19 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="results", exit_on_error=False)
     def _load(self, experiment: str | None) -> None:
-        try:
-            results = self.app.session.results(experiment)
-            notes = self.app.session.notes(experiment)
-        except Exception as exc:
-            self.post_message(EngineFailed("results", describe(exc)))
-            return
-        self.post_message(ResultsLoaded(experiment, results, notes))
+        session = self.app.session
+        ask(
+            self,
+            "results",
+            lambda: (session.results(experiment), session.notes(experiment)),
+            lambda answer: ResultsLoaded(experiment, *answer),
+        )
 
     def on_results_loaded(self, message: ResultsLoaded) -> None:
         if message.experiment != self.app.experiment:
             return
         chosen = self.selected()
         self.results, self.notes = message.results, message.notes
-        self.heads = headings(self.results)
         self.fill(keep=point_words(chosen) if chosen else None)
 
     def on_resize(self) -> None:
@@ -230,30 +224,19 @@ class ResultsScreen(AppScreen):
         row named above it instead), the cursor on the point it was on."""
         table = self.query_one("#results", DataTable)
         table.clear(columns=True)
-        rows = [cells(r) for r in self.results]
-        constants = {
-            c: rows[0][c]
-            for c in HIDEABLE
-            if len(rows) > 1 and all(row[c] == rows[0][c] for row in rows)
-        }
-        widths = {
-            c: widest(self.heads[c], (row[c] for row in rows)) for c in SHOWN if c not in constants
-        }
         self.room = self._room()
-        fitted = fit(widths, PRIORITY, self.room)
-        self.columns_shown = [c for c in SHOWN if c in fitted]
-        self.constants = constants
-        for c in self.columns_shown:
-            table.add_column(literal_cell(self.heads[c]), key=c, width=widths[c])  # columns.py
-        table.fixed_columns = sum(1 for c in self.columns_shown[:3] if c in FROZEN)
-        for i, (r, row) in enumerate(zip(self.results, rows)):
+        view = self.view = shown(self.results, self.room)
+        for i in view.shown:  # each column its width: tui/columns.py says why
+            table.add_column(literal_cell(view.heading(i)), key=str(i), width=view.widths[i])
+        table.fixed_columns = view.frozen
+        for n, row in enumerate(view.table.rows):
             table.add_row(
+                # Cells as Text: DataTable reads a str as markup. A noisy number (*) in yellow.
                 *(
-                    # Cells as Text: DataTable reads a str as markup.
-                    literal_cell(row[c], "yellow" if c == "throughput" and r["noisy"] else "")
-                    for c in self.columns_shown
+                    literal_cell(row[i], "yellow" if row[i].endswith(" *") else "")
+                    for i in view.shown
                 ),
-                key=str(i),
+                key=str(n),
             )
         at = next((i for i, r in enumerate(self.results) if point_words(r) == keep), 0)
         if self.results:
@@ -270,11 +253,15 @@ class ResultsScreen(AppScreen):
         else:
             measured = sum(1 for r in self.results if r["throughput"] is not None)
             parts = [f"{measured} of {len(self.results)} points measured"]
-            same = [f"{self.heads[c]} {v}" for c, v in self.constants.items() if v]
+            same = [
+                f"{self.view.heading(i)} {v}"
+                for i, v in self.view.constants.items()
+                if v not in ("", "-")  # nothing measured: nothing to name
+            ]
             if same:
                 parts.append("all " + ", ".join(same))
             if any(r["noisy"] for r in self.results):
-                parts.append("* noisy (CV > 5%)")
+                parts.append(f"* noisy (CV > {100 * NOISY_CV:g}%)")
             slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
             if slowed:
                 parts.append(slowed)
@@ -295,7 +282,8 @@ class ResultsScreen(AppScreen):
         r = self.selected()
         if r is not None:  # enter: the point in full
             notes = ["", "notes:", *self.notes] if self.notes else []
-            self.app.push_screen(TextScreen("\n".join([*in_full(r, self.heads), *notes])))
+            at = self.results.index(r)
+            self.app.push_screen(TextScreen("\n".join([*in_full(r, self.view, at), *notes])))
 
     def show_point(self, row: int) -> None:
         """Under the table, the selected point: its baseline, then its cells that did not
@@ -305,16 +293,7 @@ class ResultsScreen(AppScreen):
         why = self.query_one("#why", Plain)
         why.display = r is not None
         if r is not None:
-            row_cells = cells(r)
-            dropped = [
-                f"{self.heads[c]} {row_cells[c]}"
-                for c in SHOWN
-                if c not in self.columns_shown
-                and c not in self.constants
-                and c != "dev"  # the scale says it
-                and row_cells[c] not in ("", "-")  # a "-" is explained after, or nothing
-            ]
-            more = [*dropped, tables.breakdown_text(r), why_missing(r, self.heads)]
+            more = [*left_out(self.view, row), tables.breakdown_text(r), why_missing(r)]
             why.update(
                 f"{point_words(r)}: {baseline_words(r)}\n"
                 + ("; ".join(m for m in more if m) or "enter: the point in full")
@@ -355,14 +334,13 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="projection", exit_on_error=False)
     def _project(self, experiment: str | None, width: int, height: int) -> None:
-        try:
-            text, checks = self.app.session.projection_chart(
-                experiment, "efficiency", width, height
-            )
-        except Exception as exc:
-            self.post_message(EngineFailed("projecting", describe(exc)))
-            return
-        self.post_message(ProjectionDrawn(experiment, text, checks))
+        session = self.app.session
+        ask(
+            self,
+            "projecting",
+            lambda: session.projection_chart(experiment, "efficiency", width, height),
+            lambda answer: ProjectionDrawn(experiment, *answer),
+        )
 
     def on_projection_drawn(self, message: ProjectionDrawn) -> None:
         message.stop()
@@ -421,12 +399,13 @@ class ResultsScreen(AppScreen):
 
     @work(thread=True, exclusive=True, group="report", exit_on_error=False)
     def _write_report(self, experiment: str | None) -> None:
-        try:
-            path = self.app.session.write_report(experiment)
-        except Exception as exc:
-            self.post_message(EngineFailed("report", describe(exc)))
-            return
-        self.post_message(ReportWritten(path.resolve()))
+        session = self.app.session
+        ask(
+            self,
+            "report",
+            lambda: session.write_report(experiment),
+            lambda path: ReportWritten(path.resolve()),
+        )
 
     def on_report_written(self, message: ReportWritten) -> None:
         message.stop()

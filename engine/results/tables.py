@@ -57,7 +57,7 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
     made += [
         (Column("scale", right=True), scale_of),
         (Column("devices", right=True, keep=4, short="dev"), lambda r: str(r["ranks"])),
-        (Column("batch/dev", right=True, keep=4, short="batch"), batch_cell),
+        (Column("batch/dev", right=True, keep=3, short="batch"), batch_cell),
         (Column("precision", keep=6), lambda r: r["precision"]),
         (Column("n", right=True, keep=3), lambda r: f"{r['n']}/{r['repetitions']}"),
         (Column(per_s, right=True), throughput_cell),
@@ -70,6 +70,13 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
             lambda r: fmt(r["speedup_own"]),
         ),
     ]
+    if any(r["predicted_efficiency"] is not None for r in rows):  # the efficiency model's
+        made.append(
+            (
+                Column("predicted eff", right=True, keep=5, short="pred. eff"),
+                lambda r: fmt(r["predicted_efficiency"]),
+            )
+        )
     energy_shown = any(r["images_per_joule"] is not None for r in rows)
     if energy_shown:  # else a note says why not
         made.append(
@@ -101,6 +108,11 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         f"{100 * NOISY_CV:g}%)."
     ]
     notes += [line for line in baselines_note(rows).splitlines() if line]
+    if any(r["predicted_efficiency"] is not None for r in rows):
+        notes.append(
+            "predicted eff: the efficiency model's, the 1-device baseline's compute over that "
+            "compute and the scale's measured allreduce (where the efficiency goes: below)."
+        )
     if transformer:
         notes.append(
             "TFLOPS/dev and MFU: PaLM's count of the model's FLOPs (6 x parameters + "
