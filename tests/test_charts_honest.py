@@ -33,12 +33,28 @@ def efficiency_study(home: Path, comm: bool) -> str:
     return "e"
 
 
+def with_mfu(run_id: str, lines: list[str]) -> list[str]:
+    """The recorded runs as a transformer trainer writes them: MFU and TFLOPS a device in
+    each summary (lower at 2 devices, as communication takes its share)."""
+    import json
+
+    devices = json.loads(lines[0])["world_size"]
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec["kind"] == "summary":
+            rec.update(mfu=0.42 / devices**0.25, achieved_tflops_per_device=12.0 / devices**0.25)
+        out.append(json.dumps(rec) + "\n")
+    return out
+
+
 STORES = {
     "quickstart": lambda h: recorded_study(h),
     "quickstart+comm": lambda h: recorded_study(h, comm=True),
     "8 series": axis_study,
     "efficiency": lambda h: efficiency_study(h, comm=True),
     "prediction at 1 device only": lambda h: efficiency_study(h, comm=False),
+    "MFU": lambda h: recorded_study(h, edit=with_mfu),
 }
 
 
@@ -259,3 +275,14 @@ def test_past_the_first_shapes_every_series_still_has_its_own_mark(n, tmp_path):
             assert len(set(shown)) == len(shown) == n + (fig.name != "throughput"), fig.name
             ax, lg = fig.axes_box, fig.legend_box
             assert lg[0] >= ax[2], fig.name  # beside the plot, whole columns of it
+
+
+def test_a_transformers_mfu_is_a_chart_of_its_own(stores):
+    """m on the Results screen and `dlscale chart --metric mfu` draw MFU against devices,
+    one point per scale; a store without it says why instead."""
+    _, _, rows = stores["MFU"]
+    drawn = charts.chart(rows, "mfu", width=80, height=20)
+    assert "MFU (model FLOPs utilisation)" in drawn
+    assert charts.nothing_to_draw(rows, "mfu") is None
+    _, _, plain = stores["quickstart"]
+    assert "no run counted its model's FLOPs" in charts.nothing_to_draw(plain, "mfu")

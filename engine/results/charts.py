@@ -38,6 +38,9 @@ METRICS = {
     # The efficiency model (compute + benchmarked allreduce) and the energy, where measured.
     "predicted": ("predicted_efficiency", "predicted efficiency (model)"),
     "images-per-joule": ("images_per_joule", "images per joule"),
+    # A transformer's: the model's FLOPs a second per device over the device's peak
+    # (trainers/common/mfu.py), as a fraction.
+    "mfu": ("mfu", "MFU (model FLOPs utilisation)"),
 }
 
 
@@ -51,6 +54,7 @@ _NONE_BECAUSE = {
     "time_to_accuracy_s": "no run evaluated to a target accuracy",
     "images_per_joule": "no run measured its energy",
     "predicted_efficiency": "no point has the model's prediction",
+    "mfu": "no run counted its model's FLOPs (the transformer trainers do)",
 }
 
 
