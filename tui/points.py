@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine.results import tables
-from ..engine.results.points import throughput_unit
 from ..engine.results.rows import ResultRow
 from ..engine.results.table import Table
 from .columns import fit, widest
@@ -76,7 +75,7 @@ def batch_words(r: ResultRow) -> str:
 def why_missing(r: ResultRow) -> str:
     """Why this result's explained numbers are missing, one clause each; "" when none is."""
     why = r["unmeasured"] or {}
-    counted = throughput_unit([r]).removesuffix("/s")
+    counted = tables.throughput_unit([r]).removesuffix("/s")
     # the explained numbers by their short headings in the table, each with its value
     said = (
         ("pred. eff", "predicted_efficiency", r["predicted_efficiency"]),

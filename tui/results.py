@@ -20,7 +20,6 @@ from textual.widgets import DataTable, Footer, Header
 
 from ..engine.results import charts, tables
 from ..engine.results.rows import ResultRow
-from ..engine.results.stats import NOISY_CV
 from ..engine.session import Snapshot, State
 from . import keys
 from .dialogs import CompareScreen, TextScreen
@@ -261,7 +260,7 @@ class ResultsScreen(AppScreen):
             if same:
                 parts.append("all " + ", ".join(same))
             if any(r["noisy"] for r in self.results):
-                parts.append(f"* noisy (CV > {100 * NOISY_CV:g}%)")
+                parts.append(f"* noisy (CV > {100 * tables.NOISY_CV:g}%)")
             slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
             if slowed:
                 parts.append(slowed)

@@ -13,7 +13,7 @@ from ..config.spec import load_spec
 from ..errors import PlanError
 from ..io.text import printable
 from ..launching.estimate import estimate
-from ..launching.plan import plan as make_plan
+from ..launching.plan import plan
 from ..results import analysis, charts, tables
 from ..results.points import unit_and_axes
 from ..runs import ACTIVE, State
@@ -88,7 +88,7 @@ def plan_cmd(
     backend = backend_for(backend, profile_path, partition)
     loaded = load_spec(spec)
     profile = load_profile(profile_path) if profile_path else None
-    p = make_plan(loaded)
+    p = plan(loaded)
     store = _store(ctx)
     refusals = ""
     try:

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ...trainers.common.records import nesting as depth
+from ...trainers.common.records import nesting
 from ..errors import SpecError
 from ..io.reading import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, read_text
 from .quantities import normal
@@ -338,7 +338,7 @@ def parse_toml_text(text: str, where: str) -> dict[str, Any]:
         raise SpecError(where, [f"{at}: invalid TOML: {reason}"]) from None
     except RecursionError:  # tomllib recurses per level of nesting
         data = None
-    if data is None or depth(data) > TOML_DEPTH:
+    if data is None or nesting(data) > TOML_DEPTH:
         raise SpecError(
             where, [f"{where}: invalid TOML: arrays or tables nested over {TOML_DEPTH} deep"]
         )

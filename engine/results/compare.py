@@ -113,14 +113,14 @@ def differences(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, st
 
 def site_of(store: Store, experiment: str) -> str:
     """An experiment's site: its bundle's, or this site's name for one measured here."""
-    from .bundles import site_of as measured_at
+    from .bundles import site_measured_at
 
     row = next((e for e in store.experiments() if e["name"] == experiment), None)
     if row is not None and row.get("site"):
         return row["site"]
     runs = store.runs(experiment)
     imported = next((r["site"] for r in runs if r.get("site")), None)  # a rebuilt store's
-    return imported or measured_at(runs)
+    return imported or site_measured_at(runs)
 
 
 def compare(store: Store, a: str, b: str) -> Comparison:

@@ -64,7 +64,7 @@ def profile_of(runs: list[RunRow]) -> dict[str, Any] | None:
     return None
 
 
-def site_of(runs: list[RunRow]) -> str:
+def site_measured_at(runs: list[RunRow]) -> str:
     """Where these runs were measured: the cluster profile's name, else this host."""
     profile = profile_of(runs) or {}
     name = profile.get("name")
@@ -122,7 +122,7 @@ def export(
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "site": site or site_of(runs),
+        "site": site or site_measured_at(runs),
         "profile": profile_text(profile),
         "dlscale_version": dlscale_version(),
         "experiment": experiment,
