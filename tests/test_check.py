@@ -219,8 +219,14 @@ def test_a_baseline_that_shares_nothing_judges_nothing_and_never_passes(tmp_path
     proc = _check(home, "--baseline", str(bundle), junit=junit)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "shares no configuration" in proc.stdout
+    # the field that differs, with both sides' values; the fields that agree are not named
+    assert "per_device_batch: the study's 64, the baseline's 128" in proc.stdout, proc.stdout
+    assert "framework:" not in proc.stdout and "model:" not in proc.stdout
     cases, suite = _junit(junit)
     assert suite.get("errors") == "1" and suite.get("failures") == "0"
+    (case,) = cases.values()  # exit 3's error, not exit 2's "bad input"
+    assert case.find("error").get("type") == "not judged"
+    assert "per_device_batch: the study's 64" in case.find("error").get("message")
 
 
 def test_bad_input_exits_2_with_a_junit_error_case(baseline_bundle, tmp_path):

@@ -61,12 +61,17 @@ def junit_xml(
     return _suite(f"dlscale check {experiment} against {baseline}", cases, properties)
 
 
-def error_xml(what: str, message: str, seconds: float = 0.0) -> bytes:
-    """The check could not be made (bad input): one testcase in error saying why."""
+BAD_INPUT_TYPE = "bad input"  # exit 2: refused before anything was judged
+NOT_JUDGED_TYPE = "not judged"  # exit 3: nothing to judge against (no shared configuration)
+
+
+def error_xml(what: str, message: str, seconds: float = 0.0, kind: str = BAD_INPUT_TYPE) -> bytes:
+    """The check could not be made: one testcase in error saying why, its type the exit
+    status's meaning (bad input, 2; not judged, 3)."""
     case = ET.Element(
         "testcase", {"classname": "dlscale.check", "name": what, "time": f"{seconds:.3f}"}
     )
-    ET.SubElement(case, "error", {"message": message, "type": "bad input"}).text = message
+    ET.SubElement(case, "error", {"message": message, "type": kind}).text = message
     return _suite(f"dlscale check {what}", [(case, seconds)], {})
 
 

@@ -31,7 +31,7 @@ from .check import (
     point_name,
     values_of,
 )
-from .junit import error_xml, junit_xml
+from .junit import NOT_JUDGED_TYPE, error_xml, junit_xml
 
 NOT_JUDGED = 3  # the exit status of a check that could not judge every point
 ORDER = {REGRESSED: 0, UNDECIDED: 1, SKIPPED: 2, PASSED: 3}
@@ -78,6 +78,7 @@ class Outcome:
     tolerance: float
     verdicts: list[Verdict]
     shared: bool  # whether the baseline shares any configuration with the study
+    differs: list[str] = field(default_factory=list)  # where not: the fields, with values
     stopped: str | None = None  # why the runs stopped early (the budget), if they did
     window: int | None = None
     record: Record | None = None
@@ -93,8 +94,8 @@ class Outcome:
         if not self.shared:
             return (
                 f"nothing judged: the baseline {self.base.name} shares no configuration with "
-                f"the study {self.name} (framework, model, dataset, scale, batch, precision, "
-                "loader, schedule); give the baseline of this study"
+                f"the study {self.name}: {'; '.join(self.differs)}; give the baseline of "
+                "this study"
             )
         if counts[REGRESSED]:
             return None
@@ -153,7 +154,8 @@ class Outcome:
     def junit(self, seconds: float) -> bytes:
         """The JUnit XML of this outcome (`seconds`: how long the check took)."""
         if not self.shared:
-            return error_xml(self.name, self.why_not_judged or "", seconds)
+            # exit 3, not judged (bad input, exit 2, is refused before any outcome)
+            return error_xml(self.name, self.why_not_judged or "", seconds, NOT_JUDGED_TYPE)
         props = {
             "baseline": self.base.name,
             "baseline_source": self.base.source,
@@ -189,7 +191,8 @@ def run_check(
     kept = history.read(asked.history) if asked.history else None  # bad lines refused first
     base = _baseline(store, asked, name)
     outcome = Outcome(name, base, asked.tolerance, [], shared=True, window=asked.window)
-    if asked.baseline is not None and not shares_a_configuration(loaded, base):
+    outcome.differs = differences(loaded, base) if asked.baseline is not None else []
+    if outcome.differs:
         outcome.shared = False
     else:
         _judge(store, asked, loaded, base, backend, kept, outcome, wait, say)
@@ -265,20 +268,34 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
                 v.outcome, v.why = SKIPPED, why
 
 
-def shares_a_configuration(loaded, base: Baseline) -> bool:
-    """Whether any configuration of the study is one of the baseline's (before any run)."""
+def differences(loaded, base: Baseline) -> list[str]:
+    """Where no configuration of the study is one of the baseline's (before any run), what
+    differs: each field whose values the two never share, with those values ("batch: the
+    study's 64, the baseline's 128"); [] when a configuration is shared."""
     from ...launching.plan import plan
     from ..compare import MATCH_FIELDS, match_key
 
     have = {match_key(b) for b in base.points}
-    for r in plan(loaded).runs:
-        key = tuple(
+    planned = {
+        tuple(
             r.training.get("lr_schedule") if f == "lr_schedule" else getattr(r, f)
             for f in MATCH_FIELDS
         )
-        if key in have:
-            return True
-    return False
+        for r in plan(loaded).runs
+    }
+    if planned & have:
+        return []
+
+    def values(keys: set[tuple], i: int) -> str:
+        return ", ".join(sorted({str(k[i]) for k in keys})) or "none"
+
+    apart = [
+        f"{name}: the study's {values(planned, i)}, the baseline's {values(have, i)}"
+        for i, name in enumerate(MATCH_FIELDS)
+        if not {k[i] for k in planned} & {k[i] for k in have}
+    ]
+    fields = ", ".join(MATCH_FIELDS)
+    return apart or [f"each field has a value on both sides, never in one combination ({fields})"]
 
 
 def _run(store, loaded, base, asked, backend, budget, wait, say) -> rounds.Rounds:
