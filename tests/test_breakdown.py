@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,11 @@ def test_deepspeed_says_why_it_has_no_breakdown(deepspeed_env, env_home, tmp_pat
     s = records(out)[-1]
     assert s["exposed_comm_s"] is None and "deepspeed" in s["breakdown_unavailable"]
     assert s["forward_s"] > 0
+    # Its shared-memory op is up to date for the environment's own ninja, the one the Slurm
+    # jobs (which activate the environment) and `env create` use: no run rebuilds it.
+    built = Path(deepspeed_env.prefix) / "torch_extensions" / "deepspeed_shm_comm"
+    ninja = Path(deepspeed_env.prefix) / "bin" / "ninja"
+    dry = subprocess.run(
+        [str(ninja), "-n", "-d", "explain"], cwd=built, capture_output=True, text=True
+    )
+    assert "no work to do" in dry.stdout, dry.stdout + dry.stderr

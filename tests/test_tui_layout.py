@@ -4,7 +4,9 @@ key it offers whole, and a dialog's question and the help are never cut off."""
 from __future__ import annotations
 
 import html
+import os
 import re
+import time
 
 import pytest
 
@@ -82,3 +84,60 @@ async def test_a_long_question_and_the_help_are_never_cut_off(home):
         flat = " ".join(shown.split())  # each key's words wrap under themselves
         assert all(metric_words(m) in flat for m in METRICS), shown
         assert "  e               the next experiment in the store" in shown  # where e works
+
+
+def test_unread_bytes_counts_what_a_terminal_holds_unread():
+    """What the app's reader has not read yet, from the kernel (FIONREAD); 0 off a tty."""
+    import pty
+    import tty
+
+    from dlscale.tui.typeahead import unread_bytes
+
+    master, slave = pty.openpty()
+    tty.setraw(slave)  # as Textual sets it: bytes are readable as typed, not by the line
+    try:
+        assert unread_bytes(slave) == 0
+        os.write(master, b"yse")
+        for _ in range(100):  # the line discipline hands the bytes over at once, or nearly
+            if unread_bytes(slave) == 3:
+                break
+            time.sleep(0.01)
+        assert unread_bytes(slave) == 3
+        os.read(slave, 3)
+        assert unread_bytes(slave) == 0
+    finally:
+        os.close(master)
+        os.close(slave)
+    read, write = os.pipe()
+    try:
+        os.write(write, b"y")
+        assert unread_bytes(read) == 0  # not a terminal: nothing typed ahead to drop
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+async def test_keys_the_terminal_held_unread_when_the_question_was_drawn_never_answer_it(home):
+    """Under heavy load the app reads a burst's rest after the question is drawn, later than
+    any pause: the bytes the terminal held unread then were typed before it and are
+    dropped, however late they are read; the next key answers."""
+    from dlscale.tui.typeahead import READ_S
+
+    app = DlscaleApp(Session(home, "local"), watch=False)
+    said: list[bool | None] = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.current_mode == "build", what="the build screen")
+        app.push_screen(ConfirmScreen("Cancel run 0123456789ab?"), said.append)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        screen = app.screen
+        await until(pilot, lambda: screen.shown_at is not None, what="drawn")
+        screen.unread = 2  # as a terminal holding "y" and "s" when it was drawn says
+        for _ in range(2):
+            await pilot.pause(READ_S + 0.1)
+            await pilot.press("y")
+            await pilot.pause()
+            assert app.screen is screen and said == []  # dropped, not a yes
+        assert "typed before this question" in _screenshot_text(app)
+        await pilot.pause(READ_S + 0.1)
+        await pilot.press("y")
+        await until(pilot, lambda: said == [True], what="the answer")

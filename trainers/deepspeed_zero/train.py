@@ -19,6 +19,11 @@ os.environ.setdefault("DS_BUILD_OPS", "0")
 # Ops DeepSpeed builds just in time (the CPU shared-memory allreduce) live in the
 # environment, where `dlscale env create` built them: minutes a run would otherwise spend.
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+# Built and checked by the environment's own ninja (pip's, beside this Python), as `env
+# create` built them: ninja 1.13 hashes a build's commands differently from 1.11, so a
+# system ninja first on PATH found every command "changed" and rebuilt the op at every
+# other run (90 s alone, minutes under load).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -34,10 +34,12 @@ _HOROVOD_CPU = (
     ("HOROVOD_WITHOUT_MXNET", "1"),
     ("MAKEFLAGS", "-j2"),
 )
+# The op built by the environment's own ninja, which the trainer also uses (see its init).
 _DEEPSPEED_WARM = (
     "import os, sys; os.environ['DS_ACCELERATOR'] = 'cpu'; "
     "os.environ['TORCH_EXTENSIONS_DIR'] = os.path.join(sys.prefix, "
-    "'torch_extensions'); from deepspeed.accelerator import get_accelerator; "
+    "'torch_extensions'); os.environ['PATH'] = os.path.dirname(sys.executable) + os.pathsep "
+    "+ os.environ.get('PATH', ''); from deepspeed.accelerator import get_accelerator; "
     "get_accelerator().create_op_builder('ShareMemCommBuilder').load()"
 )
 RECIPES: dict[str, Recipe] = {
