@@ -75,7 +75,7 @@ def unread_bytes(fd: int | None = None) -> int:
         return 0
 
 
-def _size(event: Event) -> int:
+def _bytes_of(event: Event) -> int:
     """The bytes a key or paste came in, never more (an escape sequence counts as 1: a
     count too low drops more keys, never fewer)."""
     text = event.text if isinstance(event, events.Paste) else event.character
@@ -106,7 +106,7 @@ class Question(ModalScreen[bool]):
         if self.shown_at is None or event.time < self.shown_at:
             return True
         if self.unread > 0:
-            self.unread -= _size(event)
+            self.unread -= _bytes_of(event)
             return True
         return event.time - previous < READ_S
 
