@@ -77,12 +77,17 @@ class Outcome:
     base: Baseline
     tolerance: float
     verdicts: list[Verdict]
-    shared: bool  # whether the baseline shares any configuration with the study
-    differs: list[str] = field(default_factory=list)  # where not: the fields, with values
+    # where the baseline shares no configuration with the study: the fields, with values
+    differs: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the runs stopped early (the budget), if they did
     window: int | None = None
     record: Record | None = None
     change_points: list[str] = field(default_factory=list)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the baseline shares any configuration with the study."""
+        return not self.differs
 
     @property
     def counts(self) -> dict[str, int]:
@@ -190,11 +195,9 @@ def run_check(
     name = loaded.spec.experiment.name
     kept = history.read(asked.history) if asked.history else None  # bad lines refused first
     base = _baseline(store, asked, name)
-    outcome = Outcome(name, base, asked.tolerance, [], shared=True, window=asked.window)
-    outcome.differs = differences(loaded, base) if asked.baseline is not None else []
-    if outcome.differs:
-        outcome.shared = False
-    else:
+    differs = unshared_fields(loaded, base) if asked.baseline is not None else []
+    outcome = Outcome(name, base, asked.tolerance, [], differs, window=asked.window)
+    if outcome.shared:
         _judge(store, asked, loaded, base, backend, kept, outcome, wait, say)
     site = site_of(store, name)
     if asked.history:
@@ -268,7 +271,7 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
                 v.outcome, v.why = SKIPPED, why
 
 
-def differences(loaded, base: Baseline) -> list[str]:
+def unshared_fields(loaded, base: Baseline) -> list[str]:
     """Where no configuration of the study is one of the baseline's (before any run), what
     differs: each field whose values the two never share, with those values ("batch: the
     study's 64, the baseline's 128"); [] when a configuration is shared."""
