@@ -9,10 +9,12 @@ the table changes again; in CI one stayed so for 240 s."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from rich.cells import cell_len
 
+Name = TypeVar("Name", bound=Hashable)  # a column's name: a heading, or an index
 GAP = 2  # DataTable's cell padding: one cell each side of every column
 
 
@@ -22,17 +24,17 @@ def widest(heading: str, values: Iterable[str]) -> int:
 
 
 def fit(
-    widths: Mapping[str, int],
-    priority: Sequence[str],
+    widths: Mapping[Name, int],
+    priority: Sequence[Name],
     room: int,
-    stretch: str | None = None,
+    stretch: Name | None = None,
     least: int = 12,
-) -> list[str]:
+) -> list[Name]:
     """The columns of `priority` (most important first) that fit whole in `room` cells,
     each `widths[name]` wide plus the gap. `stretch` (a reason), where it is in `priority`,
     is kept if at least `least` cells are left for it then, and takes whatever is left in
     the end (stretch_width); every column after it in `priority` must leave it that."""
-    chosen: list[str] = []
+    chosen: list[Name] = []
     used = 0
     reserved = 0  # what the stretching column needs, once it is in
     for name in priority:

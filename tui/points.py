@@ -58,8 +58,7 @@ def shown(results: list[ResultRow], room: int) -> Shown:
         if i not in constants
     }
     priority = sorted(widths, key=lambda i: (cols[i].keep, i))
-    fitted = fit({str(i): w for i, w in widths.items()}, [str(i) for i in priority], room)
-    return Shown(table, sorted(int(i) for i in fitted), constants, widths)
+    return Shown(table, sorted(fit(widths, priority, room)), constants, widths)
 
 
 def batch_of(r: ResultRow) -> int:
