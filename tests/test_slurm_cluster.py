@@ -40,6 +40,17 @@ def slurm_says(job_id: str) -> str:
     ).stdout.strip()
 
 
+def _what_each_says(store, run_id: str, job_id: str) -> str:
+    """A failed wait on a live cluster says what the store and Slurm each hold: the only
+    trace CI keeps of a state that a rerun may not reach."""
+    run, job = store.run(run_id), store.jobs.get("slurm", job_id)
+    nodes = subprocess.run(["sinfo", "-N", "-h"], capture_output=True, text=True).stdout
+    return (
+        f"run {run['state']} ({run['reason']}); job row {job and job['state']}; "
+        f"sacct {slurm_says(job_id)!r}; sinfo {nodes!r}"
+    )
+
+
 def wait_for(predicate, timeout=HANG_S, every=1.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -286,6 +297,11 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
     assert wait_for(
         lambda: sync(store, scheduler).reachable and store.run(run_id)["state"] == "RUNNING"
     )
+    # Training under way before the controller goes: a job whose srun has not yet made its
+    # step when slurmctld stops cannot make it, and Slurm ends the job FAILED (seen in CI
+    # under load: the run was never live again to be cancelled).
+    metrics = Path(store.run(run_id)["run_dir"]) / "metrics.jsonl"
+    assert wait_for(lambda: metrics.exists() and '"interval"' in metrics.read_text())
     try:
         slurm_target.cluster("stop-ctld")
         ticks = [sync(store, scheduler) for _ in range(3)]
@@ -302,7 +318,9 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
         scheduler.watcher.cancel([job_id])  # `dlscale cancel` would use the commands
     else:
         follow.cancel(store, [run_id])
-    assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED")
+    assert wait_for(lambda: sync(store, scheduler) and store.run(run_id)["state"] == "CANCELLED"), (
+        _what_each_says(store, run_id, job_id)
+    )
     assert wait_for(lambda: slurm_says(job_id).startswith("CANCELLED"))
     if slurm_target.backend == "pyslurm":  # the run ended when a poll saw the job end
         assert store.jobs.get("slurm", job_id)["state"] == "CANCELLED"
