@@ -26,10 +26,10 @@ from .errors import (
     StoreError,
     UserError,
 )
-from .launching import envs
+from .launching import envs, kept_code
 from .launching.plan import Plan, Run, digest, plan
 from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
-from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, RunRow, State
+from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, RunRow, State, declaration
 from .tracking.follow import find_run
 from .tracking.store import Store
 
@@ -132,6 +132,12 @@ def submit(
         spec_path, loaded.digest, str(shared_spec(store.home, loaded.text, loaded.digest))
     )
     store.save_experiment(loaded.spec.experiment.name, spec_path, loaded.text, loaded.digest)
+    # a declared script's bytes, kept by content: its runs can be repeated as they ran
+    # after the file is edited in place (kept_code.py)
+    for decl in {
+        id(d): d for r in p.runs if isinstance(d := r.training.get("custom"), dict)
+    }.values():
+        kept_code.keep(store.home, decl)
     report = SubmitReport()
     # Every run stored, then every run not done claimed, each in one transaction.
     rows = store.add_runs(p.runs, rows=False)
@@ -471,6 +477,13 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     backend = backend_for(row["backend"])
     payload = _payload(store, row)
     backend.check_repeatable(row, payload)
+    code = kept_code.change_of(store.home, declaration(row))
+    if code is not None and code.kept is None:
+        raise UserError(
+            f"run {old_id}: {code.said()}, and no copy of what it ran is kept in "
+            f"{store.home / 'code'}; a rerun would measure other code: put the measured "
+            f"{code.name} back (e.g. `git stash`), or run the spec again"
+        )
     new_id = digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()})
     store.add_rerun(row, new_id)
     claimed = store.claims.take(new_id)
@@ -479,12 +492,14 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     old, new = RunPaths.of(row), RunPaths.of(claimed)
 
     def moved(text: str) -> str:
-        # The run folder and id are the only things that differ between the two runs.
-        return (
+        # The run folder and id are the only things that differ between the two runs, and
+        # a script edited since runs as it was measured, from its kept copy.
+        text = (
             text.replace(str(old.root), str(new.root))
             .replace(old_id, new_id)
             .replace(f"-{old_id[:8]}", f"-{new_id[:8]}")
         )
+        return text.replace(str(code.script), str(code.kept)) if code and code.kept else text
 
     def request() -> JobRequest:
         if old.spec.exists() and not new.spec.exists():  # the layout's spec is there already

@@ -225,7 +225,7 @@ def _print(outcome: Outcome) -> None:
         out.print(f"{v.outcome.upper():>10}  {v.name}: {v.why}", soft_wrap=True)
     if len(shown) > limit:
         out.print(f"... and {len(shown) - limit} more (all in the JUnit file)")
-    for line in outcome.change_points:
+    for line in outcome.change_points + outcome.code:
         out.print(line, soft_wrap=True)
     study = [v for v in outcome.verdicts if v.in_study]
     out.print(

@@ -22,6 +22,7 @@ from ..config.custom import anchored, comm_declaration
 from ..config.frameworks import COMM_BENCHMARK_FRAMEWORKS, NO_COMM_BENCHMARK
 from ..config.spec import Experiment, LoadedSpec, Scale, model_fits_dataset
 from ..runs import UNDER_WAY, Configuration, State
+from .kept_code import SHA_FIELD, sha256_of, with_script_hash
 
 
 @dataclass(frozen=True)
@@ -222,9 +223,11 @@ def declared_recipes(
     # Its script and venv as absolute paths, whichever copy of the spec (a file, the Build
     # screen's form saved beside the store) is submitted.
     folder = Path(loaded.path).absolute().parent
-    decl = anchored(
-        {"frameworks": {framework: loaded.spec.frameworks[framework].model_dump()}}, folder
-    )["frameworks"][framework]
+    decl = with_script_hash(
+        anchored(
+            {"frameworks": {framework: loaded.spec.frameworks[framework].model_dump()}}, folder
+        )["frameworks"][framework]
+    )
     return {
         id(sched): [{**sched, "custom": decl, **({"axes": a} if a else {})} for a in combos]
         for sched in recipes
@@ -236,7 +239,7 @@ def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
     what they are: the script by its content, not by where it lies (the spec's copy in the
     Build screen names it by another path; an edited script makes new runs); where its
     software comes from is the environment's, as for a built-in framework, not the run's."""
-    out = {k: v for k, v in decl.items() if k != "software"}
+    out = {k: v for k, v in decl.items() if k not in ("software", SHA_FIELD)}
     # complete_when at its default is left out, so runs declared before it keep their ids
     if out.get("complete_when") == "exit":
         del out["complete_when"]
@@ -244,11 +247,11 @@ def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
         out["log"] = {k: v for k, v in out["log"].items() if k != "complete_when"}
     script = out.get("script")
     if isinstance(script, str):
-        path = Path(script)
-        try:
-            out["script"] = f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
-        except OSError:
-            pass  # refused when the spec was read; kept as written
+        # the hash the declaration carries (one read of the file gives both the run's id
+        # and what kept_code keeps); else read now
+        sha = decl.get(SHA_FIELD) or sha256_of(Path(script))
+        if sha:  # else refused when the spec was read; kept as written
+            out["script"] = f"{Path(script).name}@sha256:{sha}"
     return out
 
 

@@ -83,6 +83,8 @@ class Outcome:
     window: int | None = None
     record: Record | None = None
     change_points: list[str] = field(default_factory=list)
+    # the two sides' code where it differs beyond the study's spec (baseline_code)
+    code: list[str] = field(default_factory=list)
 
     @property
     def shared(self) -> bool:
@@ -168,6 +170,7 @@ class Outcome:
             "statistic": STATISTIC,
             **({"window": str(self.window)} if self.window else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
+            **({"code": "; ".join(self.code)} if self.code else {}),
         }
         return junit_xml(self.name, self.base.name, self.verdicts, props)
 
@@ -196,7 +199,8 @@ def run_check(
     kept = history.read(asked.history) if asked.history else None  # bad lines refused first
     base = _baseline(store, asked, name)
     differs = unshared_fields(loaded, base) if asked.baseline is not None else []
-    outcome = Outcome(name, base, asked.tolerance, [], differs, window=asked.window)
+    code = baseline_code(store, base, asked) if asked.interleave else []
+    outcome = Outcome(name, base, asked.tolerance, [], differs, window=asked.window, code=code)
     if outcome.shared:
         _judge(store, asked, loaded, base, backend, kept, outcome, wait, say)
     site = site_of(store, name)
@@ -224,6 +228,36 @@ def _baseline(store: Store, asked: Request, name: str) -> Baseline:
             "against their recorded results"
         )
     return base
+
+
+def baseline_code(store: Store, base: Baseline, asked: Request) -> list[str]:
+    """Where the baseline's declared script has changed since it was measured: what its
+    repeats will run (the kept copy), one line each. Refused (UserError) where they could
+    not run what was measured: an edit in place is never measured as the baseline."""
+    from ...launching import kept_code
+    from ...runs import declaration
+
+    said: dict[str, str] = {}
+    for p in base.points:
+        for rid in p.completed_run_ids:
+            change = kept_code.change_of(store.home, declaration(store.run(rid)))
+            if change is None or str(change.script) in said:
+                continue
+            if change.kept is None:
+                raise UserError(
+                    f"--baseline {asked.baseline}: {change.said()}, and no copy of what its "
+                    f"runs ran is kept in {store.home / 'code'}, so --interleave would repeat "
+                    f"other code as the baseline; put the measured {change.name} back (e.g. "
+                    "`git stash`, or check out the baseline's commit) and check again, or "
+                    "drop --interleave to judge against the baseline's recorded results"
+                )
+            said[str(change.script)] = (
+                f"the baseline's repeats run {change.name} as it was measured (sha256 "
+                f"{change.measured and change.measured[:12]}, kept in {change.kept.parent}); "
+                f"the study runs today's {change.script} (sha256 "
+                f"{change.now[:12] if change.now else 'unreadable'})"
+            )
+    return list(said.values())
 
 
 def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> None:
