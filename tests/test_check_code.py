@@ -8,6 +8,7 @@ file and both hashes. Real runs of a standard-library script on the local backen
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from conftest import dlscale
@@ -75,7 +76,10 @@ def test_an_edit_in_place_is_never_measured_as_the_baseline(tmp_path, home):
     repeats = [r["run_id"] for r in store.runs("base") if r["run_id"] not in measured]
     assert repeats and set(_rates(store, repeats)) == {100.0}  # the kept copy ran
     assert set(_rates(store, [r["run_id"] for r in store.runs("study")])) == {50.0}
-    assert "bench.py as it was measured" in (tmp_path / "j.xml").read_text()
+    junit = (tmp_path / "j.xml").read_text()
+    assert "bench.py as it was measured" in junit
+    # its runs' time, though a script read from its log measures none of its own
+    assert float(ET.fromstring(junit).find("testsuite/testcase").get("time")) > 0.1, junit
 
     # A plain rerun repeats what the run ran, too.
     dlscale("rerun", measured[0], "--wait", check=0)

@@ -452,6 +452,39 @@ def test_step_times_give_units_over_time_whatever_lines_come_between(times, warm
     assert throughput == pytest.approx(96 * len(measured) / sum(measured))
 
 
+@given(
+    st.lists(st.floats(min_value=0.5, max_value=5000, allow_nan=False), min_size=2, max_size=30),
+    st.integers(min_value=1, max_value=500),
+    st.integers(min_value=0, max_value=3),
+    st.booleans(),
+)
+def test_a_log_printing_every_n_steps_counts_the_steps_it_reports(rates, every, warm, from_0):
+    """Issue 51: a line every N steps (counted from 1, or from 0) is N steps of work, not
+    one: the time measured is each line's N steps over its rate, whatever N and warm-up."""
+    first = every - 1 if from_0 else every
+    lines = [f"step {first + i * every} throughput {r!r} images/s" for i, r in enumerate(rates)]
+    p = Patterns(
+        {"throughput": r"throughput ([0-9.e+-]+) images/s$", "step": r"^step (\d+)",
+         "warmup_lines": warm},
+        units_per_step=64,
+        devices=1,
+    )  # fmt: skip
+    m = p.read(lines)
+    measured = rates[warm:]
+    if not measured:
+        assert p.summarize(m) is None
+        return
+    # counted from 0 with no warm-up, the first line covers steps 0 to N-1: one fewer
+    assert sum(m.covered) == every * len(measured) - (from_0 and not warm and every > 1)
+    throughput, elapsed = p.summarize(m)
+    assert elapsed == pytest.approx(sum(n * 64 / r for n, r in zip(m.covered, measured)))
+    assert elapsed == pytest.approx(sum(every * 64 / r for r in measured), rel=1 / len(measured))
+    assert throughput == pytest.approx(64 * sum(m.covered) / elapsed)
+    # without the step pattern, the same lines are one step each
+    one = Patterns({"throughput": p.log["throughput"], "warmup_lines": warm}, 64, 1).read(lines)
+    assert one.covered == [1] * len(measured)
+
+
 async def test_every_throughput_shown_names_the_declared_unit(tmp_path):
     """tokens/s is not images/s, wherever a declared framework's throughput is shown: the
     status table, check's verdicts and the TUI's Queue (Results and reports: test_custom_runs

@@ -201,6 +201,9 @@ class LogReport(StrictModel):
     loss: StrictStr | None = None
     accuracy: StrictStr | None = None  # a fraction, or a percentage above 1
     epoch: StrictStr | None = None
+    # The step number a line reports ("step 200 ..."): a log that prints every N steps has
+    # each measured line count the steps since the one before, not one step.
+    step: StrictStr | None = None
     warmup_lines: limit(StrictInt, "no run prints that many lines", ge=0, le=10**9) = 0  # type: ignore[valid-type]
     warmup_until: StrictStr | None = None  # lines before its first match are warm-up
     # A line the script prints once its measurement is complete: a run whose log holds it
@@ -208,7 +211,7 @@ class LogReport(StrictModel):
     complete_when: StrictStr | None = None
 
     _patterns = field_validator(
-        "throughput", "step_time", "loss", "accuracy", "epoch", "warmup_until"
+        "throughput", "step_time", "loss", "accuracy", "epoch", "step", "warmup_until"
     )(classmethod(lambda cls, v: _regex(v)))
     _final = field_validator("complete_when")(classmethod(lambda cls, v: _regex(v, groups=0)))
 

@@ -243,8 +243,12 @@ def identity_of_declaration(decl: dict[str, Any]) -> dict[str, Any]:
     # complete_when at its default is left out, so runs declared before it keep their ids
     if out.get("complete_when") == "exit":
         del out["complete_when"]
-    if isinstance(out.get("log"), dict) and out["log"].get("complete_when") is None:
-        out["log"] = {k: v for k, v in out["log"].items() if k != "complete_when"}
+    if isinstance(out.get("log"), dict):  # fields added since, at their default: left out
+        out["log"] = {
+            k: v
+            for k, v in out["log"].items()
+            if not (k in ("complete_when", "step") and v is None)
+        }
     script = out.get("script")
     if isinstance(script, str):
         # the hash the declaration carries (one read of the file gives both the run's id

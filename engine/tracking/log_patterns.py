@@ -6,10 +6,11 @@ When a declared framework's job ends well (or after its measurement was complete
 completion.py), its log is read once, line by line: warm-up lines are left out (those
 before `warmup_until` first matches, then the first `warmup_lines` measurements), each
 remaining throughput or step-time line is one interval, and the run's throughput is the
-total units over the total time of its measured lines: the harmonic mean of per-line rates
-(each line reports the same work, one step or a fixed number), or units per step over the
-mean step time. A log that matched nothing leaves no summary: the run is FAILED saying so,
-never COMPLETED without a number.
+total units over the total time of its measured lines: each line covers one step, or with a
+`step` pattern the steps since the line before (a log that prints every N steps), and its
+time is those steps' units over its rate (or its steps times its step time). A log that
+matched nothing leaves no summary: the run is FAILED saying so, never COMPLETED without a
+number.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Measured:
     warmup: list[tuple[float, float | None, int | None]] = field(default_factory=list)
     accuracies: list[tuple[int, int, float]] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
+    # The steps each measured line covers: 1 each, or from the step numbers the log
+    # reports (its `step` pattern), the gap to the line before.
+    covered: list[int] = field(default_factory=list)
     # Where in the log the last measured line ends (bytes, as its text re-encodes): the
     # meter's log-size samples date it, and with it the end of the timed steps.
     end_offset: int = 0
@@ -66,6 +70,7 @@ class Patterns:
             k: re.compile(log[k]) for k in ("loss", "accuracy", "epoch") if log.get(k) is not None
         }
         self.until = re.compile(log["warmup_until"]) if log.get("warmup_until") else None
+        self.step = re.compile(log["step"]) if log.get("step") else None
 
     def read(self, lines: Iterable[str]) -> Measured:
         out = Measured()
@@ -74,10 +79,19 @@ class Patterns:
         epoch: int | None = None
         skip = int(self.log.get("warmup_lines") or 0)
         offset = 0
+        step: int | None = None  # the last step number the log reported
+        # where the first measured line's steps start: the step of the last warm-up
+        # measurement, or where warm-up ended, or the start
+        base = 0
+        numbers: list[int | None] = []  # at each measured line
         for line in lines:
             offset += len(line.encode("utf-8", "replace"))
+            if self.step is not None and (found := self.step.search(line)):
+                number = _number(found)
+                step = int(number) if number is not None else step
             if not started:
                 started = self.until.search(line) is not None  # type: ignore[union-attr]
+                base = step or 0
                 continue
             for name, pattern in self.others.items():
                 m = pattern.search(line)
@@ -103,23 +117,42 @@ class Patterns:
             if skip > 0:
                 skip -= 1
                 out.warmup.append((rate, loss, epoch))
+                base = step or 0
                 continue
             out.rates.append((rate, loss, epoch))
+            numbers.append(step)
             out.end_offset = offset
             if self.by_time:
                 out.step_times.append(seconds)
+        out.covered = _covered(numbers, base) if self.step else [1] * len(out.rates)
         return out
 
+    def seconds(self, m: Measured) -> list[float]:
+        """Each measured line's seconds: its steps' units over its rate."""
+        return [n * self.units_per_step / r for n, (r, _, _) in zip(m.covered, m.rates)]
+
     def summarize(self, m: Measured) -> tuple[float, float] | None:
-        """(throughput, seconds measured), or None when no line measured anything."""
+        """(throughput, seconds measured), or None when no line measured anything: the
+        units of every measured step over their time (the harmonic mean of the lines'
+        rates, each weighted by the steps it covers)."""
         if not m.rates:
             return None
-        if m.step_times:
-            elapsed = sum(m.step_times)
-            return self.units_per_step * len(m.step_times) / elapsed, elapsed
-        # the harmonic mean: each line's rate is over the same work
-        throughput = len(m.rates) / sum(1 / r for r, _, _ in m.rates)
-        return throughput, len(m.rates) * self.units_per_step / throughput
+        elapsed = sum(self.seconds(m))
+        return self.units_per_step * sum(m.covered) / elapsed, elapsed
+
+
+def _covered(numbers: list[int | None], base: int) -> list[int]:
+    """The steps each measured line covers, from the step numbers the log reported at each:
+    the gap to the line before (the first line's, to `base`). One whose gap is unknown or
+    not forward (a restart, a log counting from 0) covers the median gap."""
+    gaps: list[int | None] = []
+    last: int | None = base
+    for n in numbers:
+        gaps.append(n - last if n is not None and last is not None and n > last else None)
+        last = n if n is not None else last
+    known = sorted(g for g in gaps if g)
+    typical = known[len(known) // 2] if known else 1
+    return [g or typical for g in gaps]
 
 
 def units_per_step(log: dict[str, Any], row: RunRow, training: dict[str, Any]) -> float:
@@ -188,7 +221,7 @@ def settle(row: RunRow, hosts: str | None = None) -> str | None:
             + f": no throughput was measured (frameworks.{row['framework']}.log.{which})"
         )
     software = custom_software.versions(paths)
-    write(paths.metrics, row, training, measured, total, run_device(row, paths), hosts, software)
+    write(paths.metrics, row, training, measured, patterns, run_device(row, paths), hosts, software)
     return None
 
 
@@ -205,7 +238,7 @@ def write(
     row: RunRow,
     training: dict[str, Any],
     m: Measured,
-    total: tuple[float, float],
+    patterns: Patterns,
     device: str,
     hosts: str | None,
     software: dict[str, str] | None = None,
@@ -213,6 +246,8 @@ def write(
     """The records a built-in trainer writes, from what the log gave; `software`: what its
     interpreter held (custom_software.py)."""
     world = row["devices"]
+    total = patterns.summarize(m)
+    assert total is not None  # settle writes only what measured something
     throughput, elapsed = total
     unit = training["custom"].get("unit", "samples")
     with RecordWriter(str(path), flush_each=False) as out:
@@ -254,8 +289,9 @@ def write(
                     epoch=epoch,
                     includes_warmup=warm,
                 )
+        took = patterns.seconds(m)
         for measured, epoch, top1 in m.accuracies:
-            seconds = elapsed * measured / len(m.rates)
+            seconds = sum(took[:measured])
             out.write("eval", step=measured, epoch=epoch, top1=top1, elapsed_s=seconds)
         best = max((a for _, _, a in m.accuracies), default=None)
         final_loss = next((loss for _, loss, _ in reversed(m.rates) if loss is not None), None)
@@ -264,7 +300,7 @@ def write(
             status="completed",
             throughput=throughput,
             throughput_per_device=throughput / world,
-            timed_steps=len(m.rates),
+            timed_steps=sum(m.covered),
             warmup_steps=len(m.warmup),
             elapsed_s=elapsed,
             best_top1=best,

@@ -221,16 +221,26 @@ def _repeats_changed(
 
 
 def seconds_by_point(store: Store, rounds: Rounds, current: list[Point]) -> dict[str, float]:
-    """By point name, the wall time of the runs this check made for it (both sides)."""
+    """By point name, the wall time of the runs this check made for it (both sides): what
+    a run's trainer measured of itself, else its job's time from start to end (a declared
+    framework read from its log measures no wall time of its own)."""
     made = set(rounds.run_ids)
     summaries = store.records.last("summary", list(made))
+
+    def seconds(rid: str) -> float:
+        wall = (summaries.get(rid) or {}).get("total_wall_s")
+        if isinstance(wall, (int, float)):
+            return float(wall)
+        row = store.run(rid)
+        job = store.jobs.get(row["backend"], row["job_id"]) or {}
+        if isinstance(job.get("elapsed"), (int, float)):  # the scheduler's own count
+            return float(job["elapsed"])  # type: ignore[arg-type]
+        started, ended = job.get("started"), job.get("ended")
+        return max(0.0, ended - started) if started and ended else 0.0
+
     out = {}
     for p in current:
         pid = point_id_of(store, p) if p.run_ids else None
         ids = [r for r in p.run_ids if r in made] + rounds.theirs.get(pid or "", [])
-        out[point_name(p)] = sum(
-            float(t)
-            for r in ids
-            if isinstance(t := (summaries.get(r) or {}).get("total_wall_s"), (int, float))
-        )
+        out[point_name(p)] = sum(seconds(r) for r in ids)
     return out
