@@ -109,7 +109,11 @@ def test_no_decision_before_three_pairs():
     assert decide.paired([90.0, 90.1, 89.9], [100.0, 100.0, 100.0], TOLERANCE).outcome == (
         REGRESSED
     )
-    assert decide.paired([99.0, 99.1, 98.9], [100.0, 100.0, 100.0], TOLERANCE).outcome == (PASSED)
+    # a pass rules out a slowdown: not from fewer than six pairs (issue 51)
+    steady = [99.0, 99.1, 98.9, 99.05, 98.95, 99.0]
+    for n in range(3, 6):
+        assert decide.paired(steady[:n], [100.0] * n, TOLERANCE).outcome == UNDECIDED
+    assert decide.paired(steady, [100.0] * 6, TOLERANCE).outcome == PASSED
 
 
 def test_independent_sides_carry_both_uncertainties():
@@ -132,3 +136,55 @@ def test_a_window_of_past_checks_predicts_the_next():
     assert decide.window(88.0, past, TOLERANCE).outcome == REGRESSED
     assert decide.window(88.0, [80.0, 120.0, 100.0], TOLERANCE).outcome == UNDECIDED
     assert decide.window(88.0, past[:2], TOLERANCE).outcome == UNDECIDED  # too few checks
+
+
+def _covers(logs: list[float], plain: bool = False) -> bool:
+    """Whether the paired interval over these log ratios (true ratio 1) holds 1; `plain`:
+    the Student-t interval that takes the pairs as independent, for comparison."""
+    d = decide.paired([100 * math.exp(x) for x in logs], [100.0] * len(logs), TOLERANCE)
+    if plain:
+        half = decide.critical(len(logs) - 1) * d.spread / math.sqrt(len(logs))
+        return abs(math.log(d.ratio)) <= half
+    return d.low <= 1 <= d.high
+
+
+def _moving_together(rng: random.Random, n: int, rho: float) -> list[float]:
+    """Pairs' log ratios as an AR(1) series: each pair moves with the one before."""
+    x, out = rng.gauss(0, 1), []
+    for _ in range(n):
+        x = rho * x + math.sqrt(1 - rho * rho) * rng.gauss(0, 1)
+        out.append(0.1 * x)
+    return out
+
+
+def _bursts(rng: random.Random, n: int) -> list[float]:
+    """Runs in ABBA order under bursts of load that last a few runs (on with 15% a run, off
+    with 50%, each slowing a run 10-50%), as pairs' log ratios (study over baseline)."""
+    on, slow = False, []
+    for _ in range(2 * n):
+        on = rng.random() >= 0.5 if on else rng.random() < 0.15
+        slow.append((-rng.uniform(0.1, 0.5) if on else 0.0) + rng.gauss(0, 0.03))
+    return [
+        slow[2 * k] - slow[2 * k + 1] if k % 2 == 0 else slow[2 * k + 1] - slow[2 * k]
+        for k in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [8, 12, 20])
+def test_pairs_that_move_together_widen_the_interval(n):
+    """Issue 51: neighbouring pairs moving together (lag-1 0.5) left the interval that takes
+    them as independent holding the truth 87-90% of the time, for 99%; widened by their
+    measured autocorrelation, 95-97% (measured: 1,500 series each). Not 99%: a short
+    series tells its autocorrelation roughly (docs/reports.md says so)."""
+    rng = random.Random(f"ar-{n}")
+    series = [_moving_together(rng, n, 0.5) for _ in range(1500)]
+    widened = sum(_covers(s) for s in series) / len(series)
+    plain = sum(_covers(s, plain=True) for s in series) / len(series)
+    assert widened >= 0.94 and plain <= 0.92, (widened, plain)
+
+
+@pytest.mark.parametrize("n", [5, 12, 20])
+def test_bursts_of_load_keep_the_interval_s_coverage(n):
+    rng = random.Random(f"bursts-{n}")
+    series = [_bursts(rng, n) for _ in range(1500)]
+    assert sum(_covers(s) for s in series) / len(series) >= 0.985

@@ -136,7 +136,12 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
     if d.ratio is None:
         return shown
     n = {
-        decide.PAIRED: f"n={d.n[0]} pairs",
+        decide.PAIRED: f"n={d.n[0]} pairs"
+        + (
+            f", widened for neighbouring pairs moving together (lag-1 {d.autocorrelation:.2f})"
+            if d.autocorrelation > 0
+            else ""
+        ),
         decide.WINDOW: f"against the last {d.n[1]} checks",
     }.get(d.method, f"n={d.n[0]} and {d.n[1]}")
     if d.low is None:
@@ -154,10 +159,15 @@ def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float
             f"{shown}, {ratio}: within the {tol} tolerance; the whole interval is above "
             f"{caught:.3f}, so a {twice} slowdown is ruled out"
         )
-    if decide.outcome_of(d.ratio, d.low, d.high, tolerance) != decide.UNDECIDED:
+    clear = decide.outcome_of(d.ratio, d.low, d.high, tolerance)
+    if clear != decide.UNDECIDED:
         # clear, but from too few repetitions for the rule to trust the spread
+        pairs = decide.MIN_PAIRS_TO_PASS if clear == decide.PASSED else decide.MIN_PAIRS
         need = {
-            decide.PAIRED: f"{decide.MIN_PAIRS} pairs",
+            decide.PAIRED: f"{pairs} pairs"
+            + (
+                " to pass: a few may all have moved with the load" if clear == decide.PASSED else ""
+            ),
             decide.WINDOW: f"{decide.MIN_PAIRS} past checks",
         }.get(
             d.method,

@@ -23,7 +23,9 @@ away: about a quarter of the repetitions for the same error rates.
 The interval, by how the two sides were measured:
 - paired (`paired`): candidate and reference runs interleaved (ABBA...), so the machine's
   drift hits both alike: a Student-t interval on the mean of the pairs' log ratios, whose
-  spread holds both sides' noise;
+  spread holds both sides' noise, widened where neighbouring pairs moved together (a burst
+  of load spans a few runs): by their lag-1 autocorrelation, as an AR(1) series' mean is
+  (`autocorrelation`); a pass needs MIN_PAIRS_TO_PASS pairs;
 - independent (`independent`): a baseline measured earlier or elsewhere: Fieller's interval
   for the ratio of two means with the Welch-Satterthwaite degrees of freedom
   (stats.fieller);
@@ -52,6 +54,10 @@ from ..stats import cv, fieller, t_quantile
 REGRESSED, PASSED, UNDECIDED = "regressed", "passed", "undecided"
 LEVEL = 0.99
 MIN_PAIRS = 3  # a spread from two pairs can be tiny by chance: no decision before three
+# A pass rules out a slowdown: not from a handful of pairs a burst of load may have moved
+# together (issue 51: three passes of a real 10% slowdown came after 5 pairs).
+MIN_PAIRS_TO_PASS = 6
+MAX_AUTOCORRELATION = 0.9  # past it, the pairs tell too little to inflate by
 MIN_BASELINE = 2  # a baseline measured apart cannot grow: two of its repetitions suffice
 PAIRED = "paired runs' log ratios, Student-t 99%"
 INDEPENDENT = "Fieller's 99% interval, Welch-Satterthwaite df"
@@ -70,6 +76,9 @@ class Decision:
     # independent sides: the relative standard error of the baseline's mean, which more
     # repetitions of the study cannot shrink
     reference_se: float | None = None
+    # paired: how much neighbouring pairs moved together (lag-1, bias-corrected, 0 at the
+    # least), by which the interval was widened
+    autocorrelation: float = 0.0
 
     @property
     def change(self) -> float | None:
@@ -119,10 +128,34 @@ def paired(candidate: list[float], reference: list[float], tolerance: float) -> 
     if n < 2:
         return Decision(UNDECIDED, math.exp(mean), None, None, PAIRED, (1, 1))
     sd = statistics.stdev(logs)
-    half = critical(n - 1) * sd / math.sqrt(n)
+    rho = autocorrelation(logs)
+    inflate = (1 + rho) / (1 - rho)  # an AR(1) series' variance of the mean, over n's
+    half = critical(max(1.0, n / inflate - 1)) * sd * math.sqrt(inflate / n)
     low, high = math.exp(mean - half), math.exp(mean + half)
     outcome = outcome_of(math.exp(mean), low, high, tolerance) if n >= MIN_PAIRS else UNDECIDED
-    return Decision(outcome, math.exp(mean), low, high, PAIRED, (n, n), sd)
+    if outcome == PASSED and n < MIN_PAIRS_TO_PASS:
+        outcome = UNDECIDED
+    return Decision(outcome, math.exp(mean), low, high, PAIRED, (n, n), sd, autocorrelation=rho)
+
+
+def autocorrelation(logs: list[float]) -> float:
+    """How much neighbouring pairs move together: the lag-1 autocorrelation of their log
+    ratios in the order measured, corrected for its bias in short series (Kendall's: it
+    reads low by about (1 + 3 rho) / n), at least 0 and at most MAX_AUTOCORRELATION. A
+    burst of load spans a few runs, and in ABBA order the runs next to each other are one
+    side's (the B B and A A between pairs), so it moves neighbouring pairs alike; the
+    Student-t interval, which takes pairs as independent, is then too narrow (measured on
+    AR(1) pairs at 0.5: 87-90% coverage for 99%, tests/test_decide.py)."""
+    n = len(logs)
+    if n < 3:
+        return 0.0
+    mean = statistics.fmean(logs)
+    d = [x - mean for x in logs]
+    total = sum(x * x for x in d)
+    if total <= 0:
+        return 0.0
+    r = sum(a * b for a, b in zip(d, d[1:])) / total
+    return min(MAX_AUTOCORRELATION, max(0.0, r + (1 + 3 * r) / n))
 
 
 def independent(candidate: list[float], reference: list[float], tolerance: float) -> Decision:
@@ -178,7 +211,10 @@ def repetitions_to_decide(d: Decision, tolerance: float, limit: int = 1000) -> i
     if need <= 0:
         return None
     fixed = d.reference_se or 0.0  # a baseline measured apart does not grow
-    for n in range(max(MIN_PAIRS, 2), limit + 1):
-        if critical(n - 1) * math.hypot(d.spread / math.sqrt(n), fixed) < need:
+    inflate = (1 + d.autocorrelation) / (1 - d.autocorrelation)
+    least = MIN_PAIRS_TO_PASS if d.method == PAIRED and d.ratio >= edges(tolerance)[0] else 2
+    for n in range(max(MIN_PAIRS, least), limit + 1):
+        df = max(1.0, n / inflate - 1)
+        if critical(df) * math.hypot(d.spread * math.sqrt(inflate / n), fixed) < need:
             return n
     return None

@@ -5,14 +5,16 @@ Against a fixed baseline (a bundle, an experiment measured earlier) the first ro
 the spec's repetitions and each later round adds one to each undecided point. With
 `interleave` (a baseline measured in this store, whose runs can be repeated from their
 records), each round runs one repetition of the study's point and one repeat of the
-baseline's run next to it, in ABBA order (A B, then B A), so the machine's drift and other
-load hit both sides alike; the pairs are judged. A baseline's run repeated now must still
-be the baseline: where its repeat reports other software or another device than the
-original (a library upgraded in place), that point is not judged.
+baseline's run next to it, in ABBA order (A B, then B A; which comes first in each two
+rounds at random), so the machine's drift and other load hit both sides alike; the pairs
+are judged. A baseline's run repeated now must still be the baseline: where its repeat
+reports other software or another device than the original (a library upgraded in place),
+that point is not judged.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,16 @@ class Rounds:
     theirs: dict[str, list[str]] = field(default_factory=dict)
     not_baseline: dict[str, str] = field(default_factory=dict)  # point name: why
     run_ids: list[str] = field(default_factory=list)  # every run this check made
+    # Each two rounds are A B then B A (drift hits both sides alike), the block's order at
+    # random: load with a rhythm of its own (another check beside this one) cannot line
+    # up with one side, round after round.
+    flips: list[bool] = field(default_factory=list)
+
+    def study_first(self) -> bool:
+        block, second = divmod(self.rounds, 2)
+        while len(self.flips) <= block:
+            self.flips.append(random.random() < 0.5)
+        return self.flips[block] == bool(second)
 
     def paired(self, store: Store, names: dict[str, str]) -> dict[str, tuple]:
         """By point name, the values of the pairs whose two runs both completed."""
@@ -187,7 +199,7 @@ def _submit_round(
         sides: list[Callable[[], None]] = [study_side]
         if interleave and b.completed_run_ids:
             sides.append(baseline_side)
-        for side in sides if out.rounds % 2 == 0 else sides[::-1]:
+        for side in sides if out.study_first() else sides[::-1]:
             side()
     return ids
 
