@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .entry import TrainerError
+from .interference import Window
 from .records import RecordWriter
 from .schedule import LRPlan, step_time_stats
 from .slowdown import Slowdown
@@ -127,6 +128,8 @@ class Loop:
     tta: float | None = None
     times: list[float] = field(default_factory=list)  # per timed step, seconds
     data_wait: float = 0.0  # seconds the timed steps waited for their batch
+    # what else the machine did over the timed segments, read at their edges only
+    load: Window = field(default_factory=Window)
 
     def timed_steps(self, warmup_steps: int) -> int:
         return max(0, self.step - warmup_steps)
@@ -155,6 +158,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                     knob.pause()
                     out.train_time += time.perf_counter() - seg_start
                     _meter(hooks, "pause")
+                    out.load.pause()
                 eval_start = time.perf_counter()
                 top1 = hooks.evaluate()
                 elapsed = time.perf_counter() - start_wall
@@ -175,6 +179,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                 if seg_start is not None:
                     knob.resume(seg_start)
                     _meter(hooks, "resume")
+                    out.load.resume()
                 interval_start, interval_images = time.perf_counter(), 0
             if r.epochs and out.epoch >= r.epochs:
                 break
@@ -184,6 +189,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
             hooks.sync()
             seg_start = time.perf_counter()
             _meter(hooks, "resume")
+            out.load.resume()
         if r.crash_at is not None and out.step + 1 == r.crash_at:
             raise TrainerError(f"injected fault at step {r.crash_at}")
         hooks.set_lr(r.plan.lr(out.step))
@@ -223,6 +229,7 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
     if seg_start is not None:
         out.train_time += time.perf_counter() - seg_start
     _meter(hooks, "pause")
+    out.load.pause()
     out.total_wall = time.perf_counter() - start_wall
     hooks.timer.collect()
     out.times = hooks.timer.times()
@@ -260,6 +267,10 @@ def write_summary(
     timed = loop.timed_steps(recipe.warmup_steps)
     images = timed * recipe.units_per_step
     throughput = (images / loop.train_time) if loop.train_time else 0.0
+    load = loop.load.record()
+    if loop.load.seconds > 0:
+        writer.write("interference", **load)
+    rank_cpu = load["rank_cpu_s"]
     writer.write(
         "summary",
         status="completed",
@@ -280,6 +291,7 @@ def write_summary(
         weights_digest_per_rank=digests,
         **step_time_stats(loop.times),
         data_wait_s=loop.data_wait / timed if timed else None,
+        cpu_s_per_step=rank_cpu / timed if timed and isinstance(rank_cpu, float) else None,
         **Slowdown.from_environment().provenance,
         **extra,
     )

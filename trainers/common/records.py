@@ -45,6 +45,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     ),
     "energy": ("metered",),
     "probe": ("attempts", "stopped_by"),
+    "interference": ("window_s", "cpus"),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -125,6 +126,22 @@ TYPES: dict[str, dict[str, str]] = {
         "mfu": "rate?",
         "peak_memory_bytes": "count?",
         "peak_memory_bytes_per_rank": "list?",
+        # CPU seconds of rank 0's process tree per timed step (interference.py): a measure
+        # a busy machine moves less than the wall clock
+        "cpu_s_per_step": "rate?",
+    },
+    # what else the machine did over the timed window (interference.py)
+    "interference": {
+        "window_s": "rate",
+        "cpus": "list",
+        "run_queue_wait_share": "fraction?",
+        "others_cpu_share": "fraction?",
+        "steal_share": "fraction?",
+        "cpu_stall_share": "fraction?",
+        "io_stall_share": "fraction?",
+        "memory_stall_share": "fraction?",
+        "own_cpu_s": "rate?",
+        "rank_cpu_s": "rate?",
     },
     "comm": {
         "collective": "text",

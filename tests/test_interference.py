@@ -1,0 +1,126 @@
+"""What else the machine did while a run measured (issue 50, item 1): the counters read at
+the edges of a run's timed window (trainers/common/interference.py), on synthetic /proc
+files and on this machine with a real CPU hog sharing the run's one CPU; and the record a
+real trainer's run writes (about 10 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import dlscale, write_spec
+from dlscale.trainers.common import interference
+from dlscale.trainers.common.interference import Reading, Window, _cpu_times, _stall
+
+
+def test_cpu_times_of_the_run_s_cpus_only(tmp_path):
+    (tmp_path / "stat").write_text(
+        "cpu  900 0 300 5000 10 0 0 40 0 0\n"
+        "cpu0 400 0 100 2500 5 0 0 20 0 0\n"  # user nice system idle iowait irq softirq steal
+        "cpu1 500 0 200 2500 5 10 10 20 0 0\n"
+        "intr 1 2 3\n"
+    )
+    tick = os.sysconf("SC_CLK_TCK")
+    assert _cpu_times((1,), tmp_path / "stat") == pytest.approx((720 / tick, 20 / tick))
+    assert _cpu_times((0, 1), tmp_path / "stat") == pytest.approx((1220 / tick, 40 / tick))
+    (tmp_path / "bad").write_text("cpu0 x y z\n")
+    assert _cpu_times((0,), tmp_path / "bad") == (None, None)
+    assert _cpu_times((0,), tmp_path / "absent") == (None, None)
+
+
+def test_pressure_stall_totals(tmp_path):
+    (tmp_path / "cpu").write_text(
+        "some avg10=1.00 avg60=0.50 avg300=0.10 total=2500000\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    (tmp_path / "io").write_text("some avg10=0 total=oops\n")
+    assert _stall("cpu", tmp_path) == 2.5
+    assert _stall("io", tmp_path) is None  # unreadable: unknown, not 0
+    assert _stall("memory", tmp_path) is None  # absent (a kernel without PSI)
+
+
+def _reading(at, busy, run, stall, ran=0.0, queued=0.0, cpus=(0, 1)):
+    return Reading(at, cpus, busy, 0.0, run, run, {"cpu": stall, "io": 0.0, "memory": None},
+                   ran, queued)  # fmt: skip
+
+
+def test_a_window_sums_its_segments_and_gives_shares():
+    w = Window()
+    w.resume(_reading(0.0, busy=0.0, run=0.0, stall=0.0))
+    w.pause(_reading(10.0, busy=12.0, run=8.0, stall=2.0, ran=8.0, queued=2.0))
+    w.resume(_reading(50.0, busy=100.0, run=90.0, stall=40.0, ran=90.0, queued=40.0))
+    w.pause(_reading(60.0, busy=106.0, run=94.0, stall=40.0, ran=94.0, queued=41.0))
+    rec = w.record()
+    assert rec["window_s"] == 20.0 and rec["cpus"] == [0, 1]
+    # others: busy 18 less the run's 12, over 20 s x 2 CPUs (the gap between is not counted)
+    assert rec["others_cpu_share"] == pytest.approx(6 / 40)
+    assert rec["cpu_stall_share"] == pytest.approx(2 / 20)
+    assert rec["run_queue_wait_share"] == pytest.approx(3 / 15)
+    assert rec["memory_stall_share"] is None  # one edge unknown: unknown
+    w.pause()  # nothing open: nothing added
+    assert w.record()["window_s"] == 20.0
+
+
+def _hog(cpu: int) -> tuple[int, subprocess.Popen]:
+    """A busy loop pinned to `cpu`, outside this process's tree (its shell exits, so it is
+    another process's, as a neighbour's is): its pid, once it spins; and the pipe it said so
+    on."""
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(os.getpid(), flush=True)\nwhile 1: pass"
+    shell = subprocess.Popen(
+        ["sh", "-c", 'exec 3>&1; "$0" -c "$1" >&3 &', sys.executable, spin],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdout is not None
+    pid = int(shell.stdout.readline())  # pinned, and spinning from now on
+    shell.wait()
+    return pid, shell
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_a_hog_on_the_run_s_cpu_is_seen():
+    """A busy loop pinned to the one CPU this process is pinned to: this process's thread
+    waits for it about half the time (51-68% measured beside CI), and others take a share of
+    its CPU (whatever else runs, these only grow)."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    pid, shell = _hog(cpu)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        w = Window()
+        w.resume()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pass
+        w.pause()
+    finally:
+        os.sched_setaffinity(0, before)
+        os.kill(pid, signal.SIGKILL)
+        shell.stdout.close()  # type: ignore[union-attr]
+    rec = w.record()
+    assert rec["cpus"] == [cpu]
+    if rec["run_queue_wait_share"] is not None:  # a kernel with schedstats
+        assert rec["run_queue_wait_share"] >= 0.3, rec
+    assert rec["others_cpu_share"] >= 0.3, rec
+
+
+def test_a_run_records_its_window_and_cpu_time_per_step(tmp_path, home):
+    spec = write_spec(tmp_path / "s.toml", name="load", scales='"1x1"', steps=6)
+    dlscale("run", str(spec), "--wait", check=0)
+    (metrics,) = (home / "runs").glob("*/metrics.jsonl")
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    (load,) = [r for r in records if r["kind"] == "interference"]
+    summary = next(r for r in records if r["kind"] == "summary")
+    assert load["window_s"] == pytest.approx(summary["elapsed_s"], rel=0.2, abs=0.05)
+    for name in ("others_cpu_share", "cpu_stall_share", "run_queue_wait_share"):
+        assert load[name] is None or 0 <= load[name] <= 1
+    assert 0 < summary["cpu_s_per_step"] < 10
+    per_step = load["rank_cpu_s"] / summary["timed_steps"]
+    assert summary["cpu_s_per_step"] == pytest.approx(per_step)
+    assert interference.launcher_pid() is None or interference.launcher_pid() > 0

@@ -1,0 +1,182 @@
+"""What else the machine did while a run measured (issue 50): read from Linux's cumulative
+counters at the edges of the run's timed window, so nothing samples during its steps.
+
+Over the window, on the CPUs the run may use (its affinity):
+- `others_cpu_share`: the share of those CPUs' time that processes other than the run's
+  used: their busy time (/proc/stat: user, nice, system, irq, softirq) less the run's own
+  CPU time, over the window's seconds times the CPUs. The run's own is the process tree of
+  the rank's launcher (spawn, torchrun, or Slurm's step daemon: every rank of the run on
+  the node), or the rank's own tree where it has no launcher of its own;
+- `steal_share`: the time a hypervisor gave those CPUs to other guests, over the same;
+- `cpu_stall_share`, `io_stall_share`, `memory_stall_share`: pressure stall information
+  (/proc/pressure: the machine's `some` totals), the share of the window in which some task
+  waited for that resource;
+- `run_queue_wait_share`: of the time the rank's threads wanted a CPU, the share they
+  waited on a run queue for one (/proc/PID/task/TID/schedstat): the most direct sign that
+  something else took the CPUs the run needed (others' share above counts CPUs the run
+  did not want: one thread on two CPUs leaves one to others at no cost);
+and the run's own CPU seconds (`own_cpu_s`), the rank's (`rank_cpu_s`, what a CPU-time
+measure per step is made of). A counter the kernel does not offer is None.
+
+Standard library only: the trainers use it, in the job's own environment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cpu_time
+
+PROC = Path("/proc")
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+RESOURCES = ("cpu", "io", "memory")
+# The launchers whose tree is the run's on a node (a rank's parent): anything else (a job
+# shell, the local worker) has other work in it, and the rank's own tree stands for the run.
+LAUNCHERS = ("python", "torchrun", "slurmstepd", "mpirun", "orted", "horovodrun", "prterun")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The counters at one moment."""
+
+    at: float  # time.monotonic()
+    cpus: tuple[int, ...]
+    busy_s: float | None  # the CPUs' busy time, every process's
+    steal_s: float | None
+    run_cpu_s: float | None  # the run's process tree on this node
+    rank_cpu_s: float | None  # this rank's process tree
+    stall_s: dict[str, float | None] = field(default_factory=dict)
+    # this rank's threads: seconds on a CPU and seconds waiting on a run queue
+    ran_s: float | None = None
+    queued_s: float | None = None
+
+
+def _cpu_times(cpus: tuple[int, ...], stat: Path) -> tuple[float | None, float | None]:
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return None, None
+    busy = steal = 0.0
+    wanted = {f"cpu{c}" for c in cpus}
+    for line in lines:
+        words = line.split()
+        if not words or words[0] not in wanted:
+            continue
+        try:
+            ticks = [int(x) for x in words[1:9]]
+        except ValueError:
+            return None, None
+        user, nice, system, _idle, _iowait, irq, softirq, stolen = ticks + [0] * (8 - len(ticks))
+        busy += (user + nice + system + irq + softirq) / _TICK
+        steal += stolen / _TICK
+    return busy, steal
+
+
+def _stall(resource: str, pressure: Path) -> float | None:
+    """The `some` total of a resource's pressure stall information, in seconds."""
+    try:
+        text = (pressure / resource).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for word in line.split():
+                if word.startswith("total="):
+                    try:
+                        return int(word[6:]) / 1e6
+                    except ValueError:
+                        return None
+    return None
+
+
+def launcher_pid() -> int | None:
+    """The rank's parent where it is a launcher of the run's ranks, else None."""
+    parent = os.getppid()
+    try:
+        name = (PROC / str(parent) / "comm").read_text().strip()
+    except OSError:
+        return None
+    return parent if name.startswith(LAUNCHERS) else None
+
+
+def read(proc: Path = PROC) -> Reading:
+    try:
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cpus = tuple(range(os.cpu_count() or 1))
+    busy, steal = _cpu_times(cpus, proc / "stat")
+    rank = cpu_time.tree_seconds()
+    parent = launcher_pid()
+    run = cpu_time.tree_seconds(parent) if parent is not None else rank
+    stall = {r: _stall(r, proc / "pressure") for r in RESOURCES}
+    waits = cpu_time.tree_waits()
+    ran, queued = waits if waits is not None else (None, None)
+    return Reading(time.monotonic(), cpus, busy, steal, run, rank, stall, ran, queued)
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+@dataclass
+class Window:
+    """The sum of a run's timed segments, each between two readings."""
+
+    seconds: float = 0.0
+    cpus: tuple[int, ...] = ()
+    busy_s: float | None = 0.0
+    steal_s: float | None = 0.0
+    run_cpu_s: float | None = 0.0
+    rank_cpu_s: float | None = 0.0
+    stall_s: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(RESOURCES, 0.0))
+    ran_s: float | None = 0.0
+    queued_s: float | None = 0.0
+    _open: Reading | None = None
+
+    def resume(self, reading: Reading | None = None) -> None:
+        self._open = reading or read()
+
+    def pause(self, reading: Reading | None = None) -> None:
+        """Close the segment opened by `resume` (nothing if none is open)."""
+        a, self._open = self._open, None
+        if a is None:
+            return
+        b = reading or read()
+        self.seconds += max(0.0, b.at - a.at)
+        self.cpus = b.cpus
+        for name in ("busy_s", "steal_s", "run_cpu_s", "rank_cpu_s", "ran_s", "queued_s"):
+            d = _delta(getattr(a, name), getattr(b, name))
+            total = getattr(self, name)
+            setattr(self, name, None if d is None or total is None else total + d)
+        for r in RESOURCES:
+            d = _delta(a.stall_s.get(r), b.stall_s.get(r))
+            total = self.stall_s.get(r)
+            self.stall_s[r] = None if d is None or total is None else total + d
+
+    def record(self) -> dict[str, object]:
+        """The `interference` record's fields: shares of the window (0 to 1), None where
+        the kernel does not say."""
+        span = self.seconds * max(1, len(self.cpus))
+
+        def share(value: float | None, over: float) -> float | None:
+            return None if value is None or over <= 0 else min(1.0, max(0.0, value / over))
+
+        others = None
+        if self.busy_s is not None and self.run_cpu_s is not None:
+            others = share(max(0.0, self.busy_s - self.run_cpu_s), span)
+        waited = None
+        if self.ran_s is not None and self.queued_s is not None:
+            waited = share(self.queued_s, self.ran_s + self.queued_s)
+        return {
+            "window_s": self.seconds,
+            "cpus": list(self.cpus),
+            "run_queue_wait_share": waited,
+            "others_cpu_share": others,
+            "steal_share": share(self.steal_s, span),
+            **{f"{r}_stall_share": share(self.stall_s.get(r), self.seconds) for r in RESOURCES},
+            "own_cpu_s": self.run_cpu_s,
+            "rank_cpu_s": self.rank_cpu_s,
+        }
