@@ -16,6 +16,7 @@ from test_store import make_run
 from conftest import REPO, dlscale, write_spec
 from dlscale.engine.results.points import POINT_FIELDS, Point
 from dlscale.engine.results.regression.check import (
+    MEASURES,
     PASSED,
     REGRESSED,
     SKIPPED,
@@ -314,10 +315,10 @@ def test_numbers_made_with_the_test_slowdown_are_marked_wherever_shown(baseline_
 def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     """The baseline measured in this store; the study slowed by the test-only knob; the
     check repeats the baseline's runs between the study's, unslowed (the knob is the job's,
-    recorded when it is submitted), and finds the slowdown. Up to 6 pairs: in CI, beside two
-    other suites, 3 pairs of 4-step runs spread 0.35 in log ratio and left a fifth of the
-    throughput undecided (the check said about 4 pairs would decide it); it stops when
-    decided, so a quiet machine runs 3."""
+    recorded when it is submitted), and finds the slowdown, judged by CPU time per step.
+    Up to 6 pairs: in CI, beside two other suites, 3 pairs of 4-step runs spread 0.35 in
+    log ratio and left a fifth of the throughput undecided (the check said about 4 pairs
+    would decide it); it stops when decided, so a quiet machine runs 3."""
     home = tmp_path / "home"
     base = write_spec(tmp_path / "base.toml", name="base", scales='"1x1"', steps=4)
     study = write_spec(tmp_path / "study.toml", name="study", scales='"1x1"', steps=4)
@@ -327,10 +328,12 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     proc = dlscale(
         "check", str(study), "--baseline", "base", "--run", "--interleave",
         "--max-repetitions", "6", "--tolerance", "20%", "--junit", str(junit),
-        home=home,
+        "--measure", "cpu", home=home,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "paired runs' log ratios" in proc.stdout and "DLSCALE_TEST_SLOWDOWN=0.8" in proc.stdout
+    # judged by CPU time per step (the knob spins, so it costs CPU as work would)
+    assert "per CPU second of rank 0" in proc.stdout and "images per CPU s" in proc.stdout
     slowed = {"study": [], "base": []}
     for metrics in (home / "runs").glob("*/metrics.jsonl"):
         recs = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -354,3 +357,30 @@ def test_the_slowdown_knob_takes_only_a_fraction(monkeypatch):
         monkeypatch.setenv("DLSCALE_TEST_SLOWDOWN", bad)
         with pytest.raises(TrainerError, match="DLSCALE_TEST_SLOWDOWN"):
             asked()
+
+
+def _with_cpu(values, cpu_per_step) -> Point:
+    """A point whose runs also carry their CPU seconds per step (5 steps of 80 images)."""
+    p = _point(values)
+    p.summaries = [
+        {"throughput": v, "cpu_s_per_step": c, "timed_steps": 5, "images_timed": 400}
+        for v, c in zip(values, cpu_per_step)
+    ]
+    return p
+
+
+def test_the_cpu_measure_judges_cpu_time_per_step_and_says_so():
+    """Issue 51: a change that costs 20% more CPU a step, its wall clock hidden in a busy
+    machine's noise: the wall measure cannot tell, the CPU measure regresses it, and says
+    which measure it judged; runs that record no CPU time are not judged by it, saying why."""
+    base = _with_cpu([100.0, 100.5, 99.5, 100.2], [0.40, 0.401, 0.399, 0.40])
+    study = _with_cpu([100.0, 60.0, 140.0, 95.0], [0.48, 0.481, 0.479, 0.48])
+    cpu = MEASURES["cpu"]
+    v = judge(study, base, 0.05, measure=cpu)
+    assert v.outcome == REGRESSED and "images per CPU s" in v.why, v.why
+    assert v.decision.ratio == pytest.approx(0.40 / 0.48, rel=0.01)
+    assert judge(study, base, 0.05).outcome == UNDECIDED  # the wall clock's noise
+    old = _point([100.0, 100.5, 99.5])  # runs from before CPU time was recorded
+    v = judge(old, base, 0.05, measure=cpu)
+    assert v.outcome == SKIPPED and "record no cpu measure" in v.why and "--measure wall" in v.why
+    assert "CPU second" in cpu.statistic and cpu.statistic != MEASURES["wall"].statistic

@@ -13,14 +13,14 @@ from dlscale.engine.results.regression import changepoints, history
 from dlscale.engine.results.regression.changepoints import change_points
 
 
-def _entry(value, site="s", point="p", label="c", **kw):
+def _entry(value, site="s", point="p", label="c", statistic="median step", **kw):
     return history.Entry(
+        statistic=statistic,
         date="2026-11-26T00:00:00Z",
         label=label,
         site=site,
         experiment="e",
         point=point,
-        statistic="median step",
         values=[value],
         value=value,
         outcome="passed",
@@ -36,9 +36,12 @@ def test_entries_append_as_whole_lines_and_read_back_as_series(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == 4 and all(json.loads(line) for line in lines)
     h = history.read(path)
-    assert [e.label for e in h.series("s", "p", None)] == ["a", "b"]
-    assert [e.value for e in h.window("s", "p", None, 1)] == [101.0]
-    assert [e.value for e in h.series("t", "p", None)] == [50.0]  # each site its own series
+    assert [e.label for e in h.series("s", "p", None, "median step")] == ["a", "b"]
+    assert [e.value for e in h.series("t", "p", None, "median step")] == [50.0]  # each site's
+    # each measure its own series (check --measure): a CPU-time value is not a throughput's
+    history.append(path, [_entry(9.0, statistic="cpu")])
+    assert [e.value for e in history.read(path).series("s", "p", None, "cpu")] == [9.0]
+    assert 9.0 not in [e.value for e in history.read(path).series("s", "p", None, "median step")]
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,10 @@ def _hog(cpu: int) -> tuple[int, subprocess.Popen]:
     """A busy loop pinned to `cpu`, outside this process's tree (its shell exits, so it is
     another process's, as a neighbour's is): its pid, once it spins; and the pipe it said so
     on."""
-    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(os.getpid(), flush=True)\nwhile 1: pass"
+    spin = (
+        f"import os\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        "print(os.getpid(), flush=True)\nwhile 1: pass"
+    )
     shell = subprocess.Popen(
         ["sh", "-c", 'exec 3>&1; "$0" -c "$1" >&3 &', sys.executable, spin],
         stdout=subprocess.PIPE,

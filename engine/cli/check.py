@@ -20,7 +20,7 @@ import click
 
 from ..config.quantities import MINUTES
 from ..errors import DlscaleError, UserError
-from ..results.regression.check import PASSED, REGRESSED, SKIPPED, STATISTIC, UNDECIDED
+from ..results.regression.check import MEASURES, PASSED, REGRESSED, SKIPPED, UNDECIDED
 from ..results.regression.decide import LEVEL, rule_text
 from ..results.regression.junit import error_xml, write_junit
 from ..results.regression.workflow import NOT_JUDGED, ORDER, Outcome
@@ -140,6 +140,15 @@ def _write_error(path: str, what: str, message: str) -> None:
     show_default=True,
     help="with --run: no round begins that would end past this",
 )
+@click.option(
+    "--measure",
+    type=click.Choice(sorted(MEASURES)),
+    default="wall",
+    show_default=True,
+    help="what each run is judged by: wall (its throughput over its timed steps) or cpu "
+    "(its units per CPU second of rank 0, which a busy machine moves less; it does not see "
+    "waits for I/O, other ranks or a device): docs/reports.md says which to use when",
+)
 @click.option("--junit", type=OutputPath(), default=None, help="write JUnit XML here")
 @backend_options
 @click.pass_context
@@ -215,7 +224,7 @@ def _print(outcome: Outcome) -> None:
     base = outcome.base
     out.print(
         f"check of {outcome.name} against {base.name} ({base.source}): tolerance "
-        f"{100 * outcome.tolerance:g}%; each point judged on {STATISTIC}: "
+        f"{100 * outcome.tolerance:g}%; each point judged on {outcome.measure.statistic}: "
         f"{rule_text(outcome.tolerance)}",
         soft_wrap=True,
     )

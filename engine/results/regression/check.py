@@ -43,6 +43,43 @@ PASSED, REGRESSED, UNDECIDED, SKIPPED = (
 STATISTIC = "each run's throughput over its timed steps"
 
 
+@dataclass(frozen=True)
+class Measure:
+    """What a check judges each run by (`--measure`): its name, the words the verdicts
+    and the JUnit file say it in, and how a run's summary gives it (higher is better, so
+    the rule reads every measure the same way)."""
+
+    name: str
+    statistic: str
+    per: str  # after the unit: "/s", " per CPU s"
+
+    def value(self, summary: dict[str, Any]) -> float | None:
+        if self.name == "wall":
+            return counted(summary.get("throughput"))
+        # units a CPU second of rank 0: the step's units over its CPU seconds
+        cpu, steps, units = (
+            summary.get("cpu_s_per_step"),
+            summary.get("timed_steps"),
+            summary.get("images_timed"),
+        )
+        if not all(isinstance(x, (int, float)) and x > 0 for x in (cpu, steps, units)):
+            return None
+        return counted(units / steps / cpu)  # type: ignore[operator]
+
+
+MEASURES = {
+    "wall": Measure("wall", STATISTIC, "/s"),
+    "cpu": Measure(
+        "cpu",
+        "each run's units per CPU second of rank 0's process tree over its timed steps (its "
+        "CPU time per step, which a busy machine moves less than the clock; time waiting "
+        "for I/O, other ranks or a device is not in it)",
+        " per CPU s",
+    ),
+}
+WALL = MEASURES["wall"]
+
+
 @dataclass
 class Verdict:
     name: str  # the point, in the user's words
@@ -79,15 +116,15 @@ def point_name(p: Point) -> str:
     )
 
 
-def run_value(summary: dict[str, Any]) -> float | None:
-    """One run's value for the check: its throughput over its timed steps, where it counts
-    (stats.counted: the rule `results` and `compare` count by)."""
-    return counted(summary.get("throughput"))
+def run_value(summary: dict[str, Any], measure: Measure = WALL) -> float | None:
+    """One run's value for the check: by default its throughput over its timed steps,
+    where it counts (stats.counted: the rule `results` and `compare` count by)."""
+    return measure.value(summary)
 
 
-def values_of(p: Point) -> list[float]:
+def values_of(p: Point, measure: Measure = WALL) -> list[float]:
     """The point's completed repetitions' values, in the order they were stored."""
-    out = [run_value(s) for s in p.summaries]
+    out = [run_value(s, measure) for s in p.summaries]
     return [v for v in out if v is not None]
 
 
@@ -123,16 +160,36 @@ def _failed(p: Point) -> bool:
     return p.throughput.n == 0 and bool(p.states) and all(s in TERMINAL for s in p.states)
 
 
+def _unmeasured(p: Point, b: Point, measure: Measure) -> str | None:
+    """Why a side's completed runs give no value of the measure (None: they do, or none
+    completed): CPU time is recorded by the built-in trainers since this version only."""
+    for side, q in (("the study's", p), ("the baseline's", b)):
+        done = [s for s in q.summaries if WALL.value(s) is not None]
+        if done and not any(measure.value(s) is not None for s in done):
+            return (
+                f"{side} runs record no {measure.name} measure (CPU time per step is "
+                "recorded by the built-in trainers, from this version on; a declared "
+                "framework's runs do not record it yet); check with --measure wall"
+            )
+    return None
+
+
 def _slowed(*points: Point | None) -> str:
     words = slowed_words(p.test_slowdown for p in points if p is not None)
     return f" [{words}]" if words else ""
 
 
-def describe(d: decide.Decision, tolerance: float, unit: str, sides: tuple[float, float]) -> str:
+def describe(
+    d: decide.Decision,
+    tolerance: float,
+    unit: str,
+    sides: tuple[float, float],
+    measure: Measure = WALL,
+) -> str:
     """A decision in words: both sides' values, the ratio with its interval, and what the
     interval rules out (the bound it was held to, named the way it is read)."""
     edge, caught = decide.edges(tolerance)
-    shown = f"{sides[0]:,.1f} against {sides[1]:,.1f} {unit}/s"
+    shown = f"{sides[0]:,.1f} against {sides[1]:,.1f} {unit}{measure.per}"
     if d.ratio is None:
         return shown
     n = {
@@ -206,11 +263,15 @@ def judge(
     tolerance: float,
     reference: list[float] | None = None,
     candidate: list[float] | None = None,
+    measure: Measure = WALL,
 ) -> Verdict:
     """A matched point: paired when `reference` (and `candidate`) are the values of runs
     interleaved in this check, else the study's values against the baseline's."""
     name = point_name(p)
     slowed = _slowed(p, b)
+    unmeasured = _unmeasured(p, b, measure)
+    if unmeasured:
+        return Verdict(name, SKIPPED, unmeasured, p, b)
     if _failed(p):
         return Verdict(
             name,
@@ -221,18 +282,19 @@ def judge(
             b,
         )
     if reference is not None:
-        ours = candidate if candidate is not None else values_of(p)
+        ours = candidate if candidate is not None else values_of(p, measure)
         d = decide.paired(ours, reference, tolerance)
         side, theirs = "pairs", reference
     else:
-        ours, theirs = values_of(p), values_of(b)
+        ours, theirs = values_of(p, measure), values_of(b, measure)
         if not theirs:
             return Verdict(name, SKIPPED, "the baseline has no completed repetition of it", p, b)
         d = decide.independent(ours, theirs, tolerance)
         side = "repetitions of the study's"
     if not ours:
         return Verdict(name, UNDECIDED, f"no completed repetition yet{slowed}", p, b, d)
-    text = describe(d, tolerance, p.unit, (statistics.fmean(ours), statistics.fmean(theirs)))
+    sides = (statistics.fmean(ours), statistics.fmean(theirs))
+    text = describe(d, tolerance, p.unit, sides, measure)
     if d.outcome != UNDECIDED:
         return Verdict(name, d.outcome, text + slowed, p, b, d)
     needed, words = budget_text(d, tolerance, side)
@@ -244,6 +306,7 @@ def check(
     baseline: Baseline,
     tolerance: float,
     paired: dict[str, tuple[list[float], list[float]]] | None = None,
+    measure: Measure = WALL,
 ) -> list[Verdict]:
     """A verdict for every point of either side. `paired`: by point name, the values of
     the study's and the reference's runs interleaved in this check."""
@@ -254,9 +317,9 @@ def check(
         if paired is not None and got is None:
             v = Verdict(point_name(p), SKIPPED, "no run of it was interleaved", p, b)
         elif got is not None:
-            v = judge(p, b, tolerance, reference=got[1], candidate=got[0])
+            v = judge(p, b, tolerance, reference=got[1], candidate=got[0], measure=measure)
         else:
-            v = judge(p, b, tolerance)
+            v = judge(p, b, tolerance, measure=measure)
         v.seconds = seconds_of(p)
         out.append(v)
     out += [
@@ -280,13 +343,18 @@ def check(
 
 
 def check_window(
-    current: list[Point], past: dict[str, list[float]], n: int, tolerance: float, where: str
+    current: list[Point],
+    past: dict[str, list[float]],
+    n: int,
+    tolerance: float,
+    where: str,
+    measure: Measure = WALL,
 ) -> list[Verdict]:
     """Each point against its last `n` checks (`past`: by point name, the series' values,
     oldest first), Bencher's window: decide.window's prediction interval."""
     out = []
     for p in current:
-        name, ours, slowed = point_name(p), values_of(p), _slowed(p)
+        name, ours, slowed = point_name(p), values_of(p, measure), _slowed(p)
         series = past.get(name, [])[-n:]
         if _failed(p):
             why = f"no repetition completed ({', '.join(sorted(set(p.states)))})"
@@ -300,7 +368,7 @@ def check_window(
             value = statistics.fmean(ours)
             d = decide.window(value, series, tolerance)
             assert d.ratio is not None
-            text = describe(d, tolerance, p.unit, (value, value / d.ratio))
+            text = describe(d, tolerance, p.unit, (value, value / d.ratio), measure)
             if d.outcome == UNDECIDED:
                 text += "; " + _window_budget(d, tolerance)
             out.append(Verdict(name, d.outcome, text + slowed, p, None, d))

@@ -49,8 +49,9 @@ class Entry(BaseModel):
     test_slowdown: SLOWDOWN.field(optional=True) = None  # type: ignore[valid-type]
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
-        return (self.site, self.point, self.device)
+    def key(self) -> tuple[str, str, str | None, str]:
+        """A series: one point at one site on one device, judged by one measure."""
+        return (self.site, self.point, self.device, self.statistic)
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,10 @@ class History:
     path: Path
     entries: list[Entry]
 
-    def series(self, site: str, point: str, device: str | None) -> list[Entry]:
-        """The point's checks in the order they were made (the file's)."""
-        return [e for e in self.entries if e.key == (site, point, device) and e.value]
-
-    def window(self, site: str, point: str, device: str | None, n: int) -> list[Entry]:
-        return self.series(site, point, device)[-n:]
+    def series(self, site: str, point: str, device: str | None, statistic: str) -> list[Entry]:
+        """The point's checks by one measure, in the order they were made (the file's)."""
+        key = (site, point, device, statistic)
+        return [e for e in self.entries if e.key == key and e.value]
 
 
 def read(path: str | Path) -> History:

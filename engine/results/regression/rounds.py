@@ -28,7 +28,7 @@ from ...tracking.store import Store
 from .. import analysis
 from ..compare import differences, env_facts, partners
 from ..points import Point
-from .check import UNDECIDED, Baseline, check, point_name, run_value
+from .check import UNDECIDED, WALL, Baseline, Measure, check, point_name, run_value
 
 # What a baseline's run and its repeat may differ in and still measure the same thing:
 # where the job ran (node names) and dlscale's own version. Anything else (device,
@@ -63,8 +63,11 @@ class Rounds:
             self.flips.append(random.random() < 0.5)
         return self.flips[block] == bool(second)
 
-    def paired(self, store: Store, names: dict[str, str]) -> dict[str, tuple]:
-        """By point name, the values of the pairs whose two runs both completed."""
+    def paired(
+        self, store: Store, names: dict[str, str], measure: Measure = WALL
+    ) -> dict[str, tuple]:
+        """By point name, the values (by `measure`) of the pairs whose two runs both
+        completed and measured it."""
         ids = [i for d in (self.ours, self.theirs) for rids in d.values() for i in rids]
         summaries = store.records.last("summary", ids)
 
@@ -72,7 +75,7 @@ class Rounds:
             row = store.run(rid)
             if row["state"] != State.COMPLETED:
                 return None
-            return run_value(summaries.get(rid) or {})
+            return run_value(summaries.get(rid) or {}, measure)
 
         out = {}
         for pid, mine in self.ours.items():
@@ -102,8 +105,10 @@ def run_rounds(
     wait: Callable[[list[str]], None],
     backend_for: Callable[[str], Backend],
     say: Callable[[str], None],
+    measure: Measure = WALL,
 ) -> Rounds:
-    """Rounds of runs until every matched point is decided or the budget is spent."""
+    """Rounds of runs until every matched point is decided (by `measure`) or the budget is
+    spent."""
     name = loaded.spec.experiment.name
     out = Rounds()
     start = time.monotonic()
@@ -119,10 +124,10 @@ def run_rounds(
         current = analysis.points(store, name)
         pairs, _, _ = partners(current, baseline.points)
         names = {point_id_of(store, p): point_name(p) for p, _ in pairs}
-        paired = out.paired(store, names) if interleave else None
+        paired = out.paired(store, names, measure) if interleave else None
         if interleave:
             out.not_baseline.update(_repeats_changed(store, out.theirs, names))
-        verdicts = {v.name: v for v in check(current, baseline, tolerance, paired)}
+        verdicts = {v.name: v for v in check(current, baseline, tolerance, paired, measure)}
         todo = []
         for p, b in pairs:
             pid, v = point_id_of(store, p), verdicts[point_name(p)]

@@ -18,12 +18,14 @@ from ...io.outputs import OutputError, writing
 from ...tracking.store import Store
 from . import history, rounds
 from .check import (
+    MEASURES,
     PASSED,
     REGRESSED,
     SKIPPED,
-    STATISTIC,
     UNDECIDED,
+    WALL,
     Baseline,
+    Measure,
     Verdict,
     check,
     check_window,
@@ -51,6 +53,7 @@ class Request:
     interleave: bool = False
     max_repetitions: int = 10
     max_minutes: float = 10.0
+    measure: str = "wall"  # check.MEASURES
     backend: str | None = None
     profile_path: str | None = None
     partition: str | None = None
@@ -79,6 +82,7 @@ class Outcome:
     verdicts: list[Verdict]
     # where the baseline shares no configuration with the study: the fields, with values
     differs: list[str] = field(default_factory=list)
+    measure: Measure = WALL
     stopped: str | None = None  # why the runs stopped early (the budget), if they did
     window: int | None = None
     record: Record | None = None
@@ -167,7 +171,7 @@ class Outcome:
             "baseline": self.base.name,
             "baseline_source": self.base.source,
             "tolerance": f"{self.tolerance:g}",
-            "statistic": STATISTIC,
+            "statistic": self.measure.statistic,
             **({"window": str(self.window)} if self.window else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
             **({"code": "; ".join(self.code)} if self.code else {}),
@@ -200,15 +204,20 @@ def run_check(
     base = _baseline(store, asked, name)
     differs = unshared_fields(loaded, base) if asked.baseline is not None else []
     code = baseline_code(store, base, asked) if asked.interleave else []
-    outcome = Outcome(name, base, asked.tolerance, [], differs, window=asked.window, code=code)
+    outcome = Outcome(
+        name, base, asked.tolerance, [], differs, MEASURES[asked.measure], window=asked.window,
+        code=code,
+    )  # fmt: skip
     if outcome.shared:
         _judge(store, asked, loaded, base, backend, kept, outcome, wait, say)
     site = site_of(store, name)
     if asked.history:
         assert kept is not None
-        entries = _entries(outcome.verdicts, site, asked.label, base.name, name)
+        entries = _entries(outcome.verdicts, site, asked.label, base.name, name, outcome.measure)
         outcome.record = Record(asked.history, kept, entries, site)
-        outcome.change_points = _change_points(outcome.record, outcome.verdicts, asked.tolerance)
+        outcome.change_points = _change_points(
+            outcome.record, outcome.verdicts, asked.tolerance, outcome.measure.statistic
+        )
     return outcome
 
 
@@ -285,16 +294,18 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
         site = site_of(store, name)
         series = {}
         for p in current:
-            got = kept.series(site, point_name(p), p.device)
+            got = kept.series(site, point_name(p), p.device, outcome.measure.statistic)
             series[point_name(p)] = [e.value for e in got if e.value]
         where = f"--history {asked.history}"
-        outcome.verdicts = check_window(current, series, asked.window, asked.tolerance, where)
+        outcome.verdicts = check_window(
+            current, series, asked.window, asked.tolerance, where, outcome.measure
+        )
     else:
         paired = None
         if done is not None and asked.interleave:
             names = {rounds.point_id_of(store, p): point_name(p) for p in current if p.run_ids}
-            paired = done.paired(store, names)
-        outcome.verdicts = check(current, base, asked.tolerance, paired)
+            paired = done.paired(store, names, outcome.measure)
+        outcome.verdicts = check(current, base, asked.tolerance, paired, outcome.measure)
     if done is not None:
         outcome.stopped = done.stopped
         took = rounds.seconds_by_point(store, done, current)
@@ -363,11 +374,17 @@ def _run(store, loaded, base, asked, backend, budget, wait, say) -> rounds.Round
         follow_runs,
         lambda name: make_backend(name, store),
         say,
+        MEASURES[asked.measure],
     )
 
 
 def _entries(
-    verdicts: list[Verdict], site: str, label: str | None, reference: str, experiment: str
+    verdicts: list[Verdict],
+    site: str,
+    label: str | None,
+    reference: str,
+    experiment: str,
+    measure: Measure,
 ) -> list[history.Entry]:
     """This check's lines of the history, one a point (written by `write_records`)."""
     date = history.now()
@@ -376,7 +393,7 @@ def _entries(
         p = v.point
         if p is None:
             continue
-        values = values_of(p)
+        values = values_of(p, measure)
         d = v.decision
         entries.append(
             history.Entry(
@@ -387,7 +404,7 @@ def _entries(
                 point=v.name,
                 device=p.device,
                 unit=p.unit,
-                statistic=STATISTIC,
+                statistic=measure.statistic,
                 values=values,
                 value=fmean(values) if values else None,
                 outcome=v.outcome,
@@ -401,7 +418,9 @@ def _entries(
     return entries
 
 
-def _change_points(record: Record, verdicts: list[Verdict], tolerance: float) -> list[str]:
+def _change_points(
+    record: Record, verdicts: list[Verdict], tolerance: float, statistic: str
+) -> list[str]:
     """Change points over each point's history at this site (this check's lines included,
     as they will be written), among its last WINDOW checks: bounded work, whatever the
     history's length."""
@@ -415,7 +434,7 @@ def _change_points(record: Record, verdicts: list[Verdict], tolerance: float) ->
     for v in verdicts:
         if v.point is None:
             continue
-        series = by_key.get((record.site, v.name, v.point.device), [])
+        series = by_key.get((record.site, v.name, v.point.device, statistic), [])
         values = [e.value for e in series]
         try:
             found = change_points(values, tolerance)
