@@ -20,10 +20,12 @@ slurmdbd or controller is swamped: each sleeps until it is killed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sacctmgr", "sinfo")
@@ -46,10 +48,17 @@ def jobs(state_dir: Path) -> list[dict]:
     return json.loads(f.read_text()) if f.exists() else []
 
 
-def _save(state_dir: Path, found: list[dict]) -> None:
-    tmp = state_dir / "jobs.json.tmp"
-    tmp.write_text(json.dumps(found))
-    os.replace(tmp, state_dir / "jobs.json")
+def _change(state_dir: Path, change: Callable[[list[dict]], None]) -> list[dict]:
+    """The jobs changed as one controller would: one change at a time (two scancels at once
+    lost a file to each other's rename), written whole."""
+    with open(state_dir / "jobs.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = jobs(state_dir)
+        change(found)
+        tmp = state_dir / f"jobs.json.{os.getpid()}"
+        tmp.write_text(json.dumps(found))
+        os.replace(tmp, state_dir / "jobs.json")
+    return found
 
 
 def _value(args: list[str], name: str) -> str | None:
@@ -77,13 +86,18 @@ def main(name: str, args: list[str]) -> int:
         print(REFUSED, file=sys.stderr)
         return 1
     if name == "sbatch":
-        job = {
-            "id": str(1000 + len(found)),
-            "comment": _value(args, "--comment") or "",
-            "array": _value(args, "--array"),
-            "state": "PENDING",
-        }
-        _save(state_dir, found + [job])
+
+        def submit(found: list[dict]) -> None:
+            found.append(
+                {
+                    "id": str(1000 + len(found)),
+                    "comment": _value(args, "--comment") or "",
+                    "array": _value(args, "--array"),
+                    "state": "PENDING",
+                }
+            )
+
+        job = _change(state_dir, submit)[-1]
         mode = os.environ.get("FAKE_SBATCH", "ok")
         if mode == "timeout-once" and not (state_dir / "timed-out").exists():
             (state_dir / "timed-out").write_text("")
@@ -124,10 +138,13 @@ def main(name: str, args: list[str]) -> int:
     if name == "sinfo":
         return 0
     if name == "scancel":
-        for job in found:
-            if job["id"] in {a.split("_")[0] for a in args}:
-                job["state"] = "CANCELLED"
-        _save(state_dir, found)
+
+        def cancel(found: list[dict]) -> None:
+            for job in found:
+                if job["id"] in {a.split("_")[0] for a in args}:
+                    job["state"] = "CANCELLED"
+
+        _change(state_dir, cancel)
         return 0
     return 2
 
