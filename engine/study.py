@@ -478,7 +478,9 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
     payload = _payload(store, row)
     backend.check_repeatable(row, payload)
     code = kept_code.change_of(store.home, declaration(row))
-    if code is not None and code.kept is None:
+    # a run from before code was kept is repeated as before (nothing tells a change), but
+    # never as a check's baseline (check --interleave refuses it)
+    if code is not None and code.measured is not None and code.kept is None:
         raise UserError(
             f"run {old_id}: {code.said()}, and no copy of what it ran is kept in "
             f"{store.home / 'code'}; a rerun would measure other code: put the measured "

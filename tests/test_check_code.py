@@ -112,3 +112,15 @@ def test_an_edit_in_place_is_never_measured_as_the_baseline(tmp_path, home):
     )  # fmt: skip
     assert "as it was measured" not in proc.stdout
     assert json.loads(newest["training"])["custom"]["script_sha256"]
+
+    # A run from before code was kept: a plain rerun repeats it as it always did (nothing
+    # tells whether it changed); a check's baseline it cannot be (--interleave refuses).
+    old = measured[1]
+    training = json.loads(store.run(old)["training"])
+    del training["custom"]["script_sha256"]
+    store.update_run(old, training=json.dumps(training, sort_keys=True))
+    dlscale("rerun", old, "--wait", check=0)
+    proc = dlscale(
+        "check", str(study), "--baseline", "base", "--run", "--interleave",
+    )  # fmt: skip
+    assert proc.returncode == 2 and "cannot be told" in " ".join(proc.stderr.split())
