@@ -181,3 +181,60 @@ def test_a_cpu_runs_unknown_energy_says_the_cpus_reason_as_the_built_in_trainer_
     assert declared == built_in
     shown = custom_energy.energy_over([json.loads(written.read_text())], 0, 1, 1)
     assert shown == {"energy_unavailable": built_in}
+
+
+def _load_timeline(until: float = 10.0, every: float = 0.25) -> dict:
+    """A meter's load samples: two CPUs busy 1.5 s a second of which the run's 1.0, its
+    threads queued from t=6 on, 0.5 s a second, CPU pressure 0.1; the log crosses 500
+    bytes at t=8."""
+    load = []
+    for i in range(int(until / every) + 1):
+        t = 1000.0 + i * every
+        x = t - 1000.0
+        counters = {
+            "busy_s": 1.5 * x, "steal_s": 0.0, "run_cpu_s": 1.0 * x, "rank_cpu_s": 1.0 * x,
+            "ran_s": 1.0 * x, "queued_s": 0.5 * max(0.0, x - 6), "cpu_stall_s": 0.1 * x,
+            "io_stall_s": 0.0, "memory_stall_s": None,
+        }  # fmt: skip
+        load.append([t, int(10 * x) if x < 8 else 500 + int(x), counters])
+    return {"samples": [], "load": load, "cpus": [0, 1], "host": "h"}
+
+
+def test_a_declared_run_s_interference_is_read_over_its_timed_window():
+    """Issue 50: the meter around a declared script reads what else the machine did; the
+    engine takes the window its log says (ended when the last measured line was written,
+    lasting the summary's timed seconds) and gives the built-in trainers' shares."""
+    from dlscale.engine.tracking.custom_load import window_record
+
+    summary = {"elapsed_s": 4.0, "log_measured_until_byte": 500}
+    rec = window_record(_load_timeline(), summary)
+    assert rec["window_s"] == pytest.approx(4.0) and rec["cpus"] == [0, 1]
+    assert rec["others_cpu_share"] == pytest.approx(0.5 * 4 / (4 * 2))
+    # the window is [4, 8]: queued 1 s of the 5 its threads wanted a CPU (from [1, 5], 0)
+    assert rec["run_queue_wait_share"] == pytest.approx(1 / 5)
+    assert rec["cpu_stall_share"] == pytest.approx(0.1)
+    assert rec["memory_stall_share"] is None  # a counter the kernel does not offer
+    assert rec["metered"].startswith("around the script")
+    # too short to read from outside, or outside the samples: unknown, saying why
+    short = window_record(_load_timeline(), {"elapsed_s": 0.5, "log_measured_until_byte": 500})
+    assert "too short" in short["unavailable"] and "others_cpu_share" not in short
+    late = window_record(_load_timeline(until=3.0), {"elapsed_s": 2.0, "time": 1100.0})
+    assert "do not cover" in late["unavailable"]
+
+
+def test_the_meter_reads_the_machine_whatever_energy_it_meters(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLSCALE_POWERCAP", str(tmp_path / "no-powercap"))
+    log = tmp_path / "run.log"
+    log.write_text("x" * 7)
+    script = "import time; time.sleep(0.6)"
+    out = tmp_path / "energy"
+    proc = subprocess.run(
+        [*METER, "--out", str(out), "--log", str(log), "--", sys.executable, "-c", script],
+        timeout=HANG_S,
+    )
+    assert proc.returncode == 0
+    (written,) = out.glob("*.json")
+    data = json.loads(written.read_text())
+    assert data["source"] is None and data["samples"] == []  # no energy metered here
+    assert len(data["load"]) >= 2 and data["load"][-1][1] == 7  # the log's size
+    assert data["cpus"] and "busy_s" in data["load"][-1][2]

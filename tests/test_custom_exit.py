@@ -82,6 +82,13 @@ def test_a_script_that_dies_after_its_measurement_loses_no_run(tmp_path, home):
         env = store.records.last("env", [run["run_id"]])[run["run_id"]]
         assert env["framework_versions"]["python"] == python
         assert ("torch" in env["framework_versions"]) == TORCH
+        # what else the machine did, read by the meter around the script: these timed
+        # steps (5 of 10 ms; the log's made-up rates say 1.6 s, more than the script ran)
+        # cannot be read from outside, and it says why (issue 50)
+        (load,) = store.records.of(run["run_id"], "interference")
+        assert load["metered"].startswith("around the script") and load["cpus"]
+        why = "too short" if run["framework"] == "reporting" else "do not cover"
+        assert why in load["unavailable"], load
     # the log's crash line follows the mark, in the line status shows
     hvd = next(r for r in runs if r["framework"] == "hvd-like")
     assert "terminate called without an active exception" in hvd["reason"].split("\n")[0]

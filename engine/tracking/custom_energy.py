@@ -36,7 +36,7 @@ _SCALE = {"mJ": 1e-3, "uJ": 1e-6}  # the counters' units, in joules
 SHARED_CPU = "the node's first task meters the CPU packages it shares"
 
 
-def _timelines(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def timelines_in(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The timelines in `folder` (regular files only) and why any could not be read."""
     out, problems = [], []
     try:
@@ -72,7 +72,7 @@ def _unwrapped(samples: list[list[Any]], wraps: list[int]) -> list[list[float]]:
     return series
 
 
-def _at(times: list[float], values: list[float], t: float) -> float:
+def at_time(times: list[float], values: list[float], t: float) -> float:
     i = bisect.bisect_left(times, t)
     if i == 0:
         return values[0]
@@ -129,7 +129,7 @@ def energy_over(
             }
         scale = _SCALE.get(str(tl.get("unit")), 1.0)
         for series in _unwrapped(samples, tl.get("wraps") or []):
-            joules += (_at(times, series, end) - _at(times, series, start)) * scale
+            joules += (at_time(times, series, end) - at_time(times, series, start)) * scale
         for t, _, util, _ in samples:
             if util and start <= t <= end:
                 utils.extend(util)
@@ -159,7 +159,7 @@ def settle(store: Store, run_id: str) -> bool:
     summary = summaries[-1]
     if summary.get("energy_j") is not None:
         return False  # the script reported its own energy: that stands
-    timelines, problems = _timelines(paths.energy)
+    timelines, problems = timelines_in(paths.energy)
     elapsed = float(summary.get("elapsed_s") or 0.0)
     units = float(summary.get("throughput") or 0.0) * elapsed
     offset = summary.get("log_measured_until_byte")

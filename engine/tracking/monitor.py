@@ -11,7 +11,7 @@ from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths, write_job_file
 from ..runs import ACTIVE, FAILURES, TERMINAL, UNDER_WAY, RunRow, State
-from . import completion, custom_energy, custom_software, log_patterns
+from . import completion, custom_energy, custom_load, custom_software, log_patterns
 from .logs import failure_reason
 from .store import Store
 
@@ -33,10 +33,12 @@ def finalize_run(store: Store, run_id: str, job_state: str) -> str:
         else None
     )
     store.records.ingest(run_id, paths.metrics, final=True)
-    # A declared framework metered around its script: its energy over the timed steps, and
-    # the software its interpreter held where its own records left it out.
+    # A declared framework metered around its script: its energy and interference over the
+    # timed steps, and the software its interpreter held where its own records left it out.
     if job_state == State.COMPLETED and (
-        custom_energy.settle(store, run_id) | custom_software.settle(store, run_id)
+        custom_energy.settle(store, run_id)
+        | custom_load.settle(store, run_id)
+        | custom_software.settle(store, run_id)
     ):
         store.records.ingest(run_id, paths.metrics, final=True)
     state, reason = job_state, None

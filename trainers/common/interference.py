@@ -117,6 +117,29 @@ def read(proc: Path = PROC) -> Reading:
     return Reading(time.monotonic(), cpus, busy, steal, run, rank, stall, ran, queued)
 
 
+# A Reading's counters, as a meter's timeline keeps them (metered.py: one dict a sample)
+COUNTERS = ("busy_s", "steal_s", "run_cpu_s", "rank_cpu_s", "ran_s", "queued_s")
+
+
+def as_sample(r: Reading) -> dict[str, float | None]:
+    return {
+        **{name: getattr(r, name) for name in COUNTERS},
+        **{f"{k}_stall_s": v for k, v in r.stall_s.items()},
+    }
+
+
+def from_sample(at: float, cpus: tuple[int, ...], sample: dict[str, object]) -> Reading:
+    """A Reading from a timeline's sample (unknown or malformed counters: None)."""
+
+    def number(name: str) -> float | None:
+        v = sample.get(name)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    values = {name: number(name) for name in COUNTERS}
+    stall = {r: number(f"{r}_stall_s") for r in RESOURCES}
+    return Reading(at, cpus, stall_s=stall, **values)  # type: ignore[arg-type]
+
+
 def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else max(0.0, b - a)
 

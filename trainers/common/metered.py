@@ -10,7 +10,8 @@ reads), falling back to the CPU packages (RAPL under /sys/class/powercap, by the
 task only: they are shared); on a CPU run the CPU packages alone, so its energy, or why that
 is unknown, is the CPU's, in the built-in trainers' words.
 With --log it also samples the run's log size, so the engine can tell when a log line was
-written. At exit the timeline is written to DIR/<host>-<task>.json, where the engine
+written; and at every sample, metered or not, what else the machine did (interference.py's
+cumulative counters), which the engine reads over the timed window (custom_load.py). At exit the timeline is written to DIR/<host>-<task>.json, where the engine
 (engine/tracking/custom_energy.py) takes the energy over the script's timed steps from it:
 the window its summary record, or its log's last measured line, says. With --software and
 --interpreter, before the command starts, the node's first task asks the command's Python
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import interference
 from .energy import POWERCAP, Powercap, open_rapl
 
 EVERY_S = 0.25
@@ -132,6 +134,9 @@ class Timeline:
     def __init__(self, counters: Counters, log: str | None) -> None:
         self.counters, self.log = counters, log
         self.samples: list[list[Any]] = []
+        # [time, log size, interference counters] at every sample, metered or not
+        self.load: list[list[Any]] = []
+        self.cpus: list[int] = []
         self.every = EVERY_S
         self.failed: str | None = None
         self._stop = threading.Event()
@@ -151,22 +156,33 @@ class Timeline:
             self.sample()
 
     def sample(self) -> None:
-        if self.failed is not None or self.counters.source is None:
-            return
-        try:
-            energy, util = self.counters.read()
-        except Exception as exc:  # a counter that stops answering ends the metering
-            self.failed = f"the {self.counters.source} counter stopped answering ({exc})"[:300]
-            return
+        """One sample: the energy counters where they are metered, the log's size, and
+        what else the machine did (interference.py's counters) whatever is metered, so a
+        run's timed window is found, and its interference read, without an energy meter."""
+        energy = util = None
+        if self.failed is None and self.counters.source is not None:
+            try:
+                energy, util = self.counters.read()
+            except Exception as exc:  # a counter that stops answering ends the metering
+                self.failed = f"the {self.counters.source} counter stopped answering ({exc})"
+                self.failed = self.failed[:300]
         size = None
         if self.log:
             try:
                 size = os.stat(self.log).st_size
             except OSError:
                 size = None
-        self.samples.append([time.time(), energy, util, size])
-        if len(self.samples) > MAX_SAMPLES:
-            self.samples = self.samples[::2]
+        now = time.time()
+        if energy is not None:
+            self.samples.append([now, energy, util, size])
+        try:
+            reading = interference.read()
+            self.cpus = list(reading.cpus)
+            self.load.append([now, size, interference.as_sample(reading)])
+        except Exception:  # the meter never keeps the script from running
+            pass
+        if max(len(self.samples), len(self.load)) > MAX_SAMPLES:
+            self.samples, self.load = self.samples[::2], self.load[::2]
             self.every *= 2
 
     def as_dict(self) -> dict[str, Any]:
@@ -179,6 +195,8 @@ class Timeline:
             "unavailable": c.unavailable if c.source is None else self.failed,
             "host": socket.gethostname(),
             "samples": self.samples,
+            "load": self.load,
+            "cpus": self.cpus,
         }
 
 

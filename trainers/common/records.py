@@ -142,6 +142,8 @@ TYPES: dict[str, dict[str, str]] = {
         "memory_stall_share": "fraction?",
         "own_cpu_s": "rate?",
         "rank_cpu_s": "rate?",
+        "metered": "text?",  # read from outside a declared framework's script
+        "unavailable": "text?",  # why the shares are unknown
     },
     "comm": {
         "collective": "text",
