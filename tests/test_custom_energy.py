@@ -238,3 +238,19 @@ def test_the_meter_reads_the_machine_whatever_energy_it_meters(tmp_path, monkeyp
     assert data["source"] is None and data["samples"] == []  # no energy metered here
     assert len(data["load"]) >= 2 and data["load"][-1][1] == 7  # the log's size
     assert data["cpus"] and "busy_s" in data["load"][-1][2]
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        "x", [["t", 1, {}], [1.0, 2, {}]], [[float("nan"), 1, {}]] * 3, [[1.0, "big", {}]] * 3,
+        [[1.0, 1, []], [2.0, 2, []]], [[1.0, 1, {"busy_s": "x"}], [2.0, 2, {"busy_s": 1}]],
+    ],
+)  # fmt: skip
+def test_a_garbled_load_timeline_is_left_out_never_raised(load):
+    """The meter writes its timeline in the job's environment: whatever is there is read
+    as data, never trusted to its shape."""
+    from dlscale.engine.tracking.custom_load import window_record
+
+    rec = window_record({"load": load, "cpus": "no"}, {"elapsed_s": 4.0, "time": 2.0})
+    assert rec["cpus"] == [] and (rec.get("unavailable") or rec["others_cpu_share"] is None)

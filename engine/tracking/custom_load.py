@@ -14,6 +14,7 @@ intervals, is written with its shares unknown and why.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -28,15 +29,28 @@ def _loaded(timeline: dict[str, Any]) -> list[list[Any]] | None:
     load = timeline.get("load")
     if not isinstance(load, list):
         return None
-    ok = [s for s in load if isinstance(s, list) and len(s) == 3 and isinstance(s[2], dict)]
+    # written by the meter in the job's own environment: held to its shape, or left out
+    ok = [
+        s
+        for s in load
+        if isinstance(s, list)
+        and len(s) == 3
+        and _finite(s[0])
+        and (s[1] is None or (isinstance(s[1], int) and not isinstance(s[1], bool)))
+        and isinstance(s[2], dict)
+    ]
     return sorted(ok, key=lambda s: float(s[0])) if len(ok) >= 2 else None
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _end(load: list[list[Any]], summary: dict[str, Any]) -> float | None:
     """When the script's measurement ended: the first sample whose log held its last
     measured line, else its summary's time."""
     offset = summary.get("log_measured_until_byte")
-    if isinstance(offset, int):
+    if isinstance(offset, int) and not isinstance(offset, bool):
         return next((float(t) for t, size, _ in load if size is not None and size >= offset), None)
     t = summary.get("time")
     return float(t) if isinstance(t, (int, float)) else None
@@ -49,7 +63,7 @@ def _reading(load: list[list[Any]], cpus: tuple[int, ...], t: float) -> interfer
     values: dict[str, object] = {}
     for name in names:
         series = [s[2].get(name) for s in load]
-        if all(isinstance(v, (int, float)) for v in series):
+        if all(_finite(v) for v in series):
             values[name] = at_time(times, [float(v) for v in series], t)  # type: ignore[arg-type]
     return interference.from_sample(t, cpus, values)
 
@@ -57,7 +71,8 @@ def _reading(load: list[list[Any]], cpus: tuple[int, ...], t: float) -> interfer
 def window_record(timeline: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The interference record's fields over the summary's timed window."""
     load = _loaded(timeline) or []
-    cpus = tuple(int(c) for c in timeline.get("cpus") or [] if isinstance(c, int))
+    given = timeline.get("cpus")
+    cpus = tuple(c for c in given if isinstance(c, int)) if isinstance(given, list) else ()
     elapsed = float(summary.get("elapsed_s") or 0.0)
     base = {"window_s": elapsed, "cpus": list(cpus), "metered": METERED}
     end = _end(load, summary) if load else None
