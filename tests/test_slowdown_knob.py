@@ -20,7 +20,10 @@ def run(monkeypatch, knob: str, asynchronous: bool, eval_every_steps: int | None
     monkeypatch.setenv(slowdown.VARIABLE, knob)
     time = VirtualClock()
     monkeypatch.setattr(loop, "time", time)  # the loop's clock, and the fake steps' sleeps
-    monkeypatch.setattr(slowdown, "time", time)  # the knob's waits, on the same clock
+    monkeypatch.setattr(slowdown, "time", time)  # the knob's clock, the same
+    # its waits too: it spins on the real clock (to cost CPU), which the virtual one would
+    # never end
+    monkeypatch.setattr(slowdown, "spin", time.sleep)
     pending = [0.0]  # device work queued and not done
 
     def step(x, y):

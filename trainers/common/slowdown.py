@@ -34,6 +34,15 @@ def asked() -> float:
     return value
 
 
+def spin(seconds: float) -> None:
+    """Wait by spinning, not sleeping: the stretch costs CPU as the step's own work would,
+    so a check by CPU time per step (`check --measure cpu`) sees it too (on one CPU thread,
+    about the same share)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 class Slowdown:
     """The knob as the loop holds it: `resume` where timing starts or goes on, `settle` at a
     synchronised point (the wait for the timed time since the last one), `pause` where
@@ -62,12 +71,7 @@ class Slowdown:
             return
         if sync is not None:
             sync()  # the device is done: its time is known
-        # Spun, not slept: the stretch costs CPU as the step's own work would, so a check
-        # by CPU time per step (`check --measure cpu`) sees it too; on one CPU thread, about
-        # the same share.
-        end = time.perf_counter() + (time.perf_counter() - self._since) * self._stretch
-        while time.perf_counter() < end:
-            pass
+        spin((time.perf_counter() - self._since) * self._stretch)
         self._since = time.perf_counter()
 
     def pause(self) -> None:
