@@ -405,6 +405,7 @@ _REQUIRED_VALUES: dict[str, Any] = {
     "collective": "allreduce",
     "backend": "gloo",
     "metered": "around the script",
+    "cpus": [],
 }
 
 
