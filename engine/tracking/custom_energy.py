@@ -94,6 +94,27 @@ def log_time(timelines: list[dict[str, Any]], offset: int) -> float | None:
     return best
 
 
+def window_problem(times: list[float], start: float, end: float, host: str) -> str | None:
+    """Why a meter's samples (their times, sorted) cannot be read over [start, end], the
+    timed steps: they do not cover it, or it lasts under MIN_INTERVALS of their sampling
+    intervals; None when they can."""
+    slack = 2 * (times[1] - times[0]) if len(times) > 1 else 1.0
+    if times[0] > start + slack or times[-1] < end - slack:
+        return (
+            f"the meter's samples do not cover the timed steps ({host}: {times[0]:.1f} to "
+            f"{times[-1]:.1f}, steps {start:.1f} to {end:.1f})"
+        )
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    every = statistics.median(gaps) if gaps else 0.0
+    if end - start < MIN_INTERVALS * every:
+        return (
+            f"the timed steps lasted {end - start:.2f} s, under {MIN_INTERVALS} of the "
+            f"meter's sampling intervals ({every:.2f} s): too short to meter from outside "
+            "the script; time more steps"
+        )
+    return None
+
+
 def energy_over(
     timelines: list[dict[str, Any]], start: float, end: float, units: float
 ) -> dict[str, Any]:
@@ -112,21 +133,9 @@ def energy_over(
     for tl in metered:
         samples = sorted(tl["samples"], key=lambda s: s[0])
         times = [float(s[0]) for s in samples]
-        slack = 2 * (times[1] - times[0]) if len(times) > 1 else 1.0
-        if times[0] > start + slack or times[-1] < end - slack:
-            return {
-                "energy_unavailable": "the meter's samples do not cover the timed steps "
-                f"({tl.get('host')}: {times[0]:.1f} to {times[-1]:.1f}, steps "
-                f"{start:.1f} to {end:.1f})"
-            }
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        every = statistics.median(gaps) if gaps else 0.0
-        if end - start < MIN_INTERVALS * every:
-            return {
-                "energy_unavailable": f"the timed steps lasted {end - start:.2f} s, under "
-                f"{MIN_INTERVALS} of the meter's sampling intervals ({every:.2f} s): too "
-                "short to meter from outside the script; time more steps"
-            }
+        problem = window_problem(times, start, end, str(tl.get("host")))
+        if problem:
+            return {"energy_unavailable": problem}
         scale = _SCALE.get(str(tl.get("unit")), 1.0)
         for series in _unwrapped(samples, tl.get("wraps") or []):
             joules += (at_time(times, series, end) - at_time(times, series, start)) * scale

@@ -8,20 +8,19 @@ The window is the one custom_energy finds: it ends where the script's measuremen
 summary says were timed. Each counter is interpolated at both ends on the first task's
 timeline, and the shares are the built-in trainers' (interference.Window), written as an
 `interference` record after the summary, `metered` saying it was read from outside. A
-window the samples do not cover, or one shorter than custom_energy.MIN_INTERVALS sampling
-intervals, is written with its shares unknown and why.
+window the energy could not be read over either (custom_energy.window_problem) is written
+with its shares unknown and why.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from ...trainers.common import interference
 from ...trainers.common.records import RecordWriter
 from ..paths import RunPaths
-from .custom_energy import METERED, MIN_INTERVALS, at_time, timelines_in
+from .custom_energy import METERED, at_time, timelines_in, window_problem
 from .store import Store
 
 
@@ -80,18 +79,9 @@ def window_record(timeline: dict[str, Any], summary: dict[str, Any]) -> dict[str
         return {**base, "unavailable": "the meter around the script did not see when its "
                 "measurement ended"}  # fmt: skip
     start = end - elapsed
-    times = [float(s[0]) for s in load]
-    slack = 2 * (times[1] - times[0])
-    if times[0] > start + slack or times[-1] < end - slack:
-        return {**base, "unavailable": "the meter's samples do not cover the timed steps"}
-    every = statistics.median(b - a for a, b in zip(times, times[1:]))
-    if elapsed < MIN_INTERVALS * every:
-        return {
-            **base,
-            "unavailable": f"the timed steps lasted {elapsed:.2f} s, under {MIN_INTERVALS} of "
-            f"the meter's sampling intervals ({every:.2f} s): too short to read from outside "
-            "the script",
-        }
+    problem = window_problem([float(s[0]) for s in load], start, end, str(timeline.get("host")))
+    if problem:
+        return {**base, "unavailable": problem}
     w = interference.Window()
     w.resume(_reading(load, cpus, start))
     w.pause(_reading(load, cpus, end))
