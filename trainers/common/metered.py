@@ -11,7 +11,8 @@ task only: they are shared); on a CPU run the CPU packages alone, so its energy,
 is unknown, is the CPU's, in the built-in trainers' words.
 With --log it also samples the run's log size, so the engine can tell when a log line was
 written; and at every sample, metered or not, what else the machine did (interference.py's
-cumulative counters), which the engine reads over the timed window (custom_load.py). At exit the timeline is written to DIR/<host>-<task>.json, where the engine
+cumulative counters), which the engine reads over the timed window (custom_load.py). At
+exit the timeline is written to DIR/<host>-<task>.json, where the engine
 (engine/tracking/custom_energy.py) takes the energy over the script's timed steps from it:
 the window its summary record, or its log's last measured line, says. With --software and
 --interpreter, before the command starts, the node's first task asks the command's Python
