@@ -170,7 +170,7 @@ class Window:
         b = reading or read()
         self.seconds += max(0.0, b.at - a.at)
         self.cpus = b.cpus
-        for name in ("busy_s", "steal_s", "run_cpu_s", "rank_cpu_s", "ran_s", "queued_s"):
+        for name in COUNTERS:
             d = _delta(getattr(a, name), getattr(b, name))
             total = getattr(self, name)
             setattr(self, name, None if d is None or total is None else total + d)
