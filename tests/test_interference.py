@@ -116,6 +116,7 @@ def test_a_hog_on_the_run_s_cpu_is_seen(monkeypatch):
     assert rec["others_cpu_share"] >= 0.3, rec
 
 
+@pytest.mark.slow  # trains the built-in trainer: needs torch
 def test_a_run_records_its_window_and_cpu_time_per_step(tmp_path, home):
     spec = write_spec(tmp_path / "s.toml", name="load", scales='"1x1"', steps=6)
     dlscale("run", str(spec), "--wait", check=0)

@@ -21,7 +21,8 @@ from dlscale.engine.tracking.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 PROFILE = REPO / "examples" / "clusters" / "test-cluster.toml"
-RECORDS = {"params": 1, "env": 1, "interval": 2, "summary": 1}  # quickstart-slurm: 10 steps
+# quickstart-slurm: 10 steps; one interference record for the run's window
+RECORDS = {"params": 1, "env": 1, "interval": 2, "interference": 1, "summary": 1}
 
 
 def profile_copy(tmp_path, extra="", replace=None):
