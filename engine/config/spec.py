@@ -296,6 +296,11 @@ class Experiment(StrictModel):
     # Axes of the user's own, for declared frameworks: `seq_len = [1024, 2048]` is one set
     # of runs per value, and `{seq_len}` in their commands (engine/config/custom.py).
     axes: dict[StrictStr, list[AxisValue]] = {}
+    # What a run that other work disturbed (its interference record past the thresholds of
+    # results/disturbed.py) does to its point: "flag" counts it and marks it, "leave-out"
+    # lists it but counts it not. Read when results are made, from the saved spec: not part
+    # of any run's identity.
+    disturbed: Literal["flag", "leave-out"] = "flag"
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
     _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))

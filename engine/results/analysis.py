@@ -20,7 +20,7 @@ from ..io.text import printable
 from ..runs import State, run_label
 from ..tracking import completion
 from ..tracking.store import Store
-from . import explained
+from . import disturbed, explained
 from .formatting import finite
 from .points import (
     POINT_FIELDS,
@@ -48,6 +48,9 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     # without its env record yet (queued) joins the point its siblings ran on.
     envs = store.records.last_fields("env", ENV_FIELDS, ids)
     kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
+    # whether other work disturbed each run, and what each experiment does with such runs
+    judged = disturbed.judge(store, ids)
+    actions = disturbed.actions(store, {r["experiment"] for r in runs})
     seen: dict[str, str] = {}
     for r in runs:
         if (kind := kinds[r["run_id"]]) is not None:
@@ -66,12 +69,19 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
                 lr_schedule=explained.schedule_of(r),
                 unit=unit,
                 axes=axes,
+                disturbed_action=actions[r["experiment"]],
             )
         p.run_ids.append(r["run_id"])
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
         throughput = counted(s.get("throughput"))
         if r["state"] == State.COMPLETED and throughput is not None:
+            if judged.known(r["run_id"]):
+                p.judged += 1
+            if (why := judged.disturbed.get(r["run_id"])) is not None:
+                p.disturbed[r["run_id"]] = why
+                if p.disturbed_action == disturbed.LEAVE_OUT:
+                    continue  # listed with its reasons, not counted
             p.completed_run_ids.append(r["run_id"])
             p.throughputs.append(throughput)
             p.summaries.append(s)
@@ -85,6 +95,12 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     out = list(by_point.values())
     for p in out:
         p.throughput = spread(p.throughputs)
+        quiet = [
+            t
+            for rid, t in zip(p.completed_run_ids, p.throughputs)
+            if rid not in p.disturbed and judged.known(rid)
+        ]
+        p.quiet_cv = spread(quiet).cv if p.disturbed and len(quiet) < len(p.throughputs) else None
     singles: dict[tuple, list[Point]] = {}
     for p in out:
         if p.devices == 1 and p.throughput.mean:

@@ -60,6 +60,14 @@ class Point:
     # unit), and a declared framework's own axes' values: a point of its own per value.
     unit: str = "images"
     axes: dict[str, Any] = field(default_factory=dict)
+    # Other work on the machine (results/disturbed.py): completed runs judged disturbed, with
+    # what disturbed them; how many completed runs could be judged; what the experiment does
+    # with disturbed runs (flag: counted and marked; leave-out: not counted); the CV of the
+    # counted runs judged quiet, where some counted were disturbed
+    disturbed: dict[str, list[str]] = field(default_factory=dict)
+    judged: int = 0
+    disturbed_action: str = "flag"
+    quiet_cv: float | None = None
 
     @property
     def devices(self) -> int:
@@ -149,6 +157,10 @@ class Point:
             "unit": self.unit,
             "axes": self.axes,
             "test_slowdown": self.test_slowdown,
+            "disturbed": self.disturbed,
+            "disturbed_judged": self.judged,
+            "disturbed_action": self.disturbed_action,
+            "throughput_cv_quiet": self.quiet_cv,
         }
 
 

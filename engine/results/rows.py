@@ -55,6 +55,14 @@ class ResultRow(TypedDict):
     unit: str  # what the throughput counts: images, or a declared framework's tokens
     axes: dict[str, Any]  # a declared framework's own axes' values
     test_slowdown: float | None  # the test-only DLSCALE_TEST_SLOWDOWN it was made with
+    # other work on the machine (results/disturbed.py): completed runs judged disturbed, run
+    # id -> what disturbed it; how many completed runs had a record to judge; the
+    # experiment's action (flag: counted and marked, leave-out: not counted); the CV of the
+    # counted runs judged quiet, where some counted ones were disturbed
+    disturbed: dict[str, list[str]]
+    disturbed_judged: int
+    disturbed_action: str
+    throughput_cv_quiet: float | None
     # where the efficiency goes (explained.efficiency_fields)
     lr_schedule: str | None
     step_time_s: float | None

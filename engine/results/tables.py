@@ -13,6 +13,7 @@ from typing import Any
 from ..io.text import csv_cell, printable
 from ..runs import scale_label
 from ..tracking.queue import QUEUE_COLUMNS, queue_header
+from . import disturbed
 from .formatting import fmt, slowed_mark, slowed_note
 from .points import throughput_unit
 from .rows import ResultRow
@@ -131,6 +132,7 @@ def results_table(rows: list[ResultRow], skipped: Sequence[str] = ()) -> Table:
         )
     elif energy:
         notes.append(f"images_per_joule: {'; '.join(sorted(energy))}")
+    notes += disturbed.notes(rows, lambda r: f"{r['framework']} {r['model']} {scale_of(r)}")
     notes += [note] if (note := slowed_note(rows)) else []
     notes += skipped  # metric lines left out on ingest, by run, file and line
     title = "Throughput, speedup and efficiency"
@@ -144,8 +146,11 @@ def scale_of(r: ResultRow) -> str:
 
 def throughput_cell(r: ResultRow) -> str:
     """The mean, marked * where its repetitions vary more than NOISY_CV (the CV column says
-    by how much, where it fits) and ! where the test-only slowdown made it."""
-    return fmt(r["throughput"], 1) + (" *" if r["noisy"] else "") + slowed_mark(r)
+    by how much, where it fits), ~ where other work disturbed runs it counts and ! where the
+    test-only slowdown made it."""
+    return (
+        fmt(r["throughput"], 1) + (" *" if r["noisy"] else "") + disturbed.mark(r) + slowed_mark(r)
+    )
 
 
 def batch_cell(r: ResultRow) -> str:
@@ -298,8 +303,10 @@ def _cell(value: Any) -> Any:
     """A CSV cell: a number as itself, text neutralised for a spreadsheet (text.csv_cell)."""
     if isinstance(value, list):
         value = " ".join(map(str, value))
-    elif isinstance(value, dict):  # unmeasured: field -> why
-        value = "; ".join(f"{k}: {v}" for k, v in value.items())
+    elif isinstance(value, dict):  # unmeasured: field -> why; disturbed: run -> reasons
+        value = "; ".join(
+            f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
+        )
     return csv_cell(value)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..io.text import printable
+from ..results import disturbed
 from ..results.formatting import elapsed_text, finite, fmt
 from ..runs import ACTIVE, State, per_second, scale_label
 from .store import Store
@@ -137,6 +138,7 @@ _LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
 # What a row shows of a run's latest records: a running run's last interval; a finished
 # one's summary (its throughput where it has one, else the rate it reported).
 _PROGRESS = {"images_per_s": "$.images_per_s", "step": "$.step"}
+_SHARES = {name: f"$.{name}" for name in disturbed.SHARES}
 _PROGRESS_DONE = {**_PROGRESS, "throughput": "$.throughput", "busbw": "$.comm_busbw_gbps"}
 
 
@@ -149,6 +151,7 @@ class _Ingested:
     step: int | None
     skipped: str  # the reason when a run has none of its own
     busbw: float | None = None  # a communication benchmark's summary
+    disturbed: str = ""  # what disturbed a completed run (results/disturbed.py)
 
 
 _NOTHING = _Ingested((0, 0), None, None, "")
@@ -253,6 +256,7 @@ class QueueReader:
             progress = store.records.last_fields("interval", _PROGRESS, ids)
             progress.update(store.records.last_fields("summary", _PROGRESS_DONE, ids))
             skipped = store.records.skipped(ids)
+            load = store.records.last_fields("interference", _SHARES, ids)
             for v in chunk:
                 last = progress.get(v[0]) or {}
                 bad = skipped.get(v[0]) or []
@@ -266,6 +270,7 @@ class QueueReader:
                     if bad
                     else "",
                     finite(last.get("busbw")),
+                    "; ".join(disturbed.reasons(load.get(v[0]) or {}) or ()),
                 )
 
 
@@ -303,6 +308,8 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
     # job text (a log's last line, a scheduler's words): kept as written, made safe where
     # shown (cells)
     reason = (run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped
+    if ingested.disturbed and state == State.COMPLETED:
+        reason = f"disturbed: {ingested.disturbed}" + (f"; {reason}" if reason else "")
     return QueueRow(
         run_id,
         experiment,
