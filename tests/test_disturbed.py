@@ -130,3 +130,25 @@ def test_left_out_runs_are_listed_but_not_counted(tmp_path):
     said = "\n".join(table.notes)
     assert "2 of 5 runs disturbed and left out" in said
     assert "have no interference record" in said  # the one without a record still counts
+
+
+def test_a_checks_pair_with_a_disturbed_run_is_left_out_and_said(tmp_path):
+    """Issue 50 item 3, issue 51 item 3: `check --interleave` judges only pairs whose two
+    runs were quiet (by wall time, by default), so a pair with a disturbed member is made
+    again within the budget; counted instead when asked, or when judged by CPU time."""
+    from dlscale.engine.results.regression.rounds import Rounds
+    from dlscale.engine.results.regression.workflow import Request
+
+    store, ids = _study(tmp_path)  # runs 0 and 1 disturbed, 2 and 3 quiet, 4 unknown
+    ours, theirs = [ids[2], ids[0], ids[4]], [ids[3], ids[2], ids[3]]
+    rounds = Rounds(ours={"p": ours}, theirs={"p": theirs})
+    study, base = rounds.paired(store, {"p": "point"})["point"]
+    assert (study, base) == ([100.0, 101.0], [102.0, 102.0])  # the pair with run 0 left out
+    (line,) = rounds.disturbed_lines()
+    assert line.startswith("point: 1 pair(s) left out and repeated") and "others took 45%" in line
+    counted = Rounds(ours={"p": ours}, theirs={"p": theirs}, repeat_disturbed=False)
+    assert len(counted.paired(store, {"p": "point"})["point"][0]) == 3
+    assert not counted.disturbed_lines()
+    assert Request("s").repeats_disturbed and not Request("s", measure="cpu").repeats_disturbed
+    assert Request("s", measure="cpu", disturbed="repeat").repeats_disturbed
+    assert not Request("s", disturbed="count").repeats_disturbed

@@ -149,6 +149,16 @@ def _write_error(path: str, what: str, message: str) -> None:
     "(its units per CPU second of rank 0, which a busy machine moves less; it does not see "
     "waits for I/O, other ranks or a device): docs/reports.md says which to use when",
 )
+@click.option(
+    "--disturbed",
+    type=click.Choice(["repeat", "count"]),
+    default=None,
+    help="with --interleave: a pair one of whose runs other work disturbed (its interference "
+    "record; docs/measuring.md) is left out and another made in its place (within "
+    "--max-repetitions), or counted like any other. Default: repeat when judged by wall "
+    "time, which other work moves directly; count when by CPU time, the measure for a "
+    "machine that is busy all the time",
+)
 @click.option("--junit", type=OutputPath(), default=None, help="write JUnit XML here")
 @backend_options
 @click.pass_context
@@ -234,7 +244,7 @@ def _print(outcome: Outcome) -> None:
         out.print(f"{v.outcome.upper():>10}  {v.name}: {v.why}", soft_wrap=True)
     if len(shown) > limit:
         out.print(f"... and {len(shown) - limit} more (all in the JUnit file)")
-    for line in outcome.change_points + outcome.code:
+    for line in outcome.change_points + outcome.code + outcome.disturbed:
         out.print(line, soft_wrap=True)
     study = [v for v in outcome.verdicts if v.in_study]
     out.print(

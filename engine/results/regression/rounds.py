@@ -9,7 +9,10 @@ baseline's run next to it, in ABBA order (A B, then B A; which comes first in ea
 rounds at random), so the machine's drift and other load hit both sides alike; the pairs
 are judged. A baseline's run repeated now must still be the baseline: where its repeat
 reports other software or another device than the original (a library upgraded in place),
-that point is not judged.
+that point is not judged. A pair one of whose runs other work disturbed (its interference
+record past results/disturbed.py's thresholds) is left out of the judging, so the point
+stays undecided and gets another round in its place, within the same budget; the check
+says how many were left out and why (`--disturbed count` counts them instead).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ...launching.plan import plan
 from ...runs import UNSUBMITTED, State
 from ...study import rerun, submit
 from ...tracking.store import Store
-from .. import analysis
+from .. import analysis, disturbed
 from ..compare import differences, env_facts, partners
 from ..points import Point
 from .check import UNDECIDED, WALL, Baseline, Measure, check, point_name, run_value
@@ -56,6 +59,9 @@ class Rounds:
     # random: load with a rhythm of its own (another check beside this one) cannot line
     # up with one side, round after round.
     flips: list[bool] = field(default_factory=list)
+    # pairs left out because a run in them was disturbed: point name -> each pair's reasons
+    repeat_disturbed: bool = True
+    left_out: dict[str, list[list[str]]] = field(default_factory=dict)
 
     def study_first(self) -> bool:
         block, second = divmod(self.rounds, 2)
@@ -77,12 +83,32 @@ class Rounds:
                 return None
             return run_value(summaries.get(rid) or {}, measure)
 
+        judged = disturbed.judge(store, ids) if self.repeat_disturbed else None
         out = {}
+        self.left_out = {}
         for pid, mine in self.ours.items():
-            both = [(value(x), value(y)) for x, y in zip(mine, self.theirs.get(pid, []))]
-            kept = [(a, b) for a, b in both if a is not None and b is not None]
-            out[names.get(pid, pid)] = ([a for a, _ in kept], [b for _, b in kept])
+            name = names.get(pid, pid)
+            kept = []
+            for x, y in zip(mine, self.theirs.get(pid, [])):
+                a, b = value(x), value(y)
+                if a is None or b is None:
+                    continue
+                said = [w for r in (x, y) for w in judged.disturbed.get(r, [])] if judged else []
+                if said:
+                    self.left_out.setdefault(name, []).append(said)
+                    continue
+                kept.append((a, b))
+            out[name] = ([a for a, _ in kept], [b for _, b in kept])
         return out
+
+    def disturbed_lines(self) -> list[str]:
+        """One line a point whose pairs a disturbed run left out: how many, and the first
+        pair's reasons."""
+        return [
+            f"{name}: {len(pairs)} pair(s) left out and repeated, a run in each disturbed "
+            f"by other work (the first: {'; '.join(pairs[0])})"
+            for name, pairs in sorted(self.left_out.items())
+        ]
 
 
 def _with_repetitions(loaded: LoadedSpec, n: int) -> LoadedSpec:
@@ -106,11 +132,12 @@ def run_rounds(
     backend_for: Callable[[str], Backend],
     say: Callable[[str], None],
     measure: Measure = WALL,
+    repeat_disturbed: bool = True,
 ) -> Rounds:
     """Rounds of runs until every matched point is decided (by `measure`) or the budget is
     spent."""
     name = loaded.spec.experiment.name
-    out = Rounds()
+    out = Rounds(repeat_disturbed=repeat_disturbed)
     start = time.monotonic()
     if interleave:  # each point's first repetition stored (planned): the points to pair
         first = [r for r in plan(loaded).runs if r.repetition == 0 and not r.comm_benchmark]

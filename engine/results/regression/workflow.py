@@ -54,9 +54,16 @@ class Request:
     max_repetitions: int = 10
     max_minutes: float = 10.0
     measure: str = "wall"  # check.MEASURES
+    # a pair with a disturbed run: "repeat" (left out) or "count"; None: repeat when judged
+    # by wall time, count when by CPU time (what other work moves less)
+    disturbed: str | None = None
     backend: str | None = None
     profile_path: str | None = None
     partition: str | None = None
+
+    @property
+    def repeats_disturbed(self) -> bool:
+        return (self.disturbed or ("repeat" if self.measure == "wall" else "count")) == "repeat"
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class Outcome:
     change_points: list[str] = field(default_factory=list)
     # the two sides' code where it differs beyond the study's spec (baseline_code)
     code: list[str] = field(default_factory=list)
+    # by point, the pairs a disturbed run left out, and what disturbed them
+    disturbed: list[str] = field(default_factory=list)
 
     @property
     def shared(self) -> bool:
@@ -175,6 +184,7 @@ class Outcome:
             **({"window": str(self.window)} if self.window else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
             **({"code": "; ".join(self.code)} if self.code else {}),
+            **({"disturbed": "; ".join(self.disturbed)} if self.disturbed else {}),
         }
         return junit_xml(self.name, self.base.name, self.verdicts, props)
 
@@ -305,6 +315,7 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
         if done is not None and asked.interleave:
             names = {rounds.point_id_of(store, p): point_name(p) for p in current if p.run_ids}
             paired = done.paired(store, names, outcome.measure)
+            outcome.disturbed = done.disturbed_lines()
         outcome.verdicts = check(current, base, asked.tolerance, paired, outcome.measure)
     if done is not None:
         outcome.stopped = done.stopped
@@ -375,6 +386,7 @@ def _run(store, loaded, base, asked, backend, budget, wait, say) -> rounds.Round
         lambda name: make_backend(name, store),
         say,
         MEASURES[asked.measure],
+        repeat_disturbed=asked.repeats_disturbed,
     )
 
 
