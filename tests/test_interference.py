@@ -131,3 +131,41 @@ def test_a_run_records_its_window_and_cpu_time_per_step(tmp_path, home):
     per_step = load["rank_cpu_s"] / summary["timed_steps"]
     assert summary["cpu_s_per_step"] == pytest.approx(per_step)
     assert interference.launcher_pid() is None or interference.launcher_pid() > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_a_glance_names_what_is_busy_and_leaves_out_dlscale_s_own():
+    """Issue 50 item 4: before a study starts, a half-second look at every CPU: a busy loop
+    on one of them is among the busiest, by its command line; left out (dlscale's own
+    worker), it is not counted."""
+    pid, shell = _hog(min(os.sched_getaffinity(0)))
+    try:
+        seen = interference.glance(0.5)
+        left = interference.glance(0.5, {pid})
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shell.stdout.close()  # type: ignore[union-attr]
+    assert seen.others_share is not None and seen.others_share >= 0.4 / seen.cpus, seen
+    (hog,) = [b for b in seen.busiest if b[1] == pid]
+    assert "-c import os" in hog[0] and hog[2] >= 0.2, seen  # a CPU shared with CI at worst
+    assert all(b[1] != pid for b in left.busiest), left
+
+
+def test_run_waits_for_a_quiet_machine_only_when_asked(monkeypatch, capsys):
+    from dlscale.engine.cli import runs
+
+    class Busy:
+        looks = 0
+
+        def busy(self):
+            self.looks += 1
+            return "this machine is busy: hog (pid 1)" if self.looks <= 3 else None
+
+    monkeypatch.setattr(runs, "LOOK_AGAIN_S", 0.0)
+    assert runs._quiet_enough(Busy(), "go")
+    said = capsys.readouterr().out
+    assert "hog (pid 1); going on" in said
+    target = Busy()
+    assert runs._quiet_enough(target, "wait") and target.looks == 4
+    said = capsys.readouterr().out
+    assert "waiting for it to be quiet" in said and "quiet after" in said

@@ -120,6 +120,11 @@ class Backend(abc.ABC):
         """The most a job may run, where the place sets one."""
         return None
 
+    def busy(self) -> str | None:
+        """What else is using the machine the runs will run on, in one line (None: quiet,
+        or a place this backend cannot look at before its jobs start)."""
+        return None
+
     def check_reachable(self, within_s: float) -> None:
         """Raise ControllerUnreachable, saying why, when the scheduler does not answer
         within `within_s` seconds: asked before a submission, so an unreachable controller

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from typing import Any
 
 import click
 
@@ -128,6 +130,14 @@ def plan_cmd(
     default=False,
     help="follow the runs to the end, then print the results table and speedup chart",
 )
+@click.option(
+    "--if-busy",
+    type=click.Choice(["go", "wait"]),
+    default="go",
+    show_default=True,
+    help="local backend: when other work is using this machine's CPUs as the study starts "
+    "(said in one line, with what), go on, or wait until it is quiet before submitting",
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -136,6 +146,7 @@ def run(
     profile_path: str | None,
     partition: str | None,
     wait: bool,
+    if_busy: str,
 ) -> None:
     """Submit the runs of SPEC that have not completed yet."""
     backend = backend_for(backend, profile_path, partition)
@@ -143,6 +154,8 @@ def run(
     profile = load_profile(profile_path) if profile_path else None
     store = _store(ctx)
     target = make_backend(backend, store, profile, partition)
+    if not _quiet_enough(target, if_busy):
+        sys.exit(130)
     report = study.submit(store, loaded, target)
     name = loaded.spec.experiment.name
     where = target.describe() + (f" via {target.via}" if target.via else "")
@@ -192,6 +205,34 @@ def run(
             )
         err.print(why, soft_wrap=True)
         sys.exit(1)
+
+
+# How often `run --if-busy wait` looks at the machine again while it is busy
+LOOK_AGAIN_S = 4.0
+
+
+def _quiet_enough(target: Any, if_busy: str) -> bool:
+    """Say in one line what is using the machine, where the backend can look; with
+    `wait`, look again every few seconds until it is quiet (False: interrupted)."""
+    said = target.busy()
+    if said is None:
+        return True
+    if if_busy == "go":
+        out.print(
+            f"{printable(said)}; going on (runs it disturbs are marked; `--if-busy wait` waits)",
+            soft_wrap=True,
+        )
+        return True
+    out.print(f"{printable(said)}; waiting for it to be quiet (ctrl+c stops)", soft_wrap=True)
+    started = time.monotonic()
+    try:
+        while target.busy() is not None:
+            time.sleep(LOOK_AGAIN_S)
+    except KeyboardInterrupt:
+        err.print("\nstopped waiting; nothing was submitted")
+        return False
+    out.print(f"quiet after {time.monotonic() - started:.0f} s; submitting", soft_wrap=True)
+    return True
 
 
 @click.command()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,3 +204,88 @@ class Window:
             "own_cpu_s": self.run_cpu_s,
             "rank_cpu_s": self.rank_cpu_s,
         }
+
+
+# --- a glance at the machine before a study starts (issue 50, item 4) -----------------------
+
+
+@dataclass(frozen=True)
+class Glance:
+    """What the machine's CPUs did over a short look: the share of all of them that
+    processes other than the ones left out used, and the busiest of those, by name."""
+
+    seconds: float
+    cpus: int
+    others_share: float | None  # None: /proc cannot say
+    # (command line, pid, share of one CPU), the busiest first: at most 10, each 5% or more
+    busiest: tuple[tuple[str, int, float], ...]
+
+
+def _processes(proc: Path) -> dict[int, tuple[str, int, float]]:
+    """pid -> (command name, parent pid, CPU seconds) of every process /proc lists."""
+    out = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = text[text.find("(") + 1 : text.rfind(")")]
+        fields = text.rsplit(")", 1)[-1].split()
+        try:  # proc(5): ppid is field 4, utime and stime 14 and 15
+            cpu_s = (int(fields[11]) + int(fields[12])) / _TICK
+            out[int(entry.name)] = (name, int(fields[1]), cpu_s)
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def _below(pids: set[int], parents: dict[int, int]) -> set[int]:
+    """`pids` and every process below them."""
+    out = set(pids)
+    changed = True
+    while changed:
+        more = {p for p, parent in parents.items() if parent in out and p not in out}
+        out |= more
+        changed = bool(more)
+    return out
+
+
+def _command(pid: int, proc: Path, name: str) -> str:
+    """A process's command line, its first words (else its name): what `ps` would show."""
+    try:
+        words = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return name
+    text = " ".join(" ".join(w.decode("utf-8", "replace").split()) for w in words[:4] if w)
+    return (text[:60] + "...") if len(text) > 60 else text or name
+
+
+def glance(seconds: float = 1.0, leave_out: Collection[int] = (), proc: Path = PROC) -> Glance:
+    """Look at every CPU for `seconds`: how much of them processes used, less this process's
+    tree and the trees of `leave_out` (dlscale's own: its worker and the runs it starts)."""
+    cpus = tuple(range(os.cpu_count() or 1))
+    busy0, _ = _cpu_times(cpus, proc / "stat")
+    before = _processes(proc)
+    start = time.monotonic()
+    time.sleep(seconds)
+    busy1, _ = _cpu_times(cpus, proc / "stat")
+    after = _processes(proc)
+    took = time.monotonic() - start
+    parents = {pid: v[1] for pid, v in after.items()}
+    ours = _below({os.getpid(), *leave_out}, parents)
+    used = {
+        pid: max(0.0, v[2] - before[pid][2])
+        for pid, v in after.items()
+        if pid in before and pid not in ours
+    }
+    share = None
+    if busy0 is not None and busy1 is not None and took > 0:
+        own = sum(max(0.0, after[p][2] - before[p][2]) for p in ours if p in after and p in before)
+        share = min(1.0, max(0.0, (busy1 - busy0 - own) / (took * len(cpus))))
+    top = sorted(used.items(), key=lambda kv: -kv[1])[:10]
+    busiest = tuple(
+        (_command(pid, proc, after[pid][0]), pid, s / took) for pid, s in top if s / took >= 0.05
+    )
+    return Glance(took, len(cpus), share, busiest)

@@ -17,13 +17,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ....trainers.common import interference
 from ...errors import PlanError, UserError
 from ...paths import RunPaths
 from ...runs import ACTIVE, JobRow, RunRow, State, scale_label
 from ...tracking.monitor import finalize_run
 from ...tracking.store import Store
 from ..base import Backend, JobRequest, JobStatus, Watcher
-from .processes import signal_job
+from .processes import signal_job, valid_pid
 from .starting import ensure_worker
 
 if TYPE_CHECKING:
@@ -141,6 +142,24 @@ class LocalBackend(Backend):
 
     def describe(self) -> str:
         return "local"
+
+    def busy(self) -> str | None:
+        """Half a second's look at this machine's CPUs (interference.glance), less dlscale's own
+        worker and the runs it runs; busy when others used more of them than a run may
+        have others use before it counts as disturbed (results/disturbed.py)."""
+        from ...results.disturbed import OTHERS_CPU
+
+        ours = {j["worker_pid"] for j in self.store.jobs.live() if j.get("worker_pid")}
+        seen = interference.glance(0.5, {p for p in ours if valid_pid(p)})
+        if seen.others_share is None or seen.others_share <= OTHERS_CPU:
+            return None
+        who = ", ".join(
+            f"{cmd} (pid {pid}, {100 * s:.0f}% of a CPU)" for cmd, pid, s in seen.busiest[:3]
+        )
+        return (
+            f"this machine is busy: other processes used {100 * seen.others_share:.0f}% of its "
+            f"{seen.cpus} CPUs over the last half second" + (f", the most {who}" if who else "")
+        )
 
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
         from ...launching import custom_launch, gpu_checks
