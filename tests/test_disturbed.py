@@ -152,3 +152,19 @@ def test_a_checks_pair_with_a_disturbed_run_is_left_out_and_said(tmp_path):
     assert Request("s").repeats_disturbed and not Request("s", measure="cpu").repeats_disturbed
     assert Request("s", measure="cpu", disturbed="repeat").repeats_disturbed
     assert not Request("s", disturbed="count").repeats_disturbed
+
+
+def test_the_report_says_how_quiet_the_machine_was(tmp_path):
+    from dlscale.engine.results.report import document
+
+    store, ids = _study(tmp_path, '[experiment]\nname = "e"\n')
+    made = document.build(store, "e", tmp_path / "report", "md")
+    text = (tmp_path / "report" / "report.md").read_text()
+    quiet = made.tables["quiet"]
+    cells = {row[0]: row for row in quiet.rows}
+    others = cells["others' share of the run's CPUs"]
+    assert others[1:] == ["4", "2.0%", "45.0%", "10%", "1"]
+    assert cells["I/O stall (machine)"][-1] == "1"
+    assert "How quiet was the machine" in text
+    assert "2 of 4 runs with a record were disturbed" in text
+    assert "2 of 5 runs disturbed" in text  # under the results table, with what did it

@@ -41,6 +41,7 @@ from .folder import ReportFolder
 from .sections import (
     loader_table,
     noisy_table,
+    quiet_table,
     reference_table,
     rerun_table,
     shown_path,
@@ -257,6 +258,7 @@ def _write(
         "tta": tta_table(rows),
         "loaders": loader_table(rows),
         "noisy": noisy_table(rows),
+        "quiet": quiet_table(store.records.last("interference", [r["run_id"] for r in runs]), rows),
         "reruns": rerun_table(reruns),
         "reference": reference_table(ref, rows) if ref else None,
         "projection": beyond,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...runs import scale_label
+from .. import disturbed
 from ..formatting import fmt, throughput_text
 from ..points import speedup, throughput_unit
 from ..reference import LoadedReference, compare
@@ -131,6 +132,64 @@ def noisy_table(rows: list[ResultRow]) -> Table | None:
             "less, look at the runs' nodes, or repeat them."
         ],
         {3, 4, 5},
+    )
+
+
+# The signals the quiet table shows, in the words of its rows, with their thresholds
+QUIET_SIGNALS = (
+    ("others' share of the run's CPUs", "others_cpu_share", disturbed.OTHERS_CPU),
+    ("run-queue wait of the run's threads", "run_queue_wait_share", disturbed.QUEUE_WAIT),
+    ("CPU steal", "steal_share", disturbed.STEAL),
+    ("I/O stall (machine)", "io_stall_share", disturbed.IO_STALL),
+    ("memory stall (machine)", "memory_stall_share", disturbed.MEMORY_STALL),
+    ("CPU stall (machine)", "cpu_stall_share", None),
+)
+
+
+def quiet_table(records: dict[str, dict[str, Any]], rows: list[ResultRow]) -> Table | None:
+    """How quiet the machine was: each signal of the completed runs' interference records
+    (by run id) over their timed steps, its median and largest, and how many runs it put
+    past its threshold; the notes say how many runs were judged disturbed and what was done
+    with them. None where no run has a record."""
+    judged = {rid for r in rows for rid in r["run_ids"]} & set(records)
+    if not judged:
+        return None
+    body = []
+    for words, name, limit in QUIET_SIGNALS:
+        values = sorted(
+            v
+            for rid in judged
+            if isinstance(v := records[rid].get(name), (int, float)) and not isinstance(v, bool)
+        )
+        if not values:
+            body.append([words, "0", "-", "-", "-", "-"])
+            continue
+        past = "-" if limit is None else str(sum(v > limit for v in values))
+        body.append(
+            [
+                words,
+                str(len(values)),
+                fmt(100 * values[len(values) // 2], 1, "%"),
+                fmt(100 * values[-1], 1, "%"),
+                "-" if limit is None else fmt(100 * limit, 0, "%"),
+                past,
+            ]
+        )
+    flagged = {rid for r in rows for rid in r["disturbed"]}
+    left = sum(len(r["disturbed"]) for r in rows if r["disturbed_action"] == disturbed.LEAVE_OUT)
+    notes = [
+        f"{len(flagged)} of {len(judged)} runs with a record were disturbed"
+        + (f" ({left} left out of their points, as the spec asks)" if left else "")
+        + "; a run is disturbed when a signal passes its threshold (others' share counts only "
+        "with the run's threads waiting for a CPU): docs/measuring.md.",
+        "CPU stall is the machine's, the run's own threads included: shown, not judged.",
+    ]
+    return Table(
+        "How quiet was the machine",
+        ["signal", "runs", "median", "largest", "threshold", "past it"],
+        body,
+        notes,
+        {1, 2, 3, 4, 5},
     )
 
 
