@@ -25,6 +25,7 @@ PAST = [
     ({"steal_share": disturbed.STEAL + 0.01}, "steal"),
     ({"io_stall_share": disturbed.IO_STALL + 0.01}, "I/O"),
     ({"memory_stall_share": disturbed.MEMORY_STALL + 0.01}, "memory"),
+    ({"foreign_gpu_util_share": disturbed.FOREIGN_GPU + 0.01, "foreign_gpu_pids": [7]}, "GPU"),
 ]
 
 
@@ -32,9 +33,11 @@ PAST = [
 def test_each_signal_past_its_threshold_disturbs_and_just_below_does_not(past, words):
     (said,) = disturbed.reasons({**QUIET, **past})
     assert words in said
-    share = next(v for k, v in past.items() if k != "run_queue_wait_share")
+    share = next(v for k, v in past.items() if k.endswith("_share") and "queue" not in k)
     assert f"{100 * share:.0f}%" in said  # the share, in the words
-    below = {k: (v - 0.02 if k != "run_queue_wait_share" else v) for k, v in past.items()}
+    below = {
+        k: (v - 0.02 if k.endswith("_share") and "queue" not in k else v) for k, v in past.items()
+    }
     assert disturbed.reasons({**QUIET, **below}) == []
 
 

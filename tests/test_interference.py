@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -169,3 +170,58 @@ def test_run_waits_for_a_quiet_machine_only_when_asked(monkeypatch, capsys):
     assert runs._quiet_enough(target, "wait") and target.looks == 4
     said = capsys.readouterr().out
     assert "waiting for it to be quiet" in said and "quiet after" in said
+
+
+class FakeNvml:
+    """NVML as the GPU neighbours read it: the compute processes now, and the per-process
+    utilisation samples since a time (NVML raises NOT_FOUND when it kept none)."""
+
+    def __init__(self, running, samples):
+        self.running, self.samples, self.asked_since = running, samples, []
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=1 << 30) for p in self.running]
+
+    def nvmlDeviceGetProcessUtilization(self, handle, since):
+        self.asked_since.append(since)
+        if not self.samples:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return [
+            types.SimpleNamespace(pid=p, smUtil=u, timeStamp=since + 1) for p, u in self.samples
+        ]
+
+
+def test_a_foreign_gpu_process_is_seen_with_its_share_of_the_gpu():
+    """Issue 50: compute processes on the run's GPU that are not the run's, and their SM
+    utilisation over the window, from NVML (a synthetic one: CI has no GPU)."""
+    ours = {10, 11}
+    nvml = FakeNvml(running=[10, 99], samples=[(10, 80), (99, 40), (10, 70), (99, 30)])
+    w = Window(gpu=interference.GpuNeighbours(nvml, "gpu0", lambda: ours))
+    w.resume()
+    w.pause()
+    rec = w.record()
+    assert rec["foreign_gpu_pids"] == [99]
+    assert rec["foreign_gpu_util_share"] == pytest.approx((40 + 30) / 100 / 4)
+    assert nvml.asked_since and nvml.asked_since[0] > 1e15  # microseconds, as NVML counts
+    # alone on its GPU, NVML keeping no samples: nothing foreign, and no share to judge by
+    alone = Window(gpu=interference.GpuNeighbours(FakeNvml([10], []), "gpu0", lambda: ours))
+    alone.resume()
+    alone.pause()
+    assert alone.record()["foreign_gpu_pids"] == []
+    assert alone.record()["foreign_gpu_util_share"] is None
+    # a driver that will not list processes: unknown, not "none"
+    broken = FakeNvml([], [])
+    broken.nvmlDeviceGetComputeRunningProcesses = None  # type: ignore[assignment]
+    w = Window(gpu=interference.GpuNeighbours(broken, "gpu0", lambda: ours))
+    w.resume()
+    w.pause()
+    assert w.record()["foreign_gpu_pids"] is None
+    assert w.record()["foreign_gpu_util_share"] is None
+    # in a container, NVML lists host pids: the run's own cannot be told from others'
+    hosted = FakeNvml(running=[4010, 4099], samples=[(4010, 80), (4099, 40)])
+    w = Window(gpu=interference.GpuNeighbours(hosted, "gpu0", lambda: ours))
+    w.resume()
+    w.pause()
+    assert w.record()["foreign_gpu_util_share"] is None
+    # a run without a metered GPU has neither field
+    assert "foreign_gpu_pids" not in Window().record()

@@ -11,7 +11,9 @@ says how and with what numbers):
   others' share alone decides;
 - steal: a hypervisor gave the run's CPUs to other guests;
 - I/O and memory: tasks stalled on them (the machine's pressure stall information) for a
-  share of the window.
+  share of the window;
+- GPU: compute processes that are not the run's used its GPU (NVML's per-process SM
+  utilisation samples) for a share of the window.
 A record the kernel could say nothing in (every share None) judges nothing: the run is
 neither quiet nor disturbed, and is shown as unknown."""
 
@@ -32,6 +34,7 @@ QUEUE_WAIT = 0.10  # of the time the run's threads wanted a CPU, the share they 
 STEAL = 0.05
 IO_STALL = 0.20
 MEMORY_STALL = 0.05
+FOREIGN_GPU = 0.05  # foreign processes' share of the run's GPU's SM utilisation samples
 
 SHARES = (
     "others_cpu_share",
@@ -40,6 +43,7 @@ SHARES = (
     "io_stall_share",
     "memory_stall_share",
     "cpu_stall_share",
+    "foreign_gpu_util_share",
 )
 
 # What a spec's `[experiment] disturbed` may choose (engine/config/spec.py)
@@ -76,6 +80,11 @@ def reasons(record: Mapping[str, Any]) -> list[str] | None:
         out.append(f"tasks waited for I/O {_pct(io)} of the time")
     if (memory := shares["memory_stall_share"]) is not None and memory > MEMORY_STALL:
         out.append(f"tasks waited for memory {_pct(memory)} of the time")
+    if (gpu := shares["foreign_gpu_util_share"]) is not None and gpu > FOREIGN_GPU:
+        pids = record.get("foreign_gpu_pids")
+        pids = pids[:3] if isinstance(pids, list) else []
+        named = f" (pid {', '.join(map(str, pids))})" if pids else ""
+        out.append(f"other processes{named} used the run's GPU {_pct(gpu)} of the time")
     return out
 
 

@@ -71,7 +71,7 @@ def tree_seconds(pid: int | None = None) -> float | None:
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
     total = 0.0
-    for p in _tree(root):
+    for p in tree_pids(root):
         value = _own_and_reaped(p)
         if value is None:
             if p == root:
@@ -81,7 +81,7 @@ def tree_seconds(pid: int | None = None) -> float | None:
     return total
 
 
-def _tree(root: int) -> Iterator[int]:
+def tree_pids(root: int) -> Iterator[int]:
     """The pids of `root`'s process tree, root first (children read once each is given)."""
     seen: set[int] = set()
     todo = [root]
@@ -119,7 +119,7 @@ def tree_waits(pid: int | None = None) -> tuple[float, float] | None:
     if not (PROC / str(root) / "schedstat").is_file():
         return None
     ran = waited = 0.0
-    for p in _tree(root):
+    for p in tree_pids(root):
         got = _task_waits(p)
         if got is not None:
             ran, waited = ran + got[0], waited + got[1]

@@ -117,6 +117,11 @@ class Meter:
         except Exception as exc:  # NVMLError_*: no driver access, an older GPU...
             self.unavailable = f"NVML cannot read this GPU's energy ({type(exc).__name__})"
 
+    def nvml(self) -> tuple[Any, Any] | None:
+        """NVML and the handle of the GPU it meters, where it opened one (interference.py
+        asks the same GPU for its other users)."""
+        return (self._nvml, self._handle) if self._nvml is not None else None
+
     # --- the counters ----------------------------------------------------------------------
 
     def _read(self) -> Any:

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import cpu_time
 
@@ -158,10 +159,13 @@ class Window:
     stall_s: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(RESOURCES, 0.0))
     ran_s: float | None = 0.0
     queued_s: float | None = 0.0
+    gpu: GpuNeighbours | None = None  # the run's GPU's other users, where NVML is open
     _open: Reading | None = None
 
     def resume(self, reading: Reading | None = None) -> None:
         self._open = reading or read()
+        if self.gpu is not None:
+            self.gpu.resume()
 
     def pause(self, reading: Reading | None = None) -> None:
         """Close the segment opened by `resume` (nothing if none is open)."""
@@ -169,6 +173,8 @@ class Window:
         if a is None:
             return
         b = reading or read()
+        if self.gpu is not None:
+            self.gpu.pause()
         self.seconds += max(0.0, b.at - a.at)
         self.cpus = b.cpus
         for name in COUNTERS:
@@ -203,6 +209,7 @@ class Window:
             **{f"{r}_stall_share": share(self.stall_s.get(r), self.seconds) for r in RESOURCES},
             "own_cpu_s": self.run_cpu_s,
             "rank_cpu_s": self.rank_cpu_s,
+            **(self.gpu.record() if self.gpu is not None else {}),
         }
 
 
@@ -289,3 +296,75 @@ def glance(seconds: float = 1.0, leave_out: Collection[int] = (), proc: Path = P
         (_command(pid, proc, after[pid][0]), pid, s / took) for pid, s in top if s / took >= 0.05
     )
     return Glance(took, len(cpus), share, busiest)
+
+
+# --- a GPU's other users (issue 50: "a foreign process used GPU 0 for 12 s") ----------------
+
+
+class GpuNeighbours:
+    """Compute processes on the run's GPU that are not the run's, over its timed window,
+    from NVML: the processes at each segment's edges (nvmlDeviceGetComputeRunningProcesses)
+    and, between them, the per-process SM utilisation samples NVML keeps
+    (nvmlDeviceGetProcessUtilization, since the segment began). The run's own processes are
+    the node's tree of the rank's launcher, or the rank's own. Whatever NVML refuses (an
+    older driver, no permission to see other users' processes) leaves its field None."""
+
+    def __init__(self, nvml: Any, handle: Any, ours: Callable[[], set[int]]) -> None:
+        self._nvml, self._handle, self._ours = nvml, handle, ours
+        self._since: int | None = None  # NVML's timestamp (microseconds) a segment began
+        self.pids: set[int] = set()
+        self.util_sum = 0.0  # foreign SM utilisation (%) summed over samples
+        self.samples = 0  # samples of any process in the window
+        self.unknown: str | None = None
+
+    def _foreign(self) -> set[int]:
+        try:
+            found = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except Exception as exc:
+            self.unknown = f"NVML lists no processes ({type(exc).__name__})"
+            return set()
+        pids, ours = {int(p.pid) for p in found}, self._ours()
+        if pids and not pids & ours:
+            # The run computes on this GPU by now (its warm-up ran), so NVML lists it: under
+            # another pid, in a container's pid namespace, where no pid can be told apart
+            self.unknown = "NVML's process ids are not this namespace's (a container)"
+            return set()
+        return pids - ours
+
+    def resume(self) -> None:
+        self.pids |= self._foreign()
+        self._since = int(time.time() * 1e6)
+
+    def pause(self) -> None:
+        if self._since is None:
+            return
+        since, self._since = self._since, None
+        foreign = self._foreign()
+        self.pids |= foreign
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(self._handle, since)
+        except Exception:  # NVML_ERROR_NOT_FOUND: no process sampled since (or none kept)
+            samples = []
+        ours = self._ours()
+        for s in samples:
+            self.samples += 1
+            if int(s.pid) not in ours:
+                self.pids.add(int(s.pid))
+                self.util_sum += float(s.smUtil)
+
+    def record(self) -> dict[str, object]:
+        """`foreign_gpu_pids`; `foreign_gpu_util_share`: the foreign processes' SM
+        utilisation over the window's samples (0 to 1), None where NVML kept none."""
+        share = None
+        if self.samples and self.unknown is None:
+            share = min(1.0, self.util_sum / 100.0 / self.samples)
+        return {
+            "foreign_gpu_pids": sorted(self.pids) if self.unknown is None else None,
+            "foreign_gpu_util_share": share,
+        }
+
+
+def run_pids() -> set[int]:
+    """The processes of the run on this node: the launcher's tree, or the rank's own."""
+    parent = launcher_pid()
+    return set(cpu_time.tree_pids(parent if parent is not None else os.getpid()))

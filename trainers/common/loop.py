@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .entry import TrainerError
-from .interference import Window
+from .interference import GpuNeighbours, Window, run_pids
 from .records import RecordWriter
 from .schedule import LRPlan, step_time_stats
 from .slowdown import Slowdown
@@ -138,6 +138,9 @@ class Loop:
 def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any]) -> Loop:
     """Train from `stream` (batches; None marks an epoch's end)."""
     r, out = recipe, Loop()
+    opened = hooks.meter.nvml() if hooks.meter is not None else None
+    if opened is not None:  # a GPU's other users, asked of the NVML its meter opened
+        out.load.gpu = GpuNeighbours(*opened, run_pids)
     knob = Slowdown.from_environment()  # test only: slowdown.py
     interval_images = 0
     hooks.sync()

@@ -142,6 +142,10 @@ TYPES: dict[str, dict[str, str]] = {
         "memory_stall_share": "fraction?",
         "own_cpu_s": "rate?",
         "rank_cpu_s": "rate?",
+        # compute processes on the run's GPU that are not the run's, and their share of
+        # its SM utilisation over the window (NVML)
+        "foreign_gpu_pids": "list?",
+        "foreign_gpu_util_share": "fraction?",
         "metered": "text?",  # read from outside a declared framework's script
         "unavailable": "text?",  # why the shares are unknown
     },

@@ -142,6 +142,7 @@ QUIET_SIGNALS = (
     ("CPU steal", "steal_share", disturbed.STEAL),
     ("I/O stall (machine)", "io_stall_share", disturbed.IO_STALL),
     ("memory stall (machine)", "memory_stall_share", disturbed.MEMORY_STALL),
+    ("other processes on the run's GPU", "foreign_gpu_util_share", disturbed.FOREIGN_GPU),
     ("CPU stall (machine)", "cpu_stall_share", None),
 )
 
