@@ -279,7 +279,7 @@ def test_a_spec_saved_from_the_tui_goes_through_the_writer(tmp_path):
     victim.write_text("the user's\n")
     link = tmp_path / "spec.toml"
     link.symlink_to(victim)
-    from dlscale.engine.config.tomlfile import tomllib
+    from dlscale.engine.config.toml_text import tomllib
 
     data = tomllib.loads(QUICKSTART.read_text())
     with pytest.raises(OutputError, match="is a link"):

@@ -144,7 +144,7 @@ def test_plan_and_the_build_screen_count_a_study_the_same_way(tmp_path):
     now say plan.Totals' words, for every mix of states a store can hold."""
     import itertools
 
-    from dlscale.engine.config.tomlfile import tomllib
+    from dlscale.engine.config.toml_text import tomllib
     from dlscale.engine.launching.plan import Totals
     from dlscale.engine.runs import State
     from dlscale.engine.session import Session

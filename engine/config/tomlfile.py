@@ -9,7 +9,6 @@ error says why it is there (`limit`).
 from __future__ import annotations
 
 import re
-import sys
 import types
 import typing
 from pathlib import Path
@@ -27,17 +26,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ...trainers.common.records import nesting
 from ..errors import SpecError
-from ..io.reading import TEXT_LIMIT, TOML_DEPTH, FileTooLarge, NotRegularFile, read_text
+from ..io.reading import TEXT_LIMIT, FileTooLarge, NotRegularFile, read_text
 from .quantities import normal
-
-# One home for the TOML reader: the standard library's from 3.11, its PyPI original (the same
-# code, a dependency only there) on 3.10.
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
+from .toml_text import parse_toml_text
 
 
 def _normal(value: float | int) -> float | int:
@@ -320,29 +312,6 @@ def parse_toml(path: str | Path) -> tuple[str, dict[str, Any]]:
         why = f"{p}: cannot read ({exc.__class__.__name__}: {exc})"
         raise SpecError(str(p), [why]) from None
     return text, parse_toml_text(text, str(p))
-
-
-def parse_toml_text(text: str, where: str) -> dict[str, Any]:
-    """TOML text (of the file or the member named `where`) parsed within the same bounds
-    as a file: at most files.TEXT_LIMIT, nested at most TOML_DEPTH; SpecError otherwise.
-    A spec carried in a bundle is held to them too, so a run imported is a run that
-    `store rebuild` can read back."""
-    if len(text) > TEXT_LIMIT:
-        raise SpecError(where, [f"{where}: larger than {TEXT_LIMIT >> 20} MiB"])
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        at = f"{where}:{m[1]}:{m[2]}" if m else where
-        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise SpecError(where, [f"{at}: invalid TOML: {reason}"]) from None
-    except RecursionError:  # tomllib recurses per level of nesting
-        data = None
-    if data is None or nesting(data) > TOML_DEPTH:
-        raise SpecError(
-            where, [f"{where}: invalid TOML: arrays or tables nested over {TOML_DEPTH} deep"]
-        )
-    return data
 
 
 ALLOWED = f"a regular file of at most {TEXT_LIMIT >> 20} MiB"

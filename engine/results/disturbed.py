@@ -116,7 +116,7 @@ def judge(store: Store, run_ids: Iterable[str] | None = None) -> Judged:
 def action_of(spec_text: str) -> str:
     """What an experiment's saved spec chose for its disturbed runs (`[experiment]
     disturbed`, checked when the spec was run): flag them, or leave them out of points."""
-    from ..config.tomlfile import parse_toml_text  # pydantic: not for `dlscale status`
+    from ..config.toml_text import parse_toml_text
 
     try:
         experiment = parse_toml_text(spec_text, "the saved spec").get("experiment")

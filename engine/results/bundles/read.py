@@ -42,7 +42,7 @@ from pydantic import (
 from ....trainers.common.records import RecordError, abnormal, parse_record
 from ...config.custom import NAME
 from ...config.quantities import TIMESTAMP
-from ...config.tomlfile import parse_toml_text
+from ...config.toml_text import parse_toml_text
 from ...errors import SpecError, UserError, capped
 from ...io.reading import NotRegularFile, load_json, open_regular
 from ...runs import COUNT_MAX, TERMINAL, TEXT_MAX

@@ -23,7 +23,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from ...config.tomlfile import tomllib
+from ...config.toml_text import tomllib
 from ...errors import NotFoundError, UserError
 from ...io.text import markdown_block, markdown_fence, markdown_inline, printable
 from ...runs import RunRow, State
