@@ -179,3 +179,43 @@ async def test_where_nothing_is_projected_the_chart_says_why_as_dlscale_project_
         text = " ".join(screen_text(app).split())
         assert f"not projected: {why}" in text  # wrapped, whole
         assert "measured, then projected" not in text
+
+
+async def test_a_disturbed_run_is_marked_and_said_on_the_results_and_queue_screens(home):
+    """Issue 50, item 2: the TUI shows what results and status say of a run other work
+    disturbed: the ~ after its point's throughput with the legend above the table, what
+    disturbed it under the table when its point is selected, and the run's reason on the
+    queue."""
+    hit = []
+
+    def disturb(run_id: str, lines: list[str]) -> list[str]:
+        if hit or json.loads(lines[0])["world_size"] != 1:
+            return lines
+        hit.append(run_id)
+        load = {"kind": "interference", "schema": 1, "time": 0.0, "window_s": 2.0, "cpus": [0]}
+        load.update(others_cpu_share=0.45, run_queue_wait_share=0.4)
+        return [*lines, json.dumps(load) + "\n"]
+
+    recorded_study(home, edit=disturb)
+    app = DlscaleApp(Session(home, "local"))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, what="the first refresh")
+        reasons = {r.run_id: r.reason for r in app.snapshot.rows}
+        assert reasons[hit[0]].startswith("disturbed: others took 45% of the run's CPUs")
+        await pilot.press("f4")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ResultsScreen) and field(app, "results").row_count == 2,
+            what="two results",
+        )
+        one = row_of(app, 1)
+        assert one["images/s"].endswith("~"), one
+        assert "~ = some runs the point counts were disturbed" in str(
+            field(app, "results-head").render()
+        )
+        table = field(app, "results")
+        table.focus()
+        table.move_cursor(row=int(one["index"]))
+        await until(pilot, lambda: "1x1" in str(field(app, "why").render()), what="the point")
+        why = str(field(app, "why").render())
+        assert f"1 of 3 runs disturbed; run {hit[0]}: others took 45%" in why, why

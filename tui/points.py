@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.results import tables
+from ..engine.results import disturbed, tables
 from ..engine.results.rows import ResultRow
 from ..engine.results.table import Table
 from .columns import fit, widest
@@ -118,7 +118,7 @@ def in_full(r: ResultRow, view: Shown, index: int) -> list[str]:
     for c, cell in zip(view.table.columns, view.table.rows[index]):
         lines.append(f"{c.heading:<22} {cell or '-'}")
     lines += ["", baseline_words(r)]
-    for extra in (tables.breakdown_text(r), why_missing(r)):
+    for extra in (disturbed.point_text(r), tables.breakdown_text(r), why_missing(r)):
         if extra:
             lines += ["", extra]
     return lines

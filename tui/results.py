@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header
 
-from ..engine.results import charts, tables
+from ..engine.results import charts, disturbed, tables
 from ..engine.results.rows import ResultRow
 from ..engine.session import Snapshot, State
 from . import keys
@@ -261,6 +261,8 @@ class ResultsScreen(AppScreen):
                 parts.append("all " + ", ".join(same))
             if any(r["noisy"] for r in self.results):
                 parts.append(f"* noisy (CV > {100 * tables.NOISY_CV:g}%)")
+            if any(disturbed.counted_disturbed(r) for r in self.results):
+                parts.append(disturbed.LEGEND)
             slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
             if slowed:
                 parts.append(slowed)
@@ -292,7 +294,12 @@ class ResultsScreen(AppScreen):
         why = self.query_one("#why", Plain)
         why.display = r is not None
         if r is not None:
-            more = [*left_out(self.view, row), tables.breakdown_text(r), why_missing(r)]
+            more = [
+                *left_out(self.view, row),
+                disturbed.point_text(r),
+                tables.breakdown_text(r),
+                why_missing(r),
+            ]
             why.update(
                 f"{point_words(r)}: {baseline_words(r)}\n"
                 + ("; ".join(m for m in more if m) or "enter: the point in full")

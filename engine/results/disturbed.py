@@ -19,7 +19,7 @@ neither quiet nor disturbed, and is shown as unknown."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,32 +146,39 @@ def mark(row: Mapping[str, Any]) -> str:
     return f" {MARK}" if counted_disturbed(row) else ""
 
 
-def notes(rows: Iterable[Mapping[str, Any]], label: Any) -> list[str]:
+def point_text(row: Mapping[str, Any]) -> str:
+    """A point's disturbed runs in words ("2 of 5 runs disturbed; run 3f2a...: others took
+    41% of the run's CPUs ..."), with its CV over its quiet runs where it is noisy; "" when
+    none was."""
+    found = row.get("disturbed") or {}
+    if not found:
+        return ""
+    left = row.get("disturbed_action") == LEAVE_OUT
+    completed = row["n"] + (len(found) if left else 0)
+    words = f"{len(found)} of {completed} runs disturbed"
+    words += ' and left out (the spec\'s `disturbed = "leave-out"`)' if left else ""
+    first, *more = sorted(found.items())
+    words += f"; run {first[0]}: {', '.join(first[1])}"
+    words += f" (and {len(more)} more)" if more else ""
+    cv, quiet = row.get("throughput_cv"), row.get("throughput_cv_quiet")
+    if row.get("noisy") and cv is not None and quiet is not None:
+        words += f"; CV {100 * cv:.1f}%, {100 * quiet:.1f}% over its quiet runs"
+    return words
+
+
+LEGEND = (
+    f"{MARK} = some runs the point counts were disturbed by other work on the machine "
+    "(their interference records; docs/measuring.md)"
+)
+
+
+def notes(rows: Iterable[Mapping[str, Any]], label: Callable[[Any], str]) -> list[str]:
     """The lines under a results table that say which points' runs were disturbed and by
     what, and how many runs no record could judge; `label(row)` names a point."""
     rows = list(rows)
-    out = []
-    for r in rows:
-        found = r.get("disturbed") or {}
-        if not found:
-            continue
-        left = r.get("disturbed_action") == LEAVE_OUT
-        completed = r["n"] + (len(found) if left else 0)
-        words = f"{label(r)}: {len(found)} of {completed} runs disturbed"
-        words += ' and left out (the spec\'s `disturbed = "leave-out"`)' if left else ""
-        first, *more = sorted(found.items())
-        words += f"; run {first[0]}: {', '.join(first[1])}"
-        words += f" (and {len(more)} more)" if more else ""
-        cv, quiet = r.get("throughput_cv"), r.get("throughput_cv_quiet")
-        if r.get("noisy") and cv is not None and quiet is not None:
-            words += f"; CV {100 * cv:.1f}%, {100 * quiet:.1f}% over its quiet runs"
-        out.append(words + ".")
+    out = [f"{label(r)}: {said}." for r in rows if (said := point_text(r))]
     if out:
-        out.insert(
-            0,
-            f"{MARK} = some runs the point counts were disturbed by other work on the machine "
-            "(their interference records; docs/measuring.md):",
-        )
+        out.insert(0, LEGEND + ":")
     unknown = sum(max(0, r["n"] + _left(r) - int(r.get("disturbed_judged") or 0)) for r in rows)
     if unknown and any(r.get("disturbed_judged") for r in rows):
         out.append(f"{unknown} completed runs have no interference record to judge.")
