@@ -67,9 +67,13 @@ def test_run_wait_results_chart_logs_and_rerun(tmp_path, home):
     assert "0 submitted" in again.stdout and "4 completed earlier" in again.stdout
     status = dlscale("status", "--all", check=0).stdout
     assert status.count("COMPLETED") == 4
-    # without --all, as its help says, no completed run is listed: they are counted
+    # without --all, as its help says, completed runs are counted, not listed, but for
+    # those with something to say (here: other work disturbed them, on a busy machine)
     brief = dlscale("status", check=0).stdout
-    assert "COMPLETED" not in brief and "4 completed not listed: --all lists them" in brief
+    listed = [line for line in brief.splitlines() if " COMPLETED " in line]
+    assert all("disturbed: " in line for line in listed), brief
+    hidden = 4 - len(listed)
+    assert not hidden or f"{hidden} completed not listed: --all lists them" in brief, brief
 
 
 @pytest.mark.slow

@@ -308,8 +308,8 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
     # job text (a log's last line, a scheduler's words): kept as written, made safe where
     # shown (cells)
     reason = (run_reason or job_reason or "").split("\n", 1)[0] or ingested.skipped
-    if ingested.disturbed and state == State.COMPLETED:
-        reason = f"disturbed: {ingested.disturbed}" + (f"; {reason}" if reason else "")
+    if ingested.disturbed and state == State.COMPLETED:  # after what the run said itself
+        reason = (f"{reason}; " if reason else "") + f"disturbed: {ingested.disturbed}"
     return QueueRow(
         run_id,
         experiment,
