@@ -262,7 +262,7 @@ class ResultsScreen(AppScreen):
             if any(r["noisy"] for r in self.results):
                 parts.append(f"* noisy (CV > {100 * tables.NOISY_CV:g}%)")
             if any(disturbed.counted_disturbed(r) for r in self.results):
-                parts.append(disturbed.LEGEND)
+                parts.append(disturbed.SHORT_LEGEND)
             slowed = tables.slowed_note(self.results)  # the "!" after a test-slowed number
             if slowed:
                 parts.append(slowed)

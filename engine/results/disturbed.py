@@ -166,6 +166,7 @@ def point_text(row: Mapping[str, Any]) -> str:
     return words
 
 
+SHORT_LEGEND = f"{MARK} other work disturbed runs"  # where room is scarce (the TUI's head)
 LEGEND = (
     f"{MARK} = some runs the point counts were disturbed by other work on the machine "
     "(their interference records; docs/measuring.md)"
