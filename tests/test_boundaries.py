@@ -138,6 +138,8 @@ TUI_MAY_USE = (
     "dlscale.engine.results.compare_table",
     "dlscale.engine.results.formatting",
     "dlscale.engine.results.rows",
+    # the words and mark of a disturbed run (the TUI shows them; it judges nothing)
+    "dlscale.engine.results.disturbed",
 )
 
 

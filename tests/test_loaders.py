@@ -483,7 +483,11 @@ def test_native_and_dali_side_by_side_on_two_slurm_nodes(
             in (Path(run["run_dir"]) / "job.sh").read_text()
         )
     table = dlscale("results", "-e", "loaders-slurm", home=dali_home, check=0).stdout
-    cells = [[c for c in ln.split() if c != "│"] for ln in table.splitlines() if "resnet20" in ln]
+    cells = [  # the table's rows (the notes under it name points too)
+        [c for c in ln.split() if c != "│"]
+        for ln in table.splitlines()
+        if ln.lstrip().startswith("│") and "resnet20" in ln
+    ]
     assert "loader" in table and sorted(c[2] for c in cells) == ["dali", "native"]
     rows = json.loads(
         dlscale(

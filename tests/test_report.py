@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, dlscale, mlperf_check, mlperf_score_s
 from dlscale.engine.io.outputs import OutputFolder
-from dlscale.engine.results import analysis, charts, tables
+from dlscale.engine.results import analysis, charts, disturbed, tables
 from dlscale.engine.results.report import document as reporting
 from dlscale.engine.results.report import figures, mllog
 from dlscale.engine.tracking.store import Store
@@ -90,6 +90,8 @@ def check_results_table(text: str, rows: list[dict]) -> None:
             and c["batch/dev"] == str(r["per_device_batch"])
         ]
         mark = " \\*" if r["noisy"] else ""  # the noisy mark, escaped for Markdown
+        # and the disturbed one, where other work disturbed runs it counts (a busy CI)
+        mark += " \\~" if disturbed.counted_disturbed(r) else ""
         assert cells["images/s"] == tables.fmt(r["throughput"], 1) + mark
         assert cells["CI95"] == tables.fmt(r["throughput_ci95"], 1)
         assert cells["speedup"] == tables.fmt(r["speedup"])
