@@ -224,7 +224,7 @@ class Glance:
     seconds: float
     cpus: int
     others_share: float | None  # None: /proc cannot say
-    # (command line, pid, share of one CPU), the busiest first: at most 10, each 5% or more
+    # (command line, pid, share of one CPU), the busiest first: at most 20, each 1% or more
     busiest: tuple[tuple[str, int, float], ...]
 
 
@@ -291,9 +291,9 @@ def glance(seconds: float = 1.0, leave_out: Collection[int] = (), proc: Path = P
     if busy0 is not None and busy1 is not None and took > 0:
         own = sum(max(0.0, after[p][2] - before[p][2]) for p in ours if p in after and p in before)
         share = min(1.0, max(0.0, (busy1 - busy0 - own) / (took * len(cpus))))
-    top = sorted(used.items(), key=lambda kv: -kv[1])[:10]
+    top = sorted(used.items(), key=lambda kv: -kv[1])[:20]
     busiest = tuple(
-        (_command(pid, proc, after[pid][0]), pid, s / took) for pid, s in top if s / took >= 0.05
+        (_command(pid, proc, after[pid][0]), pid, s / took) for pid, s in top if s / took >= 0.01
     )
     return Glance(took, len(cpus), share, busiest)
 
