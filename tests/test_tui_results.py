@@ -210,9 +210,7 @@ async def test_a_disturbed_run_is_marked_and_said_on_the_results_and_queue_scree
         )
         one = row_of(app, 1)
         assert one["images/s"].endswith("~"), one
-        assert "~ other work disturbed runs" in str(
-            field(app, "results-head").render()
-        )
+        assert "~ other work disturbed runs" in str(field(app, "results-head").render())
         table = field(app, "results")
         table.focus()
         table.move_cursor(row=int(one["index"]))
