@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
+from .rows import number
 
 if TYPE_CHECKING:
     from ..tracking.store import Store
@@ -52,11 +53,6 @@ LEAVE_OUT = "leave-out"
 ACTIONS = (FLAG, LEAVE_OUT)
 
 
-def _share(record: Mapping[str, Any], name: str) -> float | None:
-    v = record.get(name)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
@@ -64,7 +60,7 @@ def _pct(share: float) -> str:
 def reasons(record: Mapping[str, Any]) -> list[str] | None:
     """What disturbed the run, in words ("others took 41% of the run's CPUs"); [] when
     nothing passed its threshold; None when the record says nothing to judge by."""
-    shares = {name: _share(record, name) for name in SHARES}
+    shares = {name: number(record, name) for name in SHARES}
     if all(v is None for v in shares.values()):
         return None
     out = []
@@ -154,7 +150,7 @@ def point_text(row: Mapping[str, Any]) -> str:
     if not found:
         return ""
     left = row.get("disturbed_action") == LEAVE_OUT
-    completed = row["n"] + (len(found) if left else 0)
+    completed = row["n"] + _left(row)
     words = f"{len(found)} of {completed} runs disturbed"
     words += ' and left out (the spec\'s `disturbed = "leave-out"`)' if left else ""
     first, *more = sorted(found.items())

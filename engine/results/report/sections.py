@@ -13,7 +13,7 @@ from .. import disturbed
 from ..formatting import fmt, throughput_text
 from ..points import speedup, throughput_unit
 from ..reference import LoadedReference, compare
-from ..rows import ResultRow
+from ..rows import ResultRow, number
 from ..table import Table
 
 
@@ -157,11 +157,7 @@ def quiet_table(records: dict[str, dict[str, Any]], rows: list[ResultRow]) -> Ta
         return None
     body = []
     for words, name, limit in QUIET_SIGNALS:
-        values = sorted(
-            v
-            for rid in judged
-            if isinstance(v := records[rid].get(name), (int, float)) and not isinstance(v, bool)
-        )
+        values = sorted(v for rid in judged if (v := number(records[rid], name)) is not None)
         if not values:
             body.append([words, "0", "-", "-", "-", "-"])
             continue
