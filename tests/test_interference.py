@@ -153,6 +153,16 @@ def test_a_glance_names_what_is_busy_and_leaves_out_dlscale_s_own():
     assert all(b[1] != pid for b in left.busiest), left
 
 
+def test_a_busy_process_is_named_by_its_program_and_arguments(tmp_path):
+    """A venv's long path to `python` is cut to the program's name, so the arguments that
+    tell one Python from another fit (CI's 3.13 venv path hid `-c ...` past 60 characters)."""
+    long = "/var/cache/dlscale/pythons/py3.13.0-4d8a59818f13/bin/python"
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cmdline").write_bytes(b"\0".join([long.encode(), b"-c", b"import os"]))
+    assert interference._command(7, tmp_path, "python3") == "python -c import os"
+    assert interference._command(8, tmp_path, "kworker") == "kworker"  # gone: its name
+
+
 def test_run_waits_for_a_quiet_machine_only_when_asked(monkeypatch, capsys):
     from dlscale.engine.cli import runs
 

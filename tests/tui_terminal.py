@@ -20,12 +20,16 @@ KEY_NAME = re.compile(
 class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str], size=(100, 30)) -> None:
         self.name = f"dlscale-test-{uuid.uuid4().hex[:8]}"
+        # A tmux server of its own (-L): on the shared default server, a session started
+        # while another test's last session ends meets the server on its way out ("server
+        # exited unexpectedly"), as CI saw with tests side by side.
+        self.tmux = ["tmux", "-L", self.name]
         # tmux starts the command through a shell: pass it one quoted word per argument.
         command = " ".join(shlex.quote(a) for a in argv)
         env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
         subprocess.run(
             [
-                "tmux",
+                *self.tmux,
                 "new-session",
                 "-d",
                 "-s",
@@ -42,7 +46,8 @@ class Terminal:
 
     def keys(self, *keys: str, literal: bool = False) -> None:
         subprocess.run(
-            ["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), *keys], check=True
+            [*self.tmux, "send-keys", "-t", self.name, *(["-l"] if literal else []), *keys],
+            check=True,
         )
         time.sleep(0.3)
 
@@ -52,18 +57,19 @@ class Terminal:
         for seg in segments:
             key = KEY_NAME.fullmatch(seg) is not None
             subprocess.run(
-                ["tmux", "send-keys", "-t", self.name, *([] if key else ["-l"]), seg], check=True
+                [*self.tmux, "send-keys", "-t", self.name, *([] if key else ["-l"]), seg],
+                check=True,
             )
 
     def press(self, key: str) -> None:
         """One key, at once (keys() waits a little after sending)."""
-        subprocess.run(["tmux", "send-keys", "-t", self.name, key], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, key], check=True)
 
     def pid(self) -> int:
         """The process the terminal runs (its pane's)."""
         return int(
             subprocess.run(
-                ["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
+                [*self.tmux, "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -75,7 +81,7 @@ class Terminal:
 
     def screen(self) -> str:
         return subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+            [*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
         ).stdout
 
     def wait_for(self, text: str, timeout: float = HANG_S, *, also: tuple[str, ...] = ()) -> str:
@@ -98,7 +104,9 @@ class Terminal:
 
     def alive(self) -> bool:
         return (
-            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
+            subprocess.run(
+                [*self.tmux, "has-session", "-t", self.name], capture_output=True
+            ).returncode
             == 0
         )
 
@@ -111,4 +119,5 @@ class Terminal:
         return not self.alive()
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        # The server is this terminal's alone: ending it ends the session and its socket.
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)

@@ -260,12 +260,17 @@ def _below(pids: set[int], parents: dict[int, int]) -> set[int]:
 
 
 def _command(pid: int, proc: Path, name: str) -> str:
-    """A process's command line, its first words (else its name): what `ps` would show."""
+    """A process's command line, its first words (else its name), the program by its file
+    name: a venv's 70-character path to `python` would leave no room for the arguments
+    that tell one Python from another."""
     try:
         words = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return name
-    text = " ".join(" ".join(w.decode("utf-8", "replace").split()) for w in words[:4] if w)
+    shown = [" ".join(w.decode("utf-8", "replace").split()) for w in words[:4] if w]
+    if shown:
+        shown[0] = shown[0].rsplit("/", 1)[-1] or shown[0]
+    text = " ".join(shown)
     return (text[:60] + "...") if len(text) > 60 else text or name
 
 
