@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import study, submitting
+from . import disturbed_reruns, study, submitting
 from .backends.base import Backend
 from .backends.registry import BACKENDS, make_backend
 from .backends.slurm.calls import Calls, Step
@@ -429,6 +429,10 @@ class Session:
                 problem = problem or tick.problem
                 new += tick.new_records
                 polled.append(name)
+            if poll:  # a run this poll found disturbed, where its spec says "rerun"
+                problem = problem or next(
+                    iter(disturbed_reruns.rerun_due(self.store, self._follower)), None
+                )
             if poll and reachable and polled:  # the scheduler answered about them
                 with self._handed_lock:
                     self._handed = {r: t for r, t in self._handed.items() if t >= asked}

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from .errors import (
 from .launching import envs, kept_code
 from .launching.plan import Plan, Run, digest, plan
 from .paths import Layout, RunPaths, lay_out, shared_spec, write_run_file
+from .results import disturbed
 from .runs import ACTIVE, UNFINISHED, UNSUBMITTED, RunRow, State, declaration
 from .tracking.follow import find_run
 from .tracking.store import Store
@@ -459,11 +461,12 @@ def resubmit(store: Store, run_ids: list[str], backend_for) -> list[tuple[str, s
     return out
 
 
-def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
+def rerun(store: Store, ident: str, backend_for, new_id: str | None = None) -> tuple[str, str]:
     """Repeat a finished run exactly, from its record, as a new run that names it in
     `rerun_of`: the same job (script or command line and environment), with only its run id
     and folder changed. The original and its result stay as they are. Returns (new run id,
-    job id)."""
+    job id). `new_id`: the rerun's id, where the caller makes it (a run made twice with one
+    id is refused by the store: sqlite3.IntegrityError)."""
     row = find_run(store, ident)
     old_id = row["run_id"]
     if row["state"] in UNFINISHED:
@@ -486,7 +489,10 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
             f"{store.home / 'code'}; a rerun would measure other code: put the measured "
             f"{code.name} back (e.g. `git stash`), or run the spec again"
         )
-    new_id = digest({"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()})
+    if new_id is None:
+        new_id = digest(
+            {"rerun_of": old_id, "rerun": len(store.reruns(old_id)) + 1, "at": time.time()}
+        )
     store.add_rerun(row, new_id)
     claimed = store.claims.take(new_id)
     assert claimed is not None  # a run made this instant: nobody else knows it
@@ -511,3 +517,19 @@ def rerun(store: Store, ident: str, backend_for) -> tuple[str, str]:
 
     # refused or no longer fitting here: the rerun stays, FAILED, saying why
     return new_id, _hand_over(store, backend, claimed, request, State.FAILED, _layout(payload))
+
+
+def rerun_disturbed(store: Store, backend: Backend, due: list[RunRow]) -> list[str]:
+    """Rerun each run that other work disturbed where its spec says so (`due`, from
+    results/disturbed.py, all on `backend`), under the id its run alone makes: a rerun
+    another front end made a moment ago is not made again. Returns what could not be
+    rerun, a line each (the run stays counted, marked)."""
+    problems = []
+    for r in due:
+        try:
+            rerun(store, r["run_id"], lambda _name: backend, disturbed.rerun_id(r["run_id"]))
+        except sqlite3.IntegrityError:
+            continue
+        except (DlscaleError, OSError) as exc:
+            problems.append(f"run {r['run_id']} was disturbed and could not be rerun: {exc}")
+    return problems

@@ -62,9 +62,14 @@ def test_the_spec_offers_the_actions_the_rule_knows():
     from dlscale.engine.config.spec import Experiment
 
     assert set(Experiment.model_fields["disturbed"].annotation.__args__) == set(disturbed.ACTIONS)
-    assert disturbed.action_of('[experiment]\ndisturbed = "leave-out"\n') == disturbed.LEAVE_OUT
-    assert disturbed.action_of("[experiment]\n") == disturbed.FLAG
-    assert disturbed.action_of("not toml [") == disturbed.FLAG
+    reruns = Experiment.model_fields["disturbed_reruns"]
+    assert reruns.default == disturbed.RERUNS
+    assert [m.le for m in reruns.metadata if hasattr(m, "le")] == [disturbed.MAX_RERUNS]
+    chosen = disturbed.choice_of('[experiment]\ndisturbed = "rerun"\ndisturbed_reruns = 4\n')
+    assert chosen == disturbed.Choice(disturbed.RERUN, 4)
+    assert disturbed.choice_of('[experiment]\ndisturbed = "leave-out"\n').action == "leave-out"
+    assert disturbed.choice_of("[experiment]\n") == disturbed.Choice()
+    assert disturbed.choice_of("not toml [") == disturbed.Choice(disturbed.FLAG)
 
 
 def _study(tmp_path, spec_text: str | None = None) -> tuple[Store, list[str]]:
@@ -84,22 +89,28 @@ def _study(tmp_path, spec_text: str | None = None) -> tuple[Store, list[str]]:
     for rep, (value, load) in enumerate(zip([60.0, 70.0, 100.0, 102.0, 101.0], loads)):
         run = make_run(repetition=rep)
         store.add_run(run)
-        path = tmp_path / f"{run.run_id}.jsonl"
-        text = line(
-            "summary",
-            status="completed",
-            throughput=value,
-            timed_steps=10,
-            warmup_steps=1,
-            elapsed_s=1.0,
-        )
-        if load is not None:
-            text += line("interference", window_s=1.0, cpus=[0, 1], **{**QUIET, **load})
-        path.write_text(text)
-        store.records.ingest(run.run_id, path)
-        store.update_run(run.run_id, state="COMPLETED")
+        measured(store, tmp_path, run.run_id, value, load)
         ids.append(run.run_id)
     return store, ids
+
+
+def measured(store: Store, folder, run_id: str, throughput: float, load: dict | None) -> None:
+    """The run COMPLETED with its summary and, unless `load` is None, its interference
+    record (QUIET with `load` over it)."""
+    path = folder / f"{run_id}.jsonl"
+    text = line(
+        "summary",
+        status="completed",
+        throughput=throughput,
+        timed_steps=10,
+        warmup_steps=1,
+        elapsed_s=1.0,
+    )
+    if load is not None:
+        text += line("interference", window_s=1.0, cpus=[0, 1], **{**QUIET, **load})
+    path.write_text(text)
+    store.records.ingest(run_id, path)
+    store.update_run(run_id, state="COMPLETED")
 
 
 def test_flagged_runs_count_and_are_marked_with_what_disturbed_them(tmp_path):

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from .. import disturbed_reruns
 from ..results.compare import side_by_side
 from ..results.compare_table import comparison_table
-from ..tracking import follow
 from .console import echo, show
 from .options import known_experiment, store_of
 
@@ -28,7 +28,7 @@ def compare(ctx: click.Context, a: str, b: str, fmt: str) -> None:
     """Two experiments (from this site or imported) point by point: throughput with CI95,
     the ratio B/A with its interval, Welch's test, speedup, efficiency, env differences."""
     store = store_of(ctx)
-    follow.refresh(store)
+    disturbed_reruns.refresh(store)
     data = side_by_side(store, a, b)
     if fmt == "json":
         echo(json.dumps(data, indent=2, allow_nan=False))

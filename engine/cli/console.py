@@ -113,6 +113,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
     """Follow runs to their end with a progress bar naming the run in hand (run --wait)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from ..disturbed_reruns import after_sync
     from ..tracking.monitor import wait_until_done
 
     with Progress(
@@ -153,4 +154,4 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                 now = tick.problem
             progress.update(task, completed=done, now=now)
 
-        wait_until_done(store, scheduler, run_ids, on_tick)
+        wait_until_done(store, scheduler, run_ids, on_tick, after_sync(store, scheduler))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import disturbed_reruns
 from ..config.quantities import (
     BANDWIDTH,
     BATCH,
@@ -21,7 +22,6 @@ from ..config.quantities import (
     read,
 )
 from ..errors import UserError
-from ..tracking import follow
 from .console import colour, echo, out, show
 from .options import InputPath, experiment_option, store_of
 
@@ -348,7 +348,7 @@ def project(ctx: click.Context, **kw: Any) -> None:
                 "--throughput"
             )
         store = store_of(ctx)
-        follow.refresh(store)
+        disturbed_reruns.refresh(store)
         name = store.pick_experiment(kw["experiment"])
         shown = project.of_study(
             store,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .. import disturbed_reruns
 from ..errors import DlscaleError
 from ..io.outputs import OutputFolder
 from ..results.report import document, mllog
@@ -78,7 +79,7 @@ def report(
 ) -> None:
     """Write up an experiment: set-up, tables, figures, MLLOG exports."""
     store = _store(ctx)
-    follow.refresh(store)
+    disturbed_reruns.refresh(store)
     names = [store.pick_experiment(e) for e in experiments or [None]]
     default = f"report-{'-'.join(names)}"
     made = document.build(store, names, out_dir or default, fmt, reference, force, profile_path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import click
 
+from .. import disturbed_reruns
 from ..results import analysis, charts, tables
 from ..results.table import Table
-from ..tracking import follow
 from ..tracking.store import Store
 from .console import colour, echo, err, out, show
 from .options import experiment_option, store_of, stored
@@ -41,7 +41,7 @@ def results(
 ) -> None:
     """Throughput (mean ± CI95), speedup, efficiency and time-to-accuracy per point."""
     store = _store(ctx)
-    follow.refresh(store)
+    disturbed_reruns.refresh(store)
     rows = analysis.results(store, experiment)
     notes = analysis.notes(store, experiment)
     if fmt == "json":
@@ -106,7 +106,7 @@ def chart(
 ) -> None:
     """A terminal chart of a metric against devices, with the ideal line."""
     store = _store(ctx)
-    follow.refresh(store)
+    disturbed_reruns.refresh(store)
     rows = analysis.results(store, experiment)
     empty = charts.nothing_to_draw(rows, metric, model)
     if empty is not None:  # a sentence, not an empty box

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from .. import disturbed_reruns
 from ..backends.registry import make_backend
 from ..errors import DlscaleError
 from ..io.text import printable
@@ -34,7 +35,7 @@ def _store(ctx: click.Context) -> Store:
 def status(ctx: click.Context, experiment: str | None, show_all: bool) -> None:
     """Runs, their jobs and states (live ones first asked of the scheduler)."""
     store = _store(ctx)
-    problems = follow.refresh(store)
+    problems = disturbed_reruns.refresh(store)
     every = queue.rows(store, experiment)
     # a completed run with a reason (counted though its job failed after its measurement,
     # or with records skipped) is shown too

@@ -298,9 +298,17 @@ class Experiment(StrictModel):
     axes: dict[StrictStr, list[AxisValue]] = {}
     # What a run that other work disturbed (its interference record past the thresholds of
     # results/disturbed.py) does to its point: "flag" counts it and marks it, "leave-out"
-    # lists it but counts it not. Read when results are made, from the saved spec: not part
-    # of any run's identity.
-    disturbed: Literal["flag", "leave-out"] = "flag"
+    # lists it but counts it not, "rerun" repeats it (at most `disturbed_reruns` times, each
+    # rerun naming the run it repeats) and counts the rerun in its place. Read when results
+    # are made and runs followed, from the saved spec: not part of any run's identity.
+    disturbed: Literal["flag", "leave-out", "rerun"] = "flag"
+    disturbed_reruns: limit(
+        StrictInt,
+        "a run disturbed this often says the machine is busy, not unlucky: find what is busy "
+        "(`dlscale status` names it) or choose a quieter time",
+        ge=1,
+        le=5,  # results/disturbed.py's MAX_RERUNS (tests/test_disturbed.py)
+    ) = 2  # and its RERUNS
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
     _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))

@@ -38,7 +38,16 @@ ENV_FIELDS = {"device": "$.devices[0]", "energy_unavailable": "$.energy_unavaila
 def points(store: Store, experiment: str | None = None) -> list[Point]:
     # Reruns (`dlscale rerun`) are compared with their original in `reruns`, not pooled
     # into its point: a rerun asks "does it measure the same again?", not "one more sample".
-    every = [r for r in store.runs(experiment) if not r.get("rerun_of")]
+    # Where a spec reruns disturbed runs (`disturbed = "rerun"`), the rerun stands in for
+    # the run it repeats, and the run it replaced is named in the point's notes.
+    all_runs = store.runs(experiment)
+    by_id = {r["run_id"]: r for r in all_runs}
+    choices = disturbed.choices(store, {r["experiment"] for r in all_runs})
+    judged = disturbed.judge(store, list(by_id) if experiment else None)
+    rerunning = {name for name, c in choices.items() if c.action == disturbed.RERUN}
+    replaced = disturbed.stand_ins(all_runs, judged, rerunning) if rerunning else {}
+    originals = [r for r in all_runs if not r.get("rerun_of")]
+    every = [by_id[disturbed.standing(r["run_id"], replaced)] for r in originals]
     # Communication benchmark runs measure a scale, not a point: efficiency.attach's.
     comm = [r for r in every if explained.is_comm(r)]
     runs = [r for r in every if not explained.is_comm(r)]
@@ -48,9 +57,6 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     # without its env record yet (queued) joins the point its siblings ran on.
     envs = store.records.last_fields("env", ENV_FIELDS, ids)
     kinds = {r["run_id"]: device_kind(envs.get(r["run_id"])) for r in runs}
-    # whether other work disturbed each run, and what each experiment does with such runs
-    judged = disturbed.judge(store, ids)
-    actions = disturbed.actions(store, {r["experiment"] for r in runs})
     seen: dict[str, str] = {}
     for r in runs:
         if (kind := kinds[r["run_id"]]) is not None:
@@ -69,9 +75,10 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
                 lr_schedule=explained.schedule_of(r),
                 unit=unit,
                 axes=axes,
-                disturbed_action=actions[r["experiment"]],
+                disturbed_action=choices[r["experiment"]].action,
             )
         p.run_ids.append(r["run_id"])
+        p.rerun_for.update(disturbed.chain(r, replaced))
         p.states.append(r["state"])
         s = summaries.get(r["run_id"]) or {}
         throughput = counted(s.get("throughput"))

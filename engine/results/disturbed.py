@@ -19,6 +19,7 @@ neither quiet nor disturbed, and is shown as unknown."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,10 @@ SHARES = (
 # What a spec's `[experiment] disturbed` may choose (engine/config/spec.py)
 FLAG = "flag"
 LEAVE_OUT = "leave-out"
-ACTIONS = (FLAG, LEAVE_OUT)
+RERUN = "rerun"
+ACTIONS = (FLAG, LEAVE_OUT, RERUN)
+RERUNS = 2  # `disturbed_reruns`' default: reruns of one disturbed run, at most
+MAX_RERUNS = 5  # the most a spec may ask (engine/config/spec.py)
 
 
 def _pct(share: float) -> str:
@@ -109,21 +113,118 @@ def judge(store: Store, run_ids: Iterable[str] | None = None) -> Judged:
     return Judged(disturbed, frozenset(quiet))
 
 
-def action_of(spec_text: str) -> str:
+@dataclass(frozen=True)
+class Choice:
+    """What an experiment does with its disturbed runs, and how often it reruns one."""
+
+    action: str = FLAG
+    reruns: int = RERUNS
+
+
+@functools.lru_cache(maxsize=256)  # every poll asks (rerunning): a spec is parsed once
+def choice_of(spec_text: str) -> Choice:
     """What an experiment's saved spec chose for its disturbed runs (`[experiment]
-    disturbed`, checked when the spec was run): flag them, or leave them out of points."""
+    disturbed` and `disturbed_reruns`, checked when the spec was run)."""
     from ..config.toml_text import parse_toml_text
 
     try:
         experiment = parse_toml_text(spec_text, "the saved spec").get("experiment")
     except SpecError:
-        return FLAG
-    chosen = experiment.get("disturbed", FLAG) if isinstance(experiment, dict) else FLAG
-    return chosen if chosen in ACTIONS else FLAG
+        return Choice()
+    if not isinstance(experiment, dict):
+        return Choice()
+    action, reruns = experiment.get("disturbed", FLAG), experiment.get("disturbed_reruns")
+    return Choice(
+        action if action in ACTIONS else FLAG,
+        reruns if isinstance(reruns, int) and not isinstance(reruns, bool) else RERUNS,
+    )
+
+
+def choices(store: Store, experiments: Iterable[str]) -> dict[str, Choice]:
+    return {name: choice_of(store.experiment(name).get("spec_text") or "") for name in experiments}
+
+
+def rerunning(store: Store) -> dict[str, Choice]:
+    """The experiments whose spec reruns their disturbed runs."""
+    return {n: c for n, c in choices(store, store.experiment_names()).items() if c.action == RERUN}
+
+
+def rerun_id(run_id: str) -> str:
+    """A disturbed run's rerun's id, made from the run's alone: two front ends following
+    one store at once make the rerun once (the store refuses a second run of one id)."""
+    import hashlib
+
+    return hashlib.sha256(f"disturbed rerun of {run_id}".encode()).hexdigest()[:12]
+
+
+def due(store: Store) -> list[Any]:
+    """The runs to rerun now: completed, judged disturbed, in an experiment whose spec says
+    `disturbed = "rerun"`, not rerun yet, and fewer reruns deep than its
+    `disturbed_reruns` (a run imported from another site is never submitted here)."""
+    chosen = rerunning(store)
+    if not chosen:
+        return []
+    runs = [r for name in chosen for r in store.runs(name)]
+    by_id = {r["run_id"]: r for r in runs}
+    done = {r["rerun_of"] for r in runs if r.get("rerun_of")}
+    ready = [
+        r
+        for r in runs
+        if r["state"] == "COMPLETED" and r["run_id"] not in done and not r.get("site")
+    ]
+    found = judge(store, [r["run_id"] for r in ready]).disturbed if ready else {}
+    out = []
+    for r in ready:
+        depth, at = 0, r
+        while (of := at.get("rerun_of")) and of in by_id and depth <= MAX_RERUNS:
+            depth, at = depth + 1, by_id[of]
+        if r["run_id"] in found and depth < chosen[r["experiment"]].reruns:
+            out.append(r)
+    return out
 
 
 def actions(store: Store, experiments: Iterable[str]) -> dict[str, str]:
-    return {name: action_of(store.experiment(name).get("spec_text") or "") for name in experiments}
+    return {name: c.action for name, c in choices(store, experiments).items()}
+
+
+def stand_ins(
+    runs: Iterable[Mapping[str, Any]], judged: Judged, rerunning: set[str]
+) -> dict[str, str]:
+    """In the experiments that rerun disturbed runs (`rerunning`), each disturbed run that
+    has been rerun, and the rerun that stands in for it in its point: a chain when a rerun
+    was disturbed too. A rerun of a quiet run, or in another experiment, is `dlscale
+    rerun`'s comparison and stands in for nothing."""
+    first: dict[str, Mapping[str, Any]] = {}  # a run: its first rerun
+    for r in sorted(runs, key=lambda r: r["created"]):
+        if (of := r.get("rerun_of")) and r["experiment"] in rerunning:
+            first.setdefault(of, r)
+    # Until its rerun has measured (or where it failed), the disturbed run counts, marked.
+    return {
+        run_id: rerun["run_id"]
+        for run_id, rerun in first.items()
+        if run_id in judged.disturbed and rerun["state"] == "COMPLETED"
+    }
+
+
+def chain(counted: Mapping[str, Any], replaced: Mapping[str, str]) -> dict[str, str]:
+    """The disturbed runs the `counted` run stands in for, each with the rerun that
+    replaced it (a chain's every link)."""
+    back = {new: old for old, new in replaced.items()}
+    out: dict[str, str] = {}
+    run_id = counted["run_id"]
+    while run_id in back and back[run_id] not in out:
+        out[back[run_id]] = run_id
+        run_id = back[run_id]
+    return out
+
+
+def standing(run_id: str, replaced: Mapping[str, str]) -> str:
+    """The run that counts for `run_id`'s repetition: the end of its chain of reruns."""
+    seen = {run_id}
+    while run_id in replaced and replaced[run_id] not in seen:
+        run_id = replaced[run_id]
+        seen.add(run_id)
+    return run_id
 
 
 # --- how results show it --------------------------------------------------------------------
@@ -144,22 +245,31 @@ def mark(row: Mapping[str, Any]) -> str:
 
 def point_text(row: Mapping[str, Any]) -> str:
     """A point's disturbed runs in words ("2 of 5 runs disturbed; run 3f2a...: others took
-    41% of the run's CPUs ..."), with its CV over its quiet runs where it is noisy; "" when
-    none was."""
+    41% of the run's CPUs ..."; where the spec reruns them, which reruns stand in for
+    which), with its CV over its quiet runs where it is noisy; "" when none was."""
     found = row.get("disturbed") or {}
-    if not found:
-        return ""
-    left = row.get("disturbed_action") == LEAVE_OUT
-    completed = row["n"] + _left(row)
-    words = f"{len(found)} of {completed} runs disturbed"
-    words += ' and left out (the spec\'s `disturbed = "leave-out"`)' if left else ""
-    first, *more = sorted(found.items())
-    words += f"; run {first[0]}: {', '.join(first[1])}"
-    words += f" (and {len(more)} more)" if more else ""
-    cv, quiet = row.get("throughput_cv"), row.get("throughput_cv_quiet")
-    if row.get("noisy") and cv is not None and quiet is not None:
-        words += f"; CV {100 * cv:.1f}%, {100 * quiet:.1f}% over its quiet runs"
-    return words
+    rerun = row.get("disturbed_rerun") or {}
+    parts = []
+    if rerun:
+        (old, new), *others = sorted(rerun.items())
+        parts.append(
+            f"{len(rerun)} disturbed run{'' if len(rerun) == 1 else 's'} rerun (the spec's "
+            f'`disturbed = "rerun"`), run {old} by run {new}'
+            + (f" (and {len(others)} more)" if others else "")
+        )
+    if found:
+        left = row.get("disturbed_action") == LEAVE_OUT
+        completed = row["n"] + _left(row)
+        words = f"{len(found)} of {completed} runs disturbed"
+        words += ' and left out (the spec\'s `disturbed = "leave-out"`)' if left else ""
+        first, *more = sorted(found.items())
+        words += f"; run {first[0]}: {', '.join(first[1])}"
+        words += f" (and {len(more)} more)" if more else ""
+        cv, quiet = row.get("throughput_cv"), row.get("throughput_cv_quiet")
+        if row.get("noisy") and cv is not None and quiet is not None:
+            words += f"; CV {100 * cv:.1f}%, {100 * quiet:.1f}% over its quiet runs"
+        parts.append(words)
+    return "; ".join(parts)
 
 
 SHORT_LEGEND = f"{MARK} other work disturbed runs"  # where room is scarce (the TUI's head)
@@ -174,7 +284,7 @@ def notes(rows: Iterable[Mapping[str, Any]], label: Callable[[Any], str]) -> lis
     what, and how many runs no record could judge; `label(row)` names a point."""
     rows = list(rows)
     out = [f"{label(r)}: {said}." for r in rows if (said := point_text(r))]
-    if out:
+    if out and any(mark(r) for r in rows):
         out.insert(0, LEGEND + ":")
     unknown = sum(max(0, r["n"] + _left(r) - int(r.get("disturbed_judged") or 0)) for r in rows)
     if unknown and any(r.get("disturbed_judged") for r in rows):

@@ -68,6 +68,8 @@ class Point:
     judged: int = 0
     disturbed_action: str = "flag"
     quiet_cv: float | None = None
+    # disturbed = "rerun": each disturbed run a rerun stands in for, and that rerun
+    rerun_for: dict[str, str] = field(default_factory=dict)
 
     @property
     def devices(self) -> int:
@@ -161,6 +163,7 @@ class Point:
             "disturbed_judged": self.judged,
             "disturbed_action": self.disturbed_action,
             "throughput_cv_quiet": self.quiet_cv,
+            "disturbed_rerun": self.rerun_for,
         }
 
 

@@ -63,6 +63,7 @@ class ResultRow(TypedDict):
     disturbed_judged: int
     disturbed_action: str
     throughput_cv_quiet: float | None
+    disturbed_rerun: dict[str, str]  # disturbed = "rerun": a disturbed run -> its rerun
     # where the efficiency goes (explained.efficiency_fields)
     lr_schedule: str | None
     step_time_s: float | None

@@ -4,12 +4,14 @@ they are written, run states settled when jobs end."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths, write_job_file
+from ..results import disturbed
 from ..runs import ACTIVE, FAILURES, TERMINAL, UNDER_WAY, RunRow, State
 from . import completion, custom_energy, custom_load, custom_software, log_patterns
 from .logs import failure_reason
@@ -150,6 +152,15 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     return Tick(counts, reachable, new, warning, problem)
 
 
+def _disturbed_reruns(store: Store, run_ids: list[str]) -> list[str]:
+    return [
+        r["run_id"]
+        for rid in run_ids
+        for r in store.reruns(rid)
+        if r["run_id"] == disturbed.rerun_id(rid)
+    ]
+
+
 class Backoff:
     """Poll fast right after a submission, slower while nothing changes, capped."""
 
@@ -171,14 +182,19 @@ def wait_until_done(
     backend: Backend,
     run_ids: list[str],
     on_tick=lambda tick, rows: None,
+    after_sync: Callable[[Tick], Tick] = lambda tick: tick,
 ) -> Tick:
     """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
-    runs' rows as that tick left them. Polls back off to the backend's own cap."""
+    runs' rows as that tick left them; `after_sync` acts on each sync first (reruns.py's
+    reruns of disturbed runs). Polls back off to the backend's own cap."""
     backoff = Backoff(cap=backend.poll_cap_s)
     last = None
+    waited = list(run_ids)
     while True:
-        tick = sync(store, backend)
-        rows = [store.run(rid) for rid in run_ids]
+        tick = after_sync(sync(store, backend))
+        # a disturbed run's rerun (its spec's `disturbed = "rerun"`) is waited for too
+        waited += [r for r in _disturbed_reruns(store, waited) if r not in waited]
+        rows = [store.run(rid) for rid in waited]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.
         if not any(r["state"] in UNDER_WAY for r in rows):

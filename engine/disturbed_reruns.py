@@ -1,0 +1,54 @@
+"""After each poll, the reruns a spec's `disturbed = "rerun"` asks for (issue 50): a run
+that completed disturbed is rerun by whichever front end follows the store next (`dlscale
+status`, `results`, `run --wait`, the TUI), since the local worker settles its own runs and
+may leave no live job to poll. Above tracking/ (which follows) and study (which submits);
+study is imported only when a rerun is due, so `dlscale status` starts light."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .backends.base import Backend
+from .backends.registry import make_backend
+from .results import disturbed
+from .tracking import follow
+from .tracking.monitor import Tick
+from .tracking.store import Store
+
+
+def rerun_due(store: Store, backend_of: Callable[[str], Backend]) -> list[str]:
+    """Rerun every run that is due, each through its own backend; what could not be
+    rerun, a line each."""
+    due = disturbed.due(store)
+    if not due:
+        return []
+    from .study import rerun_disturbed
+
+    said = []
+    for name in sorted({str(r["backend"]) for r in due}):
+        said += rerun_disturbed(store, backend_of(name), [r for r in due if r["backend"] == name])
+    return said
+
+
+def refresh(store: Store) -> list[str]:
+    """follow.refresh, then the reruns due: what a one-shot command does before it reads."""
+    problems = follow.refresh(store)
+    return problems + rerun_due(store, lambda name: make_backend(name, store))
+
+
+def after_sync(store: Store, backend: Backend) -> Callable[[Tick], Tick]:
+    """For monitor.wait_until_done: each tick followed by the reruns due on `backend`, a
+    rerun that could not be made said as the tick's problem."""
+
+    def then(tick: Tick) -> Tick:
+        due = [r for r in disturbed.due(store) if r["backend"] == backend.name]
+        if not due:
+            return tick
+        from .study import rerun_disturbed
+
+        said = rerun_disturbed(store, backend, due)
+        if not said:
+            return tick
+        return Tick(tick.states, tick.reachable, tick.new_records, tick.warning, said[0])
+
+    return then
