@@ -63,6 +63,11 @@ class NotFoundError(UserError):
     """A run, job or experiment the user named that the store does not know."""
 
 
+class AlreadyMade(UserError):
+    """A run made under an id the store already holds (a disturbed run's rerun, whose id
+    is made from the run's alone: another front end made it a moment ago)."""
+
+
 class SchedulerError(DlscaleError):
     """The scheduler refused or failed a request."""
 

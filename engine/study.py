@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import shutil
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ from typing import Any
 from .backends.base import Backend, JobRequest, NotYet
 from .config.spec import LoadedSpec
 from .errors import (
+    AlreadyMade,
     ControllerUnreachable,
     DlscaleError,
     PlanError,
@@ -466,7 +466,7 @@ def rerun(store: Store, ident: str, backend_for, new_id: str | None = None) -> t
     `rerun_of`: the same job (script or command line and environment), with only its run id
     and folder changed. The original and its result stay as they are. Returns (new run id,
     job id). `new_id`: the rerun's id, where the caller makes it (a run made twice with one
-    id is refused by the store: sqlite3.IntegrityError)."""
+    id is refused by the store: AlreadyMade)."""
     row = find_run(store, ident)
     old_id = row["run_id"]
     if row["state"] in UNFINISHED:
@@ -528,8 +528,8 @@ def rerun_disturbed(store: Store, backend: Backend, due: list[RunRow]) -> list[s
     for r in due:
         try:
             rerun(store, r["run_id"], lambda _name: backend, disturbed.rerun_id(r["run_id"]))
-        except sqlite3.IntegrityError:
-            continue
+        except AlreadyMade:
+            continue  # another front end made it a moment ago
         except (DlscaleError, OSError) as exc:
             problems.append(f"run {r['run_id']} was disturbed and could not be rerun: {exc}")
     return problems

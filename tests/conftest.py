@@ -372,3 +372,34 @@ def mlperf_score_s(path: Path, check: bool = True) -> float:
     else:
         lines, _ = parse_file(str(path), ruleset=ruleset)
     return summarizer._query_mlperf_strong_scaling_score(lines) * 60
+
+
+BUSY_SCRIPT = REPO / "tests" / "fixtures" / "custom" / "busy_steps.py"
+
+
+def busy_spec(
+    path: Path, name: str, seconds: float, steps: int, experiment: str = "", scales='"1x1"'
+) -> Path:
+    """A study of the standard-library script that keeps one CPU busy for `seconds` over
+    `steps` reported steps (tests/fixtures/custom/busy_steps.py); `experiment`: more lines
+    of its [experiment] table."""
+    path.write_text(f"""\
+[experiment]
+name = "{name}"
+frameworks = ["busy"]
+models = ["spin"]
+datasets = ["synthetic"]
+scales = [{scales}]
+per_device_batch = [1]
+{experiment}
+
+[training]
+steps = {steps}
+
+[frameworks.busy]
+script = "{BUSY_SCRIPT}"
+command = ["{{python}}", "{{script}}", "{seconds}", "{{steps}}"]
+unit = "samples"
+complete_when = "records"
+""")
+    return path

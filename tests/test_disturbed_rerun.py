@@ -16,7 +16,7 @@ import time
 import pytest
 from test_disturbed import _study, measured
 
-from conftest import HANG_S, REPO, dlscale
+from conftest import HANG_S, REPO, busy_spec, dlscale
 from dlscale.engine.paths import RunPaths
 from dlscale.engine.results import disturbed
 from dlscale.engine.results.analysis import results
@@ -87,32 +87,14 @@ def test_a_manual_rerun_of_a_quiet_run_or_under_flag_stands_in_for_nothing(tmp_p
     assert ids2[2] not in row["disturbed_rerun"]
 
 
-SCRIPT = REPO / "tests" / "fixtures" / "custom" / "busy_steps.py"
-
-
 def _spec(path, reruns: int):
-    path.write_text(f"""\
-[experiment]
-name = "quiet-please"
-frameworks = ["busy"]
-models = ["spin"]
-datasets = ["synthetic"]
-scales = ["1x1"]
-per_device_batch = [1]
-repetitions = 2
-disturbed = "rerun"
-disturbed_reruns = {reruns}
-
-[training]
-steps = 6
-
-[frameworks.busy]
-script = "{SCRIPT}"
-command = ["{{python}}", "{{script}}", "3", "{{steps}}"]
-unit = "samples"
-complete_when = "records"
-""")
-    return path
+    return busy_spec(
+        path,
+        "quiet-please",
+        3,
+        6,
+        f'repetitions = 2\ndisturbed = "rerun"\ndisturbed_reruns = {reruns}',
+    )
 
 
 def test_a_real_study_reruns_its_disturbed_runs_once_each_and_counts_the_reruns(tmp_path, home):

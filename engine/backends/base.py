@@ -46,6 +46,10 @@ class JobRequest:
     # The most the job may run, where the backend itself holds it to a limit (the local
     # worker; Slurm's limit is in the job script). None: none.
     time_limit_s: int | None = None
+    # The CPUs the local worker pins the job to (the spec's experiment.cpus): "quiet" (the
+    # quietest `cpus_needed` just before it starts) or a list; None: no pinning.
+    cpus: str | list[int] | None = None
+    cpus_needed: int = 1
 
     @property
     def log_path(self) -> Path:

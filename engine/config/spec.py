@@ -71,6 +71,8 @@ BATCH_WHY = "larger batches do not fit any device's memory"
 # line at once, not minutes and gigabytes later.
 MAX_RUNS = 100_000
 MAX_REPETITIONS = 100
+MAX_CPU = 8191  # a CPU's number as Linux counts them (NR_CPUS tops out at 8,192)
+CPU_ID = Annotated[int, Field(strict=True, ge=0, le=MAX_CPU)]
 _AXES = (
     "frameworks",
     "models",
@@ -302,6 +304,11 @@ class Experiment(StrictModel):
     # rerun naming the run it repeats) and counts the rerun in its place. Read when results
     # are made and runs followed, from the saved spec: not part of any run's identity.
     disturbed: Literal["flag", "leave-out", "rerun"] = "flag"
+    # The local backend only: the CPUs each run is pinned to. "all": those dlscale may use
+    # (no pinning); "quiet": the ranks' CPUs that were least busy over half a second just
+    # before the run starts; a list: these CPUs. Not part of any run's identity; on Slurm
+    # the job's CPUs are the task plugin's (refused there: backends/slurm).
+    cpus: Literal["all", "quiet"] | list[CPU_ID] = "all"
     disturbed_reruns: limit(
         StrictInt,
         "a run disturbed this often says the machine is busy, not unlucky: find what is busy "
@@ -312,6 +319,21 @@ class Experiment(StrictModel):
 
     _axes = field_validator("axes")(classmethod(lambda cls, v: check_axes(v)))
     _time = field_validator("time_limit")(classmethod(lambda cls, v: check_time(v)))
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpu_list(cls, v: Any) -> Any:
+        # one message for every wrong form (the union's own names only its first member)
+        if v in ("all", "quiet"):
+            return v
+        whole = isinstance(v, list) and all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_CPU for c in v
+        )
+        if not whole or not v or len(set(v)) != len(v):
+            raise ValueError(
+                f'"all", "quiet", or a list of distinct CPU numbers from 0 to {MAX_CPU}'
+            )
+        return v
 
     @model_validator(mode="before")
     @classmethod

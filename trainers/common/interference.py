@@ -303,6 +303,31 @@ def glance(seconds: float = 1.0, leave_out: Collection[int] = (), proc: Path = P
     return Glance(took, len(cpus), share, busiest)
 
 
+def quietest(
+    count: int, seconds: float = 0.5, allowed: Collection[int] | None = None, proc: Path = PROC
+) -> tuple[list[int], dict[int, float]]:
+    """The `count` CPUs of `allowed` (this process's, by default) that were least busy over
+    `seconds`, in ascending order, and each allowed CPU's busy share: where a run pinned
+    there meets the least other work (issue 50: `cpus = "quiet"`). Ties go to the higher
+    CPU: the lowest carries more of the system's own work (interrupts, timers). Nothing
+    readable: the first `count`, shares empty."""
+    cpus = tuple(sorted(allowed if allowed is not None else os.sched_getaffinity(0)))
+    before = {c: _cpu_times((c,), proc / "stat")[0] for c in cpus}
+    start = time.monotonic()
+    time.sleep(seconds)
+    after = {c: _cpu_times((c,), proc / "stat")[0] for c in cpus}
+    took = time.monotonic() - start
+    shares = {
+        c: min(1.0, max(0.0, (b1 - b0) / took))
+        for c in cpus
+        if (b0 := before[c]) is not None and (b1 := after[c]) is not None and took > 0
+    }
+    if len(shares) < len(cpus):
+        return list(cpus[:count]), {}
+    chosen = sorted(cpus, key=lambda c: (round(shares[c], 2), -c))[:count]
+    return sorted(chosen), shares
+
+
 # --- a GPU's other users (issue 50: "a foreign process used GPU 0 for 12 s") ----------------
 
 

@@ -97,6 +97,40 @@ def check_fits(
         )
 
 
+def pinning(run: Run, loaded: LoadedSpec) -> dict[str, Any]:
+    """What the worker pins the run's job to (experiment.cpus), and how many CPUs its
+    ranks, their threads and their loader workers want."""
+    cpus = loaded.spec.experiment.cpus
+    if cpus == "all":
+        return {}
+    threads = run.training["threads_per_rank"] + (run.training.get("loader_workers") or 0)
+    return {"cpus": cpus, "cpus_needed": run.ranks_per_node * threads}
+
+
+def cpu_problems(loaded: LoadedSpec, runs: list[Run]) -> list[str]:
+    """A list of CPUs this machine does not let dlscale use, or too short for a run."""
+    cpus = loaded.spec.experiment.cpus
+    if not isinstance(cpus, list) or not runs:
+        return []
+    where = f"{loaded.path}: experiment.cpus"
+    try:
+        usable = os.sched_getaffinity(0)
+    except AttributeError:  # not Linux: nothing to pin with
+        return [f"{where}: this system cannot pin a process to CPUs; leave cpus out"]
+    if missing := sorted(set(cpus) - usable):
+        return [
+            f"{where}: CPU {', '.join(map(str, missing))} is not one dlscale may use here "
+            f"(it may use {', '.join(map(str, sorted(usable)))})"
+        ]
+    need = max(pinning(r, loaded)["cpus_needed"] for r in runs)
+    if need > len(cpus):
+        return [
+            f"{where}: a run wants {need} CPUs (ranks x (threads_per_rank + loader_workers)); "
+            f"the list has {len(cpus)}"
+        ]
+    return []
+
+
 def lost_reason(job: JobRow) -> str:
     worker = f" (pid {job['worker_pid']} ended)" if job.get("worker_pid") else ""
     return f"the local worker was lost{worker}; this job's ranks were stopped"
@@ -184,6 +218,7 @@ class LocalBackend(Backend):
                 )
             except PlanError as exc:
                 problems.append(str(exc))
+        problems += cpu_problems(loaded, runs)
         data_dir = loaded.spec.training.data_dir
         if data_dir and not Path(data_dir).is_dir():
             problems.append(f"{loaded.path}: training.data_dir: {data_dir} is not a folder here")
@@ -212,6 +247,7 @@ class LocalBackend(Backend):
                 run.training["threads_per_rank"],
                 f"{run.experiment}:{run.label()}",
                 time_limit_s=time_limit_s(loaded),
+                **pinning(run, loaded),
             )
         if run.framework not in self._envs:
             self._envs[run.framework] = envs.resolve(run.framework, self.store.home, check=False)
@@ -226,12 +262,11 @@ class LocalBackend(Backend):
             run.training["threads_per_rank"],
             f"{run.experiment}:{run.label()}",
             time_limit_s=time_limit_s(loaded),
+            **pinning(run, loaded),
         )
 
     def again(self, row: RunRow, paths: RunPaths, payload: dict[str, Any]) -> JobRequest:
-        return self._from_record(
-            row, paths, payload.get("argv"), payload.get("env"), _limit_of(payload)
-        )
+        return self._from_record(row, paths, payload.get("argv"), payload.get("env"), payload)
 
     def check_repeatable(self, row: RunRow, payload: dict[str, Any]) -> None:
         if "argv" not in payload:
@@ -254,7 +289,7 @@ class LocalBackend(Backend):
             RunPaths.of(new_row),
             [moved(a) for a in payload["argv"]],
             env,
-            _limit_of(payload),
+            payload,
         )
 
     @staticmethod
@@ -263,8 +298,9 @@ class LocalBackend(Backend):
         paths: RunPaths,
         argv: list[str] | None,
         env: dict[str, str] | None,
-        limit_s: int | None,
+        payload: dict[str, Any],
     ) -> JobRequest:
+        """A job again as its record says: its command, and its time limit and CPUs."""
         if not argv:
             raise UserError(
                 f"run {row['run_id']}: its command line is not in the store; "
@@ -278,7 +314,9 @@ class LocalBackend(Backend):
             row["nodes"],
             row["ranks_per_node"],
             json.loads(row["training"])["threads_per_rank"],
-            time_limit_s=limit_s,
+            time_limit_s=_limit_of(payload),
+            cpus=payload.get("cpus"),
+            cpus_needed=payload.get("cpus_needed") or 1,
         )
 
     def records_its_jobs(self) -> bool:
@@ -341,6 +379,7 @@ class LocalBackend(Backend):
                         "run_dir": str(r.run_dir),
                         "log": str(r.log_path),
                         "time_limit_s": r.time_limit_s,
+                        **({"cpus": r.cpus, "cpus_needed": r.cpus_needed} if r.cpus else {}),
                         **({"layout": asdict(r.layout)} if r.layout else {}),
                     },
                 )

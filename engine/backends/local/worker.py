@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ....trainers.common import slowdown
+from ....trainers.common import interference, slowdown
 from ....trainers.common.lifeline import parent_watch
 from ...errors import UserError
 from ...paths import Layout, RunPaths, lay_out, own_folder
@@ -60,9 +60,40 @@ def ambient() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != slowdown.VARIABLE}
 
 
-def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
-    """The launcher, in a session of its own, dying with this worker; or why it could not
-    start."""
+def pinned(payload: dict) -> tuple[list[int] | None, str]:
+    """The CPUs to pin the job to (its spec's experiment.cpus), and what to say of them in
+    its log; None: no pinning. "quiet" looks at the CPUs for half a second now, with the
+    last job ended and the next not started: this worker's CPUs are idle in between."""
+    chosen = payload.get("cpus")
+    if not chosen:
+        return None, ""
+    allowed = os.sched_getaffinity(0)
+    if isinstance(chosen, list):
+        cpus = [c for c in chosen if c in allowed]
+        return cpus or None, f"pinned to CPUs {_cpu_list(cpus)} (the spec's experiment.cpus)"
+    need = min(len(allowed), int(payload.get("cpus_needed") or 1))
+    cpus, shares = interference.quietest(need, 0.5, allowed)
+    seen = ", ".join(f"cpu{c} {100 * v:.0f}%" for c, v in sorted(shares.items()))
+    return cpus, (
+        f"pinned to CPUs {_cpu_list(cpus)}, the quietest {need} of {len(allowed)} "
+        f"(busy over the last half second: {seen or 'unreadable'})"
+    )
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus))
+
+
+def _start(job: JobRow, payload: dict, log, cpus: list[int] | None) -> subprocess.Popen | str:
+    """The launcher, in a session of its own, dying with this worker, pinned to `cpus`
+    where given (its children inherit them); or why it could not start."""
+    watch = parent_watch()
+
+    def before() -> None:
+        watch()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     try:
         return subprocess.Popen(
             payload["argv"],
@@ -72,7 +103,7 @@ def _start(job: JobRow, payload: dict, log) -> subprocess.Popen | str:
             stderr=subprocess.STDOUT,
             env={**ambient(), **payload["env"], TOKEN_VAR: job["token"]},
             start_new_session=True,
-            preexec_fn=parent_watch(),
+            preexec_fn=before,
         )
     except OSError as exc:
         with contextlib.suppress(OSError):  # a disk too full for the line: said anyway
@@ -112,7 +143,10 @@ def _run_job(store: Store, job: JobRow, stopping: dict) -> None:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}"
             + (f"; its time limit is {clock(limit)}" if limit else "")
         )
-        proc = _start(job, payload, raw)
+        cpus, said = pinned(payload)
+        if said:
+            log.say(f"dlscale: {said}")
+        proc = _start(job, payload, raw, cpus)
         if isinstance(proc, str):
             store.jobs.update(
                 "local",

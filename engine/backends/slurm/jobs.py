@@ -324,6 +324,13 @@ class SlurmJobs(Backend):
         partition = self.profile.profile.partition(self.partition)
         # the partition's GPUs: builds with kernels for them, precisions they have
         problems = gpu_checks.check_gpus(loaded, runs, self.profile, self.partition, self.home)
+        if loaded.spec.experiment.cpus != "all":
+            problems.append(
+                f"{loaded.path}: experiment.cpus: pins runs on the local backend only; on "
+                "Slurm a job's CPUs are its task plugin's (--cpus-per-task from "
+                "threads_per_rank, and the profile's exclusive = true keeps others off the "
+                'node): leave cpus out, or set it to "all"'
+            )
         seen = set()
         for run in runs:
             key = (run.framework, run.nodes, run.ranks_per_node, run.training["threads_per_rank"])

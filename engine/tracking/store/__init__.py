@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import NotFoundError, StoreError, UserError
+from ...errors import AlreadyMade, NotFoundError, StoreError, UserError
 from ...paths import RunPaths, own_folder
 from ...runs import ACTIVE, ACTIVE_SQL, COLUMN_TYPES, CONFIGURATION, TEXTS, RunRow, State
 from . import locks
@@ -373,11 +373,14 @@ class Store:
             "created": now,
             "updated": now,
         }
-        with self.db.transaction() as c:
-            c.execute(
-                f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                tuple(row.values()),
-            )
+        try:
+            with self.db.transaction() as c:
+                c.execute(
+                    f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                    tuple(row.values()),
+                )
+        except sqlite3.IntegrityError:
+            raise AlreadyMade(f"run {run_id} is in the store already") from None
         return self.run(run_id)
 
     def reruns(self, run_id: str) -> list[RunRow]:
