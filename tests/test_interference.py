@@ -236,3 +236,47 @@ def test_a_foreign_gpu_process_is_seen_with_its_share_of_the_gpu():
     assert w.record()["foreign_gpu_util_share"] is None
     # a run without a metered GPU has neither field
     assert "foreign_gpu_pids" not in Window().record()
+
+
+def test_disk_and_network_bytes_are_read_from_the_kernel_s_counters(tmp_path):
+    """Issue 50: others' I/O beside the run's own. Whole disks only (a partition's sectors
+    are its disk's too; loop and RAM devices are no disk), 512-byte sectors read and
+    written; the network's bytes in and out on every interface but loopback."""
+    block = tmp_path / "block"
+    for name in ("vda", "loop0", "zram0"):
+        (block / name).mkdir(parents=True)
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "diskstats").write_text(
+        " 254 0 vda 10 0 100 5 20 0 300 9 0 0 0\n"
+        " 254 1 vda1 10 0 100 5 20 0 300 9 0 0 0\n"  # vda's partition: counted in vda
+        "   7 0 loop0 1 0 5000 0 0 0 0 0 0 0 0\n"
+        " 252 0 zram0 1 0 7000 0 0 0 9000 0 0 0 0\n"
+    )
+    assert interference._disk_bytes(proc, block) == (100 + 300) * 512
+    assert interference._disk_bytes(tmp_path / "none", block) is None
+    (proc / "net" / "dev").write_text(
+        "Inter-|   Receive ...\n face |bytes packets ...\n"
+        "    lo: 999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n"
+        "  eth0: 1000 2 0 0 0 0 0 0 250 3 0 0 0 0 0 0\n"
+        "  ib0: 4000 2 0 0 0 0 0 0 50 3 0 0 0 0 0 0\n"
+    )
+    assert interference._net_bytes(proc) == 1000 + 250 + 4000 + 50
+
+
+def test_the_run_s_own_disk_bytes_count_what_it_wrote(tmp_path):
+    """The tree's /proc/PID/io: 4 MiB written and synced by this process show in its own
+    bytes (others' is the disks' less it); an unreadable root says nothing."""
+    window = interference.Window()
+    window.resume()
+    with open(tmp_path / "data", "wb") as fh:
+        fh.write(os.urandom(4 << 20))
+        fh.flush()
+        os.fsync(fh.fileno())
+    window.pause()
+    record = window.record()
+    if record["own_disk_bytes"] is None:
+        pytest.skip("no /proc/PID/io here (a kernel without task I/O accounting)")
+    assert record["own_disk_bytes"] >= 4 << 20
+    assert record["others_disk_bytes"] is None or record["others_disk_bytes"] >= 0
+    assert interference._tree_disk_bytes(os.getpid(), tmp_path) is None

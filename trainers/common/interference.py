@@ -33,6 +33,7 @@ from typing import Any
 from . import cpu_time
 
 PROC = Path("/proc")
+SYS_BLOCK = Path("/sys/block")
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 RESOURCES = ("cpu", "io", "memory")
 # The launchers whose tree is the run's on a node (a rank's parent): anything else (a job
@@ -54,6 +55,58 @@ class Reading:
     # this rank's threads: seconds on a CPU and seconds waiting on a run queue
     ran_s: float | None = None
     queued_s: float | None = None
+    # bytes the node's disks moved (read and written), the run's tree's own storage I/O,
+    # and the bytes the node's network interfaces moved (all but loopback)
+    disk_bytes: float | None = None
+    run_disk_bytes: float | None = None
+    net_bytes: float | None = None
+
+
+def _disk_bytes(proc: Path, block: Path) -> float | None:
+    """Sectors the node's whole disks read and wrote (/proc/diskstats counts partitions
+    too: only names /sys/block lists, less loop and RAM devices), in bytes."""
+    try:
+        disks = {d.name for d in block.iterdir() if not d.name.startswith(("loop", "ram", "zram"))}
+        lines = (proc / "diskstats").read_text().splitlines()
+    except OSError:
+        return None
+    total = 0
+    for line in lines:
+        words = line.split()
+        if len(words) > 9 and words[2] in disks and words[5].isdigit() and words[9].isdigit():
+            total += (int(words[5]) + int(words[9])) * 512  # a diskstats sector is 512 bytes
+    return float(total)
+
+
+def _tree_disk_bytes(root: int, proc: Path) -> float | None:
+    """The storage I/O of `root`'s tree (/proc/PID/io read_bytes + write_bytes: a reaped
+    child's count joins its parent's), in bytes; None where /proc/ROOT/io is unreadable."""
+    total = 0.0
+    for pid in cpu_time.tree_pids(root):
+        try:
+            fields = dict(
+                line.split(": ", 1) for line in (proc / str(pid) / "io").read_text().splitlines()
+            )
+            total += int(fields["read_bytes"]) + int(fields["write_bytes"])
+        except (OSError, KeyError, ValueError):
+            if pid == root:
+                return None
+    return total
+
+
+def _net_bytes(proc: Path) -> float | None:
+    """Bytes received and sent by the node's network interfaces, loopback left out."""
+    try:
+        lines = (proc / "net" / "dev").read_text().splitlines()[2:]
+    except OSError:
+        return None
+    total = 0
+    for line in lines:
+        name, _, rest = line.partition(":")
+        words = rest.split()
+        if name.strip() != "lo" and len(words) > 8 and words[0].isdigit() and words[8].isdigit():
+            total += int(words[0]) + int(words[8])
+    return float(total)
 
 
 def _cpu_times(cpus: tuple[int, ...], stat: Path) -> tuple[float | None, float | None]:
@@ -116,11 +169,36 @@ def read(proc: Path = PROC) -> Reading:
     stall = {r: _stall(r, proc / "pressure") for r in RESOURCES}
     waits = cpu_time.tree_waits()
     ran, queued = waits if waits is not None else (None, None)
-    return Reading(time.monotonic(), cpus, busy, steal, run, rank, stall, ran, queued)
+    disk = _disk_bytes(proc, SYS_BLOCK)
+    own_disk = _tree_disk_bytes(parent if parent is not None else os.getpid(), proc)
+    return Reading(
+        time.monotonic(),
+        cpus,
+        busy,
+        steal,
+        run,
+        rank,
+        stall,
+        ran,
+        queued,
+        disk,
+        own_disk,
+        _net_bytes(proc),
+    )
 
 
 # A Reading's counters, as a meter's timeline keeps them (metered.py: one dict a sample)
-COUNTERS = ("busy_s", "steal_s", "run_cpu_s", "rank_cpu_s", "ran_s", "queued_s")
+COUNTERS = (
+    "busy_s",
+    "steal_s",
+    "run_cpu_s",
+    "rank_cpu_s",
+    "ran_s",
+    "queued_s",
+    "disk_bytes",
+    "run_disk_bytes",
+    "net_bytes",
+)
 
 
 def as_sample(r: Reading) -> dict[str, float | None]:
@@ -159,6 +237,9 @@ class Window:
     stall_s: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(RESOURCES, 0.0))
     ran_s: float | None = 0.0
     queued_s: float | None = 0.0
+    disk_bytes: float | None = 0.0
+    run_disk_bytes: float | None = 0.0
+    net_bytes: float | None = 0.0
     gpu: GpuNeighbours | None = None  # the run's GPU's other users, where NVML is open
     _open: Reading | None = None
 
@@ -197,6 +278,9 @@ class Window:
         others = None
         if self.busy_s is not None and self.run_cpu_s is not None:
             others = share(max(0.0, self.busy_s - self.run_cpu_s), span)
+        others_disk = None
+        if self.disk_bytes is not None and self.run_disk_bytes is not None:
+            others_disk = max(0.0, self.disk_bytes - self.run_disk_bytes)
         waited = None
         if self.ran_s is not None and self.queued_s is not None:
             waited = share(self.queued_s, self.ran_s + self.queued_s)
@@ -209,6 +293,13 @@ class Window:
             **{f"{r}_stall_share": share(self.stall_s.get(r), self.seconds) for r in RESOURCES},
             "own_cpu_s": self.run_cpu_s,
             "rank_cpu_s": self.rank_cpu_s,
+            # the node's disks over the window, the run's own storage I/O, and the rest:
+            # others' (a run's writes reach the disk later, from the page cache, so over a
+            # short window its own can exceed the disks' and others' is then 0)
+            "disk_bytes": self.disk_bytes,
+            "own_disk_bytes": self.run_disk_bytes,
+            "others_disk_bytes": others_disk,
+            "net_bytes": self.net_bytes,
             **(self.gpu.record() if self.gpu is not None else {}),
         }
 

@@ -142,6 +142,12 @@ TYPES: dict[str, dict[str, str]] = {
         "memory_stall_share": "fraction?",
         "own_cpu_s": "rate?",
         "rank_cpu_s": "rate?",
+        # bytes over the window: the node's disks, the run's own storage I/O, the rest
+        # (others'), and the node's network interfaces (loopback left out)
+        "disk_bytes": "rate?",
+        "own_disk_bytes": "rate?",
+        "others_disk_bytes": "rate?",
+        "net_bytes": "rate?",
         # compute processes on the run's GPU that are not the run's, and their share of
         # its SM utilisation over the window (NVML)
         "foreign_gpu_pids": "list?",
