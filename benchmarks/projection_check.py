@@ -83,6 +83,17 @@ def main() -> None:
         f"(target <= 10%), inside the 95% interval {100 * total['coverage']:.1f}% "
         f"(target >= 90%), within 10% {100 * total['within_10pct']:.1f}%"
     )
+    # transformers apart (issue 52): the models counted in sequences (BERT, MPT, Llama)
+    units = {m.id: m.unit for m in data.models}
+    transformers = summary([r for r in rows if units[r["model"]] == "sequences"])
+    fsdp = {f"{r.source}:{r.what}" for r in data.rows if r.strategy == "fsdp"}
+    sharded = summary([r for r in rows if f"{r['source']}:{r['what']}" in fsdp])
+    for name, got in (("transformer rows", transformers), ("  of which FSDP", sharded)):
+        print(
+            f"{name}: {got['rows']} rows, median |error| {100 * got['median_abs_error']:.1f}%, "
+            f"inside the 95% interval {100 * got['coverage']:.1f}%, within 10% "
+            f"{100 * got['within_10pct']:.1f}%"
+        )
     cal = calibration.calibrated()
     print(
         f"calibrated on all sources (what a projection uses): jitter {cal.jitter_cv}, "
@@ -93,6 +104,8 @@ def main() -> None:
         {
             "method": "leave one source out (calibration.check)",
             "summary": total,
+            "transformers": transformers,
+            "fsdp": sharded,
             "per_source": per_source,
             "defaults_all_sources": {
                 "jitter_cv": cal.jitter_cv,

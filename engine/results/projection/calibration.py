@@ -33,10 +33,9 @@ import numpy as np
 from pydantic import Field, StrictInt, StrictStr
 
 from ...config.tomlfile import Number, StrictModel, load_toml_model
-from . import scaling_model
+from . import scaling_model, strategies
 
 DATA = Path(__file__).with_name("published_scaling.toml")
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 COVERAGE = 0.95
 FLOOR = 0.01  # the narrowest half-width, log scale, per unit of distance: never zero width
 
@@ -84,7 +83,12 @@ class Row(StrictModel):
     system: StrictStr
     model: StrictStr
     what: StrictStr
-    gradient: Literal["fp32", "fp16", "bf16"]
+    gradient: Literal["fp32", "fp16", "bf16"]  # the dtype the gradient is reduced in
+    # how the step moves it (strategies.py): "fsdp" also all-gathers the parameters, in
+    # `gathered` (default: the gradient's dtype), `gathers` times a step
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    gathered: Literal["fp32", "fp16", "bf16", "fp8"] | None = None
+    gathers: StrictInt = Field(default=2, ge=1, le=2)
     base: Scale
     target: Scale
     published: Number = Field(gt=0)
@@ -149,8 +153,11 @@ def case(row: Row) -> Case:
     inter = None
     if system.nics_per_node and system.nic_gbps:
         inter = (0.0, 1.0 / (system.nics_per_node * system.nic_gbps * 1e9))
+    traffic = strategies.Traffic(
+        row.strategy, row.gradient, row.gathered or row.gradient, row.gathers
+    )
     net = scaling_model.Net(
-        [params * DTYPE_BYTES[row.gradient]], (0.0, 1.0 / (system.intra_gbps * 1e9)), inter
+        [round(traffic.step_bytes(params))], (0.0, 1.0 / (system.intra_gbps * 1e9)), inter
     )
     step_s = b.devices * b.batch * b.accumulation / float(b.throughput or 0)
     base = scaling_model.Base(b.devices, b.batch, step_s, b.accumulation)

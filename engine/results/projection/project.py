@@ -30,7 +30,7 @@ from .. import analysis, explained
 from ..points import Point
 from ..rows import MEASURED, PROJECTED, STATED, Family, HeldOut, Interval, ProjectionRow
 from ..stats import fieller
-from . import calibration, commfit, stated
+from . import calibration, commfit, stated, strategies
 from .bounds import held_to_ideal, noisy_baseline
 from .commfit import CommData, Link
 from .projected import Estimate, Mean, Setup, links_said, project
@@ -128,8 +128,20 @@ def declared_parameters(runs: list[RunRow], framework: str) -> int | None:
 
 
 def gradient_of(first: Point, data: CommData, runs: list[RunRow]) -> tuple[list[int] | None, str]:
-    """One step's gradient buckets and where they came from: the comm benchmark's; else a
-    declared framework's [comm] parameters; else the model's parameter count (fp32)."""
+    """One step's traffic as allreduce buckets, and where it came from: the gradient's
+    buckets (the comm benchmark's; else a declared framework's [comm] parameters; else the
+    model's parameter count, fp32), scaled by what the framework's strategy moves beside an
+    allreduce of them (strategies.py: FSDP and ZeRO-3 all-gather the parameters too)."""
+    buckets, how = _gradient(first, data, runs)
+    training = next((r["training"] for r in runs if r["framework"] == first.framework), None)
+    traffic = strategies.of_run(first.framework, training, first.precision)
+    if buckets is None or traffic.factor() == 1.0:
+        return buckets, how
+    scaled = [round(b * traffic.factor()) for b in buckets]
+    return scaled, f"{how}; {traffic.words()}: {stated.mb(sum(scaled))}"
+
+
+def _gradient(first: Point, data: CommData, runs: list[RunRow]) -> tuple[list[int] | None, str]:
     got = data.buckets.get((first.framework, first.model, first.precision)) or (
         ((first.comm or {}).get("record") or {}).get("buckets")
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ....trainers.common import comm
-from . import calibration, commfit, scaling_model
+from . import calibration, commfit, scaling_model, strategies
 from .commfit import INTER, INTRA, Link
 from .projected import Mean, Setup
 
@@ -161,7 +161,7 @@ def links(fig: Figures) -> dict[str, Link]:
 
 def gradient(fig: Figures) -> tuple[int, str]:
     """(bytes, where from) of one step's gradient."""
-    size = calibration.DTYPE_BYTES[fig.dtype]
+    size = strategies.DTYPE_BYTES[fig.dtype]
     if fig.parameters is not None:
         return fig.parameters * size, f"stated: --parameters {fig.parameters:,} as {fig.dtype}"
     named = named_parameters(fig.model or "")
