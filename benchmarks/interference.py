@@ -4,7 +4,8 @@ Real CPU runs on the local backend: one spec of --runs repetitions of one point 
 synthetic CIFAR, 1 rank of 2 threads, so the run wants both of this machine's CPUs), run by
 `dlscale run --wait`. The benchmark watches the store, and as each run starts it draws,
 unseen by dlscale, whether something runs beside it and what (half the runs quiet, the
-rest one of the three in turn), and stops that when the run ends:
+rest one of the three in turn; a rerun, which comes later when a burst may have passed, is
+disturbed one time in five), and stops that when the run ends:
 - cpu: a busy loop pinned to one of the run's CPUs, drawn at random;
 - io: a writer that writes 4 MiB blocks to a file beside the store and fsyncs each;
 - memory: a memory-bandwidth hog: copies a 256 MiB buffer over and over, on one CPU.
@@ -16,7 +17,9 @@ disturbed, and the quiet runs flagged; each signal's values in quiet runs and in
 adversary's (what the thresholds are calibrated from: docs/measuring.md says how); the
 mean throughput quiet and with each adversary (does the adversary cost the run at all?);
 and the point's 95% interval counting every run against leaving the flagged ones out
-(the spec's `disturbed = "leave-out"`), as a ratio of half-widths, same runs; and the
+(the spec's `disturbed = "leave-out"`), as a ratio of half-widths, same runs; the point as
+`dlscale results` gives it with the spec's `disturbed = "rerun"` (at most one rerun a run,
+the rerun standing in for the run it repeats) against the first attempts all counted; and the
 sampler's own cost: one reading of the counters (interference.read, timed here before the
 study, 50 times), which a run takes twice a timed segment, outside its timed steps, against
 the runs' median step.
@@ -52,6 +55,8 @@ from dlscale.engine.results.stats import spread
 REPO = Path(__file__).resolve().parents[1]
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 KINDS = ("cpu", "io", "memory")
+DISTURBED = 0.5  # the odds that a run has something beside it
+RERUN_DISTURBED = 0.2  # and a rerun (disturbed = "rerun")
 
 SPEC = """
 [experiment]
@@ -63,6 +68,8 @@ scales = ["1x1"]
 per_device_batch = [64]
 precisions = ["fp32"]
 repetitions = {runs}
+disturbed = "rerun"
+disturbed_reruns = 1
 
 [training]
 steps = {steps}
@@ -123,7 +130,7 @@ def watch(home: Path, drawn: dict[str, str], done: threading.Event, where: Path)
     while not done.is_set():
         try:
             db = sqlite3.connect(f"file:{home / 'dlscale.db'}?mode=ro", uri=True, timeout=5)
-            row = db.execute("SELECT run_id FROM runs WHERE state = 'RUNNING'").fetchone()
+            row = db.execute("SELECT run_id, rerun_of FROM runs WHERE state = 'RUNNING'").fetchone()
             db.close()
         except sqlite3.Error:
             row = None
@@ -132,7 +139,9 @@ def watch(home: Path, drawn: dict[str, str], done: threading.Event, where: Path)
             stop(current[1])
             current = None
         if running and current is None and running not in drawn:
-            kind = "quiet" if random.random() < 0.5 else KINDS[turn % len(KINDS)]
+            # a rerun comes later, when a burst may have passed: drawn disturbed less often
+            odds = RERUN_DISTURBED if row and row[1] else DISTURBED
+            kind = "quiet" if random.random() >= odds else KINDS[turn % len(KINDS)]
             turn += kind != "quiet"
             drawn[running] = kind
             current = (running, None if kind == "quiet" else start_hog(kind, where, cpus))
@@ -187,11 +196,14 @@ def main() -> None:
         minutes = (time.monotonic() - started) / 60
         if proc.returncode:
             sys.exit(f"the study failed: {proc.stderr[-2000:]}")
+        from dlscale.engine.results.analysis import results
         from dlscale.engine.tracking.store import Store
 
         store = Store(home)
         records = store.records.last("interference")
         summaries = store.records.last("summary")
+        (row,) = results(store)  # the point as `dlscale results` gives it: reruns stand in
+        rerun_of = {r["run_id"]: r["rerun_of"] for r in store.runs()}
     runs = []
     for run_id, kind in drawn.items():
         rec, summary = records.get(run_id), summaries.get(run_id)
@@ -200,6 +212,8 @@ def main() -> None:
         said = disturbed.reasons(rec)
         runs.append(
             {
+                "run_id": run_id,
+                "rerun": bool(rerun_of.get(run_id)),
                 "kind": kind,
                 "flagged": bool(said),
                 "throughput": summary["throughput"],
@@ -222,9 +236,15 @@ def main() -> None:
         kind: statistics.fmean([r["throughput"] for r in runs if r["kind"] == kind] or [0.0])
         for kind in ("quiet", *KINDS)
     }
-    every = spread([r["throughput"] for r in runs])
-    kept = spread([r["throughput"] for r in runs if not r["flagged"]])
+    # the same study's first attempts, each counted (flag), or the flagged left out
+    # (leave-out); and the point with reruns standing in for disturbed runs (rerun)
+    firsts = [r for r in runs if not r["rerun"]]
+    every = spread([r["throughput"] for r in firsts])
+    kept = spread([r["throughput"] for r in firsts if not r["flagged"]])
     ratio = kept.ci95 / every.ci95 if kept.ci95 and every.ci95 else None
+    rerun_ci95 = row["throughput_ci95"]
+    rerun_ratio = rerun_ci95 / every.ci95 if rerun_ci95 and every.ci95 else None
+    reruns = len(row["disturbed_rerun"])
     thresholds = {
         "others_cpu": disturbed.OTHERS_CPU,
         "queue_wait": disturbed.QUEUE_WAIT,
@@ -253,8 +273,10 @@ def main() -> None:
         f"{100 * read_ms / step_ms:.1f}% of the median step ({step_ms:.0f} ms)"
     )
     print(
-        f"  CI95 half-width: every run {every.ci95}, flagged left out {kept.ci95}"
+        f"  CI95 half-width: every first run {every.ci95}, flagged left out {kept.ci95}"
         + (f" (ratio {ratio:.2f})" if ratio else "")
+        + f"; reruns standing in ({reruns} rerun, n {row['n']}) {rerun_ci95}"
+        + (f" (ratio {rerun_ratio:.2f})" if rerun_ratio else "")
     )
     append_row(
         "interference",
@@ -270,6 +292,10 @@ def main() -> None:
             "ci95_every": every.ci95,
             "ci95_flagged_left_out": kept.ci95,
             "ci95_ratio": ratio,
+            "ci95_reruns_standing_in": rerun_ci95,
+            "ci95_rerun_ratio": rerun_ratio,
+            "reruns_standing_in": reruns,
+            "odds": {"first": DISTURBED, "rerun": RERUN_DISTURBED},
             "read_ms": round(read_ms, 3),
             "median_step_ms": round(step_ms, 2),
             "runs_detail": runs,
