@@ -52,3 +52,19 @@ def after_sync(store: Store, backend: Backend) -> Callable[[Tick], Tick]:
         return Tick(tick.states, tick.reachable, tick.new_records, tick.warning, said[0])
 
     return then
+
+
+def reruns_of(store: Store) -> Callable[[list[str]], list[str]]:
+    """For monitor.wait_until_done: the reruns of disturbed runs among those waited for."""
+
+    def more(run_ids: list[str]) -> list[str]:
+        if not disturbed.rerunning(store):
+            return []
+        return [
+            r["run_id"]
+            for rid in run_ids
+            for r in store.reruns(rid)
+            if r["run_id"] == disturbed.rerun_id(rid)
+        ]
+
+    return more

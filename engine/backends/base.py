@@ -231,6 +231,12 @@ class Backend(abc.ABC):
         how many went. The watcher calls it every tick."""
         return 0
 
+    def neighbours(self, store: Store, row: RunRow, nodes: str | None) -> dict[str, Any] | None:
+        """As a run's job ends: the other jobs that shared its nodes where the place
+        promised it none (a Slurm profile's exclusive), as a `neighbours` record's fields;
+        None where nothing was promised or nothing can be asked."""
+        return None
+
     def observed(self, store: Store, status: JobStatus) -> None:
         """Keep what a poll saw of a job in the store (a backend whose own worker keeps its
         job rows does nothing here)."""

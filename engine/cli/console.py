@@ -113,7 +113,7 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
     """Follow runs to their end with a progress bar naming the run in hand (run --wait)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..disturbed_reruns import after_sync
+    from ..disturbed_reruns import after_sync, reruns_of
     from ..tracking.monitor import wait_until_done
 
     with Progress(
@@ -154,4 +154,6 @@ def wait_with_progress(store: Store, scheduler, run_ids: list[str]) -> None:
                 now = tick.problem
             progress.update(task, completed=done, now=now)
 
-        wait_until_done(store, scheduler, run_ids, on_tick, after_sync(store, scheduler))
+        wait_until_done(
+            store, scheduler, run_ids, on_tick, after_sync(store, scheduler), reruns_of(store)
+        )

@@ -100,6 +100,20 @@ class Judged:
         return run_id in self.disturbed or run_id in self.quiet
 
 
+def shared(record: Mapping[str, Any]) -> str | None:
+    """What a `neighbours` record says against its run: other jobs on nodes its Slurm
+    profile asked to have whole (engine/backends/slurm/neighbours.py); None when none."""
+    count = record.get("other_jobs")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return None
+    named = [j for j in record.get("named") or [] if isinstance(j, dict)][:3]
+    who = ", ".join(f"job {j.get('job')} ({j.get('user')})" for j in named)
+    return (
+        f"the profile asked for whole nodes (exclusive), yet {count} other job"
+        f"{'' if count == 1 else 's'} ran on them" + (f": {who}" if who else "")
+    )
+
+
 def judge(store: Store, run_ids: Iterable[str] | None = None) -> Judged:
     ids = list(run_ids) if run_ids is not None else None
     disturbed: dict[str, list[str]] = {}
@@ -110,6 +124,10 @@ def judge(store: Store, run_ids: Iterable[str] | None = None) -> Judged:
             disturbed[run_id] = said
         elif said is not None:
             quiet.add(run_id)
+    for run_id, record in store.records.last("neighbours", ids).items():
+        if (sharing := shared(record)) is not None:
+            disturbed.setdefault(run_id, []).append(sharing)
+            quiet.discard(run_id)
     return Judged(disturbed, frozenset(quiet))
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...trainers.common.records import RecordWriter
 from ..backends.base import Backend
 from ..errors import ControllerUnreachable
 from ..paths import RunPaths, write_job_file
-from ..results import disturbed
 from ..runs import ACTIVE, FAILURES, TERMINAL, UNDER_WAY, RunRow, State
 from . import completion, custom_energy, custom_load, custom_software, log_patterns
 from .logs import failure_reason
@@ -139,6 +139,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                 # The local worker settles its own runs; this covers the gap in between and
                 # every other backend.
                 if store.run(r["run_id"])["state"] in ACTIVE:
+                    _neighbours(store, backend, r, st.nodes)
                     finalize_run(store, r["run_id"], st.state)
             elif st.state != r["state"]:
                 store.advance_run(r["run_id"], st.state, st.reason)
@@ -152,13 +153,13 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     return Tick(counts, reachable, new, warning, problem)
 
 
-def _disturbed_reruns(store: Store, run_ids: list[str]) -> list[str]:
-    return [
-        r["run_id"]
-        for rid in run_ids
-        for r in store.reruns(rid)
-        if r["run_id"] == disturbed.rerun_id(rid)
-    ]
+def _neighbours(store: Store, backend: Backend, row: RunRow, nodes: str | None) -> None:
+    """The other jobs on the run's nodes, where its place promised none, written after
+    its own records (finalize_run reads them in)."""
+    found = backend.neighbours(store, row, nodes)
+    if found is not None:
+        with RecordWriter(str(RunPaths.of(row).metrics)) as w:
+            w.write("neighbours", **found)
 
 
 class Backoff:
@@ -183,17 +184,18 @@ def wait_until_done(
     run_ids: list[str],
     on_tick=lambda tick, rows: None,
     after_sync: Callable[[Tick], Tick] = lambda tick: tick,
+    more: Callable[[list[str]], list[str]] = lambda run_ids: [],
 ) -> Tick:
     """Sync until none of `run_ids` is queued or running; `on_tick` gets each tick and the
-    runs' rows as that tick left them; `after_sync` acts on each sync first (reruns.py's
-    reruns of disturbed runs). Polls back off to the backend's own cap."""
+    runs' rows as that tick left them; `after_sync` acts on each sync first, and `more`
+    names runs to wait for beside the ones waited for (disturbed_reruns.py: the reruns of
+    disturbed runs). Polls back off to the backend's own cap."""
     backoff = Backoff(cap=backend.poll_cap_s)
     last = None
     waited = list(run_ids)
     while True:
         tick = after_sync(sync(store, backend))
-        # a disturbed run's rerun (its spec's `disturbed = "rerun"`) is waited for too
-        waited += [r for r in _disturbed_reruns(store, waited) if r not in waited]
+        waited += [r for r in more(waited) if r not in waited]
         rows = [store.run(rid) for rid in waited]
         on_tick(tick, rows)
         # A run another dlscale is submitting is not done either: it is about to queue.

@@ -46,6 +46,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "energy": ("metered",),
     "probe": ("attempts", "stopped_by"),
     "interference": ("window_s", "cpus"),
+    "neighbours": ("exclusive", "nodes"),
 }
 # The kinds in the order a training run writes them; a comm benchmark run's order.
 KINDS = ("params", "env", "interval", "eval", "summary")
@@ -154,6 +155,15 @@ TYPES: dict[str, dict[str, str]] = {
         "foreign_gpu_util_share": "fraction?",
         "metered": "text?",  # read from outside a declared framework's script
         "unavailable": "text?",  # why the shares are unknown
+    },
+    # where a Slurm profile asked for whole nodes: the other jobs accounting says ran on
+    # the run's nodes while it measured (engine/backends/slurm/neighbours.py)
+    "neighbours": {
+        "exclusive": "flag",
+        "nodes": "text",
+        "other_jobs": "count?",
+        "named": "list?",
+        "unavailable": "text?",
     },
     "comm": {
         "collective": "text",

@@ -316,6 +316,28 @@ class SlurmJobs(Backend):
     def site_partition(self) -> str | None:
         return self.partition
 
+    def neighbours(self, store: Store, row: RunRow, nodes: str | None) -> dict[str, Any] | None:
+        """Where the profile asked for whole nodes (exclusive = true): the other jobs
+        accounting says ran on the run's nodes between its first record and its summary
+        (neighbours.py). None where nothing was promised, or the run measured nothing."""
+        from . import neighbours
+
+        if self.profile is None or not self.profile.profile.exclusive or not nodes:
+            return None
+        run_id = row["run_id"]
+        first = store.records.last("params", [run_id]).get(run_id)
+        summary = store.records.last("summary", [run_id]).get(run_id)
+        if not first or not summary:
+            return None
+        start, end = first.get("time"), summary.get("time")
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+            return None
+        res = self.runner(neighbours.argv(nodes, float(start), float(end)))
+        if res.returncode != 0:
+            why = (res.stderr.strip().splitlines() or ["sacct failed"])[-1][:200]
+            return neighbours.record(nodes, None, f"accounting did not answer: {why}")
+        return neighbours.record(nodes, neighbours.others(res.stdout, str(row["job_id"])))
+
     def refusals(self, loaded: LoadedSpec, runs: list[Run]) -> list[str]:
         from ...launching import gpu_checks, jobscript
 
