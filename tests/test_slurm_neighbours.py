@@ -1,12 +1,13 @@
 """Issue 50 item 4: a Slurm profile's `exclusive = true` checked against what the job got.
 As a run's job ends, accounting is asked which other jobs ran on its nodes while it
 measured (engine/backends/slurm/neighbours.py); any makes the run disturbed, naming them.
-sacct's answers here are recorded text (a parser's test); the live path runs in the Slurm
-tests."""
+sacct's answers here are recorded text (a parser's test); the live path on the test cluster,
+where Slurm keeps its promise."""
 
 from test_slurm_cluster import profile_copy
 from test_store import line, make_run
 
+from conftest import busy_spec, dlscale
 from dlscale.engine.backends.slurm import neighbours
 from dlscale.engine.backends.slurm.calls import CommandResult
 from dlscale.engine.backends.slurm.commands import SlurmCLI
@@ -93,3 +94,25 @@ def test_nothing_promised_nothing_asked_and_a_silent_accounting_judges_nothing(t
     found = SlurmCLI(profile=whole, runner=down).neighbours(store, row, "node1")
     assert "Problem talking to the database" in found["unavailable"]
     assert disturbed.shared(found) is None
+
+
+def _whole(tmp_path):
+    return profile_copy(tmp_path, replace=("time_limit", "exclusive = true\ntime_limit"))
+
+
+def test_an_exclusive_job_on_the_test_cluster_is_checked_and_found_alone(
+    slurm_cluster, tmp_path, home
+):
+    spec = busy_spec(tmp_path / "whole.toml", "whole", 1, 2, "repetitions = 1")
+    dlscale(
+        "run", str(spec), "--profile", str(_whole(tmp_path)), "--backend", "slurm", "--wait",
+        check=0,
+    )  # fmt: skip
+    store = Store(home)
+    (run,) = store.runs("whole")
+    (found,) = store.records.of(run["run_id"], "neighbours")
+    assert found["exclusive"] is True and found["nodes"].startswith("node"), found
+    assert found.get("other_jobs") == 0, found  # Slurm gave the node whole
+    assert run["run_id"] not in disturbed.judge(store).disturbed or not any(
+        "exclusive" in why for why in disturbed.judge(store).disturbed[run["run_id"]]
+    )

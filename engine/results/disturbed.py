@@ -201,10 +201,6 @@ def due(store: Store) -> list[Any]:
     return out
 
 
-def actions(store: Store, experiments: Iterable[str]) -> dict[str, str]:
-    return {name: c.action for name, c in choices(store, experiments).items()}
-
-
 def stand_ins(
     runs: Iterable[Mapping[str, Any]], judged: Judged, rerunning: set[str]
 ) -> dict[str, str]:
