@@ -441,6 +441,26 @@ def test_tf_config_from_slurm_variables_and_on_one_machine():
         tf_config(LaunchEnv(0, 4, 0, "h", 1, "srun"), {**env, "DLSCALE_NODE_ADDRS": "h"})
 
 
+def test_spawn_gives_its_ranks_ports_no_outgoing_connection_can_take():
+    """MASTER_PORT and the ports after it that ranks bind (Horovod's +1, TensorFlow's one a
+    rank from +2) are free when chosen, and below the kernel's ephemeral range, from which
+    any outgoing connection may take one before a rank binds it."""
+    import socket
+
+    from dlscale.trainers.common import spawn
+
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for _ in range(5):
+        base = spawn._free_ports(2 + spawn.EXTRA_PORTS)
+        assert 10000 <= base and (base + 4 <= low or low < 10100)
+        for port in range(base, base + 4):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))  # free: no OSError
+    with socket.socket() as held:  # a port held is never handed out
+        held.bind(("127.0.0.1", 0))
+        assert not spawn._free(held.getsockname()[1])
+
+
 def test_spawn_stops_every_rank_when_one_fails(tmp_path):
     code = (
         "import os, sys, time; r = int(os.environ['RANK']);"

@@ -14,17 +14,44 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .lifeline import parent_watch
 
+# Ports from MASTER_PORT the ranks bind: it, Horovod's +1, and TensorFlow's one per rank
+# from +2 (tf_cluster.PORT_OFFSET)
+EXTRA_PORTS = 2
 
-def _free_port() -> int:
+
+def _free(port: int) -> bool:
     with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> int:
+    """A base port with `count` free ports from it, below the kernel's ephemeral range: a
+    port the kernel hands out for any outgoing connection can be taken between this look
+    and a rank's bind (CI saw TensorFlow's rank 1 fail to start its gRPC server so)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    pick = random.Random()
+    for _ in range(200):
+        base = pick.randrange(10000, max(10001, low - count))
+        if all(_free(base + i) for i in range(count)):
+            return base
+    with socket.socket() as s:  # no room below the range: any free port, as before
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -37,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.ranks < 1 or not command:
         p.error("give --ranks N (N >= 1) and a command after --")
-    port = str(_free_port())
+    port = str(_free_ports(args.ranks + EXTRA_PORTS))
     procs = []
     for rank in range(args.ranks):
         env = {
