@@ -120,20 +120,26 @@ def stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
+def running_run(home: Path) -> tuple[str, str | None] | None:
+    """The store's running run (its id, and the run it reruns), read directly: a light
+    read whose cost counts against the quiet runs like any other work."""
+    try:
+        db = sqlite3.connect(f"file:{home / 'dlscale.db'}?mode=ro", uri=True, timeout=5)
+        row = db.execute("SELECT run_id, rerun_of FROM runs WHERE state = 'RUNNING'").fetchone()
+        db.close()
+    except sqlite3.Error:
+        return None
+    return (row[0], row[1]) if row else None
+
+
 def watch(home: Path, drawn: dict[str, str], done: threading.Event, where: Path) -> None:
     """As each run starts, draw what runs beside it; stop it when the run leaves RUNNING.
-    Reads the store's runs table directly, twice a second (a light read: its cost counts
-    against the quiet runs like any other work)."""
+    Looks twice a second."""
     cpus = sorted(os.sched_getaffinity(0))
     turn = 0
     current: tuple[str, subprocess.Popen | None] | None = None
     while not done.is_set():
-        try:
-            db = sqlite3.connect(f"file:{home / 'dlscale.db'}?mode=ro", uri=True, timeout=5)
-            row = db.execute("SELECT run_id, rerun_of FROM runs WHERE state = 'RUNNING'").fetchone()
-            db.close()
-        except sqlite3.Error:
-            row = None
+        row = running_run(home)
         running = row[0] if row else None
         if current and current[0] != running:
             stop(current[1])

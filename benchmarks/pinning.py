@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from interference import running_run, start_hog, stop
 from record import append_row
 
 from dlscale.engine.results.stats import spread
@@ -59,35 +58,22 @@ breakdown_pairs = 0
 """
 
 
-def neighbour(home: Path, done: threading.Event, drawn: dict[str, int]) -> None:
+def neighbour(home: Path, done: threading.Event, drawn: dict[str, int], where: Path) -> None:
     """As each run starts, a busy loop pinned to a CPU drawn at random; stopped as it ends."""
     cpus = sorted(os.sched_getaffinity(0))
-    current: tuple[str, subprocess.Popen] | None = None
+    current: tuple[str, subprocess.Popen | None] | None = None
     while not done.is_set():
-        try:
-            db = sqlite3.connect(f"file:{home / 'dlscale.db'}?mode=ro", uri=True, timeout=5)
-            row = db.execute("SELECT run_id FROM runs WHERE state = 'RUNNING'").fetchone()
-            db.close()
-        except sqlite3.Error:
-            row = None
+        row = running_run(home)
         running = row[0] if row else None
         if current and current[0] != running:
-            os.killpg(current[1].pid, signal.SIGKILL)
-            current[1].wait()
+            stop(current[1])
             current = None
         if running and current is None and running not in drawn:
             drawn[running] = cpu = random.choice(cpus)
-            hog = subprocess.Popen(
-                [sys.executable, "-c", "while True: pass"],
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            os.sched_setaffinity(hog.pid, {cpu})
-            current = (running, hog)
+            current = (running, start_hog("cpu", where, [cpu]))
         time.sleep(0.2)
     if current:
-        os.killpg(current[1].pid, signal.SIGKILL)
-        current[1].wait()
+        stop(current[1])
 
 
 def main() -> None:
@@ -104,7 +90,7 @@ def main() -> None:
         env = {**os.environ, "DLSCALE_HOME": str(home)}
         drawn: dict[str, int] = {}
         done = threading.Event()
-        watcher = threading.Thread(target=neighbour, args=(home, done, drawn), daemon=True)
+        watcher = threading.Thread(target=neighbour, args=(home, done, drawn, tmp), daemon=True)
         started = time.monotonic()
         watcher.start()
         specs = {name: tmp / f"{name}.toml" for name in ("unpinned", "pinned")}

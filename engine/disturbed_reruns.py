@@ -16,10 +16,12 @@ from .tracking.monitor import Tick
 from .tracking.store import Store
 
 
-def rerun_due(store: Store, backend_of: Callable[[str], Backend]) -> list[str]:
-    """Rerun every run that is due, each through its own backend; what could not be
-    rerun, a line each."""
-    due = disturbed.due(store)
+def rerun_due(
+    store: Store, backend_of: Callable[[str], Backend], only: str | None = None
+) -> list[str]:
+    """Rerun every run that is due (on backend `only`, where named), each through its own
+    backend; what could not be rerun, a line each."""
+    due = [r for r in disturbed.due(store) if only is None or r["backend"] == only]
     if not due:
         return []
     from .study import rerun_disturbed
@@ -41,12 +43,7 @@ def after_sync(store: Store, backend: Backend) -> Callable[[Tick], Tick]:
     rerun that could not be made said as the tick's problem."""
 
     def then(tick: Tick) -> Tick:
-        due = [r for r in disturbed.due(store) if r["backend"] == backend.name]
-        if not due:
-            return tick
-        from .study import rerun_disturbed
-
-        said = rerun_disturbed(store, backend, due)
+        said = rerun_due(store, lambda _name: backend, backend.name)
         if not said:
             return tick
         return Tick(tick.states, tick.reachable, tick.new_records, tick.warning, said[0])
