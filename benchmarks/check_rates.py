@@ -25,6 +25,17 @@ pairs are spent. The kinds of check, taken in turn so the machine's load hits th
 - primcache: another library setting, the same way: oneDNN's primitive cache turned off
   (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0, as a site short of memory might set it), so each
   convolution's kernel is made again at every call; measured likewise.
+- mlp, mlp-10, mlp-2 (issue 51): a change dlscale did not design. A user's own script
+  (benchmarks/mlp_width.py, a 4-layer MLP in NumPy read through log patterns) declared as
+  a framework; `mlp` checks it against itself, `mlp-10` and `mlp-2` against itself with its
+  hidden layers widened to cost 10% and 2% more multiply-adds (from its FLOPs formula;
+  the CPU time each width really costs a step is measured before the checks, alone, in
+  alternating order, and recorded as the kind's true effect).
+With --parallel N the checks run N at once, and with --bursty busy loops start and stop at
+random beside them (each in a session of its own, one per core at most, on for 5 to 60 s
+and off for 5 to 90 s): the adversary that broke the check's intervals. Each check's pairs
+are recorded by both measures (wall: throughput; cpu: units per CPU second), whichever one
+judged (--measure), so one run gives the evidence for choosing between them.
 Printed and appended to results.jsonl: per kind, the checks that exited 1 (regressed), 0
 (passed) and 3 (undecided), so the false-alarm rate (unchanged checks that regressed) and
 the detection rate (slowed checks that regressed); the median time a check took; the load
@@ -34,7 +45,8 @@ bootstrap of the measured unchanged pairs (shifted by the knob's 10%) through th
 
     .venv/bin/python benchmarks/check_rates.py [--minutes 40] [--max-repetitions 6]
         [--max-minutes 9] [--steps 8]
-        [--kinds unchanged,knob,threads,workers,threads-up,isa,primcache]
+        [--kinds unchanged,knob,threads,workers,threads-up,isa,primcache,mlp,mlp-10,mlp-2]
+        [--parallel 3] [--bursty] [--measure wall|cpu]
 
 CPU heavy, and long: each run is 10 to 50 s on 2 busy cores; --minutes stops starting new
 checks after that long. Run it niced; it starts its competing process (a busy loop) at the
@@ -52,12 +64,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mlp_width import flops_per_sample
 from record import append_row
 
+from dlscale.engine.results.analysis import summaries_of
 from dlscale.engine.results.regression import decide
+from dlscale.engine.results.regression.check import MEASURES
+from dlscale.engine.tracking.store import Store
 
 DLSCALE = str(Path(sys.executable).with_name("dlscale"))
 SPEC = """[experiment]
@@ -92,7 +110,49 @@ unit = "images"
 """
 # the variable each library-setting kind sets, through `env`, on the study's runs alone
 SETTING = {"isa": "ONEDNN_MAX_CPU_ISA=AVX2", "primcache": "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0"}
-KINDS = ("unchanged", "knob", "threads", "workers", "threads-up", "isa", "primcache")
+# The user's own MLP, its width a command argument (a spec changed, the script not)
+MLP_SCRIPT = Path(__file__).with_name("mlp_width.py")
+# not a power of two: at 1024 the BLAS meets cache conflicts a wider layer escapes, so a
+# width of 1077 (10% more multiply-adds) cost only 3% more a step there; from 1000 it costs 11%
+MLP_WIDTH = 1000
+MLP_LOG_EVERY = 10
+MLP_SPEC = """[experiment]
+name = "{name}"
+frameworks = ["mlp"]
+models = ["mlp4"]
+datasets = ["random"]
+scales = ["1x1"]
+per_device_batch = [64]
+repetitions = 1
+
+[training]
+steps = {steps}
+warmup_steps = {warmup}
+
+[frameworks.mlp]
+script = "{script}"
+command = ["{{python}}", "{{script}}", "--width", "{width}", "--steps", "{{steps}}",
+    "--warmup-steps", "{{warmup_steps}}", "--batch", "{{per_device_batch}}",
+    "--log-every", "{log_every}"]
+unit = "samples"
+
+[frameworks.mlp.log]
+throughput = 'samples/s ([0-9.]+)$'
+step = '^[a-z]+ (\\d+) '
+warmup_lines = {warmup_lines}
+"""
+# each MLP kind's added multiply-adds a sample
+MLP_MORE = {"mlp": 0.0, "mlp-10": 0.10, "mlp-2": 0.02}
+KINDS = (
+    "unchanged",
+    "knob",
+    "threads",
+    "workers",
+    "threads-up",
+    "isa",
+    "primcache",
+    *MLP_MORE,
+)
 EXIT = {0: "passed", 1: "regressed", 3: "undecided"}
 
 
@@ -106,26 +166,61 @@ def dlscale(home: Path, *args: str, slowdown: float = 0.0) -> subprocess.Complet
     )
 
 
-def pairs_of(home: Path) -> list[tuple[float, float]]:
-    """The check's pairs (study, baseline repeat) in the order they ran: each run's value
-    is the check's own (its throughput)."""
-    runs = []
-    for folder in (home / "runs").iterdir():
-        meta = json.loads((folder / "run.json").read_text())
-        recs = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        summary = next((r for r in recs if r.get("kind") == "summary"), None)
-        if summary is None or not (meta["experiment"] == "study" or meta.get("rerun_of")):
-            continue
-        value = summary["throughput"]
-        runs.append((meta["created"], meta["experiment"], value))
-    runs.sort()
-    study = [v for _, e, v in runs if e == "study"]
-    base = [v for _, e, v in runs if e == "base"]
-    return list(zip(study, base))
+def widened(more: float, width: int = MLP_WIDTH) -> int:
+    """The hidden width whose multiply-adds a sample are `more` above `width`'s."""
+    target = (1 + more) * flops_per_sample(width)
+    return min(range(width, 4 * width), key=lambda w: abs(flops_per_sample(w) - target))
+
+
+def true_effects(rounds: int = 5, steps: int = 100) -> dict[str, float]:
+    """Each MLP kind's real cost: CPU seconds a step of its width over the base width's,
+    each width run alone in this process's children, in alternating order, a step's CPU
+    time being a long run's less a short run's over the steps between (so the start-up is
+    left out, as the check's timed steps leave it out); the median of the rounds' ratios."""
+    import resource
+
+    def cpu_of(width: int, n: int) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(
+            [sys.executable, str(MLP_SCRIPT), "--width", str(width), "--steps", str(n),
+             "--warmup-steps", "0", "--log-every", str(n)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+    def per_step(width: int) -> float:
+        return (cpu_of(width, steps + 10) - cpu_of(width, 10)) / steps
+
+    ratios: dict[str, list[float]] = {k: [] for k in MLP_MORE if MLP_MORE[k]}
+    for _ in range(rounds):
+        for kind in ratios:
+            ours, base = per_step(widened(MLP_MORE[kind])), per_step(MLP_WIDTH)
+            ratios[kind].append(ours / base)
+    return {k: round(statistics.median(v), 4) for k, v in ratios.items()}
+
+
+def pairs_of(home: Path) -> dict[str, list[tuple[float | None, float | None]]]:
+    """The check's pairs (study, baseline repeat) in the order they ran, by each measure
+    (the check's own values: wall is throughput, cpu units per CPU second)."""
+    store = Store(home)
+    runs = sorted(
+        (r for r in store.runs() if r["experiment"] == "study" or r.get("rerun_of")),
+        key=lambda r: r["created"] or 0.0,
+    )
+    summaries = summaries_of(store, None)
+    out = {}
+    for name, measure in MEASURES.items():
+        values = {r["run_id"]: measure.value(summaries.get(r["run_id"]) or {}) for r in runs}
+        study = [values[r["run_id"]] for r in runs if r["experiment"] == "study"]
+        base = [values[r["run_id"]] for r in runs if r["experiment"] == "base"]
+        out[name] = list(zip(study, base))
+    return out
 
 
 def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     home = tmp / f"{kind}{i}"
+    home.mkdir(parents=True)
     base_threads = 2 if kind == "threads" else 1
     study_threads = 2 if kind == "threads-up" else 1
     workers = 1 if kind == "workers" else 0
@@ -135,24 +230,35 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
         base_tail = DECLARED.format(prefix="")
         study_tail = DECLARED.format(prefix=f'"env", "{SETTING[kind]}", ')
     common = {"steps": a.steps, "framework": framework}
-    (tmp / "base.toml").write_text(
-        SPEC.format(name="base", threads=base_threads, workers=0, **common) + base_tail
-    )
-    (tmp / "study.toml").write_text(
-        SPEC.format(name="study", threads=study_threads, workers=workers, **common) + study_tail
-    )
+    if kind in MLP_MORE:
+        mlp = {
+            "steps": a.steps,
+            "warmup": 2 * MLP_LOG_EVERY,
+            "warmup_lines": 2,
+            "log_every": MLP_LOG_EVERY,
+            "script": MLP_SCRIPT,
+        }
+        base_text = MLP_SPEC.format(name="base", width=MLP_WIDTH, **mlp)
+        study_text = MLP_SPEC.format(name="study", width=widened(MLP_MORE[kind]), **mlp)
+    else:
+        base_text = SPEC.format(name="base", threads=base_threads, workers=0, **common)
+        study_text = SPEC.format(name="study", threads=study_threads, workers=workers, **common)
+    (home / "base.toml").write_text(base_text + base_tail)
+    (home / "study.toml").write_text(study_text + study_tail)
     start = time.monotonic()
-    made = dlscale(home, "run", str(tmp / "base.toml"), "--wait")
+    made = dlscale(home, "run", str(home / "base.toml"), "--wait")
     if made.returncode:
         sys.exit(f"the baseline failed: {made.stderr[-2000:]}")
     proc = dlscale(
         home,
         "check",
-        str(tmp / "study.toml"),
+        str(home / "study.toml"),
         "--baseline",
         "base",
         "--run",
         "--interleave",
+        "--measure",
+        a.measure,
         "--max-repetitions",
         str(a.max_repetitions),
         "--max-minutes",
@@ -168,14 +274,117 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
         sys.exit(f"check failed to run ({proc.returncode}): {proc.stderr[-2000:]}")
     outcomes = ("PASSED", "REGRESSED", "UNDECIDED", "NOT JUDGED")
     verdict = next((x for x in proc.stdout.splitlines() if x.strip().startswith(outcomes)), "")
+    by_measure = pairs_of(home)
     return {
         "kind": kind,
         "outcome": EXIT[proc.returncode],
         "seconds": round(took, 1),
-        "pairs": pairs_of(home),
+        "pairs": by_measure[a.measure],
+        "pairs_by_measure": by_measure,
         "load": os.getloadavg()[0],
         "said": verdict.strip()[:400],
     }
+
+
+class Bursts:
+    """Busy loops that start and stop at random, one per core at most, each in a session
+    of its own (the kernel's autogroup gives a session its share of the CPUs, so loops
+    in the benchmark's session would only compete with each other)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.stopping = threading.Event()
+        self.on_s = 0.0  # busy-loop seconds run, summed over the loops
+        self.threads = [
+            threading.Thread(target=self._one, daemon=True) for _ in range(os.cpu_count() or 1)
+        ]
+
+    def __enter__(self) -> Bursts:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _one(self) -> None:
+        while not self.stopping.wait(self.rng.uniform(5, 90)):
+            hog = subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"], start_new_session=True
+            )
+            on = self.rng.uniform(5, 60)
+            self.stopping.wait(on)
+            hog.kill()
+            hog.wait()
+            self.on_s += on
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for t in self.threads:
+            t.join()
+
+
+def targets(checks: list[dict]) -> dict[str, dict[str, object]]:
+    """Issue 51's targets on the MLP kinds, each with its measured rate and whether it
+    held."""
+
+    def rate(kind: str, ok) -> tuple[float | None, int]:
+        mine = [c for c in checks if c["kind"] == kind]
+        return (round(sum(map(ok, mine)) / len(mine), 3) if mine else None), len(mine)
+
+    rows = {
+        "false alarms on mlp (<= 5%)": (
+            *rate("mlp", lambda c: c["outcome"] == "regressed"),
+            0.05,
+            "<=",
+        ),
+        "10% passed (<= 5%)": (*rate("mlp-10", lambda c: c["outcome"] == "passed"), 0.05, "<="),
+        "10% caught within 10 min (>= 80%)": (
+            *rate("mlp-10", lambda c: c["outcome"] == "regressed" and c["seconds"] <= 600),
+            0.80,
+            ">=",
+        ),
+        "2% passed or undecided (>= 90%)": (
+            *rate("mlp-2", lambda c: c["outcome"] != "regressed"),
+            0.90,
+            ">=",
+        ),
+    }
+    return {
+        name: {
+            "rate": r,
+            "checks": n,
+            "held": None if r is None else (r <= bound if how == "<=" else r >= bound),
+        }
+        for name, (r, n, bound, how) in rows.items()
+    }
+
+
+def log_ratios(checks: list[dict], measure: str | None = None) -> list[float]:
+    """Every pair's log ratio (study over baseline repeat) of these checks, by the measure
+    that judged them or by `measure`."""
+    return [
+        math.log(x / y)
+        for c in checks
+        for x, y in (c["pairs"] if measure is None else c["pairs_by_measure"][measure])
+        if x and y
+    ]
+
+
+def sd(logs: list[float]) -> float | None:
+    return round(statistics.stdev(logs), 3) if len(logs) > 1 else None
+
+
+def lag1(checks: list[dict], measure: str) -> float | None:
+    """The pairs' lag-1 autocorrelation within each check, pooled: how much neighbouring
+    pairs move together."""
+    num = den = 0.0
+    for c in checks:
+        logs = log_ratios([c], measure)
+        if len(logs) < 3:
+            continue
+        centre = statistics.fmean(logs)
+        dev = [x - centre for x in logs]
+        num += sum(x * y for x, y in zip(dev, dev[1:]))
+        den += sum(x * x for x in dev)
+    return round(num / den, 3) if den else None
 
 
 def projected(logs: list[float], shift: float, budget: int, tolerance: float, trials=2000):
@@ -214,33 +423,52 @@ def main() -> None:
         "--kinds", default=",".join(KINDS), help=f"which checks, in turn (of {', '.join(KINDS)})"
     )
     ap.add_argument("--no-hog", action="store_true", help="no competing process")
+    ap.add_argument("--parallel", type=int, default=1, help="checks at once")
+    ap.add_argument("--bursty", action="store_true", help="busy loops on and off at random")
+    ap.add_argument("--measure", choices=sorted(MEASURES), default="wall")
+    ap.add_argument("--seed", type=int, default=51, help="the bursts' and orders' seed")
     ap.add_argument("--no-save", action="store_true", help="print only")
     a = ap.parse_args()
     kinds = [k for k in a.kinds.split(",") if k]
     if not kinds or set(kinds) - set(KINDS):
         ap.error(f"--kinds {a.kinds!r}: a comma-separated list of {', '.join(KINDS)}")
+    # each width's real cost, measured before any load starts
+    effects = true_effects() if set(kinds) & {k for k, v in MLP_MORE.items() if v} else {}
     hog = None
     if not a.no_hog:
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     start = time.monotonic()
     checks: list[dict] = []
+    lock = threading.Lock()
+
+    def started(tmp: Path, i: int, kind: str) -> None:
+        if time.monotonic() - start > 60 * a.minutes:
+            return  # past the benchmark's budget: no new check
+        c = one_check(tmp, i, kind, a)
+        with lock:
+            checks.append(c)
+            print(
+                f"{kind} #{i + 1}: {c['outcome']} in {c['seconds']:.0f} s, "
+                f"{len(c['pairs'])} pairs, load {c['load']:.1f}: {c['said'][:160]}",
+                flush=True,
+            )
+
+    bursts = Bursts(a.seed) if a.bursty else None
     try:
         with tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t:
-            for i in range(a.checks):
-                for kind in kinds:
-                    if time.monotonic() - start > 60 * a.minutes:
-                        break
-                    checks.append(one_check(Path(t), i, kind, a))
-                    c = checks[-1]
-                    print(
-                        f"{kind} #{i + 1}: {c['outcome']} in {c['seconds']:.0f} s, "
-                        f"{len(c['pairs'])} pairs, load {c['load']:.1f}: {c['said'][:160]}",
-                        flush=True,
-                    )
-                else:
-                    continue
-                break
+            if bursts is not None:
+                bursts.__enter__()
+            # kinds in turn, so the machine's load hits them alike
+            with ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool:
+                for f in [
+                    pool.submit(started, Path(t), i, kind)
+                    for i in range(a.checks)
+                    for kind in kinds
+                ]:
+                    f.result()
     finally:
+        if bursts is not None:
+            bursts.__exit__()
         if hog is not None:
             hog.terminate()
             hog.wait()
@@ -250,18 +478,30 @@ def main() -> None:
         mine = [c for c in checks if c["kind"] == kind]
         if not mine:
             continue
-        logs = [math.log(s / b) for c in mine for s, b in c["pairs"]]
+        logs = log_ratios(mine)
         counts = {o: sum(c["outcome"] == o for c in mine) for o in EXIT.values()}
         by_kind[kind] = {
             "checks": len(mine),
             **counts,
             "regressed_rate": round(counts["regressed"] / len(mine), 3),
+            "passed_rate": round(counts["passed"] / len(mine), 3),
             "median_seconds": statistics.median(c["seconds"] for c in mine),
+            "within_10_min": round(sum(c["seconds"] <= 600 for c in mine) / len(mine), 3),
             "pairs": len(logs),
             "mean_ratio": round(math.exp(statistics.fmean(logs)), 3) if logs else None,
             "pair_log_sd": round(statistics.stdev(logs), 3) if len(logs) > 1 else None,
+            # both measures' spread over the same pairs: the evidence for a default
+            "pair_log_sd_by_measure": {
+                m: sd(log_ratios(mine, m)) for m in MEASURES if "pairs_by_measure" in mine[0]
+            },
+            "lag1_by_measure": {
+                m: lag1(mine, m) for m in MEASURES if "pairs_by_measure" in mine[0]
+            },
         }
-    same_logs = [math.log(s / b) for c in checks if c["kind"] == "unchanged" for s, b in c["pairs"]]
+        if kind in effects:
+            by_kind[kind]["true_cpu_ratio_alone"] = effects[kind]
+    same = "mlp" if "mlp" in kinds and "unchanged" not in kinds else "unchanged"
+    same_logs = log_ratios([c for c in checks if c["kind"] == same])
     projection = {}
     if len(same_logs) >= 5:
         for budget in (a.max_repetitions, 20, 40, 80):
@@ -272,6 +512,13 @@ def main() -> None:
     loads = [c["load"] for c in checks]
     row = {
         "competing_process": None if a.no_hog else "one busy loop (python), same niceness",
+        "parallel": a.parallel,
+        "bursty": "busy loops on 5-60 s, off 5-90 s, one per core at most, own sessions"
+        if bursts is not None
+        else None,
+        "bursty_busy_s": round(bursts.on_s, 1) if bursts is not None else None,
+        "measure": a.measure,
+        "mlp_widths": {k: widened(v) for k, v in MLP_MORE.items()} if effects else None,
         "load_average": {
             "min": min(loads, default=None),
             "median": statistics.median(loads) if loads else None,
@@ -294,9 +541,13 @@ def main() -> None:
             for kind in KINDS[1:]
         },
         "projected_from_measured_pairs": projection,
+        "targets_issue_51": targets(checks) if "mlp-10" in by_kind else None,
         # every check as it ran, its pairs (study, baseline repeat) included: later sessions
         # pool the pairs of rows with the same settings, not only their counts
-        "checks": [{k: c[k] for k in ("kind", "outcome", "seconds", "pairs")} for c in checks],
+        "checks": [
+            {k: c[k] for k in ("kind", "outcome", "seconds", "pairs_by_measure", "said")}
+            for c in checks
+        ],
         "wall_s": round(time.monotonic() - start, 1),
     }
     if not a.no_save:

@@ -346,6 +346,76 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     assert suite.get("failures") == "1" and float(suite.get("time")) > 0
 
 
+MLP_SCRIPT = REPO / "benchmarks" / "mlp_width.py"  # a user's script, read from its log
+
+
+def _mlp_spec(path: Path, name: str, width: int, steps: int = 150) -> Path:
+    path.write_text(f"""\
+[experiment]
+name = "{name}"
+frameworks = ["mlp"]
+models = ["mlp4"]
+datasets = ["random"]
+scales = ["1x1"]
+per_device_batch = [32]
+repetitions = 1
+
+[training]
+steps = {steps}
+warmup_steps = 10
+
+[frameworks.mlp]
+script = "{MLP_SCRIPT}"
+command = ["{{python}}", "{{script}}", "--width", "{width}", "--steps", "{{steps}}",
+    "--warmup-steps", "{{warmup_steps}}", "--batch", "{{per_device_batch}}", "--log-every", "10"]
+unit = "samples"
+
+[frameworks.mlp.log]
+throughput = 'samples/s ([0-9.]+)$'
+step = '^[a-z]+ (\\d+) '
+warmup_lines = 1
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_a_declared_scripts_cpu_time_is_metered_and_judged(tmp_path):
+    """Issue 51: a user's own script (an MLP read through log patterns) made wider, judged
+    by CPU time per step: dlscale's meter around the script gives it (the script records
+    none), both when the check pairs fresh runs (--interleave) and when it reads them
+    afterwards; the wider side regresses, by that measure and saying so."""
+    from dlscale.engine.results import analysis
+    from dlscale.engine.tracking.store import Store
+
+    home = tmp_path / "home"
+    # a few ms a step: 150 steps time a second or two, what the meter's samples can read
+    base = _mlp_spec(tmp_path / "base.toml", "base", 600)
+    study = _mlp_spec(tmp_path / "study.toml", "study", 900)  # about 2.2x the multiply-adds
+    dlscale("run", str(base), "--wait", home=home, check=0)
+    proc = dlscale(
+        "check", str(study), "--baseline", "base", "--run", "--interleave",
+        "--max-repetitions", "5", "--measure", "cpu", home=home,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "samples per CPU s" in proc.stdout and "paired runs' log ratios" in proc.stdout
+    assert "metered from outside" in proc.stdout
+    store = Store(home)
+    summaries = analysis.summaries_of(store, None)
+    assert summaries and all(s["cpu_s_per_step"] > 0 for s in summaries.values())
+    # the script itself wrote no CPU time: it is the meter's, from the interference record
+    assert not any("cpu_s_per_step" in s for s in store.records.last("summary", None).values())
+    # timed steps too short to meter: not judged by CPU time, saying the meter's reason
+    short = tmp_path / "short"
+    b, s = (
+        _mlp_spec(tmp_path / "b.toml", "base", 100, 20),
+        _mlp_spec(tmp_path / "s.toml", "study", 100, 20),
+    )
+    for spec in (b, s):
+        dlscale("run", str(spec), "--wait", home=short, check=0)
+    proc = dlscale("check", str(s), "--baseline", "base", "--measure", "cpu", home=short)
+    assert proc.returncode == 3 and "too short to meter" in proc.stdout, proc.stdout
+
+
 def test_the_slowdown_knob_takes_only_a_fraction(monkeypatch):
     from dlscale.trainers.common.entry import TrainerError
     from dlscale.trainers.common.slowdown import asked

@@ -52,7 +52,7 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     comm = [r for r in every if explained.is_comm(r)]
     runs = [r for r in every if not explained.is_comm(r)]
     ids = [r["run_id"] for r in runs] if experiment else None
-    summaries = with_energy(store, store.records.last("summary", ids), ids)
+    summaries = summaries_of(store, ids)
     # The device is measured, not planned: the same spec runs on CPUs or on GPUs. A run
     # without its env record yet (queued) joins the point its siblings ran on.
     envs = store.records.last_fields("env", ENV_FIELDS, ids)
@@ -136,11 +136,20 @@ def points(store: Store, experiment: str | None = None) -> list[Point]:
     return out
 
 
-def with_energy(
+def summaries_of(store: Store, ids: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Each run's summary, by run id, as every answer reads it (points, the check's
+    pairs): its last summary record, completed by with_metered."""
+    return with_metered(store, store.records.last("summary", ids), ids)
+
+
+def with_metered(
     store: Store, summaries: dict[str, dict[str, Any]], ids: list[str] | None
 ) -> dict[str, dict[str, Any]]:
-    """Summaries with the energy a declared framework's meter measured around its script
-    (its `energy` record) where the script's own summary left those fields empty."""
+    """Summaries completed by what dlscale's meter measured around a declared framework's
+    script, where the script's own summary left those fields empty: the energy (its
+    `energy` record) and the CPU seconds per timed step (its `interference` record's
+    metered tree: the script's processes and the meter's, which samples a few times a
+    second), so `check --measure cpu` judges a user's own script as it does the trainers."""
     for run_id, energy in store.records.last("energy", ids).items():
         s = summaries.get(run_id)
         if s is not None:
@@ -148,6 +157,15 @@ def with_energy(
                 **s,
                 **{k: energy[k] for k in ENERGY_FIELDS if k in energy and s.get(k) is None},
             }
+    for run_id, seen in store.records.last("interference", ids).items():
+        s = summaries.get(run_id)
+        if s is None or not seen.get("metered") or s.get("cpu_s_per_step") is not None:
+            continue  # a trainer's own CPU time, or nothing metered to fill it from
+        cpu, steps = finite(seen.get("rank_cpu_s")), finite(s.get("timed_steps"))
+        if cpu and steps and cpu > 0 and steps > 0:
+            summaries[run_id] = {**s, "cpu_s_per_step": cpu / steps}
+        elif isinstance(why := seen.get("unavailable"), str):
+            summaries[run_id] = {**s, "cpu_unavailable": why}  # the meter's reason
     return summaries
 
 

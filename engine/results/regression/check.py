@@ -56,24 +56,31 @@ class Measure:
     def value(self, summary: dict[str, Any]) -> float | None:
         if self.name == "wall":
             return counted(summary.get("throughput"))
-        # units a CPU second of rank 0: the step's units over its CPU seconds
+        # units a CPU second of rank 0: the step's units over its CPU seconds. A declared
+        # script's summary counts no units: its throughput over its timed seconds does
         cpu, steps, units = (
             summary.get("cpu_s_per_step"),
             summary.get("timed_steps"),
-            summary.get("images_timed"),
+            summary.get("images_timed") or _units_timed(summary),
         )
         if not all(isinstance(x, (int, float)) and x > 0 for x in (cpu, steps, units)):
             return None
         return counted(units / steps / cpu)  # type: ignore[operator]
 
 
+def _units_timed(summary: dict[str, Any]) -> float | None:
+    rate, seconds = counted(summary.get("throughput")), counted(summary.get("elapsed_s"))
+    return rate * seconds if rate is not None and seconds is not None else None
+
+
 MEASURES = {
     "wall": Measure("wall", STATISTIC, "/s"),
     "cpu": Measure(
         "cpu",
-        "each run's units per CPU second of rank 0's process tree over its timed steps (its "
-        "CPU time per step, which a busy machine moves less than the clock; time waiting "
-        "for I/O, other ranks or a device is not in it)",
+        "each run's units per CPU second of rank 0's process tree over its timed steps (a "
+        "declared framework's: its script's tree, metered from outside) (its CPU time per "
+        "step, which a busy machine moves less than the clock; time waiting for I/O, other "
+        "ranks or a device is not in it)",
         " per CPU s",
     ),
 }
@@ -162,14 +169,22 @@ def _failed(p: Point) -> bool:
 
 def _unmeasured(p: Point, b: Point, measure: Measure) -> str | None:
     """Why a side's completed runs give no value of the measure (None: they do, or none
-    completed): CPU time is recorded by the built-in trainers since this version only."""
+    completed): CPU time is recorded by the built-in trainers, and metered around a
+    declared framework's script, since this version only."""
     for side, q in (("the study's", p), ("the baseline's", b)):
         done = [s for s in q.summaries if WALL.value(s) is not None]
         if done and not any(measure.value(s) is not None for s in done):
+            why = next((s["cpu_unavailable"] for s in done if s.get("cpu_unavailable")), None)
+            because = (
+                f"the meter around the script: {why}"
+                if why
+                else "CPU time per step is recorded by the built-in trainers and metered "
+                "around a declared framework's script, from this version on, where the "
+                "kernel gives a process's CPU time"
+            )
             return (
-                f"{side} runs record no {measure.name} measure (CPU time per step is "
-                "recorded by the built-in trainers, from this version on; a declared "
-                "framework's runs do not record it yet); check with --measure wall"
+                f"{side} runs record no {measure.name} measure ({because}); check with "
+                "--measure wall"
             )
     return None
 

@@ -75,7 +75,7 @@ class Rounds:
         """By point name, the values (by `measure`) of the pairs whose two runs both
         completed and measured it."""
         ids = [i for d in (self.ours, self.theirs) for rids in d.values() for i in rids]
-        summaries = store.records.last("summary", ids)
+        summaries = analysis.summaries_of(store, ids)
 
         def value(rid: str) -> float | None:
             row = store.run(rid)
