@@ -71,11 +71,22 @@ async def test_build_form_refuses_bad_values_at_the_field(home):
         await type_into(pilot, "scales", "1x1, 2y2")
         await type_into(pilot, "batch", "64, lots")
         await type_into(pilot, "repetitions", "0")
-        await until(pilot, lambda: field(app, "repetitions").has_class("invalid"))
-        assert field(app, "scales").has_class("invalid")
-        assert "'2y2' is not NODESxRANKS" in field(app, "scales").border_subtitle
-        assert "not a whole number" in field(app, "batch").border_subtitle
-        assert "greater than or equal to 1" in field(app, "repetitions").border_subtitle
+        # Wait for the marks of the values typed, not for any mark: each field is invalid
+        # already while emptied and half typed (rounds of 2026-11-29, under load, read
+        # "give one whole number", the empty field's, before "0" was judged).
+        said = {
+            "scales": "'2y2' is not NODESxRANKS",
+            "batch": "not a whole number",
+            "repetitions": "greater than or equal to 1",
+        }
+        await until(
+            pilot,
+            lambda: all(
+                field(app, w).has_class("invalid") and text in (field(app, w).border_subtitle or "")
+                for w, text in said.items()
+            ),
+            what="each field's mark for its typed value",
+        )
         assert not field(app, "name").has_class("invalid")
         assert field(app, "submit").disabled
         await pilot.press("ctrl+r")
@@ -85,9 +96,16 @@ async def test_build_form_refuses_bad_values_at_the_field(home):
         await type_into(pilot, "scales", "1x1, 1x2")
         await type_into(pilot, "batch", "8")
         await type_into(pilot, "repetitions", "2")
-        await until(pilot, lambda: not field(app, "submit").disabled, what="submit enabled")
+        # the preview of the values typed, not of a half-typed form that happened to be valid
+        await until(
+            pilot,
+            lambda: (
+                not field(app, "submit").disabled
+                and "4 runs" in str(field(app, "preview").render())
+            ),
+            what="submit enabled, the fixed form previewed",
+        )
         assert not any(field(app, w).has_class("invalid") for w in ("scales", "batch"))
-        assert "4 runs" in str(field(app, "preview").render())
 
 
 @pytest.mark.framework  # plans pytorch-ddp: needs torch where dlscale runs
@@ -96,8 +114,15 @@ async def test_plan_refusal_is_shown_before_submitting(home):
     app = DlscaleApp(Session(home, "local"))
     async with app.run_test(size=(100, 40)) as pilot:
         await type_into(pilot, "scales", "1x64")
-        await until(pilot, lambda: "Cannot submit" in str(field(app, "preview").render()))
-        assert "64 ranks" in str(field(app, "preview").render())
+        # "1x6", half typed, is refused too (6 ranks on 2 cores): wait for 1x64's refusal
+        await until(
+            pilot,
+            lambda: (
+                "Cannot submit" in (text := str(field(app, "preview").render()))
+                and "64 ranks" in text
+            ),
+            what="1x64 refused",
+        )
         assert field(app, "submit").disabled
 
 
@@ -111,12 +136,22 @@ async def test_choosing_a_cluster_profile_in_the_form(home, tmp_path):
         bad = tmp_path / "bad-cluster.toml"
         bad.write_text('name = "x"\n[[partitions]]\nname = "p"\nnodes = "two"\n')
         await type_into(pilot, "profile", str(bad))
-        await until(pilot, lambda: field(app, "profile").has_class("invalid"))
-        assert "partitions[0].nodes" in field(app, "profile").border_subtitle
+        # a half-typed path is invalid too (no such file): wait for the whole path's mark
+        await until(
+            pilot,
+            lambda: "partitions[0].nodes" in (field(app, "profile").border_subtitle or ""),
+            what="the bad profile's mark",
+        )
         assert field(app, "submit").disabled
         await type_into(pilot, "profile", str(REPO / "examples/clusters/test-cluster.toml"))
-        await until(pilot, lambda: not field(app, "submit").disabled, what="the cluster chosen")
-        assert "slurm test-cluster:debug" in app.sub_title
+        # the emptied field (this machine) is submittable too: wait for the cluster itself
+        await until(
+            pilot,
+            lambda: (
+                not field(app, "submit").disabled and "slurm test-cluster:debug" in app.sub_title
+            ),
+            what="the cluster chosen",
+        )
         assert app.session.backend == "slurm"
         assert "at most" in str(field(app, "preview").render())  # device-hours at the limit
 
@@ -397,8 +432,14 @@ async def _build_submit_watch(pilot, app, home, scales: str, nodes_expected: str
     await type_into(pilot, "batch", "8")
     await type_into(pilot, "repetitions", "1")
     await type_into(pilot, "steps", "6")  # more than the default warm-up (5)
-    await until(pilot, lambda: not field(app, "submit").disabled, what="a submittable form")
-    assert "2 runs" in str(field(app, "preview").render())
+    # the preview of the form as typed (it is drawn after the form validates)
+    await until(
+        pilot,
+        lambda: (
+            not field(app, "submit").disabled and "2 runs" in str(field(app, "preview").render())
+        ),
+        what="a submittable form, previewed",
+    )
     await pilot.press("ctrl+r")
     await until(pilot, lambda: app.current_mode == "queue", what="the queue after submitting")
     table = app.screen.query_one("#jobs", DataTable)

@@ -302,7 +302,12 @@ async def test_a_refused_profile_is_cleared_when_the_field_goes_back(home, tmp_p
     async with app.run_test(size=(100, 40)) as pilot:
         await until(pilot, lambda: not field(app, "submit").disabled, what="submittable")
         await type_into(pilot, "profile", str(bad))
-        await until(pilot, lambda: field(app, "profile").has_class("invalid"))
+        # a half-typed path is invalid too (no such file): wait for the whole path's mark
+        await until(
+            pilot,
+            lambda: "partitions[0].nodes" in (field(app, "profile").border_subtitle or ""),
+            what="the bad profile's mark",
+        )
         assert field(app, "submit").disabled
         await type_into(pilot, "profile", "")
         await until(
