@@ -60,6 +60,7 @@ import json
 import math
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -368,6 +369,22 @@ def log_ratios(checks: list[dict], measure: str | None = None) -> list[float]:
     ]
 
 
+def replayed(checks: list[dict], measure: str, tolerance: float) -> dict[str, int]:
+    """How the rule decides each check on `measure`'s values of its pairs, looking after
+    each pair as the check does, up to the pairs the check made."""
+    out = {"regressed": 0, "passed": 0, "undecided": 0}
+    for c in checks:
+        pairs = [(x, y) for x, y in c["pairs_by_measure"][measure] if x and y]
+        outcome = decide.UNDECIDED
+        for k in range(1, len(pairs) + 1):
+            d = decide.paired([x for x, _ in pairs[:k]], [y for _, y in pairs[:k]], tolerance)
+            if d.outcome != decide.UNDECIDED:
+                outcome = d.outcome
+                break
+        out[outcome] += 1
+    return out
+
+
 def sd(logs: list[float]) -> float | None:
     return round(statistics.stdev(logs), 3) if len(logs) > 1 else None
 
@@ -441,9 +458,12 @@ def main() -> None:
     checks: list[dict] = []
     lock = threading.Lock()
 
+    stop = threading.Event()  # SIGTERM: start no new check, let those running end
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
     def started(tmp: Path, i: int, kind: str) -> None:
-        if time.monotonic() - start > 60 * a.minutes:
-            return  # past the benchmark's budget: no new check
+        if time.monotonic() - start > 60 * a.minutes or stop.is_set():
+            return  # past the benchmark's budget, or told to stop: no new check
         c = one_check(tmp, i, kind, a)
         with lock:
             checks.append(c)
@@ -472,6 +492,21 @@ def main() -> None:
         if hog is not None:
             hog.terminate()
             hog.wait()
+    row = row_of(checks, a, kinds, effects, bursts, time.monotonic() - start)
+    if not a.no_save:
+        row = append_row("check_rates", row)
+    print(json.dumps(row, indent=1))
+
+
+def row_of(
+    checks: list[dict],
+    a: argparse.Namespace,
+    kinds: list[str],
+    effects: dict[str, float],
+    bursts: Bursts | None,
+    wall_s: float,
+) -> dict:
+    """The results row of these checks, made with these settings."""
     tolerance = float(a.tolerance.rstrip("%")) / (100 if a.tolerance.endswith("%") else 1)
     by_kind = {}
     for kind in KINDS:
@@ -496,6 +531,13 @@ def main() -> None:
             },
             "lag1_by_measure": {
                 m: lag1(mine, m) for m in MEASURES if "pairs_by_measure" in mine[0]
+            },
+            # the other measure's outcomes, the same rule replayed round by round on the
+            # same runs (a replay, not a check that ran: it stops where the check stopped)
+            "replayed_by_measure": {
+                m: replayed(mine, m, tolerance)
+                for m in MEASURES
+                if m != a.measure and "pairs_by_measure" in mine[0]
             },
         }
         if kind in effects:
@@ -548,11 +590,9 @@ def main() -> None:
             {k: c[k] for k in ("kind", "outcome", "seconds", "pairs_by_measure", "said")}
             for c in checks
         ],
-        "wall_s": round(time.monotonic() - start, 1),
+        "wall_s": round(wall_s, 1),
     }
-    if not a.no_save:
-        row = append_row("check_rates", row)
-    print(json.dumps(row, indent=1))
+    return row
 
 
 if __name__ == "__main__":
