@@ -349,7 +349,7 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
 MLP_SCRIPT = REPO / "benchmarks" / "mlp_width.py"  # a user's script, read from its log
 
 
-def _mlp_spec(path: Path, name: str, width: int, steps: int = 150) -> Path:
+def _mlp_spec(path: Path, name: str, width: int, steps: int) -> Path:
     path.write_text(f"""\
 [experiment]
 name = "{name}"
@@ -388,9 +388,11 @@ def test_a_declared_scripts_cpu_time_is_metered_and_judged(tmp_path):
     from dlscale.engine.tracking.store import Store
 
     home = tmp_path / "home"
-    # a few ms a step: 150 steps time a second or two, what the meter's samples can read
-    base = _mlp_spec(tmp_path / "base.toml", "base", 600)
-    study = _mlp_spec(tmp_path / "study.toml", "study", 900)  # about 2.2x the multiply-adds
+    # about 6 ms a step on a quiet machine: 500 steps time 3 s and more, well past the
+    # second the meter's samples need (150 steps, 0.92 s here when the machine was quiet,
+    # were too short to meter: a machine's speed must not decide the test)
+    base = _mlp_spec(tmp_path / "base.toml", "base", 600, steps=500)
+    study = _mlp_spec(tmp_path / "study.toml", "study", 900, steps=500)  # 2.2x the work
     dlscale("run", str(base), "--wait", home=home, check=0)
     proc = dlscale(
         "check", str(study), "--baseline", "base", "--run", "--interleave",
@@ -401,7 +403,13 @@ def test_a_declared_scripts_cpu_time_is_metered_and_judged(tmp_path):
     assert "metered from outside" in proc.stdout
     store = Store(home)
     summaries = analysis.summaries_of(store, None)
-    assert summaries and all(s["cpu_s_per_step"] > 0 for s in summaries.values())
+    # each run has the meter's CPU time, or the meter's reason why not (under CI's load a
+    # starved meter can miss its window: such a run is not judged by CPU time, as the
+    # verdict above, from the pairs that have it, shows)
+    assert summaries and all(
+        s.get("cpu_s_per_step", 0) > 0 or s.get("cpu_unavailable") for s in summaries.values()
+    )
+    assert sum("cpu_s_per_step" in s for s in summaries.values()) >= 3
     # the script itself wrote no CPU time: it is the meter's, from the interference record
     assert not any("cpu_s_per_step" in s for s in store.records.last("summary", None).values())
     # timed steps too short to meter: not judged by CPU time, saying the meter's reason
