@@ -475,10 +475,12 @@ def test_a_log_printing_every_n_steps_counts_the_steps_it_reports(rates, every, 
         assert p.summarize(m) is None
         return
     # counted from 0 with no warm-up, the first line covers steps 0 to N-1: one fewer
-    assert sum(m.covered) == every * len(measured) - (from_0 and not warm and every > 1)
+    short = int(from_0 and not warm and every > 1)
+    assert m.covered == [every - short] + [every] * (len(measured) - 1)
     throughput, elapsed = p.summarize(m)
+    # (exactly: a bound relative to the total failed where the short first line was the
+    # slowest, rates [1, 3, 7] every 2 steps, on 3.13's run of 2026-11-29)
     assert elapsed == pytest.approx(sum(n * 64 / r for n, r in zip(m.covered, measured)))
-    assert elapsed == pytest.approx(sum(every * 64 / r for r in measured), rel=1 / len(measured))
     assert throughput == pytest.approx(64 * sum(m.covered) / elapsed)
     # without the step pattern, the same lines are one step each
     one = Patterns({"throughput": p.log["throughput"], "warmup_lines": warm}, 64, 1).read(lines)
