@@ -56,6 +56,7 @@ same niceness and stops it at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -443,7 +444,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=1, help="checks at once")
     ap.add_argument("--bursty", action="store_true", help="busy loops on and off at random")
     ap.add_argument("--measure", choices=sorted(MEASURES), default="wall")
-    ap.add_argument("--seed", type=int, default=51, help="the bursts' and orders' seed")
+    ap.add_argument("--seed", type=int, default=51, help="the bursts' seed")
     ap.add_argument("--no-save", action="store_true", help="print only")
     a = ap.parse_args()
     kinds = [k for k in a.kinds.split(",") if k]
@@ -475,20 +476,17 @@ def main() -> None:
 
     bursts = Bursts(a.seed) if a.bursty else None
     try:
-        with tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t:
-            if bursts is not None:
-                bursts.__enter__()
+        with (
+            tempfile.TemporaryDirectory(prefix="dlscale-check-rates-") as t,
+            bursts or contextlib.nullcontext(),
+            ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool,
+        ):
             # kinds in turn, so the machine's load hits them alike
-            with ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool:
-                for f in [
-                    pool.submit(started, Path(t), i, kind)
-                    for i in range(a.checks)
-                    for kind in kinds
-                ]:
-                    f.result()
+            for f in [
+                pool.submit(started, Path(t), i, kind) for i in range(a.checks) for kind in kinds
+            ]:
+                f.result()
     finally:
-        if bursts is not None:
-            bursts.__exit__()
         if hog is not None:
             hog.terminate()
             hog.wait()

@@ -78,9 +78,9 @@ MEASURES = {
     "cpu": Measure(
         "cpu",
         "each run's units per CPU second of rank 0's process tree over its timed steps (a "
-        "declared framework's: its script's tree, metered from outside) (its CPU time per "
-        "step, which a busy machine moves less than the clock; time waiting for I/O, other "
-        "ranks or a device is not in it)",
+        "declared framework's script's tree, metered from outside; its CPU time per step, "
+        "which a busy machine moves less than the clock; time waiting for I/O, other ranks "
+        "or a device is not in it)",
         " per CPU s",
     ),
 }
