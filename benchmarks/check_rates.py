@@ -220,6 +220,39 @@ def pairs_of(home: Path) -> dict[str, list[tuple[float | None, float | None]]]:
     return out
 
 
+# what a run's interference record says of the load it met (trainers/common/interference.py)
+LOAD_SHARES = ("others_cpu_share", "run_queue_wait_share", "steal_share", "cpu_stall_share")
+
+
+def runs_of(home: Path) -> list[dict]:
+    """Every run the check paired, in the order they ran: its side, when it began (seconds
+    after the first), its value by each measure and the load its interference record saw.
+    Why a check of unchanged code can find one side slower for a whole check is the open
+    question of issue 51's false alarms: these let a later session relate it to load."""
+    store = Store(home)
+    runs = sorted(
+        (r for r in store.runs() if r["experiment"] == "study" or r.get("rerun_of")),
+        key=lambda r: r["created"] or 0.0,
+    )
+    ids = [r["run_id"] for r in runs]
+    summaries = summaries_of(store, ids)
+    records = store.records.last("interference", ids)
+    t0 = (runs[0]["created"] or 0.0) if runs else 0.0
+    out = []
+    for r in runs:
+        summary = summaries.get(r["run_id"]) or {}
+        seen = records.get(r["run_id"]) or {}
+        out.append(
+            {
+                "side": "study" if r["experiment"] == "study" else "base",
+                "at_s": round((r["created"] or 0.0) - t0, 1),
+                **{name: m.value(summary) for name, m in MEASURES.items()},
+                **{k: seen.get(k) for k in LOAD_SHARES},
+            }
+        )
+    return out
+
+
 def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     home = tmp / f"{kind}{i}"
     home.mkdir(parents=True)
@@ -279,6 +312,8 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
     by_measure = pairs_of(home)
     return {
         "kind": kind,
+        "index": i,
+        "runs": runs_of(home),
         "outcome": EXIT[proc.returncode],
         "seconds": round(took, 1),
         "pairs": by_measure[a.measure],
@@ -585,7 +620,10 @@ def row_of(
         # every check as it ran, its pairs (study, baseline repeat) included: later sessions
         # pool the pairs of rows with the same settings, not only their counts
         "checks": [
-            {k: c[k] for k in ("kind", "outcome", "seconds", "pairs_by_measure", "said")}
+            {
+                k: c.get(k)
+                for k in ("kind", "index", "outcome", "seconds", "pairs_by_measure", "runs", "said")
+            }
             for c in checks
         ],
         "wall_s": round(wall_s, 1),
