@@ -202,24 +202,6 @@ def true_effects(rounds: int = 5, steps: int = 100) -> dict[str, float]:
     return {k: round(statistics.median(v), 4) for k, v in ratios.items()}
 
 
-def pairs_of(home: Path) -> dict[str, list[tuple[float | None, float | None]]]:
-    """The check's pairs (study, baseline repeat) in the order they ran, by each measure
-    (the check's own values: wall is throughput, cpu units per CPU second)."""
-    store = Store(home)
-    runs = sorted(
-        (r for r in store.runs() if r["experiment"] == "study" or r.get("rerun_of")),
-        key=lambda r: r["created"] or 0.0,
-    )
-    summaries = summaries_of(store, None)
-    out = {}
-    for name, measure in MEASURES.items():
-        values = {r["run_id"]: measure.value(summaries.get(r["run_id"]) or {}) for r in runs}
-        study = [values[r["run_id"]] for r in runs if r["experiment"] == "study"]
-        base = [values[r["run_id"]] for r in runs if r["experiment"] == "base"]
-        out[name] = list(zip(study, base))
-    return out
-
-
 # what a run's interference record says of the load it met (trainers/common/interference.py)
 LOAD_SHARES = ("others_cpu_share", "run_queue_wait_share", "steal_share", "cpu_stall_share")
 
@@ -244,13 +226,21 @@ def runs_of(home: Path) -> list[dict]:
         seen = records.get(r["run_id"]) or {}
         out.append(
             {
-                "side": "study" if r["experiment"] == "study" else "base",
+                "side": r["experiment"],  # "study", or "base" for a baseline repeat
                 "at_s": round((r["created"] or 0.0) - t0, 1),
                 **{name: m.value(summary) for name, m in MEASURES.items()},
                 **{k: seen.get(k) for k in LOAD_SHARES},
             }
         )
     return out
+
+
+def pairs_of(runs: list[dict]) -> dict[str, list[tuple[float | None, float | None]]]:
+    """The check's pairs (study, baseline repeat) in the order they ran, by each measure
+    (the check's own values: wall is throughput, cpu units per CPU second), from runs_of."""
+    study = [r for r in runs if r["side"] == "study"]
+    base = [r for r in runs if r["side"] == "base"]
+    return {name: [(s[name], b[name]) for s, b in zip(study, base)] for name in MEASURES}
 
 
 def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
@@ -309,11 +299,12 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
         sys.exit(f"check failed to run ({proc.returncode}): {proc.stderr[-2000:]}")
     outcomes = ("PASSED", "REGRESSED", "UNDECIDED", "NOT JUDGED")
     verdict = next((x for x in proc.stdout.splitlines() if x.strip().startswith(outcomes)), "")
-    by_measure = pairs_of(home)
+    runs = runs_of(home)
+    by_measure = pairs_of(runs)
     return {
         "kind": kind,
         "index": i,
-        "runs": runs_of(home),
+        "runs": runs,
         "outcome": EXIT[proc.returncode],
         "seconds": round(took, 1),
         "pairs": by_measure[a.measure],
