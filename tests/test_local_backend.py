@@ -18,7 +18,9 @@ import pytest
 from conftest import HANG_S, dlscale, write_spec
 from dlscale.engine.backends.local.processes import TOKEN_VAR, process_mark
 from dlscale.engine.launching.plan import Run
+from dlscale.engine.paths import RunPaths
 from dlscale.engine.tracking.store import Store
+from dlscale.trainers.common.records import RecordWriter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,9 +121,36 @@ def test_status_never_signals_a_stale_pid_and_says_the_worker_was_lost(home, bys
 
 def test_cancel_never_signals_a_stale_pid(home, bystander):
     other = bystander()
-    _running_job(home, pid=other.pid, pid_mark="some-boot 1")
-    assert "cancelled 1 run(s)" in dlscale("cancel", "-e", "e", home=home, check=0).stdout
+    run_id = _running_job(home, pid=other.pid, pid_mark="some-boot 1")
+    out = dlscale("cancel", "-e", "e", home=home, check=0).stdout
     assert _alive(other)
+    # asked first, the local scheduler finds the job's worker gone: the run failed (how it
+    # ended), it is not recorded as cancelled
+    assert "cancelled 0 run(s)" in out and f"run {run_id} is FAILED" in out, out
+    assert Store(home).run(run_id)["state"] == "FAILED"
+
+
+@pytest.mark.parametrize("ended", ["COMPLETED", "FAILED", "TIMEOUT"])
+def test_cancel_keeps_how_a_job_that_ended_on_its_own_ended(home, ended):
+    # The job ended (its scheduler recorded it) after the last poll: the run's row still
+    # says RUNNING. Cancel asks the scheduler first; recording it CANCELLED would lose a
+    # completed run's results (issue 54's round 5, on Slurm).
+    run_id = _running_job(home)
+    store = Store(home)
+    if ended == "COMPLETED":  # it measured: its summary is in its records
+        with RecordWriter(str(RunPaths.of(store.run(run_id)).metrics)) as w:
+            w.write(
+                "summary",
+                status="ok",
+                throughput=100.0,
+                timed_steps=4,
+                warmup_steps=1,
+                elapsed_s=1.0,
+            )
+    store.jobs.update("local", "local-1", state=ended, ended=time.time(), exit_code=0)
+    out = dlscale("cancel", run_id, home=home, check=0).stdout
+    assert "cancelled 0 run(s)" in out and f"run {run_id} is {ended}" in out, out
+    assert Store(home).run(run_id)["state"] == ended
 
 
 def test_a_live_pid_that_leads_no_group_breaks_neither_status_nor_results(home):

@@ -328,7 +328,10 @@ def test_controller_down_is_reported_then_recovered(slurm_target, tmp_path, home
 
 
 def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
-    spec = write_spec(tmp_path / "s.toml", name="resub", scales='"1x1"')
+    # Jobs that train until cancelled: a short one resubmitted can end on its own before
+    # the cancel reaches it (round 5 of issue 54: Slurm said COMPLETED), and this test is
+    # of cancelling a job that is still there.
+    spec = write_spec(tmp_path / "s.toml", name="resub", scales='"1x1"', steps=1000000)
     dlscale(
         "run",
         str(spec),
@@ -336,27 +339,29 @@ def test_cancel_by_job_id_and_resubmit(slurm_target, tmp_path, home):
         str(profile_copy(tmp_path)),
         "--backend",
         slurm_target.backend,
-        "--wait",
         check=0,
     )
     store = Store(home)
     first = store.runs("resub")[0]
     scheduler = slurm_target.scheduler()
+    metrics = Path(first["run_dir"]) / "metrics.jsonl"
+    assert wait_for(lambda: sync(store, scheduler) and metrics.exists())  # training
+    dlscale("cancel", first["run_id"], check=0)
+    assert wait_for(lambda: slurm_says(first["job_id"]).startswith("CANCELLED"))
+    first = store.run(first["run_id"])
+    assert first["state"] == "CANCELLED"
     if slurm_target.backend == "slurm":
         out = dlscale("resubmit", first["run_id"], check=0).stdout
         job = out.split("job ")[-1].strip()
     else:  # `dlscale resubmit` and `cancel` talk through the commands; here, the backend
         [(_, job)] = study.resubmit(store, [first["run_id"]], lambda *_: scheduler)
     assert job != first["job_id"]
+    assert wait_for(
+        lambda: sync(store, scheduler) and store.run(first["run_id"])["state"] == "RUNNING"
+    )
     if slurm_target.backend == "slurm":
         assert "cancelled 1 run(s)" in dlscale("cancel", job, check=0).stdout
     else:
-        assert wait_for(
-            lambda: (
-                sync(store, scheduler)
-                and store.run(first["run_id"])["state"] in ("PENDING", "RUNNING")
-            )
-        )
         scheduler.watcher.cancel([job])
     assert wait_for(
         lambda: sync(store, scheduler) and store.run(first["run_id"])["state"] == "CANCELLED"

@@ -259,6 +259,11 @@ def cancel(ctx: click.Context, run_ids: tuple[str, ...], experiment: str | None)
         raise click.UsageError("name runs to cancel, or --experiment")
     done = follow.cancel(store, ids)
     out.print(f"cancelled {len(done)} run(s)" + (f": {' '.join(done)}" if done else ""))
+    # a run named that had no job left to cancel (its scheduler is asked first: a job may
+    # have ended on its own since the last poll): what it is
+    for rid in dict.fromkeys(follow.find_run(store, i)["run_id"] for i in ids):
+        if rid not in done:
+            out.print(f"not cancelled: run {rid} is {store.run(rid)['state']}, no job of it live")
 
 
 @click.command()

@@ -11,7 +11,7 @@ from ..backends.base import Backend
 from ..backends.registry import BACKENDS, make_backend
 from ..errors import NotFoundError
 from ..runs import ACTIVE, RunRow, State
-from .monitor import Tick, sync
+from .monitor import Tick, settle, sync
 from .store import RUN_ID_PREFIX, RUN_ID_RULE, Store
 
 
@@ -52,6 +52,13 @@ def cancel(
     for ident in run_ids:
         row = find_run(store, ident)
         rows[row["run_id"]] = row
+    make = backend_of or (lambda name: make_backend(name, store))
+    # A job that ended on its own since the last poll is still live in the store: its
+    # scheduler is asked first, so its run keeps how it ended (a completed run is not
+    # recorded as cancelled) and only jobs still queued or running are cancelled.
+    for name in sorted({r["backend"] for r in rows.values() if r["backend"]}):
+        settle(store, make(name), list(rows))
+    rows = {rid: store.run(rid) for rid in rows}
     by_backend: dict[str, list[str]] = {}
     done = []
     live = store.jobs.live(list(rows))
@@ -65,7 +72,7 @@ def cancel(
         if jobs or row["state"] == State.WAITING:  # a waiting run has no job: no wave takes it
             done.append(rid)
     for backend, job_ids in by_backend.items():
-        (backend_of or (lambda name: make_backend(name, store)))(backend).watcher.cancel(job_ids)
+        make(backend).watcher.cancel(job_ids)
         # The jobs' rows say so at once (the local scheduler's already do), so a resubmit
         # right after is not refused for a job that is on its way out.
         for job in store.jobs.find(backend, job_ids, states=ACTIVE):

@@ -111,6 +111,33 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
     # runs left waiting for the site's limits go as far as the queue has room now
     backend.next_wave(store, experiment)
     live = [r for r in store.live_runs(experiment) if r["backend"] == backend.name and r["job_id"]]
+    reachable, new = _poll(store, backend, live)
+    watcher = backend.watcher
+    counts = store.state_counts(experiment)
+    warning = None
+    if live and not watcher.last_poll_ok:
+        warning = watcher.last_error or "the scheduler did not answer"
+    if not reachable:
+        warning = warning or watcher.last_error or "unreachable"
+    problem = watcher.problem(warning, reachable) if warning else None
+    return Tick(counts, reachable, new, warning, problem)
+
+
+def settle(store: Store, backend: Backend, run_ids: list[str]) -> None:
+    """Ask the scheduler about these runs' live jobs now and record what it says, and
+    nothing else (no next wave is submitted): `cancel` asks first, so a job that ended on
+    its own since the last poll keeps how it ended instead of being recorded cancelled."""
+    live = [
+        r
+        for r in map(store.run, run_ids)
+        if r["state"] in ACTIVE and r["backend"] == backend.name and r["job_id"]
+    ]
+    _poll(store, backend, live)
+
+
+def _poll(store: Store, backend: Backend, live: list[RunRow]) -> tuple[bool, int]:
+    """One query for these runs' jobs, each answer ingested and settled: (whether the
+    controller was reachable, the records read)."""
     reachable, new, watcher = True, 0, backend.watcher
     if live:
         try:
@@ -143,14 +170,7 @@ def sync(store: Store, backend: Backend, experiment: str | None = None) -> Tick:
                     finalize_run(store, r["run_id"], st.state)
             elif st.state != r["state"]:
                 store.advance_run(r["run_id"], st.state, st.reason)
-    counts = store.state_counts(experiment)
-    warning = None
-    if live and not watcher.last_poll_ok:
-        warning = watcher.last_error or "the scheduler did not answer"
-    if not reachable:
-        warning = warning or watcher.last_error or "unreachable"
-    problem = watcher.problem(warning, reachable) if warning else None
-    return Tick(counts, reachable, new, warning, problem)
+    return reachable, new
 
 
 def _neighbours(store: Store, backend: Backend, row: RunRow, nodes: str | None) -> None:
