@@ -327,13 +327,14 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     junit = tmp_path / "j.xml"
     proc = dlscale(
         "check", str(study), "--baseline", "base", "--run", "--interleave",
-        "--max-repetitions", "6", "--tolerance", "20%", "--junit", str(junit),
-        "--measure", "cpu", home=home,
+        "--max-repetitions", "6", "--tolerance", "20%", "--junit", str(junit), home=home,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "paired runs' log ratios" in proc.stdout and "DLSCALE_TEST_SLOWDOWN=0.8" in proc.stdout
-    # judged by CPU time per step (the knob spins, so it costs CPU as work would)
+    # judged by CPU time per step, the default's choice for one rank on CPUs (the knob
+    # spins, so it costs CPU as work would)
     assert "per CPU second of rank 0" in proc.stdout and "images per CPU s" in proc.stdout
+    assert "judged by CPU time: one rank on CPUs" in " ".join(proc.stdout.split())
     slowed = {"study": [], "base": []}
     for metrics in (home / "runs").glob("*/metrics.jsonl"):
         recs = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -462,3 +463,109 @@ def test_the_cpu_measure_judges_cpu_time_per_step_and_says_so():
     v = judge(old, base, 0.05, measure=cpu)
     assert v.outcome == SKIPPED and "record no cpu measure" in v.why and "--measure wall" in v.why
     assert "CPU second" in cpu.statistic and cpu.statistic != MEASURES["wall"].statistic
+
+
+def _on(p: Point, nodes=1, ranks_per_node=1, device="cpu") -> Point:
+    p.nodes, p.ranks_per_node, p.device = nodes, ranks_per_node, device
+    return p
+
+
+@pytest.mark.parametrize(
+    "study,base,chosen,says",
+    [
+        (lambda p: p, lambda b: b, "cpu", "judged by CPU time: one rank on CPUs"),
+        (lambda p: _on(p, ranks_per_node=2), lambda b: _on(b, ranks_per_node=2), "wall", "2 ranks"),
+        (lambda p: _on(p, nodes=4), lambda b: _on(b, nodes=4), "wall", "4 ranks"),
+        (lambda p: _on(p, device="NVIDIA H200"), lambda b: _on(b, device="NVIDIA H200"), "wall",
+         "on NVIDIA H200"),
+        (lambda p: _on(p, device=None), lambda b: _on(b, device=None), "wall", "not recorded"),
+        # a run without CPU time (the meter's reason, where it gave one), on either side
+        (lambda p: _drop_cpu(p, 1, "timed steps too short to meter"), lambda b: b, "wall",
+         "1 of the study's 4 runs record no CPU time (the meter around the script: timed steps"),
+        (lambda p: p, lambda b: _drop_cpu(b, 0), "wall",
+         "1 of the baseline's 4 runs record no CPU time (made before"),
+    ],
+)  # fmt: skip
+def test_auto_judges_by_cpu_time_only_where_it_sees_the_point_s_cost(study, base, chosen, says):
+    """Issue 51: `--measure auto` (the default) judges a point by CPU time where it is one
+    rank on CPUs and every run of both sides records it (the measure that held every target
+    under the bursty adversary), by the clock otherwise; the verdict says which and why,
+    its values are the chosen measure's, and the history's line joins that measure's series."""
+    from dlscale.engine.results.regression.workflow import _entries
+
+    p = study(_with_cpu([100.0, 60.0, 140.0, 95.0], [0.48, 0.481, 0.479, 0.48]))
+    b = base(_with_cpu([100.0, 100.5, 99.5, 100.2], [0.40, 0.401, 0.399, 0.40]))
+    v = judge(p, b, 0.05, measure=MEASURES["auto"])
+    assert v.measure is MEASURES[chosen] and says in v.why, v.why
+    assert v.why.count("judged by") == 1
+    if chosen == "cpu":  # 20% more CPU a step: regressed by it, whatever the clock's noise
+        assert v.outcome == REGRESSED and "images per CPU s" in v.why
+    else:  # the clock's noise: undecided, never skipped for want of CPU time
+        assert v.outcome == UNDECIDED and "images/s" in v.why
+    (entry,) = _entries([v], "site", None, "base", "study", MEASURES["auto"])
+    assert entry.statistic == MEASURES[chosen].statistic
+    assert entry.values == [x for x in map(MEASURES[chosen].value, p.summaries) if x]
+
+
+def _drop_cpu(p: Point, i: int, why: str | None = None) -> Point:
+    p.summaries[i] = {k: v for k, v in p.summaries[i].items() if k != "cpu_s_per_step"}
+    if why:
+        p.summaries[i]["cpu_unavailable"] = why
+    return p
+
+
+def _set_cpu(throughputs, cpu_s):
+    """_set's edit, and each run's CPU seconds a step (and the images its timed steps saw),
+    by ranks then repetition."""
+    wall = _set(throughputs)
+    taken: dict = {}
+
+    def edit(run_id, lines):
+        recs = [json.loads(line) for line in wall(run_id, lines)]
+        ranks = next(r for r in recs if r["kind"] == "params")["world_size"]
+        i = taken.get(ranks, 0)
+        taken[ranks] = i + 1
+        for r in recs:
+            if r["kind"] == "summary":
+                r["cpu_s_per_step"] = cpu_s[ranks][i]
+                r["images_timed"] = 64 * ranks * r["timed_steps"]
+        return [json.dumps(r) + "\n" for r in recs]
+
+    return edit
+
+
+def test_a_check_judges_by_cpu_time_by_default_where_it_sees_the_cost(tmp_path):
+    """Issue 51's default, through the command: the one-rank point's 20% more CPU a step is
+    regressed by CPU time though the clock's noise hides it; the two-rank point is judged by
+    the clock and says why; the JUnit file and the history name each point's measure, and
+    `--measure wall` still judges everything by the clock."""
+    # the one-rank point's wall throughputs and CPU seconds a step; the two-rank point alike
+    sides = {
+        "b": ([100, 101, 99], [0.40, 0.401, 0.399], [190, 191, 189]),
+        "h": ([100, 60, 140], [0.48, 0.481, 0.479], [190, 190.5, 189.5]),
+    }
+    for folder, (ones, cpu, twos) in sides.items():
+        recorded_study(tmp_path / folder, _set_cpu({1: ones, 2: twos}, {1: cpu, 2: [0.5] * 3}))
+    bundle, home = tmp_path / "before.tar.gz", tmp_path / "h"
+    dlscale("export", "bundle", "-e", "quickstart", "--site", "before", "--out", str(bundle),
+            home=tmp_path / "b", check=0)  # fmt: skip
+    history = tmp_path / "h.jsonl"
+    junit = tmp_path / "j.xml"
+    proc = _check(home, "--baseline", str(bundle), "--history", str(history), junit=junit)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    shown = " ".join(proc.stdout.split())
+    assert "REGRESSED" in shown and "images per CPU s" in shown
+    assert "judged by CPU time: one rank on CPUs" in shown
+    assert "judged by wall time: 2 ranks" in shown and "1 passed, 1 regressed" in shown
+    cases, _ = _junit(junit)
+    stats = {
+        name: c.find("properties/property[@name='statistic']").get("value")
+        for name, c in cases.items()
+    }
+    assert sorted(stats.values()) == sorted(
+        m.statistic for m in (MEASURES["cpu"], MEASURES["wall"])
+    )
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert {e["statistic"] for e in lines} == set(stats.values())
+    wall = _check(home, "--baseline", str(bundle), "--measure", "wall")
+    assert wall.returncode == 3 and "judged by" not in wall.stdout, wall.stdout

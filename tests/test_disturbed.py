@@ -105,6 +105,7 @@ def measured(store: Store, folder, run_id: str, throughput: float, load: dict | 
         timed_steps=10,
         warmup_steps=1,
         elapsed_s=1.0,
+        cpu_s_per_step=0.1,
     )
     if load is not None:
         text += line("interference", window_s=1.0, cpus=[0, 1], **{**QUIET, **load})
@@ -150,6 +151,7 @@ def test_a_checks_pair_with_a_disturbed_run_is_left_out_and_said(tmp_path):
     """Issue 50 item 3, issue 51 item 3: `check --interleave` judges only pairs whose two
     runs were quiet (by wall time, by default), so a pair with a disturbed member is made
     again within the budget; counted instead when asked, or when judged by CPU time."""
+    from dlscale.engine.results.regression.check import CPU, WALL
     from dlscale.engine.results.regression.rounds import Rounds
     from dlscale.engine.results.regression.workflow import Request
 
@@ -163,9 +165,18 @@ def test_a_checks_pair_with_a_disturbed_run_is_left_out_and_said(tmp_path):
     counted = Rounds(ours={"p": ours}, theirs={"p": theirs}, repeat_disturbed=False)
     assert len(counted.paired(store, {"p": "point"})["point"][0]) == 3
     assert not counted.disturbed_lines()
-    assert Request("s").repeats_disturbed and not Request("s", measure="cpu").repeats_disturbed
+    assert Request("s", measure="wall").repeats_disturbed
+    assert Request("s", measure="cpu").repeats_disturbed is False
     assert Request("s", measure="cpu", disturbed="repeat").repeats_disturbed
-    assert not Request("s", disturbed="count").repeats_disturbed
+    assert Request("s", disturbed="count").repeats_disturbed is False
+    # the default measure (auto) chooses point by point: left out where the point is judged
+    # by the clock, counted where by CPU time
+    assert Request("s").repeats_disturbed is None
+    by_point = Rounds(ours={"p": ours}, theirs={"p": theirs}, repeat_disturbed=None)
+    assert len(by_point.paired(store, {"p": "point"}, {"point": WALL})["point"][0]) == 2
+    assert by_point.disturbed_lines()
+    assert len(by_point.paired(store, {"p": "point"}, {"point": CPU})["point"][0]) == 3
+    assert not by_point.disturbed_lines()
 
 
 def test_the_report_says_how_quiet_the_machine_was(tmp_path):

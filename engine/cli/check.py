@@ -143,11 +143,13 @@ def _write_error(path: str, what: str, message: str) -> None:
 @click.option(
     "--measure",
     type=click.Choice(sorted(MEASURES)),
-    default="wall",
+    default="auto",
     show_default=True,
-    help="what each run is judged by: wall (its throughput over its timed steps) or cpu "
-    "(its units per CPU second of rank 0, which a busy machine moves less; it does not see "
-    "waits for I/O, other ranks or a device): docs/reports.md says which to use when",
+    help="what each run is judged by: wall (its throughput over its timed steps), cpu (its "
+    "units per CPU second of rank 0, which a busy machine moves less; it does not see waits "
+    "for I/O, other ranks or a device) or auto (cpu for a point of one rank on CPUs whose "
+    "runs all record it, wall otherwise; each verdict says which and why): "
+    "docs/reports.md says which to use when",
 )
 @click.option(
     "--disturbed",
@@ -155,9 +157,9 @@ def _write_error(path: str, what: str, message: str) -> None:
     default=None,
     help="with --interleave: a pair one of whose runs other work disturbed (its interference "
     "record; docs/measuring.md) is left out and another made in its place (within "
-    "--max-repetitions), or counted like any other. Default: repeat when judged by wall "
-    "time, which other work moves directly; count when by CPU time, the measure for a "
-    "machine that is busy all the time",
+    "--max-repetitions), or counted like any other. Default, point by point: repeat when "
+    "judged by wall time, which other work moves directly; count when by CPU time, the "
+    "measure for a machine that is busy all the time",
 )
 @click.option("--junit", type=OutputPath(), default=None, help="write JUnit XML here")
 @backend_options

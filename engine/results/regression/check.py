@@ -67,13 +67,69 @@ class Measure:
             return None
         return counted(units / steps / cpu)  # type: ignore[operator]
 
+    def at(self, p: Point, b: Point | None = None) -> Measure:
+        """The measure this point (against baseline point `b`) is judged by: this one;
+        `auto` chooses per point."""
+        return self
+
+    def reason(self, p: Point, b: Point | None = None) -> str | None:
+        """Why `at` chose what it chose, for the verdict (None: the user chose)."""
+        return None
+
 
 def _units_timed(summary: dict[str, Any]) -> float | None:
     rate, seconds = counted(summary.get("throughput")), counted(summary.get("elapsed_s"))
     return rate * seconds if rate is not None and seconds is not None else None
 
 
-MEASURES = {
+@dataclass(frozen=True)
+class Auto(Measure):
+    """`--measure auto`: CPU time where it sees what the point costs (one rank on CPUs,
+    every completed run of both sides recording it), the clock otherwise. Under the bursty
+    adversary of issue 51 (docs/benchmarks.md) CPU time held every target on a busy
+    machine and the clock decided 3 checks in 90; rank 0's CPU time does not see waits for
+    other ranks or a device, so those points keep the clock."""
+
+    def value(self, summary: dict[str, Any]) -> float | None:
+        raise TypeError("auto is a choice of measure per point: call .at(point) first")
+
+    def at(self, p: Point, b: Point | None = None) -> Measure:
+        return CPU if self._not_cpu(p, b) is None else WALL
+
+    def reason(self, p: Point, b: Point | None = None) -> str | None:
+        why = self._not_cpu(p, b)
+        if why is None:
+            return "judged by CPU time: one rank on CPUs, every run records it"
+        return f"judged by wall time: {why}"
+
+    @staticmethod
+    def _not_cpu(p: Point, b: Point | None) -> str | None:
+        for side, q in (("the study's", p), ("the baseline's", b)):
+            if q is None:
+                continue
+            if q.device != "cpu":
+                on = f"on {q.device}" if q.device else "on a device not recorded"
+                return f"{side} runs are {on}; the CPU only waits for it"
+            ranks = q.nodes * q.ranks_per_node
+            if ranks > 1:
+                return f"{ranks} ranks; rank 0's CPU time does not see its waits for the others"
+            done = [s for s in q.summaries if WALL.value(s) is not None]
+            lacking = [s for s in done if CPU.value(s) is None]
+            if lacking:
+                said = next(
+                    (s["cpu_unavailable"] for s in lacking if s.get("cpu_unavailable")), None
+                )
+                because = (
+                    f"the meter around the script: {said}"
+                    if said
+                    else "made before dlscale recorded it, or where the kernel gives no "
+                    "process's CPU time"
+                )
+                return f"{len(lacking)} of {side} {len(done)} runs record no CPU time ({because})"
+        return None
+
+
+MEASURES: dict[str, Measure] = {
     "wall": Measure("wall", STATISTIC, "/s"),
     "cpu": Measure(
         "cpu",
@@ -84,7 +140,14 @@ MEASURES = {
         " per CPU s",
     ),
 }
-WALL = MEASURES["wall"]
+WALL, CPU = MEASURES["wall"], MEASURES["cpu"]
+MEASURES["auto"] = Auto(
+    "auto",
+    "each point by CPU time where it is one rank on CPUs and every run records it (units per "
+    "CPU second of rank 0's process tree over its timed steps), else by its throughput over "
+    "its timed steps; each verdict says which",
+    "",
+)
 
 
 @dataclass
@@ -98,6 +161,7 @@ class Verdict:
     needed: int | None = None  # repetitions a side that would decide it (projected)
     seconds: float = 0.0  # the time its runs took in this check (JUnit's time)
     in_study: bool = True  # False: a baseline point the study does not measure
+    measure: Measure | None = None  # what judged it (auto's choice for the point)
 
     @property
     def judged(self) -> bool:
@@ -130,9 +194,18 @@ def run_value(summary: dict[str, Any], measure: Measure = WALL) -> float | None:
 
 
 def values_of(p: Point, measure: Measure = WALL) -> list[float]:
-    """The point's completed repetitions' values, in the order they were stored."""
+    """The point's completed repetitions' values (by the measure it is judged by), in the
+    order they were stored."""
+    measure = measure.at(p)
     out = [run_value(s, measure) for s in p.summaries]
     return [v for v in out if v is not None]
+
+
+def measures_of(current: list[Point], baseline: Baseline, measure: Measure) -> dict[str, Measure]:
+    """By point name, the measure each of the study's points matched in the baseline is
+    judged by (`auto` chooses per point): what its pairs' values are read by."""
+    pairs, _, _ = partners(current, baseline.points)
+    return {point_name(p): measure.at(p, b) for p, b in pairs}
 
 
 def seconds_of(p: Point | None) -> float:
@@ -282,6 +355,22 @@ def judge(
 ) -> Verdict:
     """A matched point: paired when `reference` (and `candidate`) are the values of runs
     interleaved in this check, else the study's values against the baseline's."""
+    v = _judge(p, b, tolerance, reference, candidate, measure.at(p, b))
+    v.measure = measure.at(p, b)
+    chose = measure.reason(p, b)
+    if chose and v.outcome in (PASSED, REGRESSED, UNDECIDED) and v.decision is not None:
+        v.why += f" ({chose})"
+    return v
+
+
+def _judge(
+    p: Point,
+    b: Point,
+    tolerance: float,
+    reference: list[float] | None,
+    candidate: list[float] | None,
+    measure: Measure,
+) -> Verdict:
     name = point_name(p)
     slowed = _slowed(p, b)
     unmeasured = _unmeasured(p, b, measure)
@@ -369,7 +458,8 @@ def check_window(
     oldest first), Bencher's window: decide.window's prediction interval."""
     out = []
     for p in current:
-        name, ours, slowed = point_name(p), values_of(p, measure), _slowed(p)
+        chose, measure_p = measure.reason(p), measure.at(p)
+        name, ours, slowed = point_name(p), values_of(p, measure_p), _slowed(p)
         series = past.get(name, [])[-n:]
         if _failed(p):
             why = f"no repetition completed ({', '.join(sorted(set(p.states)))})"
@@ -383,11 +473,12 @@ def check_window(
             value = statistics.fmean(ours)
             d = decide.window(value, series, tolerance)
             assert d.ratio is not None
-            text = describe(d, tolerance, p.unit, (value, value / d.ratio), measure)
+            text = describe(d, tolerance, p.unit, (value, value / d.ratio), measure_p)
             if d.outcome == UNDECIDED:
                 text += "; " + _window_budget(d, tolerance)
+            text += f" ({chose})" if chose else ""
             out.append(Verdict(name, d.outcome, text + slowed, p, None, d))
-        out[-1].seconds = seconds_of(p)
+        out[-1].seconds, out[-1].measure = seconds_of(p), measure_p
     return out
 
 

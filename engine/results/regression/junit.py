@@ -48,6 +48,9 @@ def junit_xml(
             "testcase",
             {"classname": f"dlscale.{experiment}", "name": v.name, "time": f"{v.seconds:.3f}"},
         )
+        if v.measure is not None:  # what judged it (`auto` chooses point by point)
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", {"name": "statistic", "value": v.measure.statistic})
         if v.outcome == REGRESSED:
             ET.SubElement(case, "failure", {"message": v.why, "type": "regression"}).text = v.why
         elif v.outcome == PASSED:

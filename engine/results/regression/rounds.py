@@ -31,7 +31,16 @@ from ...tracking.store import Store
 from .. import analysis, disturbed
 from ..compare import differences, env_facts, partners
 from ..points import Point
-from .check import UNDECIDED, WALL, Baseline, Measure, check, point_name, run_value
+from .check import (
+    UNDECIDED,
+    WALL,
+    Baseline,
+    Measure,
+    check,
+    measures_of,
+    point_name,
+    run_value,
+)
 
 # What a baseline's run and its repeat may differ in and still measure the same thing:
 # where the job ran (node names) and dlscale's own version. Anything else (device,
@@ -60,7 +69,7 @@ class Rounds:
     # up with one side, round after round.
     flips: list[bool] = field(default_factory=list)
     # pairs left out because a run in them was disturbed: point name -> each pair's reasons
-    repeat_disturbed: bool = True
+    repeat_disturbed: bool | None = True  # None: as each point's measure has it
     left_out: dict[str, list[list[str]]] = field(default_factory=dict)
 
     def study_first(self) -> bool:
@@ -70,30 +79,39 @@ class Rounds:
         return self.flips[block] == bool(second)
 
     def paired(
-        self, store: Store, names: dict[str, str], measure: Measure = WALL
+        self, store: Store, names: dict[str, str], measures: dict[str, Measure] | None = None
     ) -> dict[str, tuple]:
-        """By point name, the values (by `measure`) of the pairs whose two runs both
-        completed and measured it."""
+        """By point name, the values (by the point's measure in `measures`, by name; else
+        the clock) of the pairs whose two runs both completed and measured it."""
         ids = [i for d in (self.ours, self.theirs) for rids in d.values() for i in rids]
         summaries = analysis.summaries_of(store, ids)
 
-        def value(rid: str) -> float | None:
+        def value(rid: str, measure: Measure) -> float | None:
             row = store.run(rid)
             if row["state"] != State.COMPLETED:
                 return None
             return run_value(summaries.get(rid) or {}, measure)
 
-        judged = disturbed.judge(store, ids) if self.repeat_disturbed else None
+        judged = disturbed.judge(store, ids) if self.repeat_disturbed is not False else None
         out = {}
         self.left_out = {}
         for pid, mine in self.ours.items():
             name = names.get(pid, pid)
+            measure = (measures or {}).get(name, WALL)
+            # None: as the point's measure has it (the clock is what other work moves)
+            repeat = (
+                measure.name == "wall" if self.repeat_disturbed is None else self.repeat_disturbed
+            )
             kept = []
             for x, y in zip(mine, self.theirs.get(pid, [])):
-                a, b = value(x), value(y)
+                a, b = value(x, measure), value(y, measure)
                 if a is None or b is None:
                     continue
-                said = [w for r in (x, y) for w in judged.disturbed.get(r, [])] if judged else []
+                said = (
+                    [w for r in (x, y) for w in judged.disturbed.get(r, [])]
+                    if judged and repeat
+                    else []
+                )
                 if said:
                     self.left_out.setdefault(name, []).append(said)
                     continue
@@ -132,7 +150,7 @@ def run_rounds(
     backend_for: Callable[[str], Backend],
     say: Callable[[str], None],
     measure: Measure = WALL,
-    repeat_disturbed: bool = True,
+    repeat_disturbed: bool | None = True,
 ) -> Rounds:
     """Rounds of runs until every matched point is decided (by `measure`) or the budget is
     spent."""
@@ -151,7 +169,11 @@ def run_rounds(
         current = analysis.points(store, name)
         pairs, _, _ = partners(current, baseline.points)
         names = {point_id_of(store, p): point_name(p) for p, _ in pairs}
-        paired = out.paired(store, names, measure) if interleave else None
+        paired = (
+            out.paired(store, names, measures_of(current, baseline, measure))
+            if interleave
+            else None
+        )
         if interleave:
             out.not_baseline.update(_repeats_changed(store, out.theirs, names))
         verdicts = {v.name: v for v in check(current, baseline, tolerance, paired, measure)}

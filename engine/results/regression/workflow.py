@@ -30,6 +30,7 @@ from .check import (
     check,
     check_window,
     load_baseline,
+    measures_of,
     point_name,
     values_of,
 )
@@ -53,16 +54,20 @@ class Request:
     interleave: bool = False
     max_repetitions: int = 10
     max_minutes: float = 10.0
-    measure: str = "wall"  # check.MEASURES
+    measure: str = "auto"  # check.MEASURES
     # a pair with a disturbed run: "repeat" (left out) or "count"; None: repeat when judged
-    # by wall time, count when by CPU time (what other work moves less)
+    # by wall time, count when by CPU time (what other work moves less), point by point
     disturbed: str | None = None
     backend: str | None = None
     profile_path: str | None = None
     partition: str | None = None
 
     @property
-    def repeats_disturbed(self) -> bool:
+    def repeats_disturbed(self) -> bool | None:
+        """Whether a pair with a disturbed run is left out and repeated; None: as each
+        point's measure has it (repeated when judged by wall time)."""
+        if self.disturbed is None and self.measure == "auto":
+            return None
         return (self.disturbed or ("repeat" if self.measure == "wall" else "count")) == "repeat"
 
 
@@ -226,7 +231,7 @@ def run_check(
         entries = _entries(outcome.verdicts, site, asked.label, base.name, name, outcome.measure)
         outcome.record = Record(asked.history, kept, entries, site)
         outcome.change_points = _change_points(
-            outcome.record, outcome.verdicts, asked.tolerance, outcome.measure.statistic
+            outcome.record, outcome.verdicts, asked.tolerance, outcome.measure
         )
     return outcome
 
@@ -304,7 +309,7 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
         site = site_of(store, name)
         series = {}
         for p in current:
-            got = kept.series(site, point_name(p), p.device, outcome.measure.statistic)
+            got = kept.series(site, point_name(p), p.device, outcome.measure.at(p).statistic)
             series[point_name(p)] = [e.value for e in got if e.value]
         where = f"--history {asked.history}"
         outcome.verdicts = check_window(
@@ -314,7 +319,7 @@ def _judge(store, asked, loaded, base, backend, kept, outcome, wait, say) -> Non
         paired = None
         if done is not None and asked.interleave:
             names = {rounds.point_id_of(store, p): point_name(p) for p in current if p.run_ids}
-            paired = done.paired(store, names, outcome.measure)
+            paired = done.paired(store, names, measures_of(current, base, outcome.measure))
             outcome.disturbed = done.disturbed_lines()
         outcome.verdicts = check(current, base, asked.tolerance, paired, outcome.measure)
     if done is not None:
@@ -405,7 +410,8 @@ def _entries(
         p = v.point
         if p is None:
             continue
-        values = values_of(p, measure)
+        judged_by = v.measure or measure.at(p)  # auto's choice: the series it joins
+        values = values_of(p, judged_by)
         d = v.decision
         entries.append(
             history.Entry(
@@ -416,7 +422,7 @@ def _entries(
                 point=v.name,
                 device=p.device,
                 unit=p.unit,
-                statistic=measure.statistic,
+                statistic=judged_by.statistic,
                 values=values,
                 value=fmean(values) if values else None,
                 outcome=v.outcome,
@@ -431,7 +437,7 @@ def _entries(
 
 
 def _change_points(
-    record: Record, verdicts: list[Verdict], tolerance: float, statistic: str
+    record: Record, verdicts: list[Verdict], tolerance: float, measure: Measure
 ) -> list[str]:
     """Change points over each point's history at this site (this check's lines included,
     as they will be written), among its last WINDOW checks: bounded work, whatever the
@@ -446,7 +452,8 @@ def _change_points(
     for v in verdicts:
         if v.point is None:
             continue
-        series = by_key.get((record.site, v.name, v.point.device, statistic), [])
+        judged_by = v.measure or measure.at(v.point)  # the series it joined
+        series = by_key.get((record.site, v.name, v.point.device, judged_by.statistic), [])
         values = [e.value for e in series]
         try:
             found = change_points(values, tolerance)
@@ -458,7 +465,8 @@ def _change_points(
             lines.append(
                 f"change point in the history of {v.name}: at {at.label} ({at.date}, check "
                 f"{c.index + 1} of {len(values)}{searched}): {c.before:,.1f} -> "
-                f"{c.after:,.1f} {v.point.unit}/s ({100 * c.change:+.1f}%, Welch p={c.p:.2g})"
+                f"{c.after:,.1f} {v.point.unit}{judged_by.per} ({100 * c.change:+.1f}%, "
+                f"Welch p={c.p:.2g})"
             )
     return lines
 
