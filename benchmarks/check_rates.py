@@ -71,6 +71,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mlp_spec import SCRIPT as MLP_SCRIPT
+from mlp_spec import spec_text
 from mlp_width import flops_per_sample
 from record import append_row
 
@@ -113,36 +115,10 @@ unit = "images"
 # the variable each library-setting kind sets, through `env`, on the study's runs alone
 SETTING = {"isa": "ONEDNN_MAX_CPU_ISA=AVX2", "primcache": "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0"}
 # The user's own MLP, its width a command argument (a spec changed, the script not)
-MLP_SCRIPT = Path(__file__).with_name("mlp_width.py")
 # not a power of two: at 1024 the BLAS meets cache conflicts a wider layer escapes, so a
 # width of 1077 (10% more multiply-adds) cost only 3% more a step there; from 1000 it costs 11%
 MLP_WIDTH = 1000
 MLP_LOG_EVERY = 10
-MLP_SPEC = """[experiment]
-name = "{name}"
-frameworks = ["mlp"]
-models = ["mlp4"]
-datasets = ["random"]
-scales = ["1x1"]
-per_device_batch = [64]
-repetitions = 1
-
-[training]
-steps = {steps}
-warmup_steps = {warmup}
-
-[frameworks.mlp]
-script = "{script}"
-command = ["{{python}}", "{{script}}", "--width", "{width}", "--steps", "{{steps}}",
-    "--warmup-steps", "{{warmup_steps}}", "--batch", "{{per_device_batch}}",
-    "--log-every", "{log_every}"]
-unit = "samples"
-
-[frameworks.mlp.log]
-throughput = 'samples/s ([0-9.]+)$'
-step = '^[a-z]+ (\\d+) '
-warmup_lines = {warmup_lines}
-"""
 # each MLP kind's added multiply-adds a sample
 MLP_MORE = {"mlp": 0.0, "mlp-10": 0.10, "mlp-2": 0.02}
 KINDS = (
@@ -256,15 +232,9 @@ def one_check(tmp: Path, i: int, kind: str, a: argparse.Namespace) -> dict:
         study_tail = DECLARED.format(prefix=f'"env", "{SETTING[kind]}", ')
     common = {"steps": a.steps, "framework": framework}
     if kind in MLP_MORE:
-        mlp = {
-            "steps": a.steps,
-            "warmup": 2 * MLP_LOG_EVERY,
-            "warmup_lines": 2,
-            "log_every": MLP_LOG_EVERY,
-            "script": MLP_SCRIPT,
-        }
-        base_text = MLP_SPEC.format(name="base", width=MLP_WIDTH, **mlp)
-        study_text = MLP_SPEC.format(name="study", width=widened(MLP_MORE[kind]), **mlp)
+        mlp = {"steps": a.steps, "warmup_steps": 2 * MLP_LOG_EVERY, "log_every": MLP_LOG_EVERY}
+        base_text = spec_text("base", MLP_WIDTH, **mlp)
+        study_text = spec_text("study", widened(MLP_MORE[kind]), **mlp)
     else:
         base_text = SPEC.format(name="base", threads=base_threads, workers=0, **common)
         study_text = SPEC.format(name="study", threads=study_threads, workers=workers, **common)
@@ -469,8 +439,7 @@ def main() -> None:
     ap.add_argument("--no-hog", action="store_true", help="no competing process")
     ap.add_argument("--parallel", type=int, default=1, help="checks at once")
     ap.add_argument("--bursty", action="store_true", help="busy loops on and off at random")
-    # one measure named, not auto: the rows are the evidence for each measure on its own
-    ap.add_argument("--measure", choices=sorted(set(MEASURES) - {"auto"}), default="wall")
+    ap.add_argument("--measure", choices=sorted(MEASURES), default="wall")
     ap.add_argument("--seed", type=int, default=51, help="the bursts' seed")
     ap.add_argument("--no-save", action="store_true", help="print only")
     a = ap.parse_args()

@@ -7,6 +7,7 @@ report; and one check through real runs, interleaved with the baseline's runs re
 with the trainer's test-only slowdown (a slow test: 2 to 4 minutes on 2 busy cores)."""
 
 import json
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from test_store import make_run
 from conftest import REPO, dlscale, write_spec
 from dlscale.engine.results.points import POINT_FIELDS, Point
 from dlscale.engine.results.regression.check import (
+    AUTO,
     MEASURES,
     PASSED,
     REGRESSED,
@@ -347,35 +349,15 @@ def test_an_interleaved_check_through_real_runs(tmp_path, monkeypatch):
     assert suite.get("failures") == "1" and float(suite.get("time")) > 0
 
 
-MLP_SCRIPT = REPO / "benchmarks" / "mlp_width.py"  # a user's script, read from its log
-
-
 def _mlp_spec(path: Path, name: str, width: int, steps: int) -> Path:
-    path.write_text(f"""\
-[experiment]
-name = "{name}"
-frameworks = ["mlp"]
-models = ["mlp4"]
-datasets = ["random"]
-scales = ["1x1"]
-per_device_batch = [32]
-repetitions = 1
-
-[training]
-steps = {steps}
-warmup_steps = 10
-
-[frameworks.mlp]
-script = "{MLP_SCRIPT}"
-command = ["{{python}}", "{{script}}", "--width", "{width}", "--steps", "{{steps}}",
-    "--warmup-steps", "{{warmup_steps}}", "--batch", "{{per_device_batch}}", "--log-every", "10"]
-unit = "samples"
-
-[frameworks.mlp.log]
-throughput = 'samples/s ([0-9.]+)$'
-step = '^[a-z]+ (\\d+) '
-warmup_lines = 1
-""")
+    """A user's script (benchmarks/mlp_width.py, read from its log) declared as check_rates
+    declares it (benchmarks/mlp_spec.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from mlp_spec import spec_text
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    path.write_text(spec_text(name, width, steps, warmup_steps=10, batch=32))
     return path
 
 
@@ -495,14 +477,14 @@ def test_auto_judges_by_cpu_time_only_where_it_sees_the_point_s_cost(study, base
 
     p = study(_with_cpu([100.0, 60.0, 140.0, 95.0], [0.48, 0.481, 0.479, 0.48]))
     b = base(_with_cpu([100.0, 100.5, 99.5, 100.2], [0.40, 0.401, 0.399, 0.40]))
-    v = judge(p, b, 0.05, measure=MEASURES["auto"])
+    v = judge(p, b, 0.05, measure=AUTO)
     assert v.measure is MEASURES[chosen] and says in v.why, v.why
     assert v.why.count("judged by") == 1
     if chosen == "cpu":  # 20% more CPU a step: regressed by it, whatever the clock's noise
         assert v.outcome == REGRESSED and "images per CPU s" in v.why
     else:  # the clock's noise: undecided, never skipped for want of CPU time
         assert v.outcome == UNDECIDED and "images/s" in v.why
-    (entry,) = _entries([v], "site", None, "base", "study", MEASURES["auto"])
+    (entry,) = _entries([v], "site", None, "base", "study", AUTO)
     assert entry.statistic == MEASURES[chosen].statistic
     assert entry.values == [x for x in map(MEASURES[chosen].value, p.summaries) if x]
 

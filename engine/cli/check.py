@@ -20,7 +20,7 @@ import click
 
 from ..config.quantities import MINUTES
 from ..errors import DlscaleError, UserError
-from ..results.regression.check import MEASURES, PASSED, REGRESSED, SKIPPED, UNDECIDED
+from ..results.regression.check import CHOICES, PASSED, REGRESSED, SKIPPED, UNDECIDED
 from ..results.regression.decide import LEVEL, rule_text
 from ..results.regression.junit import error_xml, write_junit
 from ..results.regression.workflow import NOT_JUDGED, ORDER, Outcome
@@ -142,7 +142,7 @@ def _write_error(path: str, what: str, message: str) -> None:
 )
 @click.option(
     "--measure",
-    type=click.Choice(sorted(MEASURES)),
+    type=click.Choice(sorted(CHOICES)),
     default="auto",
     show_default=True,
     help="what each run is judged by: wall (its throughput over its timed steps), cpu (its "

@@ -129,6 +129,7 @@ class Auto(Measure):
         return None
 
 
+# what a run's value can be
 MEASURES: dict[str, Measure] = {
     "wall": Measure("wall", STATISTIC, "/s"),
     "cpu": Measure(
@@ -141,13 +142,15 @@ MEASURES: dict[str, Measure] = {
     ),
 }
 WALL, CPU = MEASURES["wall"], MEASURES["cpu"]
-MEASURES["auto"] = Auto(
+AUTO = Auto(
     "auto",
     "each point by CPU time where it is one rank on CPUs and every run records it (units per "
     "CPU second of rank 0's process tree over its timed steps), else by its throughput over "
     "its timed steps; each verdict says which",
     "",
 )
+# what `--measure` chooses from
+CHOICES: dict[str, Measure] = {**MEASURES, "auto": AUTO}
 
 
 @dataclass

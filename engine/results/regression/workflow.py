@@ -18,7 +18,7 @@ from ...io.outputs import OutputError, writing
 from ...tracking.store import Store
 from . import history, rounds
 from .check import (
-    MEASURES,
+    CHOICES,
     PASSED,
     REGRESSED,
     SKIPPED,
@@ -54,7 +54,7 @@ class Request:
     interleave: bool = False
     max_repetitions: int = 10
     max_minutes: float = 10.0
-    measure: str = "auto"  # check.MEASURES
+    measure: str = "auto"  # check.CHOICES
     # a pair with a disturbed run: "repeat" (left out) or "count"; None: repeat when judged
     # by wall time, count when by CPU time (what other work moves less), point by point
     disturbed: str | None = None
@@ -220,7 +220,7 @@ def run_check(
     differs = unshared_fields(loaded, base) if asked.baseline is not None else []
     code = baseline_code(store, base, asked) if asked.interleave else []
     outcome = Outcome(
-        name, base, asked.tolerance, [], differs, MEASURES[asked.measure], window=asked.window,
+        name, base, asked.tolerance, [], differs, CHOICES[asked.measure], window=asked.window,
         code=code,
     )  # fmt: skip
     if outcome.shared:
@@ -390,7 +390,7 @@ def _run(store, loaded, base, asked, backend, budget, wait, say) -> rounds.Round
         follow_runs,
         lambda name: make_backend(name, store),
         say,
-        MEASURES[asked.measure],
+        CHOICES[asked.measure],
         repeat_disturbed=asked.repeats_disturbed,
     )
 
