@@ -55,6 +55,35 @@ def test_a_rerun_stands_in_for_the_disturbed_run_it_repeats_once_it_measured(tmp
     assert disturbed.LEGEND not in said  # no point is marked: the ~ needs no legend
 
 
+def test_the_queue_names_each_rerun_and_the_run_it_repeats(tmp_path):
+    """A disturbed run's row says what disturbed it and which run repeats it; the rerun's
+    row, which run it repeats. One reader, read again as reruns come (a new run is a whole
+    read; the original's row is made again though its own values did not change); a chain
+    names each link, the latest rerun where a run was rerun twice (`dlscale rerun`)."""
+    from dlscale.engine.tracking.queue import QueueReader
+
+    store, ids = _study(tmp_path, RERUN)  # runs 0 and 1 disturbed
+    reader = QueueReader()
+
+    def reasons() -> dict[str, str]:
+        return {q.run_id: q.reason for q in reader.rows(store)}
+
+    assert "rerun" not in " ".join(reasons().values())
+    first = _rerun_of(store, tmp_path, ids[0], 101.5, {})
+    said = reasons()
+    assert said[ids[0]].startswith("disturbed: others took 45%")
+    assert said[ids[0]].endswith(f"; rerun as {first}") and said[first] == f"rerun of {ids[0]}"
+    second = _rerun_of(store, tmp_path, ids[1], 50.0, {"io_stall_share": 0.7})
+    third = _rerun_of(store, tmp_path, second, 100.5, {})
+    said = reasons()
+    assert said[second].startswith("disturbed: ") and f"rerun of {ids[1]}" in said[second]
+    assert said[second].endswith(f"rerun as {third}") and said[third] == f"rerun of {second}"
+    assert not any("rerun" in said[i] for i in ids[2:])  # the quiet runs name none
+    again = disturbed.rerun_id(first)  # a second rerun of run 0, by id of its own
+    store.add_rerun(store.run(ids[0]), again)
+    assert reasons()[ids[0]].endswith(f"rerun as {again}")
+
+
 def test_reruns_stop_at_the_spec_s_bound_and_the_last_one_counts_marked(tmp_path):
     store, ids = _study(tmp_path, RERUN.replace('"rerun"', '"rerun"\ndisturbed_reruns = 1'))
     again = _rerun_of(store, tmp_path, ids[1], 55.0, {"io_stall_share": 0.7})

@@ -9,6 +9,7 @@ shows changed, so the screen can pass over the others by identity (QueueReader).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -20,7 +21,7 @@ from ..results import disturbed
 from ..results.formatting import elapsed_text, finite, fmt
 from ..runs import ACTIVE, State, per_second, scale_label
 from .store import Store
-from .store.queue import QUEUE_CHANGES
+from .store.queue import QUEUE_CHANGES, QUEUE_POINT
 from .store.records import skipped_text
 
 
@@ -128,6 +129,7 @@ def queue_header(queue: list[QueueRow]) -> tuple[str, ...]:
 
 # Run ids per `IN (...)` list: SQLite takes at most 32,766 parameters in one statement.
 _IDS_PER_QUERY = 5000
+_RERUN_OF = QUEUE_POINT.index("rerun_of")
 # Where store.queue.changes puts what decides whether a run's records or clock must be read.
 _LINES, _BAD, _ELAPSED, _STARTED, _ENDED = (
     1 + QUEUE_CHANGES.index(c)
@@ -176,6 +178,8 @@ class QueueReader:
         self._rows: dict[str, QueueRow] = {}
         self._ticking: set[str] = set()  # running jobs that report no elapsed time
         self._seen: tuple[str, str | None, int] | None = None  # (store, experiment, rev)
+        self._rerun_as: dict[str, str] = {}  # a run: its latest rerun (rows name it)
+        self._renamed: set[str] = set()  # runs whose latest rerun is new since their row
 
     def rows(
         self, store: Store, experiment: str | None = None, now: float | None = None
@@ -197,6 +201,8 @@ class QueueReader:
                 view = store.queue.changes(experiment)
             self._read_points(store, view, whole)
             self._read_records(store, view, whole)
+            # a run whose rerun is new (a new run: always a whole read) gets its row again
+            renamed, self._renamed = self._renamed, set()
             points, ingested = self._points, self._ingested
             values_before, rows_before = self._values, self._rows
             if whole:
@@ -214,8 +220,8 @@ class QueueReader:
                     continue  # deleted between the two queries: gone next read too
                 clock = v[_ELAPSED] is None and v[_STARTED] and not v[_ENDED]
                 row = rows_before.get(run_id)
-                if row is None or values_before[run_id] != v or clock:
-                    row = _make_row(point, v, ingested.get(run_id, _NOTHING), now)
+                if row is None or values_before[run_id] != v or clock or run_id in renamed:
+                    row = self._make_row(point, v, ingested.get(run_id, _NOTHING), now)
                 values[run_id] = v
                 made[run_id] = row
                 if clock:
@@ -224,7 +230,7 @@ class QueueReader:
                     ticking.discard(run_id)
             if not whole:  # running jobs not written since: only their clocks moved
                 for run_id in ticking.difference(v[0] for v in view):
-                    made[run_id] = _make_row(
+                    made[run_id] = self._make_row(
                         points[run_id], values[run_id], ingested.get(run_id, _NOTHING), now
                     )
             self._values, self._rows, self._ticking = values, made, ticking
@@ -237,9 +243,24 @@ class QueueReader:
         new = [v[0] for v in view if v[0] not in self._points]
         if whole and len(self._points) + len(new) > len(view):  # another experiment
             self._points = {v[0]: self._points[v[0]] for v in view if v[0] in self._points}
+            self._rerun_as = {
+                old: new for old, new in self._rerun_as.items() if new in self._points
+            }
         for i in range(0, len(new), _IDS_PER_QUERY):
             for point in store.queue.points(new[i : i + _IDS_PER_QUERY]):
                 self._points[point[0]] = point
+                if point[_RERUN_OF]:  # in the order made: the latest rerun wins
+                    self._rerun_as[point[_RERUN_OF]] = point[0]
+                    self._renamed.add(point[_RERUN_OF])
+
+    def _make_row(self, point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueRow:
+        row = _make_row(point, v, ingested, now)
+        links = [f"rerun of {point[_RERUN_OF]}"] if point[_RERUN_OF] else []
+        if point[0] in self._rerun_as:
+            links.append(f"rerun as {self._rerun_as[point[0]]}")
+        if not links:
+            return row
+        return dataclasses.replace(row, reason="; ".join(filter(None, [row.reason, *links])))
 
     def _read_records(self, store: Store, view: list[tuple], whole: bool) -> None:
         """The latest interval or summary record and the skipped lines of each run that
@@ -287,6 +308,7 @@ def _make_row(point: tuple, v: tuple, ingested: _Ingested, now: float) -> QueueR
         comm,
         unit,
         axes,
+        _,
     ) = point
     (
         _,

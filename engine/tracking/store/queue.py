@@ -43,6 +43,8 @@ QUEUE_POINT = (
     # them a column, or two runs of one scale would look the same
     "CASE WHEN json_valid(training) AND json_type(training, '$.axes') = 'object' "
     "THEN json_extract(training, '$.axes') END",
+    # the run this one repeats (`dlscale rerun`, a disturbed run's rerun): rows name both
+    "rerun_of",
 )
 
 
