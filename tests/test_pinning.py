@@ -39,8 +39,11 @@ def test_the_quietest_cpus_are_the_least_busy_ones():
         hog.kill()
         hog.wait()
     assert shares[cpu] >= 0.5, shares  # the busy loop was seen on its CPU
+    # the least busy, to the rule's hundredth: on a machine already busy on every CPU the
+    # hog's CPU and another both read 1.00 (3.13's CI run: 0.9957 and 1.0), a tie that goes
+    # to the higher CPU
     (c,) = chosen
-    assert all(shares[c] <= v for v in shares.values()), (chosen, shares)
+    assert all(round(shares[c], 2) <= round(v, 2) for v in shares.values()), (chosen, shares)
     # none readable: the first ones, and no shares said
     assert interference.quietest(1, 0.01, [3, 5], proc=REPO / "no-such-proc") == ([3], {})
 
