@@ -145,4 +145,5 @@ class Trainer:
         )
         loop = training_loop.run(self.recipe, self.hooks(), ctx.writer, batches)
         self.finish(loop)
+        self.dist.part()
         return 0
