@@ -244,7 +244,7 @@ class QueueReader:
         if whole and len(self._points) + len(new) > len(view):  # another experiment
             self._points = {v[0]: self._points[v[0]] for v in view if v[0] in self._points}
             self._rerun_as = {
-                old: new for old, new in self._rerun_as.items() if new in self._points
+                run: rerun for run, rerun in self._rerun_as.items() if rerun in self._points
             }
         for i in range(0, len(new), _IDS_PER_QUERY):
             for point in store.queue.points(new[i : i + _IDS_PER_QUERY]):

@@ -358,8 +358,8 @@ def judge(
 ) -> Verdict:
     """A matched point: paired when `reference` (and `candidate`) are the values of runs
     interleaved in this check, else the study's values against the baseline's."""
-    v = _judge(p, b, tolerance, reference, candidate, measure.at(p, b))
-    v.measure = measure.at(p, b)
+    v = _judge(p, b, tolerance, reference, candidate, chosen := measure.at(p, b))
+    v.measure = chosen
     chose = measure.reason(p, b)
     if chose and v.outcome in (PASSED, REGRESSED, UNDECIDED) and v.decision is not None:
         v.why += f" ({chose})"
