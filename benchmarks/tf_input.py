@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 
+from framework_env import framework_env
 from record import append_row
-
-HERE = Path(__file__).resolve().parent
 
 
 def measure(feed: str, steps: int, cuda: bool) -> float:
@@ -94,20 +90,8 @@ def main() -> None:
         print(json.dumps(measure(a.measure[0], int(a.measure[1]), a.device == "cuda")))
         return
 
-    sys.path.insert(0, str(HERE.parent))
-    from dlscale.engine.launching import envs
-    from dlscale.engine.tracking.store import default_home
-
-    home = Path(a.home) if a.home else default_home()
-    status = envs.resolve("tensorflow", home, device=a.device)
-    if not status.ok or status.python is None:
-        sys.exit(f"tf_input.py: {status.problem}")
-    env = {
-        **os.environ,
-        **envs.launch_env(status, home),
-        "OMP_NUM_THREADS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
+    status, env = framework_env("tensorflow", a.home, "tf_input.py", device=a.device)
+    env.update({"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
     if a.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     results: dict[str, list[float]] = {"direct": [], "tf.data": []}

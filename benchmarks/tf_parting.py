@@ -22,12 +22,10 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
+from framework_env import framework_env
 from record import append_row
-
-HERE = Path(__file__).resolve().parent
 
 
 def worker(rank: int, port: int, floats: int, part: bool) -> None:
@@ -80,20 +78,8 @@ def main() -> None:
         worker(rank, port, floats, bool(part))
         return
 
-    sys.path.insert(0, str(HERE.parent))
-    from dlscale.engine.launching import envs
-    from dlscale.engine.tracking.store import default_home
-
-    home = Path(a.home) if a.home else default_home()
-    status = envs.resolve("tensorflow", home)
-    if not status.ok or status.python is None:
-        sys.exit(f"tf_parting.py: {status.problem}")
-    env = {
-        **os.environ,
-        **envs.launch_env(status, home),
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
+    status, env = framework_env("tensorflow", a.home, "tf_parting.py")
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
     floats = a.mb * 2**20 // 4
     failed = {"at once": 0, "parting barrier": 0}
     for i in range(a.pairs):
